@@ -1,0 +1,402 @@
+package api
+
+import "strings"
+
+// JobState is a state a runner reports in PUT /jobs/:id.
+type JobState string
+
+// Job states sent by runners.
+const (
+	StatePending JobState = "pending"
+	StateRunning JobState = "running"
+	StateSuccess JobState = "success"
+	StateFailed  JobState = "failed"
+)
+
+// Remote job statuses a coordinator reports in the Job-Status header.
+const (
+	RemoteRunning   = "running"
+	RemoteCanceling = "canceling"
+	RemoteCanceled  = "canceled"
+	RemoteFailed    = "failed"
+	RemoteSuccess   = "success"
+)
+
+// FailureReason is the failure_reason of a failed job.
+type FailureReason string
+
+// Failure reasons (GitLab runner API).
+const (
+	ScriptFailure                   FailureReason = "script_failure"
+	RunnerSystemFailure             FailureReason = "runner_system_failure"
+	JobExecutionTimeout             FailureReason = "job_execution_timeout"
+	ImagePullFailure                FailureReason = "image_pull_failure"
+	RunnerConfigurationError        FailureReason = "runner_configuration_error"
+	RunnerExternalDependencyFailure FailureReason = "runner_external_dependency_failure"
+	RunnerInterrupted               FailureReason = "runner_interrupted"
+	UnknownFailure                  FailureReason = "unknown_failure"
+	JobCanceled                     FailureReason = "job_canceled"
+	RunnerProvisioningTimeout       FailureReason = "runner_provisioning_timeout"
+	StaleRunner                     FailureReason = "stale_runner" // coordinator-side: the runner went silent
+)
+
+// AllFailureReasons is the list the coordinator advertises in features.failure_reasons.
+var AllFailureReasons = []FailureReason{
+	ScriptFailure, RunnerSystemFailure, JobExecutionTimeout, ImagePullFailure,
+	RunnerConfigurationError, RunnerExternalDependencyFailure, RunnerInterrupted,
+	UnknownFailure, RunnerProvisioningTimeout,
+}
+
+// Valid reports whether r is a failure reason drover knows.
+func (r FailureReason) Valid() bool {
+	switch r {
+	case ScriptFailure, RunnerSystemFailure, JobExecutionTimeout, ImagePullFailure,
+		RunnerConfigurationError, RunnerExternalDependencyFailure, RunnerInterrupted,
+		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner:
+		return true
+	}
+	return false
+}
+
+// FeaturesInfo is info.features: what a runner can do. All keys are always sent.
+type FeaturesInfo struct {
+	Variables               bool `json:"variables"`
+	Image                   bool `json:"image"`
+	Services                bool `json:"services"`
+	Artifacts               bool `json:"artifacts"`
+	Cache                   bool `json:"cache"`
+	FallbackCacheKeys       bool `json:"fallback_cache_keys"`
+	Shared                  bool `json:"shared"`
+	UploadMultipleArtifacts bool `json:"upload_multiple_artifacts"`
+	UploadRawArtifacts      bool `json:"upload_raw_artifacts"`
+	Session                 bool `json:"session"`
+	Terminal                bool `json:"terminal"`
+	Refspecs                bool `json:"refspecs"`
+	Masking                 bool `json:"masking"`
+	Proxy                   bool `json:"proxy"`
+	RawVariables            bool `json:"raw_variables"`
+	ArtifactsExclude        bool `json:"artifacts_exclude"`
+	MultiBuildSteps         bool `json:"multi_build_steps"`
+	TraceReset              bool `json:"trace_reset"`
+	TraceChecksum           bool `json:"trace_checksum"`
+	TraceSize               bool `json:"trace_size"`
+	VaultSecrets            bool `json:"vault_secrets"`
+	Cancelable              bool `json:"cancelable"`
+	ReturnExitCode          bool `json:"return_exit_code"`
+	ServiceVariables        bool `json:"service_variables"`
+	ServiceMultipleAliases  bool `json:"service_multiple_aliases"`
+	ImageExecutorOpts       bool `json:"image_executor_opts"`
+	ServiceExecutorOpts     bool `json:"service_executor_opts"`
+	CancelGracefully        bool `json:"cancel_gracefully"`
+	NativeStepsIntegration  bool `json:"native_steps_integration"`
+	TwoPhaseJobCommit       bool `json:"two_phase_job_commit"`
+	JobInputs               bool `json:"job_inputs"`
+}
+
+// VersionInfo is the runner's `info` object.
+type VersionInfo struct {
+	Name         string            `json:"name,omitempty"`
+	Version      string            `json:"version,omitempty"`
+	Revision     string            `json:"revision,omitempty"`
+	Platform     string            `json:"platform,omitempty"`
+	Architecture string            `json:"architecture,omitempty"`
+	Executor     string            `json:"executor,omitempty"`
+	Shell        string            `json:"shell,omitempty"`
+	Features     FeaturesInfo      `json:"features"`
+	Config       map[string]any    `json:"config,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+}
+
+// SessionInfo is the optional interactive session of a job request.
+type SessionInfo struct {
+	URL           string `json:"url,omitempty"`
+	Certificate   string `json:"certificate,omitempty"`
+	Authorization string `json:"authorization,omitempty"`
+}
+
+// JobRequest is the body of POST /api/v4/jobs/request.
+type JobRequest struct {
+	Info       VersionInfo  `json:"info"`
+	Token      string       `json:"token"`
+	SystemID   string       `json:"system_id,omitempty"`
+	LastUpdate string       `json:"last_update,omitempty"`
+	Session    *SessionInfo `json:"session,omitempty"`
+}
+
+// VerifyRequest is the body of POST /api/v4/runners/verify.
+type VerifyRequest struct {
+	Token    string      `json:"token"`
+	SystemID string      `json:"system_id,omitempty"`
+	Info     VersionInfo `json:"info"`
+}
+
+// VerifyResponse is the answer of verify and legacy register.
+type VerifyResponse struct {
+	ID             int64  `json:"id"`
+	Token          string `json:"token"`
+	TokenExpiresAt string `json:"token_expires_at,omitempty"`
+}
+
+// RegisterRequest is the body of POST /api/v4/runners (legacy registration).
+type RegisterRequest struct {
+	Token           string      `json:"token"`
+	Description     string      `json:"description,omitempty"`
+	MaintenanceNote string      `json:"maintenance_note,omitempty"`
+	TagList         string      `json:"tag_list,omitempty"`
+	RunUntagged     *bool       `json:"run_untagged,omitempty"`
+	Locked          *bool       `json:"locked,omitempty"`
+	AccessLevel     string      `json:"access_level,omitempty"`
+	MaximumTimeout  int         `json:"maximum_timeout,omitempty"`
+	Paused          *bool       `json:"paused,omitempty"`
+	Info            VersionInfo `json:"info"`
+}
+
+// UnregisterRequest is the body of DELETE /api/v4/runners and /runners/managers.
+type UnregisterRequest struct {
+	Token    string `json:"token"`
+	SystemID string `json:"system_id,omitempty"`
+}
+
+// JobOutput describes the runner's copy of the log in a state update.
+type JobOutput struct {
+	Checksum string `json:"checksum,omitempty"`
+	Bytesize int64  `json:"bytesize,omitempty"`
+}
+
+// UpdateJobRequest is the body of PUT /api/v4/jobs/:id.
+type UpdateJobRequest struct {
+	Info          VersionInfo   `json:"info"`
+	Token         string        `json:"token"`
+	State         JobState      `json:"state"`
+	FailureReason FailureReason `json:"failure_reason,omitempty"`
+	Checksum      string        `json:"checksum,omitempty"`
+	Output        JobOutput     `json:"output"`
+	ExitCode      int           `json:"exit_code,omitempty"`
+}
+
+// ProvisioningRequest is the body of POST /api/v4/jobs/:id/runner_provisioning (two-phase start).
+type ProvisioningRequest struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Variable is one job variable.
+type Variable struct {
+	Key      string `json:"key"`
+	Value    string `json:"value"`
+	Public   bool   `json:"public"`
+	Internal bool   `json:"-"`
+	File     bool   `json:"file"`
+	Masked   bool   `json:"masked"`
+	Raw      bool   `json:"raw"`
+}
+
+// Variables is an ordered list of variables; later keys win on lookup.
+type Variables []Variable
+
+// Get returns the value of the last variable named key.
+func (vs Variables) Get(key string) string {
+	for i := len(vs) - 1; i >= 0; i-- {
+		if vs[i].Key == key {
+			return vs[i].Value
+		}
+	}
+	return ""
+}
+
+// Masked returns the values of masked variables.
+func (vs Variables) Masked() []string {
+	var out []string
+	for _, v := range vs {
+		if v.Masked && v.Value != "" {
+			out = append(out, v.Value)
+		}
+	}
+	return out
+}
+
+// JobInfo is job_info of the payload.
+type JobInfo struct {
+	Name               string  `json:"name"`
+	Stage              string  `json:"stage"`
+	PipelineID         int64   `json:"pipeline_id"`
+	ProjectID          int64   `json:"project_id"`
+	ProjectName        string  `json:"project_name"`
+	ProjectFullPath    string  `json:"project_full_path"`
+	NamespaceID        int64   `json:"namespace_id,omitempty"`
+	RootNamespaceID    int64   `json:"root_namespace_id,omitempty"`
+	TimeInQueueSeconds float64 `json:"time_in_queue_seconds"`
+	QueueSize          int64   `json:"queue_size"`
+	QueueDepth         int64   `json:"queue_depth"`
+}
+
+// GitInfo is git_info of the payload.
+type GitInfo struct {
+	RepoURL          string   `json:"repo_url"`
+	RepoObjectFormat string   `json:"repo_object_format,omitempty"`
+	Ref              string   `json:"ref"`
+	Sha              string   `json:"sha"`
+	BeforeSha        string   `json:"before_sha"`
+	RefType          string   `json:"ref_type"`
+	Refspecs         []string `json:"refspecs"`
+	Depth            int      `json:"depth"`
+}
+
+// RunnerInfo is runner_info of the payload.
+type RunnerInfo struct {
+	UUID    string `json:"uuid,omitempty"`
+	Timeout int    `json:"timeout"` // seconds; <= 0 means 7200
+}
+
+// DefaultJobTimeout is used when runner_info.timeout is not positive (seconds).
+const DefaultJobTimeout = 7200
+
+// Step is one entry of steps.
+type Step struct {
+	Name         string   `json:"name"`
+	Script       []string `json:"script"`
+	Timeout      int      `json:"timeout"`
+	When         string   `json:"when"`
+	AllowFailure bool     `json:"allow_failure"`
+}
+
+// Step names and `when` values.
+const (
+	StepScript      = "script"
+	StepAfterScript = "after_script"
+	WhenOnSuccess   = "on_success"
+	WhenOnFailure   = "on_failure"
+	WhenAlways      = "always"
+)
+
+// Image is image (and each service).
+type Image struct {
+	Name       string    `json:"name"`
+	Alias      string    `json:"alias,omitempty"`
+	Command    []string  `json:"command,omitempty"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	Ports      []Port    `json:"ports,omitempty"`
+	Variables  Variables `json:"variables,omitempty"`
+	PullPolicy []string  `json:"pull_policy,omitempty"`
+}
+
+// Port is one exposed port of an image.
+type Port struct {
+	Number   int    `json:"number"`
+	Protocol string `json:"protocol,omitempty"`
+	Name     string `json:"name,omitempty"`
+}
+
+// JobFeatures is features of the payload.
+type JobFeatures struct {
+	TraceSections     bool            `json:"trace_sections"`
+	TokenMaskPrefixes []string        `json:"token_mask_prefixes,omitempty"`
+	FailureReasons    []FailureReason `json:"failure_reasons,omitempty"`
+	TwoPhaseJobCommit bool            `json:"two_phase_job_commit,omitempty"`
+}
+
+// Artifact is one entry of artifacts.
+type Artifact struct {
+	Name      string   `json:"name"`
+	Untracked bool     `json:"untracked"`
+	Paths     []string `json:"paths"`
+	Exclude   []string `json:"exclude"`
+	When      string   `json:"when"`
+	Type      string   `json:"artifact_type"`
+	Format    string   `json:"artifact_format"`
+	ExpireIn  string   `json:"expire_in"`
+}
+
+// Cache is one entry of cache.
+type Cache struct {
+	Key          string   `json:"key"`
+	Untracked    bool     `json:"untracked"`
+	Policy       string   `json:"policy"`
+	Paths        []string `json:"paths"`
+	When         string   `json:"when"`
+	FallbackKeys []string `json:"fallback_keys"`
+}
+
+// Credentials is one entry of credentials.
+type Credentials struct {
+	Type     string `json:"type"`
+	URL      string `json:"url"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// Dependency is one entry of dependencies.
+type Dependency struct {
+	ID            int64  `json:"id"`
+	Token         string `json:"token"`
+	Name          string `json:"name"`
+	ArtifactsFile struct {
+		Filename string `json:"filename"`
+		Size     int64  `json:"size"`
+	} `json:"artifacts_file"`
+}
+
+// Hook is one entry of hooks.
+type Hook struct {
+	Name   string   `json:"name"`
+	Script []string `json:"script"`
+}
+
+// JobResponse is the job payload: the 201 body of jobs/request.
+type JobResponse struct {
+	ID            int64         `json:"id"`
+	Token         string        `json:"token"`
+	AllowGitFetch bool          `json:"allow_git_fetch"`
+	JobInfo       JobInfo       `json:"job_info"`
+	GitInfo       GitInfo       `json:"git_info"`
+	RunnerInfo    RunnerInfo    `json:"runner_info"`
+	Variables     Variables     `json:"variables"`
+	Steps         []Step        `json:"steps"`
+	Image         Image         `json:"image"`
+	Services      []Image       `json:"services"`
+	Artifacts     []Artifact    `json:"artifacts"`
+	Cache         []Cache       `json:"cache"`
+	Credentials   []Credentials `json:"credentials"`
+	Dependencies  []Dependency  `json:"dependencies"`
+	Features      JobFeatures   `json:"features"`
+	Hooks         []Hook        `json:"hooks,omitempty"`
+}
+
+// TimeoutSeconds returns the job timeout, applying the 7200 s default.
+func (j *JobResponse) TimeoutSeconds() int {
+	if j.RunnerInfo.Timeout <= 0 {
+		return DefaultJobTimeout
+	}
+	return j.RunnerInfo.Timeout
+}
+
+// Step returns the step named name, or nil.
+func (j *JobResponse) Step(name string) *Step {
+	for i := range j.Steps {
+		if j.Steps[i].Name == name {
+			return &j.Steps[i]
+		}
+	}
+	return nil
+}
+
+// Token prefixes.
+const (
+	RunnerTokenPrefix = "glrt-"
+	JobTokenPrefix    = "glcbt-"
+)
+
+// ShortToken returns the first 9 characters of token after its known prefix
+// (glrt-, glrtr-, glcbt-, t1_…t3_), as used in paths and logs.
+func ShortToken(token string) string {
+	if i := strings.Index(token, RunnerTokenPrefix); i >= 0 && (i == 0 || token[i-1] == '-') {
+		token = token[i+len(RunnerTokenPrefix):]
+	}
+	for _, p := range []string{"glrtr-", JobTokenPrefix, "t1_", "t2_", "t3_"} {
+		token = strings.TrimPrefix(token, p)
+	}
+	if len(token) > 9 {
+		token = token[:9]
+	}
+	return token
+}
