@@ -1,0 +1,138 @@
+// Package executor defines how the runner manager drives a job environment:
+// a Provider creates and reserves executors, an Executor prepares an
+// environment and runs one generated stage script at a time.
+//
+// The shapes follow GitLab Runner's ExecutorProvider and Executor
+// interfaces, made idiomatic: every blocking call takes a context, and
+// errors that are the user's fault (a failing script) are *BuildError.
+//
+// # Contexts
+//
+// Cancelling the context given to Run kills the stage's processes (the
+// whole process group: interrupt, grace period, kill). The manager uses it
+// for job cancellation, timeouts and forced shutdown.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/drover-ci/drover/internal/api"
+)
+
+// Stage names a step of a build, as shown in log sections and metrics.
+type Stage string
+
+// Build stages, in the order a build runs them.
+const (
+	StagePrepareExecutor      Stage = "prepare_executor"
+	StagePrepareScript        Stage = "prepare_script"
+	StageGetSources           Stage = "get_sources"
+	StageRestoreCache         Stage = "restore_cache"
+	StageDownloadArtifacts    Stage = "download_artifacts"
+	StageStepScript           Stage = "step_script"
+	StageAfterScript          Stage = "after_script"
+	StageArchiveCache         Stage = "archive_cache"
+	StageUploadArtifacts      Stage = "upload_artifacts_on_success"
+	StageUploadArtifactsFail  Stage = "upload_artifacts_on_failure"
+	StageCleanupFileVariables Stage = "cleanup_file_variables"
+	StageFinished             Stage = "finished"
+)
+
+// ErrNoFreeExecutor is returned by Provider.Acquire when it has no capacity:
+// the manager then does not ask the coordinator for a job.
+var ErrNoFreeExecutor = errors.New("no free executor")
+
+// BuildError is a failure of the user's script: the job fails with
+// script_failure (or Reason, when set) and ExitCode.
+type BuildError struct {
+	ExitCode int
+	Reason   api.FailureReason
+	Inner    error
+}
+
+func (e *BuildError) Error() string {
+	if e.Inner != nil {
+		return fmt.Sprintf("exit code %d: %v", e.ExitCode, e.Inner)
+	}
+	return fmt.Sprintf("exit code %d", e.ExitCode)
+}
+
+func (e *BuildError) Unwrap() error { return e.Inner }
+
+// Data is what Acquire reserved; the provider gets it back in Release and
+// the executor in PrepareOptions. It is opaque to the manager.
+type Data any
+
+// Settings are the runner settings an executor needs, copied out of
+// config.toml so that executors do not depend on the config package.
+type Settings struct {
+	RunnerName   string
+	ShortToken   string // first 9 characters of the runner token (builds path)
+	BuildsDir    string // default: $PWD/builds
+	CacheDir     string // default: $PWD/cache
+	Shell        string // bash or sh; empty = provider default
+	Environment  []string
+	ConcurrentID int // slot number of the job within this runner (0-based)
+	FeatureFlags map[string]bool
+}
+
+// Provider creates executors and manages their capacity.
+type Provider interface {
+	// CanCreate reports whether the provider is usable at all.
+	CanCreate() bool
+	// Create returns a new executor; no resources are allocated yet.
+	Create() Executor
+	// Acquire reserves capacity for one job before a job is requested. It
+	// returns ErrNoFreeExecutor (wrapped) when there is none; it may block
+	// until ctx is done.
+	Acquire(ctx context.Context, s Settings) (Data, error)
+	// Release gives back what Acquire reserved. It is called exactly once per
+	// successful Acquire.
+	Release(ctx context.Context, s Settings, d Data)
+	// Features sets the features this executor supports.
+	Features(f *api.FeaturesInfo)
+	// ConfigInfo returns the config metadata reported to the coordinator.
+	ConfigInfo(s Settings) map[string]any
+	// DefaultShell is the shell used when the runner sets none.
+	DefaultShell() string
+}
+
+// PrepareOptions is what Prepare gets.
+type PrepareOptions struct {
+	Job      *api.JobResponse
+	Settings Settings
+	Data     Data
+	// Trace is the user-visible job log. Never the manager's own log.
+	Trace  io.Writer
+	Logger *slog.Logger
+}
+
+// Command is one stage script to run.
+type Command struct {
+	Stage  Stage
+	Script string // the whole script text, in the executor's shell
+}
+
+// Executor runs one job.
+type Executor interface {
+	// Shell returns the shell the executor runs scripts with (bash or sh).
+	Shell() string
+	// Prepare makes the environment ready (directories, containers, SSH).
+	Prepare(ctx context.Context, opts PrepareOptions) error
+	// Run runs one stage script; its output goes to the Trace given to
+	// Prepare. A non-zero exit is a *BuildError. Cancelling ctx kills it.
+	Run(ctx context.Context, cmd Command) error
+	// Finish marks the build as finished with err (nil on success).
+	Finish(err error)
+	// Cleanup frees everything Prepare made. It must be safe to call after a
+	// failed or skipped Prepare.
+	Cleanup(ctx context.Context)
+	// CurrentStage returns the stage being run, for metrics.
+	CurrentStage() Stage
+	// SetCurrentStage records the stage being run.
+	SetCurrentStage(s Stage)
+}
