@@ -1,0 +1,22 @@
+// Package store is the coordinator's persistence boundary: one interface,
+// [Store], for runners, runner managers and jobs, implemented by backends in
+// subpackages (sqlite today; a PostgreSQL driver can follow).
+//
+// # Contract
+//
+// Methods are primitives: no matching policy, no validation beyond what the
+// schema enforces. A missing row is reported as an error for which
+// errors.Is(err, ErrNotFound) is true; a compare-and-set that finds the job
+// in another state returns ErrConflict together with the job as it is now.
+// Every backend passes storetest.Run.
+//
+// # Tokens
+//
+// Tokens are never stored: callers hash them with [HashToken] and the store
+// keeps and looks up the hex SHA-256 only.
+//
+// # Time
+//
+// Times are stored with nanosecond precision as integers (UTC); the zero
+// time means "unset".
+package store

@@ -1,0 +1,24 @@
+// Package sqlite is the SQLite backend of the coordinator's store
+// (modernc.org/sqlite, no cgo).
+//
+// # Layout
+//
+// One database file in WAL mode. Writes go through a pool of exactly one
+// connection, so they are serialized in Go instead of fighting over the
+// SQLite write lock; reads use a separate pool that WAL lets run beside the
+// writer. busy_timeout covers other processes (a CLI reading the file).
+//
+// # Durability
+//
+// synchronous=NORMAL: in WAL mode a commit is durable across a process
+// crash (kill -9), because the WAL pages are in the OS page cache the moment
+// the write returns; only a power loss or kernel crash can lose the last
+// transactions. That is the failure the coordinator is built to survive.
+//
+// # Migrations
+//
+// The schema is a numbered list of migrations recorded in the
+// schema_migrations table; Open applies the missing ones in one transaction
+// each. Statements stick to SQL that PostgreSQL also accepts (RETURNING,
+// ON CONFLICT, integer times) so a postgres driver can share them.
+package sqlite

@@ -1,0 +1,60 @@
+package sqlite
+
+// migrations are applied in order; never edit or renumber a released one,
+// only append.
+var migrations = []string{
+	// 1: initial schema.
+	`
+CREATE TABLE runners (
+	id              INTEGER PRIMARY KEY AUTOINCREMENT,
+	token_hash      TEXT NOT NULL UNIQUE,
+	description     TEXT NOT NULL DEFAULT '',
+	tags            TEXT NOT NULL DEFAULT '[]',
+	run_untagged    INTEGER NOT NULL DEFAULT 1,
+	locked          INTEGER NOT NULL DEFAULT 0,
+	paused          INTEGER NOT NULL DEFAULT 0,
+	maximum_timeout INTEGER NOT NULL DEFAULT 0,
+	created_at      INTEGER NOT NULL DEFAULT 0,
+	contacted_at    INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE runner_managers (
+	runner_id    INTEGER NOT NULL REFERENCES runners(id) ON DELETE CASCADE,
+	system_id    TEXT NOT NULL,
+	contacted_at INTEGER NOT NULL DEFAULT 0,
+	version      TEXT NOT NULL DEFAULT '',
+	executor     TEXT NOT NULL DEFAULT '',
+	platform     TEXT NOT NULL DEFAULT '',
+	arch         TEXT NOT NULL DEFAULT '',
+	PRIMARY KEY (runner_id, system_id)
+);
+CREATE TABLE projects (
+	id   INTEGER PRIMARY KEY AUTOINCREMENT,
+	path TEXT NOT NULL UNIQUE
+);
+CREATE TABLE jobs (
+	id               INTEGER PRIMARY KEY AUTOINCREMENT,
+	name             TEXT NOT NULL,
+	project_id       INTEGER NOT NULL REFERENCES projects(id),
+	stage            TEXT NOT NULL DEFAULT '',
+	status           TEXT NOT NULL,
+	failure_reason   TEXT NOT NULL DEFAULT '',
+	exit_code        INTEGER,
+	tags             TEXT NOT NULL DEFAULT '[]',
+	timeout          INTEGER NOT NULL DEFAULT 0,
+	run_timeout      INTEGER NOT NULL DEFAULT 0,
+	image            TEXT NOT NULL DEFAULT '',
+	spec             TEXT NOT NULL DEFAULT '{}',
+	runner_id        INTEGER NOT NULL DEFAULT 0,
+	runner_system_id TEXT NOT NULL DEFAULT '',
+	token_hash       TEXT NOT NULL DEFAULT '',
+	created_at       INTEGER NOT NULL DEFAULT 0,
+	queued_at        INTEGER NOT NULL DEFAULT 0,
+	started_at       INTEGER NOT NULL DEFAULT 0,
+	finished_at      INTEGER NOT NULL DEFAULT 0,
+	updated_at       INTEGER NOT NULL DEFAULT 0,
+	contacted_at     INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_status_id ON jobs(status, id);
+CREATE INDEX jobs_project_id ON jobs(project_id, id);
+`,
+}

@@ -1,0 +1,545 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Store is the SQLite store. Create it with Open.
+type Store struct {
+	w      *sql.DB // exactly one connection: all writes
+	r      *sql.DB // read pool
+	closed atomic.Bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database file at path and applies
+// pending migrations.
+func Open(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	// NORMAL is enough in WAL mode for kill -9 durability; see doc.go.
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	dsn := "file:" + path + "?" + q.Encode()
+
+	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	s := &Store{w: w}
+	if err := s.migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := sql.Open("sqlite", dsn+"&mode=ro")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	s.r = r
+	if err := r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrations table: %w", err)
+	}
+	var have int
+	if err := s.w.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this binary (%d)", have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`, v, time.Now().UnixNano()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	errs = append(errs, s.w.Close())
+	return errors.Join(errs...)
+}
+
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// Ping checks both pools.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.r.PingContext(ctx); err != nil {
+		return err
+	}
+	return s.w.PingContext(ctx)
+}
+
+func tint(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func ttime(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain data is marshalled here; this cannot happen.
+		panic(err)
+	}
+	return string(b)
+}
+
+func tagsText(tags []string) string {
+	if tags == nil {
+		tags = []string{}
+	}
+	return jsonText(tags)
+}
+
+func notFound(err error, what string, id any) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %v: %w", what, id, store.ErrNotFound)
+	}
+	return err
+}
+
+// ---- runners ----
+
+const runnerCols = `id, token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRunner(sc scanner) (store.Runner, error) {
+	var r store.Runner
+	var tags string
+	var created, contacted int64
+	if err := sc.Scan(&r.ID, &r.TokenHash, &r.Description, &tags, &r.RunUntagged, &r.Locked, &r.Paused, &r.MaximumTimeout, &created, &contacted); err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal([]byte(tags), &r.Tags); err != nil {
+		return r, fmt.Errorf("runner %d tags: %w", r.ID, err)
+	}
+	r.CreatedAt, r.ContactedAt = ttime(created), ttime(contacted)
+	return r, nil
+}
+
+// CreateRunner implements store.Store.
+func (s *Store) CreateRunner(ctx context.Context, r store.Runner) (store.Runner, error) {
+	if err := s.check(); err != nil {
+		return r, err
+	}
+	row := s.w.QueryRowContext(ctx, `INSERT INTO runners (token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runnerCols,
+		r.TokenHash, r.Description, tagsText(r.Tags), b2i(r.RunUntagged), b2i(r.Locked), b2i(r.Paused), r.MaximumTimeout, tint(r.CreatedAt), tint(r.ContactedAt))
+	out, err := scanRunner(row)
+	if err != nil {
+		return out, fmt.Errorf("create runner: %w", err)
+	}
+	return out, nil
+}
+
+// GetRunner implements store.Store.
+func (s *Store) GetRunner(ctx context.Context, id int64) (store.Runner, error) {
+	if err := s.check(); err != nil {
+		return store.Runner{}, err
+	}
+	r, err := scanRunner(s.r.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE id = ?`, id))
+	return r, notFound(err, "runner", id)
+}
+
+// RunnerByTokenHash implements store.Store.
+func (s *Store) RunnerByTokenHash(ctx context.Context, hash string) (store.Runner, error) {
+	if err := s.check(); err != nil {
+		return store.Runner{}, err
+	}
+	r, err := scanRunner(s.r.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE token_hash = ?`, hash))
+	return r, notFound(err, "runner with token", "")
+}
+
+// ListRunners implements store.Store.
+func (s *Store) ListRunners(ctx context.Context) ([]store.Runner, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+runnerCols+` FROM runners ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.Runner{}
+	for rows.Next() {
+		r, err := scanRunner(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) execOne(ctx context.Context, what string, id any, query string, args ...any) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s %v: %w", what, id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %v: %w", what, id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteRunner implements store.Store.
+func (s *Store) DeleteRunner(ctx context.Context, id int64) error {
+	return s.execOne(ctx, "delete runner", id, `DELETE FROM runners WHERE id = ?`, id)
+}
+
+// SetRunnerTokenHash implements store.Store.
+func (s *Store) SetRunnerTokenHash(ctx context.Context, id int64, hash string) error {
+	return s.execOne(ctx, "set token of runner", id, `UPDATE runners SET token_hash = ? WHERE id = ?`, hash, id)
+}
+
+// UpsertRunnerManager implements store.Store.
+func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, tint(m.ContactedAt), m.RunnerID)
+	if err != nil {
+		return fmt.Errorf("upsert manager: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("upsert manager of runner %d: %w", m.RunnerID, store.ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = excluded.contacted_at,
+			version = excluded.version, executor = excluded.executor, platform = excluded.platform, arch = excluded.arch`,
+		m.RunnerID, m.SystemID, tint(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch); err != nil {
+		return fmt.Errorf("upsert manager: %w", err)
+	}
+	return tx.Commit()
+}
+
+// DeleteRunnerManager implements store.Store.
+func (s *Store) DeleteRunnerManager(ctx context.Context, runnerID int64, systemID string) error {
+	return s.execOne(ctx, "delete manager", systemID, `DELETE FROM runner_managers WHERE runner_id = ? AND system_id = ?`, runnerID, systemID)
+}
+
+// ListRunnerManagers implements store.Store.
+func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store.RunnerManager, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch
+		FROM runner_managers WHERE runner_id = ? ORDER BY system_id`, runnerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.RunnerManager{}
+	for rows.Next() {
+		var m store.RunnerManager
+		var contacted int64
+		if err := rows.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch); err != nil {
+			return nil, err
+		}
+		m.ContactedAt = ttime(contacted)
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// ---- jobs ----
+
+const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
+	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at`
+
+const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
+
+func scanJob(sc scanner) (store.Job, error) {
+	var j store.Job
+	var exit sql.NullInt64
+	var tags, spec string
+	var created, queued, started, finished, updated, contacted int64
+	if err := sc.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &j.Status, &j.FailureReason, &exit, &tags, &j.Timeout, &j.RunTimeout,
+		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted); err != nil {
+		return j, err
+	}
+	if exit.Valid {
+		e := int(exit.Int64)
+		j.ExitCode = &e
+	}
+	if err := json.Unmarshal([]byte(tags), &j.Tags); err != nil {
+		return j, fmt.Errorf("job %d tags: %w", j.ID, err)
+	}
+	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
+		return j, fmt.Errorf("job %d spec: %w", j.ID, err)
+	}
+	j.CreatedAt, j.QueuedAt, j.StartedAt = ttime(created), ttime(queued), ttime(started)
+	j.FinishedAt, j.UpdatedAt, j.ContactedAt = ttime(finished), ttime(updated), ttime(contacted)
+	return j, nil
+}
+
+// CreateJob implements store.Store.
+func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return j, err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return j, err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, j.Project); err != nil {
+		return j, fmt.Errorf("create job: project: %w", err)
+	}
+	var pid int64
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, j.Project).Scan(&pid); err != nil {
+		return j, fmt.Errorf("create job: project: %w", err)
+	}
+	var exit any
+	if j.ExitCode != nil {
+		exit = *j.ExitCode
+	}
+	var id int64
+	if err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
+			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, exit, tagsText(j.Tags), j.Timeout, j.RunTimeout, j.Image, jsonText(j.Spec),
+		j.RunnerID, j.RunnerSystemID, j.TokenHash, tint(j.CreatedAt), tint(j.QueuedAt), tint(j.StartedAt), tint(j.FinishedAt), tint(j.UpdatedAt), tint(j.ContactedAt),
+	).Scan(&id); err != nil {
+		return j, fmt.Errorf("create job: %w", err)
+	}
+	out, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+	if err != nil {
+		return j, fmt.Errorf("create job: %w", err)
+	}
+	return out, tx.Commit()
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, id int64) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return store.Job{}, err
+	}
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+	return j, notFound(err, "job", id)
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// ListJobs implements store.Store.
+func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + jobCols + jobFrom + ` WHERE j.id > ?`
+	args := []any{f.AfterID}
+	if len(f.Statuses) > 0 {
+		q += ` AND j.status IN (` + placeholders(len(f.Statuses)) + `)`
+		for _, st := range f.Statuses {
+			args = append(args, string(st))
+		}
+	}
+	if f.Project != "" {
+		q += ` AND p.path = ?`
+		args = append(args, f.Project)
+	}
+	q += ` ORDER BY j.id`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// TransitionJob implements store.Store.
+func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status, ch store.JobChange) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return store.Job{}, err
+	}
+	if len(from) == 0 || !ch.Status.Valid() || ch.At.IsZero() {
+		return store.Job{}, fmt.Errorf("transition job %d: bad arguments (from %v, to %q)", id, from, ch.Status)
+	}
+	set := []string{"status = ?", "updated_at = ?"}
+	args := []any{string(ch.Status), tint(ch.At)}
+	add := func(col string, v any) {
+		set = append(set, col+" = ?")
+		args = append(args, v)
+	}
+	if ch.FailureReason != nil {
+		add("failure_reason", *ch.FailureReason)
+	}
+	if ch.ExitCode != nil {
+		add("exit_code", *ch.ExitCode)
+	}
+	if ch.RunTimeout != nil {
+		add("run_timeout", *ch.RunTimeout)
+	}
+	if ch.RunnerID != nil {
+		add("runner_id", *ch.RunnerID)
+	}
+	if ch.RunnerSystemID != nil {
+		add("runner_system_id", *ch.RunnerSystemID)
+	}
+	if ch.TokenHash != nil {
+		add("token_hash", *ch.TokenHash)
+	}
+	for _, t := range []struct {
+		col string
+		t   time.Time
+	}{{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt}} {
+		if !t.t.IsZero() {
+			add(t.col, tint(t.t))
+		}
+	}
+	args = append(args, id)
+	for _, st := range from {
+		args = append(args, string(st))
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return store.Job{}, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+` WHERE id = ? AND status IN (`+placeholders(len(from))+`)`, args...)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("transition job %d: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Job{}, err
+	}
+	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+	if err != nil {
+		return j, notFound(err, "job", id)
+	}
+	if n == 0 {
+		return j, fmt.Errorf("job %d is %s: %w", id, j.Status, store.ErrConflict)
+	}
+	return j, tx.Commit()
+}
+
+// TouchJob implements store.Store.
+func (s *Store) TouchJob(ctx context.Context, id int64, at time.Time) error {
+	return s.execOne(ctx, "touch job", id, `UPDATE jobs SET contacted_at = ? WHERE id = ?`, tint(at), id)
+}
+
+// CountJobs implements store.Store.
+func (s *Store) CountJobs(ctx context.Context) (map[store.Status]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[store.Status]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[store.Status(st)] = n
+	}
+	return out, rows.Err()
+}

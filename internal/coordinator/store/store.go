@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound = errors.New("store: not found")
+	ErrConflict = errors.New("store: job is not in an expected state")
+	ErrClosed   = errors.New("store: closed")
+)
+
+// HashToken returns the form in which a token is stored: hex SHA-256.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Status is a job status as the coordinator tracks it.
+type Status string
+
+// Job statuses. See the coordinator package for the state machine.
+const (
+	StatusCreated             Status = "created"
+	StatusPending             Status = "pending"
+	StatusWaitingForRunnerAck Status = "waiting_for_runner_ack"
+	StatusRunning             Status = "running"
+	StatusCanceling           Status = "canceling"
+	StatusSuccess             Status = "success"
+	StatusFailed              Status = "failed"
+	StatusCanceled            Status = "canceled"
+)
+
+// AllStatuses lists every status, in lifecycle order.
+var AllStatuses = []Status{
+	StatusCreated, StatusPending, StatusWaitingForRunnerAck, StatusRunning,
+	StatusCanceling, StatusSuccess, StatusFailed, StatusCanceled,
+}
+
+// Valid reports whether s is a known status.
+func (s Status) Valid() bool {
+	for _, v := range AllStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Finished reports whether s is final.
+func (s Status) Finished() bool {
+	return s == StatusSuccess || s == StatusFailed || s == StatusCanceled
+}
+
+// Runner is a registered runner (the thing a glrt- token authenticates).
+type Runner struct {
+	ID             int64
+	TokenHash      string
+	Description    string
+	Tags           []string
+	RunUntagged    bool
+	Locked         bool
+	Paused         bool
+	MaximumTimeout int // seconds; 0 = none
+	CreatedAt      time.Time
+	ContactedAt    time.Time
+}
+
+// RunnerManager is one process (system_id) using a runner's token.
+type RunnerManager struct {
+	RunnerID    int64
+	SystemID    string
+	ContactedAt time.Time
+	Version     string
+	Executor    string
+	Platform    string
+	Arch        string
+}
+
+// GitSpec is where a job's sources come from; empty RepoURL means none.
+type GitSpec struct {
+	RepoURL string `json:"repo_url,omitempty"`
+	Ref     string `json:"ref,omitempty"`
+	Sha     string `json:"sha,omitempty"`
+	Depth   int    `json:"depth,omitempty"`
+}
+
+// JobSpec is what a job runs; the store keeps it as an opaque document.
+type JobSpec struct {
+	Script      []string       `json:"script"`
+	AfterScript []string       `json:"after_script,omitempty"`
+	Variables   []api.Variable `json:"variables,omitempty"`
+	Services    []string       `json:"services,omitempty"`
+	Git         GitSpec        `json:"git"`
+}
+
+// Job is one job and its lifecycle record.
+type Job struct {
+	ID             int64
+	Name           string
+	Project        string
+	ProjectID      int64 // assigned by the store per distinct Project
+	Stage          string
+	Status         Status
+	FailureReason  string
+	ExitCode       *int
+	Tags           []string
+	Timeout        int // seconds, as submitted
+	RunTimeout     int // seconds, effective for the runner that took it
+	Image          string
+	Spec           JobSpec
+	RunnerID       int64
+	RunnerSystemID string
+	TokenHash      string // job token, set when handed out
+	CreatedAt      time.Time
+	QueuedAt       time.Time
+	StartedAt      time.Time
+	FinishedAt     time.Time
+	UpdatedAt      time.Time
+	ContactedAt    time.Time // last PUT/PATCH from its runner
+}
+
+// JobChange is what a transition writes besides Status. Nil or zero fields
+// are left as they are.
+type JobChange struct {
+	Status         Status
+	FailureReason  *string
+	ExitCode       *int
+	RunTimeout     *int
+	RunnerID       *int64
+	RunnerSystemID *string
+	TokenHash      *string
+	QueuedAt       time.Time
+	StartedAt      time.Time
+	FinishedAt     time.Time
+	ContactedAt    time.Time
+	// At is the time of the change; it becomes UpdatedAt. Required.
+	At time.Time
+}
+
+// JobFilter selects jobs for ListJobs. Results are ordered by ID.
+type JobFilter struct {
+	Statuses []Status // any of; empty = all
+	Project  string   // "" = all
+	AfterID  int64    // only jobs with ID > AfterID
+	Limit    int      // <= 0 means no limit
+}
+
+// Store is the persistence driver. Implementations are safe for concurrent
+// use. After Close, every method returns ErrClosed.
+type Store interface {
+	// CreateRunner inserts r (ID is assigned) and returns it as stored.
+	CreateRunner(ctx context.Context, r Runner) (Runner, error)
+	GetRunner(ctx context.Context, id int64) (Runner, error)
+	RunnerByTokenHash(ctx context.Context, hash string) (Runner, error)
+	ListRunners(ctx context.Context) ([]Runner, error)
+	// DeleteRunner removes the runner and its managers.
+	DeleteRunner(ctx context.Context, id int64) error
+	SetRunnerTokenHash(ctx context.Context, id int64, hash string) error
+	// UpsertRunnerManager records a manager's details and contact time, and
+	// the runner's contact time.
+	UpsertRunnerManager(ctx context.Context, m RunnerManager) error
+	DeleteRunnerManager(ctx context.Context, runnerID int64, systemID string) error
+	ListRunnerManagers(ctx context.Context, runnerID int64) ([]RunnerManager, error)
+
+	// CreateJob inserts j (ID and ProjectID are assigned) and returns it.
+	CreateJob(ctx context.Context, j Job) (Job, error)
+	GetJob(ctx context.Context, id int64) (Job, error)
+	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// TransitionJob atomically moves job id from one of the statuses in
+	// from to ch.Status, applying ch. If the job is in another status it
+	// returns the current job and ErrConflict; an unknown id gives
+	// ErrNotFound. Exactly one of several concurrent callers with the same
+	// from set wins: this is how the queue is claimed.
+	TransitionJob(ctx context.Context, id int64, from []Status, ch JobChange) (Job, error)
+	// TouchJob records runner contact with a job, whatever its status.
+	TouchJob(ctx context.Context, id int64, at time.Time) error
+	// CountJobs returns the number of jobs per status (statuses with no job
+	// may be missing).
+	CountJobs(ctx context.Context) (map[Status]int64, error)
+
+	// Ping reports whether the store is usable.
+	Ping(ctx context.Context) error
+	Close() error
+}

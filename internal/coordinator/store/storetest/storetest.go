@@ -1,0 +1,377 @@
+// Package storetest is the conformance suite every coordinator store
+// backend must pass: call Run from the backend's tests.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/google/go-cmp/cmp"
+)
+
+// Harness opens stores for the suite.
+type Harness interface {
+	// Open returns a fresh, empty store. It is closed by the suite.
+	Open(t *testing.T) store.Store
+	// Reopen closes s and opens the same underlying database again.
+	Reopen(t *testing.T, s store.Store) store.Store
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+
+// Run runs every conformance test against h.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h Harness)
+	}{
+		{"Runners", testRunners},
+		{"Managers", testManagers},
+		{"Jobs", testJobs},
+		{"ListJobs", testListJobs},
+		{"Transition", testTransition},
+		{"ConcurrentClaim", testConcurrentClaim},
+		{"Reopen", testReopen},
+		{"Closed", testClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
+	}
+}
+
+func open(t *testing.T, h Harness) store.Store {
+	s := h.Open(t)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func testRunners(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	in := store.Runner{TokenHash: store.HashToken("glrt-a"), Description: "a", Tags: []string{"x", "y"}, RunUntagged: true, Paused: true, MaximumTimeout: 60, CreatedAt: t0}
+	r, err := s.CreateRunner(ctx, in)
+	if err != nil {
+		t.Fatalf("CreateRunner = %v", err)
+	}
+	if r.ID == 0 {
+		t.Fatalf("CreateRunner gave ID 0")
+	}
+	in.ID = r.ID
+	if d := cmp.Diff(in, r); d != "" {
+		t.Errorf("CreateRunner (-want +got):\n%s", d)
+	}
+	got, err := s.RunnerByTokenHash(ctx, store.HashToken("glrt-a"))
+	if err != nil || got.ID != r.ID {
+		t.Errorf("RunnerByTokenHash = %v, %v", got.ID, err)
+	}
+	if _, err := s.RunnerByTokenHash(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RunnerByTokenHash(unknown) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.CreateRunner(ctx, store.Runner{TokenHash: store.HashToken("glrt-b")}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListRunners(ctx)
+	if err != nil || len(list) != 2 || list[0].ID != r.ID {
+		t.Errorf("ListRunners = %v, %v", list, err)
+	}
+	if len(list) == 2 && list[1].Tags == nil {
+		t.Errorf("ListRunners: nil tags, want empty")
+	}
+	if err := s.SetRunnerTokenHash(ctx, r.ID, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunnerByTokenHash(ctx, store.HashToken("glrt-a")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("old token still works: %v", err)
+	}
+	if err := s.DeleteRunner(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetRunner(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetRunner(deleted) = %v", err)
+	}
+	if err := s.DeleteRunner(ctx, r.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteRunner(deleted) = %v", err)
+	}
+}
+
+func testManagers(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	r, err := s.CreateRunner(ctx, store.Runner{TokenHash: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := store.RunnerManager{RunnerID: r.ID, SystemID: "s_1", ContactedAt: t0, Version: "1", Executor: "shell"}
+	if err := s.UpsertRunnerManager(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	m.Version = "2"
+	m.ContactedAt = t0.Add(time.Second)
+	if err := s.UpsertRunnerManager(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpsertRunnerManager(ctx, store.RunnerManager{RunnerID: 999, SystemID: "x"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UpsertRunnerManager(unknown runner) = %v", err)
+	}
+	ms, err := s.ListRunnerManagers(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]store.RunnerManager{m}, ms); d != "" {
+		t.Errorf("ListRunnerManagers (-want +got):\n%s", d)
+	}
+	got, _ := s.GetRunner(ctx, r.ID)
+	if !got.ContactedAt.Equal(m.ContactedAt) {
+		t.Errorf("runner ContactedAt = %v, want %v", got.ContactedAt, m.ContactedAt)
+	}
+	if err := s.DeleteRunnerManager(ctx, r.ID, "s_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRunnerManager(ctx, r.ID, "s_1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteRunnerManager twice = %v", err)
+	}
+	s.UpsertRunnerManager(ctx, m)
+	if err := s.DeleteRunner(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := s.ListRunnerManagers(ctx, r.ID); len(ms) != 0 {
+		t.Errorf("managers survive their runner: %v", ms)
+	}
+}
+
+func sampleJob(name, project string) store.Job {
+	return store.Job{
+		Name: name, Project: project, Stage: "test", Status: store.StatusPending,
+		Tags: []string{"linux"}, Timeout: 3600, Image: "alpine",
+		Spec: store.JobSpec{
+			Script:    []string{"echo hi"},
+			Variables: []api.Variable{{Key: "A", Value: "b", Masked: true}},
+			Git:       store.GitSpec{RepoURL: "https://x/y.git", Ref: "main", Depth: 1},
+		},
+		CreatedAt: t0, QueuedAt: t0, UpdatedAt: t0,
+	}
+}
+
+func testJobs(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	in := sampleJob("build", "g/p")
+	j, err := s.CreateJob(ctx, in)
+	if err != nil {
+		t.Fatalf("CreateJob = %v", err)
+	}
+	if j.ID == 0 || j.ProjectID == 0 {
+		t.Fatalf("CreateJob ids = %d, %d", j.ID, j.ProjectID)
+	}
+	in.ID, in.ProjectID = j.ID, j.ProjectID
+	if d := cmp.Diff(in, j); d != "" {
+		t.Errorf("CreateJob (-want +got):\n%s", d)
+	}
+	got, err := s.GetJob(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(j, got); d != "" {
+		t.Errorf("GetJob (-want +got):\n%s", d)
+	}
+	j2, _ := s.CreateJob(ctx, sampleJob("other", "g/p"))
+	j3, _ := s.CreateJob(ctx, sampleJob("other", "g/q"))
+	if j2.ProjectID != j.ProjectID || j3.ProjectID == j.ProjectID {
+		t.Errorf("project ids %d %d %d: want same for same path", j.ProjectID, j2.ProjectID, j3.ProjectID)
+	}
+	if _, err := s.GetJob(ctx, 12345); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetJob(unknown) = %v", err)
+	}
+	if err := s.TouchJob(ctx, j.ID, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetJob(ctx, j.ID); !got.ContactedAt.Equal(t0.Add(time.Minute)) {
+		t.Errorf("ContactedAt = %v", got.ContactedAt)
+	}
+	if err := s.TouchJob(ctx, 12345, t0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("TouchJob(unknown) = %v", err)
+	}
+	counts, err := s.CountJobs(ctx)
+	if err != nil || counts[store.StatusPending] != 3 {
+		t.Errorf("CountJobs = %v, %v", counts, err)
+	}
+}
+
+func testListJobs(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	var ids []int64
+	for i := range 6 {
+		p := "a/a"
+		if i%2 == 1 {
+			p = "b/b"
+		}
+		j, err := s.CreateJob(ctx, sampleJob("j", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	if _, err := s.TransitionJob(ctx, ids[0], []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	idsOf := func(js []store.Job) []int64 {
+		out := []int64{}
+		for _, j := range js {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.JobFilter
+		want []int64
+	}{
+		{"all", store.JobFilter{}, ids},
+		{"pending", store.JobFilter{Statuses: []store.Status{store.StatusPending}}, ids[1:]},
+		{"running or pending limit", store.JobFilter{Statuses: []store.Status{store.StatusPending, store.StatusRunning}, Limit: 2}, ids[:2]},
+		{"project", store.JobFilter{Project: "b/b"}, []int64{ids[1], ids[3], ids[5]}},
+		{"after", store.JobFilter{AfterID: ids[3]}, ids[4:]},
+		{"none", store.JobFilter{Project: "zzz"}, []int64{}},
+	} {
+		js, err := s.ListJobs(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if d := cmp.Diff(tc.want, idsOf(js)); d != "" {
+			t.Errorf("ListJobs(%s) (-want +got):\n%s", tc.name, d)
+		}
+	}
+}
+
+func testTransition(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	rid, sid, tok, rt := int64(7), "s_x", store.HashToken("glcbt-1"), 60
+	got, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{
+		Status: store.StatusRunning, RunnerID: &rid, RunnerSystemID: &sid, TokenHash: &tok, RunTimeout: &rt,
+		StartedAt: t0.Add(time.Second), ContactedAt: t0.Add(time.Second), At: t0.Add(time.Second),
+	})
+	if err != nil {
+		t.Fatalf("claim = %v", err)
+	}
+	if got.Status != store.StatusRunning || got.RunnerID != 7 || got.RunnerSystemID != "s_x" || got.TokenHash != tok || got.RunTimeout != 60 ||
+		!got.StartedAt.Equal(t0.Add(time.Second)) || !got.UpdatedAt.Equal(t0.Add(time.Second)) || !got.QueuedAt.Equal(t0) {
+		t.Errorf("after claim: %+v", got)
+	}
+	got, err = s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, At: t0})
+	if !errors.Is(err, store.ErrConflict) || got.Status != store.StatusRunning {
+		t.Errorf("second claim = %v, %v; want ErrConflict with current job", got.Status, err)
+	}
+	reason, code := "script_failure", 3
+	got, err = s.TransitionJob(ctx, j.ID, []store.Status{store.StatusRunning, store.StatusCanceling}, store.JobChange{
+		Status: store.StatusFailed, FailureReason: &reason, ExitCode: &code, FinishedAt: t0.Add(time.Hour), At: t0.Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FailureReason != reason || got.ExitCode == nil || *got.ExitCode != 3 || !got.FinishedAt.Equal(t0.Add(time.Hour)) {
+		t.Errorf("after fail: %+v", got)
+	}
+	if _, err := s.TransitionJob(ctx, 9999, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, At: t0}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("transition unknown = %v", err)
+	}
+}
+
+func testConcurrentClaim(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	const jobs, workers = 20, 16
+	for range jobs {
+		if _, err := s.CreateJob(ctx, sampleJob("j", "a/b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var claimed sync.Map
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				pend, err := s.ListJobs(ctx, store.JobFilter{Statuses: []store.Status{store.StatusPending}, Limit: 5})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(pend) == 0 {
+					return
+				}
+				for _, j := range pend {
+					rid := int64(w)
+					_, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, RunnerID: &rid, At: t0})
+					if errors.Is(err, store.ErrConflict) {
+						continue
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if _, dup := claimed.LoadOrStore(j.ID, w); dup {
+						t.Errorf("job %d claimed twice", j.ID)
+					}
+					total.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if total.Load() != jobs {
+		t.Errorf("claimed %d jobs, want %d", total.Load(), jobs)
+	}
+}
+
+func testReopen(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.Open(t)
+	r, err := s.CreateRunner(ctx, store.Runner{TokenHash: "hh", Tags: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = h.Reopen(t, s)
+	defer s.Close()
+	if got, err := s.GetRunner(ctx, r.ID); err != nil || got.TokenHash != "hh" {
+		t.Errorf("after reopen GetRunner = %+v, %v", got, err)
+	}
+	got, err := s.GetJob(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(j, got); d != "" {
+		t.Errorf("after reopen (-want +got):\n%s", d)
+	}
+}
+
+func testClosed(t *testing.T, h Harness) {
+	s := h.Open(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.GetJob(ctx, 1); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("GetJob after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.CreateJob(ctx, sampleJob("j", "a/b")); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("CreateJob after Close = %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+}
