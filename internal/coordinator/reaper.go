@@ -1,0 +1,97 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// reapOnce ends the jobs whose runner let them down, once:
+//   - running or canceling for longer than their timeout + TimeoutGrace →
+//     failed, job_execution_timeout;
+//   - no PUT/PATCH from the runner for StaleTimeout → failed,
+//     runner_system_failure (a canceling job becomes canceled).
+//
+// A line saying why is appended to the job's trace before the state is
+// committed.
+func (c *Coordinator) reapOnce(ctx context.Context) {
+	now := c.clock.Now()
+	var after int64
+	for {
+		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromActive, AfterID: after, Limit: 500})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Error("reaper: list jobs", "err", err)
+			}
+			return
+		}
+		for i := range jobs {
+			j := &jobs[i]
+			after = j.ID
+			c.reapJob(ctx, j, now)
+		}
+		if len(jobs) < 500 {
+			return
+		}
+	}
+}
+
+func (c *Coordinator) reapJob(ctx context.Context, j *store.Job, now time.Time) {
+	timeout := time.Duration(j.RunTimeout) * time.Second
+	if j.RunTimeout <= 0 {
+		timeout = time.Duration(api.DefaultJobTimeout) * time.Second
+	}
+	var to store.Status
+	var reason api.FailureReason
+	var line string
+	switch {
+	case !j.StartedAt.IsZero() && now.Sub(j.StartedAt) > timeout+c.cfg.TimeoutGrace:
+		to, reason = store.StatusFailed, api.JobExecutionTimeout
+		line = fmt.Sprintf("ERROR: Job failed: execution took longer than %s (coordinator)", timeout)
+	case !j.ContactedAt.IsZero() && now.Sub(j.ContactedAt) > c.cfg.StaleTimeout:
+		to, reason = store.StatusFailed, api.RunnerSystemFailure
+		line = fmt.Sprintf("ERROR: Job failed: no word from the runner for %s (coordinator)", now.Sub(j.ContactedAt).Round(time.Second))
+		if j.Status == store.StatusCanceling {
+			to, reason = store.StatusCanceled, ""
+			line = "Job canceled: the runner stopped answering while canceling (coordinator)"
+		}
+	default:
+		return
+	}
+	log := c.log.With("job_id", j.ID, "runner_id", j.RunnerID)
+	unlock := c.lockJob(j.ID)
+	defer unlock()
+	size, err := c.traces.Size(j.ID)
+	if err != nil {
+		log.Error("reaper: trace size", "err", err)
+		return
+	}
+	// Trace first, state second: a committed final state always covers its
+	// trace.
+	if _, err := c.traces.Append(j.ID, []byte("\n"+line+"\n")); err != nil {
+		log.Error("reaper: append trace", "err", err)
+		return
+	}
+	ch := store.JobChange{Status: to, FinishedAt: now, At: now}
+	if reason != "" {
+		rs := string(reason)
+		ch.FailureReason = &rs
+	}
+	got, err := c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, ch)
+	if err != nil {
+		// The runner (or a cancel) got there first: take our line back.
+		if terr := c.traces.Truncate(j.ID, size); terr != nil {
+			log.Error("reaper: undo trace line", "err", terr)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			log.Error("reaper: finish job", "err", err)
+		}
+		return
+	}
+	c.finished(&got)
+	log.Warn("job reaped", "status", got.Status, "failure_reason", got.FailureReason)
+}

@@ -1,0 +1,487 @@
+package coordinator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// ---- runners ----
+
+// tagList accepts a JSON array of strings or a comma-separated string.
+type tagList []string
+
+func (t *tagList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*t = splitTags(s)
+		return nil
+	}
+	var ss []string
+	if err := json.Unmarshal(b, &ss); err != nil {
+		return &fieldError{field: "tag_list", msg: "want an array of strings or a comma-separated string"}
+	}
+	*t = ss
+	return nil
+}
+
+type createRunnerRequest struct {
+	Description    string  `json:"description"`
+	TagList        tagList `json:"tag_list"`
+	RunUntagged    *bool   `json:"run_untagged"`
+	Locked         bool    `json:"locked"`
+	Paused         bool    `json:"paused"`
+	MaximumTimeout int     `json:"maximum_timeout"`
+}
+
+type managerView struct {
+	SystemID    string  `json:"system_id"`
+	ContactedAt *string `json:"contacted_at"`
+	Version     string  `json:"version"`
+	Executor    string  `json:"executor"`
+}
+
+type runnerView struct {
+	ID             int64         `json:"id"`
+	Description    string        `json:"description"`
+	TagList        []string      `json:"tag_list"`
+	RunUntagged    bool          `json:"run_untagged"`
+	Locked         bool          `json:"locked"`
+	Paused         bool          `json:"paused"`
+	MaximumTimeout int           `json:"maximum_timeout"`
+	ContactedAt    *string       `json:"contacted_at"`
+	Managers       []managerView `json:"managers"`
+}
+
+func (c *Coordinator) runnerView(r *http.Request, rn store.Runner) (runnerView, error) {
+	ms, err := c.st.ListRunnerManagers(r.Context(), rn.ID)
+	if err != nil {
+		return runnerView{}, err
+	}
+	v := runnerView{
+		ID: rn.ID, Description: rn.Description, TagList: rn.Tags, RunUntagged: rn.RunUntagged,
+		Locked: rn.Locked, Paused: rn.Paused, MaximumTimeout: rn.MaximumTimeout,
+		ContactedAt: rfc3339(rn.ContactedAt), Managers: []managerView{},
+	}
+	if v.TagList == nil {
+		v.TagList = []string{}
+	}
+	for _, m := range ms {
+		v.Managers = append(v.Managers, managerView{SystemID: m.SystemID, ContactedAt: rfc3339(m.ContactedAt), Version: m.Version, Executor: m.Executor})
+	}
+	return v, nil
+}
+
+func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request) {
+	var req createRunnerRequest
+	if e := decodeJSON(w, r, &req, maxV1Body, true); e != nil {
+		writeBad(w, e)
+		return
+	}
+	spec := runnerSpec{
+		Description: req.Description, Tags: req.TagList, RunUntagged: true,
+		Locked: req.Locked, Paused: req.Paused, MaximumTimeout: req.MaximumTimeout,
+	}
+	if req.RunUntagged != nil {
+		spec.RunUntagged = *req.RunUntagged
+	}
+	if e := spec.validate(); e != nil {
+		writeBad(w, e)
+		return
+	}
+	rn, tok, err := c.createRunner(r.Context(), spec)
+	if err != nil {
+		c.internalError(w, "create runner", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, struct {
+		ID    int64  `json:"id"`
+		Token string `json:"token"`
+	}{rn.ID, tok})
+}
+
+func (c *Coordinator) handleListRunners(w http.ResponseWriter, r *http.Request) {
+	rs, err := c.st.ListRunners(r.Context())
+	if err != nil {
+		c.internalError(w, "list runners", err)
+		return
+	}
+	out := []runnerView{}
+	for _, rn := range rs {
+		v, err := c.runnerView(r, rn)
+		if err != nil {
+			c.internalError(w, "list runners", err)
+			return
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (c *Coordinator) handleGetRunner(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "runner not found", "id")
+		return
+	}
+	rn, err := c.st.GetRunner(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "runner not found", "id")
+		return
+	}
+	if err != nil {
+		c.internalError(w, "get runner", err)
+		return
+	}
+	v, err := c.runnerView(r, rn)
+	if err != nil {
+		c.internalError(w, "get runner", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (c *Coordinator) handleDeleteRunner(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "runner not found", "id")
+		return
+	}
+	err := c.st.DeleteRunner(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "runner not found", "id")
+		return
+	}
+	if err != nil {
+		c.internalError(w, "delete runner", err)
+		return
+	}
+	c.log.Info("runner deleted", "runner_id", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ---- jobs ----
+
+type submitJobRequest struct {
+	Name        string         `json:"name"`
+	Project     string         `json:"project"`
+	Stage       string         `json:"stage"`
+	Script      []string       `json:"script"`
+	AfterScript []string       `json:"after_script"`
+	Variables   []api.Variable `json:"variables"`
+	Tags        []string       `json:"tags"`
+	Timeout     *int           `json:"timeout"`
+	Image       string         `json:"image"`
+	Services    []string       `json:"services"`
+	Git         *struct {
+		RepoURL string `json:"repo_url"`
+		Ref     string `json:"ref"`
+		Sha     string `json:"sha"`
+		Depth   int    `json:"depth"`
+	} `json:"git"`
+}
+
+var (
+	varKeyRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	projectRE = regexp.MustCompile(`^[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+$`)
+	shaRE     = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+)
+
+// maxJobTimeout bounds timeout (and keeps time arithmetic far from
+// overflow): 30 days.
+const maxJobTimeout = 30 * 24 * 3600
+
+func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
+	j := store.Job{
+		Name: strings.TrimSpace(req.Name), Project: req.Project, Stage: req.Stage,
+		Timeout: 3600, Image: req.Image, Tags: []string{},
+	}
+	if j.Name == "" {
+		return j, invalid("name", "name is required")
+	}
+	if len(j.Name) > 255 || hasControl(j.Name) {
+		return j, invalid("name", "name must be at most 255 printable characters")
+	}
+	if j.Project == "" {
+		j.Project = "default/default"
+	}
+	if len(j.Project) > 255 || !projectRE.MatchString(j.Project) {
+		return j, invalid("project", "project must be a path like group/project")
+	}
+	if j.Stage == "" {
+		j.Stage = "test"
+	}
+	if len(j.Stage) > 255 || hasControl(j.Stage) {
+		return j, invalid("stage", "stage must be at most 255 printable characters")
+	}
+	if len(req.Script) == 0 {
+		return j, invalid("script", "script is required and must not be empty")
+	}
+	if req.Timeout != nil {
+		if *req.Timeout <= 0 || *req.Timeout > maxJobTimeout {
+			return j, invalid("timeout", "timeout must be between 1 and %d seconds", maxJobTimeout)
+		}
+		j.Timeout = *req.Timeout
+	}
+	for _, t := range req.Tags {
+		t = strings.TrimSpace(t)
+		if e := validTag(t, "tags"); e != nil {
+			return j, e
+		}
+		if !containsStr(j.Tags, t) {
+			j.Tags = append(j.Tags, t)
+		}
+	}
+	if len(j.Image) > 1024 || hasControl(j.Image) || strings.TrimSpace(j.Image) != j.Image {
+		return j, invalid("image", "invalid image name")
+	}
+	for i, s := range req.Services {
+		if s == "" || len(s) > 1024 || hasControl(s) {
+			return j, invalid(fmt.Sprintf("services[%d]", i), "invalid service image name")
+		}
+	}
+	for i, v := range req.Variables {
+		if !varKeyRE.MatchString(v.Key) {
+			return j, invalid(fmt.Sprintf("variables[%d].key", i), "variable key %q must match %s", v.Key, varKeyRE)
+		}
+		if v.Masked && len(v.Value) < 8 {
+			return j, invalid(fmt.Sprintf("variables[%d].value", i), "masked variable %s must be at least 8 characters", v.Key)
+		}
+	}
+	j.Spec = store.JobSpec{Script: req.Script, AfterScript: req.AfterScript, Variables: req.Variables, Services: req.Services}
+	if g := req.Git; g != nil {
+		if g.RepoURL == "" && (g.Ref != "" || g.Sha != "") {
+			return j, invalid("git.repo_url", "git.repo_url is required with git.ref or git.sha")
+		}
+		if g.Sha != "" && !shaRE.MatchString(g.Sha) {
+			return j, invalid("git.sha", "git.sha must be a hex commit id")
+		}
+		if g.Depth < 0 {
+			return j, invalid("git.depth", "git.depth must not be negative")
+		}
+		if hasControl(g.RepoURL) || hasControl(g.Ref) {
+			return j, invalid("git", "git fields must be printable")
+		}
+		j.Spec.Git = store.GitSpec{RepoURL: g.RepoURL, Ref: g.Ref, Sha: g.Sha, Depth: g.Depth}
+	}
+	return j, nil
+}
+
+type jobView struct {
+	ID             int64    `json:"id"`
+	Name           string   `json:"name"`
+	Project        string   `json:"project"`
+	Stage          string   `json:"stage"`
+	Status         string   `json:"status"`
+	FailureReason  string   `json:"failure_reason,omitempty"`
+	ExitCode       *int     `json:"exit_code,omitempty"`
+	RunnerID       int64    `json:"runner_id,omitempty"`
+	RunnerSystemID string   `json:"runner_system_id,omitempty"`
+	Tags           []string `json:"tags"`
+	Timeout        int      `json:"timeout"`
+	Image          string   `json:"image,omitempty"`
+	CreatedAt      *string  `json:"created_at,omitempty"`
+	QueuedAt       *string  `json:"queued_at,omitempty"`
+	StartedAt      *string  `json:"started_at,omitempty"`
+	FinishedAt     *string  `json:"finished_at,omitempty"`
+	UpdatedAt      *string  `json:"updated_at,omitempty"`
+	TraceSize      int64    `json:"trace_size"`
+}
+
+func (c *Coordinator) jobView(j *store.Job) jobView {
+	size, _ := c.traces.Size(j.ID)
+	tags := j.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	return jobView{
+		ID: j.ID, Name: j.Name, Project: j.Project, Stage: j.Stage, Status: string(j.Status),
+		FailureReason: j.FailureReason, ExitCode: j.ExitCode, RunnerID: j.RunnerID, RunnerSystemID: j.RunnerSystemID,
+		Tags: tags, Timeout: j.Timeout, Image: j.Image,
+		CreatedAt: rfc3339(j.CreatedAt), QueuedAt: rfc3339(j.QueuedAt), StartedAt: rfc3339(j.StartedAt),
+		FinishedAt: rfc3339(j.FinishedAt), UpdatedAt: rfc3339(j.UpdatedAt), TraceSize: size,
+	}
+}
+
+// handleSubmitJob is POST /api/v1/jobs: 201 with the job, now pending.
+func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
+	var req submitJobRequest
+	if e := decodeJSON(w, r, &req, maxV1Body, true); e != nil {
+		writeBad(w, e)
+		return
+	}
+	j, e := req.toJob()
+	if e != nil {
+		writeBad(w, e)
+		return
+	}
+	now := c.clock.Now()
+	j.Status, j.CreatedAt, j.QueuedAt, j.UpdatedAt = store.StatusPending, now, now, now
+	j, err := c.st.CreateJob(r.Context(), j)
+	if err != nil {
+		c.internalError(w, "submit job", err)
+		return
+	}
+	c.metrics.submitted.Inc()
+	c.log.Info("job submitted", "job_id", j.ID, "project", j.Project, "tags", j.Tags)
+	c.poll.wake(&j)
+	writeJSON(w, http.StatusCreated, c.jobView(&j))
+}
+
+func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.JobFilter{Project: q.Get("project"), Limit: 100}
+	if s := q.Get("status"); s != "" {
+		for st := range strings.SplitSeq(s, ",") {
+			if !store.Status(st).Valid() {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown status %q", st), "status")
+				return
+			}
+			f.Statuses = append(f.Statuses, store.Status(st))
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit must be between 1 and 1000", "limit")
+			return
+		}
+		f.Limit = n
+	}
+	if s := q.Get("after_id"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "after_id must be a non-negative integer", "after_id")
+			return
+		}
+		f.AfterID = n
+	}
+	jobs, err := c.st.ListJobs(r.Context(), f)
+	if err != nil {
+		c.internalError(w, "list jobs", err)
+		return
+	}
+	out := make([]jobView, 0, len(jobs))
+	for i := range jobs {
+		out = append(out, c.jobView(&jobs[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// loadJob loads job {id} for the admin API, writing 404/500 on failure.
+func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job, bool) {
+	id, ok := pathID(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "job not found", "id")
+		return store.Job{}, false
+	}
+	j, err := c.st.GetJob(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "job not found", "id")
+		return j, false
+	}
+	if err != nil {
+		c.internalError(w, "get job", err)
+		return j, false
+	}
+	return j, true
+}
+
+func (c *Coordinator) handleGetJob(w http.ResponseWriter, r *http.Request) {
+	if j, ok := c.loadJob(w, r); ok {
+		writeJSON(w, http.StatusOK, c.jobView(&j))
+	}
+}
+
+// handleGetTrace is GET /api/v1/jobs/{id}/trace?offset=N: the trace from
+// byte N, with X-Trace-Size and X-Job-Status.
+func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
+	j, ok := c.loadJob(w, r)
+	if !ok {
+		return
+	}
+	var off int64
+	if s := r.URL.Query().Get("offset"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "offset must be a non-negative integer", "offset")
+			return
+		}
+		off = n
+	}
+	size, err := c.traces.Size(j.ID)
+	if err != nil {
+		c.internalError(w, "trace size", err)
+		return
+	}
+	off = min(off, size)
+	rc, err := c.traces.Open(j.ID, off)
+	if err != nil {
+		c.internalError(w, "open trace", err)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Trace-Size", strconv.FormatInt(size, 10))
+	w.Header().Set("X-Job-Status", string(j.Status))
+	w.Header().Set("Content-Length", strconv.FormatInt(size-off, 10))
+	w.WriteHeader(http.StatusOK)
+	// Copy exactly size-off bytes: the file may grow while we read.
+	io.CopyN(w, rc, size-off)
+}
+
+// handleCancelJob is POST /api/v1/jobs/{id}/cancel: pending → canceled at
+// once; running → canceling (the runner learns it from Job-Status on its
+// next PUT/PATCH); finished → 409.
+func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
+	j, ok := c.loadJob(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	now := c.clock.Now()
+	for range 3 { // retry when the job moved between our read and our write
+		var got store.Job
+		var err error
+		switch {
+		case j.Status.Finished():
+			writeError(w, http.StatusConflict, "job is already "+string(j.Status), "")
+			return
+		case j.Status == store.StatusCanceling:
+			writeJSON(w, http.StatusOK, c.jobView(&j))
+			return
+		case isActive(j.Status) || j.Status == store.StatusWaitingForRunnerAck:
+			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
+		default:
+			got, err = c.st.TransitionJob(ctx, j.ID, fromCancelable, store.JobChange{Status: store.StatusCanceled, FinishedAt: now, At: now})
+		}
+		if errors.Is(err, store.ErrConflict) {
+			j = got
+			continue
+		}
+		if err != nil {
+			c.internalError(w, "cancel job", err)
+			return
+		}
+		if got.Status.Finished() {
+			c.finished(&got)
+		}
+		c.log.Info("job cancel requested", "job_id", got.ID, "status", got.Status)
+		writeJSON(w, http.StatusOK, c.jobView(&got))
+		return
+	}
+	writeError(w, http.StatusConflict, "job changed state during cancel, try again", "")
+}

@@ -1,0 +1,269 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// claimPage is how many pending jobs one claim attempt looks at per query.
+const claimPage = 100
+
+// handleJobRequest is POST /api/v4/jobs/request.
+//
+// Answers: 403 for a bad token; 201 with the job payload when a matching
+// job was claimed; 204 when there is none (paused runners always get 204).
+// Every answer carries X-GitLab-Last-Update. A request whose last_update
+// equals the current version is held up to LongPollTimeout, until a job it
+// could take is enqueued.
+func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
+	var req api.JobRequest
+	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	ctx := r.Context()
+	rn, ok := c.authRunner(ctx, w, runnerToken(r, req.Token))
+	if !ok {
+		return
+	}
+	c.touchManager(ctx, rn, req.SystemID, req.Info, false)
+	key := mgrKey{rn.ID, req.SystemID}
+	version := c.poll.version(key)
+	if rn.Paused {
+		w.Header().Set(hdrLastUpdate, version)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+
+	var wt *waiter
+	if req.LastUpdate != "" && req.LastUpdate == version {
+		wt = c.poll.add(rn, req.Info.Features)
+		defer c.poll.remove(wt)
+	}
+	resp, err := c.claim(ctx, r, rn, req)
+	if err != nil {
+		c.internalError(w, "claim job", err)
+		return
+	}
+	if resp == nil && wt != nil {
+		timer := c.clock.NewTimer(c.cfg.LongPollTimeout)
+		defer timer.Stop()
+	wait:
+		for resp == nil {
+			select {
+			case <-ctx.Done():
+				return // the runner went away; nobody reads an answer
+			case <-timer.C():
+				version = c.poll.bump(key)
+				break wait
+			case <-wt.ch:
+				if resp, err = c.claim(ctx, r, rn, req); err != nil {
+					c.internalError(w, "claim job", err)
+					return
+				}
+			}
+		}
+	}
+	w.Header().Set(hdrLastUpdate, version)
+	if resp == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusCreated, resp)
+}
+
+// claim hands the oldest pending job rn can run to it, or returns nil.
+func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest) (*api.JobResponse, error) {
+	var after int64
+	for {
+		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromQueue, AfterID: after, Limit: claimPage})
+		if err != nil {
+			return nil, err
+		}
+		for i := range jobs {
+			j := &jobs[i]
+			after = j.ID
+			if !canRun(&rn, req.Info.Features, j) {
+				continue
+			}
+			resp, err := c.claimJob(ctx, r, rn, req, j)
+			if errors.Is(err, store.ErrConflict) {
+				continue // another runner was faster
+			}
+			return resp, err
+		}
+		if len(jobs) < claimPage {
+			return nil, nil
+		}
+	}
+}
+
+func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest, j *store.Job) (*api.JobResponse, error) {
+	now := c.clock.Now()
+	token := randomToken(api.JobTokenPrefix, 18)
+	hash := store.HashToken(token)
+	timeout := j.Timeout
+	if rn.MaximumTimeout > 0 && (timeout <= 0 || rn.MaximumTimeout < timeout) {
+		timeout = rn.MaximumTimeout
+	}
+	if timeout <= 0 {
+		timeout = api.DefaultJobTimeout
+	}
+	sys := req.SystemID
+	got, err := c.st.TransitionJob(ctx, j.ID, fromQueue, store.JobChange{
+		Status:         claimTarget(req.Info.Features.TwoPhaseJobCommit),
+		RunnerID:       &rn.ID,
+		RunnerSystemID: &sys,
+		TokenHash:      &hash,
+		RunTimeout:     &timeout,
+		StartedAt:      now,
+		ContactedAt:    now,
+		At:             now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	wait := now.Sub(got.QueuedAt)
+	c.metrics.queueWait.Observe(wait.Seconds())
+	c.log.Info("job handed out", "job_id", got.ID, "runner_id", rn.ID, "system_id", sys, "queued", wait)
+	return c.payload(r, rn, &got, token, wait.Seconds()), nil
+}
+
+// baseURL is PublicURL, or scheme://host of the request.
+func (c *Coordinator) baseURL(r *http.Request) string {
+	if c.cfg.PublicURL != "" {
+		return c.cfg.PublicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
+		scheme = p
+	}
+	host := r.Host
+	if host == "" {
+		host = "localhost"
+	}
+	return scheme + "://" + host
+}
+
+const zeroSHA = "0000000000000000000000000000000000000000"
+
+// payload builds the jobs/request 201 body (facts §2).
+func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, token string, queued float64) *api.JobResponse {
+	base := c.baseURL(r)
+	u, _ := url.Parse(base)
+	if u == nil {
+		u = &url.URL{Scheme: "http", Host: "localhost"}
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	projectURL := base + "/" + j.Project
+	jobURL := projectURL + "/-/jobs/" + strconv.FormatInt(j.ID, 10)
+	ns, name := path.Split(j.Project)
+	ns = strings.TrimSuffix(ns, "/")
+
+	g := j.Spec.Git
+	sha := g.Sha
+	if sha == "" {
+		sha = zeroSHA
+	}
+	ref := g.Ref
+	if ref == "" {
+		ref = "main"
+	}
+	id := strconv.FormatInt(j.ID, 10)
+	v := func(k, val string) api.Variable { return api.Variable{Key: k, Value: val, Public: true} }
+	vars := api.Variables{
+		v("CI", "true"),
+		v("GITLAB_CI", "true"),
+		v("CI_SERVER", "yes"),
+		v("CI_SERVER_URL", base),
+		v("CI_SERVER_HOST", host),
+		v("CI_SERVER_PORT", port),
+		v("CI_SERVER_PROTOCOL", u.Scheme),
+		v("CI_SERVER_NAME", "drover"),
+		v("CI_JOB_ID", id),
+		v("CI_JOB_NAME", j.Name),
+		v("CI_JOB_STAGE", j.Stage),
+		{Key: "CI_JOB_TOKEN", Value: token, Masked: true},
+		v("CI_JOB_URL", jobURL),
+		v("CI_JOB_TIMEOUT", strconv.Itoa(j.RunTimeout)),
+		v("CI_PIPELINE_ID", id),
+		v("CI_PIPELINE_IID", id),
+		v("CI_PROJECT_ID", strconv.FormatInt(j.ProjectID, 10)),
+		v("CI_PROJECT_NAME", name),
+		v("CI_PROJECT_PATH", j.Project),
+		v("CI_PROJECT_NAMESPACE", ns),
+		v("CI_PROJECT_URL", projectURL),
+		v("CI_REPOSITORY_URL", g.RepoURL),
+		v("CI_COMMIT_SHA", sha),
+		v("CI_COMMIT_SHORT_SHA", sha[:min(8, len(sha))]),
+		v("CI_COMMIT_REF_NAME", ref),
+		v("CI_COMMIT_BRANCH", ref),
+		v("CI_COMMIT_BEFORE_SHA", zeroSHA),
+		v("CI_DEFAULT_BRANCH", "main"),
+		v("CI_RUNNER_ID", strconv.FormatInt(rn.ID, 10)),
+		v("CI_RUNNER_DESCRIPTION", rn.Description),
+		v("CI_RUNNER_TAGS", strings.Join(rn.Tags, ", ")),
+	}
+	if g.RepoURL == "" {
+		vars = append(vars, v("GIT_STRATEGY", "none"))
+	}
+	vars = append(vars, j.Spec.Variables...)
+
+	steps := []api.Step{{Name: api.StepScript, Script: j.Spec.Script, Timeout: j.RunTimeout, When: api.WhenOnSuccess}}
+	if len(j.Spec.AfterScript) > 0 {
+		steps = append(steps, api.Step{Name: api.StepAfterScript, Script: j.Spec.AfterScript, Timeout: 300, When: api.WhenAlways})
+	}
+	services := []api.Image{}
+	for _, s := range j.Spec.Services {
+		services = append(services, api.Image{Name: s})
+	}
+	refType := "branch"
+	refspecs := []string{}
+	if g.RepoURL != "" {
+		refspecs = append(refspecs, "+refs/heads/"+ref+":refs/remotes/origin/"+ref)
+	}
+	return &api.JobResponse{
+		ID:            j.ID,
+		Token:         token,
+		AllowGitFetch: g.RepoURL != "",
+		JobInfo: api.JobInfo{
+			Name: j.Name, Stage: j.Stage, PipelineID: j.ID, ProjectID: j.ProjectID,
+			ProjectName: name, ProjectFullPath: j.Project, TimeInQueueSeconds: queued,
+		},
+		GitInfo: api.GitInfo{
+			RepoURL: g.RepoURL, Ref: ref, Sha: sha, BeforeSha: zeroSHA, RefType: refType,
+			Refspecs: refspecs, Depth: g.Depth,
+		},
+		RunnerInfo:   api.RunnerInfo{Timeout: j.RunTimeout},
+		Variables:    vars,
+		Steps:        steps,
+		Image:        api.Image{Name: j.Image},
+		Services:     services,
+		Artifacts:    []api.Artifact{},
+		Cache:        []api.Cache{},
+		Credentials:  []api.Credentials{},
+		Dependencies: []api.Dependency{},
+		Features: api.JobFeatures{
+			TraceSections:     true,
+			TokenMaskPrefixes: []string{"glpat-", api.JobTokenPrefix, api.RunnerTokenPrefix},
+			FailureReasons:    api.AllFailureReasons,
+		},
+	}
+}

@@ -1,0 +1,258 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// runnerToken picks the runner token of a request: the body's token, else
+// the RUNNER-TOKEN header (runners send both).
+func runnerToken(r *http.Request, body string) string {
+	if body != "" {
+		return body
+	}
+	return r.Header.Get(hdrRunnerToken)
+}
+
+// authRunner finds the runner of token. ok is false (and a 403 or 500 has
+// been written) when there is none.
+func (c *Coordinator) authRunner(ctx context.Context, w http.ResponseWriter, token string) (store.Runner, bool) {
+	if token == "" {
+		writeError(w, http.StatusForbidden, "403 Forbidden: missing runner token", "token")
+		return store.Runner{}, false
+	}
+	rn, err := c.st.RunnerByTokenHash(ctx, store.HashToken(token))
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusForbidden, "403 Forbidden: invalid runner token", "token")
+		return rn, false
+	}
+	if err != nil {
+		c.internalError(w, "look up runner", err)
+		return rn, false
+	}
+	return rn, true
+}
+
+func (c *Coordinator) internalError(w http.ResponseWriter, what string, err error) {
+	c.log.Error(what, "err", err)
+	writeError(w, http.StatusInternalServerError, what+": internal error", "")
+}
+
+// handleVerify is POST /api/v4/runners/verify: 200 with the runner's id and
+// token; it records the runner manager.
+func (c *Coordinator) handleVerify(w http.ResponseWriter, r *http.Request) {
+	var req api.VerifyRequest
+	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	tok := runnerToken(r, req.Token)
+	rn, ok := c.authRunner(r.Context(), w, tok)
+	if !ok {
+		return
+	}
+	c.touchManager(r.Context(), rn, req.SystemID, req.Info, true)
+	c.log.Info("runner verified", "runner_id", rn.ID, "system_id", req.SystemID)
+	writeJSON(w, http.StatusOK, api.VerifyResponse{ID: rn.ID, Token: tok})
+}
+
+// handleRegister is POST /api/v4/runners, the legacy registration with the
+// registration token: 201 with a new runner token, 403 for a bad token.
+func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
+	var req api.RegisterRequest
+	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	tok := runnerToken(r, req.Token)
+	if tok == "" || !tokenEqual(tok, c.regToken) {
+		writeError(w, http.StatusForbidden, "403 Forbidden: invalid registration token", "token")
+		return
+	}
+	if req.MaximumTimeout < 0 {
+		writeError(w, http.StatusBadRequest, "maximum_timeout must not be negative", "maximum_timeout")
+		return
+	}
+	spec := runnerSpec{
+		Description: req.Description, Tags: splitTags(req.TagList), RunUntagged: true,
+		MaximumTimeout: req.MaximumTimeout,
+	}
+	if req.RunUntagged != nil {
+		spec.RunUntagged = *req.RunUntagged
+	}
+	if req.Locked != nil {
+		spec.Locked = *req.Locked
+	}
+	if req.Paused != nil {
+		spec.Paused = *req.Paused
+	}
+	if e := spec.validate(); e != nil {
+		writeBad(w, e)
+		return
+	}
+	rn, token, err := c.createRunner(r.Context(), spec)
+	if err != nil {
+		c.internalError(w, "register runner", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.VerifyResponse{ID: rn.ID, Token: token})
+}
+
+// handleUnregister is DELETE /api/v4/runners: removes the runner; 204.
+func (c *Coordinator) handleUnregister(w http.ResponseWriter, r *http.Request) {
+	var req api.UnregisterRequest
+	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	rn, ok := c.authRunner(r.Context(), w, runnerToken(r, req.Token))
+	if !ok {
+		return
+	}
+	if err := c.st.DeleteRunner(r.Context(), rn.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.internalError(w, "unregister runner", err)
+		return
+	}
+	c.log.Info("runner unregistered", "runner_id", rn.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleUnregisterManager is DELETE /api/v4/runners/managers: removes one
+// runner manager (system_id) of a runner; 204, also when it was not known.
+func (c *Coordinator) handleUnregisterManager(w http.ResponseWriter, r *http.Request) {
+	var req api.UnregisterRequest
+	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	rn, ok := c.authRunner(r.Context(), w, runnerToken(r, req.Token))
+	if !ok {
+		return
+	}
+	if req.SystemID == "" {
+		writeError(w, http.StatusBadRequest, "system_id is required", "system_id")
+		return
+	}
+	if err := c.st.DeleteRunnerManager(r.Context(), rn.ID, req.SystemID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.internalError(w, "unregister runner manager", err)
+		return
+	}
+	c.contactMu.Lock()
+	delete(c.mgrContact, mgrKey{rn.ID, req.SystemID})
+	c.contactMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleResetToken is POST /api/v4/runners/reset_authentication_token: 201
+// with a new token; the old one stops working.
+func (c *Coordinator) handleResetToken(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Token string `json:"token"`
+	}
+	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	rn, ok := c.authRunner(r.Context(), w, runnerToken(r, req.Token))
+	if !ok {
+		return
+	}
+	tok := newRunnerToken()
+	if err := c.st.SetRunnerTokenHash(r.Context(), rn.ID, store.HashToken(tok)); err != nil {
+		c.internalError(w, "reset runner token", err)
+		return
+	}
+	c.log.Info("runner token reset", "runner_id", rn.ID)
+	writeJSON(w, http.StatusCreated, struct {
+		Token          string `json:"token"`
+		TokenExpiresAt string `json:"token_expires_at,omitempty"`
+	}{Token: tok})
+}
+
+func newRunnerToken() string { return randomToken(api.RunnerTokenPrefix, 18) }
+
+// splitTags splits a comma-separated tag list, dropping empty entries.
+func splitTags(s string) []string {
+	out := []string{}
+	for t := range strings.SplitSeq(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// runnerSpec is what an admin (or a legacy registration) sets on a runner.
+type runnerSpec struct {
+	Description    string
+	Tags           []string
+	RunUntagged    bool
+	Locked         bool
+	Paused         bool
+	MaximumTimeout int
+}
+
+func (s *runnerSpec) validate() *badRequest {
+	if s.MaximumTimeout < 0 {
+		return invalid("maximum_timeout", "maximum_timeout must not be negative")
+	}
+	if len(s.Description) > 1024 || hasControl(s.Description) {
+		return invalid("description", "description must be at most 1024 printable characters")
+	}
+	tags := make([]string, 0, len(s.Tags))
+	for _, t := range s.Tags {
+		t = strings.TrimSpace(t)
+		if e := validTag(t, "tag_list"); e != nil {
+			return e
+		}
+		if !containsStr(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	s.Tags = tags
+	return nil
+}
+
+func validTag(t, field string) *badRequest {
+	if t == "" || len(t) > 255 || strings.Contains(t, ",") || hasControl(t) {
+		return invalid(field, "invalid tag %q: want 1-255 printable characters without commas", t)
+	}
+	return nil
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Coordinator) createRunner(ctx context.Context, s runnerSpec) (store.Runner, string, error) {
+	tok := newRunnerToken()
+	rn, err := c.st.CreateRunner(ctx, store.Runner{
+		TokenHash: store.HashToken(tok), Description: s.Description, Tags: s.Tags,
+		RunUntagged: s.RunUntagged, Locked: s.Locked, Paused: s.Paused, MaximumTimeout: s.MaximumTimeout,
+		CreatedAt: c.clock.Now(),
+	})
+	if err != nil {
+		return rn, "", err
+	}
+	c.log.Info("runner created", "runner_id", rn.ID, "tags", rn.Tags)
+	return rn, tok, nil
+}
