@@ -1,0 +1,84 @@
+package executor
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+)
+
+// Paths are where a job's files live, as its scripts see them.
+type Paths struct {
+	BuildsDir  string // CI_BUILDS_DIR
+	CacheDir   string
+	ProjectDir string // CI_PROJECT_DIR: <BuildsDir>/<short token>/<concurrent id>/<project path>
+}
+
+// PathsReporter is implemented by executors that decide a job's paths in
+// Prepare. The build runner asks it after a successful Prepare; for
+// executors without it, it uses HostPaths.
+type PathsReporter interface {
+	Paths() Paths
+}
+
+// HostPaths returns the paths of a job whose files live on the runner's own
+// host: builds_dir defaults to $PWD/builds and cache_dir to $PWD/cache, and
+// the project directory is
+// <builds_dir>/<short token>/<concurrent id>/<project full path>.
+//
+// The project path comes from the coordinator, so "." and ".." segments are
+// dropped: a job can never place its checkout outside its builds directory.
+func HostPaths(s Settings, job *api.JobResponse) (Paths, error) {
+	var p Paths
+	var err error
+	if p.BuildsDir, err = absOrDefault(s.BuildsDir, "builds"); err != nil {
+		return Paths{}, fmt.Errorf("builds_dir: %w", err)
+	}
+	if p.CacheDir, err = absOrDefault(s.CacheDir, "cache"); err != nil {
+		return Paths{}, fmt.Errorf("cache_dir: %w", err)
+	}
+	p.ProjectDir = filepath.Join(p.BuildsDir, cleanSegment(s.ShortToken),
+		strconv.Itoa(s.ConcurrentID), projectPath(job))
+	return p, nil
+}
+
+func absOrDefault(dir, def string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(wd, def), nil
+	}
+	return filepath.Abs(dir)
+}
+
+// projectPath is the job's project path relative to its concurrent-id
+// directory.
+func projectPath(job *api.JobResponse) string {
+	if job == nil {
+		return "project"
+	}
+	var parts []string
+	for _, seg := range strings.Split(job.JobInfo.ProjectFullPath, "/") {
+		if seg = cleanSegment(seg); seg != "" {
+			parts = append(parts, seg)
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("project-%d", job.JobInfo.ProjectID)
+	}
+	return filepath.Join(parts...)
+}
+
+// cleanSegment returns seg as a single, harmless path element ("" if none).
+func cleanSegment(seg string) string {
+	seg = strings.TrimSpace(seg)
+	if seg == "." || seg == ".." || strings.ContainsAny(seg, "/\\\x00") {
+		return ""
+	}
+	return seg
+}

@@ -1,0 +1,213 @@
+package shell
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Shell names Generate writes for.
+const (
+	Bash = "bash"
+	Sh   = "sh"
+)
+
+// Job statuses exported as CI_JOB_STATUS.
+const (
+	StatusRunning  = "running"
+	StatusSuccess  = "success"
+	StatusFailed   = "failed"
+	StatusCanceled = "canceled"
+)
+
+// ErrUnsupportedStage is returned by Generate for a stage it has no script
+// for (cache and artifact stages, unknown steps).
+var ErrUnsupportedStage = errors.New("unsupported stage")
+
+// ansiBoldGreen colours commands and git progress, as GitLab Runner does.
+const ansiBoldGreen = "\033[32;1m"
+
+// Info is what Generate needs to know about the job and where it runs.
+type Info struct {
+	// Shell is "bash" or "sh".
+	Shell string
+	Job   *api.JobResponse
+	// Variables are the job's merged variables, in definition order
+	// (predefined, job, runner environment); later keys win.
+	Variables  api.Variables
+	ProjectDir string // CI_PROJECT_DIR; the checkout goes here
+	BuildsDir  string // CI_BUILDS_DIR
+	// TmpDir holds file variables; empty means <ProjectDir>.tmp.
+	TmpDir string
+	// JobStatus is exported as CI_JOB_STATUS; empty means "running". Set it
+	// to success, failed or canceled for after_script.
+	JobStatus string
+	// LookupEnv resolves names that no variable defines while expanding
+	// values; nil means os.LookupEnv (the runner's environment).
+	LookupEnv func(string) (string, bool)
+}
+
+func (info Info) tmpDir() string {
+	if info.TmpDir != "" {
+		return info.TmpDir
+	}
+	return info.ProjectDir + ".tmp"
+}
+
+// Generate returns the script of stage, or "" when the stage has nothing to
+// do (no after_script, no file variables to remove, an empty step). Steps
+// are the stages "step_<name>" for the job's steps other than after_script.
+func Generate(stage executor.Stage, info Info) (string, error) {
+	if info.Shell != Bash && info.Shell != Sh {
+		return "", fmt.Errorf("shell %q: only %s and %s are supported", info.Shell, Bash, Sh)
+	}
+	if info.Job == nil {
+		return "", errors.New("no job")
+	}
+	if info.ProjectDir == "" {
+		return "", errors.New("no project directory")
+	}
+	env := info.LookupEnv
+	if env == nil {
+		env = os.LookupEnv
+	}
+	vars, values := resolve(info.Variables, info.tmpDir(), env)
+	w := &writer{}
+
+	switch stage {
+	case executor.StagePrepareScript:
+		w.prelude(info, vars)
+		w.raw(`printf 'Running on %s...\n' "$(hostname 2>/dev/null || uname -n)"`)
+	case executor.StageGetSources:
+		w.prelude(info, vars)
+		if err := w.getSources(info, values); err != nil {
+			return "", err
+		}
+	case executor.StageAfterScript:
+		step := info.Job.Step(api.StepAfterScript)
+		if step == nil || !hasCommands(step.Script) {
+			return "", nil
+		}
+		w.prelude(info, vars)
+		w.cdProject(info)
+		w.commands(step.Script)
+	case executor.StageCleanupFileVariables:
+		var paths []string
+		for _, v := range vars {
+			if v.File {
+				paths = append(paths, quote(v.Value))
+			}
+		}
+		if len(paths) == 0 {
+			return "", nil
+		}
+		w.strict(info.Shell)
+		w.raw("rm -f -- " + strings.Join(paths, " "))
+	default:
+		name, ok := strings.CutPrefix(string(stage), "step_")
+		if !ok || name == api.StepAfterScript {
+			return "", fmt.Errorf("%w: %s", ErrUnsupportedStage, stage)
+		}
+		step := info.Job.Step(name)
+		if step == nil {
+			return "", fmt.Errorf("%w: %s: the job has no step %q", ErrUnsupportedStage, stage, name)
+		}
+		if !hasCommands(step.Script) {
+			return "", nil
+		}
+		w.prelude(info, vars)
+		w.cdProject(info)
+		w.commands(step.Script)
+	}
+	return w.String(), nil
+}
+
+// StepStage returns the stage name of a job step ("script" → "step_script").
+func StepStage(name string) executor.Stage { return executor.Stage("step_" + name) }
+
+func hasCommands(lines []string) bool {
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// writer accumulates a script.
+type writer struct{ strings.Builder }
+
+// raw adds one line of shell code.
+func (w *writer) raw(line string) {
+	w.WriteString(line)
+	w.WriteByte('\n')
+}
+
+// echo prints text (any bytes) followed by a newline, optionally coloured.
+func (w *writer) echo(color, text string) {
+	if color == "" {
+		w.raw("printf '%s\\n' " + quote(text))
+		return
+	}
+	// The colour codes are in the format, the text is an argument: printf
+	// interprets nothing in it.
+	w.raw("printf '" + strings.ReplaceAll(color, "\033", `\033`) + "%s" + `\033[0;m\n' ` + quote(text))
+}
+
+func (w *writer) strict(sh string) {
+	if sh == Bash {
+		w.raw("set -eo pipefail")
+	} else {
+		w.raw("set -e")
+	}
+	w.raw("set +x")
+}
+
+// prelude starts a stage script: strict mode, then every variable.
+func (w *writer) prelude(info Info, vars []resolved) {
+	w.strict(info.Shell)
+	madeTmp := false
+	for _, v := range vars {
+		if v.File {
+			if !madeTmp {
+				w.raw("mkdir -p -- " + quote(info.tmpDir()))
+				madeTmp = true
+			}
+			// A fresh file under umask 077 is created with mode 0600; removing
+			// it first keeps an older file's mode from being reused.
+			w.raw("rm -f -- " + quote(v.Value))
+			w.raw("(umask 077 && printf '%s' " + quote(v.Data) + " > " + quote(v.Value) + ")")
+		}
+		w.raw("export " + v.Key + "=" + quote(v.Value))
+	}
+	status := info.JobStatus
+	if status == "" {
+		status = StatusRunning
+	}
+	w.raw("export CI_JOB_STATUS=" + quote(status))
+}
+
+func (w *writer) cdProject(info Info) {
+	w.raw("cd -- " + quote(info.ProjectDir))
+}
+
+// commands prints and runs each line of a script, GitLab style: "$ line"
+// in green, then the line itself. The strict mode of the prelude ends the
+// script at the first failing command, with its exit code.
+func (w *writer) commands(lines []string) {
+	for _, line := range lines {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		shown := strings.TrimRight(line, "\n")
+		if first, _, multi := strings.Cut(shown, "\n"); multi {
+			shown = first + " # collapsed multi-line command"
+		}
+		w.echo(ansiBoldGreen, "$ "+shown)
+		w.raw(line)
+	}
+}
