@@ -1,0 +1,163 @@
+package config
+
+import "time"
+
+// Defaults applied by Parse, matching GitLab Runner.
+const (
+	DefaultConcurrent                     = 1
+	DefaultCheckInterval                  = 3  // seconds
+	DefaultShutdownTimeout                = 30 // seconds
+	DefaultLogLevel                       = "info"
+	DefaultLogFormat                      = "runner"
+	DefaultListenPort                     = "9252"
+	DefaultRequestConcurrency             = 1
+	DefaultOutputLimit                    = 4096 // KiB
+	DefaultJobStatusFinalUpdateRetryLimit = 10
+	DefaultUnhealthyRequestsLimit         = 3
+	DefaultUnhealthyInterval              = 60 * time.Minute
+)
+
+// Config is the whole config.toml of a runner manager. After Parse every
+// default is filled in, so the fields can be used as they are.
+type Config struct {
+	// Concurrent is the maximum number of jobs run at once across all
+	// runners. Always at least 1.
+	Concurrent int `toml:"concurrent"`
+	// CheckInterval is the number of seconds between job requests of one
+	// runner. Parse turns values <= 0 into 3.
+	CheckInterval int `toml:"check_interval"`
+	// LogLevel is one of panic, fatal, error, warn, warning, info, debug
+	// (lower case after Parse; default info).
+	LogLevel string `toml:"log_level"`
+	// LogFormat is one of runner, text, json (default runner).
+	LogFormat string `toml:"log_format"`
+	// ListenAddress is the host:port of the metrics/debug server; empty
+	// means disabled. Parse adds port 9252 when none is given.
+	ListenAddress string `toml:"listen_address"`
+	// ShutdownTimeout is the number of seconds a forceful shutdown may take.
+	// Parse turns values <= 0 into 30.
+	ShutdownTimeout int `toml:"shutdown_timeout"`
+	// User runs the shell executor's processes, if set.
+	User string `toml:"user"`
+	// Labels are default labels for all runners.
+	Labels map[string]string `toml:"labels"`
+	// Runners are the [[runners]] entries, in file order.
+	Runners []RunnerConfig `toml:"runners"`
+
+	// Extra holds the top-level keys drover does not interpret, verbatim as
+	// decoded from TOML: GitLab Runner's session_server, machine,
+	// experimental, sentry_dsn and connection_max_age, and unknown keys
+	// (which Parse also reports as warnings). Save writes them back.
+	Extra map[string]any `toml:"-"`
+}
+
+// CheckIntervalDuration returns CheckInterval as a duration, using the
+// default for values <= 0.
+func (c *Config) CheckIntervalDuration() time.Duration {
+	if c.CheckInterval <= 0 {
+		return DefaultCheckInterval * time.Second
+	}
+	return time.Duration(c.CheckInterval) * time.Second
+}
+
+// ShutdownTimeoutDuration returns ShutdownTimeout as a duration, using the
+// default for values <= 0.
+func (c *Config) ShutdownTimeoutDuration() time.Duration {
+	if c.ShutdownTimeout <= 0 {
+		return DefaultShutdownTimeout * time.Second
+	}
+	return time.Duration(c.ShutdownTimeout) * time.Second
+}
+
+// RunnerConfig is one [[runners]] entry.
+type RunnerConfig struct {
+	Name            string    `toml:"name"`
+	URL             string    `toml:"url"` // $VAR expanded, absolute http(s) URL
+	ID              int64     `toml:"id"`
+	Token           string    `toml:"token"` // $VAR expanded
+	TokenObtainedAt time.Time `toml:"token_obtained_at"`
+	TokenExpiresAt  time.Time `toml:"token_expires_at"` // zero: does not expire
+
+	TLSCAFile   string `toml:"tls-ca-file"`
+	TLSCertFile string `toml:"tls-cert-file"`
+	TLSKeyFile  string `toml:"tls-key-file"`
+
+	// Executor is one of GitLab Runner's executor names; whether drover
+	// supports it is decided elsewhere.
+	Executor string `toml:"executor"`
+	// Shell is "", bash, sh, pwsh or powershell.
+	Shell string `toml:"shell"`
+
+	Limit               int  `toml:"limit"`               // 0 = unlimited
+	RequestConcurrency  int  `toml:"request_concurrency"` // at least 1
+	StrictCheckInterval bool `toml:"strict_check_interval"`
+	OutputLimit         int  `toml:"output_limit"` // KiB, default 4096
+
+	BuildsDir   string   `toml:"builds_dir"`
+	CacheDir    string   `toml:"cache_dir"`
+	CloneURL    string   `toml:"clone_url"`
+	Environment []string `toml:"environment"` // "K=V"
+
+	PreGetSourcesScript  string `toml:"pre_get_sources_script"`
+	PostGetSourcesScript string `toml:"post_get_sources_script"`
+	PreBuildScript       string `toml:"pre_build_script"`
+	PostBuildScript      string `toml:"post_build_script"`
+
+	DebugTraceDisabled             bool          `toml:"debug_trace_disabled"`
+	JobStatusFinalUpdateRetryLimit int           `toml:"job_status_final_update_retry_limit"` // default 10
+	UnhealthyRequestsLimit         int           `toml:"unhealthy_requests_limit"`            // default 3
+	UnhealthyInterval              time.Duration `toml:"unhealthy_interval"`                  // default 60m; 0 allowed
+
+	FeatureFlags map[string]bool   `toml:"feature_flags"`
+	Labels       map[string]string `toml:"labels"`
+
+	// Sub-tables that later work interprets, kept verbatim as decoded from
+	// TOML (nil when absent). Nested tables are map[string]any, arrays of
+	// tables []map[string]any (also when written inline), other arrays
+	// []any, integers int64, floats float64, datetimes time.Time.
+	Docker         map[string]any `toml:"docker"`
+	Machine        map[string]any `toml:"machine"`
+	Autoscaler     map[string]any `toml:"autoscaler"`
+	Instance       map[string]any `toml:"instance"`
+	Custom         map[string]any `toml:"custom"`
+	Cache          map[string]any `toml:"cache"`
+	Kubernetes     map[string]any `toml:"kubernetes"`
+	SSH            map[string]any `toml:"ssh"`
+	Store          map[string]any `toml:"store"`
+	CustomBuildDir map[string]any `toml:"custom_build_dir"`
+	Artifact       map[string]any `toml:"artifact"`
+
+	// Extra holds the other keys of this runner, verbatim: GitLab Runner
+	// keys drover does not interpret (parallels, virtualbox, referees,
+	// monitoring, experimental, prepare_timeout, ...) and unknown keys
+	// (also reported as warnings). Save writes them back.
+	Extra map[string]any `toml:"-"`
+
+	// The url and token as written in the file, before $VAR expansion, and
+	// what they expanded to; Save writes the raw form while the field still
+	// holds the expanded value.
+	rawURL, expandedURL     string
+	rawToken, expandedToken string
+}
+
+// OutputLimitBytes returns the job log limit in bytes, using the default
+// for values <= 0.
+func (r *RunnerConfig) OutputLimitBytes() int64 {
+	kib := int64(r.OutputLimit)
+	if kib <= 0 {
+		kib = DefaultOutputLimit
+	}
+	return kib * 1024
+}
+
+// executors are the executor names GitLab Runner knows. Parse rejects any
+// other value of runners[].executor.
+var executors = []string{
+	"shell", "custom", "instance", "docker", "docker-windows",
+	"docker-autoscaler", "docker+machine", "kubernetes", "ssh",
+	"parallels", "virtualbox",
+}
+
+// shells are the accepted values of runners[].shell ("" means the
+// executor's default).
+var shells = []string{"", "bash", "sh", "pwsh", "powershell"}
