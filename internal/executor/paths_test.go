@@ -1,0 +1,51 @@
+package executor
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/drover-ci/drover/internal/api"
+)
+
+func TestHostPaths(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		s        Settings
+		fullPath string
+		want     Paths
+	}{
+		{
+			name:     "defaults",
+			s:        Settings{ShortToken: "abcdefghi", ConcurrentID: 1},
+			fullPath: "group/project",
+			want: Paths{
+				BuildsDir:  filepath.Join(wd, "builds"),
+				CacheDir:   filepath.Join(wd, "cache"),
+				ProjectDir: filepath.Join(wd, "builds", "abcdefghi", "1", "group", "project"),
+			},
+		},
+		{
+			name:     "traversal dropped",
+			s:        Settings{BuildsDir: "/b", CacheDir: "/c", ShortToken: "../x"},
+			fullPath: "../../etc/./passwd",
+			want:     Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/0/etc/passwd"},
+		},
+		{
+			name: "no project path",
+			s:    Settings{BuildsDir: "/b", CacheDir: "/c", ShortToken: "tok"},
+			want: Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/tok/0/project-42"},
+		},
+	}
+	for _, tt := range tests {
+		job := &api.JobResponse{JobInfo: api.JobInfo{ProjectFullPath: tt.fullPath, ProjectID: 42}}
+		got, err := HostPaths(tt.s, job)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: HostPaths() = %+v, %v; want %+v", tt.name, got, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package shell
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// buffer is a concurrency-safe trace.
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func testJob() *api.JobResponse {
+	return &api.JobResponse{ID: 7, JobInfo: api.JobInfo{ProjectFullPath: "group/sub/project", ProjectID: 3}}
+}
+
+// prepared returns a prepared executor for sh with its trace.
+func prepared(t *testing.T, sh string, grace time.Duration) (*Executor, *buffer) {
+	t.Helper()
+	p := &Provider{GracePeriod: grace}
+	e := p.Create().(*Executor)
+	trace := &buffer{}
+	err := e.Prepare(t.Context(), executor.PrepareOptions{
+		Job:      testJob(),
+		Settings: executor.Settings{Shell: sh, ShortToken: "abcdefghi", ConcurrentID: 2, BuildsDir: filepath.Join(t.TempDir(), "builds"), CacheDir: filepath.Join(t.TempDir(), "cache")},
+		Trace:    trace,
+	})
+	if err != nil {
+		t.Fatalf("Prepare() = %v, want nil", err)
+	}
+	t.Cleanup(func() { e.Cleanup(context.Background()) })
+	return e, trace
+}
+
+func TestProvider(t *testing.T) {
+	p := NewProvider()
+	if !p.CanCreate() {
+		t.Fatal("CanCreate() = false, want true")
+	}
+	if got := p.DefaultShell(); got != "bash" {
+		t.Errorf("DefaultShell() = %q, want bash (installed here)", got)
+	}
+	if d, err := p.Acquire(t.Context(), executor.Settings{}); d != nil || err != nil {
+		t.Errorf("Acquire() = %v, %v; want nil, nil", d, err)
+	}
+	var f api.FeaturesInfo
+	p.Features(&f)
+	want := api.FeaturesInfo{
+		Variables: true, Shared: true, Masking: true, RawVariables: true, MultiBuildSteps: true,
+		ReturnExitCode: true, Refspecs: true, Cancelable: true, CancelGracefully: true,
+		TraceReset: true, TraceChecksum: true, TraceSize: true,
+	}
+	if diff := cmp.Diff(want, f); diff != "" {
+		t.Errorf("Features (-want +got):\n%s", diff)
+	}
+}
+
+func TestPrepareLayout(t *testing.T) {
+	t.Parallel()
+	e, trace := prepared(t, "sh", 0)
+	paths := e.Paths()
+	want := filepath.Join(paths.BuildsDir, "abcdefghi", "2", "group", "sub", "project")
+	if paths.ProjectDir != want {
+		t.Errorf("ProjectDir = %q, want %q", paths.ProjectDir, want)
+	}
+	for _, dir := range []string{paths.ProjectDir, paths.CacheDir} {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			t.Errorf("stat %s = %v, want a directory", dir, err)
+		}
+	}
+	for _, w := range []string{`Preparing the "shell" executor`, "Using Shell (sh) executor...\n"} {
+		if !strings.Contains(trace.String(), w) {
+			t.Errorf("trace lacks %q:\n%s", w, trace)
+		}
+	}
+	if e.Shell() != "sh" || e.GracePeriod != DefaultGracePeriod {
+		t.Errorf("Shell(), GracePeriod = %q, %v; want sh, %v", e.Shell(), e.GracePeriod, DefaultGracePeriod)
+	}
+}
+
+func TestPrepareRejectsShell(t *testing.T) {
+	e := NewProvider().Create()
+	err := e.Prepare(t.Context(), executor.PrepareOptions{Job: testJob(), Settings: executor.Settings{Shell: "pwsh", BuildsDir: t.TempDir()}})
+	if err == nil {
+		t.Fatal("Prepare(shell pwsh) = nil, want an error")
+	}
+	e.Cleanup(t.Context()) // safe after a failed Prepare
+}
+
+func TestRunBeforePrepare(t *testing.T) {
+	if err := NewProvider().Create().Run(t.Context(), executor.Command{Stage: "step_script", Script: "true"}); err == nil {
+		t.Fatal("Run before Prepare = nil, want an error")
+	}
+}
+
+func TestRun(t *testing.T) {
+	for _, sh := range []string{"bash", "sh"} {
+		t.Run(sh, func(t *testing.T) {
+			t.Parallel()
+			e, trace := prepared(t, sh, 0)
+			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "echo out; echo err >&2; pwd"}); err != nil {
+				t.Fatalf("Run(ok) = %v, want nil", err)
+			}
+			for _, w := range []string{"out\n", "err\n", e.Paths().ProjectDir + "\n"} {
+				if !strings.Contains(trace.String(), w) {
+					t.Errorf("trace lacks %q:\n%s", w, trace)
+				}
+			}
+			err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "exit 3"})
+			var be *executor.BuildError
+			if !errors.As(err, &be) || be.ExitCode != 3 {
+				t.Errorf("Run(exit 3) = %v, want *BuildError with exit code 3", err)
+			}
+			err = e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "kill -KILL $$"})
+			if !errors.As(err, &be) || be.ExitCode != 137 {
+				t.Errorf("Run(kill -KILL $$) = %v, want *BuildError with exit code 137", err)
+			}
+			// stdin is empty: a reading command cannot hang or eat the script.
+			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "cat; echo after-cat"}); err != nil || !strings.Contains(trace.String(), "after-cat") {
+				t.Errorf("Run(cat) = %v, want nil and the rest of the script run", err)
+			}
+		})
+	}
+}
+
+// waitFile waits until path has content and returns it.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
+			return strings.TrimSpace(string(b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never written", path)
+	return ""
+}
+
+// alive reports whether pid is a live process (a zombie is dead: some
+// containers' init never reaps orphans).
+func alive(t *testing.T, pidText string) bool {
+	t.Helper()
+	pid, err := strconv.Atoi(pidText)
+	if err != nil {
+		t.Fatalf("pid %q: %v", pidText, err)
+	}
+	stat, err := os.ReadFile("/proc/" + pidText + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X'
+}
+
+func TestCancelKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	e, _ := prepared(t, "bash", 200*time.Millisecond)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\nsleep 100\n"})
+	}()
+	pid := waitFile(t, pidFile)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Run took %v after cancel", d)
+	}
+	if alive(t, pid) {
+		t.Errorf("background sleep %s still alive after Run returned", pid)
+	}
+}
+
+func TestCancelEscalatesToKill(t *testing.T) {
+	t.Parallel()
+	e, _ := prepared(t, "bash", 300*time.Millisecond)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
+		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 100 &\necho $! > " + dir + "/pid\nwait\n"})
+	}()
+	pid := waitFile(t, dir+"/pid")
+	start := time.Now()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+		t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
+	}
+	if alive(t, pid) {
+		t.Errorf("sleep %s survived SIGKILL", pid)
+	}
+}
+
+func TestCancelIsGraceful(t *testing.T) {
+	t.Parallel()
+	e, trace := prepared(t, "bash", 10*time.Second)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
+	}()
+	waitFile(t, dir+"/ready")
+	start := time.Now()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
+	}
+	if !strings.Contains(trace.String(), "cleaning up") {
+		t.Errorf("the TERM trap did not run:\n%s", trace)
+	}
+}
+
+func TestBackgroundChildDoesNotOutliveStage(t *testing.T) {
+	t.Parallel()
+	e, _ := prepared(t, "sh", time.Second)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	start := time.Now()
+	if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\n"}); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Run took %v: the background child held it", d)
+	}
+	if pid := waitFile(t, pidFile); alive(t, pid) {
+		t.Errorf("background sleep %s still alive after the stage", pid)
+	}
+}
+
+func TestStage(t *testing.T) {
+	e := NewProvider().Create()
+	e.SetCurrentStage(executor.StageGetSources)
+	if got := e.CurrentStage(); got != executor.StageGetSources {
+		t.Errorf("CurrentStage() = %q, want %q", got, executor.StageGetSources)
+	}
+}
