@@ -24,14 +24,14 @@ import (
 
 // Config configures New. Zero values mean the documented defaults.
 type Config struct {
-	DataDir         string        // SQLite db + traces live here; created 0700
-	AdminToken      string        // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
-	LongPollTimeout time.Duration // default 50s
-	StaleTimeout    time.Duration // running job with no PUT/PATCH from its runner for this long -> failed runner_system_failure; default 10m
-	TimeoutGrace    time.Duration // running job older than its timeout + grace -> failed job_execution_timeout; default 5m
-	ReapInterval    time.Duration // default 15s
-	PublicURL       string        // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
-	Clock           clock.Clock   // nil = real
+	DataDir         string                // SQLite db + traces live here; created 0700
+	AdminToken      string                // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
+	LongPollTimeout time.Duration         // default 50s
+	StaleTimeout    time.Duration         // running job with no PUT/PATCH from its runner for this long -> failed runner_system_failure; default 10m
+	TimeoutGrace    time.Duration         // running job older than its timeout + grace -> failed job_execution_timeout; default 5m
+	ReapInterval    time.Duration         // default 15s
+	PublicURL       string                // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
+	Clock           clock.Clock           // nil = real
 	Registerer      prometheus.Registerer // nil = a private registry served on /metrics
 }
 
