@@ -91,7 +91,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	fmt.Fprintf(trace, "\033[36;1mPreparing the \"shell\" executor\033[0;m\n")
+	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"shell\" executor\033[0;m\n")
 
 	sh := opts.Settings.Shell
 	if sh == "" {

@@ -1,0 +1,354 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/shell"
+)
+
+// cleanupTimeout bounds cleanup_file_variables and Executor.Cleanup, which
+// run even after the build was aborted.
+const cleanupTimeout = 2 * time.Minute
+
+// Causes of the job context's cancellation.
+var (
+	errJobTimeout     = errors.New("job timeout")
+	errGracefulCancel = errors.New("job canceled")
+)
+
+// Options is what Run needs. Job, Executor and Trace are required.
+type Options struct {
+	Job      *api.JobResponse
+	Provider executor.Provider // for DefaultShell when Settings.Shell is empty
+	Executor executor.Executor
+	Data     executor.Data
+	Settings executor.Settings
+	Trace    io.Writer    // the job log
+	Logger   *slog.Logger // the manager's log; nil discards
+	Clock    clock.Clock  // nil = real
+	Version  string       // shown in "Running with drover <version>"
+}
+
+// Result is how a build ended.
+type Result struct {
+	State         api.JobState      // success or failed
+	FailureReason api.FailureReason // "" on success
+	ExitCode      int               // the failing script's exit code, else 0
+	Canceled      bool              // ended by a graceful cancel
+	Err           error             // what went wrong, for the manager's log
+}
+
+// Run runs the build. Cancelling ctx aborts hard (processes killed,
+// after_script skipped, Result.FailureReason = runner_system_failure unless
+// the caller overrides). A close of gracefulCancel stops the current stage
+// and still runs after_script, then returns Canceled=true with
+// FailureReason job_canceled. The job timeout (job.TimeoutSeconds()) is
+// enforced here: on expiry the script is killed, after_script still runs,
+// and the result is failed with job_execution_timeout.
+//
+// Run writes the whole user-visible log of the build to opts.Trace, ending
+// with "Job succeeded" or "ERROR: Job failed: …". It calls Finish and
+// Cleanup on the executor in every case, but never the provider's Release.
+func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Result {
+	b := &build{opts: opts, clk: clock.OrReal(opts.Clock), log: opts.Logger}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	trace := opts.Trace
+	if trace == nil {
+		trace = io.Discard
+	}
+	b.trace = &traceWriter{w: trace, clk: b.clk}
+	if opts.Job == nil || opts.Executor == nil {
+		err := errors.New("build: no job or no executor")
+		return Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure, Err: err}
+	}
+	b.exec = opts.Executor
+	return b.run(ctx, gracefulCancel)
+}
+
+type build struct {
+	opts  Options
+	clk   clock.Clock
+	log   *slog.Logger
+	trace *traceWriter
+	exec  executor.Executor
+	vars  api.Variables
+	info  shell.Info
+}
+
+func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
+	job := b.opts.Job
+	b.trace.printf("Running with drover %s\n", b.opts.Version)
+	if s := b.opts.Settings; s.RunnerName != "" || s.ShortToken != "" {
+		b.trace.printf("  on %s %s\n", s.RunnerName, s.ShortToken)
+	}
+
+	// The job context ends the job's stages: on the job timeout, on a
+	// graceful cancel, or with ctx. after_script does not run in it.
+	jobCtx, cancelJob := context.WithCancelCause(ctx)
+	defer cancelJob(nil)
+	timeout := time.Duration(job.TimeoutSeconds()) * time.Second
+	timer := b.clk.NewTimer(timeout)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-graceful:
+			cancelJob(errGracefulCancel)
+		case <-timer.C():
+			cancelJob(errJobTimeout)
+		case <-jobCtx.Done():
+		}
+	}()
+
+	err := b.prepare(jobCtx)
+	prepared := err == nil
+	if prepared {
+		err = b.scripts(jobCtx)
+		if ctx.Err() == nil {
+			err = b.afterScript(ctx, jobCtx, err)
+		}
+	}
+	res := b.result(ctx, jobCtx, err, timeout)
+	cancelJob(nil)
+
+	// File variables hold secrets and the executor may hold machines: both
+	// are cleaned up even when ctx was cancelled to abort the build, so this
+	// runs on a context detached from ctx, with a deadline of its own.
+	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if prepared {
+		b.cleanupFileVariables(cleanupCtx)
+	}
+	b.exec.SetCurrentStage(executor.StageFinished)
+	b.exec.Finish(res.Err)
+	b.exec.Cleanup(cleanupCtx)
+	b.footer(res, timeout)
+	return res
+}
+
+// prepare runs prepare_executor and sets up what the stage scripts need.
+func (b *build) prepare(ctx context.Context) error {
+	settings := b.opts.Settings
+	if settings.Shell == "" && b.opts.Provider != nil {
+		settings.Shell = b.opts.Provider.DefaultShell()
+	}
+	b.exec.SetCurrentStage(executor.StagePrepareExecutor)
+	b.trace.sectionStart(executor.StagePrepareExecutor, "")
+	err := b.exec.Prepare(ctx, executor.PrepareOptions{
+		Job: b.opts.Job, Settings: settings, Data: b.opts.Data, Trace: b.trace, Logger: b.log,
+	})
+	b.trace.sectionEnd(executor.StagePrepareExecutor)
+	if err != nil {
+		return fmt.Errorf("prepare executor: %w", err)
+	}
+
+	var paths executor.Paths
+	if pr, ok := b.exec.(executor.PathsReporter); ok {
+		paths = pr.Paths()
+	} else if paths, err = executor.HostPaths(settings, b.opts.Job); err != nil {
+		return fmt.Errorf("prepare executor: %w", err)
+	}
+	b.vars = Variables(b.opts.Job, settings, paths, b.opts.Version)
+	b.info = shell.Info{
+		Shell:      b.exec.Shell(),
+		Job:        b.opts.Job,
+		Variables:  b.vars,
+		ProjectDir: paths.ProjectDir,
+		BuildsDir:  paths.BuildsDir,
+	}
+	return nil
+}
+
+// scripts runs prepare_script, get_sources and the job's steps other than
+// after_script. It returns the first error; once one happened, only steps
+// with when: on_failure or always still run, and none after the job
+// context ended.
+func (b *build) scripts(ctx context.Context) error {
+	if err := b.stage(ctx, executor.StagePrepareScript, "Preparing environment", b.info); err != nil {
+		return err
+	}
+	if err := b.stage(ctx, executor.StageGetSources, "Getting source from Git repository", b.info); err != nil {
+		return err
+	}
+	var first error
+	for _, step := range b.opts.Job.Steps {
+		if step.Name == api.StepAfterScript {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		switch step.When {
+		case api.WhenAlways:
+		case api.WhenOnFailure:
+			if first == nil {
+				continue
+			}
+		default: // on_success
+			if first != nil {
+				continue
+			}
+		}
+		info := b.info
+		if first != nil {
+			info.JobStatus = shell.StatusFailed
+		}
+		stage := shell.StepStage(step.Name)
+		err := b.stage(ctx, stage, fmt.Sprintf("Executing %q stage of the job script", stage), info)
+		var be *executor.BuildError
+		if err != nil && step.AllowFailure && errors.As(err, &be) {
+			b.trace.line(ansiYellow, fmt.Sprintf("WARNING: %s failed (%v), but it is allowed to fail", stage, err))
+			continue
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// afterScript runs after_script in ctx (not jobCtx: it runs after a
+// timeout or graceful cancel too) under RUNNER_AFTER_SCRIPT_TIMEOUT. It
+// returns the build's error: unchanged, unless AFTER_SCRIPT_IGNORE_ERRORS
+// is false and a failing after_script fails an otherwise successful job.
+func (b *build) afterScript(ctx, jobCtx context.Context, err error) error {
+	info := b.info
+	info.JobStatus = jobStatus(jobCtx, err)
+	timeout := afterScriptTimeout(b.vars)
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := b.clk.NewTimer(timeout)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel(errJobTimeout)
+		case <-actx.Done():
+		}
+	}()
+
+	aerr := b.stage(actx, executor.StageAfterScript, "Running after_script", info)
+	var be *executor.BuildError
+	switch {
+	case aerr == nil:
+	case ctx.Err() != nil:
+		// Aborted: the caller knows.
+	case context.Cause(actx) == errJobTimeout:
+		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: after_script timed out after %v, but job will continue unaffected", timeout))
+	case errors.As(aerr, &be) && !afterScriptIgnoresErrors(b.vars) && err == nil:
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: after_script failed: %v", aerr))
+		return aerr
+	default:
+		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: after_script failed, but job will continue unaffected: %v", aerr))
+	}
+	return err
+}
+
+// jobStatus is CI_JOB_STATUS for after_script.
+func jobStatus(jobCtx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return shell.StatusSuccess
+	case context.Cause(jobCtx) == errGracefulCancel:
+		return shell.StatusCanceled
+	default:
+		return shell.StatusFailed
+	}
+}
+
+func (b *build) cleanupFileVariables(ctx context.Context) {
+	err := b.stage(ctx, executor.StageCleanupFileVariables, "Cleaning up project directory and file based variables", b.info)
+	if err != nil {
+		b.log.Warn("cleanup of file variables failed", "err", err)
+	}
+}
+
+// stage generates and runs one stage script in its log section. A stage
+// with nothing to do is skipped without a section.
+func (b *build) stage(ctx context.Context, stage executor.Stage, header string, info shell.Info) error {
+	b.exec.SetCurrentStage(stage)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	script, err := shell.Generate(stage, info)
+	if err != nil {
+		return &configError{fmt.Errorf("%s: %w", stage, err)}
+	}
+	if script == "" {
+		return nil
+	}
+	b.trace.sectionStart(stage, header)
+	err = b.exec.Run(ctx, executor.Command{Stage: stage, Script: script})
+	b.trace.sectionEnd(stage)
+	if err != nil {
+		b.log.Debug("stage failed", "stage", stage, "err", err)
+	}
+	return err
+}
+
+// configError is a job configuration drover cannot run (a bad
+// GIT_STRATEGY, an invalid ref): runner_configuration_error.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// result classifies the build's error.
+func (b *build) result(ctx, jobCtx context.Context, err error, timeout time.Duration) Result {
+	failed := func(reason api.FailureReason, err error) Result {
+		return Result{State: api.StateFailed, FailureReason: reason, Err: err}
+	}
+	var be *executor.BuildError
+	var ce *configError
+	switch {
+	case ctx.Err() != nil:
+		return failed(api.RunnerSystemFailure, fmt.Errorf("build aborted: %w", context.Cause(ctx)))
+	case err == nil:
+		return Result{State: api.StateSuccess}
+	case errors.As(err, &be):
+		r := failed(be.Reason, err)
+		if r.FailureReason == "" {
+			r.FailureReason = api.ScriptFailure
+		}
+		r.ExitCode = be.ExitCode
+		return r
+	case context.Cause(jobCtx) == errJobTimeout:
+		return failed(api.JobExecutionTimeout, fmt.Errorf("execution took longer than %v: %w", timeout, err))
+	case context.Cause(jobCtx) == errGracefulCancel:
+		r := failed(api.JobCanceled, fmt.Errorf("canceled: %w", err))
+		r.Canceled = true
+		return r
+	case errors.As(err, &ce):
+		return failed(api.RunnerConfigurationError, err)
+	default:
+		return failed(api.RunnerSystemFailure, err)
+	}
+}
+
+// footer writes the build's last line.
+func (b *build) footer(res Result, timeout time.Duration) {
+	var be *executor.BuildError
+	switch {
+	case res.State == api.StateSuccess:
+		b.trace.line(ansiBoldGreen, "Job succeeded")
+	case res.FailureReason == api.JobExecutionTimeout:
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: execution took longer than %d seconds", int(timeout/time.Second)))
+	case res.Canceled:
+		b.trace.line(ansiBoldRed, "ERROR: Job failed: canceled")
+	case errors.As(res.Err, &be) && be.Inner == nil:
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: exit code %d", be.ExitCode))
+	case res.FailureReason == api.RunnerSystemFailure:
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed (system failure): %v", res.Err))
+	default:
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %v", res.Err))
+	}
+}

@@ -1,0 +1,426 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+	shellexec "github.com/drover-ci/drover/internal/executor/shell"
+)
+
+// buffer is a concurrency-safe trace.
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// recorder is the real shell executor, recording the calls the build makes.
+type recorder struct {
+	executor.Executor
+	mu         sync.Mutex
+	stages     []executor.Stage
+	finished   bool
+	cleanedUp  bool
+	cleanupErr error // ctx.Err() seen by Cleanup
+}
+
+func (r *recorder) SetCurrentStage(s executor.Stage) {
+	r.mu.Lock()
+	r.stages = append(r.stages, s)
+	r.mu.Unlock()
+	r.Executor.SetCurrentStage(s)
+}
+
+func (r *recorder) Finish(err error) {
+	r.mu.Lock()
+	r.finished = true
+	r.mu.Unlock()
+	r.Executor.Finish(err)
+}
+
+func (r *recorder) Cleanup(ctx context.Context) {
+	r.mu.Lock()
+	r.cleanedUp, r.cleanupErr = true, ctx.Err()
+	r.mu.Unlock()
+	r.Executor.Cleanup(ctx)
+}
+
+func job(script []string, after []string, vars ...api.Variable) *api.JobResponse {
+	j := &api.JobResponse{
+		ID:         11,
+		JobInfo:    api.JobInfo{ProjectFullPath: "group/project", ProjectID: 5},
+		RunnerInfo: api.RunnerInfo{Timeout: 60},
+		Variables:  append(api.Variables{{Key: "GIT_STRATEGY", Value: "none"}}, vars...),
+		Steps:      []api.Step{{Name: api.StepScript, Script: script, When: api.WhenOnSuccess}},
+	}
+	if after != nil {
+		j.Steps = append(j.Steps, api.Step{Name: api.StepAfterScript, Script: after, When: api.WhenAlways})
+	}
+	return j
+}
+
+type fixture struct {
+	opts  Options
+	trace *buffer
+	rec   *recorder
+}
+
+func newFixture(t *testing.T, sh string, j *api.JobResponse) *fixture {
+	t.Helper()
+	p := &shellexec.Provider{GracePeriod: 300 * time.Millisecond}
+	rec := &recorder{Executor: p.Create()}
+	trace := &buffer{}
+	return &fixture{
+		trace: trace,
+		rec:   rec,
+		opts: Options{
+			Job: j, Provider: p, Executor: rec, Trace: trace, Version: "test",
+			Settings: executor.Settings{
+				RunnerName: "tester", Shell: sh, ShortToken: "abcdefghi", ConcurrentID: 1,
+				BuildsDir: filepath.Join(t.TempDir(), "builds"), CacheDir: filepath.Join(t.TempDir(), "cache"),
+			},
+		},
+	}
+}
+
+func (f *fixture) run(ctx context.Context, graceful <-chan struct{}) Result {
+	return Run(ctx, graceful, f.opts)
+}
+
+func (f *fixture) projectDir() string {
+	return filepath.Join(f.opts.Settings.BuildsDir, "abcdefghi", "1", "group", "project")
+}
+
+func (f *fixture) assertTrace(t *testing.T, want, notWant []string) {
+	t.Helper()
+	tr := f.trace.String()
+	for _, w := range want {
+		if !strings.Contains(tr, w) {
+			t.Errorf("trace lacks %q:\n%s", w, tr)
+		}
+	}
+	for _, w := range notWant {
+		if strings.Contains(tr, w) {
+			t.Errorf("trace contains %q:\n%s", w, tr)
+		}
+	}
+}
+
+func checkResult(t *testing.T, got, want Result) {
+	t.Helper()
+	got.Err = nil
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Result (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunScripts(t *testing.T) {
+	for _, sh := range []string{"bash", "sh"} {
+		t.Run(sh+"/success", func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, sh, job([]string{"echo hello"}, []string{`echo "after=$CI_JOB_STATUS"`}))
+			res := f.run(t.Context(), nil)
+			checkResult(t, res, Result{State: api.StateSuccess})
+			if res.Err != nil {
+				t.Errorf("Result.Err = %v, want nil", res.Err)
+			}
+			f.assertTrace(t, []string{
+				"Running with drover test\n  on tester abcdefghi\n",
+				":prepare_executor\r\033[0K", "Using Shell (" + sh + ") executor...",
+				":prepare_script\r\033[0K", "Running on ",
+				"Skipping Git repository setup",
+				":step_script\r\033[0K\033[0K\033[36;1mExecuting \"step_script\" stage of the job script",
+				"$ echo hello", "hello\n", "section_end:",
+				"Running after_script", "after=success\n",
+				"\033[32;1mJob succeeded\033[0;m\n",
+			}, nil)
+		})
+		t.Run(sh+"/failure", func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, sh, job([]string{"echo one", "exit 3", "echo two"}, []string{`echo "after=$CI_JOB_STATUS"`}))
+			res := f.run(t.Context(), nil)
+			checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3})
+			f.assertTrace(t, []string{"one\n", "after=failed\n", "\033[31;1mERROR: Job failed: exit code 3\033[0;m\n"}, []string{"two\n", "Job succeeded"})
+		})
+	}
+}
+
+func TestStagesAndCleanup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "bash", job([]string{"true"}, []string{"true"}, api.Variable{Key: "F", Value: "x", File: true}))
+	f.run(t.Context(), nil)
+	want := []executor.Stage{
+		executor.StagePrepareExecutor, executor.StagePrepareScript, executor.StageGetSources,
+		executor.StageStepScript, executor.StageAfterScript, executor.StageCleanupFileVariables, executor.StageFinished,
+	}
+	if diff := cmp.Diff(want, f.rec.stages); diff != "" {
+		t.Errorf("stages (-want +got):\n%s", diff)
+	}
+	if !f.rec.finished || !f.rec.cleanedUp {
+		t.Errorf("Finish called %v, Cleanup called %v; want both", f.rec.finished, f.rec.cleanedUp)
+	}
+}
+
+func TestVariablesAndLayout(t *testing.T) {
+	t.Parallel()
+	j := job([]string{
+		`echo "pwd=$(pwd)"`,
+		`echo "project=$CI_PROJECT_DIR builds=$CI_BUILDS_DIR"`,
+		`echo "ids=$CI_CONCURRENT_ID/$CI_CONCURRENT_PROJECT_ID token=$CI_RUNNER_SHORT_TOKEN server=$CI_SERVER"`,
+		`echo "timeout=$CI_JOB_TIMEOUT shared=$CI_SHARED_ENVIRONMENT arch=$CI_RUNNER_EXECUTABLE_ARCH"`,
+		`echo "override=$OVERRIDE runner=$FROM_RUNNER job=$JOB_VAR"`,
+	}, nil,
+		api.Variable{Key: "OVERRIDE", Value: "job"},
+		api.Variable{Key: "JOB_VAR", Value: "in $CI_PROJECT_DIR"},
+	)
+	f := newFixture(t, "sh", j)
+	f.opts.Settings.Environment = []string{"OVERRIDE=runner", "FROM_RUNNER=yes", "malformed"}
+	res := f.run(t.Context(), nil)
+	checkResult(t, res, Result{State: api.StateSuccess})
+	dir, builds := f.projectDir(), f.opts.Settings.BuildsDir
+	f.assertTrace(t, []string{
+		"pwd=" + dir + "\n",
+		"project=" + dir + " builds=" + builds + "\n",
+		"ids=1/1 token=abcdefghi server=yes\n",
+		"timeout=60 shared=true arch=",
+		"override=runner runner=yes job=in " + dir + "\n",
+	}, nil)
+}
+
+func TestFileVariableLifecycle(t *testing.T) {
+	t.Parallel()
+	content := "line one\nit's $NOT_EXPANDED\n"
+	j := job([]string{`cat "$SECRET"`, `echo "path=$SECRET"`, `ls -l "$SECRET" | cut -c1-10`}, nil,
+		api.Variable{Key: "SECRET", Value: content, File: true, Raw: true})
+	f := newFixture(t, "bash", j)
+	res := f.run(t.Context(), nil)
+	checkResult(t, res, Result{State: api.StateSuccess})
+	path := filepath.Join(f.projectDir()+".tmp", "SECRET")
+	f.assertTrace(t, []string{content, "path=" + path + "\n", "-rw-------\n", ":cleanup_file_variables\r"}, nil)
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("stat %s after the build = %v, want not exist", path, err)
+	}
+}
+
+func TestStepsWhen(t *testing.T) {
+	t.Parallel()
+	j := job([]string{"exit 2"}, []string{"echo after"})
+	j.Steps = append(j.Steps,
+		api.Step{Name: "release", Script: []string{"echo released"}},
+		api.Step{Name: "notify", Script: []string{`echo "notified $CI_JOB_STATUS"`}, When: api.WhenOnFailure},
+		api.Step{Name: "report", Script: []string{"echo reported", "exit 9"}, When: api.WhenAlways},
+	)
+	f := newFixture(t, "sh", j)
+	res := f.run(t.Context(), nil)
+	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 2})
+	f.assertTrace(t, []string{"notified failed\n", "reported\n", `"step_notify"`, "after\n"}, []string{"released"})
+}
+
+func TestJobTimeout(t *testing.T) {
+	t.Parallel()
+	j := job([]string{"sleep 30"}, []string{`echo "after=$CI_JOB_STATUS"`})
+	j.RunnerInfo.Timeout = 1
+	f := newFixture(t, "bash", j)
+	start := time.Now()
+	res := f.run(t.Context(), nil)
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Run took %v with a 1 s job timeout", d)
+	}
+	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.JobExecutionTimeout})
+	f.assertTrace(t, []string{"after=failed\n", "ERROR: Job failed: execution took longer than 1 seconds"}, nil)
+}
+
+func TestGracefulCancel(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := newFixture(t, "bash", job([]string{"echo up > " + dir + "/started", "sleep 30"}, []string{`echo "after=$CI_JOB_STATUS"`}))
+	graceful := make(chan struct{})
+	go func() {
+		waitFile(t, dir+"/started")
+		close(graceful)
+	}()
+	start := time.Now()
+	res := f.run(t.Context(), graceful)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Run took %v after a graceful cancel", d)
+	}
+	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.JobCanceled, Canceled: true})
+	f.assertTrace(t, []string{"after=canceled\n", "ERROR: Job failed: canceled"}, nil)
+}
+
+func TestHardCancel(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	j := job([]string{"sleep 100 &", "echo $! > " + dir + "/pid", "sleep 100"}, []string{"echo after-ran"},
+		api.Variable{Key: "SECRET", Value: "s", File: true})
+	f := newFixture(t, "bash", j)
+	ctx, cancel := context.WithCancel(t.Context())
+	var pid string
+	go func() {
+		pid = waitFile(t, dir+"/pid")
+		cancel()
+	}()
+	res := f.run(ctx, nil)
+	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+	if res.Err == nil {
+		t.Error("Result.Err = nil, want the abort")
+	}
+	if alive(t, pid) {
+		t.Errorf("background sleep %s survived the hard cancel", pid)
+	}
+	f.assertTrace(t, []string{"ERROR: Job failed (system failure)"}, []string{"after-ran"})
+	if _, err := os.Stat(filepath.Join(f.projectDir()+".tmp", "SECRET")); !os.IsNotExist(err) {
+		t.Errorf("file variable after a hard cancel: stat = %v, want not exist", err)
+	}
+	if !f.rec.cleanedUp || f.rec.cleanupErr != nil {
+		t.Errorf("Cleanup called %v with ctx.Err() = %v; want called on a live context", f.rec.cleanedUp, f.rec.cleanupErr)
+	}
+}
+
+func TestAfterScript(t *testing.T) {
+	t.Run("timeout does not fail the job", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", job([]string{"true"}, []string{"sleep 30"}, api.Variable{Key: "RUNNER_AFTER_SCRIPT_TIMEOUT", Value: "1s"}))
+		start := time.Now()
+		res := f.run(t.Context(), nil)
+		if d := time.Since(start); d > 4*time.Second {
+			t.Errorf("Run took %v with a 1 s after_script timeout", d)
+		}
+		checkResult(t, res, Result{State: api.StateSuccess})
+		f.assertTrace(t, []string{"WARNING: after_script timed out"}, nil)
+	})
+	t.Run("errors ignored by default", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "sh", job([]string{"true"}, []string{"exit 5"}))
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
+		f.assertTrace(t, []string{"WARNING: after_script failed, but job will continue unaffected: exit code 5"}, nil)
+	})
+	t.Run("AFTER_SCRIPT_IGNORE_ERRORS=false", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "sh", job([]string{"true"}, []string{"exit 5"}, api.Variable{Key: "AFTER_SCRIPT_IGNORE_ERRORS", Value: "false"}))
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 5})
+	})
+}
+
+func TestSystemAndConfigFailures(t *testing.T) {
+	t.Run("prepare", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "pwsh", job([]string{"true"}, []string{"echo after"}))
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+		f.assertTrace(t, []string{"ERROR: Job failed (system failure): prepare executor"}, []string{"after"})
+		if !f.rec.cleanedUp {
+			t.Error("Cleanup not called after a failed Prepare")
+		}
+	})
+	t.Run("bad GIT_STRATEGY", func(t *testing.T) {
+		t.Parallel()
+		j := job([]string{"echo never"}, nil, api.Variable{Key: "GIT_STRATEGY", Value: "teleport"})
+		j.GitInfo.RepoURL = "file:///nonexistent"
+		f := newFixture(t, "bash", j)
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.RunnerConfigurationError})
+		f.assertTrace(t, []string{`GIT_STRATEGY "teleport"`}, []string{"never\n"})
+	})
+	t.Run("no executor", func(t *testing.T) {
+		res := Run(t.Context(), nil, Options{Job: job(nil, nil)})
+		checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+	})
+}
+
+func TestGetSources(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo := t.TempDir()
+	gitCmd := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t.invalid")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	gitCmd("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "file.txt"), []byte("content\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitCmd("add", "file.txt")
+	gitCmd("commit", "-q", "-m", "first")
+	sha := gitCmd("rev-parse", "HEAD")
+
+	newJob := func(sha string) *api.JobResponse {
+		j := job([]string{"cat file.txt"}, []string{"echo after"})
+		j.Variables = nil
+		j.GitInfo = api.GitInfo{RepoURL: "file://" + repo, Ref: "main", Sha: sha, RefType: "branch", Depth: 1}
+		return j
+	}
+	t.Run("ok", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", newJob(sha))
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
+		f.assertTrace(t, []string{"Fetching changes with git depth set to 1...", "Checking out " + sha[:8], "content\n"}, nil)
+	})
+	t.Run("bad sha", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", newJob(strings.Repeat("0f", 20)))
+		res := f.run(t.Context(), nil)
+		if res.State != api.StateFailed || res.FailureReason != api.ScriptFailure || res.ExitCode == 0 {
+			t.Errorf("Result = %+v, want failed, script_failure, non-zero exit code", res)
+		}
+		f.assertTrace(t, []string{"after\n"}, []string{"content\n"})
+	})
+}
+
+// waitFile waits until path holds a complete line and returns it.
+func waitFile(t *testing.T, path string) string {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
+			return strings.TrimSpace(string(b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("%s never written", path)
+	return ""
+}
+
+// alive reports whether pid is a live process; a zombie is dead.
+func alive(t *testing.T, pidText string) bool {
+	t.Helper()
+	pid, err := strconv.Atoi(pidText)
+	if err != nil {
+		t.Fatalf("pid %q: %v", pidText, err)
+	}
+	stat, err := os.ReadFile("/proc/" + pidText + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X'
+}

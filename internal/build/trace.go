@@ -1,0 +1,95 @@
+package build
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// ANSI sequences of the job log, as GitLab Runner writes them.
+const (
+	ansiClear     = "\033[0K"
+	ansiReset     = "\033[0;m"
+	ansiBoldRed   = "\033[31;1m"
+	ansiBoldGreen = "\033[32;1m"
+	ansiBoldCyan  = "\033[36;1m"
+	ansiYellow    = "\033[0;33m"
+)
+
+// traceWriter is the job log as the build and its executor share it:
+// writes are serialised, and it knows whether the last line is complete so
+// that a section end always starts a line.
+type traceWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	clk     clock.Clock
+	midLine bool
+}
+
+func (t *traceWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.writeLocked(p)
+}
+
+func (t *traceWriter) writeLocked(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := t.w.Write(p)
+	if n > 0 {
+		t.midLine = p[n-1] != '\n'
+	}
+	return n, err
+}
+
+// printf writes a formatted message; errors of the log sink are the trace
+// uploader's business, not the build's.
+func (t *traceWriter) printf(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, _ = t.writeLocked(fmt.Appendf(nil, format, args...))
+}
+
+// line writes text as a line of its own, in colour when color is set.
+func (t *traceWriter) line(color, text string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.midLine {
+		_, _ = t.writeLocked([]byte("\n"))
+	}
+	if color != "" {
+		text = color + text + ansiReset
+	}
+	_, _ = t.writeLocked([]byte(text + "\n"))
+}
+
+// sectionStart opens the log section of stage; header, when set, is its
+// visible title.
+func (t *traceWriter) sectionStart(stage executor.Stage, header string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.midLine {
+		_, _ = t.writeLocked([]byte("\n"))
+	}
+	_, _ = t.writeLocked(fmt.Appendf(nil, "section_start:%d:%s\r%s", t.clk.Now().Unix(), stage, ansiClear))
+	if header != "" {
+		_, _ = t.writeLocked([]byte(ansiClear + ansiBoldCyan + header + ansiReset + "\n"))
+	}
+}
+
+// sectionEnd closes the log section of stage, on a line of its own.
+func (t *traceWriter) sectionEnd(stage executor.Stage) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.midLine {
+		_, _ = t.writeLocked([]byte("\n"))
+	}
+	_, _ = t.writeLocked(fmt.Appendf(nil, "section_end:%d:%s\r%s", t.clk.Now().Unix(), stage, ansiClear))
+	// The marker ends with a carriage return, not a newline: the next
+	// section starts on the same line, as in GitLab's logs.
+	t.midLine = false
+}

@@ -1,0 +1,70 @@
+package build
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Variables returns the variables a job's scripts get, lowest precedence
+// first: the runner's predefined CI_* variables, the job's variables, then
+// the runner's environment setting (K=V entries), which therefore wins.
+// Predefined values are raw: a path is never expanded.
+func Variables(job *api.JobResponse, s executor.Settings, paths executor.Paths, version string) api.Variables {
+	predef := func(k, v string) api.Variable {
+		return api.Variable{Key: k, Value: v, Public: true, Internal: true, Raw: true}
+	}
+	id := strconv.Itoa(s.ConcurrentID)
+	vars := api.Variables{
+		predef("CI_BUILDS_DIR", paths.BuildsDir),
+		predef("CI_PROJECT_DIR", paths.ProjectDir),
+		predef("CI_CONCURRENT_ID", id),
+		// drover does not count jobs per project; the slot number keeps
+		// the value unique among the jobs running on this runner.
+		predef("CI_CONCURRENT_PROJECT_ID", id),
+		predef("CI_RUNNER_SHORT_TOKEN", s.ShortToken),
+		predef("CI_SERVER", "yes"),
+		predef("CI_JOB_TIMEOUT", strconv.Itoa(job.TimeoutSeconds())),
+		predef("CI_SHARED_ENVIRONMENT", "true"),
+		predef("CI_RUNNER_EXECUTABLE_ARCH", runtime.GOOS+"/"+runtime.GOARCH),
+	}
+	if version != "" {
+		vars = append(vars, predef("CI_RUNNER_VERSION", version))
+	}
+	vars = append(vars, job.Variables...)
+	for _, kv := range s.Environment {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		vars = append(vars, api.Variable{Key: k, Value: v, Public: true, Internal: true})
+	}
+	return vars
+}
+
+// afterScriptTimeout reads RUNNER_AFTER_SCRIPT_TIMEOUT: a Go duration
+// ("10m") or a number of seconds; default 5 minutes.
+func afterScriptTimeout(vars api.Variables) time.Duration {
+	const def = 5 * time.Minute
+	v := strings.TrimSpace(vars.Get("RUNNER_AFTER_SCRIPT_TIMEOUT"))
+	if v == "" {
+		return def
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return def
+}
+
+// afterScriptIgnoresErrors reads AFTER_SCRIPT_IGNORE_ERRORS (default true).
+func afterScriptIgnoresErrors(vars api.Variables) bool {
+	v, err := strconv.ParseBool(strings.TrimSpace(vars.Get("AFTER_SCRIPT_IGNORE_ERRORS")))
+	return err != nil || v
+}
