@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-ci/drover/internal/coordinator"
+)
+
+func newCoordinatorCmd() *cobra.Command {
+	var (
+		listen, data, publicURL, logLevel, logFormat string
+		longPoll, stale, grace                       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Run the job coordinator (GitLab runner API v4 + drover API v1)",
+		Long: `Runs drover's coordinator: the job queue, GitLab's runner API v4 under /api/v4
+(so GitLab Runner and drover managers can take jobs from it) and drover's
+admin API under /api/v1 (submit and inspect jobs, create runner tokens).
+
+State lives in an SQLite database under --data. On first start an admin
+token is written to DATA/admin-token (mode 0600); DROVER_ADMIN_TOKEN
+overrides it. Metrics: /metrics; health: /health/live, /health/ready.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			if err != nil {
+				return usageError(err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c, err := coordinator.New(ctx, logger, coordinator.Config{
+				DataDir:         data,
+				AdminToken:      os.Getenv("DROVER_ADMIN_TOKEN"),
+				LongPollTimeout: longPoll,
+				StaleTimeout:    stale,
+				TimeoutGrace:    grace,
+				PublicURL:       publicURL,
+			})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if p := c.AdminTokenPath(); p != "" {
+				logger.Info("admin token", "path", p)
+			} else {
+				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return usageError(err)
+			}
+			srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 30 * time.Second}
+			go func() { _ = c.Run(ctx) }()
+			go func() {
+				<-ctx.Done()
+				// Held long polls end with the shutdown; give them a moment.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+			logger.Info("coordinator listening", "addr", "http://"+ln.Addr().String(), "data", data)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			logger.Info("coordinator stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port)")
+	f.StringVar(&data, "data", "./.drover", "data directory (SQLite database, job logs, admin token)")
+	f.StringVar(&publicURL, "public-url", "", "URL runners and users reach this coordinator at (default: taken from each request's Host)")
+	f.DurationVar(&longPoll, "long-poll-timeout", 50*time.Second, "how long a jobs/request with a current last_update is held waiting for a job")
+	f.DurationVar(&stale, "stale-timeout", 10*time.Minute, "a running job whose runner has been silent this long fails with runner_system_failure")
+	f.DurationVar(&grace, "timeout-grace", 5*time.Minute, "extra time past a job's timeout before the coordinator fails it itself")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	return cmd
+}

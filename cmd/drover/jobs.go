@@ -1,0 +1,238 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-ci/drover/internal/client"
+)
+
+// apiFlags are the flags every job command shares.
+type apiFlags struct {
+	url, token, data string
+}
+
+func (a *apiFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.url, "url", envOr("DROVER_URL", "http://127.0.0.1:8080"), "coordinator URL (env DROVER_URL)")
+	cmd.Flags().StringVar(&a.token, "token", "", "admin token (default: env DROVER_ADMIN_TOKEN, else DATA/admin-token)")
+	cmd.Flags().StringVar(&a.data, "data", "./.drover", "coordinator data directory to read the admin token from")
+}
+
+func (a *apiFlags) client() (*client.Client, error) {
+	tok := a.token
+	if tok == "" {
+		tok = os.Getenv("DROVER_ADMIN_TOKEN")
+	}
+	if tok == "" {
+		b, err := os.ReadFile(filepath.Join(a.data, "admin-token"))
+		if err != nil {
+			return nil, usageError(fmt.Errorf("no admin token: pass --token, set DROVER_ADMIN_TOKEN or point --data at the coordinator's data directory (%v)", err))
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	return client.New(a.url, tok, nil), nil
+}
+
+func parseKV(s string) (string, string, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return "", "", fmt.Errorf("%q: want KEY=VALUE", s)
+	}
+	return k, v, nil
+}
+
+func newSubmitCmd() *cobra.Command {
+	var (
+		af                     apiFlags
+		spec                   client.JobSpec
+		vars, masked, files    []string
+		gitURL, gitRef, gitSha string
+		gitDepth               int
+		wait                   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit",
+		Short: "Submit a job to a drover coordinator",
+		Example: `  drover submit --name hello --script 'echo hello' --wait
+  drover submit --name build --script 'make' --var GOFLAGS=-mod=mod --tag linux \
+      --git-url https://example.com/repo.git --git-ref main --git-depth 1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if spec.Name == "" || len(spec.Script) == 0 {
+				return usageError(errors.New("--name and at least one --script are required"))
+			}
+			for _, set := range []struct {
+				list         []string
+				masked, file bool
+			}{{vars, false, false}, {masked, true, false}, {files, false, true}} {
+				for _, s := range set.list {
+					k, v, err := parseKV(s)
+					if err != nil {
+						return usageError(err)
+					}
+					spec.Variables = append(spec.Variables, client.Variable{Key: k, Value: v, Masked: set.masked, File: set.file})
+				}
+			}
+			if gitURL != "" {
+				spec.Git = &client.Git{RepoURL: gitURL, Ref: gitRef, Sha: gitSha, Depth: gitDepth}
+			}
+			c, err := af.client()
+			if err != nil {
+				return err
+			}
+			j, err := c.Submit(cmd.Context(), spec)
+			if err != nil {
+				return err
+			}
+			if !wait {
+				fmt.Fprintln(cmd.OutOrStdout(), j.ID)
+				return nil
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "job %d submitted; waiting for it\n", j.ID)
+			final, err := c.Follow(cmd.Context(), j.ID, cmd.OutOrStdout(), 200*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "job %d: %s %s\n", final.ID, final.Status, final.FailureReason)
+			if final.Status != "success" {
+				return &exitError{code: 1, err: fmt.Errorf("job %d ended %s", final.ID, final.Status)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	af.add(cmd)
+	f.StringVar(&spec.Name, "name", "", "job name (required)")
+	f.StringVar(&spec.Project, "project", "", "project path (default default/default)")
+	f.StringArrayVar(&spec.Script, "script", nil, "a script line (repeat for more lines)")
+	f.StringArrayVar(&spec.AfterScript, "after-script", nil, "an after_script line (repeatable)")
+	f.StringArrayVar(&vars, "var", nil, "variable KEY=VALUE (repeatable)")
+	f.StringArrayVar(&masked, "masked-var", nil, "masked variable KEY=VALUE, hidden in the log (repeatable)")
+	f.StringArrayVar(&files, "file-var", nil, "file variable KEY=VALUE: the job sees KEY as a path to a file holding VALUE (repeatable)")
+	f.StringArrayVar(&spec.Tags, "tag", nil, "required runner tag (repeatable)")
+	f.IntVar(&spec.Timeout, "timeout", 0, "job timeout in seconds (default 3600)")
+	f.StringVar(&spec.Image, "image", "", "image (for executors that use one)")
+	f.StringVar(&gitURL, "git-url", "", "repository to check out")
+	f.StringVar(&gitRef, "git-ref", "", "branch or tag to check out")
+	f.StringVar(&gitSha, "git-sha", "", "commit to check out")
+	f.IntVar(&gitDepth, "git-depth", 0, "shallow clone depth (0 = full)")
+	f.BoolVar(&wait, "wait", false, "stream the job's log and exit 0 only if it succeeds")
+	return cmd
+}
+
+func newJobsCmd() *cobra.Command {
+	var af apiFlags
+	var status string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List jobs of a drover coordinator",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := af.client()
+			if err != nil {
+				return err
+			}
+			jobs, err := c.Jobs(cmd.Context(), status, limit)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tPROJECT\tSTATUS\tREASON\tEXIT\tRUNNER\tCREATED")
+			for _, j := range jobs {
+				exit, runner, created := "", "", ""
+				if j.ExitCode != nil {
+					exit = strconv.Itoa(*j.ExitCode)
+				}
+				if j.RunnerID != nil {
+					runner = strconv.FormatInt(*j.RunnerID, 10)
+				}
+				if j.CreatedAt != nil {
+					created = j.CreatedAt.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Name, j.Project, j.Status, j.FailureReason, exit, runner, created)
+			}
+			return tw.Flush()
+		},
+	}
+	af.add(cmd)
+	cmd.Flags().StringVar(&status, "status", "", "only jobs with this status")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many jobs")
+	return cmd
+}
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageError(fmt.Errorf("job id %q: want a positive number", s))
+	}
+	return id, nil
+}
+
+func newLogsCmd() *cobra.Command {
+	var af apiFlags
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs JOB_ID",
+		Short: "Print a job's log (-f follows it until the job ends)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := af.client()
+			if err != nil {
+				return err
+			}
+			if follow {
+				_, err := c.Follow(cmd.Context(), id, cmd.OutOrStdout(), 500*time.Millisecond)
+				return err
+			}
+			b, _, err := c.Trace(cmd.Context(), id, 0)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	}
+	af.add(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the job ends")
+	return cmd
+}
+
+func newCancelCmd() *cobra.Command {
+	var af apiFlags
+	cmd := &cobra.Command{
+		Use:   "cancel JOB_ID",
+		Short: "Cancel a job (a running job gets its after_script)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := af.client()
+			if err != nil {
+				return err
+			}
+			j, err := c.Cancel(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %d: %s\n", j.ID, j.Status)
+			return nil
+		},
+	}
+	af.add(cmd)
+	return cmd
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "drover",
+		Short: "drover runs CI jobs: a coordinator, a runner manager and the tools around them",
+		Long: `drover runs CI jobs. It is compatible with GitLab Runner:
+
+  drover coordinator   holds the job queue and speaks GitLab's runner API v4
+  drover run           runner manager: takes jobs from a coordinator (drover's or GitLab) and runs them
+  drover local         one-command demo: coordinator + manager in one process running examples/
+  drover register      adds a runner to config.toml (verifies a glrt- token)
+  drover submit/jobs/logs/cancel   use a drover coordinator's job API`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newCoordinatorCmd(),
+		newRunCmd(),
+		newRegisterCmd(),
+		newVerifyCmd(),
+		newUnregisterCmd(),
+		newSubmitCmd(),
+		newJobsCmd(),
+		newLogsCmd(),
+		newCancelCmd(),
+		newLocalCmd(),
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print drover's version",
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintln(cmd.OutOrStdout(), "drover", version)
+			},
+		},
+	)
+	return root
+}
+
+// newLogger builds the process logger. format: runner|text|json.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	switch strings.ToLower(level) {
+	case "", "info":
+		lv = slog.LevelInfo
+	case "debug":
+		lv = slog.LevelDebug
+	case "warn", "warning":
+		lv = slog.LevelWarn
+	case "error", "fatal", "panic":
+		lv = slog.LevelError
+	default:
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "", "runner", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want runner, text or json", format)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

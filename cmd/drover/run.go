@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/shell"
+	"github.com/drover-ci/drover/internal/manager"
+)
+
+// providers lists the executors this build offers.
+func providers() map[string]executor.Provider {
+	return map[string]executor.Provider{
+		"shell": shell.NewProvider(),
+	}
+}
+
+// loadConfig loads path, logs its warnings and turns its errors into
+// exit code 2.
+func loadConfig(logger *slog.Logger, path string) (*config.Config, error) {
+	cfg, warns, err := config.Load(path)
+	for _, w := range warns {
+		if logger != nil {
+			logger.Warn(w.String())
+		} else {
+			fmt.Fprintln(os.Stderr, "warning:", w.String())
+		}
+	}
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return cfg, nil
+}
+
+func newRunCmd() *cobra.Command {
+	var cfgPath, logLevel, logFormat string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the runner manager: take jobs from coordinators and run them",
+		Long: `Runs the runner manager described by a GitLab-Runner-compatible config.toml.
+
+Each [[runners]] entry polls its coordinator (url) with its token; at most
+'concurrent' jobs run at once, at most 'limit' per runner, with at most
+'request_concurrency' job requests in flight per runner.
+
+Signals: SIGQUIT stops asking for jobs and waits for running ones (drain);
+SIGTERM/SIGINT abort running jobs (reported as runner_interrupted) and exit,
+a second one exits at once; SIGHUP reloads config.toml (it is also reloaded
+when its modification time changes).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(nil, cfgPath)
+			if err != nil {
+				return err
+			}
+			if logLevel == "" {
+				logLevel = cfg.LogLevel
+			}
+			if logFormat == "" {
+				logFormat = cfg.LogFormat
+			}
+			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			if err != nil {
+				return usageError(err)
+			}
+			systemID, err := config.LoadOrCreateSystemID(cfgPath)
+			if err != nil {
+				return err
+			}
+			m, err := manager.New(logger, manager.Options{
+				Config:     cfg,
+				ConfigPath: cfgPath,
+				Providers:  providers(),
+				SystemID:   systemID,
+				Version:    version,
+			})
+			if err != nil {
+				return usageError(err)
+			}
+			return runManager(cmd.Context(), logger, m, cfgPath, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&cfgPath, "config", "c", "config.toml", "path of config.toml")
+	f.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default: log_level of config.toml)")
+	f.StringVar(&logFormat, "log-format", "", "runner, text or json (default: log_format of config.toml)")
+	return cmd
+}
+
+// runManager runs m with signal handling, config reloads and the
+// listen_address server.
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, cfgPath string, cfg *config.Config) error {
+	ctx, abort := context.WithCancel(parent)
+	defer abort()
+
+	if cfg.ListenAddress != "" {
+		ln, err := net.Listen("tcp", cfg.ListenAddress)
+		if err != nil {
+			return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
+		}
+		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		logger.Info("metrics and health listening", "addr", ln.Addr().String())
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	reload := func(why string) {
+		next, err := loadConfig(logger, cfgPath)
+		if err != nil {
+			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
+			return
+		}
+		if err := m.Reload(next); err != nil {
+			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
+		}
+	}
+	go func() {
+		aborting := false
+		mtime := modTime(cfgPath)
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if t := modTime(cfgPath); !t.Equal(mtime) {
+					mtime = t
+					reload("config.toml changed")
+				}
+			case s := <-sigs:
+				switch s {
+				case syscall.SIGHUP:
+					reload("SIGHUP")
+				case syscall.SIGQUIT:
+					m.Drain()
+				default:
+					if aborting {
+						logger.Error("second stop signal: exiting now")
+						os.Exit(1)
+					}
+					aborting = true
+					logger.Warn("stop signal: aborting running jobs", "signal", s.String(), "running", m.RunningJobs())
+					abort()
+				}
+			}
+		}
+	}()
+	err := m.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func modTime(path string) time.Time {
+	st, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}
+	}
+	return st.ModTime()
+}

@@ -1,0 +1,277 @@
+// Package e2e runs drover as real processes over loopback: a coordinator,
+// runner managers with the shell executor, and the CLI, against real git
+// repositories made by the tests.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+)
+
+var droverBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "drover-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	droverBin = filepath.Join(dir, "drover")
+	build := exec.Command("go", "build", "-o", droverBin, "../cmd/drover")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building drover:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a drover process started by a test.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+func start(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(droverBin, args...)
+	p.cmd.Dir = dir
+	p.cmd.Stdout = p.log
+	p.cmd.Stderr = p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start drover %v: %v", args, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("log of drover %s:\n%s", strings.Join(args, " "), p.log.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(s syscall.Signal) {
+	_ = p.cmd.Process.Signal(s)
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.t.Fatalf("drover did not exit within %v; log:\n%s", d, p.log.String())
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	p.t.Fatalf("wait: %v", p.err)
+	return -1
+}
+
+// waitLog waits until the process log matches re and returns the first submatch.
+func (p *proc) waitLog(re string, d time.Duration) string {
+	p.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if m := rx.FindStringSubmatch(p.log.String()); m != nil {
+			if len(m) > 1 {
+				return m[1]
+			}
+			return m[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.t.Fatalf("log never matched %q; log:\n%s", re, p.log.String())
+	return ""
+}
+
+// coordinator is a running `drover coordinator`.
+type coordinator struct {
+	*proc
+	url, token, data string
+}
+
+func startCoordinator(t *testing.T, data string, extra ...string) *coordinator {
+	t.Helper()
+	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--data", data}, extra...)
+	p := start(t, t.TempDir(), args...)
+	url := p.waitLog(`coordinator listening.*addr=(http://[0-9.:]+)`, 20*time.Second)
+	tok, err := os.ReadFile(filepath.Join(data, "admin-token"))
+	if err != nil {
+		t.Fatalf("admin token: %v", err)
+	}
+	return &coordinator{proc: p, url: url, token: strings.TrimSpace(string(tok)), data: data}
+}
+
+func (c *coordinator) client() *client.Client { return client.New(c.url, c.token, nil) }
+
+func (c *coordinator) runnerToken(t *testing.T, tags ...string) string {
+	t.Helper()
+	yes := true
+	r, err := c.client().CreateRunner(context.Background(), client.RunnerSpec{Description: t.Name(), TagList: tags, RunUntagged: &yes})
+	if err != nil {
+		t.Fatalf("CreateRunner: %v", err)
+	}
+	if !strings.HasPrefix(r.Token, "glrt-") {
+		t.Fatalf("runner token %q lacks the glrt- prefix", r.Token)
+	}
+	return r.Token
+}
+
+// writeConfig writes a config.toml for one shell runner and returns its path.
+func writeConfig(t *testing.T, dir, url, token string, concurrent int, extra string) string {
+	t.Helper()
+	path := filepath.Join(dir, "config.toml")
+	body := fmt.Sprintf(`concurrent = %d
+check_interval = 1
+shutdown_timeout = 10
+
+[[runners]]
+  name = "e2e"
+  url = %q
+  token = %q
+  executor = "shell"
+  builds_dir = %q
+%s
+`, concurrent, url, token, filepath.Join(dir, "builds"), extra)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// waitJob polls until the job satisfies ok.
+func waitJob(t *testing.T, c *client.Client, id int64, d time.Duration, ok func(*client.Job) bool) *client.Job {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var j *client.Job
+	var err error
+	for time.Now().Before(deadline) {
+		j, err = c.Job(context.Background(), id)
+		if err == nil && ok(j) {
+			return j
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("job %d: condition not met within %v; last: %+v, err %v", id, d, j, err)
+	return nil
+}
+
+func finished(j *client.Job) bool { return j.Finished() }
+
+func trace(t *testing.T, c *client.Client, id int64) string {
+	t.Helper()
+	b, _, err := c.Trace(context.Background(), id, 0)
+	if err != nil {
+		t.Fatalf("Trace(%d): %v", id, err)
+	}
+	return string(b)
+}
+
+// runCLI runs a drover command to completion.
+func runCLI(t *testing.T, dir string, stdin io.Reader, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(droverBin, args...)
+	cmd.Dir = dir
+	cmd.Stdin = stdin
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		t.Fatalf("drover %v: %v", args, err)
+	}
+	return string(out), 0
+}
+
+// gitRepo makes a repository with two commits on main and returns its
+// path and the sha of each commit.
+func gitRepo(t *testing.T) (string, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	var shas []string
+	for i, msg := range []string{"first commit", "second commit"} {
+		if err := os.WriteFile(filepath.Join(dir, "file.txt"), []byte(fmt.Sprintf("version %d\n", i+1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", "file.txt")
+		git("commit", "-q", "-m", msg)
+		shas = append(shas, git("rev-parse", "HEAD"))
+	}
+	return dir, shas
+}
+
+// pidAlive reports whether a process with pid exists (and is not a zombie).
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := bufio.NewScanner(bytes.NewReader(b))
+	s.Scan()
+	f := strings.Fields(s.Text())
+	return len(f) > 2 && f[2] != "Z"
+}

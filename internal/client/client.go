@@ -1,0 +1,276 @@
+// Package client is the Go client of drover's own admin API v1 (job
+// submission and inspection, runner tokens), used by the CLI commands
+// submit, jobs, logs, cancel and by `drover local`.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to a drover coordinator's /api/v1.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client for the coordinator at baseURL with an admin token.
+func New(baseURL, adminToken string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Timeout: 5 * time.Minute}
+	}
+	return &Client{base: strings.TrimSuffix(baseURL, "/"), token: adminToken, http: hc}
+}
+
+// Variable is a job variable in a submission.
+type Variable struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Masked bool   `json:"masked,omitempty"`
+	File   bool   `json:"file,omitempty"`
+	Public bool   `json:"public,omitempty"`
+	Raw    bool   `json:"raw,omitempty"`
+}
+
+// Git is the repository a job checks out.
+type Git struct {
+	RepoURL string `json:"repo_url"`
+	Ref     string `json:"ref,omitempty"`
+	Sha     string `json:"sha,omitempty"`
+	Depth   int    `json:"depth,omitempty"`
+}
+
+// JobSpec is the body of POST /api/v1/jobs.
+type JobSpec struct {
+	Name        string     `json:"name"`
+	Project     string     `json:"project,omitempty"`
+	Stage       string     `json:"stage,omitempty"`
+	Script      []string   `json:"script"`
+	AfterScript []string   `json:"after_script,omitempty"`
+	Variables   []Variable `json:"variables,omitempty"`
+	Tags        []string   `json:"tags,omitempty"`
+	Timeout     int        `json:"timeout,omitempty"`
+	Image       string     `json:"image,omitempty"`
+	Services    []string   `json:"services,omitempty"`
+	Git         *Git       `json:"git,omitempty"`
+}
+
+// Job is a job as the coordinator reports it.
+type Job struct {
+	ID             int64      `json:"id"`
+	Name           string     `json:"name"`
+	Project        string     `json:"project"`
+	Stage          string     `json:"stage"`
+	Status         string     `json:"status"`
+	FailureReason  string     `json:"failure_reason,omitempty"`
+	ExitCode       *int       `json:"exit_code,omitempty"`
+	RunnerID       *int64     `json:"runner_id,omitempty"`
+	RunnerSystemID string     `json:"runner_system_id,omitempty"`
+	Tags           []string   `json:"tags,omitempty"`
+	Timeout        int        `json:"timeout"`
+	CreatedAt      *time.Time `json:"created_at,omitempty"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	TraceSize      int64      `json:"trace_size"`
+}
+
+// Finished reports whether the job reached a final status.
+func (j *Job) Finished() bool {
+	switch j.Status {
+	case "success", "failed", "canceled":
+		return true
+	}
+	return false
+}
+
+// RunnerSpec is the body of POST /api/v1/runners.
+type RunnerSpec struct {
+	Description    string   `json:"description,omitempty"`
+	TagList        []string `json:"tag_list,omitempty"`
+	RunUntagged    *bool    `json:"run_untagged,omitempty"`
+	Locked         bool     `json:"locked,omitempty"`
+	Paused         bool     `json:"paused,omitempty"`
+	MaximumTimeout int      `json:"maximum_timeout,omitempty"`
+}
+
+// CreatedRunner is the answer of POST /api/v1/runners.
+type CreatedRunner struct {
+	ID    int64  `json:"id"`
+	Token string `json:"token"`
+}
+
+// APIError is a 4xx/5xx answer.
+type APIError struct {
+	Status int
+	Msg    string `json:"error"`
+	Field  string `json:"field"`
+}
+
+func (e *APIError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("coordinator answered %d: %s (field %s)", e.Status, e.Msg, e.Field)
+	}
+	return fmt.Sprintf("coordinator answered %d: %s", e.Status, e.Msg)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any, want int) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		e := &APIError{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		if json.Unmarshal(b, e) != nil || e.Msg == "" {
+			e.Msg = strings.TrimSpace(string(b))
+		}
+		return resp, e
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return resp, nil
+}
+
+// Submit creates a job.
+func (c *Client) Submit(ctx context.Context, spec JobSpec) (*Job, error) {
+	var j Job
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs", spec, &j, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// Job returns one job.
+func (c *Client) Job(ctx context.Context, id int64) (*Job, error) {
+	var j Job
+	if _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+strconv.FormatInt(id, 10), nil, &j, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// Jobs lists jobs, optionally filtered by status.
+func (c *Client) Jobs(ctx context.Context, status string, limit int) ([]Job, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out []Job
+	path := "/api/v1/jobs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	if _, err := c.do(ctx, http.MethodGet, path, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Cancel cancels a job.
+func (c *Client) Cancel(ctx context.Context, id int64) (*Job, error) {
+	var j Job
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/cancel", nil, &j, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// CreateRunner creates a runner and returns its glrt- token.
+func (c *Client) CreateRunner(ctx context.Context, spec RunnerSpec) (*CreatedRunner, error) {
+	var r CreatedRunner
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/runners", spec, &r, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Trace returns the job log from offset, with the job status the
+// coordinator reported alongside.
+func (c *Client) Trace(ctx context.Context, id, offset int64) ([]byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/api/v1/jobs/%d/trace?offset=%d", c.base, id, offset), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("get trace of job %d: %w", id, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", fmt.Errorf("get trace of job %d: %w", id, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		e := &APIError{Status: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Msg == "" {
+			e.Msg = strings.TrimSpace(string(b))
+		}
+		return nil, "", e
+	}
+	return b, resp.Header.Get("X-Job-Status"), nil
+}
+
+// Follow writes the job log to w as it grows until the job finishes (or
+// ctx ends) and returns the final job.
+func (c *Client) Follow(ctx context.Context, id int64, w io.Writer, poll time.Duration) (*Job, error) {
+	var off int64
+	for {
+		b, _, err := c.Trace(ctx, id, off)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > 0 {
+			if _, err := w.Write(b); err != nil {
+				return nil, err
+			}
+			off += int64(len(b))
+		}
+		j, err := c.Job(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if j.Finished() && off >= j.TraceSize {
+			return j, nil
+		}
+		if len(b) == 0 {
+			select {
+			case <-ctx.Done():
+				return j, ctx.Err()
+			case <-time.After(poll):
+			}
+		}
+	}
+}

@@ -1,0 +1,421 @@
+// Package local runs drover end to end in one process for `drover local`:
+// an embedded coordinator on loopback, a runner manager with the shell
+// executor, the example jobs submitted through the public API, their logs
+// streamed with a progress line, and a summary of how each job ended
+// against how it was expected to end.
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/manager"
+)
+
+// Options configures Run.
+type Options struct {
+	DataDir    string       // "" = a temporary directory removed afterwards
+	Examples   fs.FS        // *.toml example jobs
+	Concurrent int          // default 4
+	Out        io.Writer    // progress, logs and summary
+	Logger     *slog.Logger // drover's own log (nil = discarded)
+	RepoDir    string       // the repository "." refers to in examples ("" = current directory)
+	Quiet      bool         // do not stream job logs
+	Providers  map[string]executor.Provider
+	Version    string
+}
+
+// Example is one example job file.
+type Example struct {
+	File        string            `toml:"-"`
+	Name        string            `toml:"name"`
+	Script      []string          `toml:"script"`
+	AfterScript []string          `toml:"after_script"`
+	Variables   []client.Variable `toml:"variables"`
+	Timeout     int               `toml:"timeout"`
+	Tags        []string          `toml:"tags"`
+	Parallel    int               `toml:"parallel"`
+	Git         *struct {
+		RepoURL string `toml:"repo_url"`
+		Ref     string `toml:"ref"`
+		Sha     string `toml:"sha"`
+		Depth   int    `toml:"depth"`
+	} `toml:"git"`
+	Expect Expect `toml:"expect"`
+}
+
+// Expect is how an example job should end.
+type Expect struct {
+	Status        string `toml:"status"`
+	FailureReason string `toml:"failure_reason"`
+	ExitCode      *int   `toml:"exit_code"`
+}
+
+// LoadExamples reads every *.toml of fsys, sorted by file name.
+func LoadExamples(fsys fs.FS) ([]Example, error) {
+	names, err := fs.Glob(fsys, "*.toml")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var out []Example
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		var e Example
+		md, err := toml.Decode(string(b), &e)
+		if err != nil {
+			return nil, fmt.Errorf("example %s: %w", n, err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			return nil, fmt.Errorf("example %s: unknown key %s", n, und[0])
+		}
+		if e.Name == "" || len(e.Script) == 0 {
+			return nil, fmt.Errorf("example %s: name and script are required", n)
+		}
+		if e.Expect.Status == "" {
+			e.Expect.Status = "success"
+		}
+		e.File = n
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+type tracked struct {
+	ex      *Example
+	name    string
+	id      int64
+	sent    int64
+	partial []byte
+	job     *client.Job
+	started time.Time
+	ended   time.Time
+	skipped string
+}
+
+// Run runs the examples and reports whether every job ended as expected.
+func Run(ctx context.Context, opts Options) (bool, error) {
+	if opts.Concurrent <= 0 {
+		opts.Concurrent = 4
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	out := opts.Out
+	examples, err := LoadExamples(opts.Examples)
+	if err != nil {
+		return false, err
+	}
+	dir := opts.DataDir
+	if dir == "" {
+		dir, err = os.MkdirTemp("", "drover-local-")
+		if err != nil {
+			return false, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	coord, err := coordinator.New(ctx, logger.With("component", "coordinator"), coordinator.Config{
+		DataDir:         filepath.Join(dir, "coordinator"),
+		LongPollTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		return false, fmt.Errorf("start coordinator: %w", err)
+	}
+	defer coord.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return false, err
+	}
+	srv := &http.Server{Handler: coord.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	go func() { _ = coord.Run(ctx) }()
+	url := "http://" + ln.Addr().String()
+	api := client.New(url, coord.AdminToken(), nil)
+	fmt.Fprintf(out, "drover local: coordinator on %s, data in %s\n", url, dir)
+
+	yes := true
+	runner, err := api.CreateRunner(ctx, client.RunnerSpec{Description: "local shell runner", RunUntagged: &yes, TagList: []string{"local", "shell"}})
+	if err != nil {
+		return false, fmt.Errorf("create runner: %w", err)
+	}
+	cfg := &config.Config{
+		Concurrent:      opts.Concurrent,
+		CheckInterval:   1,
+		ShutdownTimeout: 10,
+		Runners: []config.RunnerConfig{{
+			Name: "local", URL: url, Token: runner.Token, Executor: "shell",
+			BuildsDir: filepath.Join(dir, "builds"), CacheDir: filepath.Join(dir, "cache"),
+			RequestConcurrency: 1,
+			OutputLimit:        4096,
+		}},
+	}
+	m, err := manager.New(logger.With("component", "manager"), manager.Options{
+		Config: cfg, ConfigPath: "(drover local)", Providers: opts.Providers, SystemID: "s_local", Version: opts.Version,
+	})
+	if err != nil {
+		return false, err
+	}
+	mctx, stopManager := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Run(mctx) }()
+	defer func() {
+		m.Drain()
+		stopManager()
+		<-mdone
+	}()
+	fmt.Fprintf(out, "drover local: runner manager with the shell executor, concurrent = %d\n\n", opts.Concurrent)
+
+	var jobs []*tracked
+	for i := range examples {
+		ex := &examples[i]
+		specs, skip := specsFor(ex, opts.RepoDir)
+		if skip != "" {
+			jobs = append(jobs, &tracked{ex: ex, name: ex.Name, skipped: skip})
+			continue
+		}
+		for _, spec := range specs {
+			j, err := api.Submit(ctx, spec)
+			if err != nil {
+				return false, fmt.Errorf("submit %s (%s): %w", spec.Name, ex.File, err)
+			}
+			jobs = append(jobs, &tracked{ex: ex, name: spec.Name, id: j.ID, started: time.Now()})
+		}
+	}
+	if err := follow(ctx, api, jobs, out, opts.Quiet); err != nil {
+		return false, err
+	}
+	return summary(out, jobs), nil
+}
+
+// specsFor turns an example into job submissions (several for parallel).
+func specsFor(ex *Example, repoDir string) ([]client.JobSpec, string) {
+	spec := client.JobSpec{
+		Name: ex.Name, Project: "examples/local", Script: ex.Script, AfterScript: ex.AfterScript,
+		Variables: ex.Variables, Timeout: ex.Timeout, Tags: ex.Tags,
+	}
+	if ex.Git != nil {
+		g := &client.Git{RepoURL: ex.Git.RepoURL, Ref: ex.Git.Ref, Sha: ex.Git.Sha, Depth: ex.Git.Depth}
+		if g.RepoURL == "." {
+			root, sha, ref, err := gitHead(repoDir)
+			if err != nil {
+				return nil, "no git repository here (" + err.Error() + ")"
+			}
+			g.RepoURL = "file://" + root
+			if g.Sha == "" {
+				g.Sha = sha
+			}
+			if g.Ref == "" {
+				g.Ref = ref
+			}
+		}
+		spec.Git = g
+	}
+	if ex.Parallel <= 1 {
+		return []client.JobSpec{spec}, ""
+	}
+	var out []client.JobSpec
+	for i := 1; i <= ex.Parallel; i++ {
+		s := spec
+		s.Name = fmt.Sprintf("%s %d/%d", ex.Name, i, ex.Parallel)
+		s.Variables = append(append([]client.Variable(nil), spec.Variables...),
+			client.Variable{Key: "CI_NODE_INDEX", Value: strconv.Itoa(i)},
+			client.Variable{Key: "CI_NODE_TOTAL", Value: strconv.Itoa(ex.Parallel)})
+		out = append(out, s)
+	}
+	return out, ""
+}
+
+// gitHead finds the repository at dir and its HEAD commit and branch.
+func gitHead(dir string) (root, sha, ref string, err error) {
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("git %s: %v %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if root, err = run("rev-parse", "--show-toplevel"); err != nil {
+		return "", "", "", err
+	}
+	if sha, err = run("rev-parse", "HEAD"); err != nil {
+		return "", "", "", err
+	}
+	ref, err = run("rev-parse", "--abbrev-ref", "HEAD")
+	if err != nil || ref == "HEAD" {
+		ref, err = "main", nil
+	}
+	return root, sha, ref, nil
+}
+
+// follow streams the jobs' logs, each line prefixed with its job's name,
+// and prints a progress line whenever the counts change.
+func follow(ctx context.Context, api *client.Client, jobs []*tracked, out io.Writer, quiet bool) error {
+	width := 0
+	for _, t := range jobs {
+		width = max(width, len(t.name))
+	}
+	var mu sync.Mutex
+	lastProgress := ""
+	for {
+		done, running, pending := 0, 0, 0
+		for _, t := range jobs {
+			if t.skipped != "" {
+				done++
+				continue
+			}
+			if t.job != nil && t.job.Finished() && t.sent >= t.job.TraceSize {
+				done++
+				continue
+			}
+			b, _, err := api.Trace(ctx, t.id, t.sent)
+			if err != nil {
+				return err
+			}
+			t.sent += int64(len(b))
+			if !quiet {
+				mu.Lock()
+				printLines(out, t, b, width)
+				mu.Unlock()
+			}
+			j, err := api.Job(ctx, t.id)
+			if err != nil {
+				return err
+			}
+			t.job = j
+			switch {
+			case j.Finished():
+				if t.ended.IsZero() {
+					t.ended = time.Now()
+				}
+				if t.sent >= j.TraceSize {
+					if !quiet && len(t.partial) > 0 {
+						printLines(out, t, []byte("\n"), width)
+					}
+					done++
+				}
+			case j.Status == "running" || j.Status == "canceling":
+				running++
+			default:
+				pending++
+			}
+		}
+		p := fmt.Sprintf("── progress: %d/%d done, %d running, %d pending", done, len(jobs), running, pending)
+		if p != lastProgress {
+			fmt.Fprintln(out, p)
+			lastProgress = p
+		}
+		if done == len(jobs) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func printLines(out io.Writer, t *tracked, b []byte, width int) {
+	data := append(t.partial, b...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimRight(string(data[:i]), "\r")
+		// Section markers are for log viewers; keep the text after them.
+		if j := strings.LastIndex(line, "\x1b[0K"); j >= 0 && strings.Contains(line, "section_") {
+			line = line[j+len("\x1b[0K"):]
+			if line == "" {
+				data = data[i+1:]
+				continue
+			}
+		}
+		fmt.Fprintf(out, "%-*s │ %s\x1b[0m\n", width, t.name, line)
+		data = data[i+1:]
+	}
+	t.partial = append(t.partial[:0], data...)
+}
+
+// summary prints the table and reports whether every job met expectations.
+func summary(out io.Writer, jobs []*tracked) bool {
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tID\tSTATUS\tREASON\tEXIT\tEXPECTED\tTIME\tRESULT")
+	all := true
+	for _, t := range jobs {
+		exp := t.ex.Expect.Status
+		if t.ex.Expect.FailureReason != "" {
+			exp += " (" + t.ex.Expect.FailureReason + ")"
+		}
+		if t.skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\tskipped\t\t\t%s\t\tskipped: %s\n", t.name, exp, t.skipped)
+			continue
+		}
+		j := t.job
+		exit := ""
+		if j.ExitCode != nil {
+			exit = strconv.Itoa(*j.ExitCode)
+		}
+		ok := j.Status == t.ex.Expect.Status &&
+			(t.ex.Expect.FailureReason == "" || j.FailureReason == t.ex.Expect.FailureReason) &&
+			(t.ex.Expect.ExitCode == nil || (j.ExitCode != nil && *j.ExitCode == *t.ex.Expect.ExitCode))
+		res := "ok"
+		switch {
+		case !ok:
+			res = "UNEXPECTED"
+			all = false
+		case j.Status != "success":
+			res = "ok (failed as expected)"
+		}
+		dur := ""
+		if j.StartedAt != nil && j.FinishedAt != nil {
+			dur = j.FinishedAt.Sub(*j.StartedAt).Round(10 * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.name, j.ID, j.Status, j.FailureReason, exit, exp, dur, res)
+	}
+	_ = tw.Flush()
+	if all {
+		fmt.Fprintln(out, "\nevery job ended as expected")
+	} else {
+		fmt.Fprintln(out, "\nsome jobs did not end as expected")
+	}
+	return all
+}
+
+// ErrUnexpected is returned by the command when a job did not end as expected.
+var ErrUnexpected = errors.New("some jobs did not end as expected")

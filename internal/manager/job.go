@@ -1,0 +1,296 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/build"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/trace"
+)
+
+// jobRun is one job being run by this manager.
+type jobRun struct {
+	id        int64
+	runner    string
+	started   time.Time
+	stage     func() executor.Stage
+	cancelMu  sync.Mutex
+	graceful  chan struct{} // closed on a graceful cancel (Job-Status: canceling)
+	gracefulD bool
+	abort     context.CancelFunc
+	aborted   bool // the coordinator said the job is gone: stop all calls
+}
+
+func (j *jobRun) cancelGracefully() {
+	j.cancelMu.Lock()
+	defer j.cancelMu.Unlock()
+	if !j.gracefulD {
+		j.gracefulD = true
+		close(j.graceful)
+	}
+}
+
+func (j *jobRun) abortJob() {
+	j.cancelMu.Lock()
+	j.aborted = true
+	j.cancelMu.Unlock()
+	j.abort()
+}
+
+func (j *jobRun) isAborted() bool {
+	j.cancelMu.Lock()
+	defer j.cancelMu.Unlock()
+	return j.aborted
+}
+
+// remoteAbort reports whether an answer tells the runner to stop working
+// on the job: 403, 404, or Job-Status canceled/failed.
+func remoteAbort(r *api.Response) bool {
+	if r == nil {
+		return false
+	}
+	return r.StatusCode == http.StatusForbidden || r.StatusCode == http.StatusNotFound ||
+		r.JobStatus == api.RemoteCanceled || r.JobStatus == api.RemoteFailed
+}
+
+// runJob runs one received job to its end and reports it. ctx is the
+// manager's abort context.
+func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor.Provider, client *api.Client,
+	settings executor.Settings, data executor.Data, job *api.JobResponse, info api.VersionInfo) {
+	log := m.logger.With("job_id", job.ID, "runner", settings.ShortToken, "project", job.JobInfo.ProjectFullPath)
+	log.Info("job received", "name", job.JobInfo.Name)
+	m.metrics.jobStarted(r)
+	started := m.clock.Now()
+
+	buf, err := trace.New(trace.Options{
+		Masked:        job.Variables.Masked(),
+		TokenPrefixes: job.Features.TokenMaskPrefixes,
+		Limit:         r.OutputLimitBytes(),
+	})
+	if err != nil {
+		log.Error("cannot create the job log buffer", "err", err)
+		m.sendFinal(ctx, log, client, job, info, nil, api.StateFailed, api.RunnerSystemFailure, 0)
+		return
+	}
+	defer buf.Close()
+
+	jobCtx, abort := context.WithCancel(ctx)
+	defer abort()
+	exec := p.Create()
+	jr := &jobRun{id: job.ID, runner: settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
+	m.mu.Lock()
+	m.jobs[job.ID] = jr
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.jobs, job.ID)
+		m.mu.Unlock()
+	}()
+
+	// Classic start: tell the coordinator at once that the job runs.
+	resp, err := client.UpdateJob(ctx, job.ID, api.UpdateJobRequest{Info: info, Token: job.Token, State: api.StateRunning})
+	m.metrics.apiRequest(r, "update_job", http.MethodPut, statusOf(resp))
+	if err == nil && remoteAbort(resp) {
+		log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
+		return
+	}
+	if err != nil {
+		log.Warn("could not confirm the job start; running it anyway", "err", err)
+	}
+	if resp != nil && resp.JobStatus == api.RemoteCanceling {
+		jr.cancelGracefully()
+	}
+
+	st := &streamer{
+		m: m, r: r, client: client, job: job, info: info, buf: buf, log: log,
+		interval: 3 * time.Second, lastPatch: m.clock.Now(),
+		onCanceling: jr.cancelGracefully, onAbort: jr.abortJob,
+	}
+	if resp != nil && resp.UpdateInterval > 0 {
+		st.setInterval(resp.UpdateInterval)
+	}
+	streamCtx, stopStream := context.WithCancel(jobCtx)
+	var streamWG sync.WaitGroup
+	streamWG.Add(1)
+	go func() {
+		defer streamWG.Done()
+		st.watch(streamCtx)
+	}()
+
+	res := build.Run(jobCtx, jr.graceful, build.Options{
+		Job:      job,
+		Provider: p,
+		Executor: exec,
+		Data:     data,
+		Settings: settings,
+		Trace:    buf,
+		Logger:   log,
+		Clock:    m.opts.Clock,
+		Version:  m.opts.Version,
+	})
+	stopStream()
+	streamWG.Wait()
+
+	if jr.isAborted() {
+		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
+		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))
+		return
+	}
+	state, reason, code := res.State, res.FailureReason, res.ExitCode
+	if ctx.Err() != nil {
+		// The manager is being stopped forcefully (SIGTERM/SIGINT).
+		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: Job failed: the runner manager was stopped (runner_interrupted)\x1b[0;m\n")
+		state, reason = api.StateFailed, api.RunnerInterrupted
+	}
+	buf.Finish()
+	if res.Err != nil {
+		log.Info("build ended with an error", "err", res.Err)
+	}
+	// The final update must outlive an abort of the manager: it is what
+	// tells the coordinator the job is over. Bound it by shutdown_timeout.
+	finalCtx := context.WithoutCancel(ctx)
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		finalCtx, cancel = context.WithTimeout(finalCtx, m.Config().ShutdownTimeoutDuration())
+		defer cancel()
+	}
+	m.sendFinal(finalCtx, log, client, job, info, st, state, reason, code)
+	elapsed := m.clock.Now().Sub(started)
+	m.metrics.jobFinished(r, string(state), elapsed)
+	if state == api.StateFailed {
+		m.metrics.jobFailed(r, string(reason))
+	}
+	log.Info("job finished", "state", state, "failure_reason", reason, "exit_code", code, "duration", elapsed.Round(time.Millisecond), "log_bytes", buf.Size())
+}
+
+func statusOf(r *api.Response) int {
+	if r == nil {
+		return 0
+	}
+	return r.StatusCode
+}
+
+// mapFailureReason keeps reason when the coordinator lists it (or it is one
+// of the three always supported), else follows GitLab Runner's
+// compatibility map, else unknown_failure.
+func mapFailureReason(reason api.FailureReason, supported []api.FailureReason) api.FailureReason {
+	always := map[api.FailureReason]bool{api.ScriptFailure: true, api.RunnerSystemFailure: true, api.JobExecutionTimeout: true}
+	compat := map[api.FailureReason]api.FailureReason{
+		api.ImagePullFailure:                api.RunnerSystemFailure,
+		api.RunnerConfigurationError:        api.ScriptFailure,
+		api.RunnerExternalDependencyFailure: api.RunnerSystemFailure,
+		api.RunnerInterrupted:               api.UnknownFailure,
+		api.JobCanceled:                     api.UnknownFailure,
+	}
+	if reason == "" {
+		return api.ScriptFailure
+	}
+	for range 10 {
+		if always[reason] {
+			return reason
+		}
+		for _, s := range supported {
+			if s == reason {
+				return reason
+			}
+		}
+		next, ok := compat[reason]
+		if !ok {
+			break
+		}
+		reason = next
+	}
+	return api.UnknownFailure
+}
+
+// sendFinal flushes the log and reports the final state.
+//
+// Retry policy: up to job_status_final_update_retry_limit (default 10)
+// rounds of {flush the whole remaining log; PUT the final state}, with
+// exponential backoff 1 s → 60 s between failed rounds. A 202 answer (the
+// coordinator is still finishing the log) waits the update interval and
+// sends again; a 412 (checksum mismatch) resends the whole log from offset
+// 0. 403, 404 or Job-Status canceled stop at once. Neither 202 nor 412
+// counts as a failed round, but both are bounded by 100 answers.
+func (m *Manager) sendFinal(ctx context.Context, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+	Error(string, ...any)
+}, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
+	state api.JobState, reason api.FailureReason, code int) {
+	req := api.UpdateJobRequest{Info: info, Token: job.Token, State: state, ExitCode: code}
+	if state == api.StateFailed {
+		req.FailureReason = mapFailureReason(reason, job.Features.FailureReasons)
+	}
+	limit := 10
+	if st != nil && st.r.JobStatusFinalUpdateRetryLimit > 0 {
+		limit = st.r.JobStatusFinalUpdateRetryLimit
+	}
+	backoff := m.opts.RetryBackoff
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	soft := 0
+	for round := 0; round < limit; {
+		if ctx.Err() != nil {
+			log.Error("final update abandoned", "err", ctx.Err())
+			return
+		}
+		var failed error
+		if st != nil {
+			if err := st.flushAll(ctx); err != nil {
+				failed = err
+			}
+			req.Output = api.JobOutput{Checksum: st.buf.Checksum(), Bytesize: st.buf.Size()}
+			req.Checksum = req.Output.Checksum
+		}
+		if failed == nil {
+			resp, err := client.UpdateJob(ctx, job.ID, req)
+			m.metrics.apiRequest(nil, "update_job", http.MethodPut, statusOf(resp))
+			switch {
+			case err != nil:
+				failed = err
+			case remoteAbort(resp):
+				log.Warn("coordinator no longer accepts updates for this job", "status", resp.StatusCode, "job_status", resp.JobStatus)
+				return
+			case resp.StatusCode == http.StatusOK:
+				return
+			case resp.StatusCode == http.StatusAccepted && soft < 100:
+				soft++
+				wait := time.Second
+				if st != nil {
+					wait = st.currentInterval()
+				}
+				sleep(ctx, m.clock, min(wait, 3*time.Second))
+				continue
+			case resp.StatusCode == http.StatusPreconditionFailed && st != nil && soft < 100:
+				soft++
+				log.Warn("coordinator's copy of the log differs; resending the whole log")
+				st.resetOffset(0)
+				continue
+			default:
+				failed = fmt.Errorf("final update: status %d", resp.StatusCode)
+			}
+		}
+		round++
+		log.Warn("final update failed; retrying", "err", failed, "round", round, "limit", limit, "backoff", backoff)
+		sleep(ctx, m.clock, backoff)
+		backoff = min(backoff*2, time.Minute)
+	}
+	log.Error("final update failed; giving up", "rounds", limit)
+}
+
+func sleep(ctx context.Context, c interface {
+	After(time.Duration) <-chan time.Time
+}, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-c.After(d):
+	}
+}

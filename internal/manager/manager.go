@@ -1,0 +1,354 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Options configures a Manager. Zero values mean defaults.
+type Options struct {
+	Config     *config.Config
+	ConfigPath string // for reloads and messages
+	// Providers maps executor names (config `executor`) to providers.
+	Providers map[string]executor.Provider
+	SystemID  string
+	Version   string
+	Clock     clock.Clock // nil = real
+	// Registry receives the manager's metrics; nil = a new registry.
+	Registry *prometheus.Registry
+	// HTTPClient is used for every coordinator call; nil = default.
+	HTTPClient *http.Client
+	// RetryBackoff is the first wait between failed final-update rounds
+	// (doubling up to a minute); 0 means 1 s.
+	RetryBackoff time.Duration
+	// ForceSendInterval is how long a job's log stream may stay silent
+	// before a keep-alive PUT is sent, which is also how quickly a job with
+	// no new output learns it was canceled; 0 means 10 s (GitLab Runner
+	// uses 30 s; drover prefers faster cancels for one cheap request).
+	ForceSendInterval time.Duration
+}
+
+// Manager runs the workers of one config.toml.
+type Manager struct {
+	logger  *slog.Logger
+	opts    Options
+	clock   clock.Clock
+	metrics *metrics
+
+	mu       sync.Mutex
+	cfg      *config.Config
+	clients  map[string]*api.Client
+	runners  map[string]*runnerState // by token
+	jobs     map[int64]*jobRun
+	workers  int
+	feed     chan *config.RunnerConfig
+	draining atomic.Bool
+	drained  chan struct{}
+
+	lastUpdates api.LastUpdates
+	jobWG       sync.WaitGroup
+	busy        atomic.Int64 // requests in flight + jobs running
+}
+
+// New checks the configuration against the available executors and
+// returns a Manager.
+func New(logger *slog.Logger, opts Options) (*Manager, error) {
+	if opts.Config == nil {
+		return nil, errors.New("manager: no configuration")
+	}
+	if err := checkExecutors(opts.ConfigPath, opts.Config, opts.Providers); err != nil {
+		return nil, err
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	m := &Manager{
+		logger:  logger,
+		opts:    opts,
+		clock:   clock.OrReal(opts.Clock),
+		cfg:     opts.Config,
+		clients: map[string]*api.Client{},
+		runners: map[string]*runnerState{},
+		jobs:    map[int64]*jobRun{},
+		feed:    make(chan *config.RunnerConfig),
+		drained: make(chan struct{}),
+	}
+	m.metrics = newMetrics(opts.Registry, opts.SystemID)
+	m.metrics.setConfig(opts.Config)
+	return m, nil
+}
+
+func checkExecutors(path string, cfg *config.Config, providers map[string]executor.Provider) error {
+	var names []string
+	for n := range providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		p, ok := providers[r.Executor]
+		if !ok {
+			return fmt.Errorf("%s: runners[%d].executor: %q is not available in this build (available: %s)", path, i, r.Executor, strings.Join(names, ", "))
+		}
+		if !p.CanCreate() {
+			return fmt.Errorf("%s: runners[%d].executor: %q cannot run on this machine", path, i, r.Executor)
+		}
+	}
+	return nil
+}
+
+// Config returns the configuration in force.
+func (m *Manager) Config() *config.Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg
+}
+
+// Reload replaces the configuration. Running jobs keep the settings they
+// started with; new requests use the new ones.
+func (m *Manager) Reload(cfg *config.Config) error {
+	if err := checkExecutors(m.opts.ConfigPath, cfg, m.opts.Providers); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.cfg = cfg
+	m.mu.Unlock()
+	m.metrics.setConfig(cfg)
+	m.logger.Info("configuration reloaded", "runners", len(cfg.Runners), "concurrent", cfg.Concurrent)
+	return nil
+}
+
+// Drain stops asking for new jobs; Run returns once running jobs are done.
+func (m *Manager) Drain() {
+	if m.draining.CompareAndSwap(false, true) {
+		m.logger.Info("draining: no new jobs will be requested, waiting for running jobs", "running", m.RunningJobs())
+		close(m.drained)
+	}
+}
+
+// RunningJobs returns the number of jobs being run.
+func (m *Manager) RunningJobs() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.jobs)
+}
+
+// Run works until ctx is cancelled (abort: running jobs are interrupted and
+// reported as runner_interrupted) or until Drain was called and every
+// running job finished.
+func (m *Manager) Run(ctx context.Context) error {
+	// reqCtx ends job requests (held long polls included) on drain or abort.
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
+	go func() {
+		select {
+		case <-m.drained:
+			cancelReq()
+		case <-reqCtx.Done():
+		}
+	}()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.feedRunners(reqCtx)
+	}()
+	spawn := func() {
+		cfg := m.Config()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for m.workers < cfg.Concurrent {
+			id := m.workers
+			m.workers++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.worker(ctx, reqCtx, id)
+			}()
+		}
+	}
+	spawn()
+	m.logger.Info("runner manager started", "runners", len(m.Config().Runners), "concurrent", m.Config().Concurrent, "system_id", m.opts.SystemID)
+
+	// Re-spawn workers when concurrent grows on reload.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			m.logger.Info("runner manager stopped")
+			if ctx.Err() != nil && !m.draining.Load() {
+				return ctx.Err()
+			}
+			return nil
+		case <-tick.C:
+			if reqCtx.Err() == nil {
+				spawn()
+			}
+		}
+	}
+}
+
+// feedRunners offers every runner to the workers about once per
+// check_interval (check_interval / number of runners between two offers).
+func (m *Manager) feedRunners(ctx context.Context) {
+	for {
+		cfg := m.Config()
+		if len(cfg.Runners) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.clock.After(cfg.CheckIntervalDuration()):
+			}
+			continue
+		}
+		step := cfg.CheckIntervalDuration() / time.Duration(len(cfg.Runners))
+		for i := range cfg.Runners {
+			r := &cfg.Runners[i]
+			select {
+			case m.feed <- r:
+			case <-ctx.Done():
+				return
+			case <-m.clock.After(step):
+				// every worker is busy: skip this round for r
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.clock.After(step):
+			}
+		}
+	}
+}
+
+// requeue offers r to a worker right away (fast re-poll after a job or a
+// queue change), without blocking the caller.
+func (m *Manager) requeue(ctx context.Context, r *config.RunnerConfig) {
+	go func() {
+		select {
+		case m.feed <- r:
+		case <-ctx.Done():
+		case <-m.clock.After(time.Minute):
+		}
+	}()
+}
+
+func (m *Manager) worker(ctx, reqCtx context.Context, id int) {
+	for {
+		if m.Config().Concurrent <= id {
+			m.mu.Lock()
+			m.workers--
+			m.mu.Unlock()
+			return
+		}
+		select {
+		case <-reqCtx.Done():
+			return
+		case r := <-m.feed:
+			m.processRunner(ctx, reqCtx, r)
+		}
+	}
+}
+
+func (m *Manager) client(url string) (*api.Client, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.clients[url]; ok {
+		return c, nil
+	}
+	c, err := api.NewClient(url, api.ClientOptions{HTTPClient: m.opts.HTTPClient, Version: m.opts.Version})
+	if err != nil {
+		return nil, err
+	}
+	m.clients[url] = c
+	return c, nil
+}
+
+func (m *Manager) runnerState(r *config.RunnerConfig) *runnerState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rs, ok := m.runners[r.Token]
+	if !ok {
+		rs = &runnerState{}
+		m.runners[r.Token] = rs
+	}
+	return rs
+}
+
+func (m *Manager) versionInfo(r *config.RunnerConfig, p executor.Provider) api.VersionInfo {
+	info := api.VersionInfo{
+		Name:         "drover",
+		Version:      m.opts.Version,
+		Revision:     "main",
+		Platform:     runtime.GOOS,
+		Architecture: runtime.GOARCH,
+		Executor:     r.Executor,
+		Shell:        r.Shell,
+	}
+	if info.Shell == "" {
+		info.Shell = p.DefaultShell()
+	}
+	p.Features(&info.Features)
+	info.Features.TraceReset = true
+	info.Features.TraceChecksum = true
+	info.Features.TraceSize = true
+	info.Features.Cancelable = true
+	info.Features.CancelGracefully = true
+	info.Features.Masking = true
+	info.Config = p.ConfigInfo(m.settings(r, 0))
+	labels := map[string]string{}
+	for k, v := range m.Config().Labels {
+		labels[k] = v
+	}
+	for k, v := range r.Labels {
+		labels[k] = v
+	}
+	if len(labels) > 0 {
+		info.Labels = labels
+	}
+	return info
+}
+
+func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
+	wd, _ := os.Getwd()
+	s := executor.Settings{
+		RunnerName:   r.Name,
+		ShortToken:   api.ShortToken(r.Token),
+		BuildsDir:    r.BuildsDir,
+		CacheDir:     r.CacheDir,
+		Shell:        r.Shell,
+		Environment:  r.Environment,
+		ConcurrentID: slot,
+		FeatureFlags: r.FeatureFlags,
+	}
+	if s.BuildsDir == "" {
+		s.BuildsDir = wd + "/builds"
+	}
+	if s.CacheDir == "" {
+		s.CacheDir = wd + "/cache"
+	}
+	return s
+}

@@ -1,0 +1,90 @@
+package manager
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/config"
+)
+
+// metrics uses GitLab Runner's metric names where one exists, so existing
+// dashboards and alerts keep working when drover replaces it.
+type metrics struct {
+	jobs        *prometheus.GaugeVec
+	jobsTotal   *prometheus.CounterVec
+	failedTotal *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	concurrent  prometheus.Gauge
+	limit       *prometheus.GaugeVec
+	apiStatuses *prometheus.CounterVec
+	systemID    string
+}
+
+func newMetrics(reg prometheus.Registerer, systemID string) *metrics {
+	m := &metrics{
+		systemID: systemID,
+		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gitlab_runner_jobs", Help: "Jobs being run by this manager.",
+		}, []string{"runner", "runner_name", "system_id"}),
+		jobsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gitlab_runner_jobs_total", Help: "Jobs received.",
+		}, []string{"runner", "runner_name", "system_id"}),
+		failedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gitlab_runner_failed_jobs_total", Help: "Jobs that failed, by reason.",
+		}, []string{"runner", "runner_name", "failure_reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gitlab_runner_job_duration_seconds", Help: "Job durations.",
+			Buckets: []float64{0.1, 0.5, 1, 5, 30, 60, 300, 600, 1800, 3600, 7200, 36000},
+		}, []string{"runner", "runner_name", "system_id", "state"}),
+		concurrent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gitlab_runner_concurrent", Help: "The concurrent setting.",
+		}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gitlab_runner_limit", Help: "The limit setting of each runner.",
+		}, []string{"runner", "system_id"}),
+		apiStatuses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gitlab_runner_api_request_statuses_total", Help: "Coordinator API answers by endpoint and status (0 = transport error).",
+		}, []string{"runner", "system_id", "endpoint", "status", "method"}),
+	}
+	reg.MustRegister(m.jobs, m.jobsTotal, m.failedTotal, m.duration, m.concurrent, m.limit, m.apiStatuses)
+	return m
+}
+
+func (m *metrics) setConfig(c *config.Config) {
+	m.concurrent.Set(float64(c.Concurrent))
+	for i := range c.Runners {
+		m.limit.WithLabelValues(api.ShortToken(c.Runners[i].Token), m.systemID).Set(float64(c.Runners[i].Limit))
+	}
+}
+
+func labelsOf(r *config.RunnerConfig) (string, string) {
+	if r == nil {
+		return "", ""
+	}
+	return api.ShortToken(r.Token), r.Name
+}
+
+func (m *metrics) jobStarted(r *config.RunnerConfig) {
+	t, n := labelsOf(r)
+	m.jobs.WithLabelValues(t, n, m.systemID).Inc()
+	m.jobsTotal.WithLabelValues(t, n, m.systemID).Inc()
+}
+
+func (m *metrics) jobFinished(r *config.RunnerConfig, state string, d time.Duration) {
+	t, n := labelsOf(r)
+	m.jobs.WithLabelValues(t, n, m.systemID).Dec()
+	m.duration.WithLabelValues(t, n, m.systemID, state).Observe(d.Seconds())
+}
+
+func (m *metrics) jobFailed(r *config.RunnerConfig, reason string) {
+	t, n := labelsOf(r)
+	m.failedTotal.WithLabelValues(t, n, reason).Inc()
+}
+
+func (m *metrics) apiRequest(r *config.RunnerConfig, endpoint, method string, status int) {
+	t, _ := labelsOf(r)
+	m.apiStatuses.WithLabelValues(t, m.systemID, endpoint, strconv.Itoa(status), method).Inc()
+}

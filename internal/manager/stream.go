@@ -1,0 +1,204 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/trace"
+)
+
+// streamer sends a job's log incrementally with PATCH jobs/:id/trace and
+// turns the coordinator's answers into cancels.
+type streamer struct {
+	m      *Manager
+	r      *config.RunnerConfig
+	client *api.Client
+	job    *api.JobResponse
+	info   api.VersionInfo
+	buf    *trace.Buffer
+	log    *slog.Logger
+
+	onCanceling func()
+	onAbort     func()
+
+	mu        sync.Mutex
+	sent      int64
+	interval  time.Duration
+	lastPatch time.Time
+	patchBuf  []byte
+}
+
+func (s *streamer) setInterval(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	d = min(d, 15*time.Minute)
+	s.mu.Lock()
+	s.interval = d
+	s.mu.Unlock()
+}
+
+func (s *streamer) currentInterval() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.interval
+}
+
+func (s *streamer) resetOffset(n int64) {
+	s.mu.Lock()
+	s.sent = n
+	s.mu.Unlock()
+}
+
+func (s *streamer) offset() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent
+}
+
+// handle applies the remote job status of an answer.
+func (s *streamer) handle(r *api.Response) (abort bool) {
+	if r == nil {
+		return false
+	}
+	s.setInterval(r.UpdateInterval)
+	if remoteAbort(r) && r.StatusCode != http.StatusNotFound {
+		s.log.Warn("coordinator says the job is over; aborting it", "status", r.StatusCode, "job_status", r.JobStatus)
+		s.onAbort()
+		return true
+	}
+	if r.JobStatus == api.RemoteCanceling {
+		s.onCanceling()
+	}
+	return false
+}
+
+var errTraceNotFound = errors.New("trace: job not found")
+
+// patchOnce sends up to one patch of unsent log. It reports whether
+// something was sent.
+func (s *streamer) patchOnce(ctx context.Context) (bool, error) {
+	off := s.offset()
+	size := s.buf.Size()
+	if off >= size {
+		return false, nil
+	}
+	n := min(size-off, api.MaxTracePatch)
+	if cap(s.patchBuf) < int(n) {
+		s.patchBuf = make([]byte, api.MaxTracePatch)
+	}
+	p := s.patchBuf[:n]
+	got, err := s.buf.ReadAt(p, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read job log at %d: %w", off, err)
+	}
+	p = p[:got]
+	if len(p) == 0 {
+		return false, nil
+	}
+	resp, err := s.client.PatchTrace(ctx, s.job.ID, s.job.Token, off, p)
+	s.m.metrics.apiRequest(s.r, "patch_trace", http.MethodPatch, statusOf(resp))
+	if err != nil {
+		return false, err
+	}
+	if s.handle(resp) {
+		return false, errAborted
+	}
+	switch resp.StatusCode {
+	case http.StatusAccepted, http.StatusOK:
+		s.mu.Lock()
+		s.sent = off + int64(len(p))
+		s.lastPatch = s.m.clock.Now()
+		s.mu.Unlock()
+		return true, nil
+	case http.StatusRequestedRangeNotSatisfiable:
+		if resp.HasRange {
+			s.log.Info("coordinator asked to resume the log at another offset", "from", off, "to", resp.RangeEnd)
+			s.resetOffset(resp.RangeEnd)
+			return true, nil
+		}
+		return false, fmt.Errorf("trace patch: 416 without Range")
+	case http.StatusNotFound:
+		return false, errTraceNotFound
+	default:
+		return false, fmt.Errorf("trace patch: status %d", resp.StatusCode)
+	}
+}
+
+var errAborted = errors.New("job aborted by the coordinator")
+
+// flushAll sends everything the buffer holds.
+func (s *streamer) flushAll(ctx context.Context) error {
+	for i := 0; ; i++ {
+		sent, err := s.patchOnce(ctx)
+		if err != nil {
+			if errors.Is(err, errTraceNotFound) {
+				return nil // nothing to be done: the final PUT decides
+			}
+			return err
+		}
+		if !sent {
+			return nil
+		}
+	}
+}
+
+// watch sends the log every update interval until ctx ends, and a
+// keep-alive PUT when nothing was sent for forceSendInterval.
+func (s *streamer) watch(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.m.clock.After(s.currentInterval()):
+		}
+		for {
+			sent, err := s.patchOnce(ctx)
+			if errors.Is(err, errAborted) {
+				return
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("sending the job log failed; will retry", "err", err)
+				}
+				break
+			}
+			if !sent {
+				break
+			}
+		}
+		s.mu.Lock()
+		quiet := s.m.clock.Now().Sub(s.lastPatch) >= s.m.forceSendInterval()
+		s.mu.Unlock()
+		if quiet {
+			resp, err := s.client.UpdateJob(ctx, s.job.ID, api.UpdateJobRequest{
+				Info: s.info, Token: s.job.Token, State: api.StateRunning,
+				Output: api.JobOutput{Checksum: s.buf.Checksum(), Bytesize: s.buf.Size()},
+			})
+			s.m.metrics.apiRequest(s.r, "update_job", http.MethodPut, statusOf(resp))
+			if err == nil {
+				s.mu.Lock()
+				s.lastPatch = s.m.clock.Now()
+				s.mu.Unlock()
+				if s.handle(resp) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (m *Manager) forceSendInterval() time.Duration {
+	if m.opts.ForceSendInterval > 0 {
+		return m.opts.ForceSendInterval
+	}
+	return 10 * time.Second
+}

@@ -1,0 +1,197 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// runnerState is the live bookkeeping of one [[runners]] entry.
+type runnerState struct {
+	mu         sync.Mutex
+	jobs       int          // jobs running (limit)
+	requests   int          // job requests in flight (request_concurrency)
+	slots      map[int]bool // concurrent ids in use
+	unhealthy  int          // consecutive unhealthy request results
+	skipUntil  time.Time    // unhealthy runners are skipped until then
+	fastRepoll int          // consecutive immediate re-polls
+}
+
+// reserve takes a limit slot and a request slot, or reports false.
+func (rs *runnerState) reserve(r *config.RunnerConfig, now time.Time) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if now.Before(rs.skipUntil) {
+		return false
+	}
+	if r.Limit > 0 && rs.jobs+rs.requests >= r.Limit {
+		return false
+	}
+	rc := r.RequestConcurrency
+	if rc < 1 {
+		rc = 1
+	}
+	if rs.requests >= rc {
+		return false
+	}
+	rs.requests++
+	return true
+}
+
+// requestDone ends a request; withJob turns its slot into a running job
+// and returns the job's concurrent id.
+func (rs *runnerState) requestDone(withJob bool) int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.requests--
+	if !withJob {
+		return -1
+	}
+	rs.jobs++
+	if rs.slots == nil {
+		rs.slots = map[int]bool{}
+	}
+	id := 0
+	for rs.slots[id] {
+		id++
+	}
+	rs.slots[id] = true
+	return id
+}
+
+func (rs *runnerState) jobDone(slot int) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.jobs--
+	delete(rs.slots, slot)
+}
+
+// health records the outcome of a job request; after limit unhealthy
+// results in a row the runner is skipped for interval.
+func (rs *runnerState) health(ok bool, limit int, interval time.Duration, now time.Time) (tripped bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if ok {
+		rs.unhealthy = 0
+		return false
+	}
+	rs.unhealthy++
+	if limit <= 0 {
+		limit = 3
+	}
+	if rs.unhealthy >= limit {
+		if interval <= 0 {
+			interval = time.Hour
+		}
+		rs.skipUntil = now.Add(interval)
+		rs.unhealthy = 0
+		return true
+	}
+	return false
+}
+
+// processRunner is one worker iteration for runner r: reserve slots,
+// acquire executor capacity, request a job, run it, release everything.
+func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerConfig) {
+	if m.draining.Load() {
+		return
+	}
+	p := m.opts.Providers[r.Executor]
+	rs := m.runnerState(r)
+	log := m.logger.With("runner", api.ShortToken(r.Token), "runner_name", r.Name)
+	if !rs.reserve(r, m.clock.Now()) {
+		return
+	}
+	settings := m.settings(r, 0)
+	data, err := p.Acquire(reqCtx, settings)
+	if err != nil {
+		rs.requestDone(false)
+		if !errors.Is(err, executor.ErrNoFreeExecutor) && reqCtx.Err() == nil {
+			log.Warn("executor provider could not reserve capacity", "err", err)
+		}
+		return
+	}
+	client, err := m.client(r.URL)
+	if err != nil {
+		rs.requestDone(false)
+		p.Release(ctx, settings, data)
+		log.Error("bad coordinator url", "err", err)
+		return
+	}
+	sent := m.lastUpdates.Get(r.Token)
+	req := api.JobRequest{
+		Info:       m.versionInfo(r, p),
+		Token:      r.Token,
+		SystemID:   m.opts.SystemID,
+		LastUpdate: sent,
+	}
+	m.busy.Add(1)
+	start := m.clock.Now()
+	job, resp, err := client.RequestJob(reqCtx, req)
+	m.busy.Add(-1)
+	took := m.clock.Now().Sub(start)
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+		m.lastUpdates.Set(r.Token, resp.LastUpdate)
+	}
+	m.metrics.apiRequest(r, "request_job", http.MethodPost, status)
+	switch {
+	case err != nil && reqCtx.Err() != nil:
+		// drain or abort while a long poll was held
+	case err != nil:
+		log.Warn("job request failed", "err", err, "status", status)
+	case status == http.StatusForbidden:
+		if rs.health(false, r.UnhealthyRequestsLimit, r.UnhealthyInterval, m.clock.Now()) {
+			log.Error("runner token rejected too often; skipping this runner for a while", "interval", r.UnhealthyInterval)
+		} else {
+			log.Error("job request forbidden: is the runner token valid?", "status", status)
+		}
+	case status == http.StatusCreated || status == http.StatusNoContent:
+		rs.health(true, 0, 0, time.Time{})
+	default:
+		log.Warn("job request got an unexpected answer", "status", status)
+	}
+	if job == nil {
+		rs.requestDone(false)
+		p.Release(ctx, settings, data)
+		// A quick 204 with a new queue version means the coordinator did not
+		// hold the request because its queue changed since our last poll: ask
+		// again at once so the next request is held (long polling), but only
+		// once in a row, so a coordinator without long polling is not hammered.
+		if err == nil && status == http.StatusNoContent && resp.LastUpdate != "" && resp.LastUpdate != sent &&
+			took < time.Second && !r.StrictCheckInterval {
+			rs.mu.Lock()
+			again := rs.fastRepoll < 1
+			if again {
+				rs.fastRepoll++
+			}
+			rs.mu.Unlock()
+			if again {
+				m.requeue(reqCtx, r)
+			}
+		} else {
+			rs.mu.Lock()
+			rs.fastRepoll = 0
+			rs.mu.Unlock()
+		}
+		return
+	}
+	rs.mu.Lock()
+	rs.fastRepoll = 0
+	rs.mu.Unlock()
+	slot := rs.requestDone(true)
+	if !r.StrictCheckInterval {
+		m.requeue(reqCtx, r)
+	}
+	settings.ConcurrentID = slot
+	m.runJob(ctx, r, p, client, settings, data, job, req.Info)
+	rs.jobDone(slot)
+	p.Release(context.WithoutCancel(ctx), settings, data)
+}

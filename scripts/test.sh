@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every check and test of drover. Installs what the tests need first
+# (git, bash, staticcheck), so it works on a fresh Debian machine with Go.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATICCHECK_VERSION=v0.8.2   # staticcheck 2026.2.2
+FUZZTIME=${FUZZTIME:-8s}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+for tool in git bash procps:ps; do
+  pkg=${tool%%:*}; bin=${tool##*:}
+  have "$bin" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+export PATH="$(go env GOPATH)/bin:$PATH"
+if ! have staticcheck; then
+  echo "== installing staticcheck $STATICCHECK_VERSION"
+  go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "not gofmt-ed:"; echo "$unformatted"; exit 1; fi
+echo "== go vet"
+go vet ./...
+echo "== staticcheck"
+staticcheck ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 25m ./...
+
+echo "== fuzz ($FUZZTIME each)"
+# Every Fuzz* target of every package gets a short run on top of its seed corpus.
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
+    echo "-- $pkg $f"
+    go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/drover-fuzz.log 2>&1 || { cat /tmp/drover-fuzz.log; exit 1; }
+  done
+done
+echo "== all checks passed"
