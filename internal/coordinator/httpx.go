@@ -182,8 +182,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, stri
 	if err == nil {
 		// Exactly one value: anything but whitespace after it is an error.
 		if _, err2 := dec.Token(); err2 != io.EOF {
-			if e := jsonError(err2); e.code == http.StatusRequestEntityTooLarge {
-				return e
+			var maxErr *http.MaxBytesError
+			if errors.As(err2, &maxErr) {
+				return jsonError(err2)
 			}
 			return invalid("", "unexpected data after the JSON body")
 		}
