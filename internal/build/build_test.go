@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
 	shellexec "github.com/drover-ci/drover/internal/executor/shell"
 )
@@ -252,6 +253,22 @@ func TestJobTimeout(t *testing.T) {
 	}
 	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.JobExecutionTimeout})
 	f.assertTrace(t, []string{"after=failed\n", "ERROR: Job failed: execution took longer than 1 seconds"}, nil)
+}
+
+func TestJobTimeoutFollowsClock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	j := job([]string{"echo up > " + dir + "/started", "sleep 30"}, nil)
+	j.RunnerInfo.Timeout = 3600
+	f := newFixture(t, "sh", j)
+	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+	f.opts.Clock = fake
+	go func() {
+		waitFile(t, dir+"/started")
+		fake.Advance(time.Hour)
+	}()
+	checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.JobExecutionTimeout})
+	f.assertTrace(t, []string{"section_start:1700000000:step_script\r", "execution took longer than 3600 seconds"}, nil)
 }
 
 func TestGracefulCancel(t *testing.T) {
