@@ -38,16 +38,24 @@ func TestRegisterRunSubmit(t *testing.T) {
 
 	t.Run("git", func(t *testing.T) {
 		args := append([]string{"submit", "--name", "git", "--wait",
-			"--git-url", "file://" + repo, "--git-ref", "main", "--git-sha", shas[0], "--git-depth", "1",
+			"--git-url", "file://" + repo, "--git-ref", "main", "--git-sha", shas[1], "--git-depth", "1",
 			"--script", "cat file.txt", "--script", "git log -1 --format=%s", "--script", "echo depth=$(git rev-list --count HEAD)"}, common...)
 		out, code := runCLI(t, dir, nil, args...)
 		if code != 0 {
 			t.Fatalf("submit --wait = exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"version 1", "first commit", "depth=1", "Job succeeded"} {
+		for _, want := range []string{"version 2", "second commit", "depth=1", "Job succeeded"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("log lacks %q:\n%s", want, out)
 			}
+		}
+		// A full clone can check out an older commit.
+		args = append([]string{"submit", "--name", "git-old", "--wait",
+			"--git-url", "file://" + repo, "--git-ref", "main", "--git-sha", shas[0],
+			"--script", "cat file.txt", "--script", "echo depth=$(git rev-list --count HEAD)"}, common...)
+		out, code = runCLI(t, dir, nil, args...)
+		if code != 0 || !strings.Contains(out, "version 1") || !strings.Contains(out, "depth=1") {
+			t.Errorf("full clone at the first commit = exit %d:\n%s", code, out)
 		}
 	})
 
@@ -95,7 +103,7 @@ func TestRegisterRunSubmit(t *testing.T) {
 			t.Errorf("jobs = exit %d:\n%s", code, out)
 		}
 		out, code = runCLI(t, dir, nil, append([]string{"logs", "1"}, common...)...)
-		if code != 0 || !strings.Contains(out, "first commit") {
+		if code != 0 || !strings.Contains(out, "second commit") {
 			t.Errorf("logs 1 = exit %d:\n%s", code, out)
 		}
 		_, code = runCLI(t, dir, nil, append([]string{"logs", "999"}, common...)...)
@@ -181,8 +189,18 @@ func TestSignals(t *testing.T) {
 		if got := waitJob(t, cl, j.ID, 5*time.Second, finished); got.Status != "success" {
 			t.Errorf("running job after drain = %s, want success", got.Status)
 		}
-		if got, _ := cl.Job(context.Background(), late.ID); got.Status != "pending" {
-			t.Errorf("job submitted during drain = %s, want pending (not taken)", got.Status)
+		// A request already held when the drain began may still bring the
+		// late job (it is then run, never dropped); otherwise it stays queued.
+		if got, _ := cl.Job(context.Background(), late.ID); got.Status != "pending" && got.Status != "success" {
+			t.Errorf("job submitted during drain = %s, want pending or success (never lost)", got.Status)
+		}
+		after, err := cl.Submit(context.Background(), client.JobSpec{Name: "after", Script: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if got, _ := cl.Job(context.Background(), after.ID); got.Status != "pending" {
+			t.Errorf("job submitted after the drained manager exited = %s, want pending", got.Status)
 		}
 	})
 	t.Run("SIGTERM interrupts", func(t *testing.T) {
@@ -196,7 +214,10 @@ func TestSignals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+		waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" && j.TraceSize > 0 })
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(trace(t, cl, j.ID), "working") && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
 		m.signal(syscall.SIGTERM)
 		m.wait(30 * time.Second)
 		got := waitJob(t, cl, j.ID, 5*time.Second, finished)

@@ -145,7 +145,7 @@ type coordinator struct {
 
 func startCoordinator(t *testing.T, data string, extra ...string) *coordinator {
 	t.Helper()
-	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--data", data}, extra...)
+	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--data", data, "--long-poll-timeout", "3s"}, extra...)
 	p := start(t, t.TempDir(), args...)
 	url := p.waitLog(`coordinator listening.*addr=(http://[0-9.:]+)`, 20*time.Second)
 	tok, err := os.ReadFile(filepath.Join(data, "admin-token"))

@@ -256,10 +256,10 @@ func (m *Manager) sendFinal(ctx context.Context, log interface {
 			switch {
 			case err != nil:
 				failed = err
+			case resp.StatusCode == http.StatusOK:
+				return
 			case remoteAbort(resp):
 				log.Warn("coordinator no longer accepts updates for this job", "status", resp.StatusCode, "job_status", resp.JobStatus)
-				return
-			case resp.StatusCode == http.StatusOK:
 				return
 			case resp.StatusCode == http.StatusAccepted && soft < 100:
 				soft++

@@ -157,7 +157,11 @@ func (m *Manager) RunningJobs() int {
 // reported as runner_interrupted) or until Drain was called and every
 // running job finished.
 func (m *Manager) Run(ctx context.Context) error {
-	// reqCtx ends job requests (held long polls included) on drain or abort.
+	// reqCtx stops the feeder and idle workers on drain or abort. Job
+	// requests already in flight are not cancelled by a drain: the
+	// coordinator may have handed a job to one already, and cancelling it
+	// would lose that job. They end within the long-poll timeout, and a job
+	// they bring is run.
 	reqCtx, cancelReq := context.WithCancel(ctx)
 	defer cancelReq()
 	go func() {

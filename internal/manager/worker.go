@@ -109,10 +109,10 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		return
 	}
 	settings := m.settings(r, 0)
-	data, err := p.Acquire(reqCtx, settings)
+	data, err := p.Acquire(ctx, settings)
 	if err != nil {
 		rs.requestDone(false)
-		if !errors.Is(err, executor.ErrNoFreeExecutor) && reqCtx.Err() == nil {
+		if !errors.Is(err, executor.ErrNoFreeExecutor) && ctx.Err() == nil {
 			log.Warn("executor provider could not reserve capacity", "err", err)
 		}
 		return
@@ -133,7 +133,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	}
 	m.busy.Add(1)
 	start := m.clock.Now()
-	job, resp, err := client.RequestJob(reqCtx, req)
+	job, resp, err := client.RequestJob(ctx, req)
 	m.busy.Add(-1)
 	took := m.clock.Now().Sub(start)
 	status := 0
@@ -143,8 +143,8 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	}
 	m.metrics.apiRequest(r, "request_job", http.MethodPost, status)
 	switch {
-	case err != nil && reqCtx.Err() != nil:
-		// drain or abort while a long poll was held
+	case err != nil && ctx.Err() != nil:
+		// abort while a long poll was held
 	case err != nil:
 		log.Warn("job request failed", "err", err, "status", status)
 	case status == http.StatusForbidden:

@@ -105,7 +105,13 @@ func (w *writer) getSources(info Info, values map[string]string) error {
 	for _, rs := range refspecs {
 		fetch += " " + quote(rs)
 	}
-	w.raw(fetch)
+	if gi.Depth <= 0 {
+		// A full fetch into a repository an earlier shallow job left
+		// behind must deepen it, or older commits stay unreachable.
+		w.raw("if [ -f .git/shallow ]; then " + strings.Replace(fetch, "git fetch ", "git fetch --unshallow ", 1) + "; else " + fetch + "; fi")
+	} else {
+		w.raw(fetch)
+	}
 
 	if strings.EqualFold(strings.TrimSpace(values["GIT_CHECKOUT"]), "false") {
 		w.echo(ansiBoldGreen, "Skipping Git checkout")
