@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/clock"
 )
 
 // env is a coordinator served over real loopback HTTP, on real SQLite in a
@@ -215,10 +214,6 @@ func (e *env) trace(id int64) string {
 }
 
 var fakeStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func withFakeClock(f *clock.Fake) func(*Config) {
-	return func(c *Config) { c.Clock = f }
-}
 
 func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 	return context.WithCancel(t.Context())

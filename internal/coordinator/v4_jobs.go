@@ -103,6 +103,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.touchJob(ctx, j.ID)
+	c.touchManager(ctx, store.Runner{ID: j.RunnerID}, j.RunnerSystemID, req.Info, false)
 	if req.State == api.StateRunning || req.State == api.StatePending {
 		setJobHeaders(w, j.Status)
 		writeJSON(w, http.StatusOK, struct{}{})

@@ -63,7 +63,6 @@ type Manager struct {
 	drained  chan struct{}
 
 	lastUpdates api.LastUpdates
-	jobWG       sync.WaitGroup
 	busy        atomic.Int64 // requests in flight + jobs running
 }
 

@@ -165,7 +165,8 @@ type Store interface {
 	DeleteRunner(ctx context.Context, id int64) error
 	SetRunnerTokenHash(ctx context.Context, id int64, hash string) error
 	// UpsertRunnerManager records a manager's details and contact time, and
-	// the runner's contact time.
+	// the runner's contact time. Empty detail fields (Version, Executor,
+	// Platform, Arch) keep what is stored. An unknown runner is ErrNotFound.
 	UpsertRunnerManager(ctx context.Context, m RunnerManager) error
 	DeleteRunnerManager(ctx context.Context, runnerID int64, systemID string) error
 	ListRunnerManagers(ctx context.Context, runnerID int64) ([]RunnerManager, error)

@@ -295,7 +295,10 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 	if _, err := tx.ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch)
 		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = excluded.contacted_at,
-			version = excluded.version, executor = excluded.executor, platform = excluded.platform, arch = excluded.arch`,
+			version = COALESCE(NULLIF(excluded.version, ''), runner_managers.version),
+			executor = COALESCE(NULLIF(excluded.executor, ''), runner_managers.executor),
+			platform = COALESCE(NULLIF(excluded.platform, ''), runner_managers.platform),
+			arch = COALESCE(NULLIF(excluded.arch, ''), runner_managers.arch)`,
 		m.RunnerID, m.SystemID, tint(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch); err != nil {
 		return fmt.Errorf("upsert manager: %w", err)
 	}

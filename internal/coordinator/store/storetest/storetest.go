@@ -116,6 +116,10 @@ func testManagers(t *testing.T, h Harness) {
 	if err := s.UpsertRunnerManager(ctx, m); err != nil {
 		t.Fatal(err)
 	}
+	// Empty details keep the stored ones.
+	if err := s.UpsertRunnerManager(ctx, store.RunnerManager{RunnerID: r.ID, SystemID: "s_1", ContactedAt: m.ContactedAt}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.UpsertRunnerManager(ctx, store.RunnerManager{RunnerID: 999, SystemID: "x"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("UpsertRunnerManager(unknown runner) = %v", err)
 	}
