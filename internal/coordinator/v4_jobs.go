@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -197,7 +196,7 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "403 Forbidden: job is "+string(j.Status), "")
 		return
 	}
-	start, end, err := parseContentRange(r.Header.Get("Content-Range"))
+	start, end, err := api.ParseContentRange(r.Header.Get("Content-Range"))
 	if err != nil {
 		setJobHeaders(w, j.Status)
 		writeError(w, http.StatusBadRequest, err.Error(), "Content-Range")
@@ -239,7 +238,7 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if start != size {
-		w.Header().Set("Range", formatRange(size))
+		w.Header().Set("Range", api.FormatRange(size))
 		writeError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, size), "Content-Range")
 		return
 	}
@@ -252,26 +251,6 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.touchJob(ctx, j.ID)
-	w.Header().Set("Range", formatRange(size))
+	w.Header().Set("Range", api.FormatRange(size))
 	w.WriteHeader(http.StatusAccepted)
 }
-
-// parseContentRange parses "start-end" (inclusive, no unit, as runners send
-// it; a "bytes " prefix is tolerated).
-func parseContentRange(s string) (start, end int64, err error) {
-	s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "bytes "))
-	a, b, ok := strings.Cut(s, "-")
-	if !ok {
-		return 0, 0, fmt.Errorf("Content-Range %q: want start-end", s)
-	}
-	if start, err = strconv.ParseInt(a, 10, 64); err != nil || start < 0 {
-		return 0, 0, fmt.Errorf("Content-Range %q: bad start", s)
-	}
-	if end, err = strconv.ParseInt(b, 10, 64); err != nil || end < start {
-		return 0, 0, fmt.Errorf("Content-Range %q: bad end", s)
-	}
-	return start, end, nil
-}
-
-// formatRange is the Range header value "0-n".
-func formatRange(n int64) string { return "0-" + strconv.FormatInt(n, 10) }
