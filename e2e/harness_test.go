@@ -62,14 +62,14 @@ func (s *syncBuffer) String() string {
 
 // proc is a drover process started by a test.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	log  *syncBuffer
 	done chan struct{}
 	err  error
 }
 
-func start(t *testing.T, dir string, args ...string) *proc {
+func start(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(droverBin, args...)
@@ -143,7 +143,7 @@ type coordinator struct {
 	url, token, data string
 }
 
-func startCoordinator(t *testing.T, data string, extra ...string) *coordinator {
+func startCoordinator(t testing.TB, data string, extra ...string) *coordinator {
 	t.Helper()
 	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--data", data, "--long-poll-timeout", "3s"}, extra...)
 	p := start(t, t.TempDir(), args...)
@@ -157,7 +157,7 @@ func startCoordinator(t *testing.T, data string, extra ...string) *coordinator {
 
 func (c *coordinator) client() *client.Client { return client.New(c.url, c.token, nil) }
 
-func (c *coordinator) runnerToken(t *testing.T, tags ...string) string {
+func (c *coordinator) runnerToken(t testing.TB, tags ...string) string {
 	t.Helper()
 	yes := true
 	r, err := c.client().CreateRunner(context.Background(), client.RunnerSpec{Description: t.Name(), TagList: tags, RunUntagged: &yes})

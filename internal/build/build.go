@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -278,6 +279,25 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 	b.exec.SetCurrentStage(stage)
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if local, ok := b.exec.(executor.Local); ok {
+		// Stages with nothing to run on a local executor are written here,
+		// without a shell (see executor.Local).
+		switch {
+		case stage == executor.StagePrepareScript:
+			b.trace.sectionStart(stage, header)
+			b.trace.printf("Running on %s...\n", local.Hostname())
+			b.trace.sectionEnd(stage)
+			return nil
+		case stage == executor.StageGetSources && shell.SkipsSources(info):
+			if err := os.MkdirAll(info.ProjectDir, 0o755); err != nil {
+				return fmt.Errorf("%s: %w", stage, err)
+			}
+			b.trace.sectionStart(stage, header)
+			b.trace.line(ansiBoldGreen, "Skipping Git repository setup")
+			b.trace.sectionEnd(stage)
+			return nil
+		}
 	}
 	script, err := shell.Generate(stage, info)
 	if err != nil {

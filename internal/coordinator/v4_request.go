@@ -83,8 +83,11 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 // claim hands the oldest pending job rn can run to it, or returns nil.
 func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest) (*api.JobResponse, error) {
 	var after int64
+	// The first page is small: the oldest pending job usually fits. Pages
+	// grow when runners skip many jobs (tags, features).
+	page := 8
 	for {
-		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromQueue, AfterID: after, Limit: claimPage})
+		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromQueue, AfterID: after, Limit: page})
 		if err != nil {
 			return nil, err
 		}
@@ -100,9 +103,10 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 			}
 			return resp, err
 		}
-		if len(jobs) < claimPage {
+		if len(jobs) < page {
 			return nil, nil
 		}
+		page = min(page*2, claimPage)
 	}
 }
 

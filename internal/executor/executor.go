@@ -136,3 +136,12 @@ type Executor interface {
 	// SetCurrentStage records the stage being run.
 	SetCurrentStage(s Stage)
 }
+
+// Local is implemented by executors whose scripts run on the manager's own
+// host, in directories the manager can reach. The build runner then does
+// trivial stages itself (printing the host name, skipping git setup)
+// instead of starting a shell for each: a trivial job costs one shell.
+type Local interface {
+	// Hostname is the name of the host the scripts run on.
+	Hostname() string
+}

@@ -3,6 +3,7 @@ package shell
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -178,4 +179,21 @@ func fetchPlan(ref, refType, sha string, refspecs []string) ([]string, string, e
 func validRef(ref string) bool {
 	return !strings.HasPrefix(ref, "-") && !strings.Contains(ref, "..") &&
 		path.Clean("/"+ref) == "/"+ref
+}
+
+// SkipsSources reports whether get_sources has nothing to fetch for info:
+// GIT_STRATEGY is none or the job has no repository.
+func SkipsSources(info Info) bool {
+	if info.Job == nil {
+		return false
+	}
+	if info.Job.GitInfo.RepoURL == "" {
+		return true
+	}
+	env := info.LookupEnv
+	if env == nil {
+		env = os.LookupEnv
+	}
+	_, values := resolve(info.Variables, info.tmpDir(), env)
+	return strings.ToLower(strings.TrimSpace(values["GIT_STRATEGY"])) == GitNone
 }

@@ -228,3 +228,14 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+var _ executor.Local = (*Executor)(nil)
+
+// Hostname returns this host's name: the shell executor runs scripts here.
+func (e *Executor) Hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	return h
+}

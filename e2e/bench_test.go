@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/config"
+	coord "github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/shell"
+	"github.com/drover-ci/drover/internal/manager"
+)
+
+// stack is a coordinator and a runner manager in this process, talking
+// over real loopback HTTP, for benchmarks.
+type stack struct {
+	api  *client.Client
+	stop func()
+}
+
+func newStack(b *testing.B, concurrent int) *stack {
+	b.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := b.TempDir()
+	cs, err := coord.New(ctx, logger, coord.Config{DataDir: filepath.Join(dir, "coord")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(cs.Handler())
+	go func() { _ = cs.Run(ctx) }()
+	api := client.New(srv.URL, cs.AdminToken(), nil)
+	yes := true
+	r, err := api.CreateRunner(ctx, client.RunnerSpec{RunUntagged: &yes})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := &config.Config{Concurrent: concurrent, CheckInterval: 3, ShutdownTimeout: 5, Runners: []config.RunnerConfig{{
+		Name: "bench", URL: srv.URL, Token: r.Token, Executor: "shell", BuildsDir: filepath.Join(dir, "builds"),
+		RequestConcurrency: 1, OutputLimit: 4096,
+	}}}
+	m, err := manager.New(logger, manager.Options{Config: cfg, ConfigPath: "bench", SystemID: "s_bench",
+		Providers: map[string]executor.Provider{"shell": shell.NewProvider()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = m.Run(ctx); close(done) }()
+	return &stack{api: api, stop: func() {
+		cancel()
+		<-done
+		srv.Close()
+		cs.Close()
+	}}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// BenchmarkSubmitToSuccess measures one trivial job from POST /api/v1/jobs
+// until GET /api/v1/jobs/:id reports success (polled every millisecond).
+func BenchmarkSubmitToSuccess(b *testing.B) {
+	s := newStack(b, 1)
+	defer s.stop()
+	ctx := context.Background()
+	// Warm up: the first request of the manager is not held.
+	runTrivial(b, s, ctx)
+	var lat []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		lat = append(lat, runTrivial(b, s, ctx))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.95).Microseconds())/1000, "p95-ms")
+}
+
+func runTrivial(b *testing.B, s *stack, ctx context.Context) time.Duration {
+	start := time.Now()
+	j, err := s.api.Submit(ctx, client.JobSpec{Name: "trivial", Script: []string{"true"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		got, err := s.api.Job(ctx, j.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got.Finished() {
+			if got.Status != "success" {
+				b.Fatalf("job %d: %s %s", j.ID, got.Status, got.FailureReason)
+			}
+			return time.Since(start)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkThroughput1000 submits 1,000 trivial jobs and measures the time
+// until all of them succeeded, with concurrent = 8.
+func BenchmarkThroughput1000(b *testing.B) {
+	const n = 1000
+	for range b.N {
+		b.StopTimer()
+		s := newStack(b, 8)
+		ctx := context.Background()
+		b.StartTimer()
+		start := time.Now()
+		ids := make([]int64, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 4 {
+					j, err := s.api.Submit(ctx, client.JobSpec{Name: "t" + strconv.Itoa(i), Script: []string{"true"}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					ids[i] = j.ID
+				}
+			}()
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+		// Walk the jobs in order, one cheap GET at a time, so that watching
+		// costs the coordinator little next to the work measured.
+		for i := 0; i < n; {
+			j, err := s.api.Job(ctx, ids[i])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !j.Finished() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			if j.Status != "success" {
+				b.Fatalf("trivial job %d: %s %s", j.ID, j.Status, j.FailureReason)
+			}
+			i++
+		}
+		el := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(n)/el.Seconds(), "jobs/s")
+		s.stop()
+	}
+}
+
+// BenchmarkManagerRSS1GiBLog runs a job printing 1 GiB through a real
+// `drover run` process and a real coordinator process, and reports the
+// manager's peak RSS (VmHWM) and the end-to-end log throughput.
+func BenchmarkManagerRSS1GiBLog(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		c := startCoordinator(b, filepath.Join(dir, "coord"))
+		cfgPath := filepath.Join(dir, "config.toml")
+		body := fmt.Sprintf("concurrent = 1\ncheck_interval = 1\n[[runners]]\n  name = \"rss\"\n  url = %q\n  token = %q\n  executor = \"shell\"\n  builds_dir = %q\n  output_limit = 1100000\n",
+			c.url, c.runnerToken(b), filepath.Join(dir, "builds"))
+		if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		m := start(b, dir, "run", "--config", cfgPath)
+		b.StartTimer()
+		start := time.Now()
+		j, err := c.client().Submit(context.Background(), client.JobSpec{Name: "big", Script: []string{
+			"yes 'drover log line: the quick brown fox jumps over the lazy dog 0123456789' | head -c 1073741824",
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			got, err := c.client().Job(context.Background(), j.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got.Finished() {
+				if got.Status != "success" || got.TraceSize < 1<<30 {
+					b.Fatalf("big job = %s, trace %d bytes", got.Status, got.TraceSize)
+				}
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		el := time.Since(start)
+		b.StopTimer()
+		hwm := vmHWM(b, m.cmd.Process.Pid)
+		b.ReportMetric(hwm, "manager-peak-rss-MiB")
+		b.ReportMetric(1024/el.Seconds(), "log-MiB/s")
+		_ = m.cmd.Process.Kill()
+		_ = c.cmd.Process.Kill()
+	}
+}
+
+func vmHWM(b *testing.B, pid int) float64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
