@@ -21,6 +21,7 @@ import (
 type Store struct {
 	w      *sql.DB // exactly one connection: all writes
 	r      *sql.DB // read pool
+	ws, rs *stmts  // prepared statements of w and r
 	closed atomic.Bool
 }
 
@@ -59,6 +60,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 	s.r = r
+	s.ws, s.rs = newStmts(w), newStmts(r)
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -104,6 +106,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	var errs []error
+	if s.ws != nil {
+		s.ws.close()
+		s.rs.close()
+	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
@@ -198,7 +204,7 @@ func (s *Store) CreateRunner(ctx context.Context, r store.Runner) (store.Runner,
 	if err := s.check(); err != nil {
 		return r, err
 	}
-	row := s.w.QueryRowContext(ctx, `INSERT INTO runners (token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at)
+	row := s.ws.QueryRowContext(ctx, `INSERT INTO runners (token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runnerCols,
 		r.TokenHash, r.Description, tagsText(r.Tags), b2i(r.RunUntagged), b2i(r.Locked), b2i(r.Paused), r.MaximumTimeout, tint(r.CreatedAt), tint(r.ContactedAt))
 	out, err := scanRunner(row)
@@ -213,7 +219,7 @@ func (s *Store) GetRunner(ctx context.Context, id int64) (store.Runner, error) {
 	if err := s.check(); err != nil {
 		return store.Runner{}, err
 	}
-	r, err := scanRunner(s.r.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE id = ?`, id))
+	r, err := scanRunner(s.rs.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE id = ?`, id))
 	return r, notFound(err, "runner", id)
 }
 
@@ -222,7 +228,7 @@ func (s *Store) RunnerByTokenHash(ctx context.Context, hash string) (store.Runne
 	if err := s.check(); err != nil {
 		return store.Runner{}, err
 	}
-	r, err := scanRunner(s.r.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE token_hash = ?`, hash))
+	r, err := scanRunner(s.rs.QueryRowContext(ctx, `SELECT `+runnerCols+` FROM runners WHERE token_hash = ?`, hash))
 	return r, notFound(err, "runner with token", "")
 }
 
@@ -231,7 +237,7 @@ func (s *Store) ListRunners(ctx context.Context) ([]store.Runner, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+runnerCols+` FROM runners ORDER BY id`)
+	rows, err := s.rs.QueryContext(ctx, `SELECT `+runnerCols+` FROM runners ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +257,7 @@ func (s *Store) execOne(ctx context.Context, what string, id any, query string, 
 	if err := s.check(); err != nil {
 		return err
 	}
-	res, err := s.w.ExecContext(ctx, query, args...)
+	res, err := s.ws.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s %v: %w", what, id, err)
 	}
@@ -280,19 +286,20 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 	if err := s.check(); err != nil {
 		return err
 	}
+	s.ws.warm(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, tint(m.ContactedAt), m.RunnerID)
+	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, tint(m.ContactedAt), m.RunnerID)
 	if err != nil {
 		return fmt.Errorf("upsert manager: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("upsert manager of runner %d: %w", m.RunnerID, store.ErrNotFound)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch)
+	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch)
 		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = excluded.contacted_at,
 			version = COALESCE(NULLIF(excluded.version, ''), runner_managers.version),
@@ -315,7 +322,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch
+	rows, err := s.rs.QueryContext(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch
 		FROM runner_managers WHERE runner_id = ? ORDER BY system_id`, runnerID)
 	if err != nil {
 		return nil, err
@@ -370,16 +377,17 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if err := s.check(); err != nil {
 		return j, err
 	}
+	s.ws.warm(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return j, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, j.Project); err != nil {
+	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, j.Project); err != nil {
 		return j, fmt.Errorf("create job: project: %w", err)
 	}
 	var pid int64
-	if err := tx.QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, j.Project).Scan(&pid); err != nil {
+	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, j.Project).Scan(&pid); err != nil {
 		return j, fmt.Errorf("create job: project: %w", err)
 	}
 	var exit any
@@ -387,7 +395,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		exit = *j.ExitCode
 	}
 	var id int64
-	if err := tx.QueryRowContext(ctx, `INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
+	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
 			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, exit, tagsText(j.Tags), j.Timeout, j.RunTimeout, j.Image, jsonText(j.Spec),
@@ -395,7 +403,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	).Scan(&id); err != nil {
 		return j, fmt.Errorf("create job: %w", err)
 	}
-	out, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+	out, err := scanJob((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
 	if err != nil {
 		return j, fmt.Errorf("create job: %w", err)
 	}
@@ -407,7 +415,7 @@ func (s *Store) GetJob(ctx context.Context, id int64) (store.Job, error) {
 	if err := s.check(); err != nil {
 		return store.Job{}, err
 	}
-	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+	j, err := scanJob(s.rs.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
 	return j, notFound(err, "job", id)
 }
 
@@ -437,7 +445,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.rs.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -497,12 +505,13 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	for _, st := range from {
 		args = append(args, string(st))
 	}
+	s.ws.warm(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return store.Job{}, err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+` WHERE id = ? AND status IN (`+placeholders(len(from))+`)`, args...)
+	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+` WHERE id = ? AND status IN (`+placeholders(len(from))+`)`, args...)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("transition job %d: %w", id, err)
 	}
@@ -510,7 +519,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	if err != nil {
 		return store.Job{}, err
 	}
-	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+	j, err := scanJob((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
 	if err != nil {
 		return j, notFound(err, "job", id)
 	}
@@ -530,7 +539,7 @@ func (s *Store) CountJobs(ctx context.Context) (map[store.Status]int64, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
+	rows, err := s.rs.QueryContext(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
 	if err != nil {
 		return nil, err
 	}
