@@ -185,7 +185,7 @@ func BenchmarkManagerRSS1GiBLog(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		j, err := c.client().Submit(context.Background(), client.JobSpec{Name: "big", Script: []string{
-			"yes 'drover log line: the quick brown fox jumps over the lazy dog 0123456789' | head -c 1073741824",
+			"(yes 'drover log line: the quick brown fox jumps over the lazy dog 0123456789' || true) | head -c 1073741824",
 		}})
 		if err != nil {
 			b.Fatal(err)

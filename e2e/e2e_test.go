@@ -362,3 +362,33 @@ func TestLocal(t *testing.T) {
 		}
 	}
 }
+
+// TestSIGHUPReloads: SIGHUP applies a changed config.toml and keeps the old
+// one, with a clear log line, when the new one is broken.
+func TestSIGHUPReloads(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	token := c.runnerToken(t)
+	cfg := writeConfig(t, dir, c.url, token, 1, "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+
+	writeConfig(t, dir, c.url, token, 3, "")
+	m.signal(syscall.SIGHUP)
+	m.waitLog(`configuration reloaded.*concurrent=3`, 10*time.Second)
+
+	if err := os.WriteFile(cfg, []byte("concurrent = 1\n[[runners]]\n  url = 12\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.signal(syscall.SIGHUP)
+	m.waitLog(`configuration not reloaded.*config.toml:[0-9]+: runners\[0\]\.`, 10*time.Second)
+
+	// The manager still works with the configuration it kept.
+	j, err := c.client().Submit(context.Background(), client.JobSpec{Name: "after-reload", Script: []string{"echo still-here"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitJob(t, c.client(), j.ID, 30*time.Second, finished); got.Status != "success" {
+		t.Errorf("job after a failed reload = %s", got.Status)
+	}
+}

@@ -238,7 +238,7 @@ func rfc3339(t time.Time) *string {
 	if t.IsZero() {
 		return nil
 	}
-	s := t.UTC().Format(time.RFC3339)
+	s := t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	return &s
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -285,5 +286,55 @@ func TestUnsupportedExecutorIsAConfigError(t *testing.T) {
 	_, err := New(discard(), Options{Config: cfg, ConfigPath: "c.toml", Providers: map[string]executor.Provider{"shell": shell.NewProvider()}})
 	if err == nil || !strings.Contains(err.Error(), "c.toml: runners[0].executor") {
 		t.Errorf("New with executor docker = %v, want an error naming c.toml: runners[0].executor", err)
+	}
+}
+
+func TestOutputLimitTruncatesWithNotice(t *testing.T) {
+	f := newFakeCoordinator(t)
+	// 64 KiB of output against a 1 KiB limit.
+	f.addJob(testJob(9, []string{"head -c 65536 /dev/zero | tr '\\0' 'a'", "echo; echo visible-after-limit"}, nil))
+	startManager(t, f.srv.URL, func(c *config.Config) { c.Runners[0].OutputLimit = 1 })
+	u := waitFinal(t, f)
+	if u.State != api.StateSuccess {
+		t.Errorf("state = %s, want success (truncation is not a failure)", u.State)
+	}
+	tr := f.traceOf(9)
+	if !strings.Contains(tr, "Job's log exceeded limit of 1024 bytes") {
+		t.Errorf("no truncation notice in a %d byte log", len(tr))
+	}
+	if len(tr) > 2048 || strings.Contains(tr, "visible-after-limit") {
+		t.Errorf("log not truncated: %d bytes", len(tr))
+	}
+}
+
+func TestMetricsAndHealth(t *testing.T) {
+	f := newFakeCoordinator(t)
+	f.addJob(testJob(10, []string{"echo hi"}, nil))
+	m, _, _ := startManager(t, f.srv.URL, nil)
+	waitFinal(t, f)
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	for path, want := range map[string]string{
+		"/health/ready": "ready",
+		"/metrics":      `gitlab_runner_jobs_total{runner="testtoken",runner_name="t",system_id="s_test"} 1`,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s = %d, body lacks %q:\n%s", path, resp.StatusCode, want, b)
+		}
+	}
+	m.Drain()
+	resp, err := http.Get(srv.URL + "/health/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/health/ready while draining = %d, want 503", resp.StatusCode)
 	}
 }
