@@ -111,6 +111,9 @@ registration token it registers a new runner (POST /api/v4/runners) with
 				Name: name, URL: url, Token: got.Token, ID: got.ID,
 				TokenObtainedAt: time.Now().UTC().Truncate(time.Second),
 				Executor:        executorName, Shell: shell, BuildsDir: buildsDir,
+				RequestConcurrency: config.DefaultRequestConcurrency,
+				OutputLimit:        config.DefaultOutputLimit,
+				UnhealthyInterval:  config.DefaultUnhealthyInterval,
 			}
 			if got.TokenExpiresAt != "" {
 				if t, err := time.Parse(time.RFC3339, got.TokenExpiresAt); err == nil {
