@@ -118,13 +118,39 @@ type Job struct {
 	Spec           JobSpec
 	RunnerID       int64
 	RunnerSystemID string
-	TokenHash      string // job token, set when handed out
+	TokenHash      string // job token of the current assignment, set when handed out
 	CreatedAt      time.Time
-	QueuedAt       time.Time
-	StartedAt      time.Time
+	QueuedAt       time.Time // when the job last entered the queue
+	StartedAt      time.Time // when it started running (two-phase: the accept)
 	FinishedAt     time.Time
 	UpdatedAt      time.Time
 	ContactedAt    time.Time // last PUT/PATCH from its runner
+
+	// Version is bumped by every TransitionJob; CreateJob sets 1. Callers
+	// that computed a change from a job they read pass it back as
+	// JobChange.IfVersion, so the change applies only to that very state.
+	Version int64
+	// AssignedAt is when the current (or last) assignment was handed out.
+	AssignedAt time.Time
+	// AckDeadline is when a job in waiting_for_runner_ack goes back to the
+	// queue unless its runner accepts or keeps it alive.
+	AckDeadline time.Time
+	// AcceptedAt is when a runner accepted the job (classic runners accept
+	// by taking it).
+	AcceptedAt time.Time
+	// ProvisioningAttempts counts hand-outs to two-phase runners;
+	// ProvisioningReturns counts those that came back (declined or ack
+	// deadline passed).
+	ProvisioningAttempts int
+	ProvisioningReturns  int
+	// QueuedNanos and ProvisioningNanos are the time spent pending and
+	// waiting_for_runner_ack in earlier, closed intervals (the open one is
+	// since QueuedAt or AssignedAt).
+	QueuedNanos       int64
+	ProvisioningNanos int64
+	// AvoidSystemIDs are the runner managers that declined the job or let
+	// its ack deadline pass.
+	AvoidSystemIDs []string
 }
 
 // JobChange is what a transition writes besides Status. Nil or zero fields
@@ -141,8 +167,22 @@ type JobChange struct {
 	StartedAt      time.Time
 	FinishedAt     time.Time
 	ContactedAt    time.Time
+	AssignedAt     time.Time
+	AckDeadline    time.Time
+	AcceptedAt     time.Time
+
+	ProvisioningAttempts *int
+	ProvisioningReturns  *int
+	QueuedNanos          *int64
+	ProvisioningNanos    *int64
+	AvoidSystemIDs       *[]string
+
 	// At is the time of the change; it becomes UpdatedAt. Required.
 	At time.Time
+
+	// IfVersion, when not 0, is a precondition besides the from statuses:
+	// the job's Version must equal it.
+	IfVersion int64
 }
 
 // JobFilter selects jobs for ListJobs. Results are ordered by ID.
@@ -176,11 +216,19 @@ type Store interface {
 	GetJob(ctx context.Context, id int64) (Job, error)
 	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
 	// TransitionJob atomically moves job id from one of the statuses in
-	// from to ch.Status, applying ch. If the job is in another status it
-	// returns the current job and ErrConflict; an unknown id gives
-	// ErrNotFound. Exactly one of several concurrent callers with the same
-	// from set wins: this is how the queue is claimed.
+	// from to ch.Status, applying ch and bumping Version. If the job is in
+	// another status (or ch.IfVersion is set and differs) it returns the
+	// current job and ErrConflict; an unknown id gives ErrNotFound. Exactly
+	// one of several concurrent callers with the same from set wins: this
+	// is how the queue is claimed.
+	//
+	// A change that replaces a non-empty TokenHash with another value
+	// retires the old hash in the same transaction: RetiredJobToken finds
+	// it from then on.
 	TransitionJob(ctx context.Context, id int64, from []Status, ch JobChange) (Job, error)
+	// RetiredJobToken returns the id of the job whose earlier assignment
+	// used the token with this hash, or ErrNotFound.
+	RetiredJobToken(ctx context.Context, hash string) (int64, error)
 	// TouchJob records runner contact with a job, whatever its status.
 	TouchJob(ctx context.Context, id int64, at time.Time) error
 	// CountJobs returns the number of jobs per status (statuses with no job

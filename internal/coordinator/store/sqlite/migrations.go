@@ -56,5 +56,22 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_status_id ON jobs(status, id);
 CREATE INDEX jobs_project_id ON jobs(project_id, id);
+`,	// 2: two-phase job start (waiting_for_runner_ack), per-assignment job
+	// tokens, provisioning bookkeeping.
+	`
+ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jobs ADD COLUMN assigned_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN ack_deadline INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN accepted_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN provisioning_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN provisioning_returns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN queued_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN provisioning_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN avoid_system_ids TEXT NOT NULL DEFAULT '[]';
+CREATE TABLE retired_job_tokens (
+	token_hash TEXT PRIMARY KEY,
+	job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+	retired_at INTEGER NOT NULL DEFAULT 0
+);
 `,
 }

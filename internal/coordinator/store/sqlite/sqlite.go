@@ -344,19 +344,28 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 // ---- jobs ----
 
 const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
-	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at`
+	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at,
+	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids`
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
 func scanJob(sc scanner) (store.Job, error) {
 	var j store.Job
 	var exit sql.NullInt64
-	var tags, spec string
-	var created, queued, started, finished, updated, contacted int64
+	var tags, spec, avoid string
+	var created, queued, started, finished, updated, contacted, assigned, deadline, accepted int64
 	if err := sc.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &j.Status, &j.FailureReason, &exit, &tags, &j.Timeout, &j.RunTimeout,
-		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted); err != nil {
+		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted,
+		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &avoid); err != nil {
 		return j, err
 	}
+	if err := json.Unmarshal([]byte(avoid), &j.AvoidSystemIDs); err != nil {
+		return j, fmt.Errorf("job %d avoid_system_ids: %w", j.ID, err)
+	}
+	if len(j.AvoidSystemIDs) == 0 {
+		j.AvoidSystemIDs = nil
+	}
+	j.AssignedAt, j.AckDeadline, j.AcceptedAt = ttime(assigned), ttime(deadline), ttime(accepted)
 	if exit.Valid {
 		e := int(exit.Int64)
 		j.ExitCode = &e
@@ -396,10 +405,12 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	}
 	var id int64
 	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
-			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
+			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, exit, tagsText(j.Tags), j.Timeout, j.RunTimeout, j.Image, jsonText(j.Spec),
 		j.RunnerID, j.RunnerSystemID, j.TokenHash, tint(j.CreatedAt), tint(j.QueuedAt), tint(j.StartedAt), tint(j.FinishedAt), tint(j.UpdatedAt), tint(j.ContactedAt),
+		tint(j.AssignedAt), tint(j.AckDeadline), tint(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, tagsText(j.AvoidSystemIDs),
 	).Scan(&id); err != nil {
 		return j, fmt.Errorf("create job: %w", err)
 	}
@@ -469,7 +480,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	if len(from) == 0 || !ch.Status.Valid() || ch.At.IsZero() {
 		return store.Job{}, fmt.Errorf("transition job %d: bad arguments (from %v, to %q)", id, from, ch.Status)
 	}
-	set := []string{"status = ?", "updated_at = ?"}
+	set := []string{"status = ?", "updated_at = ?", "version = version + 1"}
 	args := []any{string(ch.Status), tint(ch.At)}
 	add := func(col string, v any) {
 		set = append(set, col+" = ?")
@@ -493,25 +504,60 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	if ch.TokenHash != nil {
 		add("token_hash", *ch.TokenHash)
 	}
+	if ch.ProvisioningAttempts != nil {
+		add("provisioning_attempts", *ch.ProvisioningAttempts)
+	}
+	if ch.ProvisioningReturns != nil {
+		add("provisioning_returns", *ch.ProvisioningReturns)
+	}
+	if ch.QueuedNanos != nil {
+		add("queued_ns", *ch.QueuedNanos)
+	}
+	if ch.ProvisioningNanos != nil {
+		add("provisioning_ns", *ch.ProvisioningNanos)
+	}
+	if ch.AvoidSystemIDs != nil {
+		add("avoid_system_ids", tagsText(*ch.AvoidSystemIDs))
+	}
 	for _, t := range []struct {
 		col string
 		t   time.Time
-	}{{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt}} {
+	}{
+		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
+		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
+	} {
 		if !t.t.IsZero() {
 			add(t.col, tint(t.t))
 		}
 	}
-	args = append(args, id)
+	// where and its arguments select the row the change applies to; they
+	// serve the token retirement and the update alike.
+	where := ` WHERE id = ? AND status IN (` + placeholders(len(from)) + `)`
+	wargs := []any{id}
 	for _, st := range from {
-		args = append(args, string(st))
+		wargs = append(wargs, string(st))
 	}
+	if ch.IfVersion != 0 {
+		where += ` AND version = ?`
+		wargs = append(wargs, ch.IfVersion)
+	}
+	args = append(args, wargs...)
 	s.ws.warm(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return store.Job{}, err
 	}
 	defer tx.Rollback()
-	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+` WHERE id = ? AND status IN (`+placeholders(len(from))+`)`, args...)
+	if ch.TokenHash != nil {
+		// Retire the token being replaced. Should the update below find the
+		// job in another state, the rollback takes this back too.
+		rargs := append(append([]any{tint(ch.At)}, wargs...), *ch.TokenHash)
+		if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO retired_job_tokens (token_hash, job_id, retired_at)
+			SELECT token_hash, id, ? FROM jobs`+where+` AND token_hash != '' AND token_hash != ? ON CONFLICT (token_hash) DO NOTHING`, rargs...); err != nil {
+			return store.Job{}, fmt.Errorf("transition job %d: retire token: %w", id, err)
+		}
+	}
+	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+where, args...)
 	if err != nil {
 		return store.Job{}, fmt.Errorf("transition job %d: %w", id, err)
 	}
@@ -527,6 +573,16 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		return j, fmt.Errorf("job %d is %s: %w", id, j.Status, store.ErrConflict)
 	}
 	return j, tx.Commit()
+}
+
+// RetiredJobToken implements store.Store.
+func (s *Store) RetiredJobToken(ctx context.Context, hash string) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var id int64
+	err := s.rs.QueryRowContext(ctx, `SELECT job_id FROM retired_job_tokens WHERE token_hash = ?`, hash).Scan(&id)
+	return id, notFound(err, "retired job token", "")
 }
 
 // TouchJob implements store.Store.

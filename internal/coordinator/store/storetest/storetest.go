@@ -37,6 +37,9 @@ func Run(t *testing.T, h Harness) {
 		{"ListJobs", testListJobs},
 		{"Transition", testTransition},
 		{"ConcurrentClaim", testConcurrentClaim},
+		{"TwoPhaseFields", testTwoPhaseFields},
+		{"IfVersion", testIfVersion},
+		{"RetiredTokens", testRetiredTokens},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
 	}
@@ -173,7 +176,7 @@ func testJobs(t *testing.T, h Harness) {
 	if j.ID == 0 || j.ProjectID == 0 {
 		t.Fatalf("CreateJob ids = %d, %d", j.ID, j.ProjectID)
 	}
-	in.ID, in.ProjectID = j.ID, j.ProjectID
+	in.ID, in.ProjectID, in.Version = j.ID, j.ProjectID, 1
 	if d := cmp.Diff(in, j); d != "" {
 		t.Errorf("CreateJob (-want +got):\n%s", d)
 	}
@@ -377,5 +380,117 @@ func testClosed(t *testing.T, h Harness) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
+	}
+}
+
+func testTwoPhaseFields(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	in := sampleJob("j", "a/b")
+	in.AvoidSystemIDs = []string{"s_a"}
+	in.QueuedNanos = 5
+	j, err := s.CreateJob(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Version != 1 || j.QueuedNanos != 5 || !cmp.Equal(j.AvoidSystemIDs, []string{"s_a"}) {
+		t.Errorf("CreateJob = %+v", j)
+	}
+	at := t0.Add(time.Minute)
+	attempts, returns, qns, pns := 2, 1, int64(7), int64(9)
+	avoid := []string{"s_a", "s_b"}
+	got, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{
+		Status: store.StatusWaitingForRunnerAck, AssignedAt: at, AckDeadline: at.Add(time.Minute), AcceptedAt: at.Add(time.Second),
+		ProvisioningAttempts: &attempts, ProvisioningReturns: &returns, QueuedNanos: &qns, ProvisioningNanos: &pns,
+		AvoidSystemIDs: &avoid, At: at,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := j
+	want.Status, want.UpdatedAt, want.Version = store.StatusWaitingForRunnerAck, at, 2
+	want.AssignedAt, want.AckDeadline, want.AcceptedAt = at, at.Add(time.Minute), at.Add(time.Second)
+	want.ProvisioningAttempts, want.ProvisioningReturns, want.QueuedNanos, want.ProvisioningNanos = 2, 1, 7, 9
+	want.AvoidSystemIDs = avoid
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("TransitionJob (-want +got):\n%s", d)
+	}
+	if reread, _ := s.GetJob(ctx, j.ID); !cmp.Equal(got, reread) {
+		t.Errorf("GetJob differs from TransitionJob's answer: %s", cmp.Diff(got, reread))
+	}
+	// Nil leaves fields alone; an empty list clears the avoid list.
+	none := []string{}
+	got, err = s.TransitionJob(ctx, j.ID, []store.Status{store.StatusWaitingForRunnerAck}, store.JobChange{Status: store.StatusPending, AvoidSystemIDs: &none, At: at})
+	if err != nil || got.AvoidSystemIDs != nil || got.ProvisioningAttempts != 2 || got.Version != 3 {
+		t.Errorf("after clearing the avoid list: %+v, %v", got, err)
+	}
+}
+
+func testIfVersion(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	pending := []store.Status{store.StatusPending}
+	// A change computed from a stale read loses even though the status
+	// matches again (pending → waiting → pending).
+	a, err := s.TransitionJob(ctx, j.ID, pending, store.JobChange{Status: store.StatusWaitingForRunnerAck, At: t0, IfVersion: j.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusWaitingForRunnerAck}, store.JobChange{Status: store.StatusPending, At: t0, IfVersion: a.Version}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.TransitionJob(ctx, j.ID, pending, store.JobChange{Status: store.StatusRunning, At: t0, IfVersion: j.Version})
+	if !errors.Is(err, store.ErrConflict) || got.Status != store.StatusPending || got.Version != j.Version+2 {
+		t.Errorf("stale IfVersion = %v (%s v%d), want ErrConflict with the current job", err, got.Status, got.Version)
+	}
+	if _, err := s.TransitionJob(ctx, j.ID, pending, store.JobChange{Status: store.StatusRunning, At: t0, IfVersion: got.Version}); err != nil {
+		t.Errorf("current IfVersion = %v", err)
+	}
+}
+
+func testRetiredTokens(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	h1, h2, empty := store.HashToken("glcbt-1"), store.HashToken("glcbt-2"), ""
+	if _, err := s.RetiredJobToken(ctx, h1); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RetiredJobToken(unknown) = %v, want ErrNotFound", err)
+	}
+	steps := []struct {
+		from, to store.Status
+		hash     *string
+	}{
+		{store.StatusPending, store.StatusWaitingForRunnerAck, &h1}, // first assignment: nothing to retire
+		{store.StatusWaitingForRunnerAck, store.StatusPending, &empty},
+		{store.StatusPending, store.StatusWaitingForRunnerAck, &h2},
+	}
+	for i, st := range steps {
+		if _, err := s.TransitionJob(ctx, j.ID, []store.Status{st.from}, store.JobChange{Status: st.to, TokenHash: st.hash, At: t0}); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if id, err := s.RetiredJobToken(ctx, h1); err != nil || id != j.ID {
+		t.Errorf("RetiredJobToken(first) = %d, %v; want %d", id, err, j.ID)
+	}
+	if _, err := s.RetiredJobToken(ctx, h2); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RetiredJobToken(current) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.RetiredJobToken(ctx, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RetiredJobToken(\"\") = %v, want ErrNotFound", err)
+	}
+	// A transition that loses retires nothing.
+	if _, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, TokenHash: &empty, At: t0}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("transition from the wrong status = %v", err)
+	}
+	if _, err := s.RetiredJobToken(ctx, h2); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a conflicting transition retired the token: %v", err)
+	}
+	// Keeping the same hash retires nothing either.
+	if _, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusWaitingForRunnerAck}, store.JobChange{Status: store.StatusRunning, TokenHash: &h2, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RetiredJobToken(ctx, h2); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("setting the same hash retired it: %v", err)
 	}
 }
