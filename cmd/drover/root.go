@@ -26,6 +26,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newCoordinatorCmd(),
+		newRouterCmd(),
 		newRunCmd(),
 		newRegisterCmd(),
 		newVerifyCmd(),

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drover-ci/drover/internal/router"
+)
+
+func newRouterCmd() *cobra.Command {
+	var (
+		upstream, upstreamToken, listen, data, logLevel, logFormat string
+		ackTimeout, longPoll, noRunner                             time.Duration
+		prefetch                                                   int
+	)
+	cmd := &cobra.Command{
+		Use:   "router",
+		Short: "Run a smart router between a coordinator (or GitLab) and many runners",
+		Long: `Runs drover's smart router. To its upstream (drover's coordinator, or GitLab)
+it is one runner manager using the runner token --upstream-token; to its own
+runners it is a coordinator with the same runner API v4: point a runner's url
+at the router and give it a token the router issued; nothing else changes.
+
+One upstream long poll serves every runner: the router asks the upstream for
+a job only while one of its runners waits for one. With an upstream that
+supports the two-phase job start, a job it holds stays waiting_for_runner_ack
+upstream (the router keeps it alive) until a runner accepts it; a runner that
+declines or goes silent gives it back to the router's queue for another
+runner. If the router dies, the upstream's deadlines return its jobs to the
+upstream queue; restarted on the same --data it serves on, no manual steps.
+
+Its queue is fair across projects and namespaces (round robin), and runner
+managers that declined or went silent lately are tried last. Set --prefetch
+to let it hold jobs beyond the runners waiting right now, so fair share can
+reorder a burst.
+
+Runner tokens for its runners: POST /api/v1/runners with the admin token
+(DATA/admin-token, created on first start; DROVER_ADMIN_TOKEN overrides), the
+same admin API as the coordinator's:
+
+  curl -H "Authorization: Bearer $(cat DATA/admin-token)" \
+       -d '{"description":"r1","tag_list":["linux"]}' http://ROUTER/api/v1/runners
+
+Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
+		Example: `  drover router --upstream https://gitlab.example.com --upstream-token glrt-xxxx \
+    --listen 0.0.0.0:8090 --data /var/lib/drover-router`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			if err != nil {
+				return usageError(err)
+			}
+			if upstreamToken == "" {
+				upstreamToken = os.Getenv("DROVER_UPSTREAM_TOKEN")
+			}
+			if upstream == "" || upstreamToken == "" {
+				return usageError(errors.New("--upstream and --upstream-token are required"))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r, err := router.New(ctx, logger, router.Config{
+				Upstream:        upstream,
+				UpstreamToken:   upstreamToken,
+				DataDir:         data,
+				AdminToken:      os.Getenv("DROVER_ADMIN_TOKEN"),
+				AckTimeout:      ackTimeout,
+				LongPollTimeout: longPoll,
+				NoRunnerTimeout: noRunner,
+				Prefetch:        prefetch,
+				Version:         version,
+			})
+			if err != nil {
+				return usageError(err)
+			}
+			defer r.Close()
+			if p := r.AdminTokenPath(); p != "" {
+				logger.Info("admin token", "path", p)
+			} else {
+				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return usageError(err)
+			}
+			srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 30 * time.Second}
+			runDone := make(chan struct{})
+			go func() { defer close(runDone); _ = r.Run(ctx) }()
+			go func() {
+				<-ctx.Done()
+				// Held long polls end with the shutdown; give them a moment.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+			logger.Info("router listening", "addr", "http://"+ln.Addr().String(), "upstream", upstream, "data", data)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			<-runDone
+			logger.Info("router stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&upstream, "upstream", "", "URL of the upstream coordinator or GitLab instance (required)")
+	f.StringVar(&upstreamToken, "upstream-token", "", "the router's runner token at the upstream, glrt-… (required; or DROVER_UPSTREAM_TOKEN)")
+	f.StringVar(&listen, "listen", "127.0.0.1:8090", "address to listen on (host:port)")
+	f.StringVar(&data, "data", "./.drover-router", "data directory (runner tokens, admin token, system id)")
+	f.DurationVar(&ackTimeout, "ack-timeout", router.DefaultAckTimeout, "acknowledgement timeout given to the router's two-phase runners: an offered job whose runner stays silent this long goes to another runner")
+	f.DurationVar(&longPoll, "long-poll-timeout", router.DefaultLongPollTimeout, "how long a runner's jobs/request is held waiting for a job")
+	f.DurationVar(&noRunner, "no-runner-timeout", router.DefaultNoRunnerTimeout, "decline a held job upstream when no runner behind the router could take it for this long")
+	f.IntVar(&prefetch, "prefetch", 0, "jobs the router may hold beyond its waiting runners (two-phase upstreams only), so fair share can reorder bursts")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	return cmd
+}

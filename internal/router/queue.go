@@ -1,0 +1,195 @@
+package router
+
+import "strings"
+
+// fairQueue holds queued jobs in fair order: round robin over root
+// namespaces, round robin over projects within a namespace, FIFO within a
+// project. A new namespace joins the end of the round, so a burst of one
+// project delays another project's first job by at most one hand-out per
+// other namespace (one job slot when two projects compete).
+//
+// fairQueue is not safe for concurrent use; the router guards it.
+type fairQueue struct {
+	nss  []*nsQueue
+	byNS map[string]*nsQueue
+	next int // index in nss of the namespace served next
+	n    int
+}
+
+type nsQueue struct {
+	name     string
+	projects []*projQueue
+	byProj   map[string]*projQueue
+	next     int
+}
+
+type projQueue struct {
+	name string
+	jobs []*job
+}
+
+func newFairQueue() *fairQueue { return &fairQueue{byNS: map[string]*nsQueue{}} }
+
+// Len returns the number of queued jobs.
+func (q *fairQueue) Len() int { return q.n }
+
+// namespaceOf returns the root namespace of a project full path.
+func namespaceOf(project string) string {
+	ns, _, _ := strings.Cut(project, "/")
+	return ns
+}
+
+func (q *fairQueue) proj(j *job) *projQueue {
+	ns, ok := q.byNS[j.namespace]
+	if !ok {
+		ns = &nsQueue{name: j.namespace, byProj: map[string]*projQueue{}}
+		q.byNS[j.namespace] = ns
+		q.nss = append(q.nss, ns)
+	}
+	p, ok := ns.byProj[j.project]
+	if !ok {
+		p = &projQueue{name: j.project}
+		ns.byProj[j.project] = p
+		ns.projects = append(ns.projects, p)
+	}
+	return p
+}
+
+// Push appends j to its project's queue.
+func (q *fairQueue) Push(j *job) {
+	p := q.proj(j)
+	p.jobs = append(p.jobs, j)
+	q.n++
+}
+
+// PushFront puts j first in its project's queue: a declined or expired job
+// keeps its place.
+func (q *fairQueue) PushFront(j *job) {
+	p := q.proj(j)
+	p.jobs = append([]*job{j}, p.jobs...)
+	q.n++
+}
+
+// Pop removes and returns the first job in fair order for which match
+// returns true, or nil. Jobs that do not match keep their place.
+func (q *fairQueue) Pop(match func(*job) bool) *job {
+	for i := range q.nss {
+		ni := (q.next + i) % len(q.nss)
+		ns := q.nss[ni]
+		for k := range ns.projects {
+			pi := (ns.next + k) % len(ns.projects)
+			p := ns.projects[pi]
+			for ji, j := range p.jobs {
+				if !match(j) {
+					continue
+				}
+				p.jobs = append(p.jobs[:ji], p.jobs[ji+1:]...)
+				q.n--
+				q.advance(ni, pi)
+				return j
+			}
+		}
+	}
+	return nil
+}
+
+// advance moves the round-robin cursors past namespace ni and its project
+// pi, dropping them when empty.
+func (q *fairQueue) advance(ni, pi int) {
+	ns := q.nss[ni]
+	p := ns.projects[pi]
+	if len(p.jobs) == 0 {
+		delete(ns.byProj, p.name)
+		ns.projects = append(ns.projects[:pi], ns.projects[pi+1:]...)
+		ns.next = pi
+	} else {
+		ns.next = pi + 1
+	}
+	if len(ns.projects) > 0 {
+		ns.next %= len(ns.projects)
+	} else {
+		ns.next = 0
+	}
+	if len(ns.projects) == 0 {
+		delete(q.byNS, ns.name)
+		q.nss = append(q.nss[:ni], q.nss[ni+1:]...)
+		q.next = ni
+	} else {
+		q.next = ni + 1
+	}
+	if len(q.nss) > 0 {
+		q.next %= len(q.nss)
+	} else {
+		q.next = 0
+	}
+}
+
+// Remove takes j out of the queue; it reports whether j was queued.
+func (q *fairQueue) Remove(j *job) bool {
+	ns, ok := q.byNS[j.namespace]
+	if !ok {
+		return false
+	}
+	p, ok := ns.byProj[j.project]
+	if !ok {
+		return false
+	}
+	for i, x := range p.jobs {
+		if x != j {
+			continue
+		}
+		p.jobs = append(p.jobs[:i], p.jobs[i+1:]...)
+		q.n--
+		if len(p.jobs) == 0 {
+			q.dropEmpty(ns, p)
+		}
+		return true
+	}
+	return false
+}
+
+// dropEmpty removes the empty project p (and ns when it empties) without
+// disturbing whose turn it is.
+func (q *fairQueue) dropEmpty(ns *nsQueue, p *projQueue) {
+	for i, x := range ns.projects {
+		if x == p {
+			ns.projects = append(ns.projects[:i], ns.projects[i+1:]...)
+			if i < ns.next {
+				ns.next--
+			}
+			break
+		}
+	}
+	delete(ns.byProj, p.name)
+	if len(ns.projects) > 0 {
+		ns.next %= len(ns.projects)
+		return
+	}
+	ns.next = 0
+	for i, x := range q.nss {
+		if x == ns {
+			q.nss = append(q.nss[:i], q.nss[i+1:]...)
+			if i < q.next {
+				q.next--
+			}
+			break
+		}
+	}
+	delete(q.byNS, ns.name)
+	if len(q.nss) > 0 {
+		q.next %= len(q.nss)
+	} else {
+		q.next = 0
+	}
+}
+
+// Each calls fn for every queued job, in no particular order.
+func (q *fairQueue) Each(fn func(*job)) {
+	for _, ns := range q.nss {
+		for _, p := range ns.projects {
+			for _, j := range p.jobs {
+				fn(j)
+			}
+		}
+	}
+}
