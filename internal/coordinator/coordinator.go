@@ -24,23 +24,36 @@ import (
 
 // Config configures New. Zero values mean the documented defaults.
 type Config struct {
-	DataDir         string                // SQLite db + traces live here; created 0700
-	AdminToken      string                // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
-	LongPollTimeout time.Duration         // default 50s
-	StaleTimeout    time.Duration         // running job with no PUT/PATCH from its runner for this long -> failed runner_system_failure; default 10m
-	TimeoutGrace    time.Duration         // running job older than its timeout + grace -> failed job_execution_timeout; default 5m
-	ReapInterval    time.Duration         // default 15s
-	PublicURL       string                // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
-	Clock           clock.Clock           // nil = real
-	Registerer      prometheus.Registerer // nil = a private registry served on /metrics
+	DataDir         string        // SQLite db + traces live here; created 0700
+	AdminToken      string        // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
+	LongPollTimeout time.Duration // default 50s
+	StaleTimeout    time.Duration // running job with no PUT/PATCH from its runner for this long -> failed runner_system_failure; default 10m
+	TimeoutGrace    time.Duration // running job older than its timeout + grace -> failed job_execution_timeout; default 5m
+	ReapInterval    time.Duration // default 15s
+	// AckTimeout is how long a job handed to a two-phase runner waits for
+	// its accept or next keep-alive before it goes back to the queue; it is
+	// also how long a manager that let a job go is passed over for it.
+	// Default 60s. Expiry is noticed by the reaper, so up to ReapInterval
+	// late.
+	AckTimeout time.Duration
+	// MaxProvisioningRetries is how many times a job may go back to the
+	// queue (declines and ack expiries together); the next decline or
+	// expiry fails it with runner_provisioning_timeout. Default 3; negative
+	// means none: the first decline or expiry fails the job.
+	MaxProvisioningRetries int
+	PublicURL              string                // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
+	Clock                  clock.Clock           // nil = real
+	Registerer             prometheus.Registerer // nil = a private registry served on /metrics
 }
 
 // Defaults of Config.
 const (
-	DefaultLongPollTimeout = 50 * time.Second
-	DefaultStaleTimeout    = 10 * time.Minute
-	DefaultTimeoutGrace    = 5 * time.Minute
-	DefaultReapInterval    = 15 * time.Second
+	DefaultLongPollTimeout        = 50 * time.Second
+	DefaultStaleTimeout           = 10 * time.Minute
+	DefaultTimeoutGrace           = 5 * time.Minute
+	DefaultReapInterval           = 15 * time.Second
+	DefaultAckTimeout             = 60 * time.Second
+	DefaultMaxProvisioningRetries = 3
 	// traceUpdateInterval is X-GitLab-Trace-Update-Interval, seconds.
 	traceUpdateInterval = "3"
 )
@@ -93,6 +106,15 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = DefaultReapInterval
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	switch {
+	case cfg.MaxProvisioningRetries == 0:
+		cfg.MaxProvisioningRetries = DefaultMaxProvisioningRetries
+	case cfg.MaxProvisioningRetries < 0:
+		cfg.MaxProvisioningRetries = 0
 	}
 	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {

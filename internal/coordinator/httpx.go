@@ -19,6 +19,9 @@ const (
 	hdrJobStatus      = "Job-Status"
 	hdrUpdateInterval = "X-GitLab-Trace-Update-Interval"
 	hdrLastUpdate     = "X-GitLab-Last-Update"
+	// hdrAckTimeout (drover's own) tells a two-phase runner, on the 201 of
+	// jobs/request and on keep-alive answers, the ack timeout in seconds.
+	hdrAckTimeout = "X-Drover-Ack-Timeout"
 )
 
 // Body limits.
@@ -46,6 +49,7 @@ func (c *Coordinator) routes() http.Handler {
 	h("POST /api/v4/jobs/request", c.handleJobRequest)
 	h("PUT /api/v4/jobs/{id}", c.handleUpdateJob)
 	h("PATCH /api/v4/jobs/{id}/trace", c.handlePatchTrace)
+	h("POST /api/v4/jobs/{id}/runner_provisioning", c.handleProvisioning)
 
 	// Admin API v1.
 	admin("POST /api/v1/runners", c.handleCreateRunner)

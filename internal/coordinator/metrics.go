@@ -19,7 +19,10 @@ type metrics struct {
 	queueWait prometheus.Histogram
 	waiters   prometheus.Gauge
 	requests  *prometheus.CounterVec
-	handler   http.Handler
+	// provisioning counts how two-phase hand-outs ended: accepted,
+	// declined, expired.
+	provisioning *prometheus.CounterVec
+	handler      http.Handler
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -30,6 +33,13 @@ type jobsCollector struct {
 }
 
 func (jc jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jc.desc }
+
+// Outcomes of a two-phase hand-out (label of provisioning_total).
+const (
+	outcomeAccepted = "accepted"
+	outcomeDeclined = "declined"
+	outcomeExpired  = "expired"
+)
 
 func (jc jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -62,6 +72,13 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPrefix + "api_requests_total", Help: "API requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
+		provisioning: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPrefix + "provisioning_total",
+			Help: "Two-phase hand-outs by outcome: accepted, declined, expired (ack deadline passed).",
+		}, []string{"outcome"}),
+	}
+	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeExpired} {
+		m.provisioning.WithLabelValues(o) // report zeros from the start
 	}
 	jobs := jobsCollector{c: c, desc: prometheus.NewDesc(metricPrefix+"jobs", "Jobs by status.", []string{"status"}, nil)}
 
@@ -72,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
-	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.requests, jobs} {
+	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.requests, m.provisioning, jobs} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("coordinator: register metrics: %w", err)
 		}

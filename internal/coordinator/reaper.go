@@ -14,12 +14,16 @@ import (
 //   - running or canceling for longer than their timeout + TimeoutGrace →
 //     failed, job_execution_timeout;
 //   - no PUT/PATCH from the runner for StaleTimeout → failed,
-//     runner_system_failure (a canceling job becomes canceled).
+//     runner_system_failure (a canceling job becomes canceled);
+//   - waiting_for_runner_ack past its ack deadline → back to pending, or
+//     failed with runner_provisioning_timeout once MaxProvisioningRetries
+//     returns are used up (giveBack).
 //
-// A line saying why is appended to the job's trace before the state is
+// A line saying why is appended to the job's trace before a final state is
 // committed.
 func (c *Coordinator) reapOnce(ctx context.Context) {
 	now := c.clock.Now()
+	c.expireOnce(ctx, now)
 	var after int64
 	for {
 		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromActive, AfterID: after, Limit: 500})
@@ -33,6 +37,29 @@ func (c *Coordinator) reapOnce(ctx context.Context) {
 			j := &jobs[i]
 			after = j.ID
 			c.reapJob(ctx, j, now)
+		}
+		if len(jobs) < 500 {
+			return
+		}
+	}
+}
+
+// expireOnce returns the waiting jobs whose ack deadline passed.
+func (c *Coordinator) expireOnce(ctx context.Context, now time.Time) {
+	var after int64
+	for {
+		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromWaiting, AfterID: after, Limit: 500})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Error("reaper: list waiting jobs", "err", err)
+			}
+			return
+		}
+		for i := range jobs {
+			after = jobs[i].ID
+			if !jobs[i].AckDeadline.After(now) {
+				c.expireJob(ctx, jobs[i].ID, now)
+			}
 		}
 		if len(jobs) < 500 {
 			return

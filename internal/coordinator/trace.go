@@ -72,6 +72,18 @@ func (t *traceDir) Truncate(id, size int64) error {
 	return err
 }
 
+// Archive moves the trace aside as <id>.attempt-<n>.log, so the next
+// runner of a job that went back to the queue starts from an empty trace
+// (its first PATCH is 0-…). A missing trace is nothing to archive.
+func (t *traceDir) Archive(id int64, attempt int) error {
+	to := filepath.Join(t.dir, fmt.Sprintf("%d.attempt-%d.log", id, attempt))
+	err := os.Rename(t.path(id), to)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 // Checksum returns "crc32:%08x" (IEEE) of the whole trace, as runners send
 // it in output.checksum.
 func (t *traceDir) Checksum(id int64) (string, error) {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
@@ -299,6 +300,19 @@ type jobView struct {
 	FinishedAt     *string  `json:"finished_at,omitempty"`
 	UpdatedAt      *string  `json:"updated_at,omitempty"`
 	TraceSize      int64    `json:"trace_size"`
+
+	// Two-phase start. AcceptedAt is when a runner accepted the job
+	// (classic runners accept by taking it); AckDeadline is set while it
+	// waits for that accept.
+	AcceptedAt  *string `json:"accepted_at,omitempty"`
+	AckDeadline *string `json:"ack_deadline,omitempty"`
+	// Seconds spent pending, in waiting_for_runner_ack (over all
+	// attempts) and running; the open interval counts up to now.
+	QueuedDuration       float64 `json:"queued_duration"`
+	ProvisioningDuration float64 `json:"provisioning_duration"`
+	RunningDuration      float64 `json:"running_duration"`
+	// ProvisioningAttempts counts hand-outs to two-phase runners.
+	ProvisioningAttempts int `json:"provisioning_attempts"`
 }
 
 func (c *Coordinator) jobView(j *store.Job) jobView {
@@ -307,13 +321,35 @@ func (c *Coordinator) jobView(j *store.Job) jobView {
 	if tags == nil {
 		tags = []string{}
 	}
-	return jobView{
+	v := jobView{
 		ID: j.ID, Name: j.Name, Project: j.Project, Stage: j.Stage, Status: string(j.Status),
 		FailureReason: j.FailureReason, ExitCode: j.ExitCode, RunnerID: j.RunnerID, RunnerSystemID: j.RunnerSystemID,
 		Tags: tags, Timeout: j.Timeout, Image: j.Image,
 		CreatedAt: rfc3339(j.CreatedAt), QueuedAt: rfc3339(j.QueuedAt), StartedAt: rfc3339(j.StartedAt),
 		FinishedAt: rfc3339(j.FinishedAt), UpdatedAt: rfc3339(j.UpdatedAt), TraceSize: size,
+		AcceptedAt: rfc3339(j.AcceptedAt), ProvisioningAttempts: j.ProvisioningAttempts,
 	}
+	now := c.clock.Now()
+	queued, prov := time.Duration(j.QueuedNanos), time.Duration(j.ProvisioningNanos)
+	switch j.Status {
+	case store.StatusCreated, store.StatusPending:
+		queued += now.Sub(j.QueuedAt)
+	case store.StatusWaitingForRunnerAck:
+		prov += now.Sub(j.AssignedAt)
+		v.AckDeadline = rfc3339(j.AckDeadline)
+	}
+	var running time.Duration
+	if !j.StartedAt.IsZero() {
+		end := j.FinishedAt
+		if end.IsZero() {
+			end = now
+		}
+		running = end.Sub(j.StartedAt)
+	}
+	v.QueuedDuration = max(0, queued.Seconds())
+	v.ProvisioningDuration = max(0, prov.Seconds())
+	v.RunningDuration = max(0, running.Seconds())
+	return v
 }
 
 // handleSubmitJob is POST /api/v1/jobs: 201 with the job, now pending.
@@ -444,8 +480,10 @@ func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleCancelJob is POST /api/v1/jobs/{id}/cancel: pending → canceled at
-// once; running → canceling (the runner learns it from Job-Status on its
-// next PUT/PATCH); finished → 409.
+// once; waiting_for_runner_ack → canceled at once, the job token retired
+// (the runner's next call gets 409, Job-Status canceled); running →
+// canceling (the runner learns it from Job-Status on its next PUT/PATCH);
+// finished → 409.
 func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := c.loadJob(w, r)
 	if !ok {
@@ -463,10 +501,20 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		case j.Status == store.StatusCanceling:
 			writeJSON(w, http.StatusOK, c.jobView(&j))
 			return
-		case isActive(j.Status) || j.Status == store.StatusWaitingForRunnerAck:
+		case isActive(j.Status):
 			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
-		default:
-			got, err = c.st.TransitionJob(ctx, j.ID, fromCancelable, store.JobChange{Status: store.StatusCanceled, FinishedAt: now, At: now})
+		case j.Status == store.StatusWaitingForRunnerAck:
+			prov := j.ProvisioningNanos + max(0, int64(now.Sub(j.AssignedAt)))
+			none := ""
+			got, err = c.st.TransitionJob(ctx, j.ID, fromWaiting, store.JobChange{
+				Status: store.StatusCanceled, TokenHash: &none, ProvisioningNanos: &prov,
+				FinishedAt: now, At: now, IfVersion: j.Version,
+			})
+		default: // created, pending
+			queued := j.QueuedNanos + max(0, int64(now.Sub(j.QueuedAt)))
+			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{
+				Status: store.StatusCanceled, QueuedNanos: &queued, FinishedAt: now, At: now, IfVersion: j.Version,
+			})
 		}
 		if errors.Is(err, store.ErrConflict) {
 			j = got
@@ -479,7 +527,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		if got.Status.Finished() {
 			c.finished(&got)
 		}
-		c.log.Info("job cancel requested", "job_id", got.ID, "status", got.Status)
+		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
 		writeJSON(w, http.StatusOK, c.jobView(&got))
 		return
 	}

@@ -11,29 +11,61 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator/store"
 )
 
-// jobForRunner loads job {id} and checks the job token. On failure it has
-// written 404 (unknown job) or 403 (wrong token) and ok is false.
-func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyToken string) (store.Job, bool) {
+// jobForRunner loads job {id} and checks that the job token is the one of
+// its current assignment; hash is the token's hash. On failure it has
+// written 404 (unknown job), 409 (the token belongs to an earlier
+// assignment of this job) or 403 (any other token), and ok is false.
+func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyToken string) (j store.Job, hash string, ok bool) {
 	id, ok := pathID(r)
 	if !ok {
 		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
-		return store.Job{}, false
+		return store.Job{}, "", false
 	}
 	j, err := c.st.GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
-		return j, false
+		return j, "", false
 	}
 	if err != nil {
 		c.internalError(w, "load job", err)
-		return j, false
+		return j, "", false
 	}
 	tok := bodyToken
 	if tok == "" {
 		tok = r.Header.Get(hdrJobToken)
 	}
-	if tok == "" || j.TokenHash == "" || !tokenEqual(store.HashToken(tok), j.TokenHash) {
+	if tok == "" {
 		writeError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
+		return j, "", false
+	}
+	hash = store.HashToken(tok)
+	if j.TokenHash != "" && tokenEqual(hash, j.TokenHash) {
+		return j, hash, true
+	}
+	owner, err := c.st.RetiredJobToken(r.Context(), hash)
+	switch {
+	case err == nil && owner == j.ID:
+		writeGone(w, j.Status)
+	case err == nil || errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
+	default:
+		c.internalError(w, "look up job token", err)
+	}
+	return j, hash, false
+}
+
+// reloadForRunner re-reads job id under its job lock (a claim, the reaper,
+// a cancel or the runner's own other call may have moved it) and checks
+// that hash is still its current token; if not, the assignment ended
+// meanwhile and it has answered 409.
+func (c *Coordinator) reloadForRunner(w http.ResponseWriter, r *http.Request, id int64, hash string) (store.Job, bool) {
+	j, err := c.st.GetJob(r.Context(), id)
+	if err != nil {
+		c.internalError(w, "load job", err)
+		return j, false
+	}
+	if j.TokenHash == "" || !tokenEqual(hash, j.TokenHash) {
+		writeGone(w, j.Status)
 		return j, false
 	}
 	return j, true
@@ -58,18 +90,21 @@ func sameFinal(state api.JobState, s store.Status) bool {
 	return false
 }
 
-// handleUpdateJob is PUT /api/v4/jobs/{id}: keep-alive (state running) or
-// the final state (success, failed). Answers 200, 403 (wrong token, job not
-// the runner's any more), 404 (unknown job), 412 (output.checksum does not
-// match the stored trace, which is then reset: the runner resends it all),
-// with Job-Status and X-GitLab-Trace-Update-Interval.
+// handleUpdateJob is PUT /api/v4/jobs/{id}: keep-alive (state running or
+// pending) or the final state (success, failed). For a job waiting for its
+// runner's accept, state running is the accept and state pending a
+// keep-alive (see handleProvisioning). Answers 200, 403 (wrong token, job
+// finished), 404 (unknown job), 409 (the caller's assignment is over:
+// re-queued, re-assigned, canceled), 412 (output.checksum does not match
+// the stored trace, which is then reset: the runner resends it all), with
+// Job-Status and X-GitLab-Trace-Update-Interval.
 func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	var req api.UpdateJobRequest
 	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
 		writeBad(w, e)
 		return
 	}
-	j, ok := c.jobForRunner(w, r, req.Token)
+	j, hash, ok := c.jobForRunner(w, r, req.Token)
 	if !ok {
 		return
 	}
@@ -83,26 +118,37 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	unlock := c.lockJob(j.ID)
 	defer unlock()
-	// Re-read under the job lock: a PATCH, the reaper or a cancel may have
-	// moved it since.
-	j, err := c.st.GetJob(ctx, j.ID)
-	if err != nil {
-		c.internalError(w, "load job", err)
+	if j, ok = c.reloadForRunner(w, r, j.ID, hash); !ok {
 		return
 	}
 	log := c.log.With("job_id", j.ID, "runner_id", j.RunnerID)
 
-	if !isActive(j.Status) {
-		setJobHeaders(w, j.Status)
-		if j.Status.Finished() && sameFinal(req.State, j.Status) {
-			writeJSON(w, http.StatusOK, struct{}{})
+	if !runnerHolds(j.Status) {
+		c.answerInactive(w, &j, req.State)
+		return
+	}
+	c.touchManager(ctx, store.Runner{ID: j.RunnerID}, j.RunnerSystemID, req.Info, false)
+	if j.Status == store.StatusWaitingForRunnerAck && (req.State == api.StateRunning || req.State == api.StatePending) {
+		now := c.clock.Now()
+		var got store.Job
+		var err error
+		if req.State == api.StateRunning {
+			got, err = c.accept(ctx, &j, "PUT state=running", now)
+		} else {
+			got, err = c.keepAlive(ctx, &j, now)
+		}
+		if errors.Is(err, store.ErrConflict) {
+			c.answerInactive(w, &got, req.State)
 			return
 		}
-		writeError(w, http.StatusForbidden, "403 Forbidden: job is "+string(j.Status), "")
+		if err != nil {
+			c.internalError(w, "update job", err)
+			return
+		}
+		c.answerApplied(w, &got)
 		return
 	}
 	c.touchJob(ctx, j.ID)
-	c.touchManager(ctx, store.Runner{ID: j.RunnerID}, j.RunnerSystemID, req.Info, false)
 	if req.State == api.StateRunning || req.State == api.StatePending {
 		setJobHeaders(w, j.Status)
 		writeJSON(w, http.StatusOK, struct{}{})
@@ -133,6 +179,14 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 
 	now := c.clock.Now()
 	ch := store.JobChange{FinishedAt: now, At: now}
+	from := fromActive
+	if j.Status == store.StatusWaitingForRunnerAck {
+		// A runner may fail a job before it accepts it (GitLab Runner does
+		// so when the payload fails its checks).
+		from = fromWaiting
+		prov := j.ProvisioningNanos + max(0, int64(now.Sub(j.AssignedAt)))
+		ch.ProvisioningNanos, ch.IfVersion = &prov, j.Version
+	}
 	switch {
 	case req.State == api.StateSuccess:
 		ch.Status = store.StatusSuccess
@@ -155,14 +209,9 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		code := req.ExitCode
 		ch.ExitCode = &code
 	}
-	got, err := c.st.TransitionJob(ctx, j.ID, fromActive, ch)
+	got, err := c.st.TransitionJob(ctx, j.ID, from, ch)
 	if errors.Is(err, store.ErrConflict) {
-		setJobHeaders(w, got.Status)
-		if sameFinal(req.State, got.Status) {
-			writeJSON(w, http.StatusOK, struct{}{})
-			return
-		}
-		writeError(w, http.StatusForbidden, "403 Forbidden: job is "+string(got.Status), "")
+		c.answerInactive(w, &got, req.State)
 		return
 	}
 	if err != nil {
@@ -182,18 +231,19 @@ func (c *Coordinator) finished(j *store.Job) {
 }
 
 // handlePatchTrace is PATCH /api/v4/jobs/{id}/trace: appends the body at
-// Content-Range start (which must equal the stored size). Answers 202 with
-// Range: 0-<size>; 416 with Range: 0-<size> when start is not the stored
-// size; 413 for a body over 1 MiB; 403 for a wrong token or a job that is
-// not running; 400 for a bad Content-Range.
+// Content-Range start (which must equal the stored size). Traces are taken
+// while a job waits for its runner's accept (preparation logs). Answers 202
+// with Range: 0-<size>; 416 with Range: 0-<size> when start is not the
+// stored size; 413 for a body over 1 MiB; 403 for a wrong token or a
+// finished job; 409 when the caller's assignment is over; 400 for a bad
+// Content-Range.
 func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
-	j, ok := c.jobForRunner(w, r, "")
+	j, hash, ok := c.jobForRunner(w, r, "")
 	if !ok {
 		return
 	}
-	if !isActive(j.Status) {
-		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusForbidden, "403 Forbidden: job is "+string(j.Status), "")
+	if !runnerHolds(j.Status) {
+		c.answerInactive(w, &j, "")
 		return
 	}
 	start, end, err := api.ParseContentRange(r.Header.Get("Content-Range"))
@@ -222,16 +272,14 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	unlock := c.lockJob(j.ID)
 	defer unlock()
-	j, err = c.st.GetJob(ctx, j.ID)
-	if err != nil {
-		c.internalError(w, "load job", err)
+	if j, ok = c.reloadForRunner(w, r, j.ID, hash); !ok {
+		return
+	}
+	if !runnerHolds(j.Status) {
+		c.answerInactive(w, &j, "")
 		return
 	}
 	setJobHeaders(w, j.Status)
-	if !isActive(j.Status) {
-		writeError(w, http.StatusForbidden, "403 Forbidden: job is "+string(j.Status), "")
-		return
-	}
 	size, err := c.traces.Size(j.ID)
 	if err != nil {
 		c.internalError(w, "trace size", err)

@@ -8,8 +8,10 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 )
 
@@ -22,7 +24,12 @@ const claimPage = 100
 // job was claimed; 204 when there is none (paused runners always get 204).
 // Every answer carries X-GitLab-Last-Update. A request whose last_update
 // equals the current version is held up to LongPollTimeout, until a job it
-// could take is enqueued.
+// could take is enqueued (or comes back to the queue, or stops passing
+// this manager over).
+//
+// A runner that announces two_phase_job_commit gets the job in
+// waiting_for_runner_ack, features.two_phase_job_commit true in the
+// payload, and X-Drover-Ack-Timeout (seconds) on the 201.
 func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	var req api.JobRequest
 	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
@@ -48,7 +55,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 		wt = c.poll.add(rn, req.Info.Features)
 		defer c.poll.remove(wt)
 	}
-	resp, err := c.claim(ctx, r, rn, req)
+	resp, retryAt, err := c.claim(ctx, r, rn, req)
 	if err != nil {
 		c.internalError(w, "claim job", err)
 		return
@@ -56,8 +63,27 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	if resp == nil && wt != nil {
 		timer := c.clock.NewTimer(c.cfg.LongPollTimeout)
 		defer timer.Stop()
+		// retry fires when a job that passes this manager over (it gave
+		// the job back) becomes its to take: nothing else would wake it.
+		var retry clock.Timer
+		defer func() {
+			if retry != nil {
+				retry.Stop()
+			}
+		}()
 	wait:
 		for resp == nil {
+			var retryC <-chan time.Time
+			if !retryAt.IsZero() {
+				d := retryAt.Sub(c.clock.Now())
+				if retry == nil {
+					retry = c.clock.NewTimer(d)
+				} else {
+					retry.Stop()
+					retry.Reset(d)
+				}
+				retryC = retry.C()
+			}
 			select {
 			case <-ctx.Done():
 				return // the runner went away; nobody reads an answer
@@ -65,10 +91,11 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 				version = c.poll.bump(key)
 				break wait
 			case <-wt.ch:
-				if resp, err = c.claim(ctx, r, rn, req); err != nil {
-					c.internalError(w, "claim job", err)
-					return
-				}
+			case <-retryC:
+			}
+			if resp, retryAt, err = c.claim(ctx, r, rn, req); err != nil {
+				c.internalError(w, "claim job", err)
+				return
 			}
 		}
 	}
@@ -77,11 +104,17 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	if resp.Features.TwoPhaseJobCommit {
+		w.Header().Set(hdrAckTimeout, formatSeconds(c.cfg.AckTimeout))
+	}
 	writeJSON(w, http.StatusCreated, resp)
 }
 
-// claim hands the oldest pending job rn can run to it, or returns nil.
-func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest) (*api.JobResponse, error) {
+// claim hands the oldest pending job rn can run to it, or returns nil and,
+// if a job was passed over only because this manager gave it back
+// recently, the time that ends (else zero).
+func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest) (_ *api.JobResponse, retryAt time.Time, _ error) {
+	now := c.clock.Now()
 	var after int64
 	// The first page is small: the oldest pending job usually fits. Pages
 	// grow when runners skip many jobs (tags, features).
@@ -89,7 +122,7 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 	for {
 		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromQueue, AfterID: after, Limit: page})
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		for i := range jobs {
 			j := &jobs[i]
@@ -97,14 +130,20 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 			if !canRun(&rn, req.Info.Features, j) {
 				continue
 			}
+			if until := c.avoidedUntil(j, req.SystemID, now); !until.IsZero() {
+				if retryAt.IsZero() || until.Before(retryAt) {
+					retryAt = until
+				}
+				continue
+			}
 			resp, err := c.claimJob(ctx, r, rn, req, j)
 			if errors.Is(err, store.ErrConflict) {
 				continue // another runner was faster
 			}
-			return resp, err
+			return resp, time.Time{}, err
 		}
 		if len(jobs) < page {
-			return nil, nil
+			return nil, retryAt, nil
 		}
 		page = min(page*2, claimPage)
 	}
@@ -122,23 +161,39 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 		timeout = api.DefaultJobTimeout
 	}
 	sys := req.SystemID
-	got, err := c.st.TransitionJob(ctx, j.ID, fromQueue, store.JobChange{
-		Status:         claimTarget(req.Info.Features.TwoPhaseJobCommit),
+	twoPhase := req.Info.Features.TwoPhaseJobCommit
+	queued := j.QueuedNanos + max(0, int64(now.Sub(j.QueuedAt)))
+	ch := store.JobChange{
+		Status:         claimTarget(twoPhase),
 		RunnerID:       &rn.ID,
 		RunnerSystemID: &sys,
 		TokenHash:      &hash,
 		RunTimeout:     &timeout,
-		StartedAt:      now,
+		QueuedNanos:    &queued,
+		AssignedAt:     now,
 		ContactedAt:    now,
 		At:             now,
-	})
+		// j was read without a lock: claim only the state it was read in.
+		IfVersion: j.Version,
+	}
+	if twoPhase {
+		attempts := j.ProvisioningAttempts + 1
+		ch.ProvisioningAttempts = &attempts
+		ch.AckDeadline = now.Add(c.cfg.AckTimeout)
+	} else {
+		ch.StartedAt, ch.AcceptedAt = now, now
+	}
+	got, err := c.st.TransitionJob(ctx, j.ID, fromQueue, ch)
 	if err != nil {
 		return nil, err
 	}
 	wait := now.Sub(got.QueuedAt)
 	c.metrics.queueWait.Observe(wait.Seconds())
-	c.log.Info("job handed out", "job_id", got.ID, "runner_id", rn.ID, "system_id", sys, "queued", wait)
-	return c.payload(r, rn, &got, token, wait.Seconds()), nil
+	c.log.Info("job handed out", "job_id", got.ID, "runner_id", rn.ID, "system_id", sys, "queued", wait,
+		"two_phase", twoPhase, "attempt", got.ProvisioningAttempts)
+	resp := c.payload(r, rn, &got, token, wait.Seconds())
+	resp.Features.TwoPhaseJobCommit = twoPhase
+	return resp, nil
 }
 
 // baseURL is PublicURL, or scheme://host of the request.

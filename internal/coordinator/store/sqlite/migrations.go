@@ -56,7 +56,8 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_status_id ON jobs(status, id);
 CREATE INDEX jobs_project_id ON jobs(project_id, id);
-`,	// 2: two-phase job start (waiting_for_runner_ack), per-assignment job
+`,
+	// 2: two-phase job start (waiting_for_runner_ack), per-assignment job
 	// tokens, provisioning bookkeeping.
 	`
 ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
