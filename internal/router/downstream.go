@@ -148,7 +148,7 @@ func (r *Router) handleJobRequest(w http.ResponseWriter, req *http.Request) {
 	now := r.clock.Now()
 
 	r.mu.Lock()
-	r.managers[key] = &manager{runner: rn, features: body.Info.Features, lastSeen: now}
+	r.managers[key] = &mgrSeen{runner: rn, features: body.Info.Features, lastSeen: now}
 	version := r.versionLocked(key)
 	if rn.Paused {
 		r.mu.Unlock()

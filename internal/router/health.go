@@ -16,8 +16,8 @@ type mgrKey struct {
 	systemID string
 }
 
-// manager is what the router last saw of a downstream runner manager.
-type manager struct {
+// mgrSeen is what the router last saw of a downstream runner manager.
+type mgrSeen struct {
 	runner   store.Runner
 	features api.FeaturesInfo
 	lastSeen time.Time

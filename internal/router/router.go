@@ -141,7 +141,7 @@ type Router struct {
 	waiters     map[*waiter]struct{}
 	versions    map[mgrKey]string
 	seq         int64
-	managers    map[mgrKey]*manager
+	managers    map[mgrKey]*mgrSeen
 	health      map[string]*health // by system_id
 	upClassic   bool               // the last job from the upstream was classic
 	upOK        bool               // the last upstream exchange worked
@@ -216,7 +216,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Router, error) 
 		waiters:     map[*waiter]struct{}{},
 		versions:    map[mgrKey]string{},
 		seq:         time.Now().UnixNano(), // versions never collide with an earlier process's
-		managers:    map[mgrKey]*manager{},
+		managers:    map[mgrKey]*mgrSeen{},
 		health:      map[string]*health{},
 		pollKick:    make(chan struct{}, 1),
 		contactSeen: map[mgrKey]time.Time{},
