@@ -15,10 +15,57 @@
 //     runner could take it.
 //   - Traces: trace.go, plain files DataDir/traces/<id>.log; the file size
 //     is the trace size.
-//   - Reaper: reaper.go, run by Run: job timeouts and silent runners.
+//   - Two-phase job start: provisioning.go (runner_provisioning; accept,
+//     keep-alive and give-back shared with PUT and the reaper).
+//   - Reaper: reaper.go, run by Run: job timeouts, silent runners, ack
+//     deadlines.
 //
 // Persistence is behind package store; New opens the SQLite backend in
 // DataDir.
+//
+// # Two-phase job start
+//
+// A runner that announces info.features.two_phase_job_commit in
+// jobs/request gets its job in waiting_for_runner_ack: out of the queue,
+// bound to that runner manager (system_id), with an ack deadline of
+// Config.AckTimeout. The payload says features.two_phase_job_commit: true,
+// and the 201 carries
+//
+//	X-Drover-Ack-Timeout: <seconds>
+//
+// a drover extension (a decimal number, "60" by default) so the runner can
+// pace its keep-alives at a third of it. The same header comes with every
+// keep-alive answer. The runner then reports on
+//
+//	POST /api/v4/jobs/{id}/runner_provisioning   (JOB-TOKEN)
+//	{"status": "pending" | "accepted" | "declined", "reason": "..."}
+//
+// pending is a keep-alive (deadline = now + AckTimeout); accepted starts
+// the job (running; started_at and accepted_at are now, and the job timeout
+// counts from there); declined puts it back in the queue at once. PUT
+// /api/v4/jobs/{id} with state pending / running does the same keep-alive /
+// accept (GitLab Runner sends PUT state=running as soon as it has the job:
+// that is its accept). Traces may be PATCHed while waiting. A final PUT
+// (failed) before the accept is taken too. Answers carry Job-Status, which
+// is "pending" while the job waits.
+//
+// A deadline that passes returns the job to the queue. Declines and
+// expiries count together: the job goes back at most
+// Config.MaxProvisioningRetries times, and the next one fails it with
+// failure_reason runner_provisioning_timeout. The managers that gave a job
+// back are passed over for it until it has been back in the queue for
+// AckTimeout, so that another manager gets the first chance. A job that
+// goes back to the queue wakes held long polls, and its trace so far is
+// moved aside (traces/<id>.attempt-<n>.log) so the next runner's trace
+// starts at 0.
+//
+// Job tokens belong to one assignment. Every call (PUT, PATCH,
+// runner_provisioning) with the token of an assignment that ended under
+// the runner (declined, expired, re-assigned, canceled while waiting or
+// after it) is answered 409 Conflict with Job-Status "canceled" ("failed"
+// when the job failed): the runner must drop the job and free its
+// capacity. GitLab Runner drops a job on Job-Status canceled, not on a bare
+// 409. A token that never belonged to the job stays 403.
 //
 // # Durability
 //
