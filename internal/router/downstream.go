@@ -206,7 +206,7 @@ func (r *Router) handleJobRequest(w http.ResponseWriter, req *http.Request) {
 	body2 := j.raw1
 	if wt.features.TwoPhaseJobCommit {
 		body2 = j.raw2
-		w.Header().Set(HeaderAckTimeout, strconv.Itoa(int(r.cfg.AckTimeout/time.Second)))
+		w.Header().Set(HeaderAckTimeout, strconv.FormatFloat(r.cfg.AckTimeout.Seconds(), 'f', -1, 64))
 	}
 	r.log.Info("job handed out", "job_id", j.id, "runner_id", rn.ID, "system_id", body.SystemID, "project", j.project, "two_phase", wt.features.TwoPhaseJobCommit)
 	w.Header().Set("Content-Type", "application/json")

@@ -115,18 +115,6 @@ func (f *fakeUpstream) job(id int64) fakeJob {
 	return *f.jobs[id]
 }
 
-func (f *fakeUpstream) countState(state string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, j := range f.jobs {
-		if j.state == state {
-			n++
-		}
-	}
-	return n
-}
-
 func (f *fakeUpstream) request(w http.ResponseWriter, r *http.Request) {
 	f.requests.Add(1)
 	var req api.JobRequest

@@ -61,7 +61,13 @@ type coord struct {
 
 func startCoordinator(t testing.TB, longPoll time.Duration) *coord {
 	t.Helper()
-	c, err := coordinator.New(context.Background(), testLogger(t), coordinator.Config{DataDir: t.TempDir(), LongPollTimeout: longPoll})
+	return startCoordinatorCfg(t, coordinator.Config{LongPollTimeout: longPoll})
+}
+
+func startCoordinatorCfg(t testing.TB, cfg coordinator.Config) *coord {
+	t.Helper()
+	cfg.DataDir = t.TempDir()
+	c, err := coordinator.New(context.Background(), testLogger(t), cfg)
 	if err != nil {
 		t.Fatalf("coordinator.New = %v", err)
 	}
@@ -338,4 +344,37 @@ func startSims(t testing.TB, sims ...*simRunner) {
 		go func() { defer wg.Done(); s.run(ctx) }()
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// upstreamUnderTest is what the router tests need of an upstream: the real
+// coordinator or the fake one.
+type upstreamUnderTest interface {
+	url() string
+	routerToken() string
+	add(project string) int64
+	state(id int64) string // pending, waiting_for_runner_ack, running, success, ...
+}
+
+func (c *coord) url() string                { return c.srv.URL }
+func (c *coord) add(project string) int64   { return c.submit(project) }
+func (c *coord) state(id int64) string      { return c.status(id) }
+func (c *coord) routerToken() string        { return createRunner(c.t, c.srv.URL, c.admin, nil) }
+func (f *fakeUpstream) url() string         { return f.srv.URL }
+func (f *fakeUpstream) routerToken() string { return "glrt-router" }
+func (f *fakeUpstream) state(id int64) string {
+	s := f.job(id).state
+	if s == "waiting" {
+		return "waiting_for_runner_ack"
+	}
+	return s
+}
+
+// upstreams returns the upstreams a test runs against, with ack timeout ack.
+func upstreams(t *testing.T, ack time.Duration) map[string]func() upstreamUnderTest {
+	return map[string]func() upstreamUnderTest{
+		"fake": func() upstreamUnderTest { return newFakeUpstream(t, ack) },
+		"coordinator": func() upstreamUnderTest {
+			return startCoordinatorCfg(t, coordinator.Config{LongPollTimeout: 2 * time.Second, AckTimeout: ack, ReapInterval: 100 * time.Millisecond})
+		},
+	}
 }

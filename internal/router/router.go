@@ -273,7 +273,9 @@ func (r *Router) Run(ctx context.Context) error {
 		defer r.wg.Done()
 		r.poll(ctx)
 	}()
-	tick := min(r.cfg.AckTimeout/6, time.Second)
+	// Keep-alives are due every upstream ack timeout / 3 (seconds at
+	// least); a quarter-second tick keeps them well inside it.
+	tick := min(r.cfg.AckTimeout/6, 250*time.Millisecond)
 	t := r.clock.NewTimer(tick)
 	defer t.Stop()
 	for {

@@ -92,18 +92,27 @@ func ping(t testing.TB, url, token, sysID string, twoPhase bool) {
 // project B submits 5: B's first job goes out after at most one of A's.
 func TestFairnessEndToEnd(t *testing.T) {
 	t.Parallel()
-	f := newFakeUpstream(t, 60*time.Second)
-	x := startRouter(t, Config{Upstream: f.srv.URL, UpstreamToken: "glrt-router", LongPollTimeout: 10 * time.Second, Prefetch: 1000})
+	for name, mk := range upstreams(t, 60*time.Second) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testFairness(t, mk())
+		})
+	}
+}
+
+func testFairness(t *testing.T, u upstreamUnderTest) {
+	x := startRouter(t, Config{Upstream: u.url(), UpstreamToken: u.routerToken(), LongPollTimeout: 10 * time.Second, Prefetch: 1000})
 	tok := createRunner(t, x.srv.URL, x.r.AdminToken(), nil)
 	ping(t, x.srv.URL, tok, "s_fair", true)
+	var ids []int64
 	for range 200 {
-		f.add("a/burst")
+		ids = append(ids, u.add("a/burst"))
 	}
-	waitFor(t, 20*time.Second, "A's jobs at the router", func() bool { return x.r.QueueLen() == 200 })
+	waitFor(t, 30*time.Second, "A's jobs at the router", func() bool { return x.r.QueueLen() == 200 })
 	for range 5 {
-		f.add("b/small")
+		ids = append(ids, u.add("b/small"))
 	}
-	waitFor(t, 20*time.Second, "B's jobs at the router", func() bool { return x.r.QueueLen() == 205 })
+	waitFor(t, 30*time.Second, "B's jobs at the router", func() bool { return x.r.QueueLen() == 205 })
 
 	s := newSim(t, x.srv.URL, tok, "s_fair", true)
 	s.got = make(chan *api.JobResponse, 300)
@@ -124,9 +133,12 @@ func TestFairnessEndToEnd(t *testing.T) {
 	if aBefore > 1 {
 		t.Errorf("%d of A's jobs were handed out before B's first, want at most 1", aBefore)
 	}
-	waitFor(t, 60*time.Second, "all jobs done", func() bool { return f.countState("success") == 205 })
-	if n := f.requests.Load(); n > 205+10 {
-		t.Errorf("upstream saw %d job requests for 205 jobs", n)
+	waitFor(t, 60*time.Second, "all jobs done", func() bool { return s.jobs.Load() == 205 })
+	waitFor(t, 10*time.Second, "the last job to succeed upstream", func() bool { return u.state(ids[len(ids)-1]) == "success" })
+	if f, ok := u.(*fakeUpstream); ok {
+		if n := f.requests.Load(); n > 205+10 {
+			t.Errorf("upstream saw %d job requests for 205 jobs", n)
+		}
 	}
 }
 
@@ -135,59 +147,64 @@ func TestFairnessEndToEnd(t *testing.T) {
 // runner that failed is tried last afterwards.
 func TestOfferComesBack(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"declined", "silent"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			f := newFakeUpstream(t, 60*time.Second)
-			x := startRouter(t, Config{Upstream: f.srv.URL, UpstreamToken: "glrt-router", LongPollTimeout: 5 * time.Second, AckTimeout: time.Second})
-			tok := createRunner(t, x.srv.URL, x.r.AdminToken(), nil)
-			bad := newSim(t, x.srv.URL, tok, "s_bad", true)
-			bad.decide = func(*api.JobResponse) string { return mode }
-			bad.got = make(chan *api.JobResponse, 10)
-			good := newSim(t, x.srv.URL, tok, "s_good", true)
-			good.done = make(chan int64, 10)
-			startSims(t, bad)
-			waitFor(t, 10*time.Second, "the bad runner to wait", func() bool { return x.r.Waiting() == 1 })
-			id := f.add("g/p")
-			select {
-			case <-bad.got:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the bad runner got no job")
-			}
-			startSims(t, good)
-			select {
-			case got := <-good.done:
-				if got != id {
-					t.Fatalf("good runner ran job %d, want %d", got, id)
-				}
-			case <-time.After(15 * time.Second):
-				t.Fatal("the job did not reach the good runner")
-			}
-			if j := f.job(id); j.state != "success" || j.handouts != 1 {
-				t.Errorf("upstream job: state %s after %d hand-outs, want success after 1", j.state, j.handouts)
-			}
-			if n := f.declines.Load(); n != 0 {
-				t.Errorf("upstream saw %d declines, want 0", n)
-			}
-			// Both wait now: the next job goes to the healthy one.
-			waitFor(t, 10*time.Second, "both runners to wait", func() bool { return x.r.Waiting() == 2 })
-			id2 := f.add("g/p")
-			select {
-			case got := <-good.done:
-				if got != id2 {
-					t.Fatalf("good runner ran job %d, want %d", got, id2)
-				}
-			case <-time.After(15 * time.Second):
-				t.Fatal("the second job did not reach the good runner")
-			}
-			if n := len(bad.got); n != 0 {
-				t.Errorf("the runner that %s got %d more jobs, want 0", mode, n)
-			}
-			src := map[string]string{"declined": "downstream", "silent": "expired"}[mode]
-			if v := metricValue(t, x.srv.URL, `drover_router_declines_total{source="`+src+`"}`); v != 1 {
-				t.Errorf("declines_total{source=%q} = %v, want 1", src, v)
-			}
-		})
+	for name, mk := range upstreams(t, 60*time.Second) {
+		for _, mode := range []string{"declined", "silent"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				testOfferComesBack(t, mk(), mode)
+			})
+		}
+	}
+}
+
+func testOfferComesBack(t *testing.T, u upstreamUnderTest, mode string) {
+	x := startRouter(t, Config{Upstream: u.url(), UpstreamToken: u.routerToken(), LongPollTimeout: 5 * time.Second, AckTimeout: time.Second})
+	tok := createRunner(t, x.srv.URL, x.r.AdminToken(), nil)
+	bad := newSim(t, x.srv.URL, tok, "s_bad", true)
+	bad.decide = func(*api.JobResponse) string { return mode }
+	bad.got = make(chan *api.JobResponse, 10)
+	good := newSim(t, x.srv.URL, tok, "s_good", true)
+	good.done = make(chan int64, 10)
+	startSims(t, bad)
+	waitFor(t, 10*time.Second, "the bad runner to wait", func() bool { return x.r.Waiting() == 1 })
+	id := u.add("g/p")
+	select {
+	case <-bad.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bad runner got no job")
+	}
+	startSims(t, good)
+	select {
+	case got := <-good.done:
+		if got != id {
+			t.Fatalf("good runner ran job %d, want %d", got, id)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the job did not reach the good runner")
+	}
+	waitFor(t, 5*time.Second, "the job to succeed upstream", func() bool { return u.state(id) == "success" })
+	if f, ok := u.(*fakeUpstream); ok {
+		if j := f.job(id); j.handouts != 1 || f.declines.Load() != 0 || f.expiries.Load() != 0 {
+			t.Errorf("upstream: %d hand-outs, %d declines, %d expiries; want 1, 0, 0", j.handouts, f.declines.Load(), f.expiries.Load())
+		}
+	}
+	// Both wait now: the next job goes to the healthy one.
+	waitFor(t, 10*time.Second, "both runners to wait", func() bool { return x.r.Waiting() == 2 })
+	id2 := u.add("g/p")
+	select {
+	case got := <-good.done:
+		if got != id2 {
+			t.Fatalf("good runner ran job %d, want %d", got, id2)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second job did not reach the good runner")
+	}
+	if n := len(bad.got); n != 0 {
+		t.Errorf("the runner that %s got %d more jobs, want 0", mode, n)
+	}
+	src := map[string]string{"declined": "downstream", "silent": "expired"}[mode]
+	if v := metricValue(t, x.srv.URL, `drover_router_declines_total{source="`+src+`"}`); v != 1 {
+		t.Errorf("declines_total{source=%q} = %v, want 1", src, v)
 	}
 }
 
@@ -196,27 +213,48 @@ func TestOfferComesBack(t *testing.T) {
 // them to the same runners (same tokens), no manual steps.
 func TestRouterRestart(t *testing.T) {
 	t.Parallel()
-	f := newFakeUpstream(t, time.Second)
+	for name, mk := range upstreams(t, time.Second) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRouterRestart(t, mk())
+		})
+	}
+}
+
+func testRouterRestart(t *testing.T, u upstreamUnderTest) {
 	dir := t.TempDir()
-	cfg := Config{Upstream: f.srv.URL, UpstreamToken: "glrt-router", DataDir: dir, LongPollTimeout: 5 * time.Second, Prefetch: 10}
+	cfg := Config{Upstream: u.url(), UpstreamToken: u.routerToken(), DataDir: dir, LongPollTimeout: 5 * time.Second, Prefetch: 10}
 	x1 := startRouter(t, cfg)
 	tok := createRunner(t, x1.srv.URL, x1.r.AdminToken(), nil)
 	admin, sys := x1.r.AdminToken(), x1.r.SystemID()
 	ping(t, x1.srv.URL, tok, "s_r", false)
 	var ids []int64
 	for range 3 {
-		ids = append(ids, f.add("g/p"))
+		ids = append(ids, u.add("g/p"))
 	}
-	waitFor(t, 10*time.Second, "jobs held by the first router", func() bool {
-		return x1.r.QueueLen() == 3 && f.countState("waiting") == 3
-	})
+	held := func() bool {
+		for _, id := range ids {
+			if u.state(id) != "waiting_for_runner_ack" {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 10*time.Second, "jobs held by the first router", func() bool { return x1.r.QueueLen() == 3 && held() })
 	// Held longer than the upstream ack timeout: the router keeps them alive.
 	time.Sleep(1500 * time.Millisecond)
-	if n := f.countState("waiting"); n != 3 || f.expiries.Load() != 0 {
-		t.Fatalf("while the router lives: %d waiting, %d expiries; want 3, 0", n, f.expiries.Load())
+	if !held() {
+		t.Fatal("jobs left waiting_for_runner_ack upstream while the router kept them alive")
 	}
 	x1.stop()
-	waitFor(t, 10*time.Second, "the upstream to take the jobs back", func() bool { return f.expiries.Load() >= 3 })
+	waitFor(t, 10*time.Second, "the upstream to take the jobs back", func() bool {
+		for _, id := range ids {
+			if u.state(id) != "pending" {
+				return false
+			}
+		}
+		return true
+	})
 
 	x2 := startRouter(t, cfg)
 	if x2.r.AdminToken() != admin || x2.r.SystemID() != sys {
@@ -234,8 +272,13 @@ func TestRouterRestart(t *testing.T) {
 		}
 	}
 	for _, id := range ids {
-		if j := f.job(id); j.state != "success" || string(j.trace) != "sim ran job\n" {
-			t.Errorf("job %d: state %s, trace %q", id, j.state, j.trace)
+		waitFor(t, 5*time.Second, "job success upstream", func() bool { return u.state(id) == "success" })
+	}
+	if f, ok := u.(*fakeUpstream); ok {
+		for _, id := range ids {
+			if tr := string(f.job(id).trace); tr != "sim ran job\n" {
+				t.Errorf("job %d: trace %q", id, tr)
+			}
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "admin-token")); err != nil || strings.TrimSpace(string(b)) != admin {

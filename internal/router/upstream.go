@@ -235,8 +235,10 @@ func (r *Router) ingest(raw []byte, hdr http.Header) error {
 		pulledAt: now, lastUpKeep: now,
 	}
 	if s := hdr.Get(HeaderAckTimeout); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			j.upAck = time.Duration(n) * time.Second
+		// Seconds, possibly fractional; keep-alives go at a third of it,
+		// so a floor keeps a silly value from flooding the upstream.
+		if n, err := strconv.ParseFloat(s, 64); err == nil && n > 0 {
+			j.upAck = max(time.Duration(n*float64(time.Second)), 300*time.Millisecond)
 		}
 	}
 	j.namespace = namespaceOf(j.project)
