@@ -2,13 +2,16 @@ package coordinator
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
 )
 
 // serve runs one request through the handler in process (fuzzing needs
@@ -101,6 +104,79 @@ func FuzzUpdateJob(f *testing.F) {
 		case http.StatusOK, http.StatusForbidden, http.StatusBadRequest, http.StatusPreconditionFailed, http.StatusRequestEntityTooLarge:
 		default:
 			t.Fatalf("PUT = %d", rec.Code)
+		}
+	})
+}
+
+// FuzzProvisioning throws bodies at runner_provisioning (and the same
+// words as PUT states) for jobs in every stage of the two-phase start:
+// never a 5xx, never an answer outside the contract.
+func FuzzProvisioning(f *testing.F) {
+	fc := clock.NewFake(fakeStart)
+	e := newEnv(f, func(c *Config) { c.Clock = fc; c.MaxProvisioningRetries = 1000 })
+	_, tok := e.runner(nil)
+	var jobs []*api.JobResponse
+	for range 20 {
+		e.submit(nil)
+	}
+	for i := range 20 {
+		jobs = append(jobs, e.takeAs(tok, fmt.Sprintf("s_%d", i%3)))
+	}
+	for _, s := range []string{
+		`{"status":"pending"}`, `{"status":"accepted","reason":"ready"}`, `{"status":"declined","reason":"no capacity"}`,
+		`{"status":"pending","reason":"` + strings.Repeat("x", 2000) + `"}`, `{"status":"PENDING"}`, `{"status":null}`,
+		`{"status":["accepted"]}`, `{}`, `[]`, `null`, `{"status":"accepted"} x`, ``, `{`,
+	} {
+		f.Add([]byte(s), uint8(0), uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, which, how uint8) {
+		j := jobs[int(which)%len(jobs)]
+		token := j.Token
+		switch how % 4 {
+		case 1:
+			token = "glcbt-not-a-token"
+		case 2:
+			// Refill: hand a queued job out again so the fuzzer keeps finding waiting jobs.
+			req := httptest.NewRequest("POST", "/api/v4/jobs/request", strings.NewReader(fmt.Sprintf(
+				`{"token":%q,"system_id":"s_fuzz","info":{"features":{"two_phase_job_commit":true}}}`, tok)))
+			if rec := serve(t, e, req); rec.Code == http.StatusCreated {
+				var jr api.JobResponse
+				if err := json.Unmarshal(rec.Body.Bytes(), &jr); err == nil {
+					for i := range jobs {
+						if jobs[i].ID == jr.ID {
+							jobs[i] = &jr
+						}
+					}
+				}
+			}
+		case 3:
+			fc.Advance(DefaultAckTimeout / 2)
+			e.c.reapOnce(t.Context())
+		}
+		req := httptest.NewRequest("POST", fmt.Sprintf("/api/v4/jobs/%d/runner_provisioning", j.ID), bytes.NewReader(body))
+		req.Header.Set(hdrJobToken, token)
+		rec := serve(t, e, req)
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusForbidden, http.StatusConflict, http.StatusRequestEntityTooLarge:
+		default:
+			t.Fatalf("runner_provisioning = %d %s", rec.Code, rec.Body)
+		}
+		if (rec.Code == http.StatusOK || rec.Code == http.StatusConflict) && rec.Header().Get(hdrJobStatus) == "" {
+			t.Fatalf("runner_provisioning = %d without Job-Status", rec.Code)
+		}
+		// The same words as PUT states.
+		var p api.ProvisioningRequest
+		if json.Unmarshal(body, &p) == nil {
+			state := map[string]string{"pending": "pending", "accepted": "running"}[p.Status]
+			if state != "" {
+				req := httptest.NewRequest("PUT", fmt.Sprintf("/api/v4/jobs/%d", j.ID), strings.NewReader(`{"state":"`+state+`"}`))
+				req.Header.Set(hdrJobToken, token)
+				switch rec := serve(t, e, req); rec.Code {
+				case http.StatusOK, http.StatusForbidden, http.StatusConflict:
+				default:
+					t.Fatalf("PUT %s = %d", state, rec.Code)
+				}
+			}
 		}
 	})
 }

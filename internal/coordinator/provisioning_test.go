@@ -3,15 +3,18 @@ package coordinator
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/coordinator/store"
 )
 
 // requestAs is jobs/request from runner manager systemID; twoPhase sets
@@ -92,7 +95,7 @@ func TestTwoPhaseHandOut(t *testing.T) {
 		g.ProvisioningAttempts != 1 || g.RunnerSystemID != "s_a" {
 		t.Errorf("job after two-phase hand-out = %+v", g)
 	}
-	if *g.AckDeadline != *rfc3339(fakeStart.Add(90*time.Second)) {
+	if *g.AckDeadline != *rfc3339(fakeStart.Add(90 * time.Second)) {
 		t.Errorf("ack_deadline = %s, want now + 90s", *g.AckDeadline)
 	}
 	_, b := e.do("GET", "/metrics", nil, nil)
@@ -223,7 +226,7 @@ func TestPutRunningIsAccept(t *testing.T) {
 	fc.Advance(40 * time.Second)
 	resp, b := e.put(j.ID, jr.Token, api.UpdateJobRequest{State: "pending"})
 	wantAnswer(t, "PUT pending", resp, b, 200, "pending")
-	if g := e.job(j.ID); g.AckDeadline == nil || *g.AckDeadline != *rfc3339(fakeStart.Add(100*time.Second)) {
+	if g := e.job(j.ID); g.AckDeadline == nil || *g.AckDeadline != *rfc3339(fakeStart.Add(100 * time.Second)) {
 		t.Errorf("ack_deadline after PUT pending = %v, want now + 60s", g.AckDeadline)
 	}
 	fc.Advance(40 * time.Second) // past the first deadline, before the second
@@ -231,7 +234,7 @@ func TestPutRunningIsAccept(t *testing.T) {
 	resp, b = e.put(j.ID, jr.Token, api.UpdateJobRequest{State: "running"})
 	wantAnswer(t, "PUT running (accept)", resp, b, 200, "running")
 	g := e.job(j.ID)
-	if g.Status != "running" || g.StartedAt == nil || *g.StartedAt != *rfc3339(fakeStart.Add(80*time.Second)) || g.AcceptedAt == nil {
+	if g.Status != "running" || g.StartedAt == nil || *g.StartedAt != *rfc3339(fakeStart.Add(80 * time.Second)) || g.AcceptedAt == nil {
 		t.Errorf("job after accept = %+v", g)
 	}
 	if math.Abs(g.ProvisioningDuration-80) > 0.001 {
@@ -552,5 +555,236 @@ func TestWaitingSurvivesRestart(t *testing.T) {
 	e2.c.reapOnce(t.Context())
 	if g := e2.job(j.ID); g.Status != "pending" {
 		t.Errorf("job after restart and expiry = %s", g.Status)
+	}
+}
+
+// TestTwoPhaseConcurrency runs many two-phase runner managers that
+// accept, decline, keep alive or abandon jobs, against the reaper
+// expiring them on a fast fake clock and an admin canceling some. No job
+// may ever be accepted under two tokens, and a token once answered 409
+// never works again.
+func TestTwoPhaseConcurrency(t *testing.T) {
+	e, fc := fakeEnv(t, func(c *Config) {
+		c.AckTimeout = 20 * time.Second
+		c.MaxProvisioningRetries = 3
+		c.LongPollTimeout = 30 * time.Second
+	})
+	_, tok := e.runner(nil)
+	const jobs, workers = 40, 16
+	var ids []int64
+	for range jobs {
+		ids = append(ids, e.submit(nil).ID)
+	}
+
+	var mu sync.Mutex
+	accepted := map[int64]map[string]bool{} // job → tokens whose accept got 200
+	succeeded := map[int64]string{}         // job → token of the 200 success
+	gone := map[string]bool{}               // tokens answered 409
+	var failures []string
+	note := func(id int64, token, what string, resp *http.Response) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case resp.StatusCode == 409:
+			gone[token] = true
+		case resp.StatusCode >= 200 && resp.StatusCode < 300 && gone[token]:
+			failures = append(failures, fmt.Sprintf("job %d: %s = %d after a 409 for the same token", id, what, resp.StatusCode))
+		case resp.StatusCode >= 500:
+			failures = append(failures, fmt.Sprintf("job %d: %s = %d", id, what, resp.StatusCode))
+		}
+		if resp.StatusCode == 200 && what == "accept" {
+			if accepted[id] == nil {
+				accepted[id] = map[string]bool{}
+			}
+			accepted[id][token] = true
+		}
+		if resp.StatusCode == 200 && what == "success" && resp.Header.Get(hdrJobStatus) == "success" {
+			succeeded[id] = token
+		}
+	}
+	open := func() int64 {
+		counts, err := e.c.st.CountJobs(t.Context())
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		return counts[store.StatusPending] + counts[store.StatusWaitingForRunnerAck] + counts[store.StatusRunning] + counts[store.StatusCanceling]
+	}
+
+	// Time, the reaper and an admin canceling now and then.
+	stopClock := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stopClock:
+				return
+			default:
+			}
+			fc.Advance(time.Second)
+			e.c.reapOnce(t.Context())
+			if i%40 == 0 {
+				id := ids[rand.IntN(len(ids))]
+				e.admin("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", id), nil)
+			}
+		}
+	}()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sys := fmt.Sprintf("s_%02d", w)
+			lu := ""
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, jr := e.requestAs(tok, sys, lu, true)
+				lu = resp.Header.Get(hdrLastUpdate)
+				if jr == nil {
+					continue
+				}
+				id, jt := jr.ID, jr.Token
+				accept := func() bool {
+					var resp *http.Response
+					if rand.IntN(2) == 0 {
+						resp, _ = e.provision(id, jt, prov("accepted"))
+					} else {
+						resp, _ = e.put(id, jt, api.UpdateJobRequest{State: "running"})
+					}
+					note(id, jt, "accept", resp)
+					return resp.StatusCode == 200
+				}
+				ok := false
+				switch rand.IntN(4) {
+				case 0:
+					ok = accept()
+				case 1:
+					resp, _ := e.provision(id, jt, prov("declined"))
+					note(id, jt, "decline", resp)
+				case 2:
+					for range 3 {
+						resp, _ := e.provision(id, jt, prov("pending"))
+						note(id, jt, "keep-alive", resp)
+						r := e.patch(id, jt, "", nil)
+						note(id, jt, "patch", r)
+					}
+					ok = accept()
+				case 3:
+					// Abandon it: the reaper must notice.
+				}
+				if ok {
+					resp, _ := e.put(id, jt, api.UpdateJobRequest{State: "success"})
+					note(id, jt, "success", resp)
+				}
+			}
+		}()
+	}
+	waitFor(t, func() bool { return open() == 0 })
+	close(stop)
+	wg.Wait()
+	close(stopClock)
+	bg.Wait()
+
+	for _, f := range failures {
+		t.Error(f)
+	}
+	total := 0
+	for _, id := range ids {
+		total += len(accepted[id])
+		if len(accepted[id]) > 1 {
+			t.Errorf("job %d accepted under %d tokens", id, len(accepted[id]))
+		}
+		g := e.job(id)
+		switch g.Status {
+		case "success":
+			if tok, ok := succeeded[id]; !ok || !accepted[id][tok] {
+				t.Errorf("job %d succeeded without an accepted token", id)
+			}
+		case "failed":
+			if g.FailureReason != "runner_provisioning_timeout" || g.ProvisioningAttempts != 4 {
+				t.Errorf("job %d failed: %s after %d attempts", id, g.FailureReason, g.ProvisioningAttempts)
+			}
+		case "canceled":
+		default:
+			t.Errorf("job %d ended %s", id, g.Status)
+		}
+	}
+	_, m := e.do("GET", "/metrics", nil, nil)
+	if want := fmt.Sprintf(`drover_coordinator_provisioning_total{outcome="accepted"} %d`, total); !strings.Contains(string(m), want) {
+		t.Errorf("metrics lack %q", want)
+	}
+	t.Logf("%d accepts; metrics:\n%s", total, grepLines(string(m), "provisioning_total"))
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for l := range strings.Lines(s) {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestStaleCallRacingReassignment parks a runner's accept on the job lock
+// (after its token was checked) while the job goes back to the queue and
+// to another manager: the accept must find out under the lock and get 409,
+// and must not touch the new assignment.
+func TestStaleCallRacingReassignment(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(e *env, id int64, token string) *http.Response
+	}{
+		{"provisioning accepted", func(e *env, id int64, token string) *http.Response {
+			resp, _ := e.provision(id, token, prov("accepted"))
+			return resp
+		}},
+		{"PUT running", func(e *env, id int64, token string) *http.Response {
+			resp, _ := e.put(id, token, api.UpdateJobRequest{State: "running"})
+			return resp
+		}},
+		{"PATCH", func(e *env, id int64, token string) *http.Response {
+			return e.patch(id, token, "0-2", []byte("old"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, fc := fakeEnv(t, nil)
+			_, tok := e.runner(nil)
+			j := e.submit(nil)
+			ja := e.takeAs(tok, "s_a")
+
+			unlock := e.c.lockJob(j.ID)
+			done := make(chan *http.Response, 1)
+			go func() { done <- tc.call(e, j.ID, ja.Token) }()
+			time.Sleep(50 * time.Millisecond) // let it reach the lock; if not, it is answered 409 before it anyway
+			cur, err := e.c.st.GetJob(t.Context(), j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.c.giveBack(t.Context(), &cur, outcomeDeclined, "test", fc.Now()); err != nil {
+				t.Fatal(err)
+			}
+			jb := e.takeAs(tok, "s_b")
+			unlock()
+			resp := <-done
+			if resp.StatusCode != 409 || resp.Header.Get(hdrJobStatus) != "canceled" {
+				t.Errorf("stale call = %d %q, want 409 canceled", resp.StatusCode, resp.Header.Get(hdrJobStatus))
+			}
+			g := e.job(j.ID)
+			if g.Status != "waiting_for_runner_ack" || g.RunnerSystemID != "s_b" || g.TraceSize != 0 {
+				t.Errorf("new assignment after the stale call = %+v", g)
+			}
+			if resp, b := e.provision(j.ID, jb.Token, prov("accepted")); resp.StatusCode != 200 {
+				t.Errorf("new runner's accept = %d %s", resp.StatusCode, b)
+			}
+		})
 	}
 }
