@@ -18,7 +18,8 @@ import (
 func newCoordinatorCmd() *cobra.Command {
 	var (
 		listen, data, publicURL, logLevel, logFormat string
-		longPoll, stale, grace                       time.Duration
+		longPoll, stale, grace, ack                  time.Duration
+		maxProvisioning                              int
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -39,12 +40,14 @@ overrides it. Metrics: /metrics; health: /health/live, /health/ready.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			c, err := coordinator.New(ctx, logger, coordinator.Config{
-				DataDir:         data,
-				AdminToken:      os.Getenv("DROVER_ADMIN_TOKEN"),
-				LongPollTimeout: longPoll,
-				StaleTimeout:    stale,
-				TimeoutGrace:    grace,
-				PublicURL:       publicURL,
+				DataDir:                data,
+				AdminToken:             os.Getenv("DROVER_ADMIN_TOKEN"),
+				LongPollTimeout:        longPoll,
+				StaleTimeout:           stale,
+				TimeoutGrace:           grace,
+				PublicURL:              publicURL,
+				AckTimeout:             ack,
+				MaxProvisioningRetries: maxProvisioning,
 			})
 			if err != nil {
 				return err
@@ -83,6 +86,8 @@ overrides it. Metrics: /metrics; health: /health/live, /health/ready.`,
 	f.DurationVar(&longPoll, "long-poll-timeout", 50*time.Second, "how long a jobs/request with a current last_update is held waiting for a job")
 	f.DurationVar(&stale, "stale-timeout", 10*time.Minute, "a running job whose runner has been silent this long fails with runner_system_failure")
 	f.DurationVar(&grace, "timeout-grace", 5*time.Minute, "extra time past a job's timeout before the coordinator fails it itself")
+	f.DurationVar(&ack, "ack-timeout", 60*time.Second, "two-phase start: a job handed to a runner that announces two_phase_job_commit goes back to the queue when the runner sends no keep-alive or accept for this long")
+	f.IntVar(&maxProvisioning, "max-provisioning-retries", 3, "two-phase start: after this many declines or expired deadlines a job fails with runner_provisioning_timeout")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -117,7 +117,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 	f.DurationVar(&ackTimeout, "ack-timeout", router.DefaultAckTimeout, "acknowledgement timeout given to the router's two-phase runners: an offered job whose runner stays silent this long goes to another runner")
 	f.DurationVar(&longPoll, "long-poll-timeout", router.DefaultLongPollTimeout, "how long a runner's jobs/request is held waiting for a job")
 	f.DurationVar(&noRunner, "no-runner-timeout", router.DefaultNoRunnerTimeout, "decline a held job upstream when no runner behind the router could take it for this long")
-	f.IntVar(&prefetch, "prefetch", 0, "jobs the router may hold beyond its waiting runners (two-phase upstreams only), so fair share can reorder bursts")
+	f.IntVar(&prefetch, "prefetch", 100, "jobs the router may hold beyond its waiting runners (two-phase upstreams only, kept alive upstream), so its fair share can reorder bursts; 0 = pull only for a waiting runner")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -104,11 +104,14 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	if cfg.TimeoutGrace <= 0 {
 		cfg.TimeoutGrace = DefaultTimeoutGrace
 	}
-	if cfg.ReapInterval <= 0 {
-		cfg.ReapInterval = DefaultReapInterval
-	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.ReapInterval <= 0 {
+		// Expired acknowledgement deadlines are found by the reaper: look
+		// often enough that a job is back in the queue soon after its
+		// deadline (a fifth of ack_timeout late at most, 1 s at the least).
+		cfg.ReapInterval = min(DefaultReapInterval, max(time.Second, cfg.AckTimeout/5))
 	}
 	switch {
 	case cfg.MaxProvisioningRetries == 0:
