@@ -38,9 +38,10 @@ runner. If the router dies, the upstream's deadlines return its jobs to the
 upstream queue; restarted on the same --data it serves on, no manual steps.
 
 Its queue is fair across projects and namespaces (round robin), and runner
-managers that declined or went silent lately are tried last. Set --prefetch
-to let it hold jobs beyond the runners waiting right now, so fair share can
-reorder a burst.
+managers that declined or went silent lately are tried last. --prefetch
+(default 100) lets it hold jobs beyond the runners waiting right now, while a
+runner manager of its own is alive, so fair share can reorder a burst; with
+--prefetch 0 it pulls a job only for a runner that is waiting.
 
 Runner tokens for its runners: POST /api/v1/runners with the admin token
 (DATA/admin-token, created on first start; DROVER_ADMIN_TOKEN overrides), the
