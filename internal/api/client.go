@@ -27,6 +27,9 @@ const (
 	HeaderTraceUpdateInterval = "X-GitLab-Trace-Update-Interval"
 	HeaderLastUpdate          = "X-GitLab-Last-Update"
 	HeaderRequestID           = "X-Request-Id"
+	// HeaderAckTimeout is drover's extension on a two-phase hand-out: the
+	// acknowledgement timeout in (possibly fractional) seconds.
+	HeaderAckTimeout = "X-Drover-Ack-Timeout"
 )
 
 // MaxTracePatch is the largest trace PATCH body a runner sends (1 MiB).
@@ -47,6 +50,8 @@ type Response struct {
 	// RetryAfter is the Retry-After delay, if any.
 	RetryAfter time.Duration
 	RequestID  string
+	// AckTimeout is X-Drover-Ack-Timeout (two-phase start), or 0.
+	AckTimeout time.Duration
 }
 
 // Client is a thin runner-side client of the runner API v4. Each method is
@@ -147,6 +152,11 @@ func parseResponse(resp *http.Response) *Response {
 	if s := resp.Header.Get(HeaderTraceUpdateInterval); s != "" {
 		if n, err := strconv.Atoi(s); err == nil && n > 0 {
 			r.UpdateInterval = time.Duration(n) * time.Second
+		}
+	}
+	if s := resp.Header.Get(HeaderAckTimeout); s != "" {
+		if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e6 {
+			r.AckTimeout = time.Duration(f * float64(time.Second))
 		}
 	}
 	if s := resp.Header.Get("Range"); s != "" {

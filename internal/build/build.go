@@ -36,7 +36,15 @@ type Options struct {
 	Logger   *slog.Logger // the manager's log; nil discards
 	Clock    clock.Clock  // nil = real
 	Version  string       // shown in "Running with drover <version>"
+	// Accept, when set, is called once the executor is prepared and right
+	// before the first script stage runs (the two-phase job start). An
+	// error stops the build there: no script and no after_script runs, and
+	// the result wraps ErrNotAccepted.
+	Accept func(ctx context.Context) error
 }
+
+// ErrNotAccepted marks a build stopped because Options.Accept failed.
+var ErrNotAccepted = errors.New("job not accepted")
 
 // Result is how a build ended.
 type Result struct {
@@ -112,7 +120,14 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 
 	err := b.prepare(jobCtx)
 	prepared := err == nil
-	if prepared {
+	if prepared && b.opts.Accept != nil {
+		// Two-phase start: the job becomes the runner's only now, when the
+		// environment is ready and the first script stage is about to run.
+		if aerr := b.opts.Accept(jobCtx); aerr != nil {
+			err = fmt.Errorf("%w: %w", ErrNotAccepted, aerr)
+		}
+	}
+	if prepared && err == nil {
 		err = b.scripts(jobCtx)
 		if ctx.Err() == nil {
 			err = b.afterScript(ctx, jobCtx, err)

@@ -35,6 +35,10 @@ type fakeCoordinator struct {
 	updateHook func(w http.ResponseWriter, id int64, u api.UpdateJobRequest) bool
 	jobStatus  string
 	finals     chan api.UpdateJobRequest
+	// provisioning records every runner_provisioning body, in order.
+	provisioning []api.ProvisioningRequest
+	provHook     func(w http.ResponseWriter, p api.ProvisioningRequest) bool
+	ackHeader    string
 }
 
 func newFakeCoordinator(t *testing.T) *fakeCoordinator {
@@ -43,6 +47,7 @@ func newFakeCoordinator(t *testing.T) *fakeCoordinator {
 	mux.HandleFunc("POST /api/v4/jobs/request", f.request)
 	mux.HandleFunc("PUT /api/v4/jobs/{id}", f.update)
 	mux.HandleFunc("PATCH /api/v4/jobs/{id}/trace", f.patch)
+	mux.HandleFunc("POST /api/v4/jobs/{id}/runner_provisioning", f.provision)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -75,6 +80,11 @@ func (f *fakeCoordinator) request(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	f.mu.Lock()
+	if f.ackHeader != "" {
+		w.Header().Set(api.HeaderAckTimeout, f.ackHeader)
+	}
+	f.mu.Unlock()
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(j)
 }
@@ -175,4 +185,44 @@ func testJob(id int64, script []string, after []string) *api.JobResponse {
 		j.Steps = append(j.Steps, api.Step{Name: api.StepAfterScript, Script: after, Timeout: 60, When: api.WhenAlways})
 	}
 	return j
+}
+
+func (f *fakeCoordinator) provision(w http.ResponseWriter, r *http.Request) {
+	var p api.ProvisioningRequest
+	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if r.Header.Get(api.HeaderJobToken) == "" {
+		f.t.Errorf("runner_provisioning without JOB-TOKEN")
+	}
+	f.mu.Lock()
+	f.provisioning = append(f.provisioning, p)
+	hook := f.provHook
+	f.mu.Unlock()
+	if hook != nil && hook(w, p) {
+		return
+	}
+	f.headers(w)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (f *fakeCoordinator) provisionStatuses() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, p := range f.provisioning {
+		out = append(out, p.Status)
+	}
+	return out
+}
+
+func (f *fakeCoordinator) putStates() []api.JobState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.JobState
+	for _, u := range f.updates {
+		out = append(out, u.State)
+	}
+	return out
 }

@@ -56,13 +56,14 @@ func remoteAbort(r *api.Response) bool {
 		return false
 	}
 	return r.StatusCode == http.StatusForbidden || r.StatusCode == http.StatusNotFound ||
+		r.StatusCode == http.StatusConflict ||
 		r.JobStatus == api.RemoteCanceled || r.JobStatus == api.RemoteFailed
 }
 
 // runJob runs one received job to its end and reports it. ctx is the
 // manager's abort context.
 func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor.Provider, client *api.Client,
-	settings executor.Settings, data executor.Data, job *api.JobResponse, info api.VersionInfo) {
+	settings executor.Settings, data executor.Data, job *api.JobResponse, info api.VersionInfo, ackTimeout time.Duration) {
 	log := m.logger.With("job_id", job.ID, "runner", settings.ShortToken, "project", job.JobInfo.ProjectFullPath)
 	log.Info("job received", "name", job.JobInfo.Name)
 	m.metrics.jobStarted(r)
@@ -93,18 +94,35 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		m.mu.Unlock()
 	}()
 
-	// Classic start: tell the coordinator at once that the job runs.
-	resp, err := client.UpdateJob(ctx, job.ID, api.UpdateJobRequest{Info: info, Token: job.Token, State: api.StateRunning})
-	m.metrics.apiRequest(r, "update_job", http.MethodPut, statusOf(resp))
-	if err == nil && remoteAbort(resp) {
-		log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
-		return
-	}
-	if err != nil {
-		log.Warn("could not confirm the job start; running it anyway", "err", err)
-	}
-	if resp != nil && resp.JobStatus == api.RemoteCanceling {
-		jr.cancelGracefully()
+	var prov *provisioner
+	var firstInterval time.Duration
+	if job.Features.TwoPhaseJobCommit {
+		// Two-phase start: the job stays the coordinator's until we accept
+		// it, right before the first script stage; until then keep it alive.
+		prov = &provisioner{
+			m: m, r: r, client: client, job: job, info: info, log: log,
+			every: keepAliveEvery(ackTimeout), onDrop: jr.abortJob,
+			stop: make(chan struct{}), done: make(chan struct{}), started: started,
+		}
+		go prov.keepAlive(jobCtx)
+		defer prov.stopKeepAlive()
+	} else {
+		// Classic start: tell the coordinator at once that the job runs.
+		resp, err := client.UpdateJob(ctx, job.ID, api.UpdateJobRequest{Info: info, Token: job.Token, State: api.StateRunning})
+		m.metrics.apiRequest(r, "update_job", http.MethodPut, statusOf(resp))
+		if err == nil && remoteAbort(resp) {
+			log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
+			return
+		}
+		if err != nil {
+			log.Warn("could not confirm the job start; running it anyway", "err", err)
+		}
+		if resp != nil && resp.JobStatus == api.RemoteCanceling {
+			jr.cancelGracefully()
+		}
+		if resp != nil {
+			firstInterval = resp.UpdateInterval
+		}
 	}
 
 	st := &streamer{
@@ -112,8 +130,9 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		interval: 3 * time.Second, lastPatch: m.clock.Now(),
 		onCanceling: jr.cancelGracefully, onAbort: jr.abortJob,
 	}
-	if resp != nil && resp.UpdateInterval > 0 {
-		st.setInterval(resp.UpdateInterval)
+	st.setInterval(firstInterval)
+	if prov != nil {
+		st.canPut = prov.isAccepted
 	}
 	streamCtx, stopStream := context.WithCancel(jobCtx)
 	var streamWG sync.WaitGroup
@@ -123,7 +142,15 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		st.watch(streamCtx)
 	}()
 
+	if m.prepareDelay > 0 {
+		sleep(jobCtx, m.clock, m.prepareDelay)
+	}
+	var accept func(context.Context) error
+	if prov != nil {
+		accept = prov.accept
+	}
 	res := build.Run(jobCtx, jr.graceful, build.Options{
+		Accept:   accept,
 		Job:      job,
 		Provider: p,
 		Executor: exec,
@@ -137,6 +164,27 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	stopStream()
 	streamWG.Wait()
 
+	if prov != nil && !prov.isAccepted() {
+		prov.stopKeepAlive()
+		if prov.isDropped() || jr.isAborted() {
+			m.metrics.jobFinished(r, "dropped", m.clock.Now().Sub(started))
+			return
+		}
+		// Not accepted: give the job back instead of failing it, so that
+		// another runner can run it.
+		reason := "runner_system_failure"
+		if res.Err != nil {
+			reason += ": " + res.Err.Error()
+		}
+		if ctx.Err() != nil {
+			reason = string(api.RunnerInterrupted)
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		prov.decline(dctx, reason)
+		m.metrics.jobFinished(r, "declined", m.clock.Now().Sub(started))
+		return
+	}
 	if jr.isAborted() {
 		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
 		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))

@@ -62,8 +62,9 @@ type Manager struct {
 	draining atomic.Bool
 	drained  chan struct{}
 
-	lastUpdates api.LastUpdates
-	busy        atomic.Int64 // requests in flight + jobs running
+	lastUpdates  api.LastUpdates
+	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
+	busy         atomic.Int64  // requests in flight + jobs running
 }
 
 // New checks the configuration against the available executors and
@@ -91,6 +92,8 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		jobs:    map[int64]*jobRun{},
 		feed:    make(chan *config.RunnerConfig),
 		drained: make(chan struct{}),
+
+		prepareDelay: testPrepareDelay(),
 	}
 	m.metrics = newMetrics(opts.Registry, opts.SystemID)
 	m.metrics.setConfig(opts.Config)
@@ -321,6 +324,7 @@ func (m *Manager) versionInfo(r *config.RunnerConfig, p executor.Provider) api.V
 	info.Features.Cancelable = true
 	info.Features.CancelGracefully = true
 	info.Features.Masking = true
+	info.Features.TwoPhaseJobCommit = true
 	info.Config = p.ConfigInfo(m.settings(r, 0))
 	labels := map[string]string{}
 	for k, v := range m.Config().Labels {

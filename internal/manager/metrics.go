@@ -20,6 +20,8 @@ type metrics struct {
 	concurrent  prometheus.Gauge
 	limit       *prometheus.GaugeVec
 	apiStatuses *prometheus.CounterVec
+	provision   *prometheus.CounterVec
+	provisionT  prometheus.Histogram
 	systemID    string
 }
 
@@ -49,6 +51,14 @@ func newMetrics(reg prometheus.Registerer, systemID string) *metrics {
 			Name: "gitlab_runner_api_request_statuses_total", Help: "Coordinator API answers by endpoint and status (0 = transport error).",
 		}, []string{"runner", "system_id", "endpoint", "status", "method"}),
 	}
+	m.provision = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "drover_runner_provisioning_total", Help: "Two-phase job starts by outcome (accepted, declined, dropped).",
+	}, []string{"outcome"})
+	m.provisionT = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "drover_runner_provisioning_seconds", Help: "Time from a two-phase job's receipt to its accept, decline or drop.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900},
+	})
+	reg.MustRegister(m.provision, m.provisionT)
 	reg.MustRegister(m.jobs, m.jobsTotal, m.failedTotal, m.duration, m.concurrent, m.limit, m.apiStatuses)
 	return m
 }
@@ -87,4 +97,9 @@ func (m *metrics) jobFailed(r *config.RunnerConfig, reason string) {
 func (m *metrics) apiRequest(r *config.RunnerConfig, endpoint, method string, status int) {
 	t, _ := labelsOf(r)
 	m.apiStatuses.WithLabelValues(t, m.systemID, endpoint, strconv.Itoa(status), method).Inc()
+}
+
+func (m *metrics) provisioned(outcome string, d time.Duration) {
+	m.provision.WithLabelValues(outcome).Inc()
+	m.provisionT.Observe(d.Seconds())
 }

@@ -28,6 +28,9 @@ type streamer struct {
 
 	onCanceling func()
 	onAbort     func()
+	// canPut, when set, says whether keep-alive PUTs may be sent: not
+	// before a two-phase job is accepted (PUT running would accept it).
+	canPut func() bool
 
 	mu        sync.Mutex
 	sent      int64
@@ -178,7 +181,7 @@ func (s *streamer) watch(ctx context.Context) {
 		s.mu.Lock()
 		quiet := s.m.clock.Now().Sub(s.lastPatch) >= s.m.forceSendInterval()
 		s.mu.Unlock()
-		if quiet {
+		if quiet && (s.canPut == nil || s.canPut()) {
 			resp, err := s.client.UpdateJob(ctx, s.job.ID, api.UpdateJobRequest{
 				Info: s.info, Token: s.job.Token, State: api.StateRunning,
 				Output: api.JobOutput{Checksum: s.buf.Checksum(), Bytesize: s.buf.Size()},

@@ -191,7 +191,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		m.requeue(reqCtx, r)
 	}
 	settings.ConcurrentID = slot
-	m.runJob(ctx, r, p, client, settings, data, job, req.Info)
+	m.runJob(ctx, r, p, client, settings, data, job, req.Info, resp.AckTimeout)
 	rs.jobDone(slot)
 	p.Release(context.WithoutCancel(ctx), settings, data)
 }
