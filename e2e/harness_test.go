@@ -171,7 +171,7 @@ func (c *coordinator) runnerToken(t testing.TB, tags ...string) string {
 }
 
 // writeConfig writes a config.toml for one shell runner and returns its path.
-func writeConfig(t *testing.T, dir, url, token string, concurrent int, extra string) string {
+func writeConfig(t testing.TB, dir, url, token string, concurrent int, extra string) string {
 	t.Helper()
 	path := filepath.Join(dir, "config.toml")
 	body := fmt.Sprintf(`concurrent = %d
@@ -193,7 +193,7 @@ shutdown_timeout = 10
 }
 
 // waitJob polls until the job satisfies ok.
-func waitJob(t *testing.T, c *client.Client, id int64, d time.Duration, ok func(*client.Job) bool) *client.Job {
+func waitJob(t testing.TB, c *client.Client, id int64, d time.Duration, ok func(*client.Job) bool) *client.Job {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var j *client.Job
@@ -211,7 +211,7 @@ func waitJob(t *testing.T, c *client.Client, id int64, d time.Duration, ok func(
 
 func finished(j *client.Job) bool { return j.Finished() }
 
-func trace(t *testing.T, c *client.Client, id int64) string {
+func trace(t testing.TB, c *client.Client, id int64) string {
 	t.Helper()
 	b, _, err := c.Trace(context.Background(), id, 0)
 	if err != nil {
