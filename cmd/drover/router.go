@@ -38,10 +38,12 @@ runner. If the router dies, the upstream's deadlines return its jobs to the
 upstream queue; restarted on the same --data it serves on, no manual steps.
 
 Its queue is fair across projects and namespaces (round robin), and runner
-managers that declined or went silent lately are tried last. --prefetch
-(default 100) lets it hold jobs beyond the runners waiting right now, while a
-runner manager of its own is alive, so fair share can reorder a burst; with
---prefetch 0 it pulls a job only for a runner that is waiting.
+managers that declined or went silent lately are tried last. By default it
+pulls a job only for a runner that is waiting (no job is pulled that nobody
+can run), so the upstream's order decides (drover's coordinator serves
+projects round robin); --prefetch N lets it hold up to N jobs more, kept
+alive upstream while a runner manager of its own is alive, so its own fair
+share can reorder a burst from an upstream whose order is not fair.
 
 Runner tokens for its runners: POST /api/v1/runners with the admin token
 (DATA/admin-token, created on first start; DROVER_ADMIN_TOKEN overrides), the
@@ -118,7 +120,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 	f.DurationVar(&ackTimeout, "ack-timeout", router.DefaultAckTimeout, "acknowledgement timeout given to the router's two-phase runners: an offered job whose runner stays silent this long goes to another runner")
 	f.DurationVar(&longPoll, "long-poll-timeout", router.DefaultLongPollTimeout, "how long a runner's jobs/request is held waiting for a job")
 	f.DurationVar(&noRunner, "no-runner-timeout", router.DefaultNoRunnerTimeout, "decline a held job upstream when no runner behind the router could take it for this long")
-	f.IntVar(&prefetch, "prefetch", 100, "jobs the router may hold beyond its waiting runners (two-phase upstreams only, kept alive upstream), so its fair share can reorder bursts; 0 = pull only for a waiting runner")
+	f.IntVar(&prefetch, "prefetch", 0, "jobs the router may hold beyond its waiting runners (two-phase upstreams only, kept alive upstream), so its own fair share can reorder bursts; 0 = pull only for a waiting runner")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

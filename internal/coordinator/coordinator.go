@@ -74,6 +74,13 @@ type Coordinator struct {
 	adminTokenPath string
 	regToken       string
 
+	// served remembers when each project (by id) last got a job handed
+	// out, as a sequence number: fair share serves the project that waited
+	// longest first. In memory only; a restart forgets it harmlessly.
+	servedMu  sync.Mutex
+	served    map[int64]uint64
+	servedSeq uint64
+
 	jobLocks [256]sync.Mutex // serialize PATCH/PUT/reaper per job (by id)
 
 	contactMu   sync.Mutex

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,13 @@ import (
 
 // claimPage is how many pending jobs one claim attempt looks at per query.
 const claimPage = 100
+
+// fairHeads is how many projects' oldest jobs one claim looks at first.
+const fairHeads = 64
+
+// inProgress are the states that count as a project's jobs in progress
+// for fair share.
+var inProgress = []store.Status{store.StatusWaitingForRunnerAck, store.StatusRunning, store.StatusCanceling}
 
 // handleJobRequest is POST /api/v4/jobs/request.
 //
@@ -115,6 +123,36 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 // recently, the time that ends (else zero).
 func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest) (_ *api.JobResponse, retryAt time.Time, _ error) {
 	now := c.clock.Now()
+	// Fair share first: the oldest pending job of each project, projects
+	// with the fewest jobs in progress first (as GitLab does for instance
+	// runners), so one project's burst does not starve the others.
+	heads, err := c.st.QueueHeads(ctx, fromQueue, inProgress, fairHeads)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	c.byLeastRecentlyServed(heads)
+	for i := range heads {
+		j := &heads[i]
+		if !canRun(&rn, req.Info.Features, j) {
+			continue
+		}
+		if until := c.avoidedUntil(j, req.SystemID, now); !until.IsZero() {
+			if retryAt.IsZero() || until.Before(retryAt) {
+				retryAt = until
+			}
+			continue
+		}
+		resp, err := c.claimJob(ctx, r, rn, req, j)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err == nil {
+			c.markServed(j.ProjectID)
+		}
+		return resp, time.Time{}, err
+	}
+	// No project's oldest job fits this runner (tags, features): walk the
+	// whole queue in order.
 	var after int64
 	// The first page is small: the oldest pending job usually fits. Pages
 	// grow when runners skip many jobs (tags, features).
@@ -325,4 +363,26 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 			FailureReasons:    api.AllFailureReasons,
 		},
 	}
+}
+
+// byLeastRecentlyServed orders queue heads so that the project whose last
+// hand-out is oldest (or that never had one) comes first; the store's order
+// (fewest jobs in progress, then oldest job) breaks ties. This is round
+// robin across projects.
+func (c *Coordinator) byLeastRecentlyServed(heads []store.Job) {
+	c.servedMu.Lock()
+	defer c.servedMu.Unlock()
+	sort.SliceStable(heads, func(a, b int) bool {
+		return c.served[heads[a].ProjectID] < c.served[heads[b].ProjectID]
+	})
+}
+
+func (c *Coordinator) markServed(projectID int64) {
+	c.servedMu.Lock()
+	defer c.servedMu.Unlock()
+	if c.served == nil {
+		c.served = map[int64]uint64{}
+	}
+	c.servedSeq++
+	c.served[projectID] = c.servedSeq
 }

@@ -380,3 +380,42 @@ func BenchmarkRouterLatency(b *testing.B) {
 	b.ReportMetric(float64(direct.Microseconds())/1000, "direct-p50-ms")
 	b.ReportMetric(float64((viaRouter-direct).Microseconds())/1000, "added-p50-ms")
 }
+
+// TestFairnessWithoutPrefetch: with --prefetch 0 the router pulls a job
+// only for a waiting runner, so the order is the upstream's: drover's
+// coordinator serves projects round robin, and B's first job still goes
+// out after at most one of A's since B submitted.
+func TestFairnessWithoutPrefetch(t *testing.T) {
+	t.Parallel()
+	u := upstreams(t, 60*time.Second)["coordinator"]()
+	x := startRouter(t, Config{Upstream: u.url(), UpstreamToken: u.routerToken(), LongPollTimeout: 10 * time.Second})
+	tok := createRunner(t, x.srv.URL, x.r.AdminToken(), nil)
+	for range 200 {
+		u.add("a/burst")
+	}
+	for range 5 {
+		u.add("b/small")
+	}
+	s := newSim(t, x.srv.URL, tok, "s_fair0", true)
+	s.got = make(chan *api.JobResponse, 300)
+	startSims(t, s)
+	aBefore := 0
+	for {
+		var j *api.JobResponse
+		select {
+		case j = <-s.got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no job handed out")
+		}
+		if j.JobInfo.ProjectFullPath == "b/small" {
+			break
+		}
+		aBefore++
+	}
+	if aBefore > 1 {
+		t.Errorf("%d of A's jobs were handed out before B's first, want at most 1", aBefore)
+	}
+	if n := x.r.QueueLen(); n > 1 {
+		t.Errorf("router queue holds %d jobs with prefetch 0", n)
+	}
+}

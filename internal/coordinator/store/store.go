@@ -215,6 +215,12 @@ type Store interface {
 	CreateJob(ctx context.Context, j Job) (Job, error)
 	GetJob(ctx context.Context, id int64) (Job, error)
 	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// QueueHeads returns the oldest job in one of queued of every project
+	// that has one, ordered by how many of the project's jobs are in one of
+	// active (fewest first), then by job id; at most limit jobs. It is the
+	// fair-share view of the queue: a project with a burst of jobs does not
+	// hide another project's first one.
+	QueueHeads(ctx context.Context, queued, active []Status, limit int) ([]Job, error)
 	// TransitionJob atomically moves job id from one of the statuses in
 	// from to ch.Status, applying ch and bumping Version. If the job is in
 	// another status (or ch.IfVersion is set and differs) it returns the

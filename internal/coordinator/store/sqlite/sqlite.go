@@ -472,6 +472,40 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	return out, rows.Err()
 }
 
+// QueueHeads implements store.Store.
+func (s *Store) QueueHeads(ctx context.Context, queued, active []store.Status, limit int) ([]store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(queued) == 0 || len(active) == 0 || limit <= 0 {
+		return nil, fmt.Errorf("queue heads: bad arguments")
+	}
+	q := `SELECT ` + jobCols + jobFrom + ` WHERE j.id IN (SELECT MIN(id) FROM jobs WHERE status IN (` + placeholders(len(queued)) + `) GROUP BY project_id)
+		ORDER BY (SELECT COUNT(*) FROM jobs a WHERE a.project_id = j.project_id AND a.status IN (` + placeholders(len(active)) + `)), j.id LIMIT ?`
+	var args []any
+	for _, st := range queued {
+		args = append(args, string(st))
+	}
+	for _, st := range active {
+		args = append(args, string(st))
+	}
+	args = append(args, limit)
+	rows, err := s.rs.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("queue heads: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
 // TransitionJob implements store.Store.
 func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status, ch store.JobChange) (store.Job, error) {
 	if err := s.check(); err != nil {

@@ -35,6 +35,7 @@ func Run(t *testing.T, h Harness) {
 		{"Managers", testManagers},
 		{"Jobs", testJobs},
 		{"ListJobs", testListJobs},
+		{"QueueHeads", testQueueHeads},
 		{"Transition", testTransition},
 		{"ConcurrentClaim", testConcurrentClaim},
 		{"TwoPhaseFields", testTwoPhaseFields},
@@ -493,4 +494,62 @@ func testRetiredTokens(t *testing.T, h Harness) {
 	if _, err := s.RetiredJobToken(ctx, h2); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("setting the same hash retired it: %v", err)
 	}
+}
+
+func testQueueHeads(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	mk := func(project string) int64 {
+		j, err := s.CreateJob(ctx, sampleJob("j", project))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.ID
+	}
+	a1, a2, _ := mk("g/a"), mk("g/a"), mk("g/a")
+	b1 := mk("g/b")
+	c1 := mk("h/c")
+	queued := []store.Status{store.StatusPending}
+	active := []store.Status{store.StatusRunning}
+	heads, err := s.QueueHeads(ctx, queued, active, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := idsOf(heads); !equal(got, []int64{a1, b1, c1}) {
+		t.Errorf("QueueHeads with nothing running = %v, want %v (oldest job of each project, by id)", got, []int64{a1, b1, c1})
+	}
+	// Project a now runs a job: b and c come first.
+	if _, err := s.TransitionJob(ctx, a1, queued, store.JobChange{Status: store.StatusRunning, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	heads, err = s.QueueHeads(ctx, queued, active, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := idsOf(heads); !equal(got, []int64{b1, c1, a2}) {
+		t.Errorf("QueueHeads with a1 running = %v, want %v", got, []int64{b1, c1, a2})
+	}
+	if heads, _ := s.QueueHeads(ctx, queued, active, 1); len(heads) != 1 {
+		t.Errorf("QueueHeads limit 1 = %d jobs", len(heads))
+	}
+}
+
+func idsOf(js []store.Job) []int64 {
+	out := []int64{}
+	for _, j := range js {
+		out = append(out, j.ID)
+	}
+	return out
+}
+
+func equal(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
