@@ -113,7 +113,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	scriptDir, err := os.MkdirTemp("", "drover-shell-")
+	scriptDir, err := os.MkdirTemp(scriptBase(), "drover-shell-")
 	if err != nil {
 		return fmt.Errorf("script directory: %w", err)
 	}
@@ -238,4 +238,14 @@ func (e *Executor) Hostname() string {
 		return "localhost"
 	}
 	return h
+}
+
+// scriptBase is where stage scripts are written: /dev/shm when this host
+// has it, so scripts (they hold the job's variables, secrets included) stay
+// in memory and cost no disk metadata writes; else the temp directory.
+func scriptBase() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && syscall.Access("/dev/shm", 2) == nil {
+		return "/dev/shm"
+	}
+	return ""
 }

@@ -75,4 +75,10 @@ CREATE TABLE retired_job_tokens (
 	retired_at INTEGER NOT NULL DEFAULT 0
 );
 `,
+	// 3: indexes for the fair-share view of the queue (QueueHeads): the
+	// oldest queued job per project, and jobs in progress per project.
+	`
+CREATE INDEX jobs_status_project_id ON jobs(status, project_id, id);
+CREATE INDEX jobs_project_status ON jobs(project_id, status);
+`,
 }
