@@ -360,6 +360,9 @@ type JobResponse struct {
 	Dependencies  []Dependency  `json:"dependencies"`
 	Features      JobFeatures   `json:"features"`
 	Hooks         []Hook        `json:"hooks,omitempty"`
+	// Tags is a drover extension: the job's tags, so that a router can
+	// match jobs to its own runners. GitLab does not send it.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // TimeoutSeconds returns the job timeout, applying the 7200 s default.

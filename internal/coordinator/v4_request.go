@@ -349,6 +349,7 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 			Refspecs: refspecs, Depth: g.Depth,
 		},
 		RunnerInfo:   api.RunnerInfo{Timeout: j.RunTimeout},
+		Tags:         j.Tags,
 		Variables:    vars,
 		Steps:        steps,
 		Image:        api.Image{Name: j.Image},

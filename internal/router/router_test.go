@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator"
 )
 
 // TestCoordinatorRouterThreeManagers: coordinator ← router ← three real
@@ -417,5 +418,42 @@ func TestFairnessWithoutPrefetch(t *testing.T) {
 	}
 	if n := x.r.QueueLen(); n > 1 {
 		t.Errorf("router queue holds %d jobs with prefetch 0", n)
+	}
+}
+
+// TestTagMatchingBehindRouter: the router's upstream token carries the
+// union of its runners' tags; a job tagged gpu goes only to the router's
+// runner that has the gpu tag (the coordinator's payload carries the job's
+// tags for this), never to the one without.
+func TestTagMatchingBehindRouter(t *testing.T) {
+	t.Parallel()
+	u := startCoordinatorCfg(t, coordinator.Config{LongPollTimeout: 2 * time.Second, AckTimeout: 60 * time.Second, ReapInterval: 100 * time.Millisecond})
+	upTok := createRunner(t, u.srv.URL, u.admin, map[string]any{"description": "router", "tag_list": []string{"linux", "gpu"}})
+	x := startRouter(t, Config{Upstream: u.url(), UpstreamToken: upTok, LongPollTimeout: 5 * time.Second})
+	plainTok := createRunner(t, x.srv.URL, x.r.AdminToken(), map[string]any{"description": "plain", "tag_list": []string{"linux"}})
+	gpuTok := createRunner(t, x.srv.URL, x.r.AdminToken(), map[string]any{"description": "gpu", "tag_list": []string{"linux", "gpu"}})
+	plain := newSim(t, x.srv.URL, plainTok, "s_plain", true)
+	plain.got = make(chan *api.JobResponse, 10)
+	gpu := newSim(t, x.srv.URL, gpuTok, "s_gpu", true)
+	gpu.got = make(chan *api.JobResponse, 10)
+	startSims(t, plain, gpu)
+	waitFor(t, 10*time.Second, "both runners waiting", func() bool { return x.r.Waiting() == 2 })
+
+	var out struct {
+		ID int64 `json:"id"`
+	}
+	if code := adminCall(t, u.srv.URL, u.admin, http.MethodPost, "/api/v1/jobs",
+		map[string]any{"name": "cuda", "project": "g/ml", "tags": []string{"gpu"}, "script": []string{"nvidia-smi || true"}}, &out); code != http.StatusCreated {
+		t.Fatalf("submit: status %d", code)
+	}
+	select {
+	case j := <-gpu.got:
+		if j.ID != out.ID {
+			t.Errorf("gpu runner got job %d, want %d", j.ID, out.ID)
+		}
+	case j := <-plain.got:
+		t.Fatalf("the runner without the gpu tag got job %d", j.ID)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the tagged job was not handed out")
 	}
 }
