@@ -36,10 +36,17 @@ type Options struct {
 	Logger   *slog.Logger // the manager's log; nil discards
 	Clock    clock.Clock  // nil = real
 	Version  string       // shown in "Running with drover <version>"
-	// Accept, when set, is called once the executor is prepared and right
-	// before the first script stage runs (the two-phase job start). An
-	// error stops the build there: no script and no after_script runs, and
-	// the result wraps ErrNotAccepted.
+	// Accept, when set, is the two-phase job start: Run calls it once,
+	// after the executor is prepared and right before the first script
+	// stage (prepare_script). Until it returns nil the job is not the
+	// runner's: an error from it stops the build there (no script and no
+	// after_script runs) and the result's Err wraps ErrNotAccepted. It is
+	// not called when the build was cancelled or timed out during
+	// preparation, nor when Prepare failed for a system reason; a Prepare
+	// failure that is the job's own (a *executor.BuildError) is accepted
+	// first and then reported as a failed job. With Accept set, the job
+	// timeout counts from the acceptance (preparation is bounded by one
+	// job timeout of its own).
 	Accept func(ctx context.Context) error
 }
 
@@ -120,12 +127,8 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 
 	err := b.prepare(jobCtx)
 	prepared := err == nil
-	if prepared && b.opts.Accept != nil {
-		// Two-phase start: the job becomes the runner's only now, when the
-		// environment is ready and the first script stage is about to run.
-		if aerr := b.opts.Accept(jobCtx); aerr != nil {
-			err = fmt.Errorf("%w: %w", ErrNotAccepted, aerr)
-		}
+	if aerr := b.accept(jobCtx, err, timer, timeout); aerr != nil {
+		err = aerr
 	}
 	if prepared && err == nil {
 		err = b.scripts(jobCtx)
@@ -149,6 +152,32 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	b.exec.Cleanup(cleanupCtx)
 	b.footer(res, timeout)
 	return res
+}
+
+// accept runs Options.Accept when the build may start its scripts, or
+// when preparation failed through the job's own fault (so that the job is
+// reported failed here rather than handed to another runner to fail
+// again). On success the job timeout restarts: the coordinator counts it
+// from the acceptance too.
+func (b *build) accept(jobCtx context.Context, prepErr error, timer clock.Timer, timeout time.Duration) error {
+	if b.opts.Accept == nil {
+		return nil
+	}
+	var be *executor.BuildError
+	if prepErr != nil && (!errors.As(prepErr, &be) || jobCtx.Err() != nil) {
+		return nil // a system failure (or an abort): not ours to report
+	}
+	if jobCtx.Err() != nil {
+		// Prepared, but cancelled or timed out meanwhile: no script (not
+		// even after_script) runs in a job that was never accepted.
+		return fmt.Errorf("%w: %w", ErrNotAccepted, context.Cause(jobCtx))
+	}
+	if err := b.opts.Accept(jobCtx); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+	}
+	timer.Stop()
+	timer.Reset(timeout)
+	return nil
 }
 
 // prepare runs prepare_executor and sets up what the stage scripts need.

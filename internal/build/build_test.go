@@ -3,9 +3,11 @@ package build
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 	shellexec "github.com/drover-ci/drover/internal/executor/shell"
 )
 
@@ -440,4 +443,106 @@ func alive(t *testing.T, pidText string) bool {
 	}
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X'
+}
+
+// cancelAfterPrepare prepares, then closes graceful and waits for the
+// cancel to land: the build is cancelled between Prepare and the accept.
+type cancelAfterPrepare struct {
+	executor.Executor
+	graceful chan struct{}
+}
+
+func (e *cancelAfterPrepare) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
+	if err := e.Executor.Prepare(ctx, opts); err != nil {
+		return err
+	}
+	close(e.graceful)
+	<-ctx.Done()
+	return nil
+}
+
+func TestAccept(t *testing.T) {
+	t.Run("right before prepare_script", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", job([]string{"echo script-ran"}, nil))
+		var seen []executor.Stage
+		f.opts.Accept = func(ctx context.Context) error {
+			f.rec.mu.Lock()
+			seen = append(seen, f.rec.stages...)
+			f.rec.mu.Unlock()
+			return nil
+		}
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
+		if diff := cmp.Diff([]executor.Stage{executor.StagePrepareExecutor}, seen); diff != "" {
+			t.Errorf("stages set when Accept was called (-want +got):\n%s", diff)
+		}
+		f.assertTrace(t, []string{"script-ran\n"}, nil)
+	})
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", job([]string{"echo script-ran"}, []string{"echo after-ran"}))
+		f.opts.Accept = func(ctx context.Context) error { return errors.New("409") }
+		res := f.run(t.Context(), nil)
+		checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+		if !errors.Is(res.Err, ErrNotAccepted) {
+			t.Errorf("Run(…).Err = %v, want it to wrap ErrNotAccepted", res.Err)
+		}
+		f.assertTrace(t, nil, []string{"script-ran", "after-ran"})
+		if slices.Contains(f.rec.stages, executor.StagePrepareScript) || !f.rec.cleanedUp {
+			t.Errorf("stages = %v, cleaned up = %v: want no script stage and a cleanup", f.rec.stages, f.rec.cleanedUp)
+		}
+	})
+	t.Run("system failure in Prepare is not accepted", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "pwsh", job([]string{"true"}, nil))
+		f.opts.Accept = func(ctx context.Context) error {
+			t.Error("Accept called after a failed Prepare")
+			return nil
+		}
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+	})
+	t.Run("the job's own failure in Prepare is accepted", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", job([]string{"echo script-ran"}, []string{"echo after-ran"}))
+		p := &executortest.SlowProvider{Provider: f.opts.Provider, PrepareErr: &executor.BuildError{ExitCode: 1, Reason: api.ImagePullFailure}}
+		f.opts.Executor = p.Create()
+		accepted := false
+		f.opts.Accept = func(ctx context.Context) error { accepted = true; return nil }
+		res := f.run(t.Context(), nil)
+		checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ImagePullFailure, ExitCode: 1})
+		if !accepted || len(p.Stages()) != 0 {
+			t.Errorf("accepted = %v, stages run = %v; want accepted and no stage", accepted, p.Stages())
+		}
+	})
+	t.Run("cancelled before the accept", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, "bash", job([]string{"echo script-ran"}, []string{"echo after-ran"}))
+		graceful := make(chan struct{})
+		f.opts.Executor = &cancelAfterPrepare{Executor: f.rec, graceful: graceful}
+		f.opts.Accept = func(ctx context.Context) error {
+			t.Error("Accept called in a cancelled build")
+			return nil
+		}
+		res := f.run(t.Context(), graceful)
+		if !errors.Is(res.Err, ErrNotAccepted) {
+			t.Errorf("Run(…).Err = %v, want it to wrap ErrNotAccepted", res.Err)
+		}
+		f.assertTrace(t, nil, []string{"script-ran", "after-ran"})
+	})
+	t.Run("the job timeout counts from the accept", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		j := job([]string{"echo up > " + dir + "/started", "sleep 1"}, nil)
+		j.RunnerInfo.Timeout = 3600
+		f := newFixture(t, "sh", j)
+		fake := clock.NewFake(time.Unix(1_700_000_000, 0))
+		f.opts.Clock = fake
+		// Preparation took almost the whole timeout...
+		f.opts.Accept = func(ctx context.Context) error { fake.Advance(time.Hour - time.Second); return nil }
+		go func() {
+			waitFile(t, dir+"/started")
+			fake.Advance(time.Minute) // ...and the script runs past the hour.
+		}()
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
+	})
 }

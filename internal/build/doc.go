@@ -17,6 +17,12 @@
 // not aborted, with its own timeout; cleanup_file_variables, Finish and
 // Cleanup always run.
 //
+// # Two-phase start
+//
+// With Options.Accept set, Run calls it between prepare_executor and
+// prepare_script; no script runs unless it returns nil, and the job timeout
+// restarts at that point.
+//
 // # Cancellation
 //
 // Cancelling the context of Run aborts hard: the running stage is killed

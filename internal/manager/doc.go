@@ -10,10 +10,21 @@
 //	                  │ Job-Status      │   └─ canceling: stop script, run after_script
 //	                  └─ canceled/403 ──┴──► dropped (no further calls)
 //
+// # Two-phase job start
+//
+// The manager announces info.features.two_phase_job_commit. When a payload
+// has features.two_phase_job_commit, the job is not started with PUT
+// running: it is kept alive (runner_provisioning "pending" every
+// X-Drover-Ack-Timeout/3) while the executor prepares, and accepted right
+// before prepare_script. A system failure before that, or SIGTERM, declines
+// it (no final update); 409 or Job-Status canceled/failed drops it. See
+// provision.go.
+//
 // # Shutdown
 //
 // Two different stops, never confused: Drain (SIGQUIT) stops asking for
 // jobs and waits for the running ones; cancelling the context given to Run
 // (SIGTERM/SIGINT) aborts running jobs, which are reported failed with
-// runner_interrupted within shutdown_timeout.
+// runner_interrupted within shutdown_timeout (a two-phase job not yet
+// accepted is declined with reason runner_interrupted instead).
 package manager

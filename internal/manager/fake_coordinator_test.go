@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 )
@@ -35,14 +36,42 @@ type fakeCoordinator struct {
 	updateHook func(w http.ResponseWriter, id int64, u api.UpdateJobRequest) bool
 	jobStatus  string
 	finals     chan api.UpdateJobRequest
-	// provisioning records every runner_provisioning body, in order.
+	// provisioning records every runner_provisioning body, in order, and
+	// provTimes when each came.
 	provisioning []api.ProvisioningRequest
-	provHook     func(w http.ResponseWriter, p api.ProvisioningRequest) bool
-	ackHeader    string
+	provTimes    []time.Time
+	handedOut    map[int64]time.Time // when each job was handed out
+	// provHook may answer a runner_provisioning call itself (return true).
+	provHook  func(w http.ResponseWriter, id int64, p api.ProvisioningRequest) bool
+	ackHeader string
+	// events is every job call in arrival order: "PUT <id> <state>",
+	// "PATCH <id>", "PROV <id> <status>".
+	events []string
+}
+
+func (f *fakeCoordinator) event(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, fmt.Sprintf(format, args...))
+}
+
+// eventsOf returns the calls about job id, without the id.
+func (f *fakeCoordinator) eventsOf(id int64) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, e := range f.events {
+		kind, rest, _ := strings.Cut(e, " ")
+		jid, what, _ := strings.Cut(rest, " ")
+		if jid == strconv.FormatInt(id, 10) {
+			out = append(out, strings.TrimSpace(kind+" "+what))
+		}
+	}
+	return out
 }
 
 func newFakeCoordinator(t *testing.T) *fakeCoordinator {
-	f := &fakeCoordinator{t: t, trace: map[int64]*bytes.Buffer{}, jobStatus: "running", finals: make(chan api.UpdateJobRequest, 16)}
+	f := &fakeCoordinator{t: t, trace: map[int64]*bytes.Buffer{}, handedOut: map[int64]time.Time{}, jobStatus: "running", finals: make(chan api.UpdateJobRequest, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v4/jobs/request", f.request)
 	mux.HandleFunc("PUT /api/v4/jobs/{id}", f.update)
@@ -84,6 +113,7 @@ func (f *fakeCoordinator) request(w http.ResponseWriter, r *http.Request) {
 	if f.ackHeader != "" {
 		w.Header().Set(api.HeaderAckTimeout, f.ackHeader)
 	}
+	f.handedOut[j.ID] = time.Now()
 	f.mu.Unlock()
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(j)
@@ -107,6 +137,7 @@ func (f *fakeCoordinator) update(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(api.HeaderJobToken) != u.Token || u.Token == "" {
 		f.t.Errorf("PUT job %d: JOB-TOKEN header %q, body token %q", id, r.Header.Get(api.HeaderJobToken), u.Token)
 	}
+	f.event("PUT %d %s", id, u.State)
 	f.mu.Lock()
 	f.updates = append(f.updates, u)
 	hook := f.updateHook
@@ -138,6 +169,7 @@ func (f *fakeCoordinator) patch(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(cr, "bytes") {
 		f.t.Errorf("Content-Range %q has a unit", cr)
 	}
+	f.event("PATCH %d", id)
 	f.mu.Lock()
 	f.patches = append(f.patches, cr)
 	hook := f.patchHook
@@ -188,6 +220,7 @@ func testJob(id int64, script []string, after []string) *api.JobResponse {
 }
 
 func (f *fakeCoordinator) provision(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	var p api.ProvisioningRequest
 	if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -196,11 +229,13 @@ func (f *fakeCoordinator) provision(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(api.HeaderJobToken) == "" {
 		f.t.Errorf("runner_provisioning without JOB-TOKEN")
 	}
+	f.event("PROV %d %s", id, p.Status)
 	f.mu.Lock()
 	f.provisioning = append(f.provisioning, p)
+	f.provTimes = append(f.provTimes, time.Now())
 	hook := f.provHook
 	f.mu.Unlock()
-	if hook != nil && hook(w, p) {
+	if hook != nil && hook(w, id, p) {
 		return
 	}
 	f.headers(w)

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -34,6 +35,12 @@ func (j *jobRun) cancelGracefully() {
 		j.gracefulD = true
 		close(j.graceful)
 	}
+}
+
+func (j *jobRun) isCanceling() bool {
+	j.cancelMu.Lock()
+	defer j.cancelMu.Unlock()
+	return j.gracefulD
 }
 
 func (j *jobRun) abortJob() {
@@ -99,11 +106,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	if job.Features.TwoPhaseJobCommit {
 		// Two-phase start: the job stays the coordinator's until we accept
 		// it, right before the first script stage; until then keep it alive.
-		prov = &provisioner{
-			m: m, r: r, client: client, job: job, info: info, log: log,
-			every: keepAliveEvery(ackTimeout), onDrop: jr.abortJob,
-			stop: make(chan struct{}), done: make(chan struct{}), started: started,
-		}
+		prov = newProvisioner(m, r, client, job, info, log, ackTimeout, started, jr.abortJob, jr.cancelGracefully)
 		go prov.keepAlive(jobCtx)
 		defer prov.stopKeepAlive()
 	} else {
@@ -112,6 +115,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		m.metrics.apiRequest(r, "update_job", http.MethodPut, statusOf(resp))
 		if err == nil && remoteAbort(resp) {
 			log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
+			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
 			return
 		}
 		if err != nil {
@@ -132,7 +136,10 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	}
 	st.setInterval(firstInterval)
 	if prov != nil {
+		// Trace patches (the preparation log) go out while provisioning,
+		// but no keep-alive PUT: PUT state=running would accept the job.
 		st.canPut = prov.isAccepted
+		st.onAbort = func() { prov.drop("trace patch refused", nil) }
 	}
 	streamCtx, stopStream := context.WithCancel(jobCtx)
 	var streamWG sync.WaitGroup
@@ -167,22 +174,12 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	if prov != nil && !prov.isAccepted() {
 		prov.stopKeepAlive()
 		if prov.isDropped() || jr.isAborted() {
-			m.metrics.jobFinished(r, "dropped", m.clock.Now().Sub(started))
+			prov.drop("aborted", nil) // for the outcome, if not settled yet
+			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
 			return
 		}
-		// Not accepted: give the job back instead of failing it, so that
-		// another runner can run it.
-		reason := "runner_system_failure"
-		if res.Err != nil {
-			reason += ": " + res.Err.Error()
-		}
-		if ctx.Err() != nil {
-			reason = string(api.RunnerInterrupted)
-		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		prov.decline(dctx, reason)
-		m.metrics.jobFinished(r, "declined", m.clock.Now().Sub(started))
+		m.declineJob(ctx, log, client, job, info, prov, jr, st, res)
+		m.metrics.jobFinished(r, outcomeDeclined, m.clock.Now().Sub(started))
 		return
 	}
 	if jr.isAborted() {
@@ -215,6 +212,39 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		m.metrics.jobFailed(r, string(reason))
 	}
 	log.Info("job finished", "state", state, "failure_reason", reason, "exit_code", code, "duration", elapsed.Round(time.Millisecond), "log_bytes", buf.Size())
+}
+
+// declineJob gives back a two-phase job that was not accepted: the build
+// failed before its scripts for a system reason, or the manager is being
+// stopped (SIGTERM: runner_interrupted). Nothing else is sent, unless the
+// answer shows that an accept landed after all (an accept whose answer was
+// lost): then the job is ours and gets a final update as failed.
+func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, client *api.Client, job *api.JobResponse,
+	info api.VersionInfo, prov *provisioner, jr *jobRun, st *streamer, res build.Result) {
+	reason := string(api.RunnerSystemFailure)
+	switch {
+	case ctx.Err() != nil:
+		reason = string(api.RunnerInterrupted)
+	case jr.isCanceling():
+		reason = string(api.JobCanceled)
+	case res.Err != nil:
+		reason += ": " + res.Err.Error()
+	}
+	// The decline must outlive an abort of the manager: it is what returns
+	// the job to the queue before the ack deadline does.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	resp := prov.decline(dctx, reason)
+	if resp != nil && resp.StatusCode == http.StatusBadRequest &&
+		(resp.JobStatus == api.RemoteRunning || resp.JobStatus == api.RemoteCanceling) {
+		log.Warn("the coordinator runs the job: an accept landed after all; failing it")
+		failure := api.RunnerSystemFailure
+		if ctx.Err() != nil {
+			failure = api.RunnerInterrupted
+		}
+		st.buf.Finish()
+		m.sendFinal(dctx, log, client, job, info, st, api.StateFailed, failure, 0)
+	}
 }
 
 func statusOf(r *api.Response) int {

@@ -22,6 +22,12 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 // startManager runs a manager with one shell runner against url.
 func startManager(t *testing.T, url string, tweak func(*config.Config)) (*Manager, context.CancelFunc, chan error) {
 	t.Helper()
+	return startManagerWith(t, url, shell.NewProvider(), tweak)
+}
+
+// startManagerWith runs a manager whose one runner uses provider p.
+func startManagerWith(t *testing.T, url string, p executor.Provider, tweak func(*config.Config)) (*Manager, context.CancelFunc, chan error) {
+	t.Helper()
 	cfg := &config.Config{
 		Concurrent:      2,
 		CheckInterval:   1,
@@ -36,7 +42,7 @@ func startManager(t *testing.T, url string, tweak func(*config.Config)) (*Manage
 	}
 	m, err := New(discard(), Options{
 		Config: cfg, ConfigPath: "test.toml", SystemID: "s_test",
-		Providers:    map[string]executor.Provider{"shell": shell.NewProvider()},
+		Providers:    map[string]executor.Provider{"shell": p},
 		RetryBackoff: 50 * time.Millisecond, ForceSendInterval: time.Second,
 	})
 	if err != nil {

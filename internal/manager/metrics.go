@@ -21,7 +21,7 @@ type metrics struct {
 	limit       *prometheus.GaugeVec
 	apiStatuses *prometheus.CounterVec
 	provision   *prometheus.CounterVec
-	provisionT  prometheus.Histogram
+	provisionT  *prometheus.HistogramVec
 	systemID    string
 }
 
@@ -52,12 +52,17 @@ func newMetrics(reg prometheus.Registerer, systemID string) *metrics {
 		}, []string{"runner", "system_id", "endpoint", "status", "method"}),
 	}
 	m.provision = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "drover_runner_provisioning_total", Help: "Two-phase job starts by outcome (accepted, declined, dropped).",
+		Name: "drover_runner_provisioning_total",
+		Help: "Two-phase job starts by outcome: accepted, declined (given back), dropped (taken back by the coordinator).",
 	}, []string{"outcome"})
-	m.provisionT = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "drover_runner_provisioning_seconds", Help: "Time from a two-phase job's receipt to its accept, decline or drop.",
+	m.provisionT = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "drover_runner_provisioning_seconds",
+		Help:    "Time from a two-phase job's receipt to its outcome (accept, decline or drop).",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900},
-	})
+	}, []string{"outcome"})
+	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeDropped} {
+		m.provision.WithLabelValues(o) // present from the start, at 0
+	}
 	reg.MustRegister(m.provision, m.provisionT)
 	reg.MustRegister(m.jobs, m.jobsTotal, m.failedTotal, m.duration, m.concurrent, m.limit, m.apiStatuses)
 	return m
@@ -101,5 +106,5 @@ func (m *metrics) apiRequest(r *config.RunnerConfig, endpoint, method string, st
 
 func (m *metrics) provisioned(outcome string, d time.Duration) {
 	m.provision.WithLabelValues(outcome).Inc()
-	m.provisionT.Observe(d.Seconds())
+	m.provisionT.WithLabelValues(outcome).Observe(d.Seconds())
 }
