@@ -1,0 +1,122 @@
+// Package fleet defines how drover talks to a group of machines it can
+// grow and shrink: a Provider creates and deletes instances and tells how
+// to reach them. The autoscaler (internal/autoscale) decides how many;
+// the providers (fleet/docker, fleet/static, fleet/sim, fleet/plugin) only
+// carry out what it decided.
+//
+// The shape follows GitLab's fleeting InstanceGroup, made idiomatic: every
+// call takes a context, and Update reports every instance the provider
+// knows, so the caller can reconcile its own view with the truth.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// State is the lifecycle state of one instance as the provider sees it.
+type State string
+
+// Instance states.
+const (
+	// StateCreating: asked for, not yet running.
+	StateCreating State = "creating"
+	// StateRunning: up; whether it is ready for jobs is the caller's call
+	// (it may run an instance_ready_command first).
+	StateRunning State = "running"
+	// StateDeleting: removal requested, not finished.
+	StateDeleting State = "deleting"
+	// StateDeleted: gone. Reported once; later Updates leave it out.
+	StateDeleted State = "deleted"
+	// StateTimeout: the provider gave up waiting for it (failed to boot).
+	StateTimeout State = "timeout"
+)
+
+// Settings is what Init gets: who the group belongs to and the
+// provider-specific configuration ([runners.autoscaler.plugin_config]).
+type Settings struct {
+	// Name identifies the owner (runner short token); providers use it to
+	// tell their own instances from anybody else's (names, labels).
+	Name string
+	// Config is the provider-specific configuration, decoded from TOML.
+	Config map[string]any
+	// Connector is the default connection configuration
+	// ([runners.autoscaler.connector_config]).
+	Connector ConnectorConfig
+}
+
+// ConnectorConfig is [runners.autoscaler.connector_config].
+type ConnectorConfig struct {
+	OS                   string
+	Arch                 string
+	Protocol             string // ssh (only ssh is supported)
+	ProtocolPort         int    // default 22
+	Username             string
+	Password             string
+	KeyPath              string
+	UseStaticCredentials bool
+	Keepalive            time.Duration
+	Timeout              time.Duration
+	UseExternalAddr      bool
+}
+
+// Info describes a provider after Init.
+type Info struct {
+	ID        string // unique id of the group, e.g. "docker/runner-abc"
+	MaxSize   int    // most instances the provider can hold; 0 = no limit
+	Version   string
+	BuildInfo string
+}
+
+// ConnectInfo tells how to reach one instance.
+type ConnectInfo struct {
+	ID           string
+	OS           string
+	Arch         string
+	Protocol     string // ssh
+	Username     string
+	Password     string
+	Key          []byte // private key, PEM
+	InternalAddr string // host:port
+	ExternalAddr string // host:port
+	Expires      *time.Time
+}
+
+// Addr returns the address to dial: the external one when useExternal is
+// set and known, otherwise the internal one.
+func (c ConnectInfo) Addr(useExternal bool) string {
+	if useExternal && c.ExternalAddr != "" {
+		return c.ExternalAddr
+	}
+	if c.InternalAddr != "" {
+		return c.InternalAddr
+	}
+	return c.ExternalAddr
+}
+
+// ErrNotFound is returned (wrapped) for an instance the provider does not
+// know.
+var ErrNotFound = errors.New("instance not found")
+
+// Provider is an instance group.
+type Provider interface {
+	// Init prepares the provider; it is called once, before anything else.
+	Init(ctx context.Context, s Settings) (Info, error)
+	// Update calls fn for every instance the provider knows, with its
+	// current state. It is called periodically by the autoscaler.
+	Update(ctx context.Context, fn func(id string, st State)) error
+	// Increase asks for n more instances and returns how many it
+	// successfully requested (which may be fewer, with an error).
+	Increase(ctx context.Context, n int) (int, error)
+	// Decrease asks for the removal of the given instances and returns the
+	// ids whose removal it successfully requested.
+	Decrease(ctx context.Context, ids []string) ([]string, error)
+	// ConnectInfo tells how to reach a running instance.
+	ConnectInfo(ctx context.Context, id string) (ConnectInfo, error)
+	// Heartbeat checks that an instance is alive; an error counts toward
+	// failure_threshold.
+	Heartbeat(ctx context.Context, id string) error
+	// Shutdown releases the provider's own resources (not the instances).
+	Shutdown(ctx context.Context) error
+}
