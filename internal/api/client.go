@@ -329,3 +329,20 @@ func (l *LastUpdates) Set(key, v string) {
 	}
 	l.m[key] = v
 }
+
+// TraceSize asks the coordinator how many bytes of the job's log it has:
+// it sends a one-byte patch at an offset no log can reach, which every
+// API v4 coordinator answers with 416 and "Range: 0-<size>". A job resumed
+// after a manager restart uses it to continue its log where the
+// coordinator has it.
+func (c *Client) TraceSize(ctx context.Context, id int64, jobToken string) (int64, *Response, error) {
+	const unreachable = 1 << 62
+	r, err := c.PatchTrace(ctx, id, jobToken, unreachable, []byte{'\n'})
+	if err != nil {
+		return 0, nil, err
+	}
+	if r.StatusCode != http.StatusRequestedRangeNotSatisfiable || !r.HasRange {
+		return 0, r, fmt.Errorf("trace size of job %d: status %d without a Range", id, r.StatusCode)
+	}
+	return r.RangeEnd, r, nil
+}

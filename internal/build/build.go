@@ -48,6 +48,19 @@ type Options struct {
 	// timeout counts from the acceptance (preparation is bounded by one
 	// job timeout of its own).
 	Accept func(ctx context.Context) error
+	// Checkpoint, when set, receives the build's checkpoints (see
+	// Checkpoint). With sync true (before a stage starts) the build waits
+	// for it to return, so the caller can make the checkpoint durable
+	// before the stage's processes exist; otherwise it is called with the
+	// log's lock held, right after the stage's output was written, and
+	// must be quick.
+	Checkpoint func(cp Checkpoint, sync bool)
+	// Resume, when set, continues a build that another process started:
+	// the executor is restored instead of prepared (it must implement
+	// executor.Stateful), the stages before the checkpoint are skipped,
+	// the checkpoint's stage is re-attached, and the rest runs as usual.
+	// Nothing before the checkpoint is written to the log again.
+	Resume *Resume
 }
 
 // ErrNotAccepted marks a build stopped because Options.Accept failed.
@@ -83,6 +96,11 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 		trace = io.Discard
 	}
 	b.trace = &traceWriter{w: trace, clk: b.clk}
+	if opts.Resume != nil {
+		cp := opts.Resume.Checkpoint
+		b.resume = &cp
+		b.trace.midLine = cp.MidLine
+	}
 	if opts.Job == nil || opts.Executor == nil {
 		err := errors.New("build: no job or no executor")
 		return Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure, Err: err}
@@ -99,13 +117,18 @@ type build struct {
 	exec  executor.Executor
 	vars  api.Variables
 	info  shell.Info
+
+	resume *Checkpoint // until the checkpoint's stage is reached
+	first  error       // the first failed step, for checkpoints
 }
 
 func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	job := b.opts.Job
-	b.trace.printf("Running with drover %s\n", b.opts.Version)
-	if s := b.opts.Settings; s.RunnerName != "" || s.ShortToken != "" {
-		b.trace.printf("  on %s %s\n", s.RunnerName, s.ShortToken)
+	if b.resume == nil {
+		b.trace.printf("Running with drover %s\n", b.opts.Version)
+		if s := b.opts.Settings; s.RunnerName != "" || s.ShortToken != "" {
+			b.trace.printf("  on %s %s\n", s.RunnerName, s.ShortToken)
+		}
 	}
 
 	// The job context ends the job's stages: on the job timeout, on a
@@ -113,7 +136,11 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	jobCtx, cancelJob := context.WithCancelCause(ctx)
 	defer cancelJob(nil)
 	timeout := time.Duration(job.TimeoutSeconds()) * time.Second
-	timer := b.clk.NewTimer(timeout)
+	left := timeout
+	if r := b.opts.Resume; r != nil && !r.Accepted.IsZero() {
+		left = max(timeout-b.clk.Now().Sub(r.Accepted), time.Nanosecond)
+	}
+	timer := b.clk.NewTimer(left)
 	defer timer.Stop()
 	go func() {
 		select {
@@ -125,9 +152,16 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		}
 	}()
 
-	err := b.prepare(jobCtx)
+	var err error
+	if b.resume != nil {
+		err = b.restore(jobCtx)
+	} else {
+		err = b.prepare(jobCtx)
+	}
 	prepared := err == nil
-	if aerr := b.accept(jobCtx, err, timer, timeout); aerr != nil {
+	if b.resume != nil {
+		// A resumed job was accepted by the process that started it.
+	} else if aerr := b.accept(jobCtx, err, timer, timeout); aerr != nil {
 		err = aerr
 	}
 	if prepared && err == nil {
@@ -188,13 +222,42 @@ func (b *build) prepare(ctx context.Context) error {
 	}
 	b.exec.SetCurrentStage(executor.StagePrepareExecutor)
 	b.trace.sectionStart(executor.StagePrepareExecutor, "")
-	err := b.exec.Prepare(ctx, executor.PrepareOptions{
-		Job: b.opts.Job, Settings: settings, Data: b.opts.Data, Trace: b.trace, Logger: b.log,
-	})
+	err := b.exec.Prepare(ctx, b.prepareOptions(settings))
 	b.trace.sectionEnd(executor.StagePrepareExecutor)
 	if err != nil {
 		return fmt.Errorf("prepare executor: %w", err)
 	}
+	return b.setup(settings)
+}
+
+func (b *build) prepareOptions(settings executor.Settings) executor.PrepareOptions {
+	return executor.PrepareOptions{
+		Job: b.opts.Job, Settings: settings, Data: b.opts.Data, Trace: &stageWriter{b}, Logger: b.log,
+	}
+}
+
+// restore rebuilds the executor of a resumed build instead of preparing
+// it: nothing is written to the log.
+func (b *build) restore(ctx context.Context) error {
+	settings := b.opts.Settings
+	if settings.Shell == "" && b.opts.Provider != nil {
+		settings.Shell = b.opts.Provider.DefaultShell()
+	}
+	st, ok := b.exec.(executor.Stateful)
+	if !ok {
+		return fmt.Errorf("%w (%T)", ErrNotResumable, b.exec)
+	}
+	b.exec.SetCurrentStage(b.resume.Stage)
+	if err := st.Restore(ctx, b.prepareOptions(settings), b.opts.Resume.ExecutorState); err != nil {
+		return fmt.Errorf("restore executor: %w", err)
+	}
+	b.first = b.resume.failedErr()
+	return b.setup(settings)
+}
+
+// setup computes the variables and script context of the stages.
+func (b *build) setup(settings executor.Settings) error {
+	var err error
 
 	var paths executor.Paths
 	if pr, ok := b.exec.(executor.PathsReporter); ok {
@@ -224,7 +287,7 @@ func (b *build) scripts(ctx context.Context) error {
 	if err := b.stage(ctx, executor.StageGetSources, "Getting source from Git repository", b.info); err != nil {
 		return err
 	}
-	var first error
+	first := b.first
 	for _, step := range b.opts.Job.Steps {
 		if step.Name == api.StepAfterScript {
 			continue
@@ -256,6 +319,9 @@ func (b *build) scripts(ctx context.Context) error {
 		}
 		if err != nil && first == nil {
 			first = err
+			b.trace.mu.Lock()
+			b.first = err
+			b.trace.mu.Unlock()
 		}
 	}
 	return first
@@ -321,8 +387,15 @@ func (b *build) cleanupFileVariables(ctx context.Context) {
 // with nothing to do is skipped without a section.
 func (b *build) stage(ctx context.Context, stage executor.Stage, header string, info shell.Info) error {
 	b.exec.SetCurrentStage(stage)
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil && b.resume == nil {
 		return err
+	}
+	if cp := b.resume; cp != nil {
+		if stage != cp.Stage {
+			return nil // done before the checkpoint
+		}
+		b.resume = nil
+		return b.resumeStage(ctx, stage, header, info, cp)
 	}
 	if local, ok := b.exec.(executor.Local); ok {
 		// Stages with nothing to run on a local executor are written here,
@@ -350,13 +423,69 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 	if script == "" {
 		return nil
 	}
+	b.checkpoint(stage, false, 0, true)
 	b.trace.sectionStart(stage, header)
+	b.trace.startStage(stage)
 	err = b.exec.Run(ctx, executor.Command{Stage: stage, Script: script})
+	b.trace.endStage()
 	b.trace.sectionEnd(stage)
 	if err != nil {
 		b.log.Debug("stage failed", "stage", stage, "err", err)
 	}
 	return err
+}
+
+// resumeStage re-attaches to the stage of the checkpoint. A stage that the
+// checkpoint says was about to start may or may not have started: the
+// executor tells (executor.ErrStageNotStarted), and it is run if not.
+func (b *build) resumeStage(ctx context.Context, stage executor.Stage, header string, info shell.Info, cp *Checkpoint) error {
+	script, err := shell.Generate(stage, info)
+	if err != nil {
+		return &configError{fmt.Errorf("%s: %w", stage, err)}
+	}
+	st := b.exec.(executor.Stateful) // restore checked it
+	cmd := executor.Command{Stage: stage, Script: script}
+	from := cp.StageOffset
+	if !cp.Started {
+		b.checkpoint(stage, false, 0, true)
+		b.trace.sectionStart(stage, header)
+		from = 0
+	}
+	b.trace.startStageAt(stage, from)
+	err = st.Resume(ctx, cmd, from)
+	if errors.Is(err, executor.ErrStageNotStarted) && !cp.Started {
+		b.log.Info("the resumed stage had not started; running it", "stage", stage)
+		err = b.exec.Run(ctx, cmd)
+	}
+	b.trace.endStage()
+	b.trace.sectionEnd(stage)
+	if err != nil {
+		b.log.Debug("resumed stage failed", "stage", stage, "err", err)
+	}
+	return err
+}
+
+// checkpoint hands a checkpoint to Options.Checkpoint.
+func (b *build) checkpoint(stage executor.Stage, started bool, offset int64, sync bool) {
+	if b.opts.Checkpoint == nil {
+		return
+	}
+	if sync {
+		b.trace.mu.Lock()
+	}
+	// b.trace.mu is held: it guards midLine and b.first.
+	cp := Checkpoint{Stage: stage, Started: started, StageOffset: offset, MidLine: b.trace.midLine}
+	var be *executor.BuildError
+	if b.first != nil {
+		cp.Failed = true
+		if errors.As(b.first, &be) {
+			cp.ExitCode = be.ExitCode
+		}
+	}
+	if sync {
+		b.trace.mu.Unlock()
+	}
+	b.opts.Checkpoint(cp, sync)
 }
 
 // configError is a job configuration drover cannot run (a bad

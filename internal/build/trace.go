@@ -27,6 +27,42 @@ type traceWriter struct {
 	w       io.Writer
 	clk     clock.Clock
 	midLine bool
+
+	// The stage whose output the executor is writing, and how much of it
+	// is written: what a checkpoint records.
+	stage    executor.Stage
+	inStage  bool
+	stageOff int64
+}
+
+func (t *traceWriter) startStage(stage executor.Stage) { t.startStageAt(stage, 0) }
+
+func (t *traceWriter) startStageAt(stage executor.Stage, off int64) {
+	t.mu.Lock()
+	t.stage, t.inStage, t.stageOff = stage, true, off
+	t.mu.Unlock()
+}
+
+func (t *traceWriter) endStage() {
+	t.mu.Lock()
+	t.inStage = false
+	t.mu.Unlock()
+}
+
+// stageWriter is the log as the executor sees it: it counts the stage's
+// output and takes a checkpoint after each write.
+type stageWriter struct{ b *build }
+
+func (s *stageWriter) Write(p []byte) (int, error) {
+	t := s.b.trace
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, err := t.writeLocked(p)
+	if t.inStage && n > 0 {
+		t.stageOff += int64(n)
+		s.b.checkpoint(t.stage, true, t.stageOff, false)
+	}
+	return n, err
 }
 
 func (t *traceWriter) Write(p []byte) (int, error) {

@@ -41,6 +41,15 @@ type Options struct {
 	// Dir is where the backing temporary file is created; "" means
 	// os.TempDir().
 	Dir string
+	// Base is the log offset of the first byte this Buffer stores: a job
+	// resumed after a manager restart continues a log whose first Base
+	// bytes the coordinator already has. Size counts them; ReadAt cannot
+	// read them; Checksum is then unknown ("").
+	Base int64
+	// Skip drops the first Skip bytes of masked output: a resumed job
+	// regenerates output from its last checkpoint, and the part of it the
+	// coordinator already acknowledged must not be sent twice.
+	Skip int64
 }
 
 // Buffer is a job log: an io.Writer that masks what is written to it and
@@ -50,6 +59,7 @@ type Options struct {
 type Buffer struct {
 	f     *os.File
 	limit int64
+	base  int64 // log offset of the file's first byte
 
 	// mu serialises writers and guards the fields below it.
 	mu       sync.Mutex
@@ -60,6 +70,7 @@ type Buffer struct {
 	err      error  // sticky error of the backing file
 	written  int64  // == size, for writers
 	crc      uint32 // == state's crc, for writers
+	skip     int64  // masked output still to drop (Options.Skip)
 
 	// state guards what readers look at; it is held only briefly. Writers
 	// hold mu too when they change it.
@@ -79,15 +90,23 @@ func New(opts Options) (*Buffer, error) {
 	if opts.Limit < 0 {
 		return nil, fmt.Errorf("trace: negative limit %d", opts.Limit)
 	}
+	if opts.Base < 0 || opts.Skip < 0 {
+		return nil, fmt.Errorf("trace: negative base %d or skip %d", opts.Base, opts.Skip)
+	}
 	f, err := os.CreateTemp(opts.Dir, "drover-trace-*.log")
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
-	return &Buffer{
-		f:     f,
-		limit: opts.Limit,
-		m:     newMatcher(opts.Masked, opts.TokenPrefixes),
-	}, nil
+	b := &Buffer{
+		f:       f,
+		limit:   opts.Limit,
+		base:    opts.Base,
+		written: opts.Base,
+		skip:    opts.Skip,
+		m:       newMatcher(opts.Masked, opts.TokenPrefixes),
+	}
+	b.state.size, b.state.fileSize = opts.Base, opts.Base
+	return b, nil
 }
 
 // SetMasked adds values to mask. They apply to the data not stored yet,
@@ -151,12 +170,16 @@ func (b *Buffer) process(final bool) error {
 
 // store appends p to the log, cutting it at the limit. b.mu is held.
 func (b *Buffer) store(p []byte) error {
+	if b.skip > 0 {
+		k := min(b.skip, int64(len(p)))
+		p, b.skip = p[k:], b.skip-k
+	}
 	if len(p) == 0 {
 		return nil
 	}
 	truncated := false
 	if b.limit > 0 && b.written+int64(len(p)) > b.limit {
-		p = p[:b.limit-b.written]
+		p = p[:max(0, b.limit-b.written)]
 		p = fmt.Appendf(p[:len(p):len(p)], limitNotice, b.limit)
 		truncated = true
 		b.pending = nil
@@ -193,7 +216,7 @@ func (b *Buffer) flush() error {
 	if len(b.state.mem) == 0 {
 		return nil
 	}
-	if _, err := b.f.WriteAt(b.state.mem, b.state.fileSize); err != nil {
+	if _, err := b.f.WriteAt(b.state.mem, b.state.fileSize-b.base); err != nil {
 		b.err = fmt.Errorf("trace: %w", err)
 		return b.err
 	}
@@ -220,11 +243,26 @@ func (b *Buffer) Size() int64 {
 }
 
 // Checksum returns "crc32:" and the IEEE CRC-32 of the stored bytes in
-// eight hex digits.
+// eight hex digits, or "" when the Buffer does not hold the whole log
+// (Options.Base > 0).
 func (b *Buffer) Checksum() string {
+	if b.base > 0 {
+		return ""
+	}
 	b.state.Lock()
 	defer b.state.Unlock()
 	return fmt.Sprintf("crc32:%08x", b.state.crc)
+}
+
+// Settled returns the log size and whether every byte written so far is
+// stored (none is held back by masking or still to be skipped): only then
+// does the size correspond exactly to what was written, which is what a
+// resume checkpoint needs.
+func (b *Buffer) Settled() (int64, bool) {
+	b.mu.Lock()
+	ok := len(b.pending) == 0 && b.skip == 0
+	b.mu.Unlock()
+	return b.Size(), ok
 }
 
 // Truncated reports whether the log reached its limit.
@@ -239,6 +277,9 @@ func (b *Buffer) Truncated() bool {
 func (b *Buffer) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errNegativeOffset
+	}
+	if off < b.base {
+		return 0, fmt.Errorf("trace: offset %d is before this buffer's base %d", off, b.base)
 	}
 	b.state.Lock()
 	if b.state.closed {
@@ -263,7 +304,7 @@ func (b *Buffer) ReadAt(p []byte, off int64) (int, error) {
 	b.state.Unlock()
 	if off < fileSize {
 		k := min(int64(len(p)), fileSize-off)
-		if n, err := b.f.ReadAt(p[:k], off); err != nil {
+		if n, err := b.f.ReadAt(p[:k], off-b.base); err != nil {
 			return n, err
 		}
 	}

@@ -1,0 +1,54 @@
+package build
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Checkpoint is a point of a build from which a new process can continue
+// it after the runner manager died (fault tolerance, [runners.store]).
+//
+// A checkpoint is taken before each stage the executor runs (Started
+// false: the stage's section header is not written yet) and after each
+// write of the stage's output to the log (Started true, StageOffset = the
+// stage's output bytes written so far). Resuming from it regenerates the
+// log from that point exactly: the same header, then the stage's output
+// from StageOffset on, so a caller that knows how many bytes of the
+// regenerated log the coordinator already has can drop exactly those.
+type Checkpoint struct {
+	Stage       executor.Stage `json:"stage"`
+	Started     bool           `json:"started,omitempty"`
+	StageOffset int64          `json:"stage_offset,omitempty"`
+	// MidLine says whether the log's last line is incomplete.
+	MidLine bool `json:"mid_line,omitempty"`
+	// Failed and ExitCode are the first failed step before this point:
+	// later steps run by their when: rules and after_script sees it.
+	Failed   bool `json:"failed,omitempty"`
+	ExitCode int  `json:"exit_code,omitempty"`
+}
+
+// Resume is what Options needs to continue a build in a new process.
+type Resume struct {
+	Checkpoint Checkpoint
+	// ExecutorState is what executor.Stateful.State returned; Restore
+	// gets it instead of Prepare running.
+	ExecutorState json.RawMessage
+	// Accepted is when the job was accepted: the job timeout counts from
+	// it, across restarts.
+	Accepted time.Time
+}
+
+// ErrNotResumable is returned (wrapped, as Result.Err) when Options.Resume
+// is set but the executor cannot restore a build.
+var ErrNotResumable = errors.New("executor cannot resume a build")
+
+// failedErr rebuilds the first failure a checkpoint remembers.
+func (cp Checkpoint) failedErr() error {
+	if !cp.Failed {
+		return nil
+	}
+	return &executor.BuildError{ExitCode: cp.ExitCode}
+}
