@@ -138,6 +138,25 @@ type RunnerConfig struct {
 	// holds the expanded value.
 	rawURL, expandedURL     string
 	rawToken, expandedToken string
+
+	// Where this runner sits in the file Parse read, for KeyPosition.
+	path  keyPath
+	lines lineIndex
+}
+
+// KeyPosition returns how an error names the key at keys inside this
+// runner (for example "runners[0].store.file.path" for keys "store",
+// "file", "path") and the 1-based line where that key, or its nearest
+// enclosing key or table, appears in the file Parse read. line is 0 when
+// it is unknown, for example for a RunnerConfig that Parse did not make.
+// Packages that interpret the raw sub-tables (Store, Machine, ...) use it
+// to build an *Error.
+func (r *RunnerConfig) KeyPosition(keys ...string) (key string, line int) {
+	p := r.path
+	for _, k := range keys {
+		p = p.key(k)
+	}
+	return p.String(), r.lines.lineOf(p)
 }
 
 // OutputLimitBytes returns the job log limit in bytes, using the default

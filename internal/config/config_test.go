@@ -749,3 +749,47 @@ func TestSaveIntoMissingDirectory(t *testing.T) {
 		t.Errorf("Save(%s) error = nil, want an error", path)
 	}
 }
+
+func TestKeyPosition(t *testing.T) {
+	src := `concurrent = 2
+[[runners]]
+  name = "a"
+  url = "https://example.com"
+  token = "glrt-x"
+  executor = "shell"
+[[runners]]
+  name = "b"
+  url = "https://example.com"
+  token = "glrt-y"
+  executor = "shell"
+  [runners.store]
+    name = "file"
+    [runners.store.file]
+      path = "/tmp/x"
+`
+	c, _, err := Parse("config.toml", []byte(src))
+	if err != nil {
+		t.Fatalf("Parse = %v", err)
+	}
+	tests := []struct {
+		keys     []string
+		wantKey  string
+		wantLine int
+	}{
+		{[]string{"store"}, "runners[1].store", 12},
+		{[]string{"store", "name"}, "runners[1].store.name", 13},
+		{[]string{"store", "file", "path"}, "runners[1].store.file.path", 15},
+		{[]string{"store", "redis", "url"}, "runners[1].store.redis.url", 12}, // absent: nearest table
+		{[]string{"name"}, "runners[1].name", 8},
+	}
+	for _, tt := range tests {
+		key, line := c.Runners[1].KeyPosition(tt.keys...)
+		if key != tt.wantKey || line != tt.wantLine {
+			t.Errorf("KeyPosition(%q) = %q, %d, want %q, %d", tt.keys, key, line, tt.wantKey, tt.wantLine)
+		}
+	}
+	var r RunnerConfig
+	if key, line := r.KeyPosition("store", "name"); key != "store.name" || line != 0 {
+		t.Errorf("zero RunnerConfig KeyPosition = %q, %d, want \"store.name\", 0", key, line)
+	}
+}
