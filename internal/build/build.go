@@ -165,6 +165,11 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		err = aerr
 	}
 	if prepared && err == nil {
+		if b.resume == nil {
+			// The job is the runner's from here on: a resume after the
+			// manager's death starts at prepare_script at the earliest.
+			b.checkpoint(executor.StagePrepareScript, false, 0, true)
+		}
 		err = b.scripts(jobCtx)
 		if ctx.Err() == nil {
 			err = b.afterScript(ctx, jobCtx, err)
@@ -395,7 +400,10 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 			return nil // done before the checkpoint
 		}
 		b.resume = nil
-		return b.resumeStage(ctx, stage, header, info, cp)
+		if cp.Started || !b.localStage(stage, info) {
+			return b.resumeStage(ctx, stage, header, info, cp)
+		}
+		// A stage the build writes itself: simply written again.
 	}
 	if local, ok := b.exec.(executor.Local); ok {
 		// Stages with nothing to run on a local executor are written here,
@@ -486,6 +494,15 @@ func (b *build) checkpoint(stage executor.Stage, started bool, offset int64, syn
 		b.trace.mu.Unlock()
 	}
 	b.opts.Checkpoint(cp, sync)
+}
+
+// localStage reports whether the build writes stage itself, without the
+// executor (see executor.Local).
+func (b *build) localStage(stage executor.Stage, info shell.Info) bool {
+	if _, ok := b.exec.(executor.Local); !ok {
+		return false
+	}
+	return stage == executor.StagePrepareScript || (stage == executor.StageGetSources && shell.SkipsSources(info))
 }
 
 // configError is a job configuration drover cannot run (a bad

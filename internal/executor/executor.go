@@ -156,6 +156,11 @@ type Stateful interface {
 // stage it should re-attach to never started: the caller may run it.
 var ErrStageNotStarted = errors.New("stage not started")
 
+// ErrStageVanished is returned (wrapped) by Stateful.Resume when the
+// stage's processes are gone and left no exit code (killed while the
+// manager was down): the job fails with runner_system_failure.
+var ErrStageVanished = errors.New("stage processes vanished without an exit code")
+
 // Local is implemented by executors whose scripts run on the manager's own
 // host, in directories the manager can reach. The build runner then does
 // trivial stages itself (printing the host name, skipping git setup)

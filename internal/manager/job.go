@@ -156,20 +156,52 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	if prov != nil {
 		accept = prov.accept
 	}
+	var pers *persister
+	var checkpoint func(build.Checkpoint, bool)
+	stopPersist := func() {}
+	if store := m.storeFor(r); store != nil {
+		if pers, err = newPersister(m, store, log, job, r.Token, buf, exec, settings.ConcurrentID, m.clock.Now()); err != nil {
+			log.Error("job store: the job will not be resumable", "err", err)
+			pers = nil
+		}
+	}
+	if pers != nil {
+		pers.setStreamer(st)
+		checkpoint = pers.checkpoint
+		if accept != nil {
+			acceptJob := accept
+			accept = func(ctx context.Context) error {
+				err := acceptJob(ctx)
+				if err == nil {
+					pers.setAccepted(m.clock.Now())
+				}
+				return err
+			}
+		}
+		persistCtx, cancel := context.WithCancel(jobCtx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			pers.run(persistCtx, pers.store.cfg.HealthInterval)
+		}()
+		stopPersist = func() { cancel(); <-done }
+	}
 	res := build.Run(jobCtx, jr.graceful, build.Options{
-		Accept:   accept,
-		Job:      job,
-		Provider: p,
-		Executor: exec,
-		Data:     data,
-		Settings: settings,
-		Trace:    buf,
-		Logger:   log,
-		Clock:    m.opts.Clock,
-		Version:  m.opts.Version,
+		Checkpoint: checkpoint,
+		Accept:     accept,
+		Job:        job,
+		Provider:   p,
+		Executor:   exec,
+		Data:       data,
+		Settings:   settings,
+		Trace:      buf,
+		Logger:     log,
+		Clock:      m.opts.Clock,
+		Version:    m.opts.Version,
 	})
 	stopStream()
 	streamWG.Wait()
+	stopPersist()
 
 	if prov != nil && !prov.isAccepted() {
 		prov.stopKeepAlive()
@@ -182,6 +214,15 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		m.metrics.jobFinished(r, outcomeDeclined, m.clock.Now().Sub(started))
 		return
 	}
+	m.finishJob(ctx, log, r, client, job, info, st, buf, jr, res, started)
+	if pers != nil {
+		pers.remove(context.WithoutCancel(ctx))
+	}
+}
+
+// finishJob reports a build's end: the final update with the whole log.
+func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.RunnerConfig, client *api.Client, job *api.JobResponse,
+	info api.VersionInfo, st *streamer, buf *trace.Buffer, jr *jobRun, res build.Result, started time.Time) {
 	if jr.isAborted() {
 		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
 		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))

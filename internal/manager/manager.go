@@ -62,6 +62,10 @@ type Manager struct {
 	draining atomic.Bool
 	drained  chan struct{}
 
+	stores       map[string]*openStore // job stores by storeKey
+	runnerStores map[string]*openStore // by runner token
+	resumeQ      chan resumeTask
+
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
 	busy         atomic.Int64  // requests in flight + jobs running
@@ -93,7 +97,14 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		feed:    make(chan *config.RunnerConfig),
 		drained: make(chan struct{}),
 
+		stores:       map[string]*openStore{},
+		runnerStores: map[string]*openStore{},
+		resumeQ:      make(chan resumeTask),
+
 		prepareDelay: testPrepareDelay(),
+	}
+	if err := m.checkStores(opts.Config); err != nil {
+		return nil, err
 	}
 	m.metrics = newMetrics(opts.Registry, opts.SystemID)
 	m.metrics.setConfig(opts.Config)
@@ -174,12 +185,21 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}()
 
+	// Job stores are opened first: a file store that another manager
+	// holds stops this one before it asks for any job.
+	if err := m.openStores(ctx); err != nil {
+		m.closeStores()
+		return err
+	}
+	defer m.closeStores()
+
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		m.feedRunners(reqCtx)
 	}()
+	wg.Go(func() { m.watchStores(reqCtx) })
 	spawn := func() {
 		cfg := m.Config()
 		m.mu.Lock()
@@ -270,9 +290,18 @@ func (m *Manager) worker(ctx, reqCtx context.Context, id int) {
 			m.mu.Unlock()
 			return
 		}
+		// Jobs to resume come first: they run already.
+		select {
+		case t := <-m.resumeQ:
+			m.resume(ctx, t)
+			continue
+		default:
+		}
 		select {
 		case <-reqCtx.Done():
 			return
+		case t := <-m.resumeQ:
+			m.resume(ctx, t)
 		case r := <-m.feed:
 			m.processRunner(ctx, reqCtx, r)
 		}

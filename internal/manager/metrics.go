@@ -22,6 +22,8 @@ type metrics struct {
 	apiStatuses *prometheus.CounterVec
 	provision   *prometheus.CounterVec
 	provisionT  *prometheus.HistogramVec
+	storeOps    *prometheus.CounterVec
+	resumed     *prometheus.CounterVec
 	systemID    string
 }
 
@@ -63,7 +65,15 @@ func newMetrics(reg prometheus.Registerer, systemID string) *metrics {
 	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeDropped} {
 		m.provision.WithLabelValues(o) // present from the start, at 0
 	}
-	reg.MustRegister(m.provision, m.provisionT)
+	m.storeOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "drover_runner_job_store_operations_total",
+		Help: "Job store operations (save, heartbeat, claim, corrupt) by result.",
+	}, []string{"op", "result"})
+	m.resumed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "drover_runner_jobs_resumed_total",
+		Help: "Jobs resumed from the job store after a manager stopped.",
+	}, []string{"runner"})
+	reg.MustRegister(m.provision, m.provisionT, m.storeOps, m.resumed)
 	reg.MustRegister(m.jobs, m.jobsTotal, m.failedTotal, m.duration, m.concurrent, m.limit, m.apiStatuses)
 	return m
 }
@@ -107,4 +117,16 @@ func (m *metrics) apiRequest(r *config.RunnerConfig, endpoint, method string, st
 func (m *metrics) provisioned(outcome string, d time.Duration) {
 	m.provision.WithLabelValues(outcome).Inc()
 	m.provisionT.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+func (m *metrics) storeOp(op string, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	m.storeOps.WithLabelValues(op, result).Inc()
+}
+
+func (m *metrics) jobResumed(r *config.RunnerConfig) {
+	m.resumed.WithLabelValues(api.ShortToken(r.Token)).Inc()
 }

@@ -65,6 +65,27 @@ func (rs *runnerState) requestDone(withJob bool) int {
 	return id
 }
 
+// resumeSlot takes a job slot for a resumed job, the same concurrent id
+// as before when it is free (its builds directory is there), counting it
+// against limit even beyond it (the job runs already).
+func (rs *runnerState) resumeSlot(want int) int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.jobs++
+	if rs.slots == nil {
+		rs.slots = map[int]bool{}
+	}
+	id := want
+	if id < 0 || rs.slots[id] {
+		id = 0
+		for rs.slots[id] {
+			id++
+		}
+	}
+	rs.slots[id] = true
+	return id
+}
+
 func (rs *runnerState) jobDone(slot int) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()

@@ -1,0 +1,259 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/build"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/jobstore"
+	"github.com/drover-ci/drover/internal/trace"
+)
+
+// envelope is what the manager keeps in a job record's ExecutorState: the
+// executor's own state and the build checkpoint it belongs to.
+type envelope struct {
+	Checkpoint build.Checkpoint `json:"checkpoint"`
+	// LogOffset is the size of the job log at the checkpoint; the
+	// coordinator had at least that much when the record was written.
+	LogOffset int64           `json:"log_offset"`
+	Slot      int             `json:"slot"`
+	Accepted  time.Time       `json:"accepted"`
+	Executor  json.RawMessage `json:"executor,omitempty"`
+}
+
+// syncPoint is a checkpoint and the log size it corresponds to.
+type syncPoint struct {
+	size int64
+	cp   build.Checkpoint
+}
+
+// syncGranularity is how many log bytes apart the kept sync points are at
+// least: a resume regenerates at most about that much output and drops it.
+const syncGranularity = 4 << 10
+
+// persister keeps the job store's record of one running job up to date:
+// a synchronous save before each stage starts, and every health_interval
+// a save of the newest checkpoint whose log the coordinator acknowledged
+// (or a heartbeat when there is none).
+type persister struct {
+	m     *Manager
+	store *openStore
+	log   *slog.Logger
+	buf   *trace.Buffer
+	exec  executor.Executor
+
+	mu       sync.Mutex
+	stream   *streamer
+	rec      *jobstore.Record
+	env      envelope
+	points   []syncPoint
+	saved    int64 // log offset of the saved checkpoint
+	failures int   // consecutive store errors
+	skip     int   // ticks to skip (backoff after errors)
+	live     bool  // a record exists in the store
+}
+
+func newPersister(m *Manager, st *openStore, log *slog.Logger, job *api.JobResponse, runnerToken string, buf *trace.Buffer, exec executor.Executor, slot int, accepted time.Time) (*persister, error) {
+	payload, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("job store: encode job %d: %w", job.ID, err)
+	}
+	return &persister{
+		m: m, store: st, log: log, buf: buf, exec: exec,
+		rec: &jobstore.Record{
+			JobID:       job.ID,
+			RunnerToken: runnerToken,
+			RunnerShort: api.ShortToken(runnerToken),
+			Owner:       m.owner(),
+			Job:         payload,
+			State:       jobstore.StateRunning,
+		},
+		env: envelope{Slot: slot, Accepted: accepted},
+	}, nil
+}
+
+func (p *persister) setStreamer(s *streamer) {
+	p.mu.Lock()
+	p.stream = s
+	p.mu.Unlock()
+}
+
+func (p *persister) setAccepted(t time.Time) {
+	p.mu.Lock()
+	p.env.Accepted = t
+	p.mu.Unlock()
+}
+
+// checkpoint is build.Options.Checkpoint.
+func (p *persister) checkpoint(cp build.Checkpoint, sync bool) {
+	if !sync {
+		size, ok := p.buf.Settled()
+		if !ok {
+			return
+		}
+		p.mu.Lock()
+		n := len(p.points)
+		if n == 0 || p.points[n-1].cp.Stage != cp.Stage || size-p.points[n-1].size >= syncGranularity {
+			p.points = append(p.points, syncPoint{size, cp})
+		} else {
+			p.points[n-1] = syncPoint{size, cp}
+		}
+		p.mu.Unlock()
+		return
+	}
+	// Before a stage starts: the coordinator gets the whole log first, so
+	// that the record's log offset is one it has.
+	p.mu.Lock()
+	st := p.stream
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if st != nil {
+		if err := st.flushAll(ctx); err != nil {
+			p.log.Warn("job store: could not send the log before a checkpoint", "err", err)
+		}
+	}
+	size, ok := p.buf.Settled()
+	if !ok {
+		p.log.Warn("job store: log not settled at a stage start; keeping the previous checkpoint", "stage", cp.Stage)
+		return
+	}
+	p.mu.Lock()
+	p.points = p.points[:0]
+	p.mu.Unlock()
+	p.save(ctx, syncPoint{size, cp})
+}
+
+// save writes the record for point sp.
+func (p *persister) save(ctx context.Context, sp syncPoint) {
+	var state json.RawMessage
+	if sf, ok := p.exec.(executor.Stateful); ok {
+		s, err := sf.State()
+		if err != nil {
+			p.log.Warn("job store: executor state", "err", err)
+			return
+		}
+		state = s
+	}
+	p.mu.Lock()
+	p.env.Checkpoint, p.env.LogOffset, p.env.Executor = sp.cp, sp.size, state
+	env, err := json.Marshal(p.env)
+	if err != nil {
+		p.mu.Unlock()
+		p.log.Error("job store: encode record", "err", err)
+		return
+	}
+	rec := p.rec.Clone()
+	rec.ExecutorState = env
+	rec.Stage = string(sp.cp.Stage)
+	rec.TraceOffset = sp.size
+	p.mu.Unlock()
+
+	err = p.store.Save(ctx, rec)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.failed(err)
+		return
+	}
+	p.rec.Version, p.rec.StartedAt = rec.Version, rec.StartedAt
+	p.saved, p.live, p.failures, p.skip = sp.size, true, 0, 0
+	p.m.metrics.storeOp("save", true)
+}
+
+// failed counts a store error and backs off: 1, 2, 4, ... ticks, at most
+// 12. p.mu is held.
+func (p *persister) failed(err error) {
+	p.failures++
+	p.skip = min(1<<min(p.failures-1, 4), 12)
+	p.m.metrics.storeOp("save", false)
+	p.log.Warn("job store unreachable or refusing; the job goes on, retrying later", "err", err, "failures", p.failures)
+}
+
+// tick runs every health_interval: the newest acknowledged checkpoint is
+// saved, or the record's health refreshed.
+func (p *persister) tick(ctx context.Context) {
+	p.mu.Lock()
+	if p.skip > 0 {
+		p.skip--
+		p.mu.Unlock()
+		return
+	}
+	st := p.stream
+	var best *syncPoint
+	if st != nil {
+		acked := st.offset()
+		keep := p.points[:0]
+		for i := range p.points {
+			if p.points[i].size <= acked {
+				sp := p.points[i]
+				best = &sp
+			} else {
+				keep = append(keep, p.points[i])
+			}
+		}
+		if best != nil {
+			p.points = append([]syncPoint{*best}, keep...)
+		}
+	}
+	live, saved := p.live, p.saved
+	p.mu.Unlock()
+	switch {
+	case best != nil && (!live || best.size > saved):
+		p.save(ctx, *best)
+	case live:
+		err := p.store.Heartbeat(ctx, p.rec.JobID, p.rec.Owner, p.m.clock.Now())
+		if err != nil {
+			p.mu.Lock()
+			p.failed(err)
+			p.mu.Unlock()
+			return
+		}
+		p.m.metrics.storeOp("heartbeat", true)
+	}
+}
+
+// run calls tick every interval until ctx ends.
+func (p *persister) run(ctx context.Context, interval time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.m.clock.After(interval):
+			p.tick(ctx)
+		}
+	}
+}
+
+// remove deletes the record once the job is reported.
+func (p *persister) remove(ctx context.Context) {
+	if err := p.store.Remove(ctx, p.rec.JobID); err != nil {
+		p.log.Warn("job store: could not remove the finished job's record; cleanup will", "err", err)
+	}
+}
+
+// openStore is a job store shared by the runners that configure it.
+type openStore struct {
+	jobstore.Store
+	cfg       *jobstore.Config
+	exclusive bool // file store: no other live manager can hold its records
+}
+
+// storeKey identifies a store configuration, so that runners naming the
+// same file or Redis share one store (a file store admits one opener).
+func storeKey(c *jobstore.Config) string {
+	if c.Name == jobstore.NameFile {
+		return "file:" + c.File.Path
+	}
+	return "redis:" + c.Redis.URL + "|" + c.Redis.Prefix
+}
+
+// errNoStore is returned for a runner without [runners.store].
+var errNoStore = errors.New("no job store")

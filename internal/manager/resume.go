@@ -1,0 +1,384 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/build"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/jobstore"
+	"github.com/drover-ci/drover/internal/trace"
+)
+
+// owner names this manager process in job records: the system id, the
+// host and the pid, so that two managers sharing a Redis store differ.
+func (m *Manager) owner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s/%d", m.opts.SystemID, host, os.Getpid())
+}
+
+// storeVars are the variables [runners.store.file] path may use.
+func (m *Manager) storeVars(r *config.RunnerConfig) map[string]string {
+	vars := map[string]string{
+		"CI_RUNNER_ID":          fmt.Sprint(r.ID),
+		"CI_RUNNER_SHORT_TOKEN": api.ShortToken(r.Token),
+		"CI_RUNNER_TAGS":        "",
+		"CI_RUNNER_VERSION":     m.opts.Version,
+		"CI_RUNNER_REVISION":    "main",
+	}
+	for _, kv := range r.Environment {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	return vars
+}
+
+// checkStores parses every runner's [runners.store], for errors at start.
+func (m *Manager) checkStores(cfg *config.Config) error {
+	for i := range cfg.Runners {
+		if _, err := jobstore.ParseConfig(m.opts.ConfigPath, &cfg.Runners[i], m.storeVars(&cfg.Runners[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openStores opens the job stores the runners configure. A file store
+// another manager holds fails the start.
+func (m *Manager) openStores(ctx context.Context) error {
+	cfg := m.Config()
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		c, err := jobstore.ParseConfig(m.opts.ConfigPath, r, m.storeVars(r))
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			continue
+		}
+		key := storeKey(c)
+		m.mu.Lock()
+		st, ok := m.stores[key]
+		m.mu.Unlock()
+		if !ok {
+			s, err := jobstore.Open(ctx, c, jobstore.Options{
+				Logger: m.logger.With("store", c.Name),
+				Clock:  m.clock,
+				Owner:  m.owner(),
+				OnCorrupt: func(name string, jobID int64, err error) {
+					m.logger.Error("job store: corrupt record moved aside; the job cannot be resumed",
+						"record", name, "job_id", jobID, "err", err)
+					m.metrics.storeOp("corrupt", false)
+				},
+			})
+			if err != nil {
+				return fmt.Errorf("runner %s: job store: %w", r.Name, err)
+			}
+			st = &openStore{Store: s, cfg: c, exclusive: c.Name == jobstore.NameFile}
+			m.logger.Info("job store opened", "runner", r.Name, "store", key)
+		}
+		m.mu.Lock()
+		m.stores[key] = st
+		m.runnerStores[r.Token] = st
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+// storeFor returns the job store of runner r, or nil.
+func (m *Manager) storeFor(r *config.RunnerConfig) *openStore {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runnerStores[r.Token]
+}
+
+func (m *Manager) closeStores() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, st := range m.stores {
+		if err := st.Close(); err != nil {
+			m.logger.Warn("job store: close", "store", k, "err", err)
+		}
+		delete(m.stores, k)
+	}
+	clear(m.runnerStores)
+}
+
+// resumeTask is a claimed record waiting for a worker.
+type resumeTask struct {
+	store *openStore
+	rec   *jobstore.Record
+}
+
+// watchStores claims the records of dead managers: at once for a file
+// store (its lock proves its previous holder is gone), after
+// health_timeout for Redis; then every health_interval, and removes
+// finished and stale records every cleanup_interval.
+func (m *Manager) watchStores(ctx context.Context) {
+	m.mu.Lock()
+	stores := make([]*openStore, 0, len(m.stores))
+	for _, st := range m.stores {
+		stores = append(stores, st)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.watchStore(ctx, st)
+		}()
+	}
+	wg.Wait()
+}
+
+func (m *Manager) watchStore(ctx context.Context, st *openStore) {
+	first := true
+	lastCleanup := m.clock.Now()
+	backoff := st.cfg.HealthInterval
+	for {
+		timeout := st.cfg.HealthTimeout
+		if first && st.exclusive {
+			timeout = 0
+		}
+		recs, err := st.ClaimStale(ctx, m.owner(), timeout, m.clock.Now())
+		wait := st.cfg.HealthInterval
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			m.logger.Warn("job store: claiming stale jobs failed; retrying", "err", err, "retry_in", backoff)
+			m.metrics.storeOp("claim", false)
+			wait = backoff
+			backoff = min(backoff*2, time.Minute)
+		} else {
+			first = false
+			backoff = st.cfg.HealthInterval
+			for _, rec := range recs {
+				m.logger.Info("job store: resuming a job of a stopped manager", "job_id", rec.JobID, "previous_owner_retries", rec.Retries, "stage", rec.Stage)
+				select {
+				case m.resumeQ <- resumeTask{store: st, rec: rec}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		if now := m.clock.Now(); now.Sub(lastCleanup) >= st.cfg.CleanupInterval {
+			lastCleanup = now
+			if n, err := st.Cleanup(ctx, st.cfg.StaleTimeout, now); err != nil {
+				m.logger.Warn("job store: cleanup failed", "err", err)
+			} else if n > 0 {
+				m.logger.Info("job store: removed finished or stale records", "count", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.clock.After(wait):
+		}
+	}
+}
+
+// runnerByToken finds the runner a record belongs to.
+func (m *Manager) runnerByToken(token string) *config.RunnerConfig {
+	cfg := m.Config()
+	for i := range cfg.Runners {
+		if cfg.Runners[i].Token == token {
+			return &cfg.Runners[i]
+		}
+	}
+	return nil
+}
+
+// resume continues a job from its record, in a worker (so it counts
+// against concurrent) and in a limit slot of its runner.
+func (m *Manager) resume(ctx context.Context, t resumeTask) {
+	rec := t.rec
+	log := m.logger.With("job_id", rec.JobID, "runner", rec.RunnerShort, "resumed", true)
+	r := m.runnerByToken(rec.RunnerToken)
+	if r == nil {
+		log.Error("job store: the record's runner is not in the configuration any more; leaving the record to cleanup")
+		return
+	}
+	var job api.JobResponse
+	var env envelope
+	if err := json.Unmarshal(rec.Job, &job); err != nil {
+		log.Error("job store: the record's job payload is unreadable", "err", err)
+		_ = t.store.Remove(ctx, rec.JobID)
+		return
+	}
+	if err := json.Unmarshal(rec.ExecutorState, &env); err != nil {
+		log.Error("job store: the record's state is unreadable", "err", err)
+		_ = t.store.Remove(ctx, rec.JobID)
+		return
+	}
+	p := m.opts.Providers[r.Executor]
+	client, err := m.client(r.URL)
+	if err != nil || p == nil {
+		log.Error("job store: cannot reach the record's coordinator or executor", "err", err, "executor", r.Executor)
+		return
+	}
+	rs := m.runnerState(r)
+	slot := rs.resumeSlot(env.Slot)
+	defer rs.jobDone(slot)
+	settings := m.settings(r, slot)
+	info := m.versionInfo(r, p)
+	started := m.clock.Now()
+	m.metrics.jobStarted(r)
+	m.metrics.jobResumed(r)
+
+	fail := func(buf *trace.Buffer, st *streamer, reason api.FailureReason, msg string) {
+		log.Warn("resumed job failed", "reason", reason, "why", msg)
+		if buf != nil {
+			fmt.Fprintf(buf, "\n\x1b[31;1mERROR: Job failed (system failure): %s\x1b[0;m\n", msg)
+			buf.Finish()
+		}
+		m.sendFinal(context.WithoutCancel(ctx), log, client, &job, info, st, api.StateFailed, reason, 0)
+		m.metrics.jobFinished(r, string(api.StateFailed), m.clock.Now().Sub(started))
+		_ = t.store.Remove(context.WithoutCancel(ctx), rec.JobID)
+	}
+
+	size, resp, err := client.TraceSize(ctx, job.ID, job.Token)
+	if err != nil && resp != nil && remoteAbort(resp) {
+		log.Warn("the coordinator no longer runs this job; stopping what is left of it", "status", resp.StatusCode, "job_status", resp.JobStatus)
+		m.stopResumed(ctx, p, settings, &job, env)
+		_ = t.store.Remove(ctx, rec.JobID)
+		m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
+		return
+	}
+	if err != nil {
+		log.Warn("cannot learn the coordinator's log size; resuming from the checkpoint", "err", err)
+		size = env.LogOffset
+	}
+	if rec.Retries > t.store.cfg.MaxRetries {
+		m.stopResumed(ctx, p, settings, &job, env)
+		fail(m.resumeBuffer(&job, r, size, 0, log), m.resumeStreamer(r, client, &job, info, nil, size, log), api.RunnerSystemFailure,
+			fmt.Sprintf("the job was resumed %d times, more than max_retries = %d", rec.Retries, t.store.cfg.MaxRetries))
+		return
+	}
+	if size < env.LogOffset {
+		m.stopResumed(ctx, p, settings, &job, env)
+		fail(nil, nil, api.RunnerSystemFailure, fmt.Sprintf("the coordinator has %d log bytes, fewer than the %d of the checkpoint", size, env.LogOffset))
+		return
+	}
+	buf := m.resumeBuffer(&job, r, size, size-env.LogOffset, log)
+	if buf == nil {
+		return
+	}
+	defer buf.Close()
+	log.Info("resuming job", "stage", env.Checkpoint.Stage, "stage_offset", env.Checkpoint.StageOffset, "log_offset", env.LogOffset, "coordinator_log", size, "retries", rec.Retries)
+
+	jobCtx, abort := context.WithCancel(ctx)
+	defer abort()
+	exec := p.Create()
+	jr := &jobRun{id: job.ID, runner: settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
+	m.mu.Lock()
+	m.jobs[job.ID] = jr
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.jobs, job.ID)
+		m.mu.Unlock()
+	}()
+
+	st := m.resumeStreamer(r, client, &job, info, buf, size, log)
+	st.onCanceling, st.onAbort = jr.cancelGracefully, jr.abortJob
+	pers, err := newPersister(m, t.store, log, &job, r.Token, buf, exec, slot, env.Accepted)
+	if err != nil {
+		log.Error("job store", "err", err)
+		return
+	}
+	pers.rec.Version = rec.Version
+	pers.rec.StartedAt = rec.StartedAt
+	pers.rec.Retries = rec.Retries
+	pers.live, pers.saved = true, env.LogOffset
+	pers.setStreamer(st)
+	streamCtx, stopStream := context.WithCancel(jobCtx)
+	var wg sync.WaitGroup
+	wg.Go(func() { st.watch(streamCtx) })
+	wg.Go(func() { pers.run(streamCtx, t.store.cfg.HealthInterval) })
+
+	res := build.Run(jobCtx, jr.graceful, build.Options{
+		Job:        &job,
+		Provider:   p,
+		Executor:   exec,
+		Settings:   settings,
+		Trace:      buf,
+		Logger:     log,
+		Clock:      m.opts.Clock,
+		Version:    m.opts.Version,
+		Checkpoint: pers.checkpoint,
+		Resume:     &build.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
+	})
+	stopStream()
+	wg.Wait()
+	if errors.Is(res.Err, executor.ErrStageVanished) {
+		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: the job's processes ended while the runner manager was down, without an exit code\x1b[0;m\n")
+	}
+	m.finishJob(ctx, log, r, client, &job, info, st, buf, jr, res, started)
+	pers.remove(context.WithoutCancel(ctx))
+}
+
+// resumeBuffer makes the log buffer of a resumed job: it continues at the
+// coordinator's size, dropping the first skip regenerated bytes.
+func (m *Manager) resumeBuffer(job *api.JobResponse, r *config.RunnerConfig, base, skip int64, log interface{ Error(string, ...any) }) *trace.Buffer {
+	buf, err := trace.New(trace.Options{
+		Masked:        job.Variables.Masked(),
+		TokenPrefixes: job.Features.TokenMaskPrefixes,
+		Limit:         r.OutputLimitBytes(),
+		Base:          base,
+		Skip:          skip,
+	})
+	if err != nil {
+		log.Error("cannot create the job log buffer", "err", err)
+		return nil
+	}
+	return buf
+}
+
+func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job *api.JobResponse, info api.VersionInfo, buf *trace.Buffer, sent int64, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+	Error(string, ...any)
+}) *streamer {
+	if buf == nil {
+		return nil
+	}
+	st := &streamer{
+		m: m, r: r, client: client, job: job, info: info, buf: buf, log: m.logger.With("job_id", job.ID),
+		interval: 3 * time.Second, lastPatch: m.clock.Now(), sent: sent,
+		onCanceling: func() {}, onAbort: func() {},
+	}
+	return st
+}
+
+// stopResumed kills what is left of a job that will not be resumed: its
+// stage's processes and its files.
+func (m *Manager) stopResumed(ctx context.Context, p executor.Provider, settings executor.Settings, job *api.JobResponse, env envelope) {
+	exec := p.Create()
+	sf, ok := exec.(executor.Stateful)
+	if !ok {
+		return
+	}
+	opts := executor.PrepareOptions{Job: job, Settings: settings, Trace: io.Discard, Logger: m.logger}
+	if err := sf.Restore(ctx, opts, env.Executor); err != nil {
+		m.logger.Warn("job store: cannot restore the executor to stop the job", "job_id", job.ID, "err", err)
+		return
+	}
+	killed, cancel := context.WithCancel(ctx)
+	cancel()
+	_ = sf.Resume(killed, executor.Command{Stage: env.Checkpoint.Stage}, 0)
+	cctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel2()
+	exec.Cleanup(cctx)
+}
