@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+)
+
+// fileStore is a [runners.store] table for writeConfig.
+func fileStore(dir string) string {
+	return fmt.Sprintf(`  [runners.store]
+    name = "file"
+    health_interval = "500ms"
+    health_timeout = "3s"
+    [runners.store.file]
+      path = %q
+`, dir)
+}
+
+// numberedJob prints n numbered lines, one every pause, from a process
+// whose command line carries marker (so leftovers can be found).
+func numberedJob(name, marker string, n int, pause string) client.JobSpec {
+	script := fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep %s; done`, n, name, pause)
+	return client.JobSpec{Name: name, Script: []string{fmt.Sprintf("sh -c '%s' %s", script, marker)}}
+}
+
+// checkLines asserts that log holds "name line 1" .. "name line n", each
+// exactly once and in order.
+func checkLines(t *testing.T, log, name string, n int) {
+	t.Helper()
+	rx := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` line (\d+)\r?$`)
+	var got []int
+	for _, m := range rx.FindAllStringSubmatch(log, -1) {
+		k, _ := strconv.Atoi(m[1])
+		got = append(got, k)
+	}
+	if len(got) != n {
+		t.Errorf("%s: %d numbered lines, want %d: %v\nlog:\n%s", name, len(got), n, got, log)
+		return
+	}
+	for i, k := range got {
+		if k != i+1 {
+			t.Errorf("%s: line %d is number %d (lost or doubled output): %v\nlog:\n%s", name, i+1, k, got, log)
+			return
+		}
+	}
+}
+
+// leftovers lists processes whose command line contains marker.
+func leftovers(marker string) []string {
+	out, _ := exec.Command("pgrep", "-af", marker).Output()
+	var ps []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" && !strings.Contains(l, "pgrep") {
+			ps = append(ps, l)
+		}
+	}
+	return ps
+}
+
+// TestChaosManagerKilled: 12 jobs of ~4 s printing numbered lines,
+// concurrent = 4, the manager killed with SIGKILL three times at random
+// moments and restarted on the same file store: every job succeeds once,
+// each log holds every line exactly once in order, and no job process is
+// left behind.
+func TestChaosManagerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: -short")
+	}
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--ack-timeout", "3s")
+	cl := c.client()
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 4, fileStore(filepath.Join(dir, "store")))
+	marker := fmt.Sprintf("chaos-%d", time.Now().UnixNano())
+	const jobs, lines = 12, 40
+	var ids []int64
+	for i := range jobs {
+		j, err := cl.Submit(context.Background(), numberedJob(fmt.Sprintf("job%02d", i), marker, lines, "0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	for kill := range 3 {
+		time.Sleep(time.Duration(1000+rng.IntN(2500)) * time.Millisecond)
+		m.signal(syscall.SIGKILL)
+		m.wait(10 * time.Second)
+		t.Logf("kill %d done", kill+1)
+		m = start(t, dir, "run", "--config", cfg)
+		m.waitLog("runner manager started", 10*time.Second)
+	}
+	for i, id := range ids {
+		j := waitJob(t, cl, id, 90*time.Second, finished)
+		if j.Status != "success" {
+			t.Errorf("job %d (%s) = %s %s\nlog:\n%s", id, j.Name, j.Status, j.FailureReason, trace(t, cl, id))
+			continue
+		}
+		checkLines(t, trace(t, cl, id), fmt.Sprintf("job%02d", i), lines)
+	}
+	if ps := leftovers(marker); len(ps) > 0 {
+		t.Errorf("job processes left behind: %v", ps)
+	}
+}
+
+// TestResumeAfterDowntimePastTimeout: a job whose timeout passes while the
+// manager is down is failed with job_execution_timeout on restart and its
+// processes are killed.
+func TestResumeAfterDowntimePastTimeout(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--timeout-grace", "1h")
+	cl := c.client()
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fileStore(filepath.Join(dir, "store")))
+	marker := fmt.Sprintf("timeout-%d", time.Now().UnixNano())
+	spec := numberedJob("slow", marker, 100, "0.1")
+	spec.Timeout = 3
+	j, err := cl.Submit(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, dir, "run", "--config", cfg)
+	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(time.Second)
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+	time.Sleep(3 * time.Second) // the job timeout passes while nobody watches
+	m = start(t, dir, "run", "--config", cfg)
+	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	if got.Status != "failed" || got.FailureReason != "job_execution_timeout" {
+		t.Errorf("job = %s %s, want failed job_execution_timeout", got.Status, got.FailureReason)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(leftovers(marker)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ps := leftovers(marker); len(ps) > 0 {
+		t.Errorf("processes of the timed-out job left behind: %v", ps)
+	}
+}
+
+// TestFileStoreLockedAndCorruptRecord: a second manager on the same file
+// store refuses to start and names the holder; a corrupt record is moved
+// aside with its path logged while other jobs go on.
+func TestFileStoreLockedAndCorruptRecord(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	store := filepath.Join(dir, "store")
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	corrupt := filepath.Join(store, "job-999999.json")
+	if err := os.WriteFile(corrupt, []byte(`{"format":1,"job_id":999999,"job":{"id":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fileStore(store))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	m.waitLog(`corrupt record moved aside.*job-999999`, 10*time.Second)
+
+	second := filepath.Join(dir, "second")
+	if err := os.MkdirAll(second, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := writeConfig(t, second, c.url, c.runnerToken(t), 1, fileStore(store))
+	out, code := runCLI(t, second, nil, "run", "--config", cfg2)
+	if code == 0 {
+		t.Fatalf("a second manager on a locked store started:\n%s", out)
+	}
+	if !strings.Contains(out, strconv.Itoa(m.cmd.Process.Pid)) {
+		t.Errorf("the refusal does not name the holder (pid %d):\n%s", m.cmd.Process.Pid, out)
+	}
+
+	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "ok", Script: []string{"echo still-working"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitJob(t, cl, j.ID, 30*time.Second, finished); got.Status != "success" {
+		t.Errorf("job after a corrupt record = %s", got.Status)
+	}
+}
+
+// startRedis starts a real redis-server on a free port.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (scripts/test.sh installs it)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "redis://" + addr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("redis-server did not start")
+	return ""
+}
+
+// TestRedisStoreTakeover: two managers share one Redis store; one is
+// killed; the other resumes its jobs within health_timeout + one
+// health_interval, and their logs lose and double nothing.
+func TestRedisStoreTakeover(t *testing.T) {
+	url := startRedis(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	token := c.runnerToken(t)
+	store := fmt.Sprintf(`  [runners.store]
+    name = "redis"
+    health_interval = "500ms"
+    health_timeout = "2s"
+    [runners.store.redis]
+      url = %q
+      prefix = "e2e:"
+`, url)
+	const healthTimeout, healthInterval = 2 * time.Second, 500 * time.Millisecond
+	var mgrs []*proc
+	for _, name := range []string{"a", "b"} {
+		d := filepath.Join(dir, name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, ".runner_system_id"), []byte("s_"+name+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := writeConfig(t, d, c.url, token, 2, store)
+		m := start(t, d, "run", "--config", cfg)
+		m.waitLog("runner manager started", 10*time.Second)
+		mgrs = append(mgrs, m)
+	}
+	marker := fmt.Sprintf("redis-%d", time.Now().UnixNano())
+	const lines = 60
+	var ids []int64
+	for i := range 2 {
+		j, err := cl.Submit(context.Background(), numberedJob(fmt.Sprintf("r%d", i), marker, lines, "0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	// Kill whichever manager runs the first job.
+	j := waitJob(t, cl, ids[0], 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(time.Second)
+	victim, survivor := mgrs[0], mgrs[1]
+	if j.RunnerSystemID == "s_b" {
+		victim, survivor = mgrs[1], mgrs[0]
+	}
+	victim.signal(syscall.SIGKILL)
+	killed := time.Now()
+	victim.wait(10 * time.Second)
+	survivor.waitLog(`resuming job.*job_id=`+strconv.FormatInt(ids[0], 10), 20*time.Second)
+	took := time.Since(killed)
+	if limit := healthTimeout + healthInterval + time.Second; took > limit {
+		t.Errorf("resumed after %v, want within health_timeout + health_interval (+1s slack) = %v", took, limit)
+	}
+	t.Logf("resumed %v after the kill", took)
+	for i, id := range ids {
+		got := waitJob(t, cl, id, 60*time.Second, finished)
+		if got.Status != "success" {
+			t.Errorf("job %d = %s %s", id, got.Status, got.FailureReason)
+			continue
+		}
+		checkLines(t, trace(t, cl, id), fmt.Sprintf("r%d", i), lines)
+	}
+}
