@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -291,5 +292,94 @@ func TestRedisStoreTakeover(t *testing.T) {
 			continue
 		}
 		checkLines(t, trace(t, cl, id), fmt.Sprintf("r%d", i), lines)
+	}
+}
+
+// TestCoordinatorKilledDuringBurst: the coordinator is killed with SIGKILL
+// while clients submit jobs and a manager runs them (state updates and log
+// patches in flight). After a restart on the same data directory, every
+// submission it acknowledged is there, no finished job went back, and
+// every job then ends in success with its output.
+func TestCoordinatorKilledDuringBurst(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "coord")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c := startCoordinator(t, data, "--listen", addr)
+	cl := c.client()
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 4, "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+
+	type acked struct {
+		id   int64
+		word string
+	}
+	var (
+		mu   sync.Mutex
+		jobs []acked
+		wg   sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				word := fmt.Sprintf("w%d-%d", w, i)
+				j, err := cl.Submit(context.Background(), client.JobSpec{Name: word, Script: []string{"echo " + word}})
+				if err != nil {
+					continue // not acknowledged: may or may not exist
+				}
+				mu.Lock()
+				jobs = append(jobs, acked{j.ID, word})
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	before, err := cl.Jobs(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	c.signal(syscall.SIGKILL)
+	c.wait(10 * time.Second)
+	close(stop)
+	wg.Wait()
+	succeeded := map[int64]bool{}
+	for _, j := range before {
+		if j.Status == "success" {
+			succeeded[j.ID] = true
+		}
+	}
+	t.Logf("%d submissions acknowledged, %d jobs had succeeded a moment before the kill", len(jobs), len(succeeded))
+	if len(jobs) < 20 {
+		t.Fatalf("only %d submissions before the kill: the burst did not happen", len(jobs))
+	}
+
+	c2 := startCoordinator(t, data, "--listen", addr)
+	cl2 := c2.client()
+	for _, a := range jobs {
+		got := waitJob(t, cl2, a.id, 90*time.Second, finished)
+		if got.Status != "success" {
+			t.Errorf("job %d (%s) = %s %s", a.id, a.word, got.Status, got.FailureReason)
+			continue
+		}
+		if tr := trace(t, cl2, a.id); !strings.Contains(tr, "\n"+a.word+"\n") {
+			t.Errorf("job %d log lacks %q:\n%s", a.id, a.word, tr)
+		}
+	}
+	for id := range succeeded {
+		if got, err := cl2.Job(context.Background(), id); err != nil || got.Status != "success" {
+			t.Errorf("job %d succeeded before the kill, after it: %+v %v", id, got, err)
+		}
 	}
 }

@@ -149,7 +149,7 @@ func (m *Manager) watchStore(ctx context.Context, st *openStore) {
 	for {
 		timeout := st.cfg.HealthTimeout
 		if first && st.exclusive {
-			timeout = 0
+			timeout = time.Nanosecond // every record: its holder is gone
 		}
 		recs, err := st.ClaimStale(ctx, m.owner(), timeout, m.clock.Now())
 		wait := st.cfg.HealthInterval
