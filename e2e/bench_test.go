@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +32,11 @@ type stack struct {
 }
 
 func newStack(b *testing.B, concurrent int) *stack {
+	return newStackStore(b, concurrent, nil)
+}
+
+// newStackStore is newStack with a [runners.store] table (nil: none).
+func newStackStore(b *testing.B, concurrent int, store map[string]any) *stack {
 	b.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,7 +55,7 @@ func newStack(b *testing.B, concurrent int) *stack {
 	}
 	cfg := &config.Config{Concurrent: concurrent, CheckInterval: 3, ShutdownTimeout: 5, Runners: []config.RunnerConfig{{
 		Name: "bench", URL: srv.URL, Token: r.Token, Executor: "shell", BuildsDir: filepath.Join(dir, "builds"),
-		RequestConcurrency: 1, OutputLimit: 4096,
+		RequestConcurrency: 1, OutputLimit: 4096, Store: store,
 	}}}
 	m, err := manager.New(logger, manager.Options{Config: cfg, ConfigPath: "bench", SystemID: "s_bench",
 		Providers: map[string]executor.Provider{"shell": shell.NewProvider()}})
@@ -114,10 +120,26 @@ func runTrivial(b *testing.B, s *stack, ctx context.Context) time.Duration {
 // BenchmarkThroughput1000 submits 1,000 trivial jobs and measures the time
 // until all of them succeeded, with concurrent = 8.
 func BenchmarkThroughput1000(b *testing.B) {
-	const n = 1000
+	throughput(b, 1000, nil)
+}
+
+// BenchmarkThroughputStore is BenchmarkThroughput1000 (500 jobs) without a
+// job store, with the file store and with the Redis store, in one run.
+func BenchmarkThroughputStore(b *testing.B) {
+	b.Run("none", func(b *testing.B) { throughput(b, 500, nil) })
+	b.Run("file", func(b *testing.B) {
+		throughput(b, 500, map[string]any{"name": "file", "file": map[string]any{"path": b.TempDir()}})
+	})
+	b.Run("redis", func(b *testing.B) {
+		url := startRedis(b)
+		throughput(b, 500, map[string]any{"name": "redis", "redis": map[string]any{"url": url}})
+	})
+}
+
+func throughput(b *testing.B, n int, store map[string]any) {
 	for range b.N {
 		b.StopTimer()
-		s := newStack(b, 8)
+		s := newStackStore(b, 8, store)
 		ctx := context.Background()
 		b.StartTimer()
 		start := time.Now()
@@ -226,4 +248,47 @@ func vmHWM(b *testing.B, pid int) float64 {
 	}
 	b.Fatal("no VmHWM")
 	return 0
+}
+
+// BenchmarkResumeLatency measures, for a job printing a line every 50 ms,
+// the time from starting a manager after a SIGKILL of the previous one (same
+// file store) until the job's log grows on the coordinator again.
+func BenchmarkResumeLatency(b *testing.B) {
+	dir := b.TempDir()
+	c := startCoordinator(b, filepath.Join(dir, "coord"))
+	cl := c.client()
+	cfg := writeConfig(b, dir, c.url, c.runnerToken(b), 1, fileStore(filepath.Join(dir, "store")))
+	marker := fmt.Sprintf("bench-resume-%d", time.Now().UnixNano())
+	j, err := cl.Submit(context.Background(), numberedJob("long", marker, 100000, "0.05"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = cl.Cancel(context.Background(), j.ID) }()
+	size := func() int {
+		tr, _, err := cl.Trace(context.Background(), j.ID, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(tr)
+	}
+	m := start(b, dir, "run", "--config", cfg)
+	waitJob(b, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	var lat []time.Duration
+	for b.Loop() {
+		time.Sleep(700 * time.Millisecond) // let the log flow
+		m.signal(syscall.SIGKILL)
+		m.wait(10 * time.Second)
+		at := size()
+		t0 := time.Now()
+		m = start(b, dir, "run", "--config", cfg)
+		for size() <= at {
+			if time.Since(t0) > 30*time.Second {
+				b.Fatalf("the log did not flow again within 30 s; manager log:\n%s", m.log.String())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.95).Microseconds())/1000, "p95-ms")
 }

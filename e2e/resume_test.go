@@ -198,7 +198,7 @@ func TestFileStoreLockedAndCorruptRecord(t *testing.T) {
 }
 
 // startRedis starts a real redis-server on a free port.
-func startRedis(t *testing.T) string {
+func startRedis(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

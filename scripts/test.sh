@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of drover. Installs what the tests need first
-# (git, bash, staticcheck), so it works on a fresh Debian machine with Go.
+# (git, bash, redis-server, OpenSSH's sshd, busybox-static, staticcheck), so
+# it works on a fresh Debian machine with Go (and Docker for the docker fleet
+# tests, which skip with a message when no engine answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,9 +13,9 @@ have() { command -v "$1" >/dev/null 2>&1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
-for tool in git bash procps:ps; do
+for tool in git bash procps:ps redis-server:redis-server openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox; do
   pkg=${tool%%:*}; bin=${tool##*:}
-  have "$bin" || missing+=("$pkg")
+  { have "$bin" || [ -x "$bin" ]; } || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]}"
