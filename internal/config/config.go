@@ -138,6 +138,10 @@ type RunnerConfig struct {
 	// holds the expanded value.
 	rawURL, expandedURL     string
 	rawToken, expandedToken string
+
+	// Where this runner's keys are written (set by Parse), for KeyLine.
+	lines lineIndex
+	path  keyPath
 }
 
 // OutputLimitBytes returns the job log limit in bytes, using the default

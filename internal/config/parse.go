@@ -228,7 +228,7 @@ func normalizeListenAddress(addr string) (string, error) {
 }
 
 func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
-	var r RunnerConfig
+	r := RunnerConfig{lines: d.lines, path: p}
 	var ok bool
 	set := map[string]bool{}
 	for _, k := range sortedKeys(m) {
