@@ -216,6 +216,9 @@ func decideMachine(p *Policy, s *Schedule, now time.Time, instances []Instance, 
 	// the first idle machines.
 	avail, total := -waiting, 0
 	idle, creating := 0, 0
+	// Reasons are the same for every machine of a kind: made once, when
+	// first needed, so that trimming thousands allocates little.
+	var tooManyBuilds, tooMany, tooIdle string
 	for i := range instances {
 		in := &instances[i]
 		switch in.State {
@@ -223,14 +226,25 @@ func decideMachine(p *Policy, s *Schedule, now time.Time, instances []Instance, 
 			var reason string
 			switch {
 			case p.MaxUseCount > 0 && in.UseCount >= p.MaxUseCount:
-				reason = fmt.Sprintf("too many builds: used %d times, MaxBuilds %d", in.UseCount, p.MaxUseCount)
+				if tooManyBuilds == "" {
+					tooManyBuilds = fmt.Sprintf("too many builds: MaxBuilds %d reached", p.MaxUseCount)
+				}
+				reason = tooManyBuilds
 			case p.MaxInstances > 0 && total >= p.MaxInstances:
-				reason = fmt.Sprintf("too many machines: %d before it, limit %d", total, p.MaxInstances)
+				if tooMany == "" {
+					tooMany = fmt.Sprintf("too many machines: limit %d reached by the machines before it", p.MaxInstances)
+				}
+				reason = tooMany
 			case now.Sub(in.idleSince()) > s.IdleTime && avail >= target:
-				reason = fmt.Sprintf("too many idle machines: idle %s > IdleTime %s, %d available, idle target %d",
-					now.Sub(in.idleSince()).Truncate(time.Second), s.IdleTime, max(avail, 0), target)
+				if tooIdle == "" {
+					tooIdle = fmt.Sprintf("too many idle machines: idle longer than IdleTime %s while the idle target %d is met", s.IdleTime, target)
+				}
+				reason = tooIdle
 			}
 			if reason != "" {
+				if dec.Remove == nil {
+					dec.Remove = make([]Removal, 0, 8)
+				}
 				dec.Remove = append(dec.Remove, Removal{ID: in.ID, Reason: reason})
 				break
 			}
@@ -312,6 +326,7 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 	needFree := max(d.Reserved, 0) + max(d.Waiting, 0) + target
 
 	total, creating := 0, 0
+	var usedUp, tooMany, tooIdle string // made once, see decideMachine
 	for i := range instances {
 		in := &instances[i]
 		switch in.State {
@@ -321,13 +336,23 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 			u := p.usable(in, capacity)
 			var reason string
 			switch {
-			case in.Acquired == 0 && p.MaxUseCount > 0 && in.UseCount >= p.MaxUseCount:
-				reason = fmt.Sprintf("max_use_count reached: used %d times, max_use_count %d", in.UseCount, p.MaxUseCount)
-			case in.Acquired == 0 && p.MaxInstances > 0 && total >= p.MaxInstances:
-				reason = fmt.Sprintf("too many instances: %d before it, max_instances %d", total, p.MaxInstances)
-			case in.Acquired == 0 && now.Sub(in.idleSince()) > s.IdleTime && free >= needFree:
-				reason = fmt.Sprintf("idle %s > idle_time %s and not needed: %d free slots without it, %d wanted (idle target %d)",
-					now.Sub(in.idleSince()).Truncate(time.Second), s.IdleTime, free, needFree, target)
+			case in.Acquired != 0:
+			case p.MaxUseCount > 0 && in.UseCount >= p.MaxUseCount:
+				if usedUp == "" {
+					usedUp = fmt.Sprintf("max_use_count %d reached", p.MaxUseCount)
+				}
+				reason = usedUp
+			case p.MaxInstances > 0 && total >= p.MaxInstances:
+				if tooMany == "" {
+					tooMany = fmt.Sprintf("too many instances: max_instances %d reached by the instances before it", p.MaxInstances)
+				}
+				reason = tooMany
+			case now.Sub(in.idleSince()) > s.IdleTime && free >= needFree:
+				if tooIdle == "" {
+					tooIdle = fmt.Sprintf("idle longer than idle_time %s and not needed: %d free slots wanted (%d reserved, %d waiting, idle target %d) are there without it",
+						s.IdleTime, needFree, max(d.Reserved, 0), max(d.Waiting, 0), target)
+				}
+				reason = tooIdle
 			}
 			if reason != "" {
 				dec.Remove = append(dec.Remove, Removal{ID: in.ID, Reason: reason})

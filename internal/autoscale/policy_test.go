@@ -88,7 +88,7 @@ func TestDecideSlotsMaxUseCountAndIdleTime(t *testing.T) {
 	// (2 usable slots) covers the idle target; idle-old-2 is past idle_time
 	// and not needed; idle-new is needed? no: target already covered, but
 	// it is not past idle_time.
-	if !strings.Contains(got["used-up"], "max_use_count reached") {
+	if !strings.Contains(got["used-up"], "max_use_count 3 reached") {
 		t.Errorf("used-up: %q", got["used-up"])
 	}
 	if _, ok := got["busy-last"]; ok {
