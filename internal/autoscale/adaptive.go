@@ -49,38 +49,106 @@ func WaitTail(c int, a float64, d, t time.Duration) float64 {
 }
 
 // AdaptiveSlots is the number of job slots (busy and idle together) the
-// adaptive policy wants for the observed load so that the p95 queue wait
-// stays within targetWait; see the package documentation for the model.
-// It is 0 without observed arrivals or durations.
+// adaptive policy has at steady state for the observed load, so that the
+// p95 queue wait stays within targetWait: the offered load ⌈a⌉ = ⌈λ·D⌉
+// plus the idle buffer AdaptiveIdleSlots. It is 0 without observed
+// arrivals or durations.
 func AdaptiveSlots(o Observed, targetWait time.Duration) int {
-	lambda, dur := o.ArrivalRate, o.MeanDuration.Seconds()
-	if !(lambda > 0) || !(dur > 0) || math.IsInf(lambda, 0) {
+	a, ok := offeredLoad(o)
+	if !ok {
 		return 0
 	}
-	if targetWait <= 0 {
-		targetWait = 0
+	if a >= maxAdaptiveSlots {
+		return maxAdaptiveSlots
 	}
-	// A job that finds no free slot waits about one boot. When that is
-	// well within the target (half of it: boot times spread, and the pool
-	// notices demand only at its next update), nothing needs to be held
-	// ahead.
-	if o.BootTime > 0 && o.BootTime <= targetWait/2 {
-		return 0
-	}
-	return min(queueSlots(o, targetWait)+BurstSlots(o), maxAdaptiveSlots)
+	return min(int(math.Ceil(a))+idleSlots(o, targetWait), maxAdaptiveSlots)
 }
 
-// queueSlots is the Erlang-C part: the least c with P(wait > targetWait)
-// <= 5% in an M/M/c queue.
-func queueSlots(o Observed, targetWait time.Duration) int {
-	a := o.ArrivalRate * o.MeanDuration.Seconds()
+// offeredLoad is λ·D in Erlangs, and whether there is one to speak of.
+func offeredLoad(o Observed) (float64, bool) {
+	lambda, dur := o.ArrivalRate, o.MeanDuration.Seconds()
+	if !(lambda > 0) || !(dur > 0) || math.IsInf(lambda, 0) {
+		return 0, false
+	}
+	return lambda * dur, true
+}
+
+// exposure is the window W over which the idle slots must absorb demand
+// on their own: a job that finds no free slot gets capacity asked for
+// about one boot earlier, and may itself wait targetWait, so W = BootTime −
+// targetWait/2 — half the target is kept as margin for the spread of boot
+// times and the pool's update delay. W <= 0: boots alone meet the target.
+func exposure(o Observed, targetWait time.Duration) time.Duration {
+	return o.BootTime - max(targetWait, 0)/2
+}
+
+// idleSlots is the expected-shortfall sizing of the idle buffer; see
+// AdaptiveIdleSlots.
+func idleSlots(o Observed, targetWait time.Duration) int {
+	a, ok := offeredLoad(o)
+	w := exposure(o, targetWait)
+	if !ok || w <= 0 {
+		return 0
+	}
+	// Jobs in the system as a stationary M/M/∞ process (a on average):
+	// over W, each running job is still running with probability e^(−W/D)
+	// and new ones still running number Poisson(a·p), p = 1 − e^(−W/D), so
+	// the change X has mean 0 and variance a·p + a·p·(1 − p).
+	p := -math.Expm1(-w.Seconds() / o.MeanDuration.Seconds())
+	sd := math.Sqrt(a*p + a*p*(1-p))
+	// Jobs beyond the buffer wait longer than the target; they may be at
+	// most 5% of the jobs arriving in one replenishment cycle (a boot).
+	allowed := (1 - adaptiveQuantile) * o.ArrivalRate * o.BootTime.Seconds()
+	if !(sd > 0) {
+		return 0
+	}
+	limit := int(math.Min(math.Ceil(10*sd)+1, maxAdaptiveSlots))
+	for k := 0; k < limit; k++ {
+		if expectedShortfall(0, sd, float64(k)) <= allowed {
+			return k
+		}
+	}
+	return limit
+}
+
+// expectedShortfall is E[(X − k)+] for X normal with the given mean and
+// standard deviation.
+func expectedShortfall(mean, sd, k float64) float64 {
+	z := (k - mean) / sd
+	pdf := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi)
+	tail := 0.5 * math.Erfc(z/math.Sqrt2)
+	return sd*pdf - (k-mean)*tail
+}
+
+// BurstSlots is how far the arrivals during the exposure window may run
+// above their mean: the 95% quantile of a Poisson count with mean
+// λ·(BootTime − targetWait/2) minus that mean, rounded up. It ignores the
+// slots that finishing jobs free, so it is an upper bound on the idle
+// buffer AdaptiveIdleSlots wants at steady state.
+func BurstSlots(o Observed, targetWait time.Duration) int {
+	m := o.ArrivalRate * exposure(o, targetWait).Seconds()
+	if !(m > 0) {
+		return 0
+	}
+	return max(PoissonQuantile(m, adaptiveQuantile)-int(math.Ceil(m)), 0)
+}
+
+// ErlangSlots is the classic fixed-pool answer, for comparison and for
+// pools that cannot grow: the least c > a with P(wait > targetWait) <= 5%
+// in an M/M/c queue (ErlangC, WaitTail), found by walking up from ⌊a⌋+1
+// with the Erlang B recursion carried along (square-root staffing puts it
+// at about a + β√a). An elastic pool needs far less: waiting jobs make it
+// boot capacity, and finishing jobs free slots within the wait.
+func ErlangSlots(o Observed, targetWait time.Duration) int {
+	a, ok := offeredLoad(o)
+	if !ok {
+		return 0
+	}
 	if a >= maxAdaptiveSlots {
 		return maxAdaptiveSlots
 	}
 	mu := 1 / o.MeanDuration.Seconds()
-	tw := targetWait.Seconds()
-	// Walk c upwards from ⌊a⌋+1 (square-root staffing puts the answer at
-	// about a + β√a, a few √a above the start), carrying Erlang B along.
+	tw := max(targetWait, 0).Seconds()
 	b := 1.0
 	c := 0
 	for ; float64(c+1) <= a; c++ {
@@ -89,24 +157,11 @@ func queueSlots(o Observed, targetWait time.Duration) int {
 	for c < maxAdaptiveSlots {
 		c++
 		b = a * b / (float64(c) + a*b)
-		tail := erlangCFromB(c, a, b) * math.Exp(-(float64(c)-a)*mu*tw)
-		if tail <= 1-adaptiveQuantile {
+		if erlangCFromB(c, a, b)*math.Exp(-(float64(c)-a)*mu*tw) <= 1-adaptiveQuantile {
 			return c
 		}
 	}
 	return c
-}
-
-// BurstSlots is the burst term: how far the arrivals during one boot time
-// may run above their mean, the 95% quantile of a Poisson count with mean
-// ArrivalRate × BootTime minus that mean (rounded up). Capacity asked for
-// when a burst starts arrives one boot later; these slots bridge the gap.
-func BurstSlots(o Observed) int {
-	m := o.ArrivalRate * o.BootTime.Seconds()
-	if !(m > 0) {
-		return 0
-	}
-	return max(PoissonQuantile(m, adaptiveQuantile)-int(math.Ceil(m)), 0)
 }
 
 // PoissonQuantile returns the least k with P(X <= k) >= q for X Poisson
@@ -158,11 +213,17 @@ func normalQuantile(p float64) float64 {
 	return (((((a1*r+a2)*r+a3)*r+a4)*r+a5)*r + a6) * q / (((((b1*r+b2)*r+b3)*r+b4)*r+b5)*r + 1)
 }
 
-// AdaptiveIdleSlots is the adaptive idle slot target with busy slots in
-// use: AdaptiveSlots − busy, at least 0.
-func AdaptiveIdleSlots(o Observed, targetWait time.Duration, busy int) int {
+// AdaptiveIdleSlots is the adaptive idle buffer: the least number k of
+// free slots (booting ones count) such that the jobs the pool cannot serve
+// from it within the exposure window W = BootTime − targetWait/2 are at
+// most 5% of those arriving in one boot. The number of jobs in the system
+// moves as a stationary M/M/∞ process: over W it changes by X with mean 0
+// and variance a·p·(2 − p), p = 1 − e^(−W/D); with X taken as normal, k is
+// the least with E[(X − k)+] <= 5% · λ·BootTime. 0 when W <= 0 or without
+// load. targetWait <= 0 means DefaultTargetWait.
+func AdaptiveIdleSlots(o Observed, targetWait time.Duration) int {
 	if targetWait <= 0 {
 		targetWait = DefaultTargetWait
 	}
-	return max(AdaptiveSlots(o, targetWait)-busy, 0)
+	return idleSlots(o, targetWait)
 }

@@ -58,26 +58,44 @@ func TestPoissonQuantile(t *testing.T) {
 	}
 }
 
+func TestErlangSlots(t *testing.T) {
+	// 1 job/s of 60 s: a = 60 Erlangs; target 30 s.
+	o := Observed{ArrivalRate: 1, MeanDuration: time.Minute, BootTime: time.Minute}
+	tw := 30 * time.Second
+	c := ErlangSlots(o, tw)
+	if WaitTail(c, 60, time.Minute, tw) > 0.05 || WaitTail(c-1, 60, time.Minute, tw) <= 0.05 {
+		t.Fatalf("%d is not the least c with P(W > 30s) <= 5%%", c)
+	}
+	if c <= 60 || float64(c) > 60+3*math.Sqrt(60) {
+		t.Errorf("%d far from square-root staffing 60 + β√60", c)
+	}
+	if n := ErlangSlots(Observed{}, tw); n != 0 {
+		t.Errorf("no load: %d", n)
+	}
+}
+
 func TestAdaptiveSlots(t *testing.T) {
-	// 1 job/s of 60 s: a = 60 Erlangs; target 30 s, boots 60 s.
 	o := Observed{ArrivalRate: 1, MeanDuration: time.Minute, BootTime: time.Minute}
 	tw := 30 * time.Second
 	got := AdaptiveSlots(o, tw)
-	cq := queueSlots(o, tw)
-	if WaitTail(cq, 60, time.Minute, tw) > 0.05 || WaitTail(cq-1, 60, time.Minute, tw) <= 0.05 {
-		t.Fatalf("queue part %d is not the least c with P(W > 30s) <= 5%%", cq)
+	// Exposure 45 s: p = 1 − e^−0.75, X ~ N(0, 60p(2−p)), shortfall
+	// allowed 5% of the 60 arrivals in one boot.
+	k := got - 60
+	p := -math.Expm1(-0.75)
+	sd := math.Sqrt(60*p + 60*p*(1-p))
+	if expectedShortfall(0, sd, float64(k)) > 0.05*60 || expectedShortfall(0, sd, float64(k-1)) <= 0.05*60 {
+		t.Fatalf("buffer %d is not the least with E[(X−k)+] <= 3 (sd %.2f)", k, sd)
 	}
-	if cq <= 60 || float64(cq) > 60+3*math.Sqrt(60) {
-		t.Errorf("queue part %d far from square-root staffing 60 + β√60", cq)
+	if k < 0 || k > BurstSlots(o, tw) {
+		t.Errorf("buffer %d outside [0, burst bound %d]", k, BurstSlots(o, tw))
 	}
-	burst := BurstSlots(o) // arrivals in 60 s: Poisson(60), 95% at 73
-	if burst != 13 {
-		t.Errorf("burst %d, want 13", burst)
+	if burst := BurstSlots(o, tw); burst != 11 { // Poisson(45): 95% at 56
+		t.Errorf("burst bound %d, want 11", burst)
 	}
-	if got != cq+burst {
-		t.Errorf("AdaptiveSlots %d, want %d + %d", got, cq, burst)
+	// The elastic pool needs less than a fixed one.
+	if e := ErlangSlots(o, tw); got >= e {
+		t.Errorf("adaptive %d >= fixed-pool Erlang %d", got, e)
 	}
-
 	// More load needs more slots; a looser target fewer.
 	if AdaptiveSlots(Observed{ArrivalRate: 2, MeanDuration: time.Minute, BootTime: time.Minute}, tw) <= got {
 		t.Error("not monotone in the arrival rate")
@@ -86,8 +104,8 @@ func TestAdaptiveSlots(t *testing.T) {
 		t.Error("a looser target wants more slots")
 	}
 	// Boots well within the target: nothing held ahead.
-	if n := AdaptiveSlots(Observed{ArrivalRate: 1, MeanDuration: time.Minute, BootTime: 10 * time.Second}, tw); n != 0 {
-		t.Errorf("fast boots: %d slots", n)
+	if n := AdaptiveSlots(Observed{ArrivalRate: 1, MeanDuration: time.Minute, BootTime: 15 * time.Second}, tw); n != 60 || AdaptiveIdleSlots(Observed{ArrivalRate: 1, MeanDuration: time.Minute, BootTime: 15 * time.Second}, tw) != 0 {
+		t.Errorf("fast boots: %d slots, want the load alone", n)
 	}
 	// No observations: 0.
 	if n := AdaptiveSlots(Observed{}, tw); n != 0 {
@@ -102,21 +120,27 @@ func TestAdaptiveSlots(t *testing.T) {
 }
 
 func TestAdaptivePolicy(t *testing.T) {
-	s := Schedule{Adaptive: true, TargetWait: 30 * time.Second, IdleCount: 2, Preemptive: true}
+	s := Schedule{Adaptive: true, TargetWait: 30 * time.Second, IdleCount: 1, Preemptive: true}
 	p := slotPolicy(4, 0, 0, s)
-	o := Observed{ArrivalRate: 0.5, MeanDuration: 2 * time.Minute, BootTime: time.Minute}
-	need := AdaptiveSlots(o, 30*time.Second)
-	if got := SlotIdleTarget(p, &p.Base, 10, o); got != need-10 {
-		t.Errorf("idle target %d, want %d − 10 busy", got, need)
+	// 3 jobs a minute of 10 minutes each, 5-minute boots: a buffer of 3.
+	o := Observed{ArrivalRate: 0.05, MeanDuration: 10 * time.Minute, BootTime: 5 * time.Minute}
+	need := AdaptiveIdleSlots(o, 30*time.Second)
+	if need != 3 {
+		t.Fatalf("buffer %d, want 3", need)
+	}
+	if got := SlotIdleTarget(p, &p.Base, 10, o); got != need {
+		t.Errorf("idle target %d, want %d", got, need)
 	}
 	// idle_count is a floor.
-	if got := SlotIdleTarget(p, &p.Base, need+5, o); got != 2 {
-		t.Errorf("busy above the need: %d, want idle_count 2", got)
+	p.Base.IdleCount = 5
+	if got := SlotIdleTarget(p, &p.Base, 10, o); got != 5 {
+		t.Errorf("idle_count 5: %d", got)
 	}
-	// max_instances a ceiling.
-	p.MaxInstances = 5
-	if got := SlotIdleTarget(p, &p.Base, 10, o); got != 10 {
-		t.Errorf("max_instances 5 × 4 slots, 10 busy: %d, want 10", got)
+	p.Base.IdleCount = 1
+	// max_instances a ceiling: 1 instance × 4 slots, 2 busy.
+	p.MaxInstances = 1
+	if got := SlotIdleTarget(p, &p.Base, 2, o); got != 2 {
+		t.Errorf("max_instances 1 × 4 slots, 2 busy: %d, want 2", got)
 	}
 	// Preemptive without observations still keeps one slot, or it would
 	// never take a job.
@@ -127,7 +151,7 @@ func TestAdaptivePolicy(t *testing.T) {
 	// Decide creates for it.
 	p.MaxInstances = 0
 	dec := Decide(p, t0, nil, Demand{Observed: o})
-	if want := (need + 3) / 4; dec.Create != want {
-		t.Errorf("create %d, want %d instances for %d slots", dec.Create, want, need)
+	if dec.Create != 1 || dec.IdleTarget != 3 {
+		t.Errorf("create %d (target %d), want 1 instance of 4 slots for 3", dec.Create, dec.IdleTarget)
 	}
 }

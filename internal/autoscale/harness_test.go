@@ -23,14 +23,21 @@ type fleet struct {
 	inst       []Instance
 	removedAt  map[string]time.Time
 	jobs       []runningJob
-	queue      []time.Duration // job durations waiting in the coordinator
-	waiting    []time.Duration // jobs taken, waiting for a slot
+	queue      []queued // jobs waiting in the coordinator
+	waiting    []queued // jobs taken, waiting for a slot
+	waits      []time.Duration // arrival -> on a slot, per job placed
+	observed   Observed        // handed to Decide
 	nextID     int
 
 	created, removed int
 	peakTotal        int
 	removals         []Removal
 	last             Decision
+}
+
+type queued struct {
+	d  time.Duration
+	at time.Time
 }
 
 type runningJob struct {
@@ -45,18 +52,18 @@ func newFleet(t *testing.T, p *Policy, boot time.Duration) *fleet {
 	return &fleet{t: t, p: p, clk: clock.NewFake(t0), boot: boot, removedAt: map[string]time.Time{}}
 }
 
-func (f *fleet) demand() Demand { return Demand{Waiting: len(f.waiting)} }
+func (f *fleet) demand() Demand { return Demand{Waiting: len(f.waiting), Observed: f.observed} }
 
 // submit queues n jobs of duration d in the coordinator.
 func (f *fleet) submit(n int, d time.Duration) {
 	for range n {
-		f.queue = append(f.queue, d)
+		f.queue = append(f.queue, queued{d: d, at: f.clk.Now()})
 	}
 }
 
 // place puts a job on a free slot (the newest ready instance with one,
 // as GitLab Runner picks machines), reporting whether there was one.
-func (f *fleet) place(d time.Duration) bool {
+func (f *fleet) place(q queued) bool {
 	now := f.clk.Now()
 	capacity := f.p.capacity()
 	for i := len(f.inst) - 1; i >= 0; i-- {
@@ -67,7 +74,8 @@ func (f *fleet) place(d time.Duration) bool {
 		in.Acquired++
 		in.UseCount++
 		in.State = StateBusy
-		f.jobs = append(f.jobs, runningJob{id: in.ID, end: now.Add(d)})
+		f.jobs = append(f.jobs, runningJob{id: in.ID, end: now.Add(q.d)})
+		f.waits = append(f.waits, now.Sub(q.at))
 		return true
 	}
 	return false

@@ -290,7 +290,7 @@ func decideMachine(p *Policy, s *Schedule, now time.Time, instances []Instance, 
 func SlotIdleTarget(p *Policy, s *Schedule, acquired int, o Observed) int {
 	t := max(s.IdleCount, 0)
 	if s.Adaptive {
-		t = max(t, AdaptiveIdleSlots(o, s.TargetWait, acquired))
+		t = max(t, AdaptiveIdleSlots(o, s.TargetWait))
 		if t == 0 && s.Preemptive {
 			t = 1 // preemptive with nothing idle would never take a job
 		}
