@@ -62,7 +62,7 @@ func TestAdaptiveMeetsTarget(t *testing.T) {
 	}
 	// Without idle capacity every job waits about one boot: the target is
 	// missed, so the test can tell.
-	onDemand := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 1, }
+	onDemand := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 1}
 	if p95, _ := simulate(t, onDemand, lambda, mean, boot, 4*time.Hour, false); p95 <= target {
 		t.Logf("on demand: p95 wait %s", p95)
 		t.Errorf("on demand p95 wait %s meets the target: the scenario does not test anything", p95)

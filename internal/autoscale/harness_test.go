@@ -23,8 +23,8 @@ type fleet struct {
 	inst       []Instance
 	removedAt  map[string]time.Time
 	jobs       []runningJob
-	queue      []queued // jobs waiting in the coordinator
-	waiting    []queued // jobs taken, waiting for a slot
+	queue      []queued        // jobs waiting in the coordinator
+	waiting    []queued        // jobs taken, waiting for a slot
 	waits      []time.Duration // arrival -> on a slot, per job placed
 	observed   Observed        // handed to Decide
 	nextID     int
