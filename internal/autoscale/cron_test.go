@@ -164,3 +164,34 @@ func TestLastMatchingScheduleWins(t *testing.T) {
 		t.Error("unknown zone compiled")
 	}
 }
+
+// A compiled Policy is used by the pool and the simulator at once:
+// cronexpr's Next writes into its expression, so Cron7 serialises it.
+func TestActiveConcurrent(t *testing.T) {
+	p := &Policy{Dialect: DialectMachine, Schedules: []Schedule{
+		{Periods: []string{"* * 9-17 * * mon-fri *"}, Timezone: "UTC", IdleCount: 3},
+	}}
+	if err := p.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan bool)
+	for g := range 4 {
+		go func() {
+			ok := true
+			for i := range 200 {
+				at := time.Date(2026, 1, 5+g, 8+i%12, i%60, 0, 0, time.UTC)
+				want := 0
+				if at.Hour() >= 9 && at.Hour() <= 17 {
+					want = 3
+				}
+				ok = ok && p.Active(at).IdleCount == want
+			}
+			done <- ok
+		}()
+	}
+	for range 4 {
+		if !<-done {
+			t.Error("wrong schedule under concurrent use")
+		}
+	}
+}
