@@ -793,3 +793,50 @@ func TestKeyPosition(t *testing.T) {
 		t.Errorf("zero RunnerConfig KeyPosition = %q, %d, want \"store.name\", 0", key, line)
 	}
 }
+
+func TestRunnerKeyLine(t *testing.T) {
+	src := `concurrent = 1
+[[runners]]
+  url = "https://a.example.com"
+  token = "a"
+  executor = "shell"
+[[runners]]
+  url = "https://b.example.com"
+  token = "b"
+  executor = "docker+machine"
+  [runners.machine]
+    IdleCount = 2
+    "odd.key" = 1
+    [[runners.machine.autoscaling]]
+      Periods = ["* * * * * * *"]
+    [[runners.machine.autoscaling]]
+      Periods = [
+        "* * 9-17 * * mon-fri *",
+        "* * * * * sat *",
+      ]
+`
+	c, _, err := Parse("c.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &c.Runners[1]
+	for _, tc := range []struct {
+		key, path string
+		line      int
+	}{
+		{"machine.IdleCount", "runners[1].machine.IdleCount", 11},
+		{`machine."odd.key"`, `runners[1].machine."odd.key"`, 12},
+		{"machine.autoscaling[1].Periods[1]", "runners[1].machine.autoscaling[1].Periods[1]", 18},
+		{"machine.autoscaling[0].IdleCount", "runners[1].machine.autoscaling[0].IdleCount", 13}, // absent: its table
+		{"machine", "runners[1].machine", 10},
+		{"executor", "runners[1].executor", 9},
+	} {
+		path, line := r.KeyLine(tc.key)
+		if path != tc.path || line != tc.line {
+			t.Errorf("KeyLine(%q) = %q, %d; want %q, %d", tc.key, path, line, tc.path, tc.line)
+		}
+	}
+	if path, line := (&RunnerConfig{}).KeyLine("machine.IdleCount"); path != "machine.IdleCount" || line != 0 {
+		t.Errorf("RunnerConfig not from Parse: %q, %d", path, line)
+	}
+}

@@ -409,3 +409,54 @@ func (sc *lineScanner) escape(b *strings.Builder) {
 		b.WriteByte(c)
 	}
 }
+
+// KeyLine locates a key of this runner for messages about the raw
+// sub-tables (Machine, Autoscaler, ...) that other packages interpret. key
+// is relative to the runner, with dots between keys and [i] for array
+// elements ("machine.autoscaling[1].Periods"). It returns the key's full
+// path as Error.Key spells it ("runners[0].machine.autoscaling[1].Periods")
+// and the 1-based line where it, or its nearest written ancestor, appears;
+// line is 0 when unknown (for example for a RunnerConfig not made by
+// Parse, whose path is then key itself).
+func (r *RunnerConfig) KeyLine(key string) (path string, line int) {
+	p := append(r.path[:len(r.path):len(r.path)], splitKey(key)...)
+	return p.String(), r.lines.lineOf(p)
+}
+
+// splitKey turns "a.b[2].\"c.d\"" into keyPath elements. Quoted parts are
+// kept as written, which is how quoteKey spells keys that need quotes.
+func splitKey(key string) keyPath {
+	var p keyPath
+	for i := 0; i < len(key); {
+		switch c := key[i]; {
+		case c == '.':
+			i++
+		case c == '[':
+			j := strings.IndexByte(key[i:], ']')
+			if j < 0 {
+				j = len(key) - i - 1
+			}
+			p = append(p, key[i:i+j+1])
+			i += j + 1
+		case c == '"':
+			j := i + 1
+			for j < len(key) && key[j] != '"' {
+				if key[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j+1, len(key))
+			p = append(p, key[i:j])
+			i = j
+		default:
+			j := i
+			for j < len(key) && key[j] != '.' && key[j] != '[' {
+				j++
+			}
+			p = append(p, quoteKey(key[i:j]))
+			i = j
+		}
+	}
+	return p
+}

@@ -1,0 +1,229 @@
+package autoscale
+
+import (
+	"math"
+	"time"
+)
+
+// adaptiveQuantile is the share of jobs whose wait must stay within the
+// target: the target is a p95.
+const adaptiveQuantile = 0.95
+
+// maxAdaptiveSlots bounds the sizing search, whatever the observations.
+const maxAdaptiveSlots = 1 << 20
+
+// ErlangC returns the probability that a job arriving at an M/M/c queue
+// with c servers and offered load a (Erlangs: arrival rate × mean service
+// time) has to wait. It is 1 when c <= a (the queue grows without bound)
+// and 0 when a <= 0. It uses the stable Erlang B recursion
+// B(0) = 1, B(k) = a·B(k-1) / (k + a·B(k-1)), then C = c·B / (c − a(1 − B)).
+func ErlangC(c int, a float64) float64 {
+	if a <= 0 || math.IsNaN(a) {
+		return 0
+	}
+	if float64(c) <= a {
+		return 1
+	}
+	b := 1.0
+	for k := 1; k <= c; k++ {
+		b = a * b / (float64(k) + a*b)
+	}
+	return erlangCFromB(c, a, b)
+}
+
+func erlangCFromB(c int, a, b float64) float64 {
+	return float64(c) * b / (float64(c) - a*(1-b))
+}
+
+// WaitTail returns P(wait > t) in an M/M/c queue with offered load a and
+// mean service time d: ErlangC(c, a) · exp(−(c − a)·t/d).
+func WaitTail(c int, a float64, d, t time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	pc := ErlangC(c, a)
+	if pc >= 1 {
+		return 1
+	}
+	return pc * math.Exp(-(float64(c)-a)*t.Seconds()/d.Seconds())
+}
+
+// AdaptiveSlots is the number of job slots (busy and idle together) the
+// adaptive policy has at steady state for the observed load, so that the
+// p95 queue wait stays within targetWait: the offered load ⌈a⌉ = ⌈λ·D⌉
+// plus the idle buffer AdaptiveIdleSlots. It is 0 without observed
+// arrivals or durations.
+func AdaptiveSlots(o Observed, targetWait time.Duration) int {
+	a, ok := offeredLoad(o)
+	if !ok {
+		return 0
+	}
+	if a >= maxAdaptiveSlots {
+		return maxAdaptiveSlots
+	}
+	return min(int(math.Ceil(a))+idleSlots(o, targetWait), maxAdaptiveSlots)
+}
+
+// offeredLoad is λ·D in Erlangs, and whether there is one to speak of.
+func offeredLoad(o Observed) (float64, bool) {
+	lambda, dur := o.ArrivalRate, o.MeanDuration.Seconds()
+	if !(lambda > 0) || !(dur > 0) || math.IsInf(lambda, 0) {
+		return 0, false
+	}
+	return lambda * dur, true
+}
+
+// exposure is the window W over which the idle slots must absorb demand
+// on their own: a job that finds no free slot gets capacity asked for
+// about one boot earlier, and may itself wait targetWait, so W = BootTime −
+// targetWait/2 — half the target is kept as margin for the spread of boot
+// times and the pool's update delay. W <= 0: boots alone meet the target.
+func exposure(o Observed, targetWait time.Duration) time.Duration {
+	return o.BootTime - max(targetWait, 0)/2
+}
+
+// idleSlots is the expected-shortfall sizing of the idle buffer; see
+// AdaptiveIdleSlots.
+func idleSlots(o Observed, targetWait time.Duration) int {
+	a, ok := offeredLoad(o)
+	w := exposure(o, targetWait)
+	if !ok || w <= 0 {
+		return 0
+	}
+	// Jobs in the system as a stationary M/M/∞ process (a on average):
+	// over W, each running job is still running with probability e^(−W/D)
+	// and new ones still running number Poisson(a·p), p = 1 − e^(−W/D), so
+	// the change X has mean 0 and variance a·p + a·p·(1 − p).
+	p := -math.Expm1(-w.Seconds() / o.MeanDuration.Seconds())
+	sd := math.Sqrt(a*p + a*p*(1-p))
+	// Jobs beyond the buffer wait longer than the target; they may be at
+	// most 5% of the jobs arriving in one replenishment cycle (a boot).
+	allowed := (1 - adaptiveQuantile) * o.ArrivalRate * o.BootTime.Seconds()
+	if !(sd > 0) {
+		return 0
+	}
+	limit := int(math.Min(math.Ceil(10*sd)+1, maxAdaptiveSlots))
+	for k := 0; k < limit; k++ {
+		if expectedShortfall(0, sd, float64(k)) <= allowed {
+			return k
+		}
+	}
+	return limit
+}
+
+// expectedShortfall is E[(X − k)+] for X normal with the given mean and
+// standard deviation.
+func expectedShortfall(mean, sd, k float64) float64 {
+	z := (k - mean) / sd
+	pdf := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi)
+	tail := 0.5 * math.Erfc(z/math.Sqrt2)
+	return sd*pdf - (k-mean)*tail
+}
+
+// BurstSlots is how far the arrivals during the exposure window may run
+// above their mean: the 95% quantile of a Poisson count with mean
+// λ·(BootTime − targetWait/2) minus that mean, rounded up. It ignores the
+// slots that finishing jobs free, so it is an upper bound on the idle
+// buffer AdaptiveIdleSlots wants at steady state.
+func BurstSlots(o Observed, targetWait time.Duration) int {
+	m := o.ArrivalRate * exposure(o, targetWait).Seconds()
+	if !(m > 0) {
+		return 0
+	}
+	return max(PoissonQuantile(m, adaptiveQuantile)-int(math.Ceil(m)), 0)
+}
+
+// ErlangSlots is the classic fixed-pool answer, for comparison and for
+// pools that cannot grow: the least c > a with P(wait > targetWait) <= 5%
+// in an M/M/c queue (ErlangC, WaitTail), found by walking up from ⌊a⌋+1
+// with the Erlang B recursion carried along (square-root staffing puts it
+// at about a + β√a). An elastic pool needs far less: waiting jobs make it
+// boot capacity, and finishing jobs free slots within the wait.
+func ErlangSlots(o Observed, targetWait time.Duration) int {
+	a, ok := offeredLoad(o)
+	if !ok {
+		return 0
+	}
+	if a >= maxAdaptiveSlots {
+		return maxAdaptiveSlots
+	}
+	mu := 1 / o.MeanDuration.Seconds()
+	tw := max(targetWait, 0).Seconds()
+	b := 1.0
+	c := 0
+	for ; float64(c+1) <= a; c++ {
+		b = a * b / (float64(c+1) + a*b)
+	}
+	for c < maxAdaptiveSlots {
+		c++
+		b = a * b / (float64(c) + a*b)
+		if erlangCFromB(c, a, b)*math.Exp(-(float64(c)-a)*mu*tw) <= 1-adaptiveQuantile {
+			return c
+		}
+	}
+	return c
+}
+
+// PoissonQuantile returns the least k with P(X <= k) >= q for X Poisson
+// with mean m (a normal approximation with continuity correction above a
+// mean of 500).
+func PoissonQuantile(m, q float64) int {
+	if !(m > 0) {
+		return 0
+	}
+	if m > 500 {
+		z := normalQuantile(q)
+		return int(math.Ceil(m + z*math.Sqrt(m) - 0.5))
+	}
+	p := math.Exp(-m)
+	cdf := p
+	k := 0
+	for cdf < q && k < maxAdaptiveSlots {
+		k++
+		p *= m / float64(k)
+		cdf += p
+	}
+	return k
+}
+
+// normalQuantile is the standard normal quantile (Acklam's rational
+// approximation, relative error < 1.2e-9).
+func normalQuantile(p float64) float64 {
+	const (
+		a1, a2, a3, a4, a5, a6 = -3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00
+		b1, b2, b3, b4, b5     = -5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01, -1.328068155288572e+01
+		c1, c2, c3, c4, c5, c6 = -7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00
+		d1, d2, d3, d4         = 7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00
+		low                    = 0.02425
+	)
+	switch {
+	case p <= 0:
+		return math.Inf(-1)
+	case p >= 1:
+		return math.Inf(1)
+	case p < low:
+		q := math.Sqrt(-2 * math.Log(p))
+		return (((((c1*q+c2)*q+c3)*q+c4)*q+c5)*q + c6) / ((((d1*q+d2)*q+d3)*q+d4)*q + 1)
+	case p > 1-low:
+		q := math.Sqrt(-2 * math.Log(1-p))
+		return -(((((c1*q+c2)*q+c3)*q+c4)*q+c5)*q + c6) / ((((d1*q+d2)*q+d3)*q+d4)*q + 1)
+	}
+	q := p - 0.5
+	r := q * q
+	return (((((a1*r+a2)*r+a3)*r+a4)*r+a5)*r + a6) * q / (((((b1*r+b2)*r+b3)*r+b4)*r+b5)*r + 1)
+}
+
+// AdaptiveIdleSlots is the adaptive idle buffer: the least number k of
+// free slots (booting ones count) such that the jobs the pool cannot serve
+// from it within the exposure window W = BootTime − targetWait/2 are at
+// most 5% of those arriving in one boot. The number of jobs in the system
+// moves as a stationary M/M/∞ process: over W it changes by X with mean 0
+// and variance a·p·(2 − p), p = 1 − e^(−W/D); with X taken as normal, k is
+// the least with E[(X − k)+] <= 5% · λ·BootTime. 0 when W <= 0 or without
+// load. targetWait <= 0 means DefaultTargetWait.
+func AdaptiveIdleSlots(o Observed, targetWait time.Duration) int {
+	if targetWait <= 0 {
+		targetWait = DefaultTargetWait
+	}
+	return idleSlots(o, targetWait)
+}

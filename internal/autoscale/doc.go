@@ -1,0 +1,119 @@
+// Package autoscale is drover's autoscaling policy: a pure function from
+// the pool's instances, the demand for job slots, the configuration and the
+// time to what to create and what to remove, with a reason for each
+// decision. The pool (pool*.go) carries the decisions out; the simulator
+// replays job traces against the same code on a virtual clock.
+//
+// # Dialects
+//
+// Both of GitLab Runner's configurations map onto one Policy (FromRunner):
+//
+//   - [runners.machine] (docker+machine): capacity in machines, one job
+//     each. IdleCount, IdleCountMin, IdleScaleFactor (a float), IdleTime
+//     (seconds), MaxGrowthRate, MaxBuilds, the runner's limit as the cap on
+//     machines in every state, and [[runners.machine.autoscaling]] periods
+//     in 7-field gorhill/cronexpr syntax ("sec min hour dom month dow
+//     year"), in force when the next match is within ±1 s of now — so the
+//     last second of a period's last minute is outside it (GitLab Runner
+//     issue 2170), the second before its first one inside.
+//   - [runners.autoscaler] (taskscaler): capacity in job slots,
+//     capacity_per_instance per instance; max_use_count, max_instances and
+//     [[runners.autoscaler.policy]] entries with 5-field unix cron periods
+//     (default "* * * * *"), timezone, idle_count (slots), idle_time,
+//     scale_factor, scale_factor_limit, preemptive_mode (unset: idle_count
+//     > 0), and drover's adaptive = true / target_wait.
+//
+// The last entry whose periods cover now wins; without one the top-level
+// values apply (for the autoscaler dialect: idle_count 0, not preemptive).
+//
+// # Machine dialect (GitLab Runner's docker+machine algorithm)
+//
+// Available = idle + creating machines − jobs waiting for a machine;
+// in use = busy machines + waiting jobs. The idle target is IdleCount, or
+// with IdleScaleFactor > 0, floor(in use × IdleScaleFactor) clamped to
+// [max(1, IdleCountMin), IdleCount] (MachineIdleTarget); the target is
+// "exceeded" when available >= target. Idle machines are walked in list
+// order with running counts and removed for, in this order: MaxBuilds
+// reached; the machines before it already reach limit; idle longer than
+// IdleTime (since the end of its last job, else since ready/created) while
+// the machines counted so far already meet the target — so the first
+// machines survive and later ones are trimmed. Unlike GitLab Runner the
+// target itself is computed from the whole list, so that a busy machine
+// late in the list does not make earlier idle ones look superfluous.
+// Machines are then created, one per waiting job no idle or booting
+// machine will serve (on-demand; the only creations when IdleCount = 0),
+// then up to the idle target; never beyond limit (all states) nor with
+// more than MaxGrowthRate creating. Job requests in flight (Reserved)
+// create nothing: GitLab Runner creates on-demand machines only once a job
+// has arrived.
+//
+// # Autoscaler dialect (taskscaler)
+//
+// The idle slot target is idle_count, raised to ceil(scale_factor ×
+// acquired slots) capped by scale_factor_limit (when > 0) if scale_factor
+// > 0, and never more than max_instances can hold (SlotIdleTarget). Free
+// slots wanted = reserved + waiting + idle target. Busy and booting
+// instances keep their free slots; idle instances are walked in list order
+// and removed when: max_use_count is used up (retirement happens once the
+// instance is idle after its last job); the instances before it already
+// reach max_instances; idle longer than idle_time while the free slots
+// counted so far already cover what is wanted. Missing free slots are
+// created as ceil(missing / capacity_per_instance) instances (an instance
+// offers no more slots than max_use_count), within max_instances (every
+// state) and MaxGrowthRate. An instance's free slots never exceed its
+// remaining uses.
+//
+// # Reservations
+//
+// CanReserve decides whether a job may be requested. Preemptive (machine
+// dialect with IdleCount > 0, autoscaler dialect per preemptive_mode):
+// only while reserved + waiting jobs are fewer than the free slots on ready
+// instances — with reservation throttling (autoscaler, default on) fewer
+// than those free slots minus capacity_per_instance, but one at least.
+// Otherwise: while max_instances × capacity_per_instance can hold one more
+// job (machine dialect: limit machines, counting busy and removing ones).
+// Both stop at concurrent jobs.
+//
+// # Adaptive policy (drover's own)
+//
+// With adaptive = true the idle slot target comes from the observed load
+// (Observed: arrival rate λ as an EWMA, mean job duration D, mean boot time
+// B) instead of idle_count, which stays a floor; target_wait (default 30s)
+// is the p95 queue wait to meet. The offered load is a = λ·D Erlangs.
+//
+//  1. Exposure. A job that finds no free slot is served by capacity asked
+//     for about one boot earlier, and may itself wait target_wait; half of
+//     the target is kept as margin for boot-time spread and the pool's
+//     update delay, so the idle buffer must bridge W = B − target_wait/2.
+//     W <= 0: boots alone meet the target, the buffer is 0.
+//  2. Load change over W. The jobs in the system form an M/M/∞ process
+//     (the pool grows with demand, so nobody queues for long): over W each
+//     running job still runs with probability e^(−W/D) and the new ones
+//     still running are Poisson(a·p), p = 1 − e^(−W/D). The change X has
+//     mean 0 and variance a·p·(2 − p) (square-root staffing: the buffer
+//     grows like √a).
+//  3. Buffer (AdaptiveIdleSlots). With X taken as normal, the jobs beyond
+//     a buffer of k slots number E[(X − k)+] = σφ(k/σ) − k·(1 − Φ(k/σ));
+//     those wait longer than the target. k is the least with E[(X − k)+]
+//     <= 5% of the jobs arriving in one boot (λ·B). AdaptiveSlots = ⌈a⌉ + k.
+//  4. Idle slot target = max(k, idle_count), at least 1 when preemptive (a
+//     preemptive pool with nothing idle would never take a job), at most
+//     what max_instances can hold (SlotIdleTarget). Booting slots count as
+//     free, as for any idle target. With idle_time 0 instances beyond the
+//     target go at once, which is where the savings are: on a simulated
+//     diurnal day (TestAdaptiveDiurnalBeatsStatic) the adaptive buffer
+//     meets a 30 s p95 with 44% fewer idle instance-hours than the best
+//     static idle_count.
+//
+// Bounds for comparison: BurstSlots (Poisson 95% quantile of arrivals over
+// W, minus the mean, ignoring slots freed by finishing jobs) bounds k from
+// above; ErlangSlots is the fixed-pool answer — the least c with
+// P(wait > target) = C(c, a)·e^(−(c−a)·target/D) <= 5% in an M/M/c queue
+// (ErlangC, WaitTail), ≈ a + β√a. Sized that way (c − busy idle slots, or
+// that plus the burst term) an elastic pool kept 15-40 times the idle
+// capacity the target needs in simulation, since waiting jobs make it boot
+// capacity and finishing jobs free slots within the wait; so the Erlang-C
+// formula is not what Decide uses.
+//
+// Without observations (λ = 0 or D = 0) the adaptive target is idle_count.
+package autoscale

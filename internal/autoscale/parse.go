@@ -1,0 +1,474 @@
+package autoscale
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-ci/drover/internal/config"
+)
+
+// LineLookup locates a key of the runner being read: key is relative to
+// the runner ("machine.IdleCount", "autoscaler.policy[1].periods[0]"); it
+// returns the key's full path for messages and its 1-based line (0 when
+// unknown). (*config.RunnerConfig).KeyLine is one.
+type LineLookup func(key string) (path string, line int)
+
+// Keys of [runners.machine] that configure docker-machine itself, not the
+// policy.
+var machineOtherKeys = []string{
+	"MachineDriver", "MachineName", "MachineOptions", "MachineOptionsWithName",
+	"MaxRemovalAttempts",
+}
+
+var machineOffPeakKeys = []string{
+	"OffPeakPeriods", "OffPeakTimezone", "OffPeakIdleCount", "OffPeakIdleTime",
+}
+
+// Keys of [runners.autoscaler] that configure the pool, the provider or
+// the connector, not the policy.
+var autoscalerOtherKeys = []string{
+	"plugin", "plugin_config", "connector_config", "instance_ready_command",
+	"instance_acquire_timeout", "update_interval", "update_interval_when_expecting",
+	"deletion_retry_interval", "shutdown_deletion_interval", "shutdown_deletion_retries",
+	"failure_threshold", "delete_instances_on_shutdown", "log_internal_ip", "log_external_ip",
+	"instance_operation_time_buckets", "instance_creation_time_buckets",
+	"instance_is_running_time_buckets", "instance_deletion_time_buckets",
+	"instance_readiness_time_buckets", "instance_life_duration_buckets",
+	"scale_throttle", "state_storage", "vm_isolation",
+}
+
+// FromRunner reads the autoscaling policy of one runner from the raw
+// [runners.machine] or [runners.autoscaler] table that internal/config
+// kept. It returns nil, nil when neither table is set. When both are, the
+// executor decides (docker+machine reads [runners.machine], anything else
+// [runners.autoscaler]) and the other draws a warning. lines locates keys
+// for messages; nil means r.KeyLine. concurrent is the global concurrent.
+//
+// Errors are *config.Error naming file, line and key: invalid cron periods,
+// unknown time zones, negative counts, IdleScaleFactor or scale_factor
+// written as an integer, values of the wrong type. Unknown and deprecated
+// keys are Policy.Warnings. The returned Policy is compiled.
+func FromRunner(file string, lines LineLookup, concurrent int, r *config.RunnerConfig) (*Policy, error) {
+	if r == nil || (r.Machine == nil && r.Autoscaler == nil) {
+		return nil, nil
+	}
+	if lines == nil {
+		lines = r.KeyLine
+	}
+	rd := &reader{file: file, lines: lines}
+	var p *Policy
+	switch {
+	case r.Machine != nil && (r.Autoscaler == nil || r.Executor == "docker+machine"):
+		if r.Autoscaler != nil {
+			rd.warn("autoscaler", "ignored: executor %q uses [runners.machine]", r.Executor)
+		}
+		p = rd.machine(r.Machine, r.Limit, concurrent)
+	default:
+		if r.Machine != nil {
+			rd.warn("machine", "ignored: executor %q uses [runners.autoscaler]", r.Executor)
+		}
+		p = rd.autoscaler(r.Autoscaler, concurrent)
+	}
+	sort.SliceStable(rd.warnings, func(i, j int) bool { return rd.warnings[i].Line < rd.warnings[j].Line })
+	p.Warnings = rd.warnings
+	if len(rd.errs) > 0 {
+		sort.SliceStable(rd.errs, func(i, j int) bool { return rd.errs[i].Line < rd.errs[j].Line })
+		return nil, rd.errs[0]
+	}
+	return p, nil
+}
+
+type reader struct {
+	file     string
+	lines    LineLookup
+	errs     []*config.Error
+	warnings []config.Warning
+}
+
+func (rd *reader) fail(key, format string, args ...any) {
+	path, line := rd.lines(key)
+	rd.errs = append(rd.errs, &config.Error{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (rd *reader) warn(key, format string, args ...any) {
+	path, line := rd.lines(key)
+	rd.warnings = append(rd.warnings, config.Warning{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// sub joins a table key and a child key, quoting the child when TOML
+// needs it.
+func sub(table, k string) string {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return table + "." + strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return table + `.""`
+	}
+	return table + "." + k
+}
+
+func index(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case time.Time:
+		return "a datetime"
+	case []map[string]any:
+		return "an array of tables"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// count reads a non-negative integer.
+func (rd *reader) count(key string, v any) int {
+	n, ok := v.(int64)
+	if !ok {
+		rd.fail(key, "must be an integer, not %s", typeName(v))
+		return 0
+	}
+	if n < 0 {
+		rd.fail(key, "must not be negative (got %d)", n)
+		return 0
+	}
+	if n > math.MaxInt32 {
+		rd.fail(key, "%d is too large", n)
+		return 0
+	}
+	return int(n)
+}
+
+// float reads a non-negative float. An integer is an error, as in GitLab
+// Runner (its TOML decoder refuses to load an integer into a float).
+func (rd *reader) float(key string, v any) float64 {
+	switch f := v.(type) {
+	case float64:
+		if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			rd.fail(key, "must be a finite number >= 0 (got %v)", f)
+			return 0
+		}
+		return f
+	case int64:
+		rd.fail(key, "must be a float: write %d.0, not %d (GitLab Runner refuses an integer here too)", f, f)
+		return 0
+	}
+	rd.fail(key, "must be a float, not %s", typeName(v))
+	return 0
+}
+
+func (rd *reader) boolean(key string, v any) bool {
+	b, ok := v.(bool)
+	if !ok {
+		rd.fail(key, "must be a boolean, not %s", typeName(v))
+	}
+	return b
+}
+
+func (rd *reader) str(key string, v any) string {
+	s, ok := v.(string)
+	if !ok {
+		rd.fail(key, "must be a string, not %s", typeName(v))
+	}
+	return s
+}
+
+// seconds reads an integer number of seconds (machine dialect IdleTime).
+func (rd *reader) seconds(key string, v any) time.Duration {
+	n, ok := v.(int64)
+	if !ok {
+		rd.fail(key, "must be an integer number of seconds, not %s", typeName(v))
+		return 0
+	}
+	if n < 0 {
+		rd.fail(key, "must not be negative (got %d)", n)
+		return 0
+	}
+	if n > int64(math.MaxInt64/time.Second) {
+		rd.fail(key, "%d seconds is too long", n)
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// duration reads a Go duration string ("20m"). An integer is nanoseconds,
+// as GitLab Runner reads it, with a warning because that is rarely meant.
+func (rd *reader) duration(key string, v any) time.Duration {
+	switch t := v.(type) {
+	case string:
+		d, err := time.ParseDuration(t)
+		if err != nil {
+			rd.fail(key, "%q is not a duration (want e.g. \"30s\", \"20m\", \"1h30m\")", t)
+			return 0
+		}
+		if d < 0 {
+			rd.fail(key, "must not be negative (got %s)", t)
+			return 0
+		}
+		return d
+	case int64:
+		if t < 0 {
+			rd.fail(key, "must not be negative (got %d)", t)
+			return 0
+		}
+		if t != 0 {
+			rd.warn(key, "integer durations are nanoseconds; write a duration string such as \"20m\"")
+		}
+		return time.Duration(t)
+	}
+	rd.fail(key, "must be a duration string, not %s", typeName(v))
+	return 0
+}
+
+func (rd *reader) strList(key string, v any) []string {
+	a, ok := v.([]any)
+	if !ok {
+		rd.fail(key, "must be an array of strings, not %s", typeName(v))
+		return nil
+	}
+	out := make([]string, 0, len(a))
+	for i, e := range a {
+		s, ok := e.(string)
+		if !ok {
+			rd.fail(index(key, i), "must be a string, not %s", typeName(e))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (rd *reader) tables(key string, v any) []map[string]any {
+	switch t := v.(type) {
+	case []map[string]any:
+		return t
+	case []any:
+		if len(t) == 0 {
+			return nil
+		}
+	}
+	rd.fail(key, "must be an array of tables ([[...]]), not %s", typeName(v))
+	return nil
+}
+
+func (rd *reader) location(key string, v any) (string, bool) {
+	tz := rd.str(key, v)
+	if _, err := loadLocation(tz); err != nil {
+		rd.fail(key, "%v", err)
+		return tz, false
+	}
+	return tz, true
+}
+
+func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
+	p := &Policy{
+		Dialect:             DialectMachine,
+		CapacityPerInstance: 1,
+		MaxInstances:        max(limit, 0),
+		Concurrent:          max(concurrent, 0),
+	}
+	for _, k := range sortedKeys(m) {
+		v, key := m[k], sub("machine", k)
+		switch k {
+		case "IdleCount":
+			p.Base.IdleCount = rd.count(key, v)
+		case "IdleCountMin":
+			p.Base.IdleCountMin = rd.count(key, v)
+		case "IdleScaleFactor":
+			p.Base.ScaleFactor = rd.float(key, v)
+		case "IdleTime":
+			p.Base.IdleTime = rd.seconds(key, v)
+		case "MaxGrowthRate":
+			p.MaxGrowthRate = rd.count(key, v)
+		case "MaxBuilds":
+			p.MaxUseCount = rd.count(key, v)
+		case "autoscaling":
+			for i, t := range rd.tables(key, v) {
+				p.Schedules = append(p.Schedules, rd.machinePeriod(index(key, i), t))
+			}
+		default:
+			switch {
+			case slices.Contains(machineOtherKeys, k):
+			case slices.Contains(machineOffPeakKeys, k):
+				rd.warn(key, "removed in GitLab Runner 14.0 and ignored: use [[runners.machine.autoscaling]] with Periods, Timezone, IdleCount and IdleTime")
+			default:
+				rd.warn(key, "unknown key, ignored")
+			}
+		}
+	}
+	return p
+}
+
+func (rd *reader) machinePeriod(key string, m map[string]any) Schedule {
+	var s Schedule
+	tzOK := true
+	for _, k := range sortedKeys(m) {
+		v, kk := m[k], sub(key, k)
+		switch k {
+		case "Periods":
+			s.Periods = rd.strList(kk, v)
+		case "Timezone":
+			s.Timezone, tzOK = rd.location(kk, v)
+		case "IdleCount":
+			s.IdleCount = rd.count(kk, v)
+		case "IdleCountMin":
+			s.IdleCountMin = rd.count(kk, v)
+		case "IdleScaleFactor":
+			s.ScaleFactor = rd.float(kk, v)
+		case "IdleTime":
+			s.IdleTime = rd.seconds(kk, v)
+		default:
+			rd.warn(kk, "unknown key, ignored")
+		}
+	}
+	if _, ok := m["Periods"]; !ok {
+		rd.warn(key, "no Periods: this entry never applies")
+	}
+	for i, ps := range s.Periods {
+		c, err := ParseCron7(ps)
+		if err != nil {
+			rd.fail(index(sub(key, "Periods"), i), "%v", err)
+			continue
+		}
+		if c.fields != 7 && !strings.HasPrefix(ps, "@") {
+			rd.warn(index(sub(key, "Periods"), i), "%q has %d fields: the seconds field is then 0, so the period only matches around second 0 of each minute; write 7 fields (sec min hour dom month dow year), e.g. \"* * 9-17 * * mon-fri *\"", ps, c.fields)
+		}
+		s.compiled = append(s.compiled, c)
+	}
+	if s.compiled == nil {
+		s.compiled = []period{}
+	}
+	if tzOK {
+		s.loc, _ = loadLocation(s.Timezone)
+	} else {
+		s.compiled = nil
+	}
+	return s
+}
+
+func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
+	p := &Policy{
+		Dialect:               DialectAutoscaler,
+		CapacityPerInstance:   1,
+		Concurrent:            max(concurrent, 0),
+		ReservationThrottling: true,
+	}
+	for _, k := range sortedKeys(m) {
+		v, key := m[k], sub("autoscaler", k)
+		switch k {
+		case "capacity_per_instance":
+			n := rd.count(key, v)
+			if n == 0 {
+				if _, isInt := v.(int64); isInt {
+					rd.fail(key, "must be at least 1")
+				}
+				n = 1
+			}
+			p.CapacityPerInstance = n
+		case "max_use_count":
+			p.MaxUseCount = rd.count(key, v)
+		case "max_instances":
+			p.MaxInstances = rd.count(key, v)
+		case "reservation_throttling":
+			p.ReservationThrottling = rd.boolean(key, v)
+		case "policy":
+			for i, t := range rd.tables(key, v) {
+				p.Schedules = append(p.Schedules, rd.autoscalerPolicy(index(key, i), t))
+			}
+		default:
+			if !slices.Contains(autoscalerOtherKeys, k) {
+				rd.warn(key, "unknown key, ignored")
+			}
+		}
+	}
+	return p
+}
+
+func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
+	var s Schedule
+	tzOK := true
+	var preemptiveSet, targetSet bool
+	for _, k := range sortedKeys(m) {
+		v, kk := m[k], sub(key, k)
+		switch k {
+		case "periods":
+			s.Periods = rd.strList(kk, v)
+		case "timezone":
+			s.Timezone, tzOK = rd.location(kk, v)
+		case "idle_count":
+			s.IdleCount = rd.count(kk, v)
+		case "idle_time":
+			s.IdleTime = rd.duration(kk, v)
+		case "scale_factor":
+			s.ScaleFactor = rd.float(kk, v)
+		case "scale_factor_limit":
+			s.ScaleFactorLimit = rd.count(kk, v)
+		case "preemptive_mode":
+			s.Preemptive, preemptiveSet = rd.boolean(kk, v), true
+		case "adaptive":
+			s.Adaptive = rd.boolean(kk, v)
+		case "target_wait":
+			s.TargetWait, targetSet = rd.duration(kk, v), true
+		default:
+			rd.warn(kk, "unknown key, ignored")
+		}
+	}
+	if !preemptiveSet {
+		s.Preemptive = s.IdleCount > 0
+	}
+	if !targetSet {
+		s.TargetWait = DefaultTargetWait
+	} else if !s.Adaptive {
+		rd.warn(sub(key, "target_wait"), "only used with adaptive = true")
+	} else if s.TargetWait == 0 {
+		rd.fail(sub(key, "target_wait"), "must be more than 0")
+	}
+	periods := s.Periods
+	if _, ok := m["periods"]; !ok {
+		periods = []string{"* * * * *"}
+	} else if len(periods) == 0 {
+		rd.warn(sub(key, "periods"), "empty: this policy never applies (leave periods out for always)")
+	}
+	s.compiled = []period{}
+	for i, ps := range periods {
+		c, err := ParseCron5(ps)
+		if err != nil {
+			rd.fail(index(sub(key, "periods"), i), "%v", err)
+			continue
+		}
+		s.compiled = append(s.compiled, c)
+	}
+	if tzOK {
+		s.loc, _ = loadLocation(s.Timezone)
+	} else {
+		s.compiled = nil
+	}
+	return s
+}
