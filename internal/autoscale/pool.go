@@ -160,33 +160,33 @@ type Pool struct {
 
 	tickMu sync.Mutex // serialises scaling passes and Shutdown
 
-	mu        sync.Mutex
-	pol       *Policy
-	insts     []*poolInstance // creation order
-	byID      map[string]*poolInstance
-	pending   []time.Time // creations requested, not yet reported by Update
-	reserved  int
-	waiting   int
-	closed    bool
-	started   bool
-	restored  map[string]stateInstance
-	slotFree  chan struct{} // closed and replaced when a slot may have become free
-	wake      chan struct{}
-	closedCh  chan struct{}
-	dirty     bool // state file needs writing
-	lastSync  time.Time
-	nextFull  time.Time
+	mu          sync.Mutex
+	pol         *Policy
+	insts       []*poolInstance // creation order
+	byID        map[string]*poolInstance
+	pending     []time.Time // creations requested, not yet reported by Update
+	reserved    int
+	waiting     int
+	closed      bool
+	started     bool
+	restored    map[string]stateInstance
+	slotFree    chan struct{} // closed and replaced when a slot may have become free
+	wake        chan struct{}
+	closedCh    chan struct{}
+	dirty       bool // state file needs writing
+	lastSync    time.Time
+	nextFull    time.Time
 	createFails int
 	createAt    time.Time // no creations before this (backoff)
 
 	// Observed statistics.
-	rate      float64
-	rateAt    time.Time
-	meanDur   float64 // seconds
-	meanBoot  float64 // seconds
-	haveDur   bool
-	haveBoot  bool
-	snapBuf   []Instance
+	rate     float64
+	rateAt   time.Time
+	meanDur  float64 // seconds
+	meanBoot float64 // seconds
+	haveDur  bool
+	haveBoot bool
+	snapBuf  []Instance
 }
 
 // NewPool checks the options, fills in defaults and reads the state file

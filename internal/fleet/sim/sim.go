@@ -45,11 +45,11 @@ type Options struct {
 }
 
 type instance struct {
-	id        string
-	readyAt   time.Time
-	deleteAt  time.Time // zero until Decrease
-	reported  bool      // deleted state reported once
-	hbFail    int
+	id       string
+	readyAt  time.Time
+	deleteAt time.Time // zero until Decrease
+	reported bool      // deleted state reported once
+	hbFail   int
 }
 
 // Provider is a simulated instance group. It is safe for concurrent use.
