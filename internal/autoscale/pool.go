@@ -547,3 +547,15 @@ func (p *Pool) dropLocked(in *poolInstance, why string) {
 	p.log.Info("instance gone", "instance", in.id, "why", why, "jobs", in.acquired)
 	p.signalSlotsLocked()
 }
+
+// Counts returns how many instances are in each state; pending creations
+// count as creating.
+func (p *Pool) Counts() (creating, idle, busy, removing int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var c [4]int
+	for _, in := range p.insts {
+		c[in.state]++
+	}
+	return c[StateCreating] + len(p.pending), c[StateIdle], c[StateBusy], c[StateRemoving]
+}
