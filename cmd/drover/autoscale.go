@@ -41,6 +41,7 @@ type simFlags struct {
 	cfgPath, tracePath, runner string
 	boot, spread, duration     time.Duration
 	seed                       uint64
+	logLevel                   string
 }
 
 func (f *simFlags) register(cmd *cobra.Command) {
@@ -52,6 +53,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.spread, "boot-spread", 5*time.Second, "boot times spread uniformly over boot-time ± this")
 	fs.DurationVar(&f.duration, "duration", simulate.DefaultDuration, "simulated span; jobs arriving later are left out")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the boot time spread")
+	fs.StringVar(&f.logLevel, "log-level", "", "log the pool's decisions to stderr at this level (debug or info; default: no log)")
 }
 
 // load reads the config and the trace; every problem with them is a
@@ -88,8 +90,16 @@ func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, 
 	return pol, jobs, nil
 }
 
-func (f *simFlags) options(pol *autoscale.Policy) simulate.Options {
-	return simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed}
+func (f *simFlags) options(cmd *cobra.Command, pol *autoscale.Policy) (simulate.Options, error) {
+	o := simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed}
+	if f.logLevel != "" {
+		logger, err := newLogger(cmd.ErrOrStderr(), f.logLevel, "text")
+		if err != nil {
+			return o, usageError(err)
+		}
+		o.Logger = logger
+	}
+	return o, nil
 }
 
 // runnerPolicy picks the runner and builds its policy.
@@ -153,7 +163,10 @@ Exit codes: 0 done, 1 failure, 2 bad flags, config or trace.`,
 			if err != nil {
 				return err
 			}
-			o := sf.options(pol)
+			o, err := sf.options(cmd, pol)
+			if err != nil {
+				return err
+			}
 			if plot == "" {
 				o.Samples = -1
 			}
@@ -206,7 +219,11 @@ flags, config or trace.`,
 			if err != nil {
 				return err
 			}
-			best, all, err := simulate.SweepIdleCount(cmd.Context(), sf.options(pol), jobs, list, target)
+			o, err := sf.options(cmd, pol)
+			if err != nil {
+				return err
+			}
+			best, all, err := simulate.SweepIdleCount(cmd.Context(), o, jobs, list, target)
 			if err != nil {
 				return err
 			}

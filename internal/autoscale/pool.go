@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"sync"
@@ -219,7 +218,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	logger := o.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Pool{
 		o:        o,

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -135,12 +134,12 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		o.Samples = 1000
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	clk := clock.NewFake(o.Start)
 	prov := sim.New(sim.Options{Clock: clk, BootTime: o.BootTime, BootSpread: o.BootSpread, DeleteTime: o.DeleteTime, Seed: o.Seed})
 	pool, err := autoscale.NewPool(autoscale.PoolOptions{
-		Policy: o.Policy, Provider: prov, Clock: clk, Logger: o.Logger,
+		Policy: o.Policy, Provider: prov, Clock: clk, Logger: slog.New(virtualTime{o.Logger.Handler(), clk}),
 		Settings: fleet.Settings{Name: "sim"},
 	})
 	if err != nil {
@@ -308,4 +307,24 @@ func percentile(xs []float64, p float64) float64 {
 	}
 	k := int(math.Ceil(p*float64(len(xs)))) - 1
 	return xs[min(max(k, 0), len(xs)-1)]
+}
+
+// virtualTime stamps log records with the simulation's clock, so the
+// pool's log reads in simulated time.
+type virtualTime struct {
+	slog.Handler
+	clk clock.Clock
+}
+
+func (v virtualTime) Handle(ctx context.Context, r slog.Record) error {
+	r.Time = v.clk.Now()
+	return v.Handler.Handle(ctx, r)
+}
+
+func (v virtualTime) WithAttrs(as []slog.Attr) slog.Handler {
+	return virtualTime{v.Handler.WithAttrs(as), v.clk}
+}
+
+func (v virtualTime) WithGroup(name string) slog.Handler {
+	return virtualTime{v.Handler.WithGroup(name), v.clk}
 }

@@ -107,3 +107,15 @@ func TestBootSpreadDeterministic(t *testing.T) {
 		t.Errorf("%d of %d running at the mean boot time, want a spread", running, len(a))
 	}
 }
+
+func TestRealClock(t *testing.T) {
+	p := New(Options{BootTime: 5 * time.Millisecond})
+	p.Increase(t.Context(), 1)
+	if st := states(t, p); st["sim-000001"] != fleet.StateCreating {
+		t.Fatalf("state %v right after Increase, want creating", st)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if st := states(t, p); st["sim-000001"] != fleet.StateRunning {
+		t.Fatalf("state %v after the boot time, want running", st)
+	}
+}
