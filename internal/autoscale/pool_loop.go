@@ -69,6 +69,9 @@ func (p *Pool) Tick(ctx context.Context) time.Time {
 	p.decide(ctx, now)
 	p.deletions(ctx, now)
 	p.flushState()
+	p.mu.Lock()
+	p.updateGaugesLocked()
+	p.mu.Unlock()
 	return p.nextTick(now)
 }
 
@@ -346,7 +349,6 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 			label = "demand"
 		}
 	}
-	p.updateGaugesLocked()
 	p.mu.Unlock()
 	if create <= 0 {
 		return

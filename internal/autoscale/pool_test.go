@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -535,5 +536,59 @@ func TestReasonLabel(t *testing.T) {
 		if got := reasonLabel(in); got != want {
 			t.Errorf("reasonLabel(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestPoolShutdownKeepsInstancesForRestart(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "r1.json")
+	h := newHarness(t, autoscalerPolicy(1, 2, time.Hour, 0), sim.Options{}, func(o *PoolOptions) { o.StateFile = state })
+	h.pool.Tick(t.Context())
+	h.advance(2 * time.Second)
+	if err := h.pool.Shutdown(t.Context(), false); err != nil {
+		t.Fatalf("Shutdown(false) = %v", err)
+	}
+	if live := h.prov.Live(); len(live) != 2 {
+		t.Fatalf("live after Shutdown(false) = %v, want the 2 instances kept", live)
+	}
+	st, err := readStateFile(state)
+	if err != nil || len(st) != 2 {
+		t.Fatalf("state file after Shutdown: %v, %v; want 2 instances", st, err)
+	}
+	h.pool = h.newPool(autoscalerPolicy(1, 2, time.Hour, 0), func(o *PoolOptions) { o.StateFile = state })
+	h.pool.Tick(t.Context())
+	if got := h.count(StateIdle); got != 2 {
+		t.Errorf("idle after restart = %d, want the 2 re-adopted", got)
+	}
+	if created, _ := h.prov.Counts(); created != 2 {
+		t.Errorf("created %d, want 2 (none new)", created)
+	}
+}
+
+func TestPoolSetPolicyAndGauges(t *testing.T) {
+	h := newHarness(t, autoscalerPolicy(1, 1, time.Hour, 0), sim.Options{BootTime: 10 * time.Second}, nil)
+	h.pool.Tick(t.Context())
+	h.advance(10 * time.Second)
+	h.pool.SetPolicy(autoscalerPolicy(1, 3, time.Hour, 0))
+	h.pool.Tick(t.Context())
+	if got := h.count(StateCreating); got != 2 {
+		t.Fatalf("creating after raising idle_count to 3 = %d, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.m.Instances.WithLabelValues("r1", "idle")); got != 1 {
+		t.Errorf("instances{state=idle} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.m.Instances.WithLabelValues("r1", "creating")); got != 2 {
+		t.Errorf("instances{state=creating} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.m.Creations.WithLabelValues("r1", "idle_target")); got != 3 {
+		t.Errorf("creations{idle_target} = %v, want 3", got)
+	}
+}
+
+func TestPoolStateFileCorrupt(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "r1.json")
+	os.WriteFile(state, []byte("{not json"), 0o600)
+	_, err := NewPool(PoolOptions{Policy: autoscalerPolicy(1, 1, 0, 0), Provider: sim.New(sim.Options{}), StateFile: state})
+	if err == nil || !strings.Contains(err.Error(), state) {
+		t.Fatalf("NewPool with a corrupt state file = %v, want an error naming it", err)
 	}
 }

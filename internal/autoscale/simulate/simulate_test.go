@@ -182,3 +182,47 @@ func TestSweepIdleCount(t *testing.T) {
 		t.Error("sweep changed the caller's policy")
 	}
 }
+
+func TestRunSeedExampleMachineGrowth(t *testing.T) {
+	// Seed 000's worked example: limit 10, MaxGrowthRate 1, IdleCount 2,
+	// IdleTime 1800 s. Start: 2 idle. 5 jobs arrive: machines are created
+	// one at a time until 5 are busy and 2 idle (7). After the jobs end
+	// and IdleTime passes: back to 2 idle.
+	pol := &autoscale.Policy{Dialect: autoscale.DialectMachine, CapacityPerInstance: 1, MaxInstances: 10, MaxGrowthRate: 1,
+		Base: autoscale.Schedule{IdleCount: 2, IdleTime: 1800 * time.Second, Preemptive: true}}
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: 3 * time.Hour, Samples: 3 * 3600},
+		readTrace(t, "300,3600\n300,3600\n300,3600\n300,3600\n300,3600\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	var sawFull bool
+	for _, s := range res.Timeline {
+		if s.Creating > 1 {
+			t.Fatalf("at %s: %d machines creating, MaxGrowthRate is 1", s.At, s.Creating)
+		}
+		if total := s.Creating + s.Idle + s.Busy + s.Removing; total > 10 {
+			t.Fatalf("at %s: %d machines, limit 10", s.At, total)
+		}
+		if s.At == 200*time.Second && (s.Idle != 2 || s.Busy != 0) {
+			t.Errorf("at start: %+v, want 2 idle", s)
+		}
+		if s.Busy == 5 && s.Idle == 2 && s.Creating == 0 {
+			sawFull = true
+		}
+		// The machines the jobs used stay for IdleTime after the jobs end
+		// (never-used idle machines may go earlier: their idle time runs
+		// from when they became ready).
+		if s.At > 4200*time.Second && s.At < 5600*time.Second && s.Idle < 5 { // jobs end 3900-4100 s
+			t.Fatalf("at %s: %+v: used machines removed before IdleTime", s.At, s)
+		}
+		if s.At > 3*time.Hour-10*time.Minute && (s.Idle != 2 || s.Creating+s.Busy+s.Removing != 0) {
+			t.Fatalf("at %s: %+v, want back to 2 idle", s.At, s)
+		}
+	}
+	if !sawFull {
+		t.Error("never 5 busy + 2 idle machines")
+	}
+	if r := res.Report; r.FinalInstances != 2 || r.PeakInstances != 7 || r.Created != 7 || r.Removed != 5 {
+		t.Errorf("report %+v: want peak 7, back to 2 (7 created, 5 removed)", r)
+	}
+}
