@@ -157,7 +157,9 @@ type Pool struct {
 	log    *slog.Logger
 	runner string
 
-	tickMu sync.Mutex // serialises scaling passes and Shutdown
+	tickMu   sync.Mutex // serialises scaling passes and Shutdown
+	initDone bool       // Provider.Init succeeded (guarded by tickMu)
+	nextFull time.Time  // next heartbeat round (guarded by tickMu)
 
 	mu          sync.Mutex
 	pol         *Policy
@@ -174,7 +176,6 @@ type Pool struct {
 	closedCh    chan struct{}
 	dirty       bool // state file needs writing
 	lastSync    time.Time
-	nextFull    time.Time
 	createFails int
 	createAt    time.Time // no creations before this (backoff)
 

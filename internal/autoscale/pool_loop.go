@@ -48,15 +48,22 @@ func (p *Pool) Tick(ctx context.Context) time.Time {
 		return p.clk.Now().Add(p.o.UpdateInterval)
 	}
 	now := p.clk.Now()
-	if !p.started {
+	if !p.initDone {
 		if _, err := p.o.Provider.Init(ctx, p.o.Settings); err != nil {
 			p.providerError("init", err)
 			return now.Add(p.o.UpdateIntervalWhenExpecting)
 		}
+		p.initDone = true
+	}
+	if !p.isStarted() {
+		// The first sync reconciles with the state file; nothing is
+		// decided before it succeeds.
 		if err := p.sync(ctx, now); err != nil {
 			return now.Add(p.o.UpdateIntervalWhenExpecting)
 		}
+		p.mu.Lock()
 		p.started = true
+		p.mu.Unlock()
 		p.nextFull = now.Add(p.o.UpdateInterval)
 	} else if p.syncDue(now) {
 		_ = p.sync(ctx, now) // logged and counted; the pass goes on with the pool's view
@@ -73,6 +80,12 @@ func (p *Pool) Tick(ctx context.Context) time.Time {
 	p.updateGaugesLocked()
 	p.mu.Unlock()
 	return p.nextTick(now)
+}
+
+func (p *Pool) isStarted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
 }
 
 func (p *Pool) expectingLocked() bool {
@@ -476,7 +489,7 @@ func (p *Pool) Shutdown(ctx context.Context, deleteInstances bool) error {
 	p.tickMu.Lock()
 	defer p.tickMu.Unlock()
 	var errs []error
-	if deleteInstances && p.started {
+	if deleteInstances && p.isStarted() {
 		errs = append(errs, p.deleteAll(ctx))
 	}
 	p.flushState()

@@ -592,3 +592,54 @@ func TestPoolStateFileCorrupt(t *testing.T) {
 		t.Fatalf("NewPool with a corrupt state file = %v, want an error naming it", err)
 	}
 }
+
+// flakyProvider fails Init and Update a number of times.
+type flakyProvider struct {
+	*sim.Provider
+	initFails, updateFails int
+	inits                  int
+}
+
+func (f *flakyProvider) Init(ctx context.Context, s fleet.Settings) (fleet.Info, error) {
+	f.inits++
+	if f.initFails > 0 {
+		f.initFails--
+		return fleet.Info{}, errors.New("cloud API down")
+	}
+	return f.Provider.Init(ctx, s)
+}
+
+func (f *flakyProvider) Update(ctx context.Context, fn func(string, fleet.State)) error {
+	if f.updateFails > 0 {
+		f.updateFails--
+		return errors.New("cloud API down")
+	}
+	return f.Provider.Update(ctx, fn)
+}
+
+func TestPoolProviderDownAtStart(t *testing.T) {
+	clk := clock.NewFake(t0)
+	fp := &flakyProvider{Provider: sim.New(sim.Options{Clock: clk}), initFails: 1, updateFails: 2}
+	m := NewPoolMetrics(nil)
+	p, err := NewPool(PoolOptions{Policy: autoscalerPolicy(1, 2, time.Hour, 0), Provider: fp, Clock: clk, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		p.Tick(t.Context())
+		if created, _ := fp.Counts(); created != 0 {
+			t.Fatalf("created %d before the first successful update, want 0", created)
+		}
+		clk.Advance(2 * time.Second)
+	}
+	p.Tick(t.Context())
+	if created, _ := fp.Counts(); created != 2 {
+		t.Errorf("created %d after the provider came back, want 2", created)
+	}
+	if fp.inits != 2 {
+		t.Errorf("Init called %d times, want 2 (once more after its failure, not per pass)", fp.inits)
+	}
+	if got := testutil.ToFloat64(m.ProviderErrors.WithLabelValues("", "update")); got != 2 {
+		t.Errorf("provider errors{update} = %v, want 2", got)
+	}
+}
