@@ -42,40 +42,43 @@ var ErrAcquireTimeout = errors.New("timed out waiting for an instance slot")
 
 // Defaults of PoolOptions (the [runners.autoscaler] defaults).
 const (
-	DefaultFailureThreshold            = 3
-	DefaultAcquireTimeout              = 15 * time.Minute
-	DefaultUpdateInterval              = time.Minute
-	DefaultUpdateIntervalWhenExpecting = 2 * time.Second
-	DefaultDeletionRetryInterval       = time.Minute
-	DefaultShutdownDeletionInterval    = 10 * time.Second
+	poolDefaultFailureThreshold            = 3
+	poolDefaultAcquireTimeout              = 15 * time.Minute
+	poolDefaultUpdateInterval              = time.Minute
+	poolDefaultUpdateIntervalWhenExpecting = 2 * time.Second
+	poolDefaultDeletionRetryInterval       = time.Minute
+	poolDefaultShutdownDeletionInterval    = 10 * time.Second
 )
 
 const (
-	// pendingCreationTimeout drops a requested creation the provider never
+	// poolPendingTimeout drops a requested creation the provider never
 	// reported, so a lost request does not hold a max_instances slot
 	// forever.
-	pendingCreationTimeout = 15 * time.Minute
-	// maxCreateBackoff bounds the pause after failed creations or ready
+	poolPendingTimeout = 15 * time.Minute
+	// poolMaxCreateBackoff bounds the pause after failed creations or ready
 	// commands.
-	maxCreateBackoff = 5 * time.Minute
-	// statsWindow is the time constant of the arrival-rate EWMA.
-	statsWindow = 10 * time.Minute
-	// statsAlpha is the weight of a new sample in the duration EWMAs.
-	statsAlpha = 0.1
+	poolMaxCreateBackoff = 5 * time.Minute
+	// poolStatsWindow is the time constant of the arrival-rate EWMA.
+	poolStatsWindow = 10 * time.Minute
+	// poolStatsAlpha is the weight of a new sample in the duration EWMAs.
+	poolStatsAlpha = 0.1
 )
 
 // Removal reasons of the pool's own (the policy gives its own texts).
 const (
-	ReasonMaxUseCount     = "max_use_count"
-	ReasonHeartbeat       = "heartbeat_failed"
-	ReasonReadyFailed     = "ready_command_failed"
-	ReasonBootTimeout     = "boot_timeout"
-	ReasonUnknownAtStart  = "unknown_at_startup"
-	ReasonShutdown        = "shutdown"
-	ReasonProviderDeleted = "deleted_by_provider"
+	PoolReasonMaxUseCount     = "max_use_count"
+	PoolReasonHeartbeat       = "heartbeat_failed"
+	PoolReasonReadyFailed     = "ready_command_failed"
+	PoolReasonBootTimeout     = "boot_timeout"
+	PoolReasonUnknownAtStart  = "unknown_at_startup"
+	PoolReasonShutdown        = "shutdown"
+	PoolReasonProviderDeleted = "deleted_by_provider"
 )
 
-// PoolOptions configure a Pool. Zero values mean the defaults above.
+// PoolOptions configure a Pool. Zero values mean the [runners.autoscaler]
+// defaults: FailureThreshold 3, AcquireTimeout 15m, UpdateInterval 1m,
+// UpdateIntervalWhenExpecting 2s, DeletionRetryInterval 1m,
+// ShutdownDeletionInterval 10s.
 type PoolOptions struct {
 	Policy   *Policy
 	Provider fleet.Provider
@@ -170,7 +173,7 @@ type Pool struct {
 	waiting     int
 	closed      bool
 	started     bool
-	restored    map[string]stateInstance
+	restored    map[string]poolStateInstance
 	slotFree    chan struct{} // closed and replaced when a slot may have become free
 	wake        chan struct{}
 	closedCh    chan struct{}
@@ -200,22 +203,22 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		return nil, errors.New("autoscale pool: no provider")
 	}
 	if o.FailureThreshold <= 0 {
-		o.FailureThreshold = DefaultFailureThreshold
+		o.FailureThreshold = poolDefaultFailureThreshold
 	}
 	if o.AcquireTimeout <= 0 {
-		o.AcquireTimeout = DefaultAcquireTimeout
+		o.AcquireTimeout = poolDefaultAcquireTimeout
 	}
 	if o.UpdateInterval <= 0 {
-		o.UpdateInterval = DefaultUpdateInterval
+		o.UpdateInterval = poolDefaultUpdateInterval
 	}
 	if o.UpdateIntervalWhenExpecting <= 0 {
-		o.UpdateIntervalWhenExpecting = DefaultUpdateIntervalWhenExpecting
+		o.UpdateIntervalWhenExpecting = poolDefaultUpdateIntervalWhenExpecting
 	}
 	if o.DeletionRetryInterval <= 0 {
-		o.DeletionRetryInterval = DefaultDeletionRetryInterval
+		o.DeletionRetryInterval = poolDefaultDeletionRetryInterval
 	}
 	if o.ShutdownDeletionInterval <= 0 {
-		o.ShutdownDeletionInterval = DefaultShutdownDeletionInterval
+		o.ShutdownDeletionInterval = poolDefaultShutdownDeletionInterval
 	}
 	logger := o.Logger
 	if logger == nil {
@@ -233,7 +236,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		closedCh: make(chan struct{}),
 	}
 	if o.StateFile != "" {
-		st, err := readStateFile(o.StateFile)
+		st, err := readPoolState(o.StateFile)
 		if err != nil {
 			return nil, err
 		}
@@ -292,7 +295,7 @@ func (p *Pool) demandLocked(now time.Time) Demand {
 func (p *Pool) observedLocked(now time.Time) Observed {
 	var o Observed
 	if !p.rateAt.IsZero() {
-		o.ArrivalRate = p.rate * math.Exp(-now.Sub(p.rateAt).Seconds()/statsWindow.Seconds())
+		o.ArrivalRate = p.rate * math.Exp(-now.Sub(p.rateAt).Seconds()/poolStatsWindow.Seconds())
 	}
 	o.MeanDuration = time.Duration(p.meanDur * float64(time.Second))
 	o.BootTime = time.Duration(p.meanBoot * float64(time.Second))
@@ -472,7 +475,7 @@ func (p *Pool) Release(a *Acquisition) {
 		in.state = StateIdle
 	}
 	if in.state == StateIdle && p.pol.MaxUseCount > 0 && in.useCount >= p.pol.MaxUseCount {
-		p.markRemovingLocked(in, ReasonMaxUseCount, fmt.Sprintf("used %d times, max_use_count %d", in.useCount, p.pol.MaxUseCount))
+		p.markRemovingLocked(in, PoolReasonMaxUseCount, fmt.Sprintf("used %d times, max_use_count %d", in.useCount, p.pol.MaxUseCount))
 	}
 	p.signalSlotsLocked()
 	p.poke()
@@ -480,25 +483,25 @@ func (p *Pool) Release(a *Acquisition) {
 
 func (p *Pool) noteArrivalLocked(now time.Time) {
 	if !p.rateAt.IsZero() {
-		p.rate *= math.Exp(-now.Sub(p.rateAt).Seconds() / statsWindow.Seconds())
+		p.rate *= math.Exp(-now.Sub(p.rateAt).Seconds() / poolStatsWindow.Seconds())
 	}
-	p.rate += 1 / statsWindow.Seconds()
+	p.rate += 1 / poolStatsWindow.Seconds()
 	p.rateAt = now
 }
 
 func (p *Pool) noteDurationLocked(d time.Duration) {
-	p.meanDur, p.haveDur = ewma(p.meanDur, d.Seconds(), p.haveDur), true
+	p.meanDur, p.haveDur = poolEWMA(p.meanDur, d.Seconds(), p.haveDur), true
 }
 
 func (p *Pool) noteBootLocked(d time.Duration) {
-	p.meanBoot, p.haveBoot = ewma(p.meanBoot, d.Seconds(), p.haveBoot), true
+	p.meanBoot, p.haveBoot = poolEWMA(p.meanBoot, d.Seconds(), p.haveBoot), true
 }
 
-func ewma(old, x float64, have bool) float64 {
+func poolEWMA(old, x float64, have bool) float64 {
 	if !have {
 		return x
 	}
-	return old + statsAlpha*(x-old)
+	return old + poolStatsAlpha*(x-old)
 }
 
 // markRemovingLocked decides the removal of in: from now on it takes no

@@ -141,7 +141,7 @@ func (p *Pool) providerError(op string, err error) {
 	}
 }
 
-type provReport struct {
+type poolReport struct {
 	id string
 	st fleet.State
 }
@@ -150,8 +150,8 @@ type provReport struct {
 // the first sync, instances that neither the state file lists nor the
 // pool asked for are deleted: nothing is left orphaned by a restart.
 func (p *Pool) sync(ctx context.Context, now time.Time) error {
-	var reps []provReport
-	if err := p.o.Provider.Update(ctx, func(id string, st fleet.State) { reps = append(reps, provReport{id, st}) }); err != nil {
+	var reps []poolReport
+	if err := p.o.Provider.Update(ctx, func(id string, st fleet.State) { reps = append(reps, poolReport{id, st}) }); err != nil {
 		p.providerError("update", err)
 		return fmt.Errorf("update instances: %w", err)
 	}
@@ -181,7 +181,7 @@ func (p *Pool) sync(ctx context.Context, now time.Time) error {
 		}
 	}
 	// Requests the provider never turned into instances stop counting.
-	for len(p.pending) > 0 && now.Sub(p.pending[0]) > pendingCreationTimeout {
+	for len(p.pending) > 0 && now.Sub(p.pending[0]) > poolPendingTimeout {
 		p.log.Warn("requested instance never appeared; no longer counted", "requested", p.pending[0])
 		p.pending = p.pending[1:]
 	}
@@ -192,7 +192,7 @@ func (p *Pool) sync(ctx context.Context, now time.Time) error {
 }
 
 // adoptLocked takes in an instance the pool did not know.
-func (p *Pool) adoptLocked(r provReport, first bool, now time.Time) *poolInstance {
+func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstance {
 	if first {
 		if s, ok := p.restored[r.id]; ok {
 			in := p.newInstanceLocked(r.id, s.Created)
@@ -204,7 +204,7 @@ func (p *Pool) adoptLocked(r provReport, first bool, now time.Time) *poolInstanc
 			return in
 		}
 		in := p.newInstanceLocked(r.id, now)
-		p.markRemovingLocked(in, ReasonUnknownAtStart, "not in the state file: deleted for safety")
+		p.markRemovingLocked(in, PoolReasonUnknownAtStart, "not in the state file: deleted for safety")
 		return in
 	}
 	created := now
@@ -222,13 +222,13 @@ func (p *Pool) applyReportLocked(in *poolInstance, st fleet.State, now time.Time
 	switch st {
 	case fleet.StateDeleting:
 		if in.state != StateRemoving {
-			p.markRemovingLocked(in, ReasonProviderDeleted, "the provider is deleting it")
+			p.markRemovingLocked(in, PoolReasonProviderDeleted, "the provider is deleting it")
 		}
 		in.requested = true
 	case fleet.StateDeleted:
 		p.dropLocked(in, "deleted")
 	case fleet.StateTimeout:
-		p.markRemovingLocked(in, ReasonBootTimeout, "the provider gave up waiting for it")
+		p.markRemovingLocked(in, PoolReasonBootTimeout, "the provider gave up waiting for it")
 	}
 }
 
@@ -276,7 +276,7 @@ func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
 	if err != nil {
 		p.providerError("ready_command", err)
 		p.noteCreateFailureLocked(now)
-		p.markRemovingLocked(in, ReasonReadyFailed, err.Error())
+		p.markRemovingLocked(in, PoolReasonReadyFailed, err.Error())
 		return
 	}
 	in.info = info
@@ -295,7 +295,7 @@ func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
 func (p *Pool) noteCreateFailureLocked(now time.Time) {
 	p.createFails++
 	d := p.o.UpdateIntervalWhenExpecting << min(p.createFails-1, 16)
-	p.createAt = now.Add(min(d, maxCreateBackoff))
+	p.createAt = now.Add(min(d, poolMaxCreateBackoff))
 }
 
 // heartbeats checks ready instances; FailureThreshold failures in a row
@@ -318,7 +318,7 @@ func (p *Pool) heartbeats(ctx context.Context) {
 		if err == nil {
 			in.hbFails = 0
 		} else if in.hbFails++; in.hbFails >= p.o.FailureThreshold && (in.state == StateIdle || in.state == StateBusy) {
-			p.markRemovingLocked(in, ReasonHeartbeat, fmt.Sprintf("%d heartbeats failed in a row: %v", in.hbFails, err))
+			p.markRemovingLocked(in, PoolReasonHeartbeat, fmt.Sprintf("%d heartbeats failed in a row: %v", in.hbFails, err))
 		}
 		p.mu.Unlock()
 	}
@@ -339,7 +339,7 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 		if in == nil || in.state != StateIdle || in.acquired > 0 {
 			continue // taken by a job since the snapshot, or not removable
 		}
-		p.markRemovingLocked(in, reasonLabel(r.Reason), r.Reason)
+		p.markRemovingLocked(in, poolReasonLabel(r.Reason), r.Reason)
 	}
 	create := dec.Create
 	if create > 0 && p.createFails > 0 && now.Before(p.createAt) {
@@ -387,9 +387,9 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 	}
 }
 
-// reasonLabel turns a policy's free-text reason into a bounded metric
+// poolReasonLabel turns a policy's free-text reason into a bounded metric
 // label: its leading words, up to the first digit or punctuation.
-func reasonLabel(s string) string {
+func poolReasonLabel(s string) string {
 	end := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && r != ' ' && r != '_' })
 	if end >= 0 {
 		s = s[:end]
@@ -504,7 +504,7 @@ func (p *Pool) deleteAll(ctx context.Context) error {
 		now := p.clk.Now()
 		p.mu.Lock()
 		for _, in := range p.insts {
-			p.markRemovingLocked(in, ReasonShutdown, "shutdown with delete_instances_on_shutdown")
+			p.markRemovingLocked(in, PoolReasonShutdown, "shutdown with delete_instances_on_shutdown")
 			if in.provState != fleet.StateDeleting {
 				in.retryAt = time.Time{}
 			}

@@ -15,14 +15,14 @@ import (
 // them. It is JSON, written atomically (temp file, fsync, rename, fsync of
 // the directory) with mode 0600.
 
-const stateFileVersion = 1
+const poolStateVersion = 1
 
-type stateFile struct {
-	Version   int             `json:"version"`
-	Instances []stateInstance `json:"instances"`
+type poolStateFile struct {
+	Version   int                 `json:"version"`
+	Instances []poolStateInstance `json:"instances"`
 }
 
-type stateInstance struct {
+type poolStateInstance struct {
 	ID       string    `json:"id"`
 	Created  time.Time `json:"created"`
 	Ready    time.Time `json:"ready,omitzero"`
@@ -32,24 +32,24 @@ type stateInstance struct {
 	Reason   string    `json:"reason,omitempty"`
 }
 
-// readStateFile returns the instances recorded in path; a missing file is
+// readPoolState returns the instances recorded in path; a missing file is
 // an empty state.
-func readStateFile(path string) (map[string]stateInstance, error) {
+func readPoolState(path string) (map[string]poolStateInstance, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]stateInstance{}, nil
+		return map[string]poolStateInstance{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read autoscaler state file: %w", err)
 	}
-	var sf stateFile
+	var sf poolStateFile
 	if err := json.Unmarshal(data, &sf); err != nil {
 		return nil, fmt.Errorf("autoscaler state file %s: %w", path, err)
 	}
-	if sf.Version != stateFileVersion {
-		return nil, fmt.Errorf("autoscaler state file %s: version %d, want %d", path, sf.Version, stateFileVersion)
+	if sf.Version != poolStateVersion {
+		return nil, fmt.Errorf("autoscaler state file %s: version %d, want %d", path, sf.Version, poolStateVersion)
 	}
-	m := make(map[string]stateInstance, len(sf.Instances))
+	m := make(map[string]poolStateInstance, len(sf.Instances))
 	for _, in := range sf.Instances {
 		if in.ID == "" {
 			return nil, fmt.Errorf("autoscaler state file %s: instance without id", path)
@@ -71,16 +71,16 @@ func (p *Pool) flushState() {
 		p.mu.Unlock()
 		return
 	}
-	sf := stateFile{Version: stateFileVersion, Instances: make([]stateInstance, 0, len(p.insts))}
+	sf := poolStateFile{Version: poolStateVersion, Instances: make([]poolStateInstance, 0, len(p.insts))}
 	for _, in := range p.insts {
-		sf.Instances = append(sf.Instances, stateInstance{
+		sf.Instances = append(sf.Instances, poolStateInstance{
 			ID: in.id, Created: in.created, Ready: in.ready, LastUsed: in.lastUsed,
 			UseCount: in.useCount, Removing: in.state == StateRemoving, Reason: in.reason,
 		})
 	}
 	p.dirty = false
 	p.mu.Unlock()
-	if err := writeFileAtomic(p.o.StateFile, sf); err != nil {
+	if err := writePoolStateAtomic(p.o.StateFile, sf); err != nil {
 		p.log.Error("cannot write autoscaler state file", "err", err)
 		p.mu.Lock()
 		p.dirty = true
@@ -88,7 +88,7 @@ func (p *Pool) flushState() {
 	}
 }
 
-func writeFileAtomic(path string, v any) (err error) {
+func writePoolStateAtomic(path string, v any) (err error) {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)

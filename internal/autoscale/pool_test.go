@@ -18,9 +18,9 @@ import (
 	"github.com/drover-ci/drover/internal/fleet/sim"
 )
 
-var t0 = time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC)
+var poolT0 = time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC)
 
-type harness struct {
+type poolHarness struct {
 	t    *testing.T
 	clk  *clock.Fake
 	prov *sim.Provider
@@ -28,16 +28,16 @@ type harness struct {
 	m    *PoolMetrics
 }
 
-func newHarness(t *testing.T, pol *Policy, so sim.Options, mod func(*PoolOptions)) *harness {
+func newPoolHarness(t *testing.T, pol *Policy, so sim.Options, mod func(*PoolOptions)) *poolHarness {
 	t.Helper()
-	clk := clock.NewFake(t0)
+	clk := clock.NewFake(poolT0)
 	so.Clock = clk
-	h := &harness{t: t, clk: clk, prov: sim.New(so), m: NewPoolMetrics(prometheus.NewRegistry())}
+	h := &poolHarness{t: t, clk: clk, prov: sim.New(so), m: NewPoolMetrics(prometheus.NewRegistry())}
 	h.pool = h.newPool(pol, mod)
 	return h
 }
 
-func (h *harness) newPool(pol *Policy, mod func(*PoolOptions)) *Pool {
+func (h *poolHarness) newPool(pol *Policy, mod func(*PoolOptions)) *Pool {
 	h.t.Helper()
 	o := PoolOptions{Policy: pol, Provider: h.prov, Clock: h.clk, Settings: fleet.Settings{Name: "r1"}, Metrics: h.m}
 	if mod != nil {
@@ -51,12 +51,12 @@ func (h *harness) newPool(pol *Policy, mod func(*PoolOptions)) *Pool {
 }
 
 // advance moves the clock and runs one scaling pass.
-func (h *harness) advance(d time.Duration) {
+func (h *poolHarness) advance(d time.Duration) {
 	h.clk.Advance(d)
 	h.pool.Tick(h.t.Context())
 }
 
-func (h *harness) count(s State) int {
+func (h *poolHarness) count(s State) int {
 	insts, _ := h.pool.Snapshot()
 	n := 0
 	for _, in := range insts {
@@ -67,9 +67,9 @@ func (h *harness) count(s State) int {
 	return n
 }
 
-func (h *harness) total() int { insts, _ := h.pool.Snapshot(); return len(insts) }
+func (h *poolHarness) total() int { insts, _ := h.pool.Snapshot(); return len(insts) }
 
-func (h *harness) mustAcquire() *Acquisition {
+func (h *poolHarness) mustAcquire() *Acquisition {
 	h.t.Helper()
 	r, err := h.pool.Reserve()
 	if err != nil {
@@ -82,7 +82,7 @@ func (h *harness) mustAcquire() *Acquisition {
 	return a
 }
 
-func autoscalerPolicy(capacity, idle int, idleTime time.Duration, maxInst int) *Policy {
+func poolTestPolicy(capacity, idle int, idleTime time.Duration, maxInst int) *Policy {
 	return &Policy{
 		Dialect: DialectAutoscaler, CapacityPerInstance: capacity, MaxInstances: maxInst,
 		Base: Schedule{IdleCount: idle, IdleTime: idleTime, Preemptive: idle > 0},
@@ -90,7 +90,7 @@ func autoscalerPolicy(capacity, idle int, idleTime time.Duration, maxInst int) *
 }
 
 func TestPoolReserveAcquireRelease(t *testing.T) {
-	h := newHarness(t, autoscalerPolicy(2, 2, time.Hour, 4), sim.Options{BootTime: 30 * time.Second}, nil)
+	h := newPoolHarness(t, poolTestPolicy(2, 2, time.Hour, 4), sim.Options{BootTime: 30 * time.Second}, nil)
 	h.pool.Tick(t.Context())
 	if got := h.count(StateCreating); got != 1 {
 		t.Fatalf("creating = %d, want 1 (idle 2 slots / 2 per instance)", got)
@@ -135,7 +135,7 @@ func TestPoolReserveAcquireRelease(t *testing.T) {
 
 func TestPoolOnDemandAndIdleRemoval(t *testing.T) {
 	pol := &Policy{Dialect: DialectMachine, CapacityPerInstance: 1, Base: Schedule{IdleTime: 10 * time.Minute}}
-	h := newHarness(t, pol, sim.Options{BootTime: 20 * time.Second}, nil)
+	h := newPoolHarness(t, pol, sim.Options{BootTime: 20 * time.Second}, nil)
 	h.pool.Tick(t.Context())
 	if h.total() != 0 {
 		t.Fatalf("instances = %d with IdleCount 0, want 0", h.total())
@@ -173,9 +173,9 @@ func TestPoolOnDemandAndIdleRemoval(t *testing.T) {
 }
 
 func TestPoolMaxUseCount(t *testing.T) {
-	pol := autoscalerPolicy(1, 1, time.Hour, 0)
+	pol := poolTestPolicy(1, 1, time.Hour, 0)
 	pol.MaxUseCount = 2
-	h := newHarness(t, pol, sim.Options{}, nil)
+	h := newPoolHarness(t, pol, sim.Options{}, nil)
 	h.pool.Tick(t.Context())
 	h.advance(2 * time.Second)
 	first := ""
@@ -192,7 +192,7 @@ func TestPoolMaxUseCount(t *testing.T) {
 	if insts[0].ID != first || insts[0].State != StateRemoving {
 		t.Fatalf("instance %s state %v after 2 jobs, want removing (max_use_count 2)", insts[0].ID, insts[0].State)
 	}
-	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", ReasonMaxUseCount)); got != 1 {
+	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", PoolReasonMaxUseCount)); got != 1 {
 		t.Errorf("removals{max_use_count} = %v, want 1", got)
 	}
 	h.pool.Tick(t.Context()) // deletes it, creates a replacement
@@ -209,7 +209,7 @@ func TestPoolMaxUseCount(t *testing.T) {
 
 func TestPoolCreationFailuresBackOffAndAreNotCounted(t *testing.T) {
 	pol := &Policy{Dialect: DialectMachine, CapacityPerInstance: 1, MaxInstances: 3, Base: Schedule{IdleCount: 3, IdleTime: time.Hour, Preemptive: true}}
-	h := newHarness(t, pol, sim.Options{BootTime: time.Minute}, nil)
+	h := newPoolHarness(t, pol, sim.Options{BootTime: time.Minute}, nil)
 	h.prov.FailCreate(2)
 	h.pool.Tick(t.Context())
 	if h.total() != 0 {
@@ -243,7 +243,7 @@ func TestPoolCreationFailuresBackOffAndAreNotCounted(t *testing.T) {
 }
 
 func TestPoolMaxInstancesCountsPending(t *testing.T) {
-	h := newHarness(t, autoscalerPolicy(1, 5, time.Hour, 2), sim.Options{BootTime: time.Minute}, nil)
+	h := newPoolHarness(t, poolTestPolicy(1, 5, time.Hour, 2), sim.Options{BootTime: time.Minute}, nil)
 	for range 30 {
 		h.advance(time.Second)
 	}
@@ -254,7 +254,7 @@ func TestPoolMaxInstancesCountsPending(t *testing.T) {
 
 func TestPoolDeletionRetries(t *testing.T) {
 	pol := &Policy{Dialect: DialectMachine, CapacityPerInstance: 1, Base: Schedule{IdleTime: 0}}
-	h := newHarness(t, pol, sim.Options{}, nil)
+	h := newPoolHarness(t, pol, sim.Options{}, nil)
 	h.pool.Tick(t.Context())
 	r, _ := h.pool.Reserve()
 	h.pool.TryAcquire(r)
@@ -292,9 +292,9 @@ func TestPoolDeletionRetries(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to a second (the ready command runs in its
+// poolWaitFor polls cond for up to a second (the ready command runs in its
 // own goroutine).
-func waitFor(t *testing.T, what string, cond func() bool) {
+func poolWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for range 1000 {
 		if cond() {
@@ -316,11 +316,11 @@ func TestPoolReadyCommandFailure(t *testing.T) {
 		}
 		return nil
 	}
-	h := newHarness(t, autoscalerPolicy(1, 1, time.Hour, 0), sim.Options{BootTime: 10 * time.Second}, func(o *PoolOptions) { o.InstanceReady = ready })
+	h := newPoolHarness(t, poolTestPolicy(1, 1, time.Hour, 0), sim.Options{BootTime: 10 * time.Second}, func(o *PoolOptions) { o.InstanceReady = ready })
 	h.pool.Tick(t.Context())
 	h.advance(10 * time.Second)
-	waitFor(t, "ready command failure", func() bool { return h.count(StateRemoving) == 1 })
-	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", ReasonReadyFailed)); got != 1 {
+	poolWaitFor(t, "ready command failure", func() bool { return h.count(StateRemoving) == 1 })
+	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", PoolReasonReadyFailed)); got != 1 {
 		t.Errorf("removals{ready_command_failed} = %v, want 1", got)
 	}
 	h.pool.Tick(t.Context()) // deletes it; creation backs off
@@ -329,14 +329,14 @@ func TestPoolReadyCommandFailure(t *testing.T) {
 	}
 	h.advance(2 * time.Second)
 	h.advance(10 * time.Second)
-	waitFor(t, "second instance ready", func() bool { return h.count(StateIdle) == 1 })
+	poolWaitFor(t, "second instance ready", func() bool { return h.count(StateIdle) == 1 })
 	if created, _ := h.prov.Counts(); created != 2 {
 		t.Errorf("created %d, want 2", created)
 	}
 }
 
 func TestPoolHeartbeatFailureThresholdAndLost(t *testing.T) {
-	h := newHarness(t, autoscalerPolicy(1, 1, time.Hour, 0), sim.Options{}, nil)
+	h := newPoolHarness(t, poolTestPolicy(1, 1, time.Hour, 0), sim.Options{}, nil)
 	h.pool.Tick(t.Context())
 	h.advance(2 * time.Second)
 	a := h.mustAcquire()
@@ -355,14 +355,14 @@ func TestPoolHeartbeatFailureThresholdAndLost(t *testing.T) {
 	default:
 		t.Fatal("Lost not closed after 3 failed heartbeats (failure_threshold)")
 	}
-	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", ReasonHeartbeat)); got != 1 {
+	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", PoolReasonHeartbeat)); got != 1 {
 		t.Errorf("removals{heartbeat_failed} = %v, want 1", got)
 	}
 	h.pool.Release(a)
 }
 
 func TestPoolVanishedInstanceClosesLost(t *testing.T) {
-	h := newHarness(t, autoscalerPolicy(1, 1, time.Hour, 0), sim.Options{}, nil)
+	h := newPoolHarness(t, poolTestPolicy(1, 1, time.Hour, 0), sim.Options{}, nil)
 	h.pool.Tick(t.Context())
 	h.advance(2 * time.Second)
 	a := h.mustAcquire()
@@ -379,7 +379,7 @@ func TestPoolVanishedInstanceClosesLost(t *testing.T) {
 func TestPoolRestartReadoptsAndDeletesUnknown(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state", "r1.json")
 	withState := func(o *PoolOptions) { o.StateFile = state }
-	h := newHarness(t, autoscalerPolicy(1, 2, time.Hour, 0), sim.Options{BootTime: 5 * time.Second}, withState)
+	h := newPoolHarness(t, poolTestPolicy(1, 2, time.Hour, 0), sim.Options{BootTime: 5 * time.Second}, withState)
 	h.pool.Tick(t.Context())
 	h.advance(5 * time.Second)
 	a := h.mustAcquire()
@@ -403,7 +403,7 @@ func TestPoolRestartReadoptsAndDeletesUnknown(t *testing.T) {
 	}
 	orphan := h.prov.Live()[len(h.prov.Live())-1]
 
-	h.pool = h.newPool(autoscalerPolicy(1, 2, time.Hour, 0), withState)
+	h.pool = h.newPool(poolTestPolicy(1, 2, time.Hour, 0), withState)
 	h.advance(5 * time.Second)
 	insts, _ := h.pool.Snapshot()
 	byID := map[string]Instance{}
@@ -432,13 +432,13 @@ func TestPoolRestartReadoptsAndDeletesUnknown(t *testing.T) {
 	if a := h.mustAcquire(); a.Info.InternalAddr == "" {
 		t.Error("re-adopted instance has no connect info")
 	}
-	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", ReasonUnknownAtStart)); got != 1 {
+	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", PoolReasonUnknownAtStart)); got != 1 {
 		t.Errorf("removals{unknown_at_startup} = %v, want 1", got)
 	}
 }
 
 func TestPoolShutdownDeletesEverything(t *testing.T) {
-	h := newHarness(t, autoscalerPolicy(2, 4, time.Hour, 0), sim.Options{DeleteTime: 3 * time.Second}, nil)
+	h := newPoolHarness(t, poolTestPolicy(2, 4, time.Hour, 0), sim.Options{DeleteTime: 3 * time.Second}, nil)
 	h.pool.Tick(t.Context())
 	h.advance(2 * time.Second)
 	a := h.mustAcquire()
@@ -473,7 +473,7 @@ func TestPoolShutdownDeletesEverything(t *testing.T) {
 
 func TestPoolRunAcquireWaitsForInstance(t *testing.T) {
 	pol := &Policy{Dialect: DialectMachine, CapacityPerInstance: 1, Base: Schedule{IdleTime: time.Hour}}
-	h := newHarness(t, pol, sim.Options{BootTime: 30 * time.Second}, nil)
+	h := newPoolHarness(t, pol, sim.Options{BootTime: 30 * time.Second}, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	runDone := make(chan error, 1)
 	go func() { runDone <- h.pool.Run(ctx) }()
@@ -501,7 +501,7 @@ func TestPoolRunAcquireWaitsForInstance(t *testing.T) {
 	if a == nil || a.InstanceID == "" {
 		t.Fatalf("Acquire returned %+v", a)
 	}
-	if waited := h.clk.Now().Sub(t0); waited < 30*time.Second {
+	if waited := h.clk.Now().Sub(poolT0); waited < 30*time.Second {
 		t.Errorf("acquired after %s, before the 30s boot", waited)
 	}
 	cancel()
@@ -512,11 +512,11 @@ func TestPoolRunAcquireWaitsForInstance(t *testing.T) {
 
 func TestPoolAcquireTimeout(t *testing.T) {
 	pol := &Policy{Dialect: DialectMachine, CapacityPerInstance: 1, MaxInstances: 1, Base: Schedule{IdleTime: time.Hour}}
-	h := newHarness(t, pol, sim.Options{BootTime: time.Hour}, func(o *PoolOptions) { o.AcquireTimeout = time.Minute })
+	h := newPoolHarness(t, pol, sim.Options{BootTime: time.Hour}, func(o *PoolOptions) { o.AcquireTimeout = time.Minute })
 	r, _ := h.pool.Reserve()
 	errc := make(chan error, 1)
 	go func() { _, err := h.pool.Acquire(t.Context(), r); errc <- err }()
-	waitFor(t, "Acquire to wait", func() bool { return h.clk.Pending() == 1 })
+	poolWaitFor(t, "Acquire to wait", func() bool { return h.clk.Pending() == 1 })
 	h.clk.Advance(time.Minute)
 	if err := <-errc; !errors.Is(err, ErrAcquireTimeout) {
 		t.Fatalf("Acquire = %v, want ErrAcquireTimeout", err)
@@ -526,22 +526,22 @@ func TestPoolAcquireTimeout(t *testing.T) {
 	}
 }
 
-func TestReasonLabel(t *testing.T) {
+func TestPoolReasonLabel(t *testing.T) {
 	for in, want := range map[string]string{
 		"idle for 31m0s, beyond idle target": "idle_for",
 		"max_use_count 3 reached":            "max_use_count",
 		"":                                   "policy",
 		"Too many idle machines":             "too_many_idle_machines",
 	} {
-		if got := reasonLabel(in); got != want {
-			t.Errorf("reasonLabel(%q) = %q, want %q", in, got, want)
+		if got := poolReasonLabel(in); got != want {
+			t.Errorf("poolReasonLabel(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
 
 func TestPoolShutdownKeepsInstancesForRestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "r1.json")
-	h := newHarness(t, autoscalerPolicy(1, 2, time.Hour, 0), sim.Options{}, func(o *PoolOptions) { o.StateFile = state })
+	h := newPoolHarness(t, poolTestPolicy(1, 2, time.Hour, 0), sim.Options{}, func(o *PoolOptions) { o.StateFile = state })
 	h.pool.Tick(t.Context())
 	h.advance(2 * time.Second)
 	if err := h.pool.Shutdown(t.Context(), false); err != nil {
@@ -550,11 +550,11 @@ func TestPoolShutdownKeepsInstancesForRestart(t *testing.T) {
 	if live := h.prov.Live(); len(live) != 2 {
 		t.Fatalf("live after Shutdown(false) = %v, want the 2 instances kept", live)
 	}
-	st, err := readStateFile(state)
+	st, err := readPoolState(state)
 	if err != nil || len(st) != 2 {
 		t.Fatalf("state file after Shutdown: %v, %v; want 2 instances", st, err)
 	}
-	h.pool = h.newPool(autoscalerPolicy(1, 2, time.Hour, 0), func(o *PoolOptions) { o.StateFile = state })
+	h.pool = h.newPool(poolTestPolicy(1, 2, time.Hour, 0), func(o *PoolOptions) { o.StateFile = state })
 	h.pool.Tick(t.Context())
 	if got := h.count(StateIdle); got != 2 {
 		t.Errorf("idle after restart = %d, want the 2 re-adopted", got)
@@ -565,10 +565,10 @@ func TestPoolShutdownKeepsInstancesForRestart(t *testing.T) {
 }
 
 func TestPoolSetPolicyAndGauges(t *testing.T) {
-	h := newHarness(t, autoscalerPolicy(1, 1, time.Hour, 0), sim.Options{BootTime: 10 * time.Second}, nil)
+	h := newPoolHarness(t, poolTestPolicy(1, 1, time.Hour, 0), sim.Options{BootTime: 10 * time.Second}, nil)
 	h.pool.Tick(t.Context())
 	h.advance(10 * time.Second)
-	h.pool.SetPolicy(autoscalerPolicy(1, 3, time.Hour, 0))
+	h.pool.SetPolicy(poolTestPolicy(1, 3, time.Hour, 0))
 	h.pool.Tick(t.Context())
 	if got := h.count(StateCreating); got != 2 {
 		t.Fatalf("creating after raising idle_count to 3 = %d, want 2", got)
@@ -587,20 +587,20 @@ func TestPoolSetPolicyAndGauges(t *testing.T) {
 func TestPoolStateFileCorrupt(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "r1.json")
 	os.WriteFile(state, []byte("{not json"), 0o600)
-	_, err := NewPool(PoolOptions{Policy: autoscalerPolicy(1, 1, 0, 0), Provider: sim.New(sim.Options{}), StateFile: state})
+	_, err := NewPool(PoolOptions{Policy: poolTestPolicy(1, 1, 0, 0), Provider: sim.New(sim.Options{}), StateFile: state})
 	if err == nil || !strings.Contains(err.Error(), state) {
 		t.Fatalf("NewPool with a corrupt state file = %v, want an error naming it", err)
 	}
 }
 
-// flakyProvider fails Init and Update a number of times.
-type flakyProvider struct {
+// flakyPoolProvider fails Init and Update a number of times.
+type flakyPoolProvider struct {
 	*sim.Provider
 	initFails, updateFails int
 	inits                  int
 }
 
-func (f *flakyProvider) Init(ctx context.Context, s fleet.Settings) (fleet.Info, error) {
+func (f *flakyPoolProvider) Init(ctx context.Context, s fleet.Settings) (fleet.Info, error) {
 	f.inits++
 	if f.initFails > 0 {
 		f.initFails--
@@ -609,7 +609,7 @@ func (f *flakyProvider) Init(ctx context.Context, s fleet.Settings) (fleet.Info,
 	return f.Provider.Init(ctx, s)
 }
 
-func (f *flakyProvider) Update(ctx context.Context, fn func(string, fleet.State)) error {
+func (f *flakyPoolProvider) Update(ctx context.Context, fn func(string, fleet.State)) error {
 	if f.updateFails > 0 {
 		f.updateFails--
 		return errors.New("cloud API down")
@@ -618,10 +618,10 @@ func (f *flakyProvider) Update(ctx context.Context, fn func(string, fleet.State)
 }
 
 func TestPoolProviderDownAtStart(t *testing.T) {
-	clk := clock.NewFake(t0)
-	fp := &flakyProvider{Provider: sim.New(sim.Options{Clock: clk}), initFails: 1, updateFails: 2}
+	clk := clock.NewFake(poolT0)
+	fp := &flakyPoolProvider{Provider: sim.New(sim.Options{Clock: clk}), initFails: 1, updateFails: 2}
 	m := NewPoolMetrics(nil)
-	p, err := NewPool(PoolOptions{Policy: autoscalerPolicy(1, 2, time.Hour, 0), Provider: fp, Clock: clk, Metrics: m})
+	p, err := NewPool(PoolOptions{Policy: poolTestPolicy(1, 2, time.Hour, 0), Provider: fp, Clock: clk, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
