@@ -42,6 +42,7 @@ type simFlags struct {
 	boot, spread, duration     time.Duration
 	seed                       uint64
 	logLevel                   string
+	start                      string
 }
 
 func (f *simFlags) register(cmd *cobra.Command) {
@@ -53,6 +54,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.spread, "boot-spread", 5*time.Second, "boot times spread uniformly over boot-time ± this")
 	fs.DurationVar(&f.duration, "duration", simulate.DefaultDuration, "simulated span; jobs arriving later are left out")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the boot time spread")
+	fs.StringVar(&f.start, "start", simulate.DefaultStart.Format(time.RFC3339), "virtual time of the trace's second 0 (RFC 3339); decides which policy periods apply")
 	fs.StringVar(&f.logLevel, "log-level", "", "log the pool's decisions to stderr at this level (debug or info; default: no log)")
 }
 
@@ -92,6 +94,11 @@ func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, 
 
 func (f *simFlags) options(cmd *cobra.Command, pol *autoscale.Policy) (simulate.Options, error) {
 	o := simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed}
+	start, err := time.Parse(time.RFC3339, f.start)
+	if err != nil {
+		return o, usageError(fmt.Errorf("--start %q: want an RFC 3339 time such as 2026-01-05T08:00:00Z", f.start))
+	}
+	o.Start = start
 	if f.logLevel != "" {
 		logger, err := newLogger(cmd.ErrOrStderr(), f.logLevel, "text")
 		if err != nil {

@@ -116,6 +116,8 @@ func TestAutoscaleCLI(t *testing.T) {
 		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--runner", "nope"}, `no [[runners]] entry named "nope"`},
 		{[]string{"autoscale", "simulate", "-c", filepath.Join(dir, "missing.toml"), "-t", trace}, "missing.toml"},
 		{[]string{"autoscale", "trace", "--jobs", "0"}, "jobs must be positive"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--start", "monday"}, "--start"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--log-level", "loud"}, "log level"},
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-counts", "5-1"}, "--idle-counts"},
 	} {
 		_, code, err := drover(t, tc.args...)
