@@ -89,6 +89,11 @@ type PoolOptions struct {
 	// restarted pool re-adopts the instances it lists and deletes every
 	// other instance the provider reports.
 	StateFile string
+	// AdoptUnknown adopts instances found at start that the state file
+	// does not list instead of deleting them. For providers whose
+	// instances the pool does not own (a static list of hosts); never for
+	// a cloud group, where such an instance would be an orphan.
+	AdoptUnknown bool
 	// InstanceReady runs on each new instance before it takes jobs
 	// (instance_ready_command); an error removes the instance. nil = none.
 	InstanceReady    func(ctx context.Context, info fleet.ConnectInfo) error

@@ -204,6 +204,10 @@ func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstanc
 			return in
 		}
 		in := p.newInstanceLocked(r.id, now)
+		if p.o.AdoptUnknown {
+			p.log.Info("adopted instance found at start", "instance", r.id)
+			return in
+		}
 		p.markRemovingLocked(in, PoolReasonUnknownAtStart, "not in the state file: deleted for safety")
 		return in
 	}

@@ -643,3 +643,16 @@ func TestPoolProviderDownAtStart(t *testing.T) {
 		t.Errorf("provider errors{update} = %v, want 2", got)
 	}
 }
+
+func TestPoolAdoptUnknown(t *testing.T) {
+	h := newPoolHarness(t, poolTestPolicy(1, 1, time.Hour, 0), sim.Options{}, func(o *PoolOptions) { o.AdoptUnknown = true })
+	h.prov.Increase(t.Context(), 2)
+	h.pool.Tick(t.Context())
+	h.advance(2 * time.Second)
+	if live := h.prov.Live(); len(live) != 2 {
+		t.Errorf("live = %v, want both pre-existing instances adopted", live)
+	}
+	if got := h.count(StateIdle); got != 2 {
+		t.Errorf("idle = %d, want 2", got)
+	}
+}
