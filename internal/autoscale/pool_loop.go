@@ -504,28 +504,33 @@ func (p *Pool) Shutdown(ctx context.Context, deleteInstances bool) error {
 }
 
 func (p *Pool) deleteAll(ctx context.Context) error {
+	var lastAsk time.Time
 	for {
 		now := p.clk.Now()
+		// Sync first: instances whose creation is still pending become
+		// known and are deleted too.
+		_ = p.sync(ctx, now)
+		ask := lastAsk.IsZero() || now.Sub(lastAsk) >= p.o.ShutdownDeletionInterval
 		p.mu.Lock()
 		for _, in := range p.insts {
 			p.markRemovingLocked(in, PoolReasonShutdown, "shutdown with delete_instances_on_shutdown")
-			if in.provState != fleet.StateDeleting {
+			if ask && in.provState != fleet.StateDeleting {
 				in.retryAt = time.Time{}
 			}
 		}
-		p.mu.Unlock()
-		p.deletions(ctx, now)
-		_ = p.sync(ctx, now)
-		p.mu.Lock()
-		left := len(p.insts)
+		left := len(p.insts) + len(p.pending)
 		p.mu.Unlock()
 		if left == 0 {
 			return nil
 		}
+		if ask {
+			lastAsk = now
+		}
+		p.deletions(ctx, now)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("shutdown: %d instances not yet deleted: %w", left, ctx.Err())
-		case <-p.clk.After(p.o.ShutdownDeletionInterval):
+		case <-p.clk.After(min(p.o.UpdateIntervalWhenExpecting, p.o.ShutdownDeletionInterval)):
 		}
 	}
 }

@@ -3,9 +3,11 @@ package autoscale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -654,5 +656,64 @@ func TestPoolAdoptUnknown(t *testing.T) {
 	}
 	if got := h.count(StateIdle); got != 2 {
 		t.Errorf("idle = %d, want 2", got)
+	}
+}
+
+// TestPoolConcurrentRealClock runs the loop on the real clock with many
+// jobs at once: no slot is ever handed out twice, and Shutdown(delete)
+// leaves nothing behind.
+func TestPoolConcurrentRealClock(t *testing.T) {
+	prov := sim.New(sim.Options{BootTime: 2 * time.Millisecond, BootSpread: time.Millisecond})
+	pol := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 3, MaxInstances: 4, MaxUseCount: 7,
+		Base: Schedule{IdleCount: 2, IdleTime: 5 * time.Millisecond}}
+	p, err := NewPool(PoolOptions{Policy: pol, Provider: prov, UpdateInterval: 5 * time.Millisecond, UpdateIntervalWhenExpecting: time.Millisecond, AcquireTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go p.Run(ctx)
+	var mu sync.Mutex
+	held := map[string]bool{}
+	var wg sync.WaitGroup
+	for w := range 12 {
+		wg.Go(func() {
+			for range 15 {
+				r, err := p.Reserve()
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				a, err := p.Acquire(ctx, r)
+				if err != nil {
+					t.Errorf("worker %d: Acquire = %v", w, err)
+					return
+				}
+				key := fmt.Sprintf("%s/%d", a.InstanceID, a.Slot)
+				mu.Lock()
+				if held[key] {
+					t.Errorf("slot %s handed out twice", key)
+				}
+				held[key] = true
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond)
+				mu.Lock()
+				delete(held, key)
+				mu.Unlock()
+				p.Release(a)
+			}
+		})
+	}
+	wg.Wait()
+	if insts, _ := p.Snapshot(); len(insts) > 4 {
+		t.Errorf("%d instances, max_instances 4", len(insts))
+	}
+	sctx, scancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer scancel()
+	if err := p.Shutdown(sctx, true); err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	if live := prov.Live(); len(live) != 0 {
+		t.Errorf("live after Shutdown(delete) = %v", live)
 	}
 }
