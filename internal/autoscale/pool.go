@@ -315,7 +315,14 @@ func (p *Pool) Snapshot() ([]Instance, Demand) {
 	return append([]Instance(nil), p.snapshotLocked()...), p.demandLocked(p.clk.Now())
 }
 
-// Observed returns the pool's measured statistics.
+// Observed returns the pool's measured statistics, which Decide gets in
+// Demand.Observed: ArrivalRate is an exponentially decaying average (10 min
+// time constant) of job arrivals, an arrival being the first Acquire or
+// TryAcquire of a reservation (a job received); MeanDuration an EWMA
+// (weight 0.1) of Acquire→Release times; BootTime an EWMA of creation
+// request→ready times. In preemptive mode the manager only requests jobs
+// it has a slot for, so under overload ArrivalRate is the throughput, not
+// the demand still queued at the coordinator (which no runner can see).
 func (p *Pool) Observed() Observed {
 	p.mu.Lock()
 	defer p.mu.Unlock()
