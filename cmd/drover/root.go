@@ -36,6 +36,7 @@ func newRootCmd() *cobra.Command {
 		newLogsCmd(),
 		newCancelCmd(),
 		newLocalCmd(),
+		newAutoscaleCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print drover's version",

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// drover runs the command line in-process and returns stdout and the
+// exit code main would use.
+func drover(t *testing.T, args ...string) (string, int, error) {
+	t.Helper()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	code := 0
+	if err != nil {
+		code = 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+	}
+	return out.String(), code, err
+}
+
+const autoscaleConfig = `concurrent = 50
+[[runners]]
+name = "plain"
+url = "http://127.0.0.1:1"
+token = "glrt-x"
+executor = "shell"
+
+[[runners]]
+name = "auto"
+url = "http://127.0.0.1:1"
+token = "glrt-y"
+executor = "instance"
+[runners.autoscaler]
+capacity_per_instance = 2
+max_instances = 50
+[[runners.autoscaler.policy]]
+idle_count = 4
+idle_time = "10m"
+`
+
+func TestAutoscaleCLI(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(autoscaleConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(dir, "jobs.csv")
+	if out, code, err := drover(t, "autoscale", "trace", "--seed", "3", "--jobs", "400", "--hours", "2", "--out", trace); code != 0 {
+		t.Fatalf("trace: code %d, %v\n%s", code, err, out)
+	}
+	data, err := os.ReadFile(trace)
+	if err != nil || !strings.HasPrefix(string(data), "arrival_s,duration_s,tags\n") || strings.Count(string(data), "\n") != 401 {
+		t.Fatalf("trace file: %v, %d lines", err, strings.Count(string(data), "\n"))
+	}
+
+	plot := filepath.Join(dir, "out.svg")
+	out, code, err := drover(t, "autoscale", "simulate", "--config", cfg, "--trace", trace, "--duration", "3h", "--output", "json", "--plot", plot)
+	if code != 0 {
+		t.Fatalf("simulate: code %d, %v\n%s", code, err, out)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("simulate json: %v\n%s", err, out)
+	}
+	var keys []string
+	for k := range rep {
+		keys = append(keys, k)
+	}
+	for _, k := range []string{"jobs", "wait_p50_s", "wait_p95_s", "wait_p99_s", "wait_max_s", "busy_instance_s", "idle_instance_s", "peak_instances", "final_instances", "created", "removed"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("json report lacks %q", k)
+		}
+	}
+	if len(rep) != 11 {
+		t.Errorf("json report keys %v, want exactly the 11 documented", keys)
+	}
+	if rep["jobs"].(float64) != 400 {
+		t.Errorf("jobs = %v, want 400", rep["jobs"])
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Errorf("plot: %v", err)
+	}
+
+	out, code, _ = drover(t, "autoscale", "simulate", "-c", cfg, "-t", trace, "--runner", "auto", "--duration", "3h")
+	if code != 0 || !strings.Contains(out, "queue wait") {
+		t.Errorf("text report: code %d\n%s", code, out)
+	}
+	out, code, _ = drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "3h", "--idle-counts", "0-4:2", "--target-p95", "10m")
+	if code != 0 || !strings.Contains(out, "best: idle_count") {
+		t.Errorf("sweep: code %d\n%s", code, out)
+	}
+
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("0,1\n2,x\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"autoscale", "simulate", "--config", cfg}, "--config and --trace are required"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "-o", "xml"}, "want text or json"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", bad}, "bad.csv:2: duration_s"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--runner", "plain"}, "neither [runners.machine] nor [runners.autoscaler]"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--runner", "nope"}, `no [[runners]] entry named "nope"`},
+		{[]string{"autoscale", "simulate", "-c", filepath.Join(dir, "missing.toml"), "-t", trace}, "missing.toml"},
+		{[]string{"autoscale", "trace", "--jobs", "0"}, "jobs must be positive"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--start", "monday"}, "--start"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--log-level", "loud"}, "log level"},
+		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-counts", "5-1"}, "--idle-counts"},
+	} {
+		_, code, err := drover(t, tc.args...)
+		if code != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: code %d, err %v; want code 2 and %q", tc.args, code, err, tc.want)
+		}
+	}
+}
+
+func TestParseCounts(t *testing.T) {
+	got, err := parseCounts("0,3-5,10-20:5")
+	if err != nil || len(got) != 7 || got[0] != 0 || got[3] != 5 || got[6] != 20 {
+		t.Errorf("parseCounts = %v, %v", got, err)
+	}
+	for _, s := range []string{"", "a", "-1", "3-1", "1-5:0", "0-5000"} {
+		if _, err := parseCounts(s); err == nil {
+			t.Errorf("parseCounts(%q) = nil error", s)
+		}
+	}
+}

@@ -1,0 +1,536 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/drover-ci/drover/internal/fleet"
+)
+
+// Run is the scaling loop: a pass every UpdateInterval, every
+// UpdateIntervalWhenExpecting while instances are being created or
+// removed, and at once after Reserve, Acquire waits, Release and
+// SetPolicy. It returns nil when ctx is done or the pool is shut down.
+func (p *Pool) Run(ctx context.Context) error {
+	for {
+		next := p.Tick(ctx)
+		timer := p.clk.NewTimer(max(0, next.Sub(p.clk.Now())))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-p.closedCh:
+			timer.Stop()
+			return nil
+		case <-timer.C():
+		case <-p.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// Tick runs one scaling pass now and returns when the next is due: it
+// syncs with the provider (when due), retries deletions, checks
+// heartbeats (every UpdateInterval), runs the policy and carries out its
+// decision, and writes the state file. Run calls it; the simulator calls
+// it directly on a fake clock.
+func (p *Pool) Tick(ctx context.Context) time.Time {
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return p.clk.Now().Add(p.o.UpdateInterval)
+	}
+	now := p.clk.Now()
+	if !p.initDone {
+		if _, err := p.o.Provider.Init(ctx, p.o.Settings); err != nil {
+			p.providerError("init", err)
+			return now.Add(p.o.UpdateIntervalWhenExpecting)
+		}
+		p.initDone = true
+	}
+	if !p.isStarted() {
+		// The first sync reconciles with the state file; nothing is
+		// decided before it succeeds.
+		if err := p.sync(ctx, now); err != nil {
+			return now.Add(p.o.UpdateIntervalWhenExpecting)
+		}
+		p.mu.Lock()
+		p.started = true
+		p.mu.Unlock()
+		p.nextFull = now.Add(p.o.UpdateInterval)
+	} else if p.syncDue(now) {
+		_ = p.sync(ctx, now) // logged and counted; the pass goes on with the pool's view
+	}
+	if !now.Before(p.nextFull) {
+		p.nextFull = now.Add(p.o.UpdateInterval)
+		p.heartbeats(ctx)
+	}
+	p.startReady(ctx)
+	p.decide(ctx, now)
+	p.deletions(ctx, now)
+	p.flushState()
+	p.mu.Lock()
+	p.updateGaugesLocked()
+	p.mu.Unlock()
+	return p.nextTick(now)
+}
+
+func (p *Pool) isStarted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
+
+func (p *Pool) expectingLocked() bool {
+	if len(p.pending) > 0 {
+		return true
+	}
+	for _, in := range p.insts {
+		if in.state == StateCreating || in.state == StateRemoving {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) syncDue(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	gap := p.o.UpdateInterval
+	if p.expectingLocked() {
+		gap = p.o.UpdateIntervalWhenExpecting
+	}
+	return !now.Before(p.lastSync.Add(gap))
+}
+
+func (p *Pool) nextTick(now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := p.lastSync.Add(p.o.UpdateInterval)
+	if p.expectingLocked() {
+		next = p.lastSync.Add(p.o.UpdateIntervalWhenExpecting)
+	}
+	if next.After(p.nextFull) {
+		next = p.nextFull
+	}
+	for _, in := range p.insts {
+		if in.state == StateRemoving && !in.retryAt.IsZero() && in.retryAt.Before(next) {
+			next = in.retryAt
+		}
+	}
+	if p.createFails > 0 && p.createAt.After(now) && p.createAt.Before(next) {
+		next = p.createAt
+	}
+	if !next.After(now) {
+		next = now.Add(p.o.UpdateIntervalWhenExpecting)
+	}
+	return next
+}
+
+func (p *Pool) providerError(op string, err error) {
+	p.log.Warn("fleet provider call failed", "op", op, "err", err)
+	if m := p.o.Metrics; m != nil {
+		m.ProviderErrors.WithLabelValues(p.runner, op).Inc()
+	}
+}
+
+type poolReport struct {
+	id string
+	st fleet.State
+}
+
+// sync reconciles the pool's instances with the provider's report. On
+// the first sync, instances that neither the state file lists nor the
+// pool asked for are deleted: nothing is left orphaned by a restart.
+func (p *Pool) sync(ctx context.Context, now time.Time) error {
+	var reps []poolReport
+	if err := p.o.Provider.Update(ctx, func(id string, st fleet.State) { reps = append(reps, poolReport{id, st}) }); err != nil {
+		p.providerError("update", err)
+		return fmt.Errorf("update instances: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastSync = now
+	first := !p.started
+	seen := make(map[string]bool, len(reps))
+	for _, r := range reps {
+		seen[r.id] = true
+		in := p.byID[r.id]
+		if in == nil {
+			if r.st == fleet.StateDeleted {
+				continue
+			}
+			in = p.adoptLocked(r, first, now)
+		}
+		p.applyReportLocked(in, r.st, now)
+	}
+	for _, in := range append([]*poolInstance(nil), p.insts...) {
+		if !seen[in.id] {
+			why := "vanished"
+			if in.state == StateRemoving {
+				why = "removed"
+			}
+			p.dropLocked(in, why)
+		}
+	}
+	// Requests the provider never turned into instances stop counting.
+	for len(p.pending) > 0 && now.Sub(p.pending[0]) > poolPendingTimeout {
+		p.log.Warn("requested instance never appeared; no longer counted", "requested", p.pending[0])
+		p.pending = p.pending[1:]
+	}
+	if first {
+		p.restored = nil
+	}
+	return nil
+}
+
+// adoptLocked takes in an instance the pool did not know.
+func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstance {
+	if first {
+		if s, ok := p.restored[r.id]; ok {
+			in := p.newInstanceLocked(r.id, s.Created)
+			in.useCount, in.lastUsed, in.ready = s.UseCount, s.LastUsed, s.Ready
+			if s.Removing {
+				p.markRemovingLocked(in, s.Reason, "was being removed before the restart")
+			}
+			p.log.Info("re-adopted instance from state file", "instance", r.id, "use_count", s.UseCount)
+			return in
+		}
+		in := p.newInstanceLocked(r.id, now)
+		if p.o.AdoptUnknown {
+			p.log.Info("adopted instance found at start", "instance", r.id)
+			return in
+		}
+		p.markRemovingLocked(in, PoolReasonUnknownAtStart, "not in the state file: deleted for safety")
+		return in
+	}
+	created := now
+	if len(p.pending) > 0 {
+		created = p.pending[0]
+		p.pending = p.pending[1:]
+	} else {
+		p.log.Warn("provider reports an instance the pool did not ask for; adopting it", "instance", r.id)
+	}
+	return p.newInstanceLocked(r.id, created)
+}
+
+func (p *Pool) applyReportLocked(in *poolInstance, st fleet.State, now time.Time) {
+	in.provState = st
+	switch st {
+	case fleet.StateDeleting:
+		if in.state != StateRemoving {
+			p.markRemovingLocked(in, PoolReasonProviderDeleted, "the provider is deleting it")
+		}
+		in.requested = true
+	case fleet.StateDeleted:
+		p.dropLocked(in, "deleted")
+	case fleet.StateTimeout:
+		p.markRemovingLocked(in, PoolReasonBootTimeout, "the provider gave up waiting for it")
+	}
+}
+
+// startReady makes running instances ready: connect info, then the
+// instance_ready_command in its own goroutine (it may take long).
+func (p *Pool) startReady(ctx context.Context) {
+	p.mu.Lock()
+	var todo []*poolInstance
+	for _, in := range p.insts {
+		if in.state == StateCreating && in.provState == fleet.StateRunning && !in.readying {
+			in.readying = true
+			todo = append(todo, in)
+		}
+	}
+	p.mu.Unlock()
+	for _, in := range todo {
+		info, err := p.o.Provider.ConnectInfo(ctx, in.id)
+		if err != nil {
+			p.providerError("connect_info", err)
+			p.mu.Lock()
+			in.readying = false // try again next pass
+			p.mu.Unlock()
+			continue
+		}
+		p.mu.Lock()
+		readopted := !in.ready.IsZero() // ready before a restart: no ready command again
+		p.mu.Unlock()
+		if p.o.InstanceReady == nil || readopted {
+			p.markReady(in, info, nil)
+			continue
+		}
+		go func() { p.markReady(in, info, p.o.InstanceReady(ctx, info)) }()
+	}
+}
+
+func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.poke()
+	in.readying = false
+	if in.state != StateCreating || p.byID[in.id] != in {
+		return
+	}
+	now := p.clk.Now()
+	if err != nil {
+		p.providerError("ready_command", err)
+		p.noteCreateFailureLocked(now)
+		p.markRemovingLocked(in, PoolReasonReadyFailed, err.Error())
+		return
+	}
+	in.info = info
+	in.state = StateIdle
+	if in.ready.IsZero() {
+		in.ready = now
+		p.createFails = 0
+		p.noteBootLocked(now.Sub(in.created))
+	}
+	p.dirty = true
+	p.log.Debug("instance ready", "instance", in.id, "boot", now.Sub(in.created))
+	p.signalSlotsLocked()
+}
+
+// noteCreateFailureLocked backs creations off exponentially.
+func (p *Pool) noteCreateFailureLocked(now time.Time) {
+	p.createFails++
+	d := p.o.UpdateIntervalWhenExpecting << min(p.createFails-1, 16)
+	p.createAt = now.Add(min(d, poolMaxCreateBackoff))
+}
+
+// heartbeats checks ready instances; FailureThreshold failures in a row
+// remove one.
+func (p *Pool) heartbeats(ctx context.Context) {
+	p.mu.Lock()
+	var ids []*poolInstance
+	for _, in := range p.insts {
+		if in.state == StateIdle || in.state == StateBusy {
+			ids = append(ids, in)
+		}
+	}
+	p.mu.Unlock()
+	for _, in := range ids {
+		err := p.o.Provider.Heartbeat(ctx, in.id)
+		if err != nil {
+			p.providerError("heartbeat", err)
+		}
+		p.mu.Lock()
+		if err == nil {
+			in.hbFails = 0
+		} else if in.hbFails++; in.hbFails >= p.o.FailureThreshold && (in.state == StateIdle || in.state == StateBusy) {
+			p.markRemovingLocked(in, PoolReasonHeartbeat, fmt.Sprintf("%d heartbeats failed in a row: %v", in.hbFails, err))
+		}
+		p.mu.Unlock()
+	}
+}
+
+// decide runs the policy and carries out its decision.
+func (p *Pool) decide(ctx context.Context, now time.Time) {
+	p.mu.Lock()
+	pol := p.pol
+	insts := p.snapshotLocked()
+	demand := p.demandLocked(now)
+	dec := Decide(pol, now, insts, demand)
+	if m := p.o.Metrics; m != nil {
+		m.Decisions.WithLabelValues(p.runner).Inc()
+	}
+	for _, r := range dec.Remove {
+		in := p.byID[r.ID]
+		if in == nil || in.state != StateIdle || in.acquired > 0 {
+			continue // taken by a job since the snapshot, or not removable
+		}
+		p.markRemovingLocked(in, poolReasonLabel(r.Reason), r.Reason)
+	}
+	create := dec.Create
+	if create > 0 && p.createFails > 0 && now.Before(p.createAt) {
+		p.log.Debug("creation backing off after failures", "until", p.createAt, "failures", p.createFails)
+		create = 0
+	}
+	label := "idle_target"
+	if create > 0 {
+		capacity := 0
+		for _, in := range insts {
+			if in.State != StateRemoving {
+				capacity += max(1, pol.CapacityPerInstance)
+			}
+		}
+		used := demand.Reserved + demand.Waiting
+		for _, in := range insts {
+			used += in.Acquired
+		}
+		if used > capacity {
+			label = "demand"
+		}
+	}
+	p.mu.Unlock()
+	if create <= 0 {
+		return
+	}
+	n, err := p.o.Provider.Increase(ctx, create)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range max(0, n) {
+		p.pending = append(p.pending, now)
+	}
+	p.log.Info("creating instances", "n", n, "asked", create, "reason", dec.CreateReason, "idle_target", dec.IdleTarget)
+	if m := p.o.Metrics; m != nil && n > 0 {
+		m.Creations.WithLabelValues(p.runner, label).Add(float64(n))
+	}
+	if err != nil || n < create {
+		if err == nil {
+			err = fmt.Errorf("provider created %d of %d instances", n, create)
+		}
+		p.providerError("increase", err)
+		p.noteCreateFailureLocked(now)
+	} else {
+		p.createFails = 0
+	}
+}
+
+// poolReasonLabel turns a policy's free-text reason into a bounded metric
+// label: its leading words, up to the first digit or punctuation.
+func poolReasonLabel(s string) string {
+	end := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && r != ' ' && r != '_' })
+	if end >= 0 {
+		s = s[:end]
+	}
+	s = strings.ReplaceAll(strings.TrimSpace(strings.ToLower(s)), " ", "_")
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	if s == "" {
+		return "policy"
+	}
+	return s
+}
+
+// deletions asks the provider to delete removing instances that were not
+// accepted yet, or that it has not acted on since; failures back off
+// from DeletionRetryInterval.
+func (p *Pool) deletions(ctx context.Context, now time.Time) {
+	p.mu.Lock()
+	var ids []string
+	retries := 0
+	for _, in := range p.insts {
+		if in.state != StateRemoving || in.provState == fleet.StateDeleting || now.Before(in.retryAt) {
+			continue
+		}
+		if in.attempts > 0 || in.requested {
+			retries++
+		}
+		ids = append(ids, in.id)
+	}
+	p.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if m := p.o.Metrics; m != nil && retries > 0 {
+		m.DeletionRetries.WithLabelValues(p.runner).Add(float64(retries))
+	}
+	ok, err := p.o.Provider.Decrease(ctx, ids)
+	if err != nil {
+		p.providerError("decrease", err)
+	}
+	accepted := make(map[string]bool, len(ok))
+	for _, id := range ok {
+		accepted[id] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		in := p.byID[id]
+		if in == nil {
+			continue
+		}
+		if accepted[id] {
+			in.requested = true
+			in.attempts = 0
+			// Ask again if the provider has not acted on it by then.
+			in.retryAt = now.Add(p.o.DeletionRetryInterval)
+			continue
+		}
+		if errors.Is(err, fleet.ErrNotFound) && len(ids) == 1 {
+			p.dropLocked(in, "provider does not know it")
+			continue
+		}
+		in.attempts++
+		in.retryAt = now.Add(min(p.o.DeletionRetryInterval<<min(in.attempts-1, 16), 30*p.o.DeletionRetryInterval))
+		p.log.Warn("instance deletion failed; will retry", "instance", id, "attempts", in.attempts, "retry_at", in.retryAt)
+	}
+}
+
+func (p *Pool) updateGaugesLocked() {
+	m := p.o.Metrics
+	if m == nil {
+		return
+	}
+	var c [4]int
+	for _, in := range p.insts {
+		c[in.state]++
+	}
+	c[StateCreating] += len(p.pending)
+	for s, name := range []string{"creating", "idle", "busy", "removing"} {
+		m.Instances.WithLabelValues(p.runner, name).Set(float64(c[s]))
+	}
+}
+
+// Shutdown stops the scaling loop. With deleteInstances it removes every
+// instance and waits (until ctx is done) for the provider to report them
+// gone, asking again every ShutdownDeletionInterval; otherwise it leaves
+// them running and recorded in the state file for the next start. It then
+// shuts the provider down.
+func (p *Pool) Shutdown(ctx context.Context, deleteInstances bool) error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.closedCh)
+	}
+	p.mu.Unlock()
+	p.tickMu.Lock()
+	defer p.tickMu.Unlock()
+	var errs []error
+	if deleteInstances && p.isStarted() {
+		errs = append(errs, p.deleteAll(ctx))
+	}
+	p.flushState()
+	if err := p.o.Provider.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("shut down fleet provider: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) deleteAll(ctx context.Context) error {
+	var lastAsk time.Time
+	for {
+		now := p.clk.Now()
+		// Sync first: instances whose creation is still pending become
+		// known and are deleted too.
+		_ = p.sync(ctx, now)
+		ask := lastAsk.IsZero() || now.Sub(lastAsk) >= p.o.ShutdownDeletionInterval
+		p.mu.Lock()
+		for _, in := range p.insts {
+			p.markRemovingLocked(in, PoolReasonShutdown, "shutdown with delete_instances_on_shutdown")
+			if ask && in.provState != fleet.StateDeleting {
+				in.retryAt = time.Time{}
+			}
+		}
+		left := len(p.insts) + len(p.pending)
+		p.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		if ask {
+			lastAsk = now
+		}
+		p.deletions(ctx, now)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shutdown: %d instances not yet deleted: %w", left, ctx.Err())
+		case <-p.clk.After(min(p.o.UpdateIntervalWhenExpecting, p.o.ShutdownDeletionInterval)):
+		}
+	}
+}

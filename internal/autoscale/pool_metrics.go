@@ -1,0 +1,54 @@
+package autoscale
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// PoolMetrics are the Prometheus collectors of every Pool of a process.
+// One PoolMetrics serves many pools; each series carries the pool's
+// runner name (fleet.Settings.Name).
+type PoolMetrics struct {
+	// Instances is the number of instances by state (creating, idle,
+	// busy, removing).
+	Instances *prometheus.GaugeVec
+	// Creations counts instances asked for, by reason (idle_target,
+	// demand).
+	Creations *prometheus.CounterVec
+	// Removals counts instances whose removal was decided, by reason.
+	Removals *prometheus.CounterVec
+	// ProviderErrors counts failed provider calls by operation (init,
+	// update, increase, decrease, connect_info, heartbeat, ready_command).
+	ProviderErrors *prometheus.CounterVec
+	// DeletionRetries counts deletion requests repeated after a failure
+	// or a provider that did not act on one.
+	DeletionRetries *prometheus.CounterVec
+	// Decisions counts scaling passes.
+	Decisions *prometheus.CounterVec
+}
+
+// NewPoolMetrics creates the collectors and registers them with reg when
+// it is not nil.
+func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
+	m := &PoolMetrics{
+		Instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drover_autoscaler_instances", Help: "Instances of the pool by state.",
+		}, []string{"runner", "state"}),
+		Creations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_autoscaler_instance_creations_total", Help: "Instances requested from the provider, by reason.",
+		}, []string{"runner", "reason"}),
+		Removals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_autoscaler_instance_removals_total", Help: "Instance removals decided, by reason.",
+		}, []string{"runner", "reason"}),
+		ProviderErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_autoscaler_provider_errors_total", Help: "Failed provider calls, by operation.",
+		}, []string{"runner", "op"}),
+		DeletionRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_autoscaler_deletion_retries_total", Help: "Instance deletion requests repeated.",
+		}, []string{"runner"}),
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_autoscaler_decisions_total", Help: "Scaling passes run.",
+		}, []string{"runner"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Instances, m.Creations, m.Removals, m.ProviderErrors, m.DeletionRetries, m.Decisions)
+	}
+	return m
+}

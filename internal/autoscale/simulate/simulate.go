@@ -1,0 +1,330 @@
+package simulate
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/drover-ci/drover/internal/autoscale"
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/sim"
+)
+
+// DefaultDuration is the simulated span when Options.Duration is zero: a
+// day of trace plus an hour to watch the pool shrink.
+const DefaultDuration = 25 * time.Hour
+
+// DefaultStart is the virtual time of a trace's second 0 (a Monday, UTC),
+// which decides the policy periods in force.
+var DefaultStart = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+
+// Options configure a simulation.
+type Options struct {
+	Policy     *autoscale.Policy
+	BootTime   time.Duration // mean instance boot time
+	BootSpread time.Duration // boot times spread uniformly over BootTime ± BootSpread
+	DeleteTime time.Duration // how long a deletion takes
+	// Duration is the simulated span; jobs arriving later are left out.
+	// 0 = DefaultDuration.
+	Duration time.Duration
+	Start    time.Time // 0 = DefaultStart
+	Seed     uint64    // seeds the boot time spread
+	// Samples is the number of timeline points kept for the plot; 0 =
+	// 1000, negative = none.
+	Samples int
+	Logger  *slog.Logger // the pool's log; nil = discarded
+}
+
+// Report is the outcome of a simulation. Waits are nearest-rank
+// percentiles over every job that arrived; a job still queued at the end
+// counts with the wait it had so far.
+type Report struct {
+	Jobs           int     `json:"jobs"`
+	WaitP50        float64 `json:"wait_p50_s"`
+	WaitP95        float64 `json:"wait_p95_s"`
+	WaitP99        float64 `json:"wait_p99_s"`
+	WaitMax        float64 `json:"wait_max_s"`
+	BusyInstanceS  float64 `json:"busy_instance_s"`
+	IdleInstanceS  float64 `json:"idle_instance_s"`
+	PeakInstances  int     `json:"peak_instances"`
+	FinalInstances int     `json:"final_instances"`
+	Created        int     `json:"created"`
+	Removed        int     `json:"removed"`
+
+	// Not in the JSON report (its keys are fixed), shown in the text one.
+	CreatingInstanceS float64 `json:"-"`
+	RemovingInstanceS float64 `json:"-"`
+	Unstarted         int     `json:"-"` // jobs still queued at the end
+}
+
+// Sample is the pool and queue at one point of the simulation.
+type Sample struct {
+	At                             time.Duration // since the start
+	Creating, Idle, Busy, Removing int
+	Queued                         int // arrived, not yet on a slot
+}
+
+// Result is a Report plus the timeline for the plot.
+type Result struct {
+	Report
+	Duration time.Duration
+	Timeline []Sample
+}
+
+type simJob struct {
+	Job
+	res     *autoscale.Reservation
+	started bool
+	wait    time.Duration
+}
+
+type running struct {
+	end time.Time
+	acq *autoscale.Acquisition
+}
+
+type endHeap []running
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i].end.Before(h[j].end) }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(running)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+type replay struct {
+	pool    *autoscale.Pool
+	clk     *clock.Fake
+	t0      time.Time
+	jobs    []simJob
+	head    int // first job not started
+	resEnd  int // jobs[:resEnd] hold (or held) a reservation
+	arrived int // jobs[:arrived] have arrived
+	ends    endHeap
+	queued  int
+}
+
+// Run replays jobs (sorted by arrival, as ReadTrace returns them) and
+// reports. It returns ctx's error if ctx is cancelled.
+func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
+	if o.Policy == nil {
+		return nil, errors.New("simulate: no policy")
+	}
+	if !slices.IsSortedFunc(jobs, func(a, b Job) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
+		return nil, errors.New("simulate: jobs are not sorted by arrival")
+	}
+	if o.Duration <= 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.Start.IsZero() {
+		o.Start = DefaultStart
+	}
+	if o.Samples == 0 {
+		o.Samples = 1000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	clk := clock.NewFake(o.Start)
+	prov := sim.New(sim.Options{Clock: clk, BootTime: o.BootTime, BootSpread: o.BootSpread, DeleteTime: o.DeleteTime, Seed: o.Seed})
+	pool, err := autoscale.NewPool(autoscale.PoolOptions{
+		Policy: o.Policy, Provider: prov, Clock: clk, Logger: slog.New(virtualTime{o.Logger.Handler(), clk}),
+		Settings: fleet.Settings{Name: "sim"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+	s := &replay{pool: pool, clk: clk, t0: o.Start}
+	for _, j := range jobs {
+		if j.Arrival < o.Duration {
+			s.jobs = append(s.jobs, simJob{Job: j})
+		}
+	}
+	end := o.Start.Add(o.Duration)
+	res := &Result{Duration: o.Duration}
+	var step time.Duration
+	nextSample := o.Start
+	if o.Samples > 0 {
+		step = max(time.Second, o.Duration/time.Duration(o.Samples))
+	}
+
+	nextTick := pool.Tick(ctx)
+	var cur Sample
+	observe := func() {
+		cur.Creating, cur.Idle, cur.Busy, cur.Removing = pool.Counts()
+		cur.Queued = s.queued
+		res.PeakInstances = max(res.PeakInstances, cur.Creating+cur.Idle+cur.Busy+cur.Removing)
+	}
+	observe()
+	for events := 0; ; events++ {
+		if events%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		now := clk.Now()
+		t := minTime(nextTick, end)
+		if s.arrived < len(s.jobs) {
+			t = minTime(t, o.Start.Add(s.jobs[s.arrived].Arrival))
+		}
+		if len(s.ends) > 0 {
+			t = minTime(t, s.ends[0].end)
+		}
+		// The state is constant over [now, t): account for it.
+		dt := t.Sub(now).Seconds()
+		res.BusyInstanceS += dt * float64(cur.Busy)
+		res.IdleInstanceS += dt * float64(cur.Idle)
+		res.CreatingInstanceS += dt * float64(cur.Creating)
+		res.RemovingInstanceS += dt * float64(cur.Removing)
+		for step > 0 && nextSample.Before(t) {
+			smp := cur
+			smp.At = nextSample.Sub(o.Start)
+			res.Timeline = append(res.Timeline, smp)
+			nextSample = nextSample.Add(step)
+		}
+		if !t.Before(end) {
+			break
+		}
+		clk.Advance(t.Sub(now))
+		for len(s.ends) > 0 && !s.ends[0].end.After(t) {
+			r := heap.Pop(&s.ends).(running)
+			pool.Release(r.acq)
+		}
+		for s.arrived < len(s.jobs) && o.Start.Add(s.jobs[s.arrived].Arrival).Compare(t) <= 0 {
+			s.arrived++
+			s.queued++
+		}
+		changed := s.dispatch(t)
+		nextTick = pool.Tick(ctx)
+		if changed || s.queued > 0 {
+			s.dispatch(t)
+		}
+		observe()
+	}
+	res.Jobs = len(s.jobs)
+	waits := make([]float64, 0, len(s.jobs))
+	for i := range s.jobs {
+		j := &s.jobs[i]
+		w := j.wait
+		if !j.started {
+			w = end.Sub(o.Start.Add(j.Arrival))
+			res.Unstarted++
+		}
+		waits = append(waits, w.Seconds())
+	}
+	slices.Sort(waits)
+	res.WaitP50 = percentile(waits, 0.50)
+	res.WaitP95 = percentile(waits, 0.95)
+	res.WaitP99 = percentile(waits, 0.99)
+	res.WaitMax = percentile(waits, 1)
+	res.FinalInstances = cur.Creating + cur.Idle + cur.Busy + cur.Removing
+	res.Created, res.Removed = prov.Counts()
+	return res, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// dispatch gives slots to queued jobs in arrival order and reports
+// whether any reservation or acquisition changed.
+func (s *replay) dispatch(now time.Time) bool {
+	changed := false
+	blocked := false
+	// Jobs holding a reservation, waiting for a slot.
+	for i := s.head; i < s.resEnd; i++ {
+		j := &s.jobs[i]
+		if j.started {
+			continue
+		}
+		a, err := s.pool.TryAcquire(j.res)
+		if err != nil || a == nil {
+			blocked = true
+			break
+		}
+		s.start(j, a, now)
+		changed = true
+	}
+	// Jobs the manager has not requested yet.
+	for s.resEnd < s.arrived {
+		r, err := s.pool.Reserve()
+		if err != nil {
+			break
+		}
+		j := &s.jobs[s.resEnd]
+		j.res = r
+		s.resEnd++
+		changed = true
+		a, err := s.pool.TryAcquire(r)
+		if err != nil || a == nil {
+			blocked = true
+			continue
+		}
+		if blocked {
+			// An earlier job is still waiting: it gets the slot first, and
+			// this job takes over its waiting reservation.
+			for k := s.head; k < s.resEnd-1; k++ {
+				if e := &s.jobs[k]; !e.started {
+					e.res, j.res = j.res, e.res
+					j = e
+					break
+				}
+			}
+		}
+		s.start(j, a, now)
+	}
+	for s.head < s.resEnd && s.jobs[s.head].started {
+		s.head++
+	}
+	return changed
+}
+
+func (s *replay) start(j *simJob, a *autoscale.Acquisition, now time.Time) {
+	j.started = true
+	j.wait = now.Sub(s.t0.Add(j.Arrival))
+	heap.Push(&s.ends, running{end: now.Add(j.Duration), acq: a})
+	s.queued--
+}
+
+// percentile is the nearest-rank percentile of sorted xs.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p*float64(len(xs)))) - 1
+	return xs[min(max(k, 0), len(xs)-1)]
+}
+
+// virtualTime stamps log records with the simulation's clock, so the
+// pool's log reads in simulated time.
+type virtualTime struct {
+	slog.Handler
+	clk clock.Clock
+}
+
+func (v virtualTime) Handle(ctx context.Context, r slog.Record) error {
+	r.Time = v.clk.Now()
+	return v.Handler.Handle(ctx, r)
+}
+
+func (v virtualTime) WithAttrs(as []slog.Attr) slog.Handler {
+	return virtualTime{v.Handler.WithAttrs(as), v.clk}
+}
+
+func (v virtualTime) WithGroup(name string) slog.Handler {
+	return virtualTime{v.Handler.WithGroup(name), v.clk}
+}

@@ -1,0 +1,228 @@
+package simulate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/autoscale"
+	"github.com/drover-ci/drover/internal/autoscale/simulate"
+)
+
+func readTrace(t *testing.T, s string) []simulate.Job {
+	t.Helper()
+	jobs, err := simulate.ReadTrace(strings.NewReader(s), "t.csv")
+	if err != nil {
+		t.Fatalf("ReadTrace = %v", err)
+	}
+	return jobs
+}
+
+func TestRunPreemptiveHandcrafted(t *testing.T) {
+	// idle_count 1 slot, 30 s boots, capacity 1. Instance 1 is ready at
+	// 30 s. Job A (60 s, runs 120 s) takes it; the pool starts instance 2
+	// at once to restore the idle slot. Job B (61 s) cannot reserve
+	// (preemptive) until instance 2 is ready at 90 s, seen at the 91 s
+	// update (updates every 2 s while expecting, from 61 s): B waits 30 s.
+	// B taking instance 2 starts instance 3. After the jobs, the idle time
+	// of 10 m removes instances 3 and 2 and keeps one.
+	pol := &autoscale.Policy{Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1,
+		Base: autoscale.Schedule{IdleCount: 1, IdleTime: 10 * time.Minute, Preemptive: true}}
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: time.Hour},
+		readTrace(t, "arrival_s,duration_s\n60,120\n61,60\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	want := simulate.Report{
+		Jobs: 2, WaitP50: 0, WaitP95: 30, WaitP99: 30, WaitMax: 30,
+		BusyInstanceS: 180, PeakInstances: 3, FinalInstances: 1, Created: 3, Removed: 2,
+	}
+	got := res.Report
+	idle := got.IdleInstanceS
+	got.IdleInstanceS, got.CreatingInstanceS, got.RemovingInstanceS = 0, 0, 0
+	if got != want {
+		t.Errorf("report\n got %+v\nwant %+v", got, want)
+	}
+	// Instance 1 idle 30-60 s and 180-3600 s; instances 2 and 3 idle from
+	// 151 s and 121 s for the 10 min idle time plus at most a minute to
+	// the next scaling pass.
+	if lo, hi := 30+3420+2*600.0, 30+3420+2*660.0+30; idle < lo || idle > hi {
+		t.Errorf("idle_instance_s = %v, want in [%v, %v]", idle, lo, hi)
+	}
+}
+
+func TestRunOnDemand(t *testing.T) {
+	// IdleCount 0 (machine dialect): nothing idle; the job is taken at
+	// once (non-preemptive), its instance created then, ready after 30 s.
+	pol := &autoscale.Policy{Dialect: autoscale.DialectMachine, CapacityPerInstance: 1,
+		Base: autoscale.Schedule{IdleTime: 5 * time.Minute}}
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: time.Hour},
+		readTrace(t, "10,100\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	r := res.Report
+	if r.WaitMax != 30 || r.BusyInstanceS != 100 || r.Created != 1 || r.Removed != 1 || r.FinalInstances != 0 || r.PeakInstances != 1 {
+		t.Errorf("report %+v: want wait 30 s, busy 100 s, 1 created and removed, none left", r)
+	}
+	if r.IdleInstanceS < 300 || r.IdleInstanceS > 360 {
+		t.Errorf("idle_instance_s = %v, want 300..360 (IdleTime 5 m + up to one update interval)", r.IdleInstanceS)
+	}
+}
+
+func TestRunMaxInstancesQueues(t *testing.T) {
+	// One instance at most, jobs of 100 s arriving together: they run one
+	// after another, waits 30 (boot), 130, 230.
+	pol := &autoscale.Policy{Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 1,
+		Base: autoscale.Schedule{IdleTime: time.Hour}}
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: time.Hour},
+		readTrace(t, "0,100\n0,100\n0,100\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if r := res.Report; r.WaitP50 != 130 || r.WaitMax != 230 || r.Created != 1 || r.BusyInstanceS != 300 {
+		t.Errorf("report %+v: want waits 30/130/230, one instance, 300 busy seconds", r)
+	}
+}
+
+func TestRunCutsAtDuration(t *testing.T) {
+	pol := &autoscale.Policy{Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 1}
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: time.Minute, Duration: 10 * time.Minute},
+		readTrace(t, "0,3600\n60,10\n700,1\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if r := res.Report; r.Jobs != 2 || r.Unstarted != 1 || r.WaitMax != 540 {
+		t.Errorf("report %+v: want 2 jobs in the span, 1 never started, waiting 540 s at the end", r)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := simulate.Run(ctx, simulate.Options{Policy: dayPolicy()}, dayTrace(t, 100))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run(cancelled) = %v, want context.Canceled", err)
+	}
+}
+
+func TestWriteSVG(t *testing.T) {
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: dayPolicy(), BootTime: 30 * time.Second, Samples: 200}, dayTrace(t, 2000))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if len(res.Timeline) != 200 {
+		t.Errorf("timeline has %d samples, want 200", len(res.Timeline))
+	}
+	var b bytes.Buffer
+	if err := simulate.WriteSVG(&b, res); err != nil {
+		t.Fatalf("WriteSVG = %v", err)
+	}
+	dec := xml.NewDecoder(&b)
+	var texts []string
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if err.Error() != "EOF" {
+				t.Fatalf("plot is not well-formed XML: %v", err)
+			}
+			break
+		}
+		if cd, ok := tok.(xml.CharData); ok {
+			texts = append(texts, string(cd))
+		}
+	}
+	all := strings.Join(texts, "|")
+	for _, want := range []string{"instances", "queued jobs", "hours since start", "busy", "idle", "creating", "removing"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("plot lacks label %q", want)
+		}
+	}
+}
+
+func TestReportText(t *testing.T) {
+	r := simulate.Report{Jobs: 3, WaitP50: 1, WaitP95: 2.5, WaitP99: 3, WaitMax: 4, BusyInstanceS: 7200, IdleInstanceS: 3600, PeakInstances: 2, Created: 2, Removed: 1, FinalInstances: 1}
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"jobs              3", "p95 2.5s", "busy 2.0 h", "idle 1.0 h", "peak 2", "created 2", "removed 1"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestSweepIdleCount(t *testing.T) {
+	tr := dayTrace(t, 3000)
+	o := simulate.Options{Policy: dayPolicy(), BootTime: 30 * time.Second}
+	best, all, err := simulate.SweepIdleCount(t.Context(), o, tr, []int{0, 2, 4, 8, 16}, 30*time.Second)
+	if err != nil {
+		t.Fatalf("SweepIdleCount = %v", err)
+	}
+	if len(all) != 5 {
+		t.Fatalf("%d results, want 5", len(all))
+	}
+	if best == nil {
+		t.Fatal("no idle count meets p95 30 s")
+	}
+	for _, r := range all {
+		if r.Report.WaitP95 <= 30 && r.Report.IdleInstanceS < best.Report.IdleInstanceS {
+			t.Errorf("idle_count %d meets the target with less idle time than the best %d", r.IdleCount, best.IdleCount)
+		}
+	}
+	if all[0].Report.IdleInstanceS >= all[4].Report.IdleInstanceS {
+		t.Errorf("idle time with idle_count 0 (%v) not below idle_count 16 (%v)", all[0].Report.IdleInstanceS, all[4].Report.IdleInstanceS)
+	}
+	if dayPolicy().Base.IdleCount != 20 {
+		t.Error("sweep changed the caller's policy")
+	}
+}
+
+func TestRunSeedExampleMachineGrowth(t *testing.T) {
+	// Seed 000's worked example: limit 10, MaxGrowthRate 1, IdleCount 2,
+	// IdleTime 1800 s. Start: 2 idle. 5 jobs arrive: machines are created
+	// one at a time until 5 are busy and 2 idle (7). After the jobs end
+	// and IdleTime passes: back to 2 idle.
+	pol := &autoscale.Policy{Dialect: autoscale.DialectMachine, CapacityPerInstance: 1, MaxInstances: 10, MaxGrowthRate: 1,
+		Base: autoscale.Schedule{IdleCount: 2, IdleTime: 1800 * time.Second, Preemptive: true}}
+	res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: 3 * time.Hour, Samples: 3 * 3600},
+		readTrace(t, "300,3600\n300,3600\n300,3600\n300,3600\n300,3600\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	var sawFull bool
+	for _, s := range res.Timeline {
+		if s.Creating > 1 {
+			t.Fatalf("at %s: %d machines creating, MaxGrowthRate is 1", s.At, s.Creating)
+		}
+		if total := s.Creating + s.Idle + s.Busy + s.Removing; total > 10 {
+			t.Fatalf("at %s: %d machines, limit 10", s.At, total)
+		}
+		if s.At == 200*time.Second && (s.Idle != 2 || s.Busy != 0) {
+			t.Errorf("at start: %+v, want 2 idle", s)
+		}
+		if s.Busy == 5 && s.Idle == 2 && s.Creating == 0 {
+			sawFull = true
+		}
+		// The machines the jobs used stay for IdleTime after the jobs end
+		// (never-used idle machines may go earlier: their idle time runs
+		// from when they became ready).
+		if s.At > 4200*time.Second && s.At < 5600*time.Second && s.Idle < 5 { // jobs end 3900-4100 s
+			t.Fatalf("at %s: %+v: used machines removed before IdleTime", s.At, s)
+		}
+		if s.At > 3*time.Hour-10*time.Minute && (s.Idle != 2 || s.Creating+s.Busy+s.Removing != 0) {
+			t.Fatalf("at %s: %+v, want back to 2 idle", s.At, s)
+		}
+	}
+	if !sawFull {
+		t.Error("never 5 busy + 2 idle machines")
+	}
+	if r := res.Report; r.FinalInstances != 2 || r.PeakInstances != 7 || r.Created != 7 || r.Removed != 5 {
+		t.Errorf("report %+v: want peak 7, back to 2 (7 created, 5 removed)", r)
+	}
+}

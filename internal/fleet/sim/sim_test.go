@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/fleet"
+)
+
+func states(t *testing.T, p *Provider) map[string]fleet.State {
+	t.Helper()
+	m := map[string]fleet.State{}
+	if err := p.Update(t.Context(), func(id string, st fleet.State) { m[id] = st }); err != nil {
+		t.Fatalf("Update = %v", err)
+	}
+	return m
+}
+
+func TestLifecycle(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	p := New(Options{Clock: clk, BootTime: 30 * time.Second, DeleteTime: 5 * time.Second})
+	if _, err := p.Init(t.Context(), fleet.Settings{Name: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Increase(t.Context(), 2); n != 2 || err != nil {
+		t.Fatalf("Increase = %d, %v", n, err)
+	}
+	if st := states(t, p); len(st) != 2 || st["r-000001"] != fleet.StateCreating {
+		t.Fatalf("states %v, want 2 creating", st)
+	}
+	if err := p.Heartbeat(t.Context(), "r-000001"); err == nil {
+		t.Error("Heartbeat of a booting instance succeeded")
+	}
+	clk.Advance(30 * time.Second)
+	if st := states(t, p); st["r-000001"] != fleet.StateRunning {
+		t.Fatalf("states %v after boot, want running", st)
+	}
+	if err := p.Heartbeat(t.Context(), "r-000001"); err != nil {
+		t.Errorf("Heartbeat = %v", err)
+	}
+	p.FailHeartbeat("r-000001", 1)
+	if err := p.Heartbeat(t.Context(), "r-000001"); !errors.Is(err, ErrInjected) {
+		t.Errorf("Heartbeat = %v, want injected failure", err)
+	}
+	ok, err := p.Decrease(t.Context(), []string{"r-000001", "nope"})
+	if len(ok) != 1 || !errors.Is(err, fleet.ErrNotFound) {
+		t.Fatalf("Decrease = %v, %v; want r-000001 accepted, nope not found", ok, err)
+	}
+	if st := states(t, p); st["r-000001"] != fleet.StateDeleting {
+		t.Fatalf("state %v, want deleting", st["r-000001"])
+	}
+	clk.Advance(5 * time.Second)
+	if st := states(t, p); st["r-000001"] != fleet.StateDeleted {
+		t.Fatalf("state %v, want deleted (reported once)", st["r-000001"])
+	}
+	if st := states(t, p); len(st) != 1 {
+		t.Fatalf("states %v, want the deleted instance gone", st)
+	}
+	if c, r := p.Counts(); c != 2 || r != 1 {
+		t.Errorf("Counts = %d, %d; want 2, 1", c, r)
+	}
+}
+
+func TestFailuresAndMaxSize(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	p := New(Options{Clock: clk, MaxSize: 3})
+	p.FailCreate(1)
+	if n, err := p.Increase(t.Context(), 2); n != 0 || !errors.Is(err, ErrInjected) {
+		t.Fatalf("Increase = %d, %v; want 0 and an injected failure", n, err)
+	}
+	if n, err := p.Increase(t.Context(), 5); n != 3 || err == nil {
+		t.Fatalf("Increase = %d, %v; want 3 and a max size error", n, err)
+	}
+	p.FailDelete(1)
+	if ok, err := p.Decrease(t.Context(), []string{"sim-000001"}); len(ok) != 0 || !errors.Is(err, ErrInjected) {
+		t.Fatalf("Decrease = %v, %v; want injected failure", ok, err)
+	}
+	p.Vanish("sim-000002")
+	if live := p.Live(); len(live) != 2 {
+		t.Errorf("Live = %v after a vanish, want 2", live)
+	}
+}
+
+func TestBootSpreadDeterministic(t *testing.T) {
+	boots := func(seed uint64) []fleet.State {
+		clk := clock.NewFake(time.Unix(0, 0))
+		p := New(Options{Clock: clk, BootTime: 30 * time.Second, BootSpread: 10 * time.Second, Seed: seed})
+		p.Increase(t.Context(), 50)
+		clk.Advance(30 * time.Second)
+		var out []fleet.State
+		p.Update(t.Context(), func(_ string, st fleet.State) { out = append(out, st) })
+		return out
+	}
+	a, b := boots(7), boots(7)
+	running := 0
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("same seed, instance %d: %v vs %v", i, a[i], b[i])
+		}
+		if a[i] == fleet.StateRunning {
+			running++
+		}
+	}
+	if running == 0 || running == len(a) {
+		t.Errorf("%d of %d running at the mean boot time, want a spread", running, len(a))
+	}
+}
+
+func TestRealClock(t *testing.T) {
+	p := New(Options{BootTime: 5 * time.Millisecond})
+	p.Increase(t.Context(), 1)
+	if st := states(t, p); st["sim-000001"] != fleet.StateCreating {
+		t.Fatalf("state %v right after Increase, want creating", st)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if st := states(t, p); st["sim-000001"] != fleet.StateRunning {
+		t.Fatalf("state %v after the boot time, want running", st)
+	}
+}
