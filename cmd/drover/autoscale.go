@@ -119,9 +119,7 @@ func runnerPolicy(cfg *config.Config, path, name string) (*autoscale.Policy, err
 		if name == "" && r.Machine == nil && r.Autoscaler == nil {
 			continue
 		}
-		// TODO(lead): pass the config's key-line lookup once the policy
-		// branch defines how FromRunner gets it; nil gives errors without
-		// line numbers.
+		// nil: FromRunner finds key lines through the runner itself.
 		pol, err := autoscale.FromRunner(path, nil, cfg.Concurrent, r)
 		if err != nil {
 			return nil, err

@@ -23,7 +23,7 @@ func machinePolicy(limit, concurrent, growth int, idleCount int, idleTime time.D
 	}
 }
 
-func wantCounts(t *testing.T, f *fleet, what string, creating, idle, busy int) {
+func wantCounts(t *testing.T, f *simFleet, what string, creating, idle, busy int) {
 	t.Helper()
 	c := f.counts()
 	if c.creating != creating || c.idle != idle || c.busy != busy {
@@ -183,7 +183,7 @@ func TestExample4IdleScaleFactor(t *testing.T) {
 	wantCounts(t, f, "0 in use", 0, 10, 0)
 }
 
-func (f *fleet) running(id string) bool {
+func (f *simFleet) running(id string) bool {
 	for _, j := range f.jobs {
 		if j.id == id {
 			return true

@@ -8,13 +8,13 @@ import (
 	"github.com/drover-ci/drover/internal/clock"
 )
 
-// fleet is the test harness: it plays pool, cloud and job queue around
+// simFleet is the test harness: it plays pool, cloud and job queue around
 // Decide and CanReserve on a fake clock. Every step it boots instances
 // whose boot time is over, ends jobs, puts waiting jobs on free slots,
 // takes queued jobs while CanReserve allows, then applies one Decision.
 // After every step it checks the invariants Decide promises (limit in all
 // states, MaxGrowthRate).
-type fleet struct {
+type simFleet struct {
 	t          *testing.T
 	p          *Policy
 	clk        *clock.Fake
@@ -47,15 +47,15 @@ type runningJob struct {
 
 var t0 = time.Date(2026, 1, 7, 10, 0, 0, 0, time.UTC) // a Wednesday
 
-func newFleet(t *testing.T, p *Policy, boot time.Duration) *fleet {
+func newFleet(t *testing.T, p *Policy, boot time.Duration) *simFleet {
 	t.Helper()
-	return &fleet{t: t, p: p, clk: clock.NewFake(t0), boot: boot, removedAt: map[string]time.Time{}}
+	return &simFleet{t: t, p: p, clk: clock.NewFake(t0), boot: boot, removedAt: map[string]time.Time{}}
 }
 
-func (f *fleet) demand() Demand { return Demand{Waiting: len(f.waiting), Observed: f.observed} }
+func (f *simFleet) demand() Demand { return Demand{Waiting: len(f.waiting), Observed: f.observed} }
 
 // submit queues n jobs of duration d in the coordinator.
-func (f *fleet) submit(n int, d time.Duration) {
+func (f *simFleet) submit(n int, d time.Duration) {
 	for range n {
 		f.queue = append(f.queue, queued{d: d, at: f.clk.Now()})
 	}
@@ -63,7 +63,7 @@ func (f *fleet) submit(n int, d time.Duration) {
 
 // place puts a job on a free slot (the newest ready instance with one,
 // as GitLab Runner picks machines), reporting whether there was one.
-func (f *fleet) place(q queued) bool {
+func (f *simFleet) place(q queued) bool {
 	now := f.clk.Now()
 	capacity := f.p.capacity()
 	for i := len(f.inst) - 1; i >= 0; i-- {
@@ -81,7 +81,7 @@ func (f *fleet) place(q queued) bool {
 	return false
 }
 
-func (f *fleet) find(id string) *Instance {
+func (f *simFleet) find(id string) *Instance {
 	for i := range f.inst {
 		if f.inst[i].ID == id {
 			return &f.inst[i]
@@ -90,7 +90,7 @@ func (f *fleet) find(id string) *Instance {
 	return nil
 }
 
-func (f *fleet) step() Decision {
+func (f *simFleet) step() Decision {
 	f.t.Helper()
 	now := f.clk.Now()
 	// Boot and disappear.
@@ -151,13 +151,13 @@ func (f *fleet) step() Decision {
 	return dec
 }
 
-func (f *fleet) placeWaiting() {
+func (f *simFleet) placeWaiting() {
 	for len(f.waiting) > 0 && f.place(f.waiting[0]) {
 		f.waiting = f.waiting[1:]
 	}
 }
 
-func (f *fleet) check() {
+func (f *simFleet) check() {
 	f.t.Helper()
 	c := f.counts()
 	if f.p.MaxInstances > 0 && c.total > f.p.MaxInstances {
@@ -170,7 +170,7 @@ func (f *fleet) check() {
 }
 
 // run steps every second for d.
-func (f *fleet) run(d time.Duration) {
+func (f *simFleet) run(d time.Duration) {
 	f.t.Helper()
 	for end := f.clk.Now().Add(d); f.clk.Now().Before(end); f.clk.Advance(time.Second) {
 		f.step()
@@ -179,7 +179,7 @@ func (f *fleet) run(d time.Duration) {
 
 type counts struct{ creating, idle, busy, removing, total, acquired int }
 
-func (f *fleet) counts() counts {
+func (f *simFleet) counts() counts {
 	var c counts
 	for _, in := range f.inst {
 		switch in.State {

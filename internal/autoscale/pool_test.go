@@ -164,13 +164,16 @@ func TestPoolOnDemandAndIdleRemoval(t *testing.T) {
 	if got := h.count(StateIdle); got != 1 {
 		t.Fatalf("idle = %d 9m after the job, want 1 (IdleTime 10m)", got)
 	}
+	// Idle time must be exceeded (strictly, as GitLab Runner counts it):
+	// the tick a minute later removes the machine.
 	h.advance(time.Minute)
-	h.advance(2 * time.Second)
+	h.advance(time.Minute)
+	h.advance(2 * time.Second) // the update that sees the deletion done
 	if h.total() != 0 || len(h.prov.Live()) != 0 {
 		t.Fatalf("instances = %d, provider live %v after IdleTime; want none", h.total(), h.prov.Live())
 	}
-	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", "idle_for")); got != 1 {
-		t.Errorf("removals{reason=idle_for} = %v, want 1", got)
+	if got := testutil.ToFloat64(h.m.Removals.WithLabelValues("r1", "too_many_idle_machines")); got != 1 {
+		t.Errorf("removals{reason=too_many_idle_machines} = %v, want 1", got)
 	}
 }
 
@@ -268,7 +271,8 @@ func TestPoolDeletionRetries(t *testing.T) {
 	}
 	h.prov.FailDelete(2)
 	h.pool.Release(a)
-	h.pool.Tick(t.Context()) // removal decided; Decrease fails (1)
+	h.clk.Advance(time.Millisecond) // idle for longer than IdleTime 0
+	h.pool.Tick(t.Context())        // removal decided; Decrease fails (1)
 	if h.count(StateRemoving) != 1 {
 		t.Fatalf("removing = %d, want 1", h.count(StateRemoving))
 	}
