@@ -409,4 +409,3 @@ func (s *fileStore) Close() error {
 	s.lock = nil
 	return err
 }
-
