@@ -270,3 +270,27 @@ func TestRedisOpenUnreachable(t *testing.T) {
 		t.Errorf("Open with a bad URL = %v, want a permanent error", err)
 	}
 }
+
+func TestRedisSaveOverWrongType(t *testing.T) {
+	h := newRedisHarness(t)
+	ctx := t.Context()
+	var reported []string
+	s := h.Open(t, jobstore.Options{OnCorrupt: func(name string, _ int64, _ error) { reported = append(reported, name) }})
+	defer s.Close()
+	key := h.prefix(s) + "job:5"
+	if err := h.client.Set(ctx, key, "junk", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, storetest.Record(5, "m", 100)); err != nil {
+		t.Fatalf("Save over a string key = %v, want nil", err)
+	}
+	if len(reported) != 1 || reported[0] != key {
+		t.Errorf("OnCorrupt reports = %v, want [%s]", reported, key)
+	}
+	if v, err := h.client.Get(ctx, key+":corrupt").Result(); err != nil || v != "junk" {
+		t.Errorf("GET %s:corrupt = %q, %v, want junk", key, v, err)
+	}
+	if r, err := s.Get(ctx, 5); err != nil || r.Version != 1 {
+		t.Errorf("Get(5) = %+v, %v, want version 1", r, err)
+	}
+}
