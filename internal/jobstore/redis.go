@@ -127,6 +127,7 @@ func openRedis(ctx context.Context, c RedisConfig, opts Options) (*redisStore, e
 	if !q.Has("max_retries") {
 		ro.MaxRetries = -1
 	}
+	ro.DialerRetries = 1 // go-redis dials 5 times by default
 	ro.ContextTimeoutEnabled = true
 	prefix := c.Prefix
 	if prefix == "" {

@@ -37,7 +37,9 @@ type Store interface {
 	// older than now-healthTimeout for owner (Owner=owner, HealthAt and
 	// UpdatedAt now, Retries and Version incremented) and returns the
 	// claimed records by job id. With several managers on one store each
-	// stale record is claimed by exactly one of them.
+	// stale record is claimed by exactly one of them. When it fails part
+	// way, the records claimed so far are returned with the error: they
+	// are this owner's now.
 	ClaimStale(ctx context.Context, owner string, healthTimeout time.Duration, now time.Time) ([]*Record, error)
 	// Remove deletes the record of a job; a missing record is not an
 	// error.
