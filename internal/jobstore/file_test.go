@@ -1,8 +1,10 @@
 package jobstore_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -212,5 +214,24 @@ func TestFileOpenErrors(t *testing.T) {
 	}
 	if _, err := jobstore.Open(t.Context(), &jobstore.Config{Name: "etcd"}, jobstore.Options{}); err == nil {
 		t.Errorf("Open(etcd) = nil error")
+	}
+}
+
+func TestFileWarnsOnOpenDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	s, err := jobstore.Open(t.Context(), fileConfig(dir), jobstore.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if !strings.Contains(buf.String(), "accessible to other users") || !strings.Contains(buf.String(), dir) {
+		t.Errorf("log = %q, want a warning naming %s", buf.String(), dir)
 	}
 }
