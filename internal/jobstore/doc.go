@@ -41,6 +41,14 @@
 // an operation with capped exponential backoff. The backends themselves
 // never retry.
 //
+// # Metrics
+//
+// With Options.Registerer set, the store exports
+// drover_jobstore_operations_total{backend,op,result},
+// drover_jobstore_operation_duration_seconds{backend,op} and
+// drover_jobstore_corrupt_records_total{backend}; the stores of several
+// runners share them.
+//
 // # Corrupt records
 //
 // A record that cannot be decoded is moved aside (file: renamed to

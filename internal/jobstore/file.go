@@ -55,7 +55,7 @@ func openFile(ctx context.Context, dir string, opts Options) (*fileStore, error)
 		opts.Logger.Warn("job store directory is accessible to other users; records hold tokens but are written 0600",
 			"path", dir, "mode", fi.Mode().Perm().String())
 	}
-	lock, err := takeLock(filepath.Join(dir, lockName), opts.Owner)
+	lock, err := takeLock(filepath.Join(dir, lockName), opts.Owner, opts.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func openFile(ctx context.Context, dir string, opts Options) (*fileStore, error)
 // host and owner into it. flock belongs to the open file, so the kernel
 // drops it when the process dies, however it dies, and a second open of
 // the same path (in this process or another) cannot take it meanwhile.
-func takeLock(path, owner string) (*os.File, error) {
+func takeLock(path, owner string, now time.Time) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
@@ -90,8 +90,9 @@ func takeLock(path, owner string) (*os.File, error) {
 	if owner != "" {
 		info += fmt.Sprintf(" (owner %s)", owner)
 	}
-	info += " since " + time.Now().UTC().Format(time.RFC3339) + "\n"
-	if err := f.Truncate(0); err == nil {
+	info += " since " + now.UTC().Format(time.RFC3339) + "\n"
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(info), 0)
 	}
 	if err != nil {
@@ -409,4 +410,3 @@ func (s *fileStore) Close() error {
 	s.lock = nil
 	return err
 }
-

@@ -127,6 +127,7 @@ func openRedis(ctx context.Context, c RedisConfig, opts Options) (*redisStore, e
 	if !q.Has("max_retries") {
 		ro.MaxRetries = -1
 	}
+	ro.DialerRetries = 1 // go-redis dials 5 times by default
 	ro.ContextTimeoutEnabled = true
 	prefix := c.Prefix
 	if prefix == "" {
@@ -387,7 +388,7 @@ func (s *redisStore) List(ctx context.Context) ([]*Record, error) {
 
 func (s *redisStore) ClaimStale(ctx context.Context, owner string, healthTimeout time.Duration, now time.Time) ([]*Record, error) {
 	cutoff := msTime(now.Add(-healthTimeout))
-	members, err := s.c.ZRangeByScore(ctx, s.healthKey(), &redis.ZRangeBy{Min: "-inf", Max: "(" + cutoff}).Result()
+	members, err := s.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.healthKey(), Start: "-inf", Stop: "(" + cutoff, ByScore: true}).Result()
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/drover-ci/drover/internal/clock"
 )
 
@@ -35,7 +37,9 @@ type Store interface {
 	// older than now-healthTimeout for owner (Owner=owner, HealthAt and
 	// UpdatedAt now, Retries and Version incremented) and returns the
 	// claimed records by job id. With several managers on one store each
-	// stale record is claimed by exactly one of them.
+	// stale record is claimed by exactly one of them. When it fails part
+	// way, the records claimed so far are returned with the error: they
+	// are this owner's now.
 	ClaimStale(ctx context.Context, owner string, healthTimeout time.Duration, now time.Time) ([]*Record, error)
 	// Remove deletes the record of a job; a missing record is not an
 	// error.
@@ -66,6 +70,9 @@ type Options struct {
 	// store method that reads records; it must not call back into the
 	// store.
 	OnCorrupt func(name string, jobID int64, err error)
+	// Registerer receives the store's metrics (operations by result,
+	// their durations, corrupt records). Nil means none are exported.
+	Registerer prometheus.Registerer
 	// Timeout bounds each Redis dial, read and write (default 2s), so an
 	// unreachable Redis fails operations quickly rather than blocking the
 	// manager.
@@ -96,10 +103,16 @@ func Open(ctx context.Context, c *Config, opts Options) (Store, error) {
 		return nil, errors.New("jobstore: open: no store configured")
 	}
 	opts.fill()
-	var (
-		d   Store
-		err error
-	)
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("jobstore: register metrics: %w", err)
+	}
+	onCorrupt := opts.OnCorrupt
+	opts.OnCorrupt = func(name string, jobID int64, err error) {
+		m.corrupt.WithLabelValues(c.Name).Inc()
+		onCorrupt(name, jobID, err)
+	}
+	var d Store
 	switch c.Name {
 	case NameFile:
 		d, err = openFile(ctx, c.File.Path, opts)
@@ -111,7 +124,7 @@ func Open(ctx context.Context, c *Config, opts Options) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobstore %s: open: %w", c.Name, err)
 	}
-	return &checked{d: d, backend: c.Name, clock: opts.Clock}, nil
+	return &checked{d: d, backend: c.Name, clock: opts.Clock, m: m}, nil
 }
 
 // checked is the part every backend shares: argument checks, the closed
@@ -122,7 +135,14 @@ type checked struct {
 	d       Store
 	backend string
 	clock   clock.Clock
+	m       *metrics
 	closed  atomic.Bool
+}
+
+// observe records an operation's metrics; deferred with a pointer to the
+// method's named error result so that it sees the final error.
+func (s *checked) observe(op string, start time.Time, err *error) {
+	s.m.observe(s.backend, op, start, *err)
 }
 
 func (s *checked) wrap(op string, jobID int64, err error) error {
@@ -135,7 +155,8 @@ func (s *checked) wrap(op string, jobID int64, err error) error {
 	return fmt.Errorf("jobstore %s: %s: %w", s.backend, op, err)
 }
 
-func (s *checked) Save(ctx context.Context, r *Record) error {
+func (s *checked) Save(ctx context.Context, r *Record) (err error) {
+	defer s.observe("save", time.Now(), &err)
 	switch {
 	case s.closed.Load():
 		return s.wrap("save", 0, ErrClosed)
@@ -167,7 +188,8 @@ func (s *checked) Save(ctx context.Context, r *Record) error {
 	return nil
 }
 
-func (s *checked) Heartbeat(ctx context.Context, jobID int64, owner string, now time.Time) error {
+func (s *checked) Heartbeat(ctx context.Context, jobID int64, owner string, now time.Time) (err error) {
+	defer s.observe("heartbeat", time.Now(), &err)
 	switch {
 	case s.closed.Load():
 		return s.wrap("heartbeat", jobID, ErrClosed)
@@ -179,7 +201,8 @@ func (s *checked) Heartbeat(ctx context.Context, jobID int64, owner string, now 
 	return s.wrap("heartbeat", jobID, s.d.Heartbeat(ctx, jobID, owner, now.UTC()))
 }
 
-func (s *checked) Get(ctx context.Context, jobID int64) (*Record, error) {
+func (s *checked) Get(ctx context.Context, jobID int64) (_ *Record, err error) {
+	defer s.observe("get", time.Now(), &err)
 	switch {
 	case s.closed.Load():
 		return nil, s.wrap("get", jobID, ErrClosed)
@@ -190,7 +213,8 @@ func (s *checked) Get(ctx context.Context, jobID int64) (*Record, error) {
 	return r, s.wrap("get", jobID, err)
 }
 
-func (s *checked) List(ctx context.Context) ([]*Record, error) {
+func (s *checked) List(ctx context.Context) (_ []*Record, err error) {
+	defer s.observe("list", time.Now(), &err)
 	if s.closed.Load() {
 		return nil, s.wrap("list", 0, ErrClosed)
 	}
@@ -198,7 +222,8 @@ func (s *checked) List(ctx context.Context) ([]*Record, error) {
 	return rs, s.wrap("list", 0, err)
 }
 
-func (s *checked) ClaimStale(ctx context.Context, owner string, healthTimeout time.Duration, now time.Time) ([]*Record, error) {
+func (s *checked) ClaimStale(ctx context.Context, owner string, healthTimeout time.Duration, now time.Time) (_ []*Record, err error) {
+	defer s.observe("claim_stale", time.Now(), &err)
 	switch {
 	case s.closed.Load():
 		return nil, s.wrap("claim stale", 0, ErrClosed)
@@ -211,7 +236,8 @@ func (s *checked) ClaimStale(ctx context.Context, owner string, healthTimeout ti
 	return rs, s.wrap("claim stale", 0, err)
 }
 
-func (s *checked) Remove(ctx context.Context, jobID int64) error {
+func (s *checked) Remove(ctx context.Context, jobID int64) (err error) {
+	defer s.observe("remove", time.Now(), &err)
 	switch {
 	case s.closed.Load():
 		return s.wrap("remove", jobID, ErrClosed)
@@ -221,7 +247,8 @@ func (s *checked) Remove(ctx context.Context, jobID int64) error {
 	return s.wrap("remove", jobID, s.d.Remove(ctx, jobID))
 }
 
-func (s *checked) Cleanup(ctx context.Context, staleTimeout time.Duration, now time.Time) (int, error) {
+func (s *checked) Cleanup(ctx context.Context, staleTimeout time.Duration, now time.Time) (_ int, err error) {
+	defer s.observe("cleanup", time.Now(), &err)
 	switch {
 	case s.closed.Load():
 		return 0, s.wrap("cleanup", 0, ErrClosed)
