@@ -42,7 +42,7 @@ func testJob() *api.JobResponse {
 }
 
 // prepared returns a prepared executor for sh with its trace.
-func prepared(t *testing.T, sh string, grace time.Duration) (*Executor, *buffer) {
+func prepared(t testing.TB, sh string, grace time.Duration) (*Executor, *buffer) {
 	t.Helper()
 	p := &Provider{GracePeriod: grace}
 	e := p.Create().(*Executor)
