@@ -597,8 +597,8 @@ func FuzzParseState(f *testing.F) {
 // TestFileName: step names come from the job.
 func TestFileName(t *testing.T) {
 	for in, want := range map[string]string{
-		"step_script":       "step_script",
-		"step_../../etc/pw": "step_______etc_pw",
+		"step_script":           "step_script",
+		"step_../../etc/pw":     "step_______etc_pw",
 		strings.Repeat("a", 80): strings.Repeat("a", 64),
 	} {
 		if got := fileName(in); got != want {
