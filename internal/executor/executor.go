@@ -79,6 +79,11 @@ type Settings struct {
 	Environment  []string
 	ConcurrentID int // slot number of the job within this runner (0-based)
 	FeatureFlags map[string]bool
+	// Resumable is set when the manager saves the job in a job store to
+	// resume it after a restart: a Stateful executor then runs the job so
+	// that it survives the manager's death (at some cost per stage), and
+	// State works. Without it, State may fail.
+	Resumable bool
 }
 
 // Provider creates executors and manages their capacity.

@@ -18,9 +18,11 @@ import (
 	"github.com/drover-ci/drover/internal/executor"
 )
 
-// How long Run waits, after the stage's wrapper ended and its group was
-// killed, for the last of the group's processes to disappear. Only a
-// process stuck in the kernel can make it last that long.
+// How long Run waits, after the stage's shell (or wrapper) ended and its
+// group was killed, for the last of the group's processes to disappear and
+// for the log pipe of an attached stage to drain. Only a process that left
+// the group and kept the pipe open, or one stuck in the kernel, can make it
+// last that long.
 const drainTimeout = 5 * time.Second
 
 // How often a stage's output file is read for new output when it had none,
@@ -41,6 +43,7 @@ type Executor struct {
 	shell     string
 	shellPath string // the script shell
 	shPath    string // /bin/sh or the like: runs the stage wrapper
+	detached  bool   // stages survive the manager (Settings.Resumable, or restored)
 	paths     executor.Paths
 	trace     io.Writer
 	logger    *slog.Logger
@@ -145,6 +148,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	defer e.mu.Unlock()
 	e.shell, e.shellPath, e.shPath, e.paths = sh, shellPath, shPath, paths
 	e.trace, e.logger, e.scriptDir, e.outputDir = trace, logger, scriptDir, outputDir
+	e.detached = opts.Settings.Resumable
 	if e.GracePeriod <= 0 {
 		e.GracePeriod = DefaultGracePeriod
 	}
@@ -187,11 +191,17 @@ func (e *Executor) run(ctx context.Context, cmd executor.Command, from int64, mu
 	}
 	n := e.runs + 1
 	files := e.stageFiles(n, cmd.Stage)
-	shPath, shellPath, paths, logger := e.shPath, e.shellPath, e.paths, e.logger
+	shPath, shellPath, paths, logger, detached := e.shPath, e.shellPath, e.paths, e.logger, e.detached
 	e.mu.Unlock()
 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	if !detached {
+		e.mu.Lock()
+		e.runs = n
+		e.mu.Unlock()
+		return e.runPiped(ctx, cmd, files)
 	}
 	var p *proc
 	var err error

@@ -56,6 +56,9 @@ func (e *Executor) State() (json.RawMessage, error) {
 	if e.scriptDir == "" {
 		return nil, errors.New("shell executor: State before Prepare")
 	}
+	if !e.detached {
+		return nil, errors.New("shell executor: State of a job not prepared resumable (Settings.Resumable): its stages do not survive the manager")
+	}
 	st := savedState{
 		Version: stateVersion, Shell: e.shell, ShellPath: e.shellPath, ShPath: e.shPath,
 		Paths:     statePaths{BuildsDir: e.paths.BuildsDir, CacheDir: e.paths.CacheDir, ProjectDir: e.paths.ProjectDir},
@@ -103,6 +106,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	e.paths = executor.Paths{BuildsDir: st.Paths.BuildsDir, CacheDir: st.Paths.CacheDir, ProjectDir: st.Paths.ProjectDir}
 	e.trace, e.logger, e.scriptDir, e.outputDir = trace, logger, st.ScriptDir, st.OutputDir
 	e.runs, e.resume, e.running = st.Runs, st.Stage, nil
+	e.detached = true
 	if st.Stage != nil {
 		// The running stage is run number Runs: Resume re-attaches to the
 		// next run, as a Run would start it.

@@ -65,7 +65,7 @@ func runManager(cfgText string) error {
 	ctx := context.Background()
 	e := (&Provider{GracePeriod: time.Second}).Create().(*Executor)
 	err = e.Prepare(ctx, executor.PrepareOptions{Job: testJob(), Trace: trace,
-		Settings: executor.Settings{Shell: "bash", ShortToken: "abcdefghi", BuildsDir: cfg.Builds, CacheDir: filepath.Join(cfg.Builds, "cache")}})
+		Settings: executor.Settings{Shell: "bash", ShortToken: "abcdefghi", Resumable: true, BuildsDir: cfg.Builds, CacheDir: filepath.Join(cfg.Builds, "cache")}})
 	if err != nil {
 		return err
 	}
@@ -409,7 +409,7 @@ func TestResumeStageStartedAfterCheckpoint(t *testing.T) {
 // loser follows the winner.
 func TestLostClaim(t *testing.T) {
 	t.Parallel()
-	e, trace := prepared(t, "bash", time.Second)
+	e, trace := prepared(t, "bash", time.Second, true)
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "starts")
 	script := "echo started >> " + marker + "\necho winner\nsleep 0.3\nexit 6\n"
@@ -442,7 +442,7 @@ func TestLostClaim(t *testing.T) {
 
 func TestStateRoundTrip(t *testing.T) {
 	t.Parallel()
-	e, _ := prepared(t, "sh", 0)
+	e, _ := prepared(t, "sh", 0, true)
 	if err := e.Run(t.Context(), executor.Command{Stage: executor.StageStepScript, Script: "true"}); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,10 @@ func TestResumeErrors(t *testing.T) {
 	if _, err := (&Provider{}).Create().(*Executor).State(); err == nil {
 		t.Error("State() before Prepare = nil error, want one")
 	}
-	e, _ := prepared(t, "sh", 0)
+	if a, _ := prepared(t, "sh", 0, false); a.OutputCheckpoint(func(json.RawMessage, executor.Stage, int64) {}) == nil {
+		t.Error("OutputCheckpoint() of an executor not prepared resumable = nil error, want one")
+	}
+	e, _ := prepared(t, "sh", 0, true)
 	st, err := parseState(mustState(t, e))
 	if err != nil {
 		t.Fatal(err)
