@@ -23,3 +23,22 @@ func BenchmarkRunTrivial(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRunTrivialConcurrent runs trivial jobs (prepare, one stage,
+// cleanup) eight at a time, as a manager with concurrent = 8 does.
+func BenchmarkRunTrivialConcurrent(b *testing.B) {
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					e, _ := prepared(b, "bash", 0, m.resumable)
+					if err := e.Run(b.Context(), executor.Command{Stage: "step_script", Script: "echo hello\ntrue\n"}); err != nil {
+						b.Errorf("Run = %v, want nil", err)
+					}
+					e.Cleanup(b.Context())
+				}
+			})
+		})
+	}
+}

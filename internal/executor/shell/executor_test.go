@@ -309,3 +309,27 @@ func TestStage(t *testing.T) {
 		t.Errorf("CurrentStage() = %q, want %q", got, executor.StageGetSources)
 	}
 }
+
+// TestLargeOutput: every byte of a stage's output reaches the trace once,
+// in order, in both modes.
+func TestLargeOutput(t *testing.T) {
+	var want strings.Builder
+	for i := 1; i <= 200000; i++ {
+		want.WriteString(strconv.Itoa(i))
+		want.WriteByte('\n')
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e, trace := prepared(t, "sh", 0, m.resumable)
+			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "seq 1 200000"}); err != nil {
+				t.Fatalf("Run(seq) = %v, want nil", err)
+			}
+			got := trace.String()
+			got = got[strings.Index(got, "executor...\n")+len("executor...\n"):]
+			if got != want.String() {
+				t.Errorf("trace holds %d bytes of output, want the %d of seq 1 200000", len(got), want.Len())
+			}
+		})
+	}
+}
