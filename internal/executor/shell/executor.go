@@ -30,9 +30,9 @@ const drainTimeout = 5 * time.Second
 // process did not start, is looked at.
 const pollInterval = 25 * time.Millisecond
 
-// Executor runs a job's stage scripts in local shell processes, each stage
-// detached from the manager (see the package documentation). It implements
-// executor.Stateful.
+// Executor runs a job's stage scripts in local shell processes, attached
+// to the manager or, for a resumable job, detached from it (see the package
+// documentation). It implements executor.Stateful for resumable jobs.
 type Executor struct {
 	// GracePeriod is the time between SIGTERM and SIGKILL when a stage is
 	// cancelled; zero means DefaultGracePeriod. Set it before Prepare.
@@ -168,10 +168,11 @@ func sinks(opts executor.PrepareOptions) (io.Writer, *slog.Logger) {
 	return &syncWriter{w: trace}, logger
 }
 
-// Run runs one stage script in a new, detached shell session, its output
-// going to the trace. A non-zero exit is a *executor.BuildError. When ctx
-// is cancelled the group gets SIGTERM, then SIGKILL after the grace period,
-// and Run returns ctx.Err() wrapped once every process is gone.
+// Run runs one stage script in a new shell process group (a detached
+// session when the job is resumable), its output going to the trace. A
+// non-zero exit is a *executor.BuildError. When ctx is cancelled the group
+// gets SIGTERM, then SIGKILL after the grace period, and Run returns
+// ctx.Err() wrapped once every process is gone.
 //
 // After Restore, a Run of the stage that the previous manager process had
 // started (after its last saved state) re-attaches to it instead of
