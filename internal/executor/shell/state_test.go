@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -254,7 +255,38 @@ func assertGroupGone(t *testing.T, pgid int) {
 func newManager(t *testing.T, script string, onlyBeforeRun bool) *manager {
 	t.Helper()
 	dir := t.TempDir()
-	return startManager(t, managerConfig{Dir: dir, Builds: filepath.Join(dir, "builds"), Stage: executor.StageStepScript, Script: script, OnlyBeforeRun: onlyBeforeRun})
+	m := startManager(t, managerConfig{Dir: dir, Builds: filepath.Join(dir, "builds"), Stage: executor.StageStepScript, Script: script, OnlyBeforeRun: onlyBeforeRun})
+	t.Cleanup(func() { m.killStages() })
+	return m
+}
+
+// killStages kills what is left of the stages the manager started, should
+// a test have failed before it ended them: any live wrapper whose command
+// line names the job's script directory.
+func (m *manager) killStages() {
+	b, err := os.ReadFile(filepath.Join(m.dir, "checkpoint.json"))
+	if err != nil {
+		return
+	}
+	var cp checkpoint
+	if json.Unmarshal(b, &cp) != nil {
+		return
+	}
+	st, err := parseState(cp.State)
+	if err != nil {
+		return
+	}
+	pids, _ := filepath.Glob(filepath.Join(st.ScriptDir, "*.pid"))
+	for _, f := range pids {
+		line, _ := readLine(f)
+		pid, err := strconv.Atoi(line)
+		if err != nil {
+			continue
+		}
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), st.ScriptDir) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // TestResumeAfterManagerKill runs a stage in a manager process, kills that
@@ -402,6 +434,13 @@ func TestResumeStageStartedAfterCheckpoint(t *testing.T) {
 	if b, _ := os.ReadFile(marker); string(b) != "started\n" {
 		t.Errorf("the stage started %d times, want once", strings.Count(string(b), "started"))
 	}
+	st, err := parseState(mustState(t, e))
+	if err != nil || st.Runs != 1 {
+		t.Fatalf("state after Resume = %+v, %v; want 1 run", st, err)
+	}
+	pid, _ := readLine(e.stageFiles(1, executor.StageStepScript).pid)
+	pgid, _ := strconv.Atoi(pid)
+	assertGroupGone(t, pgid)
 }
 
 // TestLostClaim: two starts of the same stage (a manager that died right
