@@ -170,7 +170,11 @@ type Stateful interface {
 	// returns like Run (nil, *BuildError with exit code, or an error
 	// wrapping ErrStageVanished when the stage's processes vanished without
 	// an exit code: the caller fails the job with runner_system_failure).
-	// Cancelling ctx kills the stage as in Run.
+	// Cancelling ctx kills the stage as in Run. When the state was taken
+	// between stages (OutputCheckpointer reported none running), cmd is the
+	// next stage, with its script, and from is 0: Resume re-attaches to it
+	// if the dead manager had started it after the checkpoint, else runs
+	// it. Later stages are Run as usual.
 	Resume(ctx context.Context, cmd Command, from int64) error
 }
 
