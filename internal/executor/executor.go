@@ -79,6 +79,11 @@ type Settings struct {
 	Environment  []string
 	ConcurrentID int // slot number of the job within this runner (0-based)
 	FeatureFlags map[string]bool
+	// Resumable is set when the manager saves the job in a job store to
+	// resume it after a restart: a Stateful executor then runs the job so
+	// that it survives the manager's death (at some cost per stage), and
+	// State works. Without it, State may fail.
+	Resumable bool
 }
 
 // Provider creates executors and manages their capacity.
@@ -169,3 +174,48 @@ type Local interface {
 	// Hostname is the name of the host the scripts run on.
 	Hostname() string
 }
+
+// Stateful is implemented by executors whose running stage survives the
+// manager's death: the manager saves State in its job store, and after a
+// restart a new executor is rebuilt from it with Restore (instead of
+// Prepare) and re-attached to the stage with Resume (instead of Run).
+type Stateful interface {
+	// State exports what is needed to re-attach: JSON-serialisable, small.
+	// It may be called at any time after Prepare or Restore, concurrently
+	// with Run and Resume.
+	State() (json.RawMessage, error)
+	// Restore rebuilds the executor from State in a new process (instead of
+	// Prepare). It writes nothing to opts.Trace.
+	Restore(ctx context.Context, opts PrepareOptions, state json.RawMessage) error
+	// Resume re-attaches to the stage that was running when the state was
+	// saved: copies its output to the trace starting at byte `from` of the
+	// stage's output (so nothing is written twice), waits for it to end and
+	// returns like Run (nil, *BuildError with exit code, or an error
+	// wrapping ErrStageVanished when the stage's processes vanished without
+	// an exit code: the caller fails the job with runner_system_failure).
+	// Cancelling ctx kills the stage as in Run. When the state was taken
+	// between stages (OutputCheckpointer reported none running), cmd is the
+	// next stage, with its script, and from is 0: Resume re-attaches to it
+	// if the dead manager had started it after the checkpoint, else runs
+	// it. Later stages are Run as usual.
+	Resume(ctx context.Context, cmd Command, from int64) error
+}
+
+// OutputCheckpointer is implemented by stateful executors to give the
+// manager a consistent checkpoint: the executor's state together with how
+// much of the running stage's output is in the trace.
+type OutputCheckpointer interface {
+	// OutputCheckpoint calls fn with what State returns, the stage that
+	// state shows running ("" between stages) and how many bytes of that
+	// stage's output have been written to the trace: the `from` to give
+	// Resume with that state and stage (0 between stages, and the stage to
+	// resume is then the next one). While fn runs no stage output is
+	// written to the trace and no stage starts or ends, so whatever fn
+	// reads of the trace (its size, what it holds back) matches offset
+	// exactly. fn may call State, nothing else of the executor.
+	OutputCheckpoint(fn func(state json.RawMessage, stage Stage, offset int64)) error
+}
+
+// ErrStageVanished is wrapped by Resume (and Run) when a stage's processes
+// are gone and left no exit code: the job ends with runner_system_failure.
+var ErrStageVanished = errors.New("the stage's processes vanished without an exit code")

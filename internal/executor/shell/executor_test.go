@@ -41,16 +41,24 @@ func testJob() *api.JobResponse {
 	return &api.JobResponse{ID: 7, JobInfo: api.JobInfo{ProjectFullPath: "group/sub/project", ProjectID: 3}}
 }
 
+// modes are the two ways stages run: attached to the manager (the
+// default) and detached, resumable.
+var modes = []struct {
+	name      string
+	resumable bool
+}{{"attached", false}, {"resumable", true}}
+
 // prepared returns a prepared executor for sh with its trace.
-func prepared(t *testing.T, sh string, grace time.Duration) (*Executor, *buffer) {
+func prepared(t testing.TB, sh string, grace time.Duration, resumable bool) (*Executor, *buffer) {
 	t.Helper()
 	p := &Provider{GracePeriod: grace}
 	e := p.Create().(*Executor)
 	trace := &buffer{}
 	err := e.Prepare(t.Context(), executor.PrepareOptions{
-		Job:      testJob(),
-		Settings: executor.Settings{Shell: sh, ShortToken: "abcdefghi", ConcurrentID: 2, BuildsDir: filepath.Join(t.TempDir(), "builds"), CacheDir: filepath.Join(t.TempDir(), "cache")},
-		Trace:    trace,
+		Job: testJob(),
+		Settings: executor.Settings{Shell: sh, ShortToken: "abcdefghi", ConcurrentID: 2, Resumable: resumable,
+			BuildsDir: filepath.Join(t.TempDir(), "builds"), CacheDir: filepath.Join(t.TempDir(), "cache")},
+		Trace: trace,
 	})
 	if err != nil {
 		t.Fatalf("Prepare() = %v, want nil", err)
@@ -84,7 +92,7 @@ func TestProvider(t *testing.T) {
 
 func TestPrepareLayout(t *testing.T) {
 	t.Parallel()
-	e, trace := prepared(t, "sh", 0)
+	e, trace := prepared(t, "sh", 0, false)
 	paths := e.Paths()
 	want := filepath.Join(paths.BuildsDir, "abcdefghi", "2", "group", "sub", "project")
 	if paths.ProjectDir != want {
@@ -121,32 +129,39 @@ func TestRunBeforePrepare(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	for _, sh := range []string{"bash", "sh"} {
-		t.Run(sh, func(t *testing.T) {
-			t.Parallel()
-			e, trace := prepared(t, sh, 0)
-			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "echo out; echo err >&2; pwd"}); err != nil {
-				t.Fatalf("Run(ok) = %v, want nil", err)
-			}
-			for _, w := range []string{"out\n", "err\n", e.Paths().ProjectDir + "\n"} {
-				if !strings.Contains(trace.String(), w) {
-					t.Errorf("trace lacks %q:\n%s", w, trace)
+	for _, m := range modes {
+		for _, sh := range []string{"bash", "sh"} {
+			t.Run(m.name+"/"+sh, func(t *testing.T) {
+				t.Parallel()
+				e, trace := prepared(t, sh, 0, m.resumable)
+				if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "echo out; echo err >&2; pwd"}); err != nil {
+					t.Fatalf("Run(ok) = %v, want nil", err)
 				}
-			}
-			err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "exit 3"})
-			var be *executor.BuildError
-			if !errors.As(err, &be) || be.ExitCode != 3 {
-				t.Errorf("Run(exit 3) = %v, want *BuildError with exit code 3", err)
-			}
-			err = e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "kill -KILL $$"})
-			if !errors.As(err, &be) || be.ExitCode != 137 {
-				t.Errorf("Run(kill -KILL $$) = %v, want *BuildError with exit code 137", err)
-			}
-			// stdin is empty: a reading command cannot hang or eat the script.
-			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "cat; echo after-cat"}); err != nil || !strings.Contains(trace.String(), "after-cat") {
-				t.Errorf("Run(cat) = %v, want nil and the rest of the script run", err)
-			}
-		})
+				for _, w := range []string{"out\n", "err\n", e.Paths().ProjectDir + "\n"} {
+					if !strings.Contains(trace.String(), w) {
+						t.Errorf("trace lacks %q:\n%s", w, trace)
+					}
+				}
+				err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "exit 3"})
+				var be *executor.BuildError
+				if !errors.As(err, &be) || be.ExitCode != 3 {
+					t.Errorf("Run(exit 3) = %v, want *BuildError with exit code 3", err)
+				}
+				err = e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "kill -KILL $$"})
+				if !errors.As(err, &be) || be.ExitCode != 137 {
+					t.Errorf("Run(kill -KILL $$) = %v, want *BuildError with exit code 137", err)
+				}
+				// stdin is empty: a reading command cannot hang or eat the script.
+				if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "cat; echo after-cat"}); err != nil || !strings.Contains(trace.String(), "after-cat") {
+					t.Errorf("Run(cat) = %v, want nil and the rest of the script run", err)
+				}
+				// The whole group, a resumable stage's wrapper too.
+				err = e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "kill -KILL 0"})
+				if !errors.As(err, &be) || be.ExitCode != 137 {
+					t.Errorf("Run(kill -KILL 0) = %v, want *BuildError with exit code 137", err)
+				}
+			})
+		}
 	}
 }
 
@@ -181,93 +196,109 @@ func alive(t *testing.T, pidText string) bool {
 }
 
 func TestCancelKillsProcessGroup(t *testing.T) {
-	t.Parallel()
-	e, _ := prepared(t, "bash", 200*time.Millisecond)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\nsleep 100\n"})
-	}()
-	pid := waitFile(t, pidFile)
-	start := time.Now()
-	cancel()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Run took %v after cancel", d)
-	}
-	if alive(t, pid) {
-		t.Errorf("background sleep %s still alive after Run returned", pid)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := prepared(t, "bash", 200*time.Millisecond, m.resumable)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			ctx, cancel := context.WithCancel(t.Context())
+			errc := make(chan error, 1)
+			go func() {
+				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\nsleep 100\n"})
+			}()
+			pid := waitFile(t, pidFile)
+			start := time.Now()
+			cancel()
+			select {
+			case err := <-errc:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return after cancel")
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("Run took %v after cancel", d)
+			}
+			if alive(t, pid) {
+				t.Errorf("background sleep %s still alive after Run returned", pid)
+			}
+		})
 	}
 }
 
 func TestCancelEscalatesToKill(t *testing.T) {
-	t.Parallel()
-	e, _ := prepared(t, "bash", 300*time.Millisecond)
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 100 &\necho $! > " + dir + "/pid\nwait\n"})
-	}()
-	pid := waitFile(t, dir+"/pid")
-	start := time.Now()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
-	}
-	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
-		t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
-	}
-	if alive(t, pid) {
-		t.Errorf("sleep %s survived SIGKILL", pid)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := prepared(t, "bash", 300*time.Millisecond, m.resumable)
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancel(t.Context())
+			errc := make(chan error, 1)
+			go func() {
+				// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
+				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 100 &\necho $! > " + dir + "/pid\nwait\n"})
+			}()
+			pid := waitFile(t, dir+"/pid")
+			start := time.Now()
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
+			}
+			if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+				t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
+			}
+			if alive(t, pid) {
+				t.Errorf("sleep %s survived SIGKILL", pid)
+			}
+		})
 	}
 }
 
 func TestCancelIsGraceful(t *testing.T) {
-	t.Parallel()
-	e, trace := prepared(t, "bash", 10*time.Second)
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
-	}()
-	waitFile(t, dir+"/ready")
-	start := time.Now()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
-	}
-	if !strings.Contains(trace.String(), "cleaning up") {
-		t.Errorf("the TERM trap did not run:\n%s", trace)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e, trace := prepared(t, "bash", 10*time.Second, m.resumable)
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancel(t.Context())
+			errc := make(chan error, 1)
+			go func() {
+				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
+			}()
+			waitFile(t, dir+"/ready")
+			start := time.Now()
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
+			}
+			if !strings.Contains(trace.String(), "cleaning up") {
+				t.Errorf("the TERM trap did not run:\n%s", trace)
+			}
+		})
 	}
 }
 
 func TestBackgroundChildDoesNotOutliveStage(t *testing.T) {
-	t.Parallel()
-	e, _ := prepared(t, "sh", time.Second)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	start := time.Now()
-	if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\n"}); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Run took %v: the background child held it", d)
-	}
-	if pid := waitFile(t, pidFile); alive(t, pid) {
-		t.Errorf("background sleep %s still alive after the stage", pid)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := prepared(t, "sh", time.Second, m.resumable)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			start := time.Now()
+			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\n"}); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("Run took %v: the background child held it", d)
+			}
+			if pid := waitFile(t, pidFile); alive(t, pid) {
+				t.Errorf("background sleep %s still alive after the stage", pid)
+			}
+		})
 	}
 }
 
@@ -276,5 +307,29 @@ func TestStage(t *testing.T) {
 	e.SetCurrentStage(executor.StageGetSources)
 	if got := e.CurrentStage(); got != executor.StageGetSources {
 		t.Errorf("CurrentStage() = %q, want %q", got, executor.StageGetSources)
+	}
+}
+
+// TestLargeOutput: every byte of a stage's output reaches the trace once,
+// in order, in both modes.
+func TestLargeOutput(t *testing.T) {
+	var want strings.Builder
+	for i := 1; i <= 200000; i++ {
+		want.WriteString(strconv.Itoa(i))
+		want.WriteByte('\n')
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e, trace := prepared(t, "sh", 0, m.resumable)
+			if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "seq 1 200000"}); err != nil {
+				t.Fatalf("Run(seq) = %v, want nil", err)
+			}
+			got := trace.String()
+			got = got[strings.Index(got, "executor...\n")+len("executor...\n"):]
+			if got != want.String() {
+				t.Errorf("trace holds %d bytes of output, want the %d of seq 1 200000", len(got), want.Len())
+			}
+		})
 	}
 }

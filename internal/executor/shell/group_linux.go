@@ -3,9 +3,11 @@ package shell
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // groupAlive reports whether any live process is in process group pgid.
@@ -45,4 +47,60 @@ func groupAlive(pgid int) bool {
 		}
 	}
 	return false
+}
+
+// userHZ is the unit of the start times in /proc/<pid>/stat: USER_HZ is
+// 100 on every Linux architecture Go supports.
+const userHZ = 100
+
+// startSlack is how much later than notAfter a leader's start time may be
+// and still count as ours: the boot time in /proc/stat is whole seconds and
+// moves with wall-clock adjustments.
+const startSlack = 2 * time.Second
+
+// leaderState looks at process pid: whether it exists (zombies too),
+// whether it is ours (it started no later than notAfter; a zero notAfter
+// accepts any start) and whether it is alive (ours and not a zombie).
+func leaderState(pid int, notAfter time.Time) (exists, ours, alive bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		exists = syscall.Kill(pid, 0) == nil
+		return exists, exists && notAfter.IsZero(), exists && notAfter.IsZero()
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return true, false, false
+	}
+	// After the comm: state is field 3 of the line, starttime field 22.
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 20 {
+		return true, false, false
+	}
+	zombie := f[0][0] == 'Z' || f[0][0] == 'X'
+	ours = notAfter.IsZero()
+	if !ours {
+		ticks, err := strconv.ParseUint(string(f[19]), 10, 64)
+		boot, berr := bootTime()
+		ours = err == nil && berr == nil &&
+			!boot.Add(time.Duration(ticks)*time.Second/userHZ).After(notAfter.Add(startSlack))
+	}
+	return true, ours, ours && !zombie
+}
+
+// bootTime is the system's boot time, from the btime line of /proc/stat.
+func bootTime() (time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for line := range bytes.Lines(b) {
+		if rest, ok := bytes.CutPrefix(line, []byte("btime ")); ok {
+			sec, err := strconv.ParseInt(string(bytes.TrimSpace(rest)), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat: no btime")
 }
