@@ -143,28 +143,9 @@ type Executor interface {
 	SetCurrentStage(s Stage)
 }
 
-// Stateful is implemented by executors whose running stage survives the
-// runner manager's death, so that a new manager process can resume the job.
-type Stateful interface {
-	// State exports what is needed to re-attach: small and JSON-serialisable.
-	State() (json.RawMessage, error)
-	// Restore rebuilds the executor from State in a new process, instead
-	// of Prepare.
-	Restore(ctx context.Context, opts PrepareOptions, state json.RawMessage) error
-	// Resume re-attaches to cmd's stage: it copies the stage's output to
-	// the trace from byte from of that output on, waits for the stage to
-	// end and returns as Run does.
-	Resume(ctx context.Context, cmd Command, from int64) error
-}
-
 // ErrStageNotStarted is returned (wrapped) by Stateful.Resume when the
 // stage it should re-attach to never started: the caller may run it.
 var ErrStageNotStarted = errors.New("stage not started")
-
-// ErrStageVanished is returned (wrapped) by Stateful.Resume when the
-// stage's processes are gone and left no exit code (killed while the
-// manager was down): the job fails with runner_system_failure.
-var ErrStageVanished = errors.New("stage processes vanished without an exit code")
 
 // Local is implemented by executors whose scripts run on the manager's own
 // host, in directories the manager can reach. The build runner then does
