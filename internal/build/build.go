@@ -297,7 +297,7 @@ func (b *build) scripts(ctx context.Context) error {
 		if step.Name == api.StepAfterScript {
 			continue
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && b.resume == nil {
 			break
 		}
 		switch step.When {

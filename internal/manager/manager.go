@@ -379,6 +379,7 @@ func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
 		Environment:  r.Environment,
 		ConcurrentID: slot,
 		FeatureFlags: r.FeatureFlags,
+		Resumable:    m.storeFor(r) != nil,
 	}
 	if s.BuildsDir == "" {
 		s.BuildsDir = wd + "/builds"

@@ -34,14 +34,15 @@ type syncPoint struct {
 	cp   build.Checkpoint
 }
 
-// syncGranularity is how many log bytes apart the kept sync points are at
-// least: a resume regenerates at most about that much output and drops it.
-const syncGranularity = 4 << 10
-
-// persister keeps the job store's record of one running job up to date:
-// a synchronous save before each stage starts, and every health_interval
-// a save of the newest checkpoint whose log the coordinator acknowledged
-// (or a heartbeat when there is none).
+// persister keeps the job store's record of one running job up to date.
+//
+// Before each stage starts, the build hands over a synchronous checkpoint:
+// the log is sent to the coordinator, then the record is saved with the
+// executor's state (between stages) before the stage's processes exist.
+// Every health_interval, while a stage runs, the executor's output is
+// paused (executor.OutputCheckpointer), the log sent, and the executor's
+// state saved with the stage's output offset and the log size, which the
+// coordinator then has. Otherwise the record's health is refreshed.
 type persister struct {
 	m     *Manager
 	store *openStore
@@ -49,15 +50,17 @@ type persister struct {
 	buf   *trace.Buffer
 	exec  executor.Executor
 
+	saveMu sync.Mutex // orders saves: a stage start's save is never overtaken
+
 	mu       sync.Mutex
 	stream   *streamer
 	rec      *jobstore.Record
 	env      envelope
-	points   []syncPoint
-	saved    int64 // log offset of the saved checkpoint
-	failures int   // consecutive store errors
-	skip     int   // ticks to skip (backoff after errors)
-	live     bool  // a record exists in the store
+	last     build.Checkpoint // the newest checkpoint of a stage's output
+	saved    int64            // log offset of the saved checkpoint
+	failures int              // consecutive store errors
+	skip     int              // ticks to skip (backoff after errors)
+	live     bool             // a record exists in the store
 }
 
 func newPersister(m *Manager, st *openStore, log *slog.Logger, job *api.JobResponse, runnerToken string, buf *trace.Buffer, exec executor.Executor, slot int, accepted time.Time) (*persister, error) {
@@ -94,45 +97,22 @@ func (p *persister) setAccepted(t time.Time) {
 // checkpoint is build.Options.Checkpoint.
 func (p *persister) checkpoint(cp build.Checkpoint, sync bool) {
 	if !sync {
-		size, ok := p.buf.Settled()
-		if !ok {
-			return
-		}
 		p.mu.Lock()
-		n := len(p.points)
-		if n == 0 || p.points[n-1].cp.Stage != cp.Stage || size-p.points[n-1].size >= syncGranularity {
-			p.points = append(p.points, syncPoint{size, cp})
-		} else {
-			p.points[n-1] = syncPoint{size, cp}
-		}
+		p.last = cp
 		p.mu.Unlock()
 		return
 	}
 	// Before a stage starts: the coordinator gets the whole log first, so
 	// that the record's log offset is one it has.
-	p.mu.Lock()
-	st := p.stream
-	p.mu.Unlock()
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if st != nil {
-		if err := st.flushAll(ctx); err != nil {
-			p.log.Warn("job store: could not send the log before a checkpoint", "err", err)
-		}
-	}
-	size, ok := p.buf.Settled()
-	if !ok {
-		p.log.Warn("job store: log not settled at a stage start; keeping the previous checkpoint", "stage", cp.Stage)
+	if !p.flushed(ctx) {
+		p.log.Warn("job store: the log could not be sent before a stage; keeping the previous checkpoint", "stage", cp.Stage)
 		return
 	}
-	p.mu.Lock()
-	p.points = p.points[:0]
-	p.mu.Unlock()
-	p.save(ctx, syncPoint{size, cp})
-}
-
-// save writes the record for point sp.
-func (p *persister) save(ctx context.Context, sp syncPoint) {
+	size, _ := p.buf.Settled()
 	var state json.RawMessage
 	if sf, ok := p.exec.(executor.Stateful); ok {
 		s, err := sf.State()
@@ -142,6 +122,29 @@ func (p *persister) save(ctx context.Context, sp syncPoint) {
 		}
 		state = s
 	}
+	p.save(ctx, syncPoint{size, cp}, state)
+}
+
+// flushed sends the whole log and reports whether the coordinator has
+// all of it and none is held back.
+func (p *persister) flushed(ctx context.Context) bool {
+	p.mu.Lock()
+	st := p.stream
+	p.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	if err := st.flushAll(ctx); err != nil {
+		p.log.Warn("job store: sending the log failed", "err", err)
+		return false
+	}
+	size, ok := p.buf.Settled()
+	return ok && st.offset() == size
+}
+
+// save writes the record for point sp with the executor state.
+// p.saveMu is held.
+func (p *persister) save(ctx context.Context, sp syncPoint, state json.RawMessage) {
 	p.mu.Lock()
 	p.env.Checkpoint, p.env.LogOffset, p.env.Executor = sp.cp, sp.size, state
 	env, err := json.Marshal(p.env)
@@ -160,7 +163,7 @@ func (p *persister) save(ctx context.Context, sp syncPoint) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
-		p.failed(err)
+		p.failed("save", err)
 		return
 	}
 	p.rec.Version, p.rec.StartedAt = rec.Version, rec.StartedAt
@@ -170,15 +173,14 @@ func (p *persister) save(ctx context.Context, sp syncPoint) {
 
 // failed counts a store error and backs off: 1, 2, 4, ... ticks, at most
 // 12. p.mu is held.
-func (p *persister) failed(err error) {
+func (p *persister) failed(op string, err error) {
 	p.failures++
 	p.skip = min(1<<min(p.failures-1, 4), 12)
-	p.m.metrics.storeOp("save", false)
-	p.log.Warn("job store unreachable or refusing; the job goes on, retrying later", "err", err, "failures", p.failures)
+	p.m.metrics.storeOp(op, false)
+	p.log.Warn("job store unreachable or refusing; the job goes on, retrying later", "op", op, "err", err, "failures", p.failures)
 }
 
-// tick runs every health_interval: the newest acknowledged checkpoint is
-// saved, or the record's health refreshed.
+// tick runs every health_interval.
 func (p *persister) tick(ctx context.Context) {
 	p.mu.Lock()
 	if p.skip > 0 {
@@ -186,38 +188,52 @@ func (p *persister) tick(ctx context.Context) {
 		p.mu.Unlock()
 		return
 	}
-	st := p.stream
-	var best *syncPoint
-	if st != nil {
-		acked := st.offset()
-		keep := p.points[:0]
-		for i := range p.points {
-			if p.points[i].size <= acked {
-				sp := p.points[i]
-				best = &sp
-			} else {
-				keep = append(keep, p.points[i])
-			}
-		}
-		if best != nil {
-			p.points = append([]syncPoint{*best}, keep...)
-		}
-	}
-	live, saved := p.live, p.saved
 	p.mu.Unlock()
-	switch {
-	case best != nil && (!live || best.size > saved):
-		p.save(ctx, *best)
-	case live:
-		err := p.store.Heartbeat(ctx, p.rec.JobID, p.rec.Owner, p.m.clock.Now())
-		if err != nil {
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
+
+	var point *syncPoint
+	var state json.RawMessage
+	if oc, ok := p.exec.(executor.OutputCheckpointer); ok {
+		err := oc.OutputCheckpoint(func(s json.RawMessage, stage executor.Stage, offset int64) {
 			p.mu.Lock()
-			p.failed(err)
+			last, saved := p.last, p.saved
 			p.mu.Unlock()
-			return
+			// Only while a stage runs and has written output since its
+			// start (the stage start's own save covers the rest).
+			if stage == "" || offset == 0 || last.Stage != stage || last.StageOffset != offset || !last.Started {
+				return
+			}
+			if size, ok := p.buf.Settled(); !ok || size == saved {
+				return
+			}
+			if !p.flushed(ctx) {
+				return
+			}
+			size, _ := p.buf.Settled()
+			point, state = &syncPoint{size, last}, s
+		})
+		if err != nil {
+			p.log.Debug("job store: no output checkpoint", "err", err)
 		}
-		p.m.metrics.storeOp("heartbeat", true)
 	}
+	if point != nil {
+		p.save(ctx, *point, state)
+		return
+	}
+	p.mu.Lock()
+	live := p.live
+	p.mu.Unlock()
+	if !live {
+		return
+	}
+	if err := p.store.Heartbeat(ctx, p.rec.JobID, p.rec.Owner, p.m.clock.Now()); err != nil {
+		p.mu.Lock()
+		p.failed("heartbeat", err)
+		p.mu.Unlock()
+		return
+	}
+	p.m.metrics.storeOp("heartbeat", true)
 }
 
 // run calls tick every interval until ctx ends.
@@ -234,6 +250,8 @@ func (p *persister) run(ctx context.Context, interval time.Duration) {
 
 // remove deletes the record once the job is reported.
 func (p *persister) remove(ctx context.Context) {
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
 	if err := p.store.Remove(ctx, p.rec.JobID); err != nil {
 		p.log.Warn("job store: could not remove the finished job's record; cleanup will", "err", err)
 	}

@@ -32,6 +32,8 @@ type streamer struct {
 	// before a two-phase job is accepted (PUT running would accept it).
 	canPut func() bool
 
+	patchMu sync.Mutex // one patch at a time: the watcher and flushes share the offset
+
 	mu        sync.Mutex
 	sent      int64
 	interval  time.Duration
@@ -89,6 +91,8 @@ var errTraceNotFound = errors.New("trace: job not found")
 // patchOnce sends up to one patch of unsent log. It reports whether
 // something was sent.
 func (s *streamer) patchOnce(ctx context.Context) (bool, error) {
+	s.patchMu.Lock()
+	defer s.patchMu.Unlock()
 	off := s.offset()
 	size := s.buf.Size()
 	if off >= size {

@@ -195,7 +195,10 @@ func (e *Executor) run(ctx context.Context, cmd executor.Command, from int64, mu
 	shPath, shellPath, paths, logger, detached := e.shPath, e.shellPath, e.paths, e.logger, e.detached
 	e.mu.Unlock()
 
-	if err := ctx.Err(); err != nil {
+	_, pidErr := os.Stat(files.pid) // nil: the stage was started
+	if err := ctx.Err(); err != nil && !(detached && (pidErr == nil || mustAttach)) {
+		// A stage that a dead manager started is still followed, so that
+		// the cancellation reaches its processes.
 		return fmt.Errorf("%s: %w", cmd.Stage, err)
 	}
 	if !detached {
@@ -206,7 +209,7 @@ func (e *Executor) run(ctx context.Context, cmd executor.Command, from int64, mu
 	}
 	var p *proc
 	var err error
-	if _, serr := os.Stat(files.pid); serr == nil || mustAttach {
+	if pidErr == nil || mustAttach {
 		// A manager process that died started this stage: follow it.
 		if p, err = attachStage(files); err != nil {
 			return fmt.Errorf("%s: %w", cmd.Stage, err)
