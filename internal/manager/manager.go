@@ -64,7 +64,7 @@ type Manager struct {
 
 	stores       map[string]*openStore // job stores by storeKey
 	runnerStores map[string]*openStore // by runner token
-	resumeQ      chan resumeTask
+	resuming     sync.WaitGroup // resumed jobs
 
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
@@ -99,7 +99,6 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 
 		stores:       map[string]*openStore{},
 		runnerStores: map[string]*openStore{},
-		resumeQ:      make(chan resumeTask),
 
 		prepareDelay: testPrepareDelay(),
 	}
@@ -199,7 +198,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		defer wg.Done()
 		m.feedRunners(reqCtx)
 	}()
-	wg.Go(func() { m.watchStores(reqCtx) })
+	wg.Go(func() { m.watchStores(ctx, reqCtx) })
+	defer m.resuming.Wait()
 	spawn := func() {
 		cfg := m.Config()
 		m.mu.Lock()
@@ -290,18 +290,9 @@ func (m *Manager) worker(ctx, reqCtx context.Context, id int) {
 			m.mu.Unlock()
 			return
 		}
-		// Jobs to resume come first: they run already.
-		select {
-		case t := <-m.resumeQ:
-			m.resume(ctx, t)
-			continue
-		default:
-		}
 		select {
 		case <-reqCtx.Done():
 			return
-		case t := <-m.resumeQ:
-			m.resume(ctx, t)
 		case r := <-m.feed:
 			m.processRunner(ctx, reqCtx, r)
 		}

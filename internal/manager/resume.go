@@ -124,7 +124,7 @@ type resumeTask struct {
 // store (its lock proves its previous holder is gone), after
 // health_timeout for Redis; then every health_interval, and removes
 // finished and stale records every cleanup_interval.
-func (m *Manager) watchStores(ctx context.Context) {
+func (m *Manager) watchStores(ctx, reqCtx context.Context) {
 	m.mu.Lock()
 	stores := make([]*openStore, 0, len(m.stores))
 	for _, st := range m.stores {
@@ -136,13 +136,18 @@ func (m *Manager) watchStores(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.watchStore(ctx, st)
+			m.watchStore(ctx, reqCtx, st)
 		}()
 	}
 	wg.Wait()
 }
 
-func (m *Manager) watchStore(ctx context.Context, st *openStore) {
+// Claimed jobs start at once, each in a goroutine of its own: they run
+// already, and waiting for a worker (which may be holding a long poll)
+// would only delay them. They count against concurrent through the
+// running-jobs check before each job request, and against limit through
+// their runner's job slots.
+func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore) {
 	first := true
 	lastCleanup := m.clock.Now()
 	backoff := st.cfg.HealthInterval
@@ -151,10 +156,10 @@ func (m *Manager) watchStore(ctx context.Context, st *openStore) {
 		if first && st.exclusive {
 			timeout = time.Nanosecond // every record: its holder is gone
 		}
-		recs, err := st.ClaimStale(ctx, m.owner(), timeout, m.clock.Now())
+		recs, err := st.ClaimStale(reqCtx, m.owner(), timeout, m.clock.Now())
 		wait := st.cfg.HealthInterval
 		if err != nil {
-			if ctx.Err() != nil {
+			if reqCtx.Err() != nil {
 				return
 			}
 			m.logger.Warn("job store: claiming stale jobs failed; retrying", "err", err, "retry_in", backoff)
@@ -166,23 +171,19 @@ func (m *Manager) watchStore(ctx context.Context, st *openStore) {
 			backoff = st.cfg.HealthInterval
 			for _, rec := range recs {
 				m.logger.Info("job store: resuming a job of a stopped manager", "job_id", rec.JobID, "previous_owner_retries", rec.Retries, "stage", rec.Stage)
-				select {
-				case m.resumeQ <- resumeTask{store: st, rec: rec}:
-				case <-ctx.Done():
-					return
-				}
+				m.resuming.Go(func() { m.resume(ctx, resumeTask{store: st, rec: rec}) })
 			}
 		}
 		if now := m.clock.Now(); now.Sub(lastCleanup) >= st.cfg.CleanupInterval {
 			lastCleanup = now
-			if n, err := st.Cleanup(ctx, st.cfg.StaleTimeout, now); err != nil {
+			if n, err := st.Cleanup(reqCtx, st.cfg.StaleTimeout, now); err != nil {
 				m.logger.Warn("job store: cleanup failed", "err", err)
 			} else if n > 0 {
 				m.logger.Info("job store: removed finished or stale records", "count", n)
 			}
 		}
 		select {
-		case <-ctx.Done():
+		case <-reqCtx.Done():
 			return
 		case <-m.clock.After(wait):
 		}
@@ -200,8 +201,7 @@ func (m *Manager) runnerByToken(token string) *config.RunnerConfig {
 	return nil
 }
 
-// resume continues a job from its record, in a worker (so it counts
-// against concurrent) and in a limit slot of its runner.
+// resume continues a job from its record, in a limit slot of its runner.
 func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	rec := t.rec
 	log := m.logger.With("job_id", rec.JobID, "runner", rec.RunnerShort, "resumed", true)

@@ -123,6 +123,9 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	if m.draining.Load() {
 		return
 	}
+	if m.RunningJobs() >= m.Config().Concurrent {
+		return // resumed jobs, which run outside the workers, fill concurrent
+	}
 	p := m.opts.Providers[r.Executor]
 	rs := m.runnerState(r)
 	log := m.logger.With("runner", api.ShortToken(r.Token), "runner_name", r.Name)
