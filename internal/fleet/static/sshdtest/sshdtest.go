@@ -4,7 +4,6 @@
 package sshdtest
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,9 +38,9 @@ type Server struct {
 	// HostKey is the server's public host key.
 	HostKey ssh.PublicKey
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	logs *syncBuffer
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logPath string
 }
 
 // Start runs sshd until the test ends.
@@ -100,7 +98,14 @@ func Start(t testing.TB) *Server {
 		"",
 	}, "\n")), 0o600)
 
-	logs := &syncBuffer{}
+	// The log is a file, not a pipe: a session process that outlives the
+	// listener would keep a pipe open and Wait with it.
+	logPath := filepath.Join(dir, "sshd.log")
+	logs, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
 	cmd := exec.Command(Binary, "-D", "-e", "-f", cfg)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -109,12 +114,12 @@ func Start(t testing.TB) *Server {
 	s := &Server{
 		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), User: u.Username,
 		KeyPath: clientKey, Key: clientPEM, HostKey: hostSigner.PublicKey(),
-		cmd: cmd, done: make(chan struct{}), logs: logs,
+		cmd: cmd, done: make(chan struct{}), logPath: logPath,
 	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	t.Cleanup(s.Stop)
 	if err := s.waitReady(10 * time.Second); err != nil {
-		t.Fatalf("sshd on %s: %v; its log:\n%s", s.Addr, err, logs.String())
+		t.Fatalf("sshd on %s: %v; its log:\n%s", s.Addr, err, s.Log())
 	}
 	return s
 }
@@ -131,7 +136,10 @@ func (s *Server) Stop() {
 }
 
 // Log returns what sshd wrote so far.
-func (s *Server) Log() string { return s.logs.String() }
+func (s *Server) Log() string {
+	data, _ := os.ReadFile(s.logPath)
+	return string(data)
+}
 
 func (s *Server) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
@@ -207,21 +215,4 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
