@@ -50,6 +50,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -530,7 +531,7 @@ func (p *Provider) ConnectInfo(ctx context.Context, id string) (fleet.ConnectInf
 	info := fleet.ConnectInfo{
 		ID:           id,
 		OS:           "linux",
-		Arch:         "amd64",
+		Arch:         runtime.GOARCH, // the engine is local: its arch is ours
 		Protocol:     "ssh",
 		Username:     p.username,
 		Key:          p.keyPEM,

@@ -174,6 +174,12 @@ func TestProviderLifecycle(t *testing.T) {
 			t.Errorf("Heartbeat(%s) = %v", id, err)
 		}
 	}
+	// The image has bash for the shell executor's scripts, and the
+	// busybox tools.
+	ci0, _ := p.ConnectInfo(ctx, ids[0])
+	if out := runSSH(t, ci0, `bash -c 'echo "$0 $(id -un) $(ls -d /tmp)"'`); out != "bash drover /tmp\n" {
+		t.Errorf("bash in the container = %q, want %q", out, "bash drover /tmp\n")
+	}
 
 	// max_size 3 leaves room for one more.
 	n, err = p.Increase(ctx, 5)
@@ -296,5 +302,86 @@ func TestInitRejectsBadConfig(t *testing.T) {
 				t.Errorf("Init(%v) = %v, want an error containing %q", tt.cfg, err, tt.want)
 			}
 		})
+	}
+}
+
+// BenchmarkInstanceLifecycle measures one container from Increase to a
+// working SSH login to its removal.
+func BenchmarkInstanceLifecycle(b *testing.B) {
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Skipf("docker client: %v", err)
+	}
+	defer cli.Close()
+	ctx := b.Context()
+	if _, err := cli.Ping(ctx); err != nil {
+		b.Skipf("no Docker engine (%v)", err)
+	}
+	if err := docker.EnsureImage(ctx, cli, testImage); err != nil {
+		b.Fatalf("EnsureImage: %v", err)
+	}
+	owner := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	p := docker.New(nil, cli)
+	if _, err := p.Init(ctx, fleet.Settings{Name: owner, Config: map[string]any{}}); err != nil {
+		b.Fatalf("Init: %v", err)
+	}
+	b.Cleanup(func() {
+		list, _ := cli.ContainerList(context.Background(), container.ListOptions{
+			All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelOwner+"="+owner)),
+		})
+		for _, c := range list {
+			_ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+		}
+	})
+	for b.Loop() {
+		if n, err := p.Increase(ctx, 1); n != 1 {
+			b.Fatalf("Increase(1) = %d, %v", n, err)
+		}
+		var id string
+		_ = p.Update(ctx, func(i string, st fleet.State) {
+			if st != fleet.StateDeleted {
+				id = i
+			}
+		})
+		ci, err := p.ConnectInfo(ctx, id)
+		if err != nil {
+			b.Fatalf("ConnectInfo: %v", err)
+		}
+		if err := sshEcho(ci); err != nil {
+			b.Fatalf("ssh: %v", err)
+		}
+		if _, err := p.Decrease(ctx, []string{id}); err != nil {
+			b.Fatalf("Decrease: %v", err)
+		}
+	}
+}
+
+// sshEcho logs in with ci, retrying while sshd starts, and runs echo.
+func sshEcho(ci fleet.ConnectInfo) error {
+	signer, err := ssh.ParsePrivateKey(ci.Key)
+	if err != nil {
+		return err
+	}
+	cfg := &ssh.ClientConfig{
+		User: ci.Username, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 5 * time.Second,
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		client, err := ssh.Dial("tcp", ci.Addr(false), cfg)
+		if err == nil {
+			defer client.Close()
+			sess, err := client.NewSession()
+			if err != nil {
+				return err
+			}
+			defer sess.Close()
+			_, err = sess.Output("echo hi")
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
