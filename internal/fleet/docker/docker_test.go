@@ -88,31 +88,12 @@ func states(t *testing.T, p fleet.Provider) map[string]fleet.State {
 	return got
 }
 
-// runSSH connects with ci and runs cmd, returning its output. sshd may
-// still be starting, so the dial is retried for a few seconds.
+// runSSH logs in with ci and runs cmd, returning its output.
 func runSSH(t *testing.T, ci fleet.ConnectInfo, cmd string) string {
 	t.Helper()
-	signer, err := ssh.ParsePrivateKey(ci.Key)
+	client, err := dialSSH(ci)
 	if err != nil {
-		t.Fatalf("ParsePrivateKey(ConnectInfo.Key): %v", err)
-	}
-	cfg := &ssh.ClientConfig{
-		User:            ci.Username,
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(),
-		Timeout:         5 * time.Second,
-	}
-	var client *ssh.Client
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		client, err = ssh.Dial("tcp", ci.Addr(false), cfg)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("ssh.Dial(%s): %v", ci.Addr(false), err)
+		t.Fatalf("ssh to %s: %v", ci.Addr(false), err)
 	}
 	defer client.Close()
 	sess, err := client.NewSession()
@@ -125,6 +106,29 @@ func runSSH(t *testing.T, ci fleet.ConnectInfo, cmd string) string {
 		t.Fatalf("run %q: %v (output %q)", cmd, err, out)
 	}
 	return string(out)
+}
+
+// dialSSH logs in with ci's key. sshd may still be starting in a fresh
+// container, so the dial is retried for up to 10 seconds.
+func dialSSH(ci fleet.ConnectInfo) (*ssh.Client, error) {
+	signer, err := ssh.ParsePrivateKey(ci.Key)
+	if err != nil {
+		return nil, fmt.Errorf("parse ConnectInfo.Key: %w", err)
+	}
+	cfg := &ssh.ClientConfig{
+		User:            ci.Username,
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(),
+		Timeout:         5 * time.Second,
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		client, err := ssh.Dial("tcp", ci.Addr(false), cfg)
+		if err == nil || time.Now().After(deadline) {
+			return client, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func TestProviderLifecycle(t *testing.T) {
@@ -356,32 +360,18 @@ func BenchmarkInstanceLifecycle(b *testing.B) {
 	}
 }
 
-// sshEcho logs in with ci, retrying while sshd starts, and runs echo.
+// sshEcho logs in with ci and runs echo.
 func sshEcho(ci fleet.ConnectInfo) error {
-	signer, err := ssh.ParsePrivateKey(ci.Key)
+	client, err := dialSSH(ci)
 	if err != nil {
 		return err
 	}
-	cfg := &ssh.ClientConfig{
-		User: ci.Username, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 5 * time.Second,
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		client, err := ssh.Dial("tcp", ci.Addr(false), cfg)
-		if err == nil {
-			defer client.Close()
-			sess, err := client.NewSession()
-			if err != nil {
-				return err
-			}
-			defer sess.Close()
-			_, err = sess.Output("echo hi")
-			return err
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer sess.Close()
+	_, err = sess.Output("echo hi")
+	return err
 }
