@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,12 +50,29 @@ func engine(t *testing.T) *dockerclient.Client {
 	imageOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		sweep(ctx, cli)
 		imageErr = docker.EnsureImage(ctx, cli, testImage)
 	})
 	if imageErr != nil {
 		t.Fatalf("EnsureImage: %v", imageErr)
 	}
 	return cli
+}
+
+// sweep removes containers that an earlier, killed run of these tests
+// left behind (their cleanups never ran). Test owners start with "test-".
+func sweep(ctx context.Context, cli *dockerclient.Client) {
+	list, err := cli.ContainerList(ctx, container.ListOptions{
+		All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelOwner)),
+	})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		if strings.HasPrefix(c.Labels[docker.LabelOwner], "test-") {
+			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		}
+	}
 }
 
 // removeOwned removes every container labelled with owner, at cleanup.

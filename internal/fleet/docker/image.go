@@ -26,6 +26,9 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
+// LabelImage marks the images EnsureImage builds.
+const LabelImage = "io.drover.fleet.image"
+
 // DefaultImage is the tag EnsureImage builds when asked for no other.
 const DefaultImage = "drover-fleet-sshd:test"
 
@@ -73,7 +76,7 @@ func EnsureImage(ctx context.Context, cli imageAPI, tag string) error {
 		Tags:        []string{tag},
 		Remove:      true,
 		ForceRemove: true,
-		Labels:      map[string]string{LabelOwner + ".image": "sshd"},
+		Labels:      map[string]string{LabelImage: "sshd"},
 	})
 	if err != nil {
 		return fmt.Errorf("docker: build image %s: %w", tag, err)
