@@ -1,0 +1,197 @@
+// Package sshxtest starts a real OpenSSH sshd for tests: a fresh host key
+// and client key in t.TempDir(), a free port on 127.0.0.1, the current
+// user allowed in by key. Only tests import it.
+package sshxtest
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// SSHD is the sshd binary the tests start.
+const SSHD = "/usr/sbin/sshd"
+
+// Server is a running sshd.
+type Server struct {
+	Addr    string // 127.0.0.1:port
+	User    string // the user running the tests
+	Key     []byte // the client's private key, PEM (authorized)
+	HostKey ssh.PublicKey
+	Dir     string // where its files are
+
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	once sync.Once
+}
+
+// Start starts sshd and stops it when the test ends. It skips the test when
+// sshd is not installed or cannot run here (not root and no privilege
+// separation directory).
+func Start(t testing.TB) *Server {
+	t.Helper()
+	if _, err := os.Stat(SSHD); err != nil {
+		t.Skipf("%s not installed: %v", SSHD, err)
+	}
+	// sshd refuses to start without its privilege separation directory; as
+	// root the test can create it.
+	if _, err := os.Stat("/run/sshd"); err != nil {
+		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+			t.Skipf("sshd needs /run/sshd: %v", err)
+		}
+	}
+	u, err := user.Current()
+	if err != nil {
+		t.Fatalf("user.Current() = %v", err)
+	}
+	dir := t.TempDir()
+	hostPub, hostPEM := newKey(t)
+	clientPub, clientPEM := newKey(t)
+	write(t, filepath.Join(dir, "host_ed25519"), hostPEM, 0o600)
+	write(t, filepath.Join(dir, "authorized_keys"), ssh.MarshalAuthorizedKey(clientPub), 0o600)
+
+	s := &Server{User: u.Username, Key: clientPEM, HostKey: hostPub, Dir: dir}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port := freePort(t)
+		cfg := fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %[2]s/host_ed25519
+AuthorizedKeysFile %[2]s/authorized_keys
+PidFile %[2]s/sshd.pid
+PermitRootLogin yes
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+MaxSessions 32
+MaxStartups 64
+LogLevel VERBOSE
+`, port, dir)
+		write(t, filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.log = &syncBuffer{}
+		s.cmd = exec.Command(SSHD, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
+		s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+		if err := s.cmd.Start(); err != nil {
+			t.Fatalf("start sshd: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(exited) }()
+		if lastErr = waitListening(s.Addr, exited); lastErr == nil {
+			t.Cleanup(func() {
+				s.Stop()
+				<-exited
+				if t.Failed() {
+					t.Logf("sshd log:\n%s", s.log.String())
+				}
+			})
+			return s
+		}
+		_ = s.cmd.Process.Kill()
+		<-exited
+	}
+	t.Fatalf("sshd did not start: %v\n%s", lastErr, s.log.String())
+	return nil
+}
+
+// Stop kills sshd (the listener; sessions already running keep their own
+// processes until their connections end).
+func (s *Server) Stop() {
+	s.once.Do(func() { _ = s.cmd.Process.Kill() })
+}
+
+// Log returns what sshd logged so far.
+func (s *Server) Log() string { return s.log.String() }
+
+func waitListening(addr string, exited <-chan struct{}) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("sshd exited: %w", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// newKey returns a new ed25519 key pair: the public key and the private key
+// as OpenSSH PEM.
+func newKey(t testing.TB) (ssh.PublicKey, []byte) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatalf("generate key: %v", err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatalf("marshal key: %v", err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatalf("public key: %v", err)
+	}
+	return sp, pem.EncodeToMemory(block)
+}
+
+// NewKey returns a fresh private key (PEM) that no server authorizes.
+func NewKey(t testing.TB) []byte {
+	_, k := newKey(t)
+	return k
+}
+
+func write(t testing.TB, path string, b []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, b, mode); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
