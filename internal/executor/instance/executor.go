@@ -187,25 +187,53 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err != nil {
 		return fmt.Errorf("instance %s: prepare: %w", id, describePrepare(err, sh))
 	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) < 4 || !path.IsAbs(lines[0]) || !path.IsAbs(lines[1]) || !path.IsAbs(lines[2]) {
-		return fmt.Errorf("instance %s: prepare: unexpected output %q", id, out)
+	pr, err := parsePrepare(out)
+	if err != nil {
+		return fmt.Errorf("instance %s: prepare: %w", id, err)
 	}
 	concurrentID := acq.Slot()
 	if l.runner.UseCommonBuildDir {
 		concurrentID = opts.Settings.ConcurrentID
 	}
 	paths := executor.Paths{
-		BuildsDir:  lines[0],
-		CacheDir:   lines[1],
-		ProjectDir: executor.ProjectDir(lines[0], opts.Settings.ShortToken, concurrentID, opts.Job),
+		BuildsDir:  pr.buildsDir,
+		CacheDir:   pr.cacheDir,
+		ProjectDir: executor.ProjectDir(pr.buildsDir, opts.Settings.ShortToken, concurrentID, opts.Job),
 	}
 	e.mu.Lock()
-	e.shell, e.paths, e.scriptDir, e.hostname = sh, paths, lines[2], lines[3]
+	e.shell, e.paths, e.scriptDir, e.hostname = sh, paths, pr.scriptDir, pr.hostname
 	e.mu.Unlock()
-	logger.Debug("instance prepared", "host", lines[3], "project_dir", paths.ProjectDir)
-	fmt.Fprintf(trace, "Using Instance (%s) executor on %s...\n", sh, lines[3])
+	logger.Debug("instance prepared", "host", pr.hostname, "project_dir", paths.ProjectDir)
+	fmt.Fprintf(trace, "Using Instance (%s) executor on %s...\n", sh, pr.hostname)
 	return nil
+}
+
+// prepared is what the prepare script printed.
+type prepared struct {
+	buildsDir, cacheDir, scriptDir, hostname string
+}
+
+// parsePrepare reads the prepare script's output: three absolute,
+// clean directories and a host name, one per line. The instance is not
+// trusted to print sense: anything else is an error.
+func parsePrepare(out []byte) (prepared, error) {
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != 4 {
+		return prepared{}, fmt.Errorf("unexpected output %q", out)
+	}
+	for _, dir := range lines[:3] {
+		if !path.IsAbs(dir) || path.Clean(dir) != dir || strings.ContainsAny(dir, "\x00\r") {
+			return prepared{}, fmt.Errorf("unexpected directory %q in the output", dir)
+		}
+	}
+	if lines[2] == "/" {
+		return prepared{}, errors.New("the script directory is /")
+	}
+	host := strings.TrimSpace(lines[3])
+	if host == "" || strings.ContainsFunc(host, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return prepared{}, fmt.Errorf("unexpected host name %q", lines[3])
+	}
+	return prepared{buildsDir: lines[0], cacheDir: lines[1], scriptDir: lines[2], hostname: host}, nil
 }
 
 // describePrepare turns the prepare script's exit codes into words.
