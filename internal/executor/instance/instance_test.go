@@ -151,7 +151,7 @@ type fixture struct {
 	runner   Runner
 }
 
-func newFixture(t *testing.T, sh string) *fixture {
+func newFixture(t testing.TB, sh string) *fixture {
 	t.Helper()
 	srv := sshxtest.Start(t)
 	f := &fixture{srv: srv, slots: newSlots(srv, 2), trace: &buffer{}}
@@ -178,7 +178,7 @@ func newFixture(t *testing.T, sh string) *fixture {
 
 // run runs job through internal/build on a fresh executor, as the manager
 // does: Acquire, build.Run, Release.
-func (f *fixture) run(t *testing.T, ctx context.Context, graceful <-chan struct{}, j *api.JobResponse) build.Result {
+func (f *fixture) run(t testing.TB, ctx context.Context, graceful <-chan struct{}, j *api.JobResponse) build.Result {
 	t.Helper()
 	d, err := f.provider.Acquire(ctx, f.settings)
 	if err != nil {
@@ -193,7 +193,7 @@ func (f *fixture) run(t *testing.T, ctx context.Context, graceful <-chan struct{
 
 // prepared returns a prepared executor, cleaned up (and its slot released)
 // when the test ends.
-func (f *fixture) prepared(t *testing.T) *Executor {
+func (f *fixture) prepared(t testing.TB) *Executor {
 	t.Helper()
 	d, err := f.provider.Acquire(t.Context(), f.settings)
 	if err != nil {
@@ -740,5 +740,62 @@ func TestSSHConfig(t *testing.T) {
 				t.Errorf("sshConfig (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCancelRace cancels stages at every moment of their start: whether
+// the stop comes before or after the stage wrote its pid file, nothing it
+// started survives and Run returns promptly.
+func TestCancelRace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "sh")
+	e := f.prepared(t)
+	e.GracePeriod = time.Second
+	pids := filepath.Join(t.TempDir(), "pids")
+	for i := 0; i < 12; i++ {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Duration(i)*4*time.Millisecond, cancel)
+		start := time.Now()
+		err := e.Run(ctx, executor.Command{Stage: "step_script", Script: "sleep 300 &\necho $! >> " + pids + "\nexec sleep 300\n"})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run cancelled after %v = %v, want context.Canceled", time.Duration(i)*4*time.Millisecond, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("Run took %v after the cancel", d)
+		}
+		cancel()
+	}
+	b, _ := os.ReadFile(pids)
+	for _, pid := range strings.Fields(string(b)) {
+		if !waitDead(t, pid) {
+			t.Errorf("sleep %s survived its cancelled stage", pid)
+		}
+	}
+}
+
+// BenchmarkStage measures one trivial stage on a prepared executor: a
+// session, the script upload, the wrapper and the exit status, over a
+// loopback SSH connection.
+func BenchmarkStage(b *testing.B) {
+	f := newFixture(b, "sh")
+	e := f.prepared(b)
+	b.ResetTimer()
+	for b.Loop() {
+		if err := e.Run(b.Context(), executor.Command{Stage: "step_script", Script: "echo hi\n"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJob measures a whole trivial job through internal/build:
+// acquire, connect, prepare, five stages, cleanup.
+func BenchmarkJob(b *testing.B) {
+	f := newFixture(b, "sh")
+	j := newJob([]string{"echo hi"}, []string{"echo after"})
+	b.ResetTimer()
+	for b.Loop() {
+		if res := f.run(b, b.Context(), nil, j); res.State != api.StateSuccess {
+			b.Fatalf("job: %+v", res)
+		}
 	}
 }

@@ -63,6 +63,10 @@ func Start(t testing.TB) *Server {
 	write(t, filepath.Join(dir, "host_ed25519"), hostPEM, 0o600)
 	write(t, filepath.Join(dir, "authorized_keys"), ssh.MarshalAuthorizedKey(clientPub), 0o600)
 
+	// SetEnv SHLVL=1: bash sources ~/.bashrc for commands run by sshd
+	// unless it is a nested shell; on a developer machine that rc file can
+	// cost half a second per session (pyenv, nvm...), which real instances
+	// do not pay and tests should not either.
 	s := &Server{User: u.Username, Key: clientPEM, HostKey: hostPub, Dir: dir}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -80,6 +84,7 @@ KbdInteractiveAuthentication no
 MaxSessions 32
 MaxStartups 64
 LogLevel VERBOSE
+SetEnv SHLVL=1
 `, port, dir)
 		write(t, filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
