@@ -3,7 +3,6 @@ package sshx_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -185,7 +184,6 @@ func TestDialBounded(t *testing.T) {
 // a peer that vanished without closing would.
 type proxy struct {
 	addr   string
-	mu     sync.Mutex
 	frozen chan struct{}
 }
 
@@ -234,9 +232,6 @@ func (p *proxy) pipe(dst, src net.Conn) {
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
 			return
 		}
 	}
