@@ -180,71 +180,12 @@ func TestDialBounded(t *testing.T) {
 	})
 }
 
-// proxy forwards TCP to target until frozen: then it stops forwarding, as
-// a peer that vanished without closing would.
-type proxy struct {
-	addr   string
-	frozen chan struct{}
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p := &proxy{addr: l.Addr().String(), frozen: make(chan struct{})}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			t.Cleanup(func() { c.Close(); u.Close() })
-			go p.pipe(c, u)
-			go p.pipe(u, c)
-		}
-	}()
-	return p
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-p.frozen:
-			// Swallow everything: the peer is unreachable.
-			if err != nil {
-				return
-			}
-			continue
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) freeze() { close(p.frozen) }
-
 func TestKeepaliveDetectsDeadPeer(t *testing.T) {
 	t.Parallel()
 	srv := sshxtest.Start(t)
-	px := startProxy(t, srv.Addr)
+	px := sshxtest.NewProxy(t, srv.Addr)
 	cfg := config(srv, &sshx.TOFU{}, "i-1")
-	cfg.Addr, cfg.Keepalive, cfg.Timeout = px.addr, 50*time.Millisecond, 300*time.Millisecond
+	cfg.Addr, cfg.Keepalive, cfg.Timeout = px.Addr, 50*time.Millisecond, 300*time.Millisecond
 	c, err := sshx.Dial(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("Dial() = %v", err)
@@ -256,7 +197,7 @@ func TestKeepaliveDetectsDeadPeer(t *testing.T) {
 		t.Fatalf("connection ended while the peer was healthy: %v", c.Err())
 	case <-time.After(400 * time.Millisecond):
 	}
-	px.freeze()
+	px.Freeze()
 	select {
 	case <-c.Done():
 		if err := c.Err(); err == nil || !strings.Contains(err.Error(), "keep-alive") {

@@ -799,3 +799,42 @@ func BenchmarkJob(b *testing.B) {
 		}
 	}
 }
+
+// TestConnectionLost cuts the SSH connection in the middle of a stage (the
+// pool has not noticed anything): the job fails with runner_system_failure,
+// not as a script failure.
+func TestConnectionLost(t *testing.T) {
+	for _, how := range []string{"cut", "frozen"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, "sh")
+			px := sshxtest.NewProxy(t, f.srv.Addr)
+			f.slots.info.InternalAddr = px.Addr
+			// Keep-alives detect the frozen peer.
+			f.runner.Connector = fleet.ConnectorConfig{Keepalive: 100 * time.Millisecond, Timeout: 500 * time.Millisecond}
+			dir := t.TempDir()
+			j := newJob([]string{"echo started > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
+			resc := make(chan build.Result, 1)
+			go func() { resc <- f.run(t, t.Context(), nil, j) }()
+			waitFile(t, dir+"/started")
+			if how == "cut" {
+				px.Cut()
+			} else {
+				px.Freeze()
+			}
+			var res build.Result
+			select {
+			case res = <-resc:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the build did not end after the connection was lost")
+			}
+			if !errors.Is(res.Err, ErrInstanceLost) {
+				t.Errorf("Result.Err = %v, want ErrInstanceLost", res.Err)
+			}
+			checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+			if _, acq, _, rel := f.slots.counts(); acq != 0 || rel != 1 {
+				t.Errorf("acquired, releases = %d, %d; want 0, 1", acq, rel)
+			}
+		})
+	}
+}

@@ -200,3 +200,83 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Proxy forwards TCP connections to a target, and can make the peer
+// vanish: Freeze stops forwarding without closing anything (a host that
+// went away), Cut closes every connection (a reset).
+type Proxy struct {
+	Addr string
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	frozen chan struct{}
+	once   sync.Once
+}
+
+// NewProxy starts a proxy to target on 127.0.0.1, closed when the test
+// ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	p := &Proxy{Addr: l.Addr().String(), frozen: make(chan struct{})}
+	t.Cleanup(func() { l.Close(); p.Cut() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go p.pipe(c, u)
+			go p.pipe(u, c)
+		}
+	}()
+	return p
+}
+
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.frozen:
+			if err != nil {
+				return
+			}
+			continue // swallowed: the peer is unreachable
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+// Freeze stops forwarding in both directions, closing nothing.
+func (p *Proxy) Freeze() { p.once.Do(func() { close(p.frozen) }) }
+
+// Cut closes every connection made through the proxy.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
