@@ -838,3 +838,28 @@ func TestConnectionLost(t *testing.T) {
 		})
 	}
 }
+
+func TestRunners(t *testing.T) {
+	var r Runners
+	s := executor.Settings{ShortToken: "tok", RunnerName: "r1"}
+	if _, err := r.Lookup(s); !errors.Is(err, ErrUnknownRunner) {
+		t.Errorf("Lookup(empty) = %v, want ErrUnknownRunner", err)
+	}
+	slots := &fakeSlots{capacity: 1, used: map[int]bool{}}
+	r.Set("tok", Runner{Slots: slots, UseCommonBuildDir: true})
+	got, err := r.Lookup(s)
+	if err != nil || got.Slots != Slots(slots) || !got.UseCommonBuildDir {
+		t.Errorf("Lookup() = %+v, %v; want the runner set", got, err)
+	}
+	p, err := NewProvider(Options{Lookup: r.Lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire(t.Context(), s); err != nil {
+		t.Errorf("Acquire() = %v, want nil", err)
+	}
+	r.Delete("tok")
+	if _, err := p.Acquire(t.Context(), s); !errors.Is(err, ErrUnknownRunner) {
+		t.Errorf("Acquire(deleted runner) = %v, want ErrUnknownRunner", err)
+	}
+}
