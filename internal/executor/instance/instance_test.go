@@ -264,6 +264,10 @@ func TestJob(t *testing.T) {
 			if _, _, unres, rel := f.slots.counts(); unres != 0 || rel != 1 {
 				t.Errorf("unreserves, releases = %d, %d; want 0, 1", unres, rel)
 			}
+			// One connection served every stage of the job.
+			if n := strings.Count(f.srv.Log(), "Accepted publickey"); n != 1 {
+				t.Errorf("sshd accepted %d connections for one job, want 1:\n%s", n, f.srv.Log())
+			}
 		})
 	}
 }
