@@ -337,7 +337,7 @@ func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 	}
 	defer s.Close()
 	setup := &limitedBuffer{max: 4096}
-	s.Stdin = strings.NewReader(cmd.Script)
+	s.Stdin = io.MultiReader(strings.NewReader(stageHeader(files)), strings.NewReader(cmd.Script))
 	s.Stdout, s.Stderr = trace, setup
 	if err := s.Start(shCommand(runScript(sh, paths.ProjectDir, files))); err != nil {
 		return fmt.Errorf("%s: start: %w", cmd.Stage, e.connErr(client, acq, err))

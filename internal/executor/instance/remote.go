@@ -49,32 +49,37 @@ func filesOf(scriptDir string, n int) stageFiles {
 	return stageFiles{script: base + ".sh", pid: base + ".pid", stop: base + ".stop"}
 }
 
-// runScript stores the stage script from stdin and runs it in the project
-// directory, in a process group of its own (see the package doc). Its own
-// failures are reported on stderr with a non-zero exit; the script's
-// output goes to stdout; it exits with the script's status.
-//
-// The child writes its own pid ($$ after setsid is its process group) and
-// checks the stop mark only then: a stop that came before sees no pid file
-// but leaves the mark, which the child sees.
+// stageHeader goes before the stage script: the stage's shell writes its
+// pid ($$; after setsid, the id of its process group) and only then looks
+// for the stop mark, so a stop that came before the pid file existed is
+// not missed.
+func stageHeader(f stageFiles) string {
+	// One line, so that the shell's messages about the script are off by
+	// one line only.
+	return fmt.Sprintf("echo \"$$\" > %s || exit 1; if [ -e %s ]; then exit 143; fi\n", quote(f.pid), quote(f.stop))
+}
+
+// runScript stores the stage script (header included) from stdin and runs
+// it in the project directory, in a process group of its own (see the
+// package doc). Its own failures are reported on stderr with a non-zero
+// exit; the script's output goes to stdout; it exits with the script's
+// status. It forks as little as it can (cat, then the stage's shell):
+// every process costs milliseconds on a busy instance. The script
+// directory is private (0700), so the script file needs no umask.
 func runScript(shell, projectDir string, f stageFiles) string {
-	return fmt.Sprintf(`f=%[2]s; p=%[3]s; s=%[4]s
-m=$(umask); umask 077
+	return fmt.Sprintf(`f=%[2]s; p=%[3]s
 cat > "$f" || { echo "cannot store the stage script in $f" >&2; exit 1; }
-umask "$m"
-mkdir -p -- %[5]s && cd -- %[5]s || { echo "cannot enter the project directory" >&2; exit 1; }
-start='echo "$$" > "$1" || exit 1; [ -e "$2" ] && exit 143; shift 2; exec "$@"'
+{ [ -d %[4]s ] || mkdir -p -- %[4]s; } && cd -- %[4]s || { echo "cannot enter the project directory" >&2; exit 1; }
 if command -v setsid >/dev/null 2>&1; then
-	setsid sh -c "$start" drover-stage "$p" "$s" %[1]s "$f" </dev/null 2>&1
+	setsid %[1]s "$f" </dev/null 2>&1
 	rc=$?
-	g=$(cat "$p" 2>/dev/null) && [ -n "$g" ] && kill -KILL -"$g" 2>/dev/null
+	[ -f "$p" ] && read -r g < "$p" && [ -n "$g" ] && kill -KILL -"$g" 2>/dev/null
 else
-	sh -c "$start" drover-stage "$p" "$s" %[1]s "$f" </dev/null 2>&1
+	%[1]s "$f" </dev/null 2>&1
 	rc=$?
 fi
-rm -f -- "$f"
 exit "$rc"
-`, quote(shell), quote(f.script), quote(f.pid), quote(f.stop), quote(projectDir))
+`, quote(shell), quote(f.script), quote(f.pid), quote(projectDir))
 }
 
 // stopScript marks stage n stopped and sends sig (TERM or KILL) to its
