@@ -27,6 +27,10 @@ var ErrInstanceLost = errors.New("instance lost")
 // How long a control command (stop, cleanup) may take on the instance.
 const controlTimeout = 30 * time.Second
 
+// How long Run waits, when a stage's session ended without an exit
+// status, for the connection to tell why.
+const connWait = 2 * time.Second
+
 // How long Run waits, after SIGKILL, for the stage's session to end before
 // abandoning it.
 const drainTimeout = 5 * time.Second
@@ -372,7 +376,17 @@ func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 		}
 		return &executor.BuildError{ExitCode: ee.ExitStatus()}
 	}
-	return fmt.Errorf("%s: %w", cmd.Stage, e.connErr(client, acq, waitErr))
+	// No exit status: the session's channel died with the connection,
+	// which the client may notice a moment after the session does.
+	select {
+	case <-client.Done():
+	case <-acq.Lost():
+	case <-clk.After(connWait):
+	}
+	if err := e.lostErr(client, acq); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	return fmt.Errorf("%s: instance %s: %w: %w", cmd.Stage, acq.InstanceID(), ErrInstanceLost, waitErr)
 }
 
 // stop escalates on a cancelled stage: SIGTERM to its group, the grace
