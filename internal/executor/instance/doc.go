@@ -19,7 +19,9 @@
 // the job's shell, bash or sh) that:
 //
 //   - stores the stage script, read from the session's stdin, under a
-//     private per-job directory (mode 0700, removed by Cleanup);
+//     private per-job directory (mode 0700, removed by Cleanup), after a
+//     one-line header by which the stage's shell writes its pid (so the
+//     shell's messages about script lines are one line off);
 //   - creates the project directory and enters it;
 //   - runs the script with stdin from /dev/null, stdout and stderr merged
 //     into the session's stdout, which streams into the job log as it
@@ -31,8 +33,14 @@
 //     with the shell's status, which becomes an *executor.BuildError.
 //
 // The wrapper's own failures go to the session's stderr and make a system
-// failure, never a script failure. Without setsid on the instance only the
-// stage's shell itself can be signalled.
+// failure, never a script failure. Without setsid(1) on the instance
+// (util-linux and busybox have it; macOS does not) the stage runs in the
+// session's process group: cancelling then signals only the stage's shell,
+// and background children are not killed when the stage ends.
+//
+// The job's environment comes from its variables, which every stage script
+// exports; the SSH user's login shell starts each session (so its rc
+// files, for bash ~/.bashrc, run before every stage).
 //
 // # Cancellation
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -81,8 +80,8 @@ type Options struct {
 	// provider's own. Share it with whatever else connects to the same
 	// instances, and Forget an instance when it is deleted.
 	HostKeys *sshx.TOFU
-	Clock    clock.Clock  // nil = real
-	Logger   *slog.Logger // nil discards
+	// Clock times the grace period and the keep-alives; nil = real.
+	Clock clock.Clock
 }
 
 // Provider creates instance executors and reserves their capacity in the
@@ -105,9 +104,6 @@ func NewProvider(o Options) (*Provider, error) {
 		o.HostKeys = &sshx.TOFU{}
 	}
 	o.Clock = clock.OrReal(o.Clock)
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
 	return &Provider{opts: o}, nil
 }
 
