@@ -153,7 +153,12 @@ type fixture struct {
 
 func newFixture(t testing.TB, sh string) *fixture {
 	t.Helper()
-	srv := sshxtest.Start(t)
+	return newFixtureOn(t, sh, sshxtest.Start(t))
+}
+
+// newFixtureOn is newFixture with the instance behind srv.
+func newFixtureOn(t testing.TB, sh string, srv *sshxtest.Server) *fixture {
+	t.Helper()
 	f := &fixture{srv: srv, slots: newSlots(srv, 2), trace: &buffer{}}
 	f.runner = Runner{Slots: f.slots}
 	p, err := NewProvider(Options{
@@ -866,4 +871,53 @@ func TestRunners(t *testing.T) {
 	if _, err := p.Acquire(t.Context(), s); !errors.Is(err, ErrUnknownRunner) {
 		t.Errorf("Acquire(deleted runner) = %v, want ErrUnknownRunner", err)
 	}
+}
+
+// TestWithoutSetsid runs stages on an instance that has no setsid(1): the
+// stages still run with their exit codes, and a cancel still signals the
+// stage's shell.
+func TestWithoutSetsid(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	entries, err := os.ReadDir("/usr/bin")
+	if err != nil {
+		t.Skipf("cannot list /usr/bin: %v", err)
+	}
+	for _, e := range entries {
+		if e.Name() != "setsid" {
+			if err := os.Symlink(filepath.Join("/usr/bin", e.Name()), filepath.Join(bin, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	srv := sshxtest.StartWith(t, sshxtest.Options{SetEnv: []string{"PATH=" + bin}})
+	f := newFixtureOn(t, "bash", srv)
+	e := f.prepared(t)
+	if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "if command -v setsid; then exit 9; fi\necho no-setsid\n"}); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	var be *executor.BuildError
+	if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "exit 4"}); !errors.As(err, &be) || be.ExitCode != 4 {
+		t.Errorf("Run(exit 4) = %v, want *BuildError with exit code 4", err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "echo $$ > " + pidFile + "\nexec sleep 300\n"})
+	}()
+	pid := waitFile(t, pidFile)
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run after cancel = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the cancel")
+	}
+	if !waitDead(t, pid) {
+		t.Errorf("the stage's process %s survived the cancel", pid)
+	}
+	inOrder(t, f.trace.String(), "no-setsid\n")
 }

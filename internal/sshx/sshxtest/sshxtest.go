@@ -15,6 +15,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,19 @@ type Server struct {
 // sshd is not installed or cannot run here (not root and no privilege
 // separation directory).
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// Options change the server Start makes.
+type Options struct {
+	// SetEnv are NAME=value pairs set in every session (sshd_config
+	// SetEnv), e.g. a PATH without some tool.
+	SetEnv []string
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
 	if _, err := os.Stat(SSHD); err != nil {
 		t.Skipf("%s not installed: %v", SSHD, err)
@@ -84,8 +98,8 @@ KbdInteractiveAuthentication no
 MaxSessions 32
 MaxStartups 64
 LogLevel VERBOSE
-SetEnv SHLVL=1
-`, port, dir)
+SetEnv SHLVL=1 %[3]s
+`, port, dir, strings.Join(o.SetEnv, " "))
 		write(t, filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.log = &syncBuffer{}
