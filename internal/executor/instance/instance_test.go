@@ -921,3 +921,27 @@ func TestWithoutSetsid(t *testing.T) {
 	}
 	inOrder(t, f.trace.String(), "no-setsid\n")
 }
+
+// TestStageSetupFailure: when the wrapper cannot set the stage up (here the
+// project directory cannot be created), Run fails with a system error, not
+// a script failure.
+func TestStageSetupFailure(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "sh")
+	e := f.prepared(t)
+	blocker := filepath.Join(f.settings.BuildsDir, "abcdefghi")
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blocker, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "echo never\n"})
+	var be *executor.BuildError
+	if err == nil || errors.As(err, &be) || !strings.Contains(err.Error(), "cannot enter the project directory") {
+		t.Errorf("Run(no project directory) = %v, want a system error naming the project directory", err)
+	}
+	if strings.Contains(f.trace.String(), "never") {
+		t.Error("the script ran")
+	}
+}
