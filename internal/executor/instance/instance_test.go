@@ -549,10 +549,10 @@ func TestInstanceLost(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "bash")
 	dir := t.TempDir()
-	j := newJob([]string{"echo started > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
+	j := newJob([]string{"echo $$ > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
 	resc := make(chan build.Result, 1)
 	go func() { resc <- f.run(t, t.Context(), nil, j) }()
-	waitFile(t, dir+"/started")
+	killGroup(t, waitFile(t, dir+"/started"))
 	close(f.slots.lost)
 	var res build.Result
 	select {
@@ -822,10 +822,10 @@ func TestConnectionLost(t *testing.T) {
 			// Keep-alives detect the frozen peer.
 			f.runner.Connector = fleet.ConnectorConfig{Keepalive: 100 * time.Millisecond, Timeout: 500 * time.Millisecond}
 			dir := t.TempDir()
-			j := newJob([]string{"echo started > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
+			j := newJob([]string{"echo $$ > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
 			resc := make(chan build.Result, 1)
 			go func() { resc <- f.run(t, t.Context(), nil, j) }()
-			waitFile(t, dir+"/started")
+			killGroup(t, waitFile(t, dir+"/started"))
 			if how == "cut" {
 				px.Cut()
 			} else {
@@ -944,4 +944,15 @@ func TestStageSetupFailure(t *testing.T) {
 	if strings.Contains(f.trace.String(), "never") {
 		t.Error("the script ran")
 	}
+}
+
+// killGroup kills, when the test ends, the process group of a stage that
+// was cut off from its connection and would otherwise run on (the
+// "instance" is this host).
+func killGroup(t *testing.T, pgid string) {
+	pid, err := strconv.Atoi(pgid)
+	if err != nil || pid <= 1 {
+		t.Fatalf("bad pgid %q", pgid)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 }
