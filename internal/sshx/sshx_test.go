@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/sshx"
 	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
@@ -205,5 +206,51 @@ func TestKeepaliveDetectsDeadPeer(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a dead peer was not detected by keep-alives")
+	}
+}
+
+// TestKeepaliveFakeClock drives the keep-alive policy on a fake clock: a
+// ping goes out every Keepalive, and the connection ends Timeout after an
+// unanswered one, not before.
+func TestKeepaliveFakeClock(t *testing.T) {
+	t.Parallel()
+	srv := sshxtest.Start(t)
+	px := sshxtest.NewProxy(t, srv.Addr)
+	clk := clock.NewFake(time.Unix(0, 0))
+	cfg := config(srv, &sshx.TOFU{}, "i-1")
+	cfg.Addr, cfg.Keepalive, cfg.Timeout, cfg.Clock = px.Addr, 30*time.Second, 10*time.Second, clk
+	c, err := sshx.Dial(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("Dial() = %v", err)
+	}
+	defer c.Close()
+	waitPending := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for clk.Pending() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("Pending() = %d, want 1", clk.Pending())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitPending() // the interval timer
+	px.Freeze()
+	clk.Advance(30 * time.Second)
+	waitPending() // the reply deadline of the ping just sent
+	clk.Advance(9 * time.Second)
+	select {
+	case <-c.Done():
+		t.Fatalf("connection ended %v before the keep-alive timeout: %v", time.Second, c.Err())
+	case <-time.After(100 * time.Millisecond):
+	}
+	clk.Advance(time.Second)
+	select {
+	case <-c.Done():
+		if err := c.Err(); err == nil || !strings.Contains(err.Error(), "keep-alive not answered within 10s") {
+			t.Errorf("Err() = %v, want the keep-alive timeout", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection outlived an unanswered keep-alive")
 	}
 }
