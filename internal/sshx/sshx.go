@@ -115,7 +115,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(dctx, "tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("ssh %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("ssh %s: %w: %w", cfg.Addr, ErrUnreachable, err)
 	}
 	// The handshake has no context of its own: a deadline on the connection
 	// bounds it, and closing the connection aborts it when ctx ends first.
@@ -284,6 +284,11 @@ func (c *Client) Output(ctx context.Context, cmd string, stdin io.Reader) ([]byt
 	}
 	return out.Bytes(), nil
 }
+
+// ErrUnreachable is returned (wrapped) by Dial when no TCP connection could
+// be made: worth another try on an instance that has just booted, unlike a
+// failed handshake or authentication.
+var ErrUnreachable = errors.New("unreachable")
 
 // TOFU is a trust-on-first-use host key store keyed by instance id. The
 // zero value is ready to use; it is safe for concurrent use.

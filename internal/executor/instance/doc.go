@@ -66,6 +66,13 @@
 // a checkout. With [runners.instance] use_common_build_dir = true the
 // manager's concurrent id is used instead, as on every other executor.
 //
+// # Connection
+//
+// An instance that cannot be reached (no TCP connection) is tried three
+// times, 1 s and 2 s apart; a failed handshake or authentication is not
+// retried. Keep-alive interval and timeout come from
+// [runners.autoscaler.connector_config] (sshx defaults: 30 s each).
+//
 // # Host keys
 //
 // Instances are trusted on first use: the first host key an instance id

@@ -169,7 +169,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 	cfg.HostKey = e.hostKeys.Callback(id)
 	cfg.Clock, cfg.Logger = e.clock, logger
-	client, err := sshx.Dial(ctx, cfg)
+	client, err := e.dial(ctx, cfg, trace)
 	if err != nil {
 		return fmt.Errorf("instance %s: connect: %w", id, err)
 	}
@@ -238,6 +238,32 @@ func parsePrepare(out []byte) (prepared, error) {
 		return prepared{}, fmt.Errorf("unexpected host name %q", lines[3])
 	}
 	return prepared{buildsDir: lines[0], cacheDir: lines[1], scriptDir: lines[2], hostname: host}, nil
+}
+
+// Connection attempts to an unreachable instance, and the wait before the
+// first retry (doubled for each next one): an instance reported ready may
+// still be bringing its network or sshd up.
+const (
+	connectAttempts = 3
+	connectBackoff  = time.Second
+)
+
+// dial connects, trying again while the instance is unreachable.
+func (e *Executor) dial(ctx context.Context, cfg sshx.Config, trace io.Writer) (*sshx.Client, error) {
+	wait := connectBackoff
+	for attempt := 1; ; attempt++ {
+		client, err := sshx.Dial(ctx, cfg)
+		if err == nil || !errors.Is(err, sshx.ErrUnreachable) || attempt == connectAttempts {
+			return client, err
+		}
+		fmt.Fprintf(trace, "Cannot reach the instance yet, trying again in %v\n", wait)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (after %w)", ctx.Err(), err)
+		case <-e.clock.After(wait):
+		}
+		wait *= 2
+	}
 }
 
 // describePrepare turns the prepare script's exit codes into words.

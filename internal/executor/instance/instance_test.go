@@ -19,6 +19,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/build"
+	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/sshx"
@@ -955,4 +956,66 @@ func killGroup(t *testing.T, pgid string) {
 		t.Fatalf("bad pgid %q", pgid)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+}
+
+// TestConnectRetries: an instance whose sshd is not up yet is tried again
+// (1s, then 2s later, on the provider's clock); after three attempts
+// Prepare gives up.
+func TestConnectRetries(t *testing.T) {
+	for _, comesUp := range []bool{true, false} {
+		t.Run(fmt.Sprintf("comes up %v", comesUp), func(t *testing.T) {
+			t.Parallel()
+			srv := sshxtest.Start(t)
+			f := newFixtureOn(t, "sh", srv)
+			clk := clock.NewFake(time.Unix(0, 0))
+			f.provider.opts.Clock = clk
+			addr := sshxtest.FreeAddr(t)
+			f.slots.info.InternalAddr = addr
+			d, err := f.provider.Acquire(t.Context(), f.settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := f.provider.Create()
+			t.Cleanup(func() { e.Cleanup(context.Background()); f.provider.Release(context.Background(), f.settings, d) })
+			errc := make(chan error, 1)
+			go func() {
+				errc <- e.Prepare(t.Context(), executor.PrepareOptions{Job: newJob(nil, nil), Settings: f.settings, Data: d, Trace: f.trace})
+			}()
+			waitPending := func() {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for clk.Pending() != 1 {
+					if time.Now().After(deadline) {
+						t.Fatalf("no retry timer: Pending() = %d", clk.Pending())
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitPending()
+			if comesUp {
+				sshxtest.NewProxyAt(t, addr, srv.Addr)
+				clk.Advance(time.Second)
+				if err := <-errc; err != nil {
+					t.Fatalf("Prepare() = %v, want nil once sshd is up", err)
+				}
+				inOrder(t, f.trace.String(), "Cannot reach the instance yet, trying again in 1s", "Using Instance (sh) executor")
+				return
+			}
+			clk.Advance(time.Second)
+			waitPending()
+			clk.Advance(2 * time.Second)
+			select {
+			case err := <-errc:
+				if !errors.Is(err, sshx.ErrUnreachable) {
+					t.Errorf("Prepare() = %v, want ErrUnreachable", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Prepare did not give up after three attempts")
+			}
+			inOrder(t, f.trace.String(), "trying again in 1s", "trying again in 2s")
+			if n := strings.Count(f.trace.String(), "trying again"); n != 2 {
+				t.Errorf("%d retries, want 2", n)
+			}
+		})
+	}
 }

@@ -156,6 +156,12 @@ func waitListening(addr string, exited <-chan struct{}) error {
 	}
 }
 
+// FreeAddr returns a 127.0.0.1 address on which nothing listens (for a
+// moment).
+func FreeAddr(t testing.TB) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -231,7 +237,13 @@ type Proxy struct {
 // ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewProxyAt(t, "127.0.0.1:0", target)
+}
+
+// NewProxyAt is NewProxy listening on addr.
+func NewProxyAt(t testing.TB, addr, target string) *Proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
