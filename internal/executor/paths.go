@@ -40,9 +40,16 @@ func HostPaths(s Settings, job *api.JobResponse) (Paths, error) {
 	if p.CacheDir, err = absOrDefault(s.CacheDir, "cache"); err != nil {
 		return Paths{}, fmt.Errorf("cache_dir: %w", err)
 	}
-	p.ProjectDir = filepath.Join(p.BuildsDir, cleanSegment(s.ShortToken),
-		strconv.Itoa(s.ConcurrentID), projectPath(job))
+	p.ProjectDir = ProjectDir(p.BuildsDir, s.ShortToken, s.ConcurrentID, job)
 	return p, nil
+}
+
+// ProjectDir returns a job's project directory under buildsDir:
+// <buildsDir>/<short token>/<id>/<project full path>, with the segments
+// cleaned as HostPaths does. Executors whose builds directory is elsewhere
+// (on an instance, in a container) use it with their own buildsDir and id.
+func ProjectDir(buildsDir, shortToken string, id int, job *api.JobResponse) string {
+	return filepath.Join(buildsDir, cleanSegment(shortToken), strconv.Itoa(id), projectPath(job))
 }
 
 func absOrDefault(dir, def string) (string, error) {

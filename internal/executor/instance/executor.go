@@ -1,0 +1,541 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/sshx"
+)
+
+// ErrInstanceLost is returned (wrapped) by Run when the job's instance went
+// away or its connection ended: the job fails with runner_system_failure.
+var ErrInstanceLost = errors.New("instance lost")
+
+// How long a control command (stop, cleanup) may take on the instance.
+const controlTimeout = 30 * time.Second
+
+// How long Run waits, when a stage's session ended without an exit
+// status, for the connection to tell why.
+const connWait = 2 * time.Second
+
+// How long Run waits, after SIGKILL, for the stage's session to end before
+// abandoning it.
+const drainTimeout = 5 * time.Second
+
+// Executor runs one job's stage scripts on an instance over SSH.
+type Executor struct {
+	// GracePeriod is the time between SIGTERM and SIGKILL when a stage is
+	// cancelled; zero means DefaultGracePeriod. Set it before Prepare.
+	GracePeriod time.Duration
+
+	hostKeys *sshx.TOFU
+	clock    clock.Clock
+
+	mu         sync.Mutex
+	stage      executor.Stage
+	shell      string
+	paths      executor.Paths
+	trace      io.Writer
+	logger     *slog.Logger
+	lease      *lease
+	acq        Acquired
+	client     *sshx.Client
+	scriptDir  string // on the instance
+	hostname   string
+	runs       int
+	finished   error
+	cleanedUp  bool
+	stopLostFn func() bool
+}
+
+var (
+	_ executor.Executor      = (*Executor)(nil)
+	_ executor.PathsReporter = (*Executor)(nil)
+)
+
+// Shell returns the shell scripts run in.
+func (e *Executor) Shell() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.shell
+}
+
+// Paths returns the job's directories on the instance; valid after
+// Prepare.
+func (e *Executor) Paths() executor.Paths {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.paths
+}
+
+// InstanceID returns the id of the instance the job runs on ("" before
+// Prepare acquired one).
+func (e *Executor) InstanceID() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.acq == nil {
+		return ""
+	}
+	return e.acq.InstanceID()
+}
+
+// CurrentStage returns the stage last set.
+func (e *Executor) CurrentStage() executor.Stage {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stage
+}
+
+// SetCurrentStage records the stage being run.
+func (e *Executor) SetCurrentStage(s executor.Stage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stage = s
+}
+
+// Prepare acquires a slot on a ready instance for the job's reservation
+// (waiting within ctx), connects to the instance, checks the shell and
+// creates the builds and cache directories there.
+func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
+	trace := opts.Trace
+	if trace == nil {
+		trace = io.Discard
+	}
+	trace = &syncWriter{w: trace}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e.mu.Lock()
+	e.trace, e.logger = trace, logger
+	if e.GracePeriod <= 0 {
+		e.GracePeriod = DefaultGracePeriod
+	}
+	if e.hostKeys == nil {
+		e.hostKeys = &sshx.TOFU{}
+	}
+	e.clock = clock.OrReal(e.clock)
+	e.mu.Unlock()
+	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"instance\" executor\033[0;m\n")
+
+	sh := opts.Settings.Shell
+	if sh == "" {
+		sh = e.Shell()
+	}
+	if sh != "bash" && sh != "sh" {
+		return fmt.Errorf("shell %q is not supported by the instance executor (bash or sh)", sh)
+	}
+	l, ok := opts.Data.(*lease)
+	if !ok || l == nil {
+		return errors.New("instance executor: the job has no reservation (Provider.Acquire was not called)")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
+	acq, err := l.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a slot on an instance: %w", err)
+	}
+	e.mu.Lock()
+	e.lease, e.acq = l, acq
+	e.mu.Unlock()
+	id := acq.InstanceID()
+	logger = logger.With("instance", id, "slot", acq.Slot())
+	fmt.Fprintf(trace, "Acquired slot %d on instance %s\n", acq.Slot(), id)
+	select {
+	case <-acq.Lost():
+		return fmt.Errorf("instance %s: %w before the job started", id, ErrInstanceLost)
+	default:
+	}
+
+	cfg, err := sshConfig(acq.ConnectInfo(), l.runner.Connector)
+	if err != nil {
+		return fmt.Errorf("instance %s: %w", id, err)
+	}
+	cfg.HostKey = e.hostKeys.Callback(id)
+	cfg.Clock, cfg.Logger = e.clock, logger
+	client, err := e.dial(ctx, cfg, trace)
+	if err != nil {
+		return fmt.Errorf("instance %s: connect: %w", id, err)
+	}
+	e.mu.Lock()
+	e.client = client
+	// A lost instance ends the connection, which fails the running session
+	// at once; Run tells it apart from a network error by Lost.
+	e.stopLostFn = afterClose(acq.Lost(), func() { client.Close() })
+	e.mu.Unlock()
+
+	builds, cache := opts.Settings.BuildsDir, opts.Settings.CacheDir
+	if builds == "" {
+		builds = DefaultBuildsDir
+	}
+	if cache == "" {
+		cache = DefaultCacheDir
+	}
+	out, err := client.Output(ctx, shCommand(prepareScript(sh, builds, cache)), nil)
+	if err != nil {
+		return fmt.Errorf("instance %s: prepare: %w", id, describePrepare(err, sh))
+	}
+	pr, err := parsePrepare(out)
+	if err != nil {
+		return fmt.Errorf("instance %s: prepare: %w", id, err)
+	}
+	concurrentID := acq.Slot()
+	if l.runner.UseCommonBuildDir {
+		concurrentID = opts.Settings.ConcurrentID
+	}
+	paths := executor.Paths{
+		BuildsDir:  pr.buildsDir,
+		CacheDir:   pr.cacheDir,
+		ProjectDir: executor.ProjectDir(pr.buildsDir, opts.Settings.ShortToken, concurrentID, opts.Job),
+	}
+	e.mu.Lock()
+	e.shell, e.paths, e.scriptDir, e.hostname = sh, paths, pr.scriptDir, pr.hostname
+	e.mu.Unlock()
+	logger.Debug("instance prepared", "host", pr.hostname, "project_dir", paths.ProjectDir)
+	fmt.Fprintf(trace, "Using Instance (%s) executor on %s...\n", sh, pr.hostname)
+	return nil
+}
+
+// prepared is what the prepare script printed.
+type prepared struct {
+	buildsDir, cacheDir, scriptDir, hostname string
+}
+
+// parsePrepare reads the prepare script's output: three absolute,
+// clean directories and a host name, one per line. The instance is not
+// trusted to print sense: anything else is an error.
+func parsePrepare(out []byte) (prepared, error) {
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != 4 {
+		return prepared{}, fmt.Errorf("unexpected output %q", out)
+	}
+	for _, dir := range lines[:3] {
+		if !path.IsAbs(dir) || path.Clean(dir) != dir || strings.ContainsAny(dir, "\x00\r") {
+			return prepared{}, fmt.Errorf("unexpected directory %q in the output", dir)
+		}
+	}
+	if lines[2] == "/" {
+		return prepared{}, errors.New("the script directory is /")
+	}
+	host := strings.TrimSpace(lines[3])
+	if host == "" || strings.ContainsFunc(host, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return prepared{}, fmt.Errorf("unexpected host name %q", lines[3])
+	}
+	return prepared{buildsDir: lines[0], cacheDir: lines[1], scriptDir: lines[2], hostname: host}, nil
+}
+
+// Connection attempts to an unreachable instance, and the wait before the
+// first retry (doubled for each next one): an instance reported ready may
+// still be bringing its network or sshd up.
+const (
+	connectAttempts = 3
+	connectBackoff  = time.Second
+)
+
+// dial connects, trying again while the instance is unreachable.
+func (e *Executor) dial(ctx context.Context, cfg sshx.Config, trace io.Writer) (*sshx.Client, error) {
+	wait := connectBackoff
+	for attempt := 1; ; attempt++ {
+		client, err := sshx.Dial(ctx, cfg)
+		if err == nil || !errors.Is(err, sshx.ErrUnreachable) || attempt == connectAttempts {
+			return client, err
+		}
+		fmt.Fprintf(trace, "Cannot reach the instance yet, trying again in %v\n", wait)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (after %w)", ctx.Err(), err)
+		case <-e.clock.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// describePrepare turns the prepare script's exit codes into words.
+func describePrepare(err error, sh string) error {
+	var ee *ssh.ExitError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	switch ee.ExitStatus() {
+	case exitNoShell:
+		return fmt.Errorf("shell %s is not installed on the instance: %w", sh, err)
+	case exitNoDirs:
+		return fmt.Errorf("cannot create the builds or cache directory: %w", err)
+	case exitNoTmpDir:
+		return fmt.Errorf("cannot create a private script directory: %w", err)
+	}
+	return err
+}
+
+// sshConfig decides address and credentials: the instance's own, unless
+// the connector's static credentials are asked for or the instance has
+// none.
+func sshConfig(info fleet.ConnectInfo, c fleet.ConnectorConfig) (sshx.Config, error) {
+	if c.Protocol != "" && c.Protocol != "ssh" {
+		return sshx.Config{}, fmt.Errorf("connector protocol %q: only ssh is supported", c.Protocol)
+	}
+	if info.Protocol != "" && info.Protocol != "ssh" {
+		return sshx.Config{}, fmt.Errorf("instance protocol %q: only ssh is supported", info.Protocol)
+	}
+	cfg := sshx.Config{
+		Addr:      info.Addr(c.UseExternalAddr),
+		User:      info.Username,
+		Password:  info.Password,
+		Key:       info.Key,
+		Timeout:   c.Timeout,
+		Keepalive: c.Keepalive,
+	}
+	if cfg.Addr == "" {
+		return sshx.Config{}, errors.New("the instance has no address")
+	}
+	if c.UseStaticCredentials || cfg.User == "" {
+		cfg.User = c.Username
+	}
+	if c.UseStaticCredentials || (cfg.Password == "" && len(cfg.Key) == 0) {
+		cfg.Password, cfg.Key = c.Password, nil
+		if c.KeyPath != "" {
+			key, err := os.ReadFile(c.KeyPath)
+			if err != nil {
+				return sshx.Config{}, fmt.Errorf("connector key_path: %w", err)
+			}
+			cfg.Key = key
+		}
+	}
+	return cfg, nil
+}
+
+// afterClose calls fn once ch is closed; the returned stop ends the wait.
+func afterClose(ch <-chan struct{}, fn func()) (stop func() bool) {
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		select {
+		case <-ch:
+			fn()
+		case <-done:
+		}
+	}()
+	return func() bool {
+		stopped := false
+		once.Do(func() { close(done); stopped = true })
+		return stopped
+	}
+}
+
+// Run runs one stage script on the instance, its output streaming to the
+// trace. A non-zero exit is a *executor.BuildError. When ctx is cancelled
+// the stage's process group gets SIGTERM, then SIGKILL after the grace
+// period, and Run returns ctx.Err() wrapped once the stage's session has
+// ended. A lost instance or connection is an error wrapping
+// ErrInstanceLost.
+func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
+	e.mu.Lock()
+	if e.client == nil || e.scriptDir == "" {
+		e.mu.Unlock()
+		return errors.New("instance executor: Run before Prepare")
+	}
+	e.runs++
+	files := filesOf(e.scriptDir, e.runs)
+	client, acq, sh, paths, trace, grace, logger, clk := e.client, e.acq, e.shell, e.paths, e.trace, e.GracePeriod, e.logger, e.clock
+	e.mu.Unlock()
+
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	if err := e.lostErr(client, acq); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	s, err := client.Session()
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, e.connErr(client, acq, err))
+	}
+	defer s.Close()
+	setup := &limitedBuffer{max: 4096}
+	s.Stdin = io.MultiReader(strings.NewReader(stageHeader(files)), strings.NewReader(cmd.Script))
+	s.Stdout, s.Stderr = trace, setup
+	if err := s.Start(shCommand(runScript(sh, paths.ProjectDir, files))); err != nil {
+		return fmt.Errorf("%s: start: %w", cmd.Stage, e.connErr(client, acq, err))
+	}
+	logger.Debug("stage started", "stage", cmd.Stage)
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+
+	var waitErr error
+	canceled := false
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		canceled = true
+		waitErr = stop(client, files, grace, done, s, clk, logger)
+	}
+	logger.Debug("stage ended", "stage", cmd.Stage, "err", waitErr, "canceled", canceled)
+	if canceled {
+		return fmt.Errorf("%s: %w", cmd.Stage, ctx.Err())
+	}
+	if waitErr == nil {
+		return nil
+	}
+	var ee *ssh.ExitError
+	if errors.As(waitErr, &ee) {
+		if msg := strings.TrimSpace(setup.String()); msg != "" {
+			return fmt.Errorf("%s: on instance %s: %s (exit status %d)", cmd.Stage, acq.InstanceID(), msg, ee.ExitStatus())
+		}
+		if ee.Signal() != "" {
+			// The wrapper itself was killed: not the script's doing.
+			return fmt.Errorf("%s: stage wrapper killed by SIG%s: %w", cmd.Stage, ee.Signal(), e.connErr(client, acq, waitErr))
+		}
+		return &executor.BuildError{ExitCode: ee.ExitStatus()}
+	}
+	// No exit status: the session's channel died with the connection,
+	// which the client may notice a moment after the session does.
+	select {
+	case <-client.Done():
+	case <-acq.Lost():
+	case <-clk.After(connWait):
+	}
+	if err := e.lostErr(client, acq); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	return fmt.Errorf("%s: instance %s: %w: %w", cmd.Stage, acq.InstanceID(), ErrInstanceLost, waitErr)
+}
+
+// stop escalates on a cancelled stage: SIGTERM to its group, the grace
+// period, SIGKILL, then a bounded wait for its session to end.
+func stop(client *sshx.Client, files stageFiles, grace time.Duration, done <-chan error, s *ssh.Session, clk clock.Clock, logger *slog.Logger) error {
+	// The stage's context is over; the stop commands get their own.
+	signal := func(sig string) {
+		ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+		defer cancel()
+		if _, err := client.Output(ctx, shCommand(stopScript(files, sig)), nil); err != nil {
+			logger.Warn("cannot signal the stage on the instance", "signal", sig, "err", err)
+		}
+	}
+	signal("TERM")
+	t := clk.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C():
+	}
+	signal("KILL")
+	t.Reset(drainTimeout)
+	select {
+	case err := <-done:
+		return err
+	case <-t.C():
+		// Something outside the group holds the session's output open.
+		s.Close()
+		return <-done
+	}
+}
+
+// lostErr reports a lost instance or a dead connection.
+func (e *Executor) lostErr(client *sshx.Client, acq Acquired) error {
+	select {
+	case <-acq.Lost():
+		return fmt.Errorf("instance %s: %w", acq.InstanceID(), ErrInstanceLost)
+	default:
+	}
+	if err := client.Err(); err != nil {
+		return fmt.Errorf("instance %s: %w: %w", acq.InstanceID(), ErrInstanceLost, err)
+	}
+	return nil
+}
+
+// connErr explains a session failure: the instance or connection lost, or
+// err itself.
+func (e *Executor) connErr(client *sshx.Client, acq Acquired, err error) error {
+	if lerr := e.lostErr(client, acq); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+// Finish records the build's end.
+func (e *Executor) Finish(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.finished = err
+}
+
+// Cleanup removes the job's scripts from the instance, closes the
+// connection and gives the slot back. The project directory stays, so
+// that the fetch strategy can reuse the checkout. It is safe after a failed
+// or skipped Prepare, and more than once.
+func (e *Executor) Cleanup(ctx context.Context) {
+	e.mu.Lock()
+	if e.cleanedUp {
+		e.mu.Unlock()
+		return
+	}
+	e.cleanedUp = true
+	client, dir, l, stopLost, logger := e.client, e.scriptDir, e.lease, e.stopLostFn, e.logger
+	e.mu.Unlock()
+	if stopLost != nil {
+		stopLost()
+	}
+	if client != nil {
+		if dir != "" && client.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, controlTimeout)
+			if _, err := client.Output(cctx, shCommand(cleanupScript(dir)), nil); err != nil {
+				logger.Warn("cannot remove the job's scripts from the instance", "dir", dir, "err", err)
+			}
+			cancel()
+		}
+		client.Close()
+	}
+	if l != nil {
+		l.release()
+	}
+}
+
+// syncWriter serialises writes to the trace.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.max - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}

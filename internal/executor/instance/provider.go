@@ -1,0 +1,237 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/sshx"
+)
+
+// Name is the executor's name in config.toml.
+const Name = "instance"
+
+// DefaultGracePeriod is how long a cancelled stage gets between SIGTERM
+// and SIGKILL.
+const DefaultGracePeriod = 10 * time.Second
+
+// Default directories on the instance.
+const (
+	DefaultBuildsDir = "/builds"
+	DefaultCacheDir  = "/cache"
+)
+
+// Reservation is a slot reserved in a pool, not yet on an instance. Its
+// type is the pool's; the executor only hands it back.
+type Reservation any
+
+// Acquired is a slot held on a ready instance.
+type Acquired interface {
+	InstanceID() string
+	Slot() int
+	ConnectInfo() fleet.ConnectInfo
+	// Lost is closed if the instance goes away while the slot is held.
+	Lost() <-chan struct{}
+}
+
+// Slots is the capacity of one runner: its autoscaler pool.
+type Slots interface {
+	// Reserve reserves a slot for a job about to be requested; an error
+	// means none may be reserved now.
+	Reserve() (Reservation, error)
+	// Unreserve gives back a reservation that was never acquired.
+	Unreserve(Reservation)
+	// Acquire waits, within ctx, for a slot on a ready instance for the
+	// reservation, which it consumes when it succeeds.
+	Acquire(ctx context.Context, r Reservation) (Acquired, error)
+	// Release gives back an acquired slot.
+	Release(Acquired)
+}
+
+// Runner is what the provider needs of one runner with executor
+// "instance".
+type Runner struct {
+	Slots Slots
+	// Connector is [runners.autoscaler.connector_config]: keep-alive and
+	// timeout of the SSH connection, the external address choice, and the
+	// credentials used when the instance's connect info has none or
+	// UseStaticCredentials is set.
+	Connector fleet.ConnectorConfig
+	// UseCommonBuildDir is [runners.instance] use_common_build_dir.
+	UseCommonBuildDir bool
+}
+
+// Options configure the provider. Lookup is required.
+type Options struct {
+	// Lookup returns the runner of the given settings (keyed by ShortToken
+	// or RunnerName); the provider is shared by every runner with executor
+	// "instance".
+	Lookup func(executor.Settings) (Runner, error)
+	// GracePeriod is the time between SIGTERM and SIGKILL when a stage is
+	// cancelled; zero means DefaultGracePeriod.
+	GracePeriod time.Duration
+	// HostKeys remembers instances' host keys; nil means a store of the
+	// provider's own. Share it with whatever else connects to the same
+	// instances, and Forget an instance when it is deleted.
+	HostKeys *sshx.TOFU
+	// Clock times the grace period and the keep-alives; nil = real.
+	Clock clock.Clock
+}
+
+// Provider creates instance executors and reserves their capacity in the
+// runners' pools.
+type Provider struct {
+	opts Options
+}
+
+var _ executor.Provider = (*Provider)(nil)
+
+// NewProvider returns the instance executor's provider.
+func NewProvider(o Options) (*Provider, error) {
+	if o.Lookup == nil {
+		return nil, errors.New("instance executor: no runner lookup")
+	}
+	if o.GracePeriod <= 0 {
+		o.GracePeriod = DefaultGracePeriod
+	}
+	if o.HostKeys == nil {
+		o.HostKeys = &sshx.TOFU{}
+	}
+	o.Clock = clock.OrReal(o.Clock)
+	return &Provider{opts: o}, nil
+}
+
+// CanCreate reports true: whether a runner has a pool is decided per job.
+func (p *Provider) CanCreate() bool { return true }
+
+// Create returns a new, unprepared executor.
+func (p *Provider) Create() executor.Executor {
+	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock}
+}
+
+// Acquire reserves a slot in the runner's pool. It never blocks: when the
+// pool has no slot to reserve it returns executor.ErrNoFreeExecutor
+// (wrapped with the pool's reason), and no job is requested.
+func (p *Provider) Acquire(ctx context.Context, s executor.Settings) (executor.Data, error) {
+	r, err := p.opts.Lookup(s)
+	if err != nil {
+		return nil, fmt.Errorf("instance executor: runner %s: %w", runnerName(s), err)
+	}
+	if r.Slots == nil {
+		return nil, fmt.Errorf("instance executor: runner %s has no autoscaler pool", runnerName(s))
+	}
+	res, err := r.Slots.Reserve()
+	if err != nil {
+		return nil, fmt.Errorf("%w: runner %s: %w", executor.ErrNoFreeExecutor, runnerName(s), err)
+	}
+	return &lease{runner: r, res: res, state: leaseReserved}, nil
+}
+
+// Release drops the reservation when the job never got an instance (no
+// job was received, or Prepare failed before a slot was acquired). An
+// acquired slot is given back by the executor's Cleanup.
+func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.Data) {
+	if l, ok := d.(*lease); ok {
+		l.unreserve()
+	}
+}
+
+// Features sets what the instance executor and drover's bash/sh scripts
+// support: the shell executor's set.
+func (p *Provider) Features(f *api.FeaturesInfo) {
+	f.Variables = true
+	f.Shared = true
+	f.Masking = true
+	f.RawVariables = true
+	f.MultiBuildSteps = true
+	f.ReturnExitCode = true
+	f.Refspecs = true
+	f.Cancelable = true
+	f.CancelGracefully = true
+	f.TraceReset = true
+	f.TraceChecksum = true
+	f.TraceSize = true
+}
+
+// ConfigInfo returns nil: the instance executor reports no configuration.
+func (p *Provider) ConfigInfo(s executor.Settings) map[string]any { return nil }
+
+// DefaultShell is bash: instances are expected to have it.
+func (p *Provider) DefaultShell() string { return "bash" }
+
+func runnerName(s executor.Settings) string {
+	if s.RunnerName != "" {
+		return fmt.Sprintf("%q (%s)", s.RunnerName, s.ShortToken)
+	}
+	return s.ShortToken
+}
+
+// lease is the executor.Data of one job: its reservation, then its slot.
+type lease struct {
+	runner Runner
+
+	mu    sync.Mutex
+	res   Reservation
+	acq   Acquired
+	state leaseState
+}
+
+type leaseState int
+
+const (
+	leaseReserved leaseState = iota // reserved, not acquired
+	leaseAcquired                   // the reservation became a slot
+	leaseDone                       // unreserved or released
+)
+
+// acquire turns the reservation into a slot, waiting within ctx.
+func (l *lease) acquire(ctx context.Context) (Acquired, error) {
+	l.mu.Lock()
+	if l.state != leaseReserved {
+		l.mu.Unlock()
+		return nil, errors.New("the job's reservation was already used or given back")
+	}
+	res := l.res
+	l.mu.Unlock()
+
+	acq, err := l.runner.Slots.Acquire(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != leaseReserved {
+		// Released meanwhile (cannot happen with the manager's call order,
+		// but a slot must never leak).
+		l.runner.Slots.Release(acq)
+		return nil, errors.New("the job's reservation was given back while acquiring")
+	}
+	l.acq, l.state = acq, leaseAcquired
+	return acq, nil
+}
+
+// release gives back the slot, if one was acquired and not yet released.
+func (l *lease) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == leaseAcquired {
+		l.runner.Slots.Release(l.acq)
+		l.state = leaseDone
+	}
+}
+
+// unreserve gives back the reservation, if it was never acquired.
+func (l *lease) unreserve() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == leaseReserved {
+		l.runner.Slots.Unreserve(l.res)
+		l.state = leaseDone
+	}
+}

@@ -1,0 +1,339 @@
+// Package sshx is drover's SSH client for fleet instances: one connection
+// per job (or per check), many sessions on it, keep-alives that notice a
+// dead peer, and trust-on-first-use host keys per instance.
+//
+// # Authentication
+//
+// A private key (PEM, as fleet.ConnectInfo carries it) and a password are
+// both offered when set; the key first.
+//
+// # Host keys
+//
+// Fleet instances are created on demand and their host keys are not known
+// in advance, so a [TOFU] store accepts the first key an instance presents
+// and from then on rejects any other key for the same instance id. The
+// record lives in memory: it is lost with the process, and a replaced
+// instance has a new id. Call Forget when an instance is deleted.
+//
+// # Keep-alive
+//
+// Every Keepalive interval the client sends an OpenSSH keepalive request;
+// when the peer does not answer within Timeout the connection is closed,
+// which fails every session on it, and Done is closed.
+package sshx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/drover-ci/drover/internal/clock"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultTimeout   = 30 * time.Second
+	DefaultKeepalive = 30 * time.Second
+)
+
+// Config is how to reach one host.
+type Config struct {
+	Addr     string // host:port
+	User     string
+	Password string
+	Key      []byte // private key, PEM; empty = none
+	// HostKey checks the server's key; nil refuses every key (use a TOFU
+	// store's Callback, or ssh.InsecureIgnoreHostKey in tests only).
+	HostKey ssh.HostKeyCallback
+	// Timeout bounds the TCP connect plus the SSH handshake, and the wait for
+	// a keep-alive reply. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Keepalive is the interval between keep-alive requests; zero means
+	// DefaultKeepalive, negative disables them.
+	Keepalive time.Duration
+	Clock     clock.Clock  // nil = real
+	Logger    *slog.Logger // nil discards
+}
+
+// Client is one SSH connection.
+type Client struct {
+	c      *ssh.Client
+	logger *slog.Logger
+	done   chan struct{}
+	once   sync.Once
+	err    error // why the connection ended; set before done closes
+}
+
+// Dial connects and authenticates. ctx bounds the connect and the
+// handshake; it does not bound the connection's life.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("ssh: no address")
+	}
+	if cfg.User == "" {
+		return nil, fmt.Errorf("ssh %s: no user name", cfg.Addr)
+	}
+	var auth []ssh.AuthMethod
+	if len(cfg.Key) > 0 {
+		signer, err := ssh.ParsePrivateKey(cfg.Key)
+		if err != nil {
+			return nil, fmt.Errorf("ssh %s: private key: %w", cfg.Addr, err)
+		}
+		auth = append(auth, ssh.PublicKeys(signer))
+	}
+	if cfg.Password != "" {
+		auth = append(auth, ssh.Password(cfg.Password))
+	}
+	if len(auth) == 0 {
+		return nil, fmt.Errorf("ssh %s: neither a key nor a password", cfg.Addr)
+	}
+	hostKey := cfg.HostKey
+	if hostKey == nil {
+		hostKey = func(string, net.Addr, ssh.PublicKey) error {
+			return errors.New("no host key policy configured")
+		}
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(dctx, "tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("ssh %s: %w: %w", cfg.Addr, ErrUnreachable, err)
+	}
+	// The handshake has no context of its own: a deadline on the connection
+	// bounds it, and closing the connection aborts it when ctx ends first.
+	if dl, ok := dctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(dctx, func() { conn.Close() })
+	cc, chans, reqs, err := ssh.NewClientConn(conn, cfg.Addr, &ssh.ClientConfig{
+		User:            cfg.User,
+		Auth:            auth,
+		HostKeyCallback: hostKey,
+		Timeout:         timeout,
+	})
+	if !stop() {
+		if err == nil {
+			cc.Close()
+		}
+		if err = ctx.Err(); err == nil {
+			err = dctx.Err()
+		}
+		return nil, fmt.Errorf("ssh %s: handshake: %w", cfg.Addr, err)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("ssh %s: handshake: %w", cfg.Addr, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+
+	c := &Client{c: ssh.NewClient(cc, chans, reqs), logger: logger.With("addr", cfg.Addr), done: make(chan struct{})}
+	go func() {
+		err := c.c.Wait()
+		c.finish(fmt.Errorf("ssh %s: connection closed: %w", cfg.Addr, errOrEOF(err)))
+	}()
+	if cfg.Keepalive >= 0 {
+		interval := cfg.Keepalive
+		if interval == 0 {
+			interval = DefaultKeepalive
+		}
+		go c.keepalive(clock.OrReal(cfg.Clock), interval, timeout)
+	}
+	return c, nil
+}
+
+func errOrEOF(err error) error {
+	if err == nil {
+		return io.EOF
+	}
+	return err
+}
+
+// finish records why the connection ended (first reason wins) and closes it.
+func (c *Client) finish(err error) {
+	c.once.Do(func() {
+		c.err = err
+		c.c.Close()
+		close(c.done)
+	})
+}
+
+// keepalive pings the server every interval until the connection ends; a
+// ping not answered within timeout ends it.
+func (c *Client) keepalive(clk clock.Clock, interval, timeout time.Duration) {
+	t := clk.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C():
+		}
+		reply := make(chan error, 1)
+		go func() {
+			_, _, err := c.c.SendRequest("keepalive@openssh.com", true, nil)
+			reply <- err
+		}()
+		deadline := clk.NewTimer(timeout)
+		select {
+		case err := <-reply:
+			deadline.Stop()
+			if err != nil {
+				c.finish(fmt.Errorf("keep-alive: %w", err))
+				return
+			}
+		case <-deadline.C():
+			c.logger.Warn("ssh keep-alive not answered, closing the connection", "timeout", timeout)
+			c.finish(fmt.Errorf("keep-alive not answered within %v", timeout))
+			return
+		case <-c.done:
+			deadline.Stop()
+			return
+		}
+		t.Reset(interval)
+	}
+}
+
+// Done is closed when the connection has ended (Close, a network error or
+// an unanswered keep-alive).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err tells why the connection ended; nil while it is up.
+func (c *Client) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Close ends the connection and every session on it.
+func (c *Client) Close() error {
+	c.finish(errors.New("closed"))
+	return nil
+}
+
+// Session opens a new session (a channel) on the connection.
+func (c *Client) Session() (*ssh.Session, error) {
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	s, err := c.c.NewSession()
+	if err != nil {
+		if cerr := c.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, fmt.Errorf("open session: %w", err)
+	}
+	return s, nil
+}
+
+// Output runs cmd (a shell command line for the user's login shell) with
+// stdin as its input and returns its standard output. A non-zero exit is a
+// *ssh.ExitError whose message carries the command's standard error.
+// Cancelling ctx closes the session and returns ctx's error; the remote
+// command may run on (kill it by other means if that matters).
+func (c *Client) Output(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
+	s, err := c.Session()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var out, errb bytes.Buffer
+	s.Stdin, s.Stdout, s.Stderr = stdin, &out, &errb
+	if err := s.Start(cmd); err != nil {
+		return nil, fmt.Errorf("start remote command: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	case <-c.done:
+		s.Close()
+		return nil, c.err
+	}
+	if err != nil {
+		if msg := bytes.TrimSpace(errb.Bytes()); len(msg) > 0 {
+			return out.Bytes(), fmt.Errorf("%w: %s", err, msg)
+		}
+		if cerr := c.Err(); cerr != nil {
+			return out.Bytes(), fmt.Errorf("%w (%w)", err, cerr)
+		}
+		return out.Bytes(), err
+	}
+	return out.Bytes(), nil
+}
+
+// ErrUnreachable is returned (wrapped) by Dial when no TCP connection could
+// be made: worth another try on an instance that has just booted, unlike a
+// failed handshake or authentication.
+var ErrUnreachable = errors.New("unreachable")
+
+// TOFU is a trust-on-first-use host key store keyed by instance id. The
+// zero value is ready to use; it is safe for concurrent use.
+type TOFU struct {
+	mu   sync.Mutex
+	keys map[string][]byte // instance id -> marshalled public key
+}
+
+// ErrHostKeyMismatch is returned (wrapped) by a TOFU callback when an
+// instance presents a key other than the one it presented first.
+var ErrHostKeyMismatch = errors.New("host key mismatch")
+
+// Callback returns the host key check for instance id: the first key seen
+// is remembered, later connections must present the same key.
+func (t *TOFU) Callback(id string) ssh.HostKeyCallback {
+	return func(host string, remote net.Addr, key ssh.PublicKey) error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		got := key.Marshal()
+		if known, ok := t.keys[id]; ok {
+			if !bytes.Equal(known, got) {
+				return fmt.Errorf("%w: instance %s (%s) presented %s %s, not the key it presented first",
+					ErrHostKeyMismatch, id, host, key.Type(), ssh.FingerprintSHA256(key))
+			}
+			return nil
+		}
+		if t.keys == nil {
+			t.keys = make(map[string][]byte)
+		}
+		t.keys[id] = got
+		return nil
+	}
+}
+
+// Forget drops the key remembered for instance id (the instance is gone).
+func (t *TOFU) Forget(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.keys, id)
+}
+
+// Known reports whether a key is remembered for instance id.
+func (t *TOFU) Known(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.keys[id]
+	return ok
+}
