@@ -194,6 +194,7 @@ type Pool struct {
 	meanBoot float64 // seconds
 	haveDur  bool
 	haveBoot bool
+	bursts   dispersionEstimator
 	snapBuf  []Instance
 }
 
@@ -304,6 +305,7 @@ func (p *Pool) observedLocked(now time.Time) Observed {
 	}
 	o.MeanDuration = time.Duration(p.meanDur * float64(time.Second))
 	o.BootTime = time.Duration(p.meanBoot * float64(time.Second))
+	o.ArrivalDispersion = p.bursts.index()
 	return o
 }
 
@@ -499,6 +501,7 @@ func (p *Pool) noteArrivalLocked(now time.Time) {
 	}
 	p.rate += 1 / poolStatsWindow.Seconds()
 	p.rateAt = now
+	p.bursts.add(now)
 }
 
 func (p *Pool) noteDurationLocked(d time.Duration) {
