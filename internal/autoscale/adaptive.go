@@ -103,6 +103,10 @@ func idleSlots(o Observed, targetWait time.Duration) int {
 	// Jobs beyond the buffer wait longer than the target; they may be at
 	// most 5% of the jobs arriving in one replenishment cycle (a boot).
 	allowed := (1 - adaptiveQuantile) * o.ArrivalRate * o.BootTime.Seconds()
+	// The feedback from the waits jobs got corrects the model's bias.
+	if g := o.BufferGain; g > 0 && !math.IsInf(g, 0) {
+		sd *= g
+	}
 	if !(sd > 0) {
 		return 0
 	}

@@ -67,3 +67,39 @@ func (e *dispersionEstimator) index() float64 {
 	}
 	return i
 }
+
+// Feedback from the waits jobs got to the adaptive buffer. The buffer's
+// spread σ is multiplied by a gain g; each job that waited longer than the
+// target raises ln g by feedbackStep·(1 − goal), each one served within it
+// lowers ln g by feedbackStep·goal, so that at equilibrium the share goal
+// of the jobs misses the target. The goal is 4%, one point inside the
+// p95, as margin for the loop's lag. The loop corrects what the model
+// gets wrong on the load at hand (a lumpy low load needs more than the
+// normal approximation says, a steady high one less).
+const (
+	feedbackStep    = 0.05 // change of ln(gain) per job, times (miss − goal)
+	feedbackGoal    = 0.04 // share of jobs allowed to wait longer than the target
+	feedbackMaxGain = 32   // the gain stays within [1/32, 32]
+)
+
+// waitFeedback is the state of that loop: ln of the gain.
+type waitFeedback struct {
+	logGain float64
+}
+
+// note feeds one job's queue wait against the target in force.
+func (f *waitFeedback) note(wait, target time.Duration) {
+	if target <= 0 {
+		target = DefaultTargetWait
+	}
+	miss := 0.0
+	if wait > target {
+		miss = 1
+	}
+	f.logGain += feedbackStep * (miss - feedbackGoal)
+	lim := math.Log(feedbackMaxGain)
+	f.logGain = min(max(f.logGain, -lim), lim)
+}
+
+// gain is the current gain, 1 before any feedback.
+func (f *waitFeedback) gain() float64 { return math.Exp(f.logGain) }

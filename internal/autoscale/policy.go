@@ -66,6 +66,11 @@ type Observed struct {
 	// E[K²]/E[K] when jobs come in pipeline fan-outs of K. Values below 1
 	// (or unset) count as 1.
 	ArrivalDispersion float64
+	// BufferGain is the adaptive policy's correction from the waits jobs
+	// got while it was in force (the pool's feedback loop, see
+	// AdaptiveIdleSlots): it multiplies the spread the buffer is sized
+	// for. 0 counts as 1.
+	BufferGain float64
 }
 
 // Demand is the work that is not on an instance yet. Reserved and Waiting

@@ -111,9 +111,20 @@ type PoolOptions struct {
 // Reservation is a slot promised to a job that is being requested or was
 // received but is not on an instance yet.
 type Reservation struct {
-	waiting bool // in Acquire: counted as Demand.Waiting instead of Reserved
-	arrived bool // counted as an arrival
-	done    bool // acquired or unreserved
+	waiting bool      // in Acquire: counted as Demand.Waiting instead of Reserved
+	arrived bool      // counted as an arrival
+	since   time.Time // when the job was queued (SetQueuedAt), else its first acquire
+	done    bool      // acquired or unreserved
+}
+
+// SetQueuedAt tells when the reservation's job was queued (at the
+// coordinator), if the caller knows: the adaptive policy's feedback then
+// measures the job's whole queue wait, not only its wait at the pool.
+// Call it before the first Acquire or TryAcquire.
+func (r *Reservation) SetQueuedAt(t time.Time) {
+	if r != nil {
+		r.since = t
+	}
 }
 
 // Acquisition is a job slot on a ready instance.
@@ -195,6 +206,7 @@ type Pool struct {
 	haveDur  bool
 	haveBoot bool
 	bursts   dispersionEstimator
+	feedback waitFeedback
 	snapBuf  []Instance
 }
 
@@ -306,6 +318,7 @@ func (p *Pool) observedLocked(now time.Time) Observed {
 	o.MeanDuration = time.Duration(p.meanDur * float64(time.Second))
 	o.BootTime = time.Duration(p.meanBoot * float64(time.Second))
 	o.ArrivalDispersion = p.bursts.index()
+	o.BufferGain = p.feedback.gain()
 	return o
 }
 
@@ -386,9 +399,13 @@ func (p *Pool) TryAcquire(r *Reservation) (*Acquisition, error) {
 	now := p.clk.Now()
 	if !r.arrived {
 		r.arrived = true
+		if r.since.IsZero() || r.since.After(now) {
+			r.since = now
+		}
 		p.noteArrivalLocked(now)
 	}
 	if a := p.takeSlotLocked(now); a != nil {
+		p.noteWaitLocked(now, now.Sub(r.since))
 		p.dropReservationLocked(r)
 		p.dirty = true
 		return a, nil
@@ -502,6 +519,14 @@ func (p *Pool) noteArrivalLocked(now time.Time) {
 	p.rate += 1 / poolStatsWindow.Seconds()
 	p.rateAt = now
 	p.bursts.add(now)
+}
+
+// noteWaitLocked feeds a job's wait for its slot to the adaptive
+// policy's feedback, when the active schedule is adaptive.
+func (p *Pool) noteWaitLocked(now time.Time, wait time.Duration) {
+	if s := p.pol.Active(now); s.Adaptive {
+		p.feedback.note(wait, s.TargetWait)
+	}
 }
 
 func (p *Pool) noteDurationLocked(d time.Duration) {
