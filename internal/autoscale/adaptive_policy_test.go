@@ -209,3 +209,73 @@ func TestFromRunnerAdaptivePreemptiveDefault(t *testing.T) {
 		}
 	}
 }
+
+func TestWaitFeedback(t *testing.T) {
+	target := 30 * time.Second
+	var f waitFeedback
+	if f.gain() != 1 {
+		t.Fatalf("initial gain %v", f.gain())
+	}
+	// One miss in 25 jobs (the 4% goal): the gain comes back to 1.
+	for range 40 {
+		f.note(time.Minute, target)
+		for range 24 {
+			f.note(time.Second, target)
+		}
+	}
+	if g := f.gain(); math.Abs(g-1) > 1e-9 {
+		t.Errorf("at the goal: gain %v, want 1", g)
+	}
+	// Misses raise it, within its bound.
+	for range 10 {
+		f.note(31*time.Second, target)
+	}
+	if g := f.gain(); g <= 1.4 {
+		t.Errorf("after 10 misses: gain %v", g)
+	}
+	for range 10_000 {
+		f.note(time.Hour, target)
+	}
+	if g := f.gain(); math.Abs(g-feedbackMaxGain) > 1e-9 {
+		t.Errorf("after many misses: gain %v, want the bound %v", g, feedbackMaxGain)
+	}
+	// Jobs within the target lower it, within its bound; a wait equal to
+	// the target is within it.
+	for range 100_000 {
+		f.note(target, target)
+	}
+	if g := f.gain(); math.Abs(g-1.0/feedbackMaxGain) > 1e-9 {
+		t.Errorf("after many hits: gain %v, want 1/%v", g, feedbackMaxGain)
+	}
+	// No target: the default.
+	var d waitFeedback
+	d.note(DefaultTargetWait+time.Second, 0)
+	if d.gain() <= 1 {
+		t.Errorf("a wait beyond the default target did not count as a miss: %v", d.gain())
+	}
+}
+
+// The gain scales the spread the buffer is sized for.
+func TestAdaptiveIdleSlotsGain(t *testing.T) {
+	o := Observed{ArrivalRate: 0.25, MeanDuration: 7 * time.Minute, BootTime: 30 * time.Second, ArrivalDispersion: 4}
+	base := AdaptiveIdleSlots(o, 30*time.Second)
+	if base == 0 {
+		t.Fatal("test needs a buffer")
+	}
+	for _, tc := range []struct {
+		gain float64
+		cmp  func(k int) bool
+		what string
+	}{
+		{0, func(k int) bool { return k == base }, "unset = 1"},
+		{1, func(k int) bool { return k == base }, "1"},
+		{4, func(k int) bool { return k > 2*base }, "4: more than twice"},
+		{1.0 / 32, func(k int) bool { return k < base }, "1/32: less"},
+		{math.Inf(1), func(k int) bool { return k == base }, "+Inf ignored"},
+	} {
+		o.BufferGain = tc.gain
+		if k := AdaptiveIdleSlots(o, 30*time.Second); !tc.cmp(k) {
+			t.Errorf("gain %s: buffer %d (base %d)", tc.what, k, base)
+		}
+	}
+}

@@ -269,3 +269,28 @@ func TestSweepIdleCountBothModes(t *testing.T) {
 		}
 	}
 }
+
+// With a poll interval the manager takes jobs only at poll times: a job
+// queued between polls waits for the next one even with an idle slot.
+func TestRunPollInterval(t *testing.T) {
+	pol := &autoscale.Policy{Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1,
+		Base: autoscale.Schedule{IdleCount: 2, IdleTime: time.Hour}}
+	trace := "arrival_s,duration_s\n100.5,10\n101,10\n200,10\n"
+	for _, tc := range []struct {
+		poll    time.Duration
+		wantMax float64
+		wantP50 float64
+	}{
+		{0, 0, 0},
+		{3 * time.Second, 1.5, 1},  // polls at 99, 102, ..., 198, 201: waits 1.5, 1, 1
+		{10 * time.Second, 9.5, 9}, // polls at 100, 110, ..., 200: waits 9.5, 9, 0
+	} {
+		res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: time.Hour, PollInterval: tc.poll, Samples: -1}, readTrace(t, trace))
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if res.WaitMax != tc.wantMax || res.WaitP50 != tc.wantP50 {
+			t.Errorf("poll %s: wait max %v p50 %v, want %v and %v", tc.poll, res.WaitMax, res.WaitP50, tc.wantMax, tc.wantP50)
+		}
+	}
+}
