@@ -230,8 +230,8 @@ func TestWaitFeedback(t *testing.T) {
 	for range 10 {
 		f.note(31*time.Second, target)
 	}
-	if g := f.gain(); g <= 1.4 {
-		t.Errorf("after 10 misses: gain %v", g)
+	if g, want := f.gain(), math.Exp(10*feedbackStep*(1-feedbackGoal)); math.Abs(g-want) > 1e-9 || g <= 1 {
+		t.Errorf("after 10 misses: gain %v, want %v", g, want)
 	}
 	for range 10_000 {
 		f.note(time.Hour, target)
