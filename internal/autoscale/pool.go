@@ -333,11 +333,16 @@ func (p *Pool) Snapshot() ([]Instance, Demand) {
 // Observed returns the pool's measured statistics, which Decide gets in
 // Demand.Observed: ArrivalRate is an exponentially decaying average (10 min
 // time constant) of job arrivals, an arrival being the first Acquire or
-// TryAcquire of a reservation (a job received); MeanDuration an EWMA
-// (weight 0.1) of Acquire→Release times; BootTime an EWMA of creation
-// request→ready times. In preemptive mode the manager only requests jobs
-// it has a slot for, so under overload ArrivalRate is the throughput, not
-// the demand still queued at the coordinator (which no runner can see).
+// TryAcquire of a reservation (a job received); ArrivalDispersion the
+// variance over the mean of the arrivals per 10 s (about the same
+// window); MeanDuration an EWMA (weight 0.1) of Acquire→Release times;
+// BootTime an EWMA of creation request→ready times; BufferGain the
+// adaptive feedback from the queue waits of the jobs acquired while an
+// adaptive schedule was in force. In preemptive mode the manager only
+// requests jobs it has a slot for, so under overload ArrivalRate is the
+// throughput, not the demand still queued at the coordinator (which no
+// runner can see); adaptive schedules are not preemptive unless
+// configured so, and then it is the demand.
 func (p *Pool) Observed() Observed {
 	p.mu.Lock()
 	defer p.mu.Unlock()
