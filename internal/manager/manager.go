@@ -64,7 +64,7 @@ type Manager struct {
 
 	stores       map[string]*openStore // job stores by storeKey
 	runnerStores map[string]*openStore // by runner token
-	resuming     sync.WaitGroup // resumed jobs
+	resuming     sync.WaitGroup        // resumed jobs
 
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
