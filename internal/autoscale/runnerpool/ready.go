@@ -1,0 +1,70 @@
+package runnerpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/sshx"
+)
+
+// readyTimeout bounds one instance_ready_command, connection included.
+const readyTimeout = 10 * time.Minute
+
+// readyDialAttempts is how often an instance whose sshd does not answer
+// yet is dialled, readyDialPause apart, before the ready command fails.
+const (
+	readyDialAttempts = 10
+	readyDialPause    = time.Second
+)
+
+// readyCommand returns the pool's InstanceReady: it runs cmd over SSH on
+// a new instance; a non-zero exit or an instance that cannot be reached
+// fails it, and the pool removes the instance.
+func readyCommand(cmd string, conn fleet.ConnectorConfig, hostKeys *sshx.TOFU, clk clock.Clock) func(context.Context, fleet.ConnectInfo) error {
+	clk = clock.OrReal(clk)
+	return func(ctx context.Context, info fleet.ConnectInfo) error {
+		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		defer cancel()
+		cfg, err := instance.SSHConfig(info, conn)
+		if err != nil {
+			return fmt.Errorf("instance_ready_command on %s: %w", info.ID, err)
+		}
+		cfg.HostKey = hostKeys.Callback(info.ID)
+		cfg.Keepalive = -1
+		cfg.Clock = clk
+		var c *sshx.Client
+		for attempt := 1; ; attempt++ {
+			c, err = sshx.Dial(ctx, cfg)
+			if err == nil || !errors.Is(err, sshx.ErrUnreachable) || attempt == readyDialAttempts {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("instance_ready_command on %s: %w", info.ID, ctx.Err())
+			case <-clk.After(readyDialPause):
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("instance_ready_command on %s: %w", info.ID, err)
+		}
+		defer c.Close()
+		out, err := c.Output(ctx, cmd, nil)
+		if err != nil {
+			msg := strings.TrimSpace(string(out))
+			if len(msg) > 200 {
+				msg = msg[len(msg)-200:]
+			}
+			if msg != "" {
+				return fmt.Errorf("instance_ready_command on %s: %w (output: %s)", info.ID, err, msg)
+			}
+			return fmt.Errorf("instance_ready_command on %s: %w", info.ID, err)
+		}
+		return nil
+	}
+}
