@@ -277,6 +277,9 @@ func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
 			if dir == "" {
 				rd.fail(key, "must not be empty")
 			} else if s.StateFile != "" {
+				if !filepath.IsAbs(dir) {
+					dir = filepath.Join(filepath.Dir(rd.file), dir)
+				}
 				s.StateFile = filepath.Join(dir, safeName(s.ShortToken), "state.json")
 			}
 		default:
