@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
@@ -19,9 +21,21 @@ const readyTimeout = 10 * time.Minute
 // readyDialAttempts is how often an instance whose sshd does not answer
 // yet is dialled, readyDialPause apart, before the ready command fails.
 const (
-	readyDialAttempts = 10
-	readyDialPause    = time.Second
+	readyDialAttempts = 20
+	readyDialPause    = 250 * time.Millisecond
 )
+
+// notListeningYet reports a dial error of an instance that has just
+// started: no TCP connection, or one a port forwarder accepted and reset
+// because nothing listens behind it yet. Authentication failures are not
+// retried.
+func notListeningYet(err error) bool {
+	if errors.Is(err, sshx.ErrUnreachable) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection reset by peer") || strings.HasSuffix(msg, "EOF")
+}
 
 // readyCommand returns the pool's InstanceReady: it runs cmd over SSH on
 // a new instance; a non-zero exit or an instance that cannot be reached
@@ -41,7 +55,7 @@ func readyCommand(cmd string, conn fleet.ConnectorConfig, hostKeys *sshx.TOFU, c
 		var c *sshx.Client
 		for attempt := 1; ; attempt++ {
 			c, err = sshx.Dial(ctx, cfg)
-			if err == nil || !errors.Is(err, sshx.ErrUnreachable) || attempt == readyDialAttempts {
+			if err == nil || !notListeningYet(err) || attempt == readyDialAttempts {
 				break
 			}
 			select {
