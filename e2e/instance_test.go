@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +97,7 @@ func instanceConfig(t *testing.T, dir, url, token string) string {
 	body := fmt.Sprintf(`concurrent = 3
 check_interval = 1
 shutdown_timeout = 20
+listen_address = "127.0.0.1:0"
 
 [[runners]]
   name = "e2e-instance"
@@ -207,6 +210,7 @@ func TestInstanceExecutorDocker(t *testing.T) {
 	cl := c.client()
 
 	m := start(t, dir, "run", "--config", cfg)
+	metricsAddr := m.waitLog(`metrics and health listening.*addr=([0-9.:]+)`, 10*time.Second)
 	m.waitLog("runner manager started", 10*time.Second)
 	m.waitLog("autoscaler pool started", 10*time.Second)
 
@@ -237,6 +241,22 @@ func TestInstanceExecutorDocker(t *testing.T) {
 	}
 	firstPhase := time.Since(began)
 
+	// The pool's metrics are on the manager's /metrics.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`drover_autoscaler_instances{runner="` + owner + `",state="idle"}`,
+		`drover_autoscaler_instance_creations_total{reason=`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	// Wait until the state file lists exactly the containers that exist.
 	var live []string
 	deadline := time.Now().Add(20 * time.Second)
@@ -264,6 +284,8 @@ func TestInstanceExecutorDocker(t *testing.T) {
 	restarted := time.Now()
 	m2 := start(t, dir, "run", "--config", cfg)
 	m2.waitLog("runner manager started", 10*time.Second)
+	m2.waitLog(`removing instance.*instance=`+stray+` reason=unknown_at_startup`, 10*time.Second)
+	m2.waitLog(`re-adopted instance from state file.*instance=`+live[0], 10*time.Second)
 	deadline = time.Now().Add(20 * time.Second)
 	for {
 		got := groupContainers(t, owner)
@@ -300,4 +322,36 @@ func TestInstanceExecutorDocker(t *testing.T) {
 	}
 	t.Logf("timings: 3 jobs on new instances %v; restart, re-adoption and a job %v; shutdown with deletion %v; total %v",
 		firstPhase.Round(time.Millisecond), secondPhase.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+}
+
+// TestInstanceConfigErrors: a wrong [runners.autoscaler] stops `drover run`
+// at start-up with exit code 2, naming file, line and key.
+func TestInstanceConfigErrors(t *testing.T) {
+	tests := []struct {
+		name, autoscaler, want string
+	}{
+		{"unknown plugin", "    plugin = \"no-such-cloud\"\n", ":11: runners[0].autoscaler.plugin: unknown plugin"},
+		{"negative", "    plugin = \"docker\"\n    failure_threshold = -1\n", ":12: runners[0].autoscaler.failure_threshold: must not be negative"},
+		{"no table", "", ":8: runners[0].executor: executor \"instance\" needs a [runners.autoscaler]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "config.toml")
+			body := "concurrent = 1\n\n[[runners]]\n  name = \"x\"\n  url = \"http://127.0.0.1:1\"\n  token = \"glrt-abcdefghijk\"\n  builds_dir = \"/tmp/b\"\n  executor = \"instance\"\n"
+			if tt.autoscaler != "" {
+				body += "  [runners.autoscaler]\n    max_instances = 1\n" + tt.autoscaler
+			}
+			if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runCLI(t, dir, nil, "run", "--config", path)
+			if code != 2 {
+				t.Fatalf("exit code %d, want 2; output:\n%s", code, out)
+			}
+			if !strings.Contains(out, path+tt.want) {
+				t.Errorf("output lacks %q:\n%s", path+tt.want, out)
+			}
+		})
+	}
 }
