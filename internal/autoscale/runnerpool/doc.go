@@ -16,7 +16,9 @@
 //	                           # plugin program (a path, or a name looked up
 //	                           # in PATH as given and as drover-fleet-<name>)
 //	  instance_ready_command = "cloud-init status --wait"  # over SSH on each
-//	                           # new instance; failure removes the instance
+//	                           # new instance; failure removes the instance.
+//	                           # Without it the instance is still connected
+//	                           # to (SSH login) before its first job.
 //	  instance_acquire_timeout = "15m"   # wait for a slot once a job came
 //	  update_interval = "1m"             # scaling pass / provider sync
 //	  update_interval_when_expecting = "2s"  # while instances boot or go

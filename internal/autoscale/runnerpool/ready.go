@@ -37,9 +37,13 @@ func notListeningYet(err error) bool {
 	return strings.Contains(msg, "connection reset by peer") || strings.HasSuffix(msg, "EOF")
 }
 
-// readyCommand returns the pool's InstanceReady: it runs cmd over SSH on
-// a new instance; a non-zero exit or an instance that cannot be reached
-// fails it, and the pool removes the instance.
+// readyCommand returns the pool's InstanceReady: it connects to a new
+// instance over SSH (waiting, within limits, for an sshd that is still
+// starting) and runs cmd there, if not empty. An instance that cannot be
+// reached or logged into, or a non-zero exit, fails it, and the pool
+// removes the instance. With an empty cmd it is the connection check
+// every instance passes before its first job, so that a job never meets
+// an sshd that is not listening yet.
 func readyCommand(cmd string, conn fleet.ConnectorConfig, hostKeys *sshx.TOFU, clk clock.Clock) func(context.Context, fleet.ConnectInfo) error {
 	clk = clock.OrReal(clk)
 	return func(ctx context.Context, info fleet.ConnectInfo) error {
@@ -68,6 +72,9 @@ func readyCommand(cmd string, conn fleet.ConnectorConfig, hostKeys *sshx.TOFU, c
 			return fmt.Errorf("instance_ready_command on %s: %w", info.ID, err)
 		}
 		defer c.Close()
+		if cmd == "" {
+			return nil
+		}
 		out, err := c.Output(ctx, cmd, nil)
 		if err != nil {
 			msg := strings.TrimSpace(string(out))

@@ -218,8 +218,10 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every real instance is connected to before its first job; sim
+	// instances have nowhere to connect to.
 	var ready func(context.Context, fleet.ConnectInfo) error
-	if sp.InstanceReadyCommand != "" {
+	if sp.Plugin != PluginSim {
 		ready = readyCommand(sp.InstanceReadyCommand, sp.Connector, s.o.HostKeys, s.o.Clock)
 	}
 	pool, err := autoscale.NewPool(autoscale.PoolOptions{

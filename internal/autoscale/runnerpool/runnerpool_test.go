@@ -81,6 +81,12 @@ func TestSetLifecycle(t *testing.T) {
 	state := filepath.Join(dir, DefaultStateDir, "runneraxx", "state.json")
 	waitFor(t, 5*time.Second, func() bool { _, err := os.Stat(state); return err == nil })
 
+	stateB := filepath.Join(dir, DefaultStateDir, "runnerbxx", "state.json")
+	waitFor(t, 5*time.Second, func() bool {
+		b, err := os.ReadFile(stateB)
+		return err == nil && strings.Contains(string(b), `"id"`)
+	})
+
 	// Reload: runner b leaves, runner a's policy changes in place.
 	pa := set.Pool("runneraxx")
 	next := simConfig(t, dir, strings.Replace(simRunner, "#extra", "    max_use_count = 1", 1))
@@ -96,6 +102,12 @@ func TestSetLifecycle(t *testing.T) {
 	if _, err := runners.Lookup(b); !errors.Is(err, instance.ErrUnknownRunner) {
 		t.Errorf("removed runner still registered: %v", err)
 	}
+	// The removed runner had delete_instances_on_shutdown: its pool deletes
+	// its idle instance in the background and records that.
+	waitFor(t, 5*time.Second, func() bool {
+		b, err := os.ReadFile(stateB)
+		return err == nil && !strings.Contains(string(b), `"id"`)
+	})
 	// A provider change replaces the pool.
 	if err := set.Apply(ctx, simConfig(t, dir, strings.Replace(simRunner, "#extra", "    plugin_config = { boot_time = \"10ms\" }", 1))); err != nil {
 		t.Fatal(err)
