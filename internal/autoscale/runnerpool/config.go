@@ -93,8 +93,8 @@ func (s *Spec) providerKey() string {
 	return fmt.Sprintf("%s\x00%s\x00%#v", s.Plugin, s.PluginPath, s.PluginConfig)
 }
 
-// Autoscaled reports whether r gets a pool: executor "instance" with a
-// [runners.autoscaler] or [runners.machine] table.
+// Autoscaled reports whether r gets a pool: executor "instance" (Parse
+// then requires a [runners.autoscaler] or [runners.machine] table).
 func Autoscaled(r *config.RunnerConfig) bool {
 	return r.Executor == instance.Name
 }
@@ -153,13 +153,13 @@ func location(file string, line int, key string) string {
 	return file + ": " + key
 }
 
-// safeName keeps a short token usable as a directory name.
+// safeName keeps a short token usable as one directory name.
 func safeName(s string) string {
-	if s == "" {
-		return "_"
+	if s == "" || s == "." || s == ".." {
+		return "_" + s
 	}
 	return strings.Map(func(r rune) rune {
-		if r == '/' || r == '\\' || r == 0 || r == '.' && s == ".." {
+		if r == '/' || r == '\\' || r == 0 {
 			return '_'
 		}
 		return r
@@ -285,9 +285,6 @@ func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
 		default:
 			rd.warn(key, "unknown key, ignored")
 		}
-	}
-	if en, ok := m["enabled"].(bool); ok && !en {
-		s.StateFile = ""
 	}
 }
 

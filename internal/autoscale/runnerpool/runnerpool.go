@@ -121,7 +121,8 @@ func ParseAll(file string, cfg *config.Config) ([]*Spec, error) {
 // leaves its instances to it through the state file, or deletes them
 // when the provider itself changed), and a runner no longer in cfg has
 // its pool shut down in the background, deleting its instances if
-// delete_instances_on_shutdown. ctx bounds the replacements.
+// delete_instances_on_shutdown. ctx, and shutdown_timeout for each, bound
+// the replacements.
 func (s *Set) Apply(ctx context.Context, cfg *config.Config) error {
 	specs, err := ParseAll(s.o.ConfigPath, cfg)
 	if err != nil {
@@ -153,7 +154,10 @@ func (s *Set) Apply(ctx context.Context, cfg *config.Config) error {
 			del := old.spec.providerKey() != sp.providerKey()
 			s.log.Info("runner's autoscaler settings changed: replacing its pool", "runner", sp.ShortToken, "delete_instances", del)
 			delete(s.pools, sp.ShortToken)
-			if err := s.stop(ctx, old, del); err != nil {
+			sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeoutDuration())
+			err := s.stop(sctx, old, del)
+			cancel()
+			if err != nil {
 				errs = append(errs, fmt.Errorf("runner %s: old pool: %w", sp.ShortToken, err))
 			}
 		}
