@@ -323,7 +323,16 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 	}
 	target := SlotIdleTarget(p, s, acquired, d.Observed)
 	dec.IdleTarget = target
-	needFree := max(d.Reserved, 0) + max(d.Waiting, 0) + target
+	// A reservation is a job request in flight, not a job. In preemptive
+	// mode it holds a ready slot, which stays free for it, the idle target
+	// coming on top (as taskscaler counts it). Otherwise it holds nothing
+	// and creates nothing: on-demand instances are created for jobs
+	// received (Waiting), not for every long-polling request.
+	reserved := 0
+	if s.Preemptive {
+		reserved = max(d.Reserved, 0)
+	}
+	needFree := reserved + max(d.Waiting, 0) + target
 
 	// total counts every instance, for max_instances on creation; kept
 	// only those that stay (not removing, not removed by this pass), so

@@ -33,3 +33,29 @@ func TestSlotsRemovingDoesNotEvictGoodInstances(t *testing.T) {
 		t.Errorf("max_instances 1: removed %+v, want b", dec.Remove)
 	}
 }
+
+// On demand (not preemptive, idle_count 0), a job request in flight is
+// not a job: it creates no instance; a job received and waiting does.
+func TestSlotsOnDemandCreatesForJobsNotRequests(t *testing.T) {
+	now := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	p := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 3, Base: Schedule{IdleTime: time.Minute}}
+	if err := p.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	if !CanReserve(p, now, nil, Demand{}) {
+		t.Fatal("on demand: CanReserve with room for instances = false")
+	}
+	if dec := Decide(p, now, nil, Demand{Reserved: 2}); dec.Create != 0 {
+		t.Errorf("2 requests in flight, no job: create %d, want 0", dec.Create)
+	}
+	if dec := Decide(p, now, nil, Demand{Reserved: 1, Waiting: 2}); dec.Create != 2 {
+		t.Errorf("2 jobs waiting: create %d, want 2", dec.Create)
+	}
+	// Preemptive: the request holds a ready slot, the idle target comes on
+	// top.
+	p.Base.IdleCount, p.Base.Preemptive = 1, true
+	idle := []Instance{{ID: "a", State: StateIdle, Created: now, Ready: now}}
+	if dec := Decide(p, now, idle, Demand{Reserved: 1}); dec.Create != 1 {
+		t.Errorf("preemptive, 1 request on the only idle slot: create %d, want 1", dec.Create)
+	}
+}
