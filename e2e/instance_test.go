@@ -355,3 +355,65 @@ func TestInstanceConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestInstanceOnDemandDocker: with idle_count = 0 no instance exists while
+// the manager only polls for jobs; a job gets one created for it, which is
+// removed after idle_time.
+func TestInstanceOnDemandDocker(t *testing.T) {
+	needDocker(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	token := c.runnerToken(t)
+	owner := api.ShortToken(token)
+	t.Cleanup(func() {
+		if ids := groupContainers(t, owner); len(ids) > 0 {
+			dockerCLI(t, append([]string{"rm", "-f"}, ids...)...)
+		}
+	})
+	path := filepath.Join(dir, "config.toml")
+	body := fmt.Sprintf(`concurrent = 1
+check_interval = 1
+shutdown_timeout = 20
+
+[[runners]]
+  name = "e2e-on-demand"
+  url = %q
+  token = %q
+  executor = "instance"
+  builds_dir = "/tmp/builds"
+  [runners.autoscaler]
+    plugin = "docker"
+    max_instances = 1
+    update_interval = "500ms"
+    update_interval_when_expecting = "200ms"
+    delete_instances_on_shutdown = true
+    [runners.autoscaler.plugin_config]
+      name_prefix = "drover-e2e"
+    [[runners.autoscaler.policy]]
+      idle_count = 0
+      idle_time = "1s"
+`, c.url, token)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, dir, "run", "--config", path)
+	m.waitLog("autoscaler pool started", 10*time.Second)
+	time.Sleep(2 * time.Second) // a few job requests, no job
+	if got := groupContainers(t, owner); len(got) != 0 {
+		t.Fatalf("instances %v exist with idle_count = 0 and no job", got)
+	}
+	cl := c.client()
+	host := checkInstanceJob(t, cl, submitInstanceJob(t, cl, "on-demand"))
+	deadline := time.Now().Add(15 * time.Second)
+	for len(groupContainers(t, owner)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("instance %s not removed after idle_time; containers %v", host, groupContainers(t, owner))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.waitLog(`removing instance.*instance=`+host+` reason=idle`, 5*time.Second)
+	m.signal(syscall.SIGTERM)
+	if code := m.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit code %d after SIGTERM", code)
+	}
+}
