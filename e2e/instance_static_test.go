@@ -112,3 +112,27 @@ shutdown_timeout = 10
 		t.Errorf("exit code %d after SIGTERM", code)
 	}
 }
+
+// TestRegisterInstanceExecutor: `drover register --executor instance` is
+// accepted and says what is still missing; `drover run` then refuses the
+// runner until it has a [runners.autoscaler] table, naming file and line.
+func TestRegisterInstanceExecutor(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := filepath.Join(dir, "config.toml")
+	out, code := runCLI(t, dir, nil, "register", "--config", cfg, "--url", c.url, "--token", c.runnerToken(t), "--executor", "instance", "--name", "inst")
+	if code != 0 {
+		t.Fatalf("register = exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, `needs a [runners.autoscaler] table`) {
+		t.Errorf("register output lacks the hint:\n%s", out)
+	}
+	b, err := os.ReadFile(cfg)
+	if err != nil || !strings.Contains(string(b), `executor = "instance"`) {
+		t.Fatalf("config.toml (%v):\n%s", err, b)
+	}
+	out, code = runCLI(t, dir, nil, "run", "--config", cfg)
+	if code != 2 || !strings.Contains(out, cfg+":") || !strings.Contains(out, `.executor: executor "instance" needs a [runners.autoscaler] table`) {
+		t.Errorf("run = exit %d, want 2 naming the executor line:\n%s", code, out)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor/instance"
 )
 
 func runnerInfo(executorName, shell string) api.VersionInfo {
@@ -125,6 +126,9 @@ registration token it registers a new runner (POST /api/v4/runners) with
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Runner %q (id %d, system id %s) registered in %s\n", name, got.ID, systemID, cfgPath)
+			if executorName == instance.Name {
+				fmt.Fprintln(cmd.OutOrStdout(), `Executor "instance" needs a [runners.autoscaler] table (plugin = "docker", "static" or a fleet plugin) in this runner before drover run.`)
+			}
 			return nil
 		},
 	}
