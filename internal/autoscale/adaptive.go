@@ -95,10 +95,18 @@ func idleSlots(o Observed, targetWait time.Duration) int {
 	// and new ones still running number Poisson(a·p), p = 1 − e^(−W/D), so
 	// the change X has mean 0 and variance a·p + a·p·(1 − p).
 	p := -math.Expm1(-w.Seconds() / o.MeanDuration.Seconds())
-	sd := math.Sqrt(a*p + a*p*(1-p))
+	disp := o.ArrivalDispersion
+	if !(disp > 1) || math.IsInf(disp, 0) {
+		disp = 1
+	}
+	sd := math.Sqrt(a*p*disp + a*p*(1-p))
 	// Jobs beyond the buffer wait longer than the target; they may be at
 	// most 5% of the jobs arriving in one replenishment cycle (a boot).
 	allowed := (1 - adaptiveQuantile) * o.ArrivalRate * o.BootTime.Seconds()
+	// The feedback from the waits jobs got corrects the model's bias.
+	if g := o.BufferGain; g > 0 && !math.IsInf(g, 0) {
+		sd *= g
+	}
 	if !(sd > 0) {
 		return 0
 	}
@@ -226,4 +234,18 @@ func AdaptiveIdleSlots(o Observed, targetWait time.Duration) int {
 		targetWait = DefaultTargetWait
 	}
 	return idleSlots(o, targetWait)
+}
+
+// AdaptiveIdleTime is how long an adaptive schedule keeps an idle
+// instance that neither the demand nor the idle target needs: the
+// observed boot time, never more than idle_time. It is the ski-rental
+// rule: an instance removed after idling one boot time and then needed
+// again costs at most twice the instance time of keeping it (one boot
+// idle, one boot booting), whatever the next arrival does. Without an
+// observed boot time it is idle_time.
+func AdaptiveIdleTime(s *Schedule, o Observed) time.Duration {
+	if o.BootTime <= 0 {
+		return s.IdleTime
+	}
+	return min(s.IdleTime, o.BootTime)
 }

@@ -76,44 +76,93 @@
 //
 // # Adaptive policy (drover's own)
 //
-// With adaptive = true the idle slot target comes from the observed load
-// (Observed: arrival rate λ as an EWMA, mean job duration D, mean boot time
-// B) instead of idle_count, which stays a floor; target_wait (default 30s)
-// is the p95 queue wait to meet. The offered load is a = λ·D Erlangs.
+// With adaptive = true (autoscaler dialect) three things change.
+//
+// Reservations. preemptive_mode defaults to off for an adaptive entry
+// (idle_count notwithstanding; an explicit preemptive_mode = true is
+// honoured): the manager takes a job whenever max_instances could hold
+// it, and a job without a free slot waits in Acquire as Waiting demand,
+// for which Decide creates an instance at once. The idle buffer is then
+// for latency only; in preemptive mode jobs beyond the buffer would stay
+// queued at the coordinator, invisible to the pool, and only the buffer's
+// refill would be created.
+//
+// Idle target. It comes from the observed load (Observed: arrival rate λ,
+// an EWMA of job arrivals with a 10 min time constant, an arrival being
+// the first acquire of a job's reservation, so demand rather than
+// throughput; mean job duration D and mean boot time B, EWMAs of weight
+// 0.1; the index of dispersion I of arrivals, Var/E of the arrivals per
+// 10 s bucket, EWMA over about 10 min, at least 1; the feedback gain g,
+// below) instead of idle_count, which stays a floor; target_wait (default
+// 30s) is the p95 queue wait to meet. The offered load is a = λ·D
+// Erlangs.
 //
 //  1. Exposure. A job that finds no free slot is served by capacity asked
 //     for about one boot earlier, and may itself wait target_wait; half of
 //     the target is kept as margin for boot-time spread and the pool's
 //     update delay, so the idle buffer must bridge W = B − target_wait/2.
 //     W <= 0: boots alone meet the target, the buffer is 0.
-//  2. Load change over W. The jobs in the system form an M/M/∞ process
-//     (the pool grows with demand, so nobody queues for long): over W each
-//     running job still runs with probability e^(−W/D) and the new ones
-//     still running are Poisson(a·p), p = 1 − e^(−W/D). The change X has
-//     mean 0 and variance a·p·(2 − p) (square-root staffing: the buffer
-//     grows like √a).
-//  3. Buffer (AdaptiveIdleSlots). With X taken as normal, the jobs beyond
-//     a buffer of k slots number E[(X − k)+] = σφ(k/σ) − k·(1 − Φ(k/σ));
-//     those wait longer than the target. k is the least with E[(X − k)+]
-//     <= 5% of the jobs arriving in one boot (λ·B). AdaptiveSlots = ⌈a⌉ + k.
-//  4. Idle slot target = max(k, idle_count), at least 1 when preemptive (a
+//  2. Load change over W. Each running job still runs after W with
+//     probability e^(−W/D), p = 1 − e^(−W/D); the jobs that arrive and
+//     still run number a·p on average, with variance a·p·I (compound
+//     Poisson: pipelines fan out in batches of K, I ≈ E[K²]/E[K]; I = 1
+//     for Poisson arrivals). The change X has mean 0 and variance
+//     σ² = a·p·(I + 1 − p) (square-root staffing: the buffer grows like
+//     √a, and like √I with burstiness).
+//  3. Feedback. σ is multiplied by the gain g. The pool feeds every job's
+//     queue wait (from Reservation.SetQueuedAt when the manager knows when
+//     the job was queued, else from its first acquire) while an adaptive
+//     schedule is in force: ln g += 0.02·(miss − 0.04), miss = 1 when the
+//     wait exceeded target_wait, g within [1/32, 32]. At equilibrium 4% of
+//     the jobs miss the target (one point inside the p95, as margin for
+//     the loop's lag), whatever the bias of the model on the load at hand:
+//     the normal approximation underestimates lumpy low loads and
+//     overestimates steady high ones.
+//  4. Buffer (AdaptiveIdleSlots). With X taken as normal (σ·g), the jobs
+//     beyond a buffer of k slots number E[(X − k)+] = s·φ(k/s) −
+//     k·(1 − Φ(k/s)), s = σ·g; those wait longer than the target. k is the
+//     least with E[(X − k)+] <= 5% of the jobs arriving in one boot (λ·B).
+//     AdaptiveSlots = ⌈a⌉ + k.
+//  5. Idle target = max(k, idle_count), at least 1 when preemptive (a
 //     preemptive pool with nothing idle would never take a job), at most
 //     what max_instances can hold (SlotIdleTarget). Booting slots count as
-//     free, as for any idle target. With idle_time 0 instances beyond the
-//     target go at once, which is where the savings are: on a simulated
-//     diurnal day (TestAdaptiveDiurnalBeatsStatic) the adaptive buffer
-//     meets a 30 s p95 with 44% fewer idle instance-hours than the best
-//     static idle_count.
+//     free, as for any idle target.
+//
+// Removal (AdaptiveIdleTime). An idle instance that neither the demand
+// (reserved + waiting) nor the idle target needs is removed once it has
+// been idle for min(idle_time, B) rather than idle_time (without an
+// observed boot time, idle_time). This is the ski-rental rule: keeping an
+// unneeded instance for one boot time and then removing it costs at most
+// twice the instance time of the best choice made in hindsight (idle
+// for one boot, then one boot booting if it is needed again). idle_time
+// remains an upper bound; instances the target needs stay whatever their
+// idle time.
+//
+// Measured (BenchmarkAdaptiveVsBestStatic, simulate.Compare): on a
+// generated 20,000-job day (diurnal ×6, fan-out 4, 5 min median jobs)
+// with 30 s ± 5 s boots, capacity 1 and a manager polling every 3 s, the
+// adaptive policy meets a 30 s p95 (28.9 s) with 78% fewer idle
+// instance-hours than the best static idle_count (0..40, both preemptive
+// modes) at idle_time 10m and 68% fewer at idle_time 5m (68% and 56%
+// fewer idle plus booting instance-hours); the static policies keep
+// their idle_time. The saving comes from the removal rule
+// and from taking jobs on demand; an operator who tunes idle_time down to
+// about one boot time gets most of it statically (at idle_time 1m the
+// adaptive policy still saves 15%, at 30s the best static, idle_count
+// 1, needs 15% less idle time than the adaptive policy).
+// What the adaptive policy adds is that it needs no such tuning, follows
+// the load, and meets the target on lighter days too
+// (5,000 and 10,000 jobs, seeds 1-3: p95 <= 30 s).
 //
 // Bounds for comparison: BurstSlots (Poisson 95% quantile of arrivals over
-// W, minus the mean, ignoring slots freed by finishing jobs) bounds k from
-// above; ErlangSlots is the fixed-pool answer — the least c with
-// P(wait > target) = C(c, a)·e^(−(c−a)·target/D) <= 5% in an M/M/c queue
-// (ErlangC, WaitTail), ≈ a + β√a. Sized that way (c − busy idle slots, or
-// that plus the burst term) an elastic pool kept 15-40 times the idle
-// capacity the target needs in simulation, since waiting jobs make it boot
-// capacity and finishing jobs free slots within the wait; so the Erlang-C
-// formula is not what Decide uses.
+// W, minus the mean, ignoring slots freed by finishing jobs) bounds the
+// Poisson buffer from above; ErlangSlots is the fixed-pool answer — the
+// least c with P(wait > target) = C(c, a)·e^(−(c−a)·target/D) <= 5% in an
+// M/M/c queue (ErlangC, WaitTail), ≈ a + β√a. Sized that way (c − busy
+// idle slots, or that plus the burst term) an elastic pool kept 15-40
+// times the idle capacity the target needs in simulation, since waiting
+// jobs make it boot capacity and finishing jobs free slots within the
+// wait; so the Erlang-C formula is not what Decide uses.
 //
 // Without observations (λ = 0 or D = 0) the adaptive target is idle_count.
 package autoscale

@@ -441,7 +441,9 @@ func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
 		}
 	}
 	if !preemptiveSet {
-		s.Preemptive = s.IdleCount > 0
+		// An adaptive policy takes jobs without a free slot (they make the
+		// pool create capacity); its idle buffer is for latency only.
+		s.Preemptive = s.IdleCount > 0 && !s.Adaptive
 	}
 	if !targetSet {
 		s.TargetWait = DefaultTargetWait

@@ -61,6 +61,16 @@ type Observed struct {
 	ArrivalRate  float64       // jobs per second, recent (EWMA)
 	MeanDuration time.Duration // mean job run time, recent
 	BootTime     time.Duration // mean instance creation->ready time, recent
+	// ArrivalDispersion is the index of dispersion of arrivals (variance
+	// over mean of the arrivals per 10 s): 1 for Poisson arrivals, about
+	// E[K²]/E[K] when jobs come in pipeline fan-outs of K. Values below 1
+	// (or unset) count as 1.
+	ArrivalDispersion float64
+	// BufferGain is the adaptive policy's correction from the waits jobs
+	// got while it was in force (the pool's feedback loop, see
+	// AdaptiveIdleSlots): it multiplies the spread the buffer is sized
+	// for. 0 counts as 1.
+	BufferGain float64
 }
 
 // Demand is the work that is not on an instance yet. Reserved and Waiting
@@ -333,6 +343,10 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 		reserved = max(d.Reserved, 0)
 	}
 	needFree := reserved + max(d.Waiting, 0) + target
+	idleTime := s.IdleTime
+	if s.Adaptive {
+		idleTime = AdaptiveIdleTime(s, d.Observed)
+	}
 
 	// total counts every instance, for max_instances on creation; kept
 	// only those that stay (not removing, not removed by this pass), so
@@ -361,10 +375,14 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 					tooMany = fmt.Sprintf("too many instances: max_instances %d reached by the instances before it", p.MaxInstances)
 				}
 				reason = tooMany
-			case now.Sub(in.idleSince()) > s.IdleTime && free >= needFree:
+			case now.Sub(in.idleSince()) > idleTime && free >= needFree:
 				if tooIdle == "" {
-					tooIdle = fmt.Sprintf("idle longer than idle_time %s and not needed: %d free slots wanted (%d reserved, %d waiting, idle target %d) are there without it",
-						s.IdleTime, needFree, max(d.Reserved, 0), max(d.Waiting, 0), target)
+					what := "idle_time " + s.IdleTime.String()
+					if idleTime != s.IdleTime {
+						what = "the adaptive hold " + idleTime.String()
+					}
+					tooIdle = fmt.Sprintf("idle longer than %s and not needed: %d free slots wanted (%d reserved, %d waiting, idle target %d) are there without it",
+						what, needFree, max(d.Reserved, 0), max(d.Waiting, 0), target)
 				}
 				reason = tooIdle
 			}

@@ -111,9 +111,20 @@ type PoolOptions struct {
 // Reservation is a slot promised to a job that is being requested or was
 // received but is not on an instance yet.
 type Reservation struct {
-	waiting bool // in Acquire: counted as Demand.Waiting instead of Reserved
-	arrived bool // counted as an arrival
-	done    bool // acquired or unreserved
+	waiting bool      // in Acquire: counted as Demand.Waiting instead of Reserved
+	arrived bool      // counted as an arrival
+	since   time.Time // when the job was queued (SetQueuedAt), else its first acquire
+	done    bool      // acquired or unreserved
+}
+
+// SetQueuedAt tells when the reservation's job was queued (at the
+// coordinator), if the caller knows: the adaptive policy's feedback then
+// measures the job's whole queue wait, not only its wait at the pool.
+// Call it before the first Acquire or TryAcquire.
+func (r *Reservation) SetQueuedAt(t time.Time) {
+	if r != nil {
+		r.since = t
+	}
 }
 
 // Acquisition is a job slot on a ready instance.
@@ -194,6 +205,8 @@ type Pool struct {
 	meanBoot float64 // seconds
 	haveDur  bool
 	haveBoot bool
+	bursts   dispersionEstimator
+	feedback waitFeedback
 	snapBuf  []Instance
 }
 
@@ -304,6 +317,8 @@ func (p *Pool) observedLocked(now time.Time) Observed {
 	}
 	o.MeanDuration = time.Duration(p.meanDur * float64(time.Second))
 	o.BootTime = time.Duration(p.meanBoot * float64(time.Second))
+	o.ArrivalDispersion = p.bursts.index()
+	o.BufferGain = p.feedback.gain()
 	return o
 }
 
@@ -318,11 +333,16 @@ func (p *Pool) Snapshot() ([]Instance, Demand) {
 // Observed returns the pool's measured statistics, which Decide gets in
 // Demand.Observed: ArrivalRate is an exponentially decaying average (10 min
 // time constant) of job arrivals, an arrival being the first Acquire or
-// TryAcquire of a reservation (a job received); MeanDuration an EWMA
-// (weight 0.1) of Acquire→Release times; BootTime an EWMA of creation
-// request→ready times. In preemptive mode the manager only requests jobs
-// it has a slot for, so under overload ArrivalRate is the throughput, not
-// the demand still queued at the coordinator (which no runner can see).
+// TryAcquire of a reservation (a job received); ArrivalDispersion the
+// variance over the mean of the arrivals per 10 s (about the same
+// window); MeanDuration an EWMA (weight 0.1) of Acquire→Release times;
+// BootTime an EWMA of creation request→ready times; BufferGain the
+// adaptive feedback from the queue waits of the jobs acquired while an
+// adaptive schedule was in force. In preemptive mode the manager only
+// requests jobs it has a slot for, so under overload ArrivalRate is the
+// throughput, not the demand still queued at the coordinator (which no
+// runner can see); adaptive schedules are not preemptive unless
+// configured so, and then it is the demand.
 func (p *Pool) Observed() Observed {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -384,9 +404,13 @@ func (p *Pool) TryAcquire(r *Reservation) (*Acquisition, error) {
 	now := p.clk.Now()
 	if !r.arrived {
 		r.arrived = true
+		if r.since.IsZero() || r.since.After(now) {
+			r.since = now
+		}
 		p.noteArrivalLocked(now)
 	}
 	if a := p.takeSlotLocked(now); a != nil {
+		p.noteWaitLocked(now, now.Sub(r.since))
 		p.dropReservationLocked(r)
 		p.dirty = true
 		return a, nil
@@ -499,6 +523,15 @@ func (p *Pool) noteArrivalLocked(now time.Time) {
 	}
 	p.rate += 1 / poolStatsWindow.Seconds()
 	p.rateAt = now
+	p.bursts.add(now)
+}
+
+// noteWaitLocked feeds a job's wait for its slot to the adaptive
+// policy's feedback, when the active schedule is adaptive.
+func (p *Pool) noteWaitLocked(now time.Time, wait time.Duration) {
+	if s := p.pol.Active(now); s.Adaptive {
+		p.feedback.note(wait, s.TargetWait)
+	}
 }
 
 func (p *Pool) noteDurationLocked(d time.Duration) {

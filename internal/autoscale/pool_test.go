@@ -721,3 +721,49 @@ func TestPoolConcurrentRealClock(t *testing.T) {
 		t.Errorf("live after Shutdown(delete) = %v", live)
 	}
 }
+
+// The pool feeds each job's queue wait (from SetQueuedAt, else from its
+// first acquire) to the adaptive feedback while an adaptive schedule is in
+// force, and hands the gain to the policy in Observed.
+func TestPoolAdaptiveFeedback(t *testing.T) {
+	pol := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 10,
+		Base: Schedule{Adaptive: true, TargetWait: 30 * time.Second, IdleTime: time.Hour}}
+	h := newPoolHarness(t, pol, sim.Options{BootTime: 30 * time.Second}, nil)
+	h.pool.Tick(t.Context())
+	if g := h.pool.Observed().BufferGain; g != 1 {
+		t.Fatalf("initial gain %v, want 1", g)
+	}
+	// A job queued 40 s ago that gets a slot only after a boot: a miss.
+	r, err := h.pool.Reserve()
+	if err != nil {
+		t.Fatalf("Reserve (adaptive, not preemptive) = %v", err)
+	}
+	r.SetQueuedAt(h.clk.Now().Add(-40 * time.Second))
+	if a, err := h.pool.TryAcquire(r); a != nil || err != nil {
+		t.Fatalf("TryAcquire with no instance = %v, %v", a, err)
+	}
+	h.advance(time.Second)
+	h.advance(30 * time.Second)
+	a, err := h.pool.TryAcquire(r)
+	if err != nil || a == nil {
+		t.Fatalf("TryAcquire after the boot = %v, %v", a, err)
+	}
+	g := h.pool.Observed().BufferGain
+	if g <= 1 {
+		t.Fatalf("gain after a miss %v, want > 1", g)
+	}
+	h.pool.Release(a)
+	// A job served at once: the gain goes down.
+	h.advance(time.Second)
+	h.pool.Release(h.mustAcquire())
+	if g2 := h.pool.Observed().BufferGain; g2 >= g {
+		t.Errorf("gain after a hit %v, want below %v", g2, g)
+	}
+	// A static schedule feeds nothing back.
+	h.pool.SetPolicy(poolTestPolicy(1, 0, time.Hour, 10))
+	g3 := h.pool.Observed().BufferGain
+	h.pool.Release(h.mustAcquire())
+	if g4 := h.pool.Observed().BufferGain; g4 != g3 {
+		t.Errorf("static schedule changed the gain: %v -> %v", g3, g4)
+	}
+}

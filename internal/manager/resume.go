@@ -356,7 +356,7 @@ func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job
 	}
 	st := &streamer{
 		m: m, r: r, client: client, job: job, info: info, buf: buf, log: m.logger.With("job_id", job.ID),
-		interval: 3 * time.Second, lastPatch: m.clock.Now(), sent: sent,
+		interval: 3 * time.Second, lastPatch: m.clock.Now(), sent: sent, firstWait: 50 * time.Millisecond,
 		onCanceling: func() {}, onAbort: func() {},
 	}
 	return st

@@ -33,6 +33,9 @@ type streamer struct {
 	canPut func() bool
 
 	patchMu sync.Mutex // one patch at a time: the watcher and flushes share the offset
+	// firstWait, when set, shortens the wait before the first patch: a
+	// resumed job's log should flow again at once.
+	firstWait time.Duration
 
 	mu        sync.Mutex
 	sent      int64
@@ -161,11 +164,15 @@ func (s *streamer) flushAll(ctx context.Context) error {
 // watch sends the log every update interval until ctx ends, and a
 // keep-alive PUT when nothing was sent for forceSendInterval.
 func (s *streamer) watch(ctx context.Context) {
-	for {
+	for first := true; ; first = false {
+		wait := s.currentInterval()
+		if first && s.firstWait > 0 {
+			wait = min(wait, s.firstWait)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.m.clock.After(s.currentInterval()):
+		case <-s.m.clock.After(wait):
 		}
 		for {
 			sent, err := s.patchOnce(ctx)

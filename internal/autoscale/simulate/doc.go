@@ -7,8 +7,14 @@
 //
 // A job arriving enters a FIFO queue. As a runner manager would, the
 // queue's head asks the pool for a reservation (Reserve; ErrNoCapacity
-// means the manager would not even request the job) and then for a slot
-// (TryAcquire, counted as waiting while none is free). Once it holds a
+// means the manager would not even request the job, and asks again at
+// its next poll) and then for a slot (TryAcquire, counted as waiting
+// while none is free; the reservation carries the job's arrival time,
+// SetQueuedAt). With Options.PollInterval (a manager's check_interval)
+// jobs are requested only at poll times, all queued jobs at once; without
+// it at every event. A reserved job waits for its slot without a timeout
+// (instance_acquire_timeout is minutes, beyond the waits of any policy
+// worth simulating). Once it holds a
 // slot it leaves the queue, runs for its duration and releases the slot.
 // Its queue wait is the time from arrival to slot. The pool's scaling
 // passes run when the real pool would run them: after every event (a

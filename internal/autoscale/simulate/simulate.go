@@ -36,6 +36,15 @@ type Options struct {
 	Duration time.Duration
 	Start    time.Time // 0 = DefaultStart
 	Seed     uint64    // seeds the boot time spread
+	// PollInterval is the manager's check_interval: jobs not yet taken
+	// are requested (Reserve) only every PollInterval, all the jobs
+	// queued at once, as a manager that asks again at once after getting
+	// a job; a job it could not reserve waits for the next poll. 0 = at
+	// every event (an idealised manager that sees each job the moment it
+	// is queued). A reserved job waits for its slot (Acquire) without a
+	// timeout: instance_acquire_timeout (15 min by default) is far beyond
+	// the waits simulated policies cause.
+	PollInterval time.Duration
 	// Samples is the number of timeline points kept for the plot; 0 =
 	// 1000, negative = none.
 	Samples int
@@ -104,6 +113,8 @@ func (h *endHeap) Pop() any {
 }
 
 type replay struct {
+	polling bool // Reserve only at poll times (Options.PollInterval)
+	poll    bool // this event is a poll time
 	pool    *autoscale.Pool
 	clk     *clock.Fake
 	t0      time.Time
@@ -145,7 +156,8 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulate: %w", err)
 	}
-	s := &replay{pool: pool, clk: clk, t0: o.Start}
+	s := &replay{pool: pool, clk: clk, t0: o.Start, polling: o.PollInterval > 0}
+	nextPoll := o.Start
 	for _, j := range jobs {
 		if j.Arrival < o.Duration {
 			s.jobs = append(s.jobs, simJob{Job: j})
@@ -181,6 +193,14 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		if len(s.ends) > 0 {
 			t = minTime(t, s.ends[0].end)
 		}
+		if s.polling && s.resEnd < s.arrived {
+			if nextPoll.Before(now) {
+				// The next multiple of PollInterval since the start, now
+				// included.
+				nextPoll = now.Add((o.PollInterval - now.Sub(o.Start)%o.PollInterval) % o.PollInterval)
+			}
+			t = minTime(t, nextPoll)
+		}
 		// The state is constant over [now, t): account for it.
 		dt := t.Sub(now).Seconds()
 		res.BusyInstanceS += dt * float64(cur.Busy)
@@ -204,6 +224,13 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		for s.arrived < len(s.jobs) && o.Start.Add(s.jobs[s.arrived].Arrival).Compare(t) <= 0 {
 			s.arrived++
 			s.queued++
+		}
+		if s.polling {
+			// Poll times are the multiples of PollInterval since the start.
+			s.poll = t.Equal(nextPoll) || t.Sub(o.Start)%o.PollInterval == 0
+			if s.poll {
+				nextPoll = t.Add(o.PollInterval)
+			}
 		}
 		changed := s.dispatch(t)
 		nextTick = pool.Tick(ctx)
@@ -260,12 +287,13 @@ func (s *replay) dispatch(now time.Time) bool {
 		changed = true
 	}
 	// Jobs the manager has not requested yet.
-	for s.resEnd < s.arrived {
+	for s.resEnd < s.arrived && (!s.polling || s.poll) {
 		r, err := s.pool.Reserve()
 		if err != nil {
 			break
 		}
 		j := &s.jobs[s.resEnd]
+		r.SetQueuedAt(s.t0.Add(j.Arrival))
 		j.res = r
 		s.resEnd++
 		changed = true

@@ -226,3 +226,71 @@ func TestRunSeedExampleMachineGrowth(t *testing.T) {
 		t.Errorf("report %+v: want peak 7, back to 2 (7 created, 5 removed)", r)
 	}
 }
+
+func TestSweepIdleCountBothModes(t *testing.T) {
+	tr := dayTrace(t, 2000)
+	o := simulate.Options{Policy: dayPolicy(), BootTime: 30 * time.Second}
+	best, all, err := simulate.SweepIdleCountBothModes(t.Context(), o, tr, []int{0, 2, 4}, 30*time.Second)
+	if err != nil {
+		t.Fatalf("SweepIdleCountBothModes = %v", err)
+	}
+	type key struct {
+		count      int
+		preemptive bool
+	}
+	want := []key{{0, false}, {2, false}, {2, true}, {4, false}, {4, true}}
+	if len(all) != len(want) {
+		t.Fatalf("%d results, want %d", len(all), len(want))
+	}
+	for i, r := range all {
+		if (key{r.IdleCount, r.Preemptive}) != want[i] {
+			t.Errorf("result %d is idle_count %d preemptive %v, want %+v", i, r.IdleCount, r.Preemptive, want[i])
+		}
+		if r.Report.Jobs != len(tr) {
+			t.Errorf("result %d: %d jobs", i, r.Report.Jobs)
+		}
+	}
+	if best == nil {
+		t.Fatal("nothing meets p95 30 s")
+	}
+	for _, r := range all {
+		if r.Report.WaitP95 <= 30 && r.Report.IdleInstanceS < best.Report.IdleInstanceS {
+			t.Errorf("idle_count %d preemptive %v is cheaper than the best", r.IdleCount, r.Preemptive)
+		}
+	}
+	// Same runs, same results: the parallel sweep is deterministic.
+	_, again, err := simulate.SweepIdleCountBothModes(t.Context(), o, tr, []int{0, 2, 4}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range all {
+		if all[i] != again[i] {
+			t.Errorf("result %d differs between runs: %+v vs %+v", i, all[i], again[i])
+		}
+	}
+}
+
+// With a poll interval the manager takes jobs only at poll times: a job
+// queued between polls waits for the next one even with an idle slot.
+func TestRunPollInterval(t *testing.T) {
+	pol := &autoscale.Policy{Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1,
+		Base: autoscale.Schedule{IdleCount: 2, IdleTime: time.Hour}}
+	trace := "arrival_s,duration_s\n100.5,10\n101,10\n200,10\n"
+	for _, tc := range []struct {
+		poll    time.Duration
+		wantMax float64
+		wantP50 float64
+	}{
+		{0, 0, 0},
+		{3 * time.Second, 1.5, 1},  // polls at 99, 102, ..., 198, 201: waits 1.5, 1, 1
+		{10 * time.Second, 9.5, 9}, // polls at 100, 110, ..., 200: waits 9.5, 9, 0
+	} {
+		res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: time.Hour, PollInterval: tc.poll, Samples: -1}, readTrace(t, trace))
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if res.WaitMax != tc.wantMax || res.WaitP50 != tc.wantP50 {
+			t.Errorf("poll %s: wait max %v p50 %v, want %v and %v", tc.poll, res.WaitMax, res.WaitP50, tc.wantMax, tc.wantP50)
+		}
+	}
+}

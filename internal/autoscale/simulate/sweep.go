@@ -2,7 +2,10 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/drover-ci/drover/internal/autoscale"
@@ -10,8 +13,9 @@ import (
 
 // SweepResult is the report of one static idle_count.
 type SweepResult struct {
-	IdleCount int
-	Report    Report
+	IdleCount  int
+	Preemptive bool // preemptive_mode of the run
+	Report     Report
 }
 
 // SweepIdleCount simulates o with each static idle count in counts (the
@@ -22,19 +26,68 @@ type SweepResult struct {
 // It answers "what does the best hand-tuned idle_count cost?", the
 // baseline the adaptive policy is measured against.
 func SweepIdleCount(ctx context.Context, o Options, jobs []Job, counts []int, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
+	return sweep(ctx, o, jobs, counts, false, targetP95)
+}
+
+// SweepIdleCountBothModes is SweepIdleCount with each count run in both
+// preemptive modes (preemptive_mode = false, and = true when the count is
+// above zero: a preemptive pool with no idle slot never takes a job), the
+// results in that order. The best is the cheapest of all that meet the
+// target, so the baseline is the best hand-tuned static configuration
+// whichever mode an operator would pick.
+func SweepIdleCountBothModes(ctx context.Context, o Options, jobs []Job, counts []int, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
+	return sweep(ctx, o, jobs, counts, true, targetP95)
+}
+
+func sweep(ctx context.Context, o Options, jobs []Job, counts []int, both bool, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
 	if o.Policy == nil {
 		return nil, nil, fmt.Errorf("sweep idle_count: no policy")
 	}
 	o.Samples = -1
+	type config struct {
+		count      int
+		preemptive bool
+	}
+	var cfgs []config
 	for _, c := range counts {
-		pol := StaticIdle(o.Policy, c)
-		oc := o
-		oc.Policy = pol
-		res, err := Run(ctx, oc, jobs)
-		if err != nil {
-			return nil, all, fmt.Errorf("sweep idle_count %d: %w", c, err)
+		switch {
+		case !both:
+			cfgs = append(cfgs, config{c, c > 0})
+		case c > 0:
+			cfgs = append(cfgs, config{c, false}, config{c, true})
+		default:
+			cfgs = append(cfgs, config{c, false})
 		}
-		all = append(all, SweepResult{IdleCount: c, Report: res.Report})
+	}
+	// The runs are independent: spread them over the CPUs.
+	all = make([]SweepResult, len(cfgs))
+	errs := make([]error, len(cfgs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(cfgs)) {
+		wg.Go(func() {
+			for i := range next {
+				c := cfgs[i]
+				pol := StaticIdle(o.Policy, c.count)
+				setPreemptive(pol, c.preemptive)
+				oc := o
+				oc.Policy = pol
+				res, err := Run(ctx, oc, jobs)
+				if err != nil {
+					errs[i] = fmt.Errorf("sweep idle_count %d (preemptive %v): %w", c.count, c.preemptive, err)
+					continue
+				}
+				all[i] = SweepResult{IdleCount: c.count, Preemptive: c.preemptive, Report: res.Report}
+			}
+		})
+	}
+	for i := range cfgs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
 	}
 	for i := range all {
 		r := &all[i]
@@ -43,6 +96,13 @@ func SweepIdleCount(ctx context.Context, o Options, jobs []Job, counts []int, ta
 		}
 	}
 	return best, all, nil
+}
+
+func setPreemptive(pol *autoscale.Policy, preemptive bool) {
+	pol.Base.Preemptive = preemptive
+	for i := range pol.Schedules {
+		pol.Schedules[i].Preemptive = preemptive
+	}
 }
 
 // StaticIdle returns a copy of pol whose schedules all keep idle slots
@@ -79,9 +139,11 @@ type Comparison struct {
 }
 
 // Compare simulates o.Policy as it is and the static idle counts in
-// counts, and compares the idle instance time of the policy with that of
-// the cheapest static count meeting targetP95. It is the measurement of
-// "adaptive vs best static".
+// counts in both preemptive modes (SweepIdleCountBothModes), with every
+// other setting, idle_time included, as o.Policy has them, and compares
+// the idle instance time of the policy with that of the cheapest static
+// configuration meeting targetP95. It is the measurement of "adaptive vs
+// best static".
 func Compare(ctx context.Context, o Options, jobs []Job, counts []int, targetP95 time.Duration) (*Comparison, error) {
 	po := o
 	po.Samples = -1
@@ -89,7 +151,7 @@ func Compare(ctx context.Context, o Options, jobs []Job, counts []int, targetP95
 	if err != nil {
 		return nil, fmt.Errorf("compare: policy: %w", err)
 	}
-	best, all, err := SweepIdleCount(ctx, o, jobs, counts, targetP95)
+	best, all, err := SweepIdleCountBothModes(ctx, o, jobs, counts, targetP95)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}

@@ -1,0 +1,281 @@
+package autoscale
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAdaptiveIdleTime(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		idleTime time.Duration
+		boot     time.Duration
+		want     time.Duration
+	}{
+		{"boot time below idle_time", 10 * time.Minute, 30 * time.Second, 30 * time.Second},
+		{"idle_time bounds it", 20 * time.Second, 30 * time.Second, 20 * time.Second},
+		{"no boot observed yet", 10 * time.Minute, 0, 10 * time.Minute},
+		{"idle_time 0", 0, 30 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: tc.idleTime}
+			if got := AdaptiveIdleTime(&s, Observed{BootTime: tc.boot}); got != tc.want {
+				t.Errorf("AdaptiveIdleTime = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// An adaptive schedule removes idle instances beyond what the demand and
+// its idle target need once they have idled one boot time; a static one
+// with the same idle_time keeps them for idle_time; the instances the
+// target needs stay either way.
+func TestDecideAdaptiveRemovesSurplusAfterBootTime(t *testing.T) {
+	o := Observed{ArrivalRate: 0.01, MeanDuration: 5 * time.Minute, BootTime: 30 * time.Second}
+	// A target of one minute with 30 s boots: no buffer ahead.
+	if k := AdaptiveIdleSlots(o, time.Minute); k != 0 {
+		t.Fatalf("test assumes an idle target of 0 for %+v, got %d", o, k)
+	}
+	idle := func(id string, since time.Duration) Instance {
+		return Instance{ID: id, State: StateIdle, Created: t0.Add(-time.Hour), Ready: t0.Add(-time.Hour), LastUsed: t0.Add(-since), UseCount: 1}
+	}
+	insts := []Instance{idle("a", 40*time.Second), idle("b", 20*time.Second), idle("c", 5*time.Minute)}
+	for _, tc := range []struct {
+		name     string
+		s        Schedule
+		demand   Demand
+		wantGone []string
+	}{
+		{"adaptive: idle beyond one boot time go", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Observed: o}, []string{"a", "c"}},
+		{"adaptive: a waiting job keeps the first", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Waiting: 1, Observed: o}, []string{"c"}},
+		{"adaptive: idle_time is the bound", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Second}, Demand{Observed: o}, []string{"a", "b", "c"}},
+		{"static keeps idle_time", Schedule{IdleTime: 10 * time.Minute}, Demand{Observed: o}, nil},
+		{"static past idle_time", Schedule{IdleTime: time.Minute}, Demand{Observed: o}, []string{"c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := slotPolicy(1, 0, 0, tc.s)
+			dec := Decide(p, t0, insts, tc.demand)
+			var gone []string
+			for _, r := range dec.Remove {
+				gone = append(gone, r.ID)
+			}
+			if len(gone) != len(tc.wantGone) {
+				t.Fatalf("removed %v, want %v", gone, tc.wantGone)
+			}
+			for i := range gone {
+				if gone[i] != tc.wantGone[i] {
+					t.Fatalf("removed %v, want %v", gone, tc.wantGone)
+				}
+			}
+			if tc.s.Adaptive && len(dec.Remove) > 0 && tc.s.IdleTime > o.BootTime {
+				if r := dec.Remove[0].Reason; !strings.Contains(r, "adaptive hold 30s") {
+					t.Errorf("reason %q does not name the adaptive hold", r)
+				}
+			}
+		})
+	}
+}
+
+// Without preemptive mode an adaptive pool takes a job although no slot
+// is free, and Decide creates an instance for it at once.
+func TestAdaptiveNonPreemptiveTakesJobsOnDemand(t *testing.T) {
+	p := slotPolicy(1, 3, 0, Schedule{Adaptive: true, TargetWait: time.Minute})
+	o := Observed{ArrivalRate: 0.01, MeanDuration: 5 * time.Minute, BootTime: 30 * time.Second}
+	busy := []Instance{{ID: "a", State: StateBusy, Created: t0, Ready: t0, Acquired: 1, UseCount: 1}}
+	if !CanReserve(p, t0, busy, Demand{Observed: o}) {
+		t.Fatal("adaptive non-preemptive refused a job with room under max_instances")
+	}
+	if CanReserve(p, t0, busy, Demand{Reserved: 2, Observed: o}) {
+		t.Error("took a 4th job with max_instances 3")
+	}
+	dec := Decide(p, t0, busy, Demand{Waiting: 1, Observed: o})
+	if dec.Create != 1 {
+		t.Errorf("create %d for a waiting job, want 1 (%s)", dec.Create, dec.CreateReason)
+	}
+	// Preemptive (set explicitly) still refuses without a free slot.
+	p.Base.Preemptive = true
+	if CanReserve(p, t0, busy, Demand{Observed: o}) {
+		t.Error("preemptive adaptive took a job without a free slot")
+	}
+}
+
+// Burstier arrivals (a larger index of dispersion) want a larger buffer.
+func TestAdaptiveIdleSlotsDispersion(t *testing.T) {
+	o := Observed{ArrivalRate: 0.25, MeanDuration: 7 * time.Minute, BootTime: 30 * time.Second}
+	prev := -1
+	for _, d := range []float64{0, 1, 3, 7, 15} {
+		o.ArrivalDispersion = d
+		k := AdaptiveIdleSlots(o, 30*time.Second)
+		if k < prev {
+			t.Errorf("dispersion %v: buffer %d below %d", d, k, prev)
+		}
+		prev = k
+	}
+	o.ArrivalDispersion = 1
+	poisson := AdaptiveIdleSlots(o, 30*time.Second)
+	o.ArrivalDispersion = 7
+	if bursty := AdaptiveIdleSlots(o, 30*time.Second); bursty <= poisson {
+		t.Errorf("dispersion 7: buffer %d, Poisson %d: bursts want more", bursty, poisson)
+	}
+	o.ArrivalDispersion = 0.2 // below 1 counts as 1
+	if k := AdaptiveIdleSlots(o, 30*time.Second); k != poisson {
+		t.Errorf("dispersion 0.2: %d, want the Poisson %d", k, poisson)
+	}
+}
+
+func TestDispersionEstimator(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		batch  func(*rand.Rand) int
+		want   float64 // E[K²]/E[K]
+		within float64
+	}{
+		{"poisson", func(*rand.Rand) int { return 1 }, 1, 0.15},
+		{"batches of 4", func(*rand.Rand) int { return 4 }, 4, 0.6},
+		{"geometric fan-out mean 4", func(r *rand.Rand) int {
+			k := 1
+			for r.Float64() > 0.25 {
+				k++
+			}
+			return k
+		}, 7, 1.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 8))
+			var e dispersionEstimator
+			if e.index() != 1 {
+				t.Fatalf("empty: %v", e.index())
+			}
+			now := t0
+			// Batches at 0.05/s for 10 hours: the EWMA sees ~10 min at a time.
+			var sum float64
+			n := 0
+			for now.Before(t0.Add(10 * time.Hour)) {
+				now = now.Add(time.Duration(rng.ExpFloat64() / 0.05 * float64(time.Second)))
+				for range tc.batch(rng) {
+					e.add(now)
+				}
+				if now.After(t0.Add(time.Hour)) {
+					sum += e.index()
+					n++
+				}
+			}
+			if got := sum / float64(n); math.Abs(got-tc.want) > tc.within {
+				t.Errorf("mean index %.2f, want %.2f ± %.2f", got, tc.want, tc.within)
+			}
+		})
+	}
+}
+
+// A long quiet spell decays the estimate without looping over every
+// empty bucket.
+func TestDispersionEstimatorQuiet(t *testing.T) {
+	var e dispersionEstimator
+	for i := range 100 {
+		for range 5 {
+			e.add(t0.Add(time.Duration(i) * 30 * time.Second))
+		}
+	}
+	if e.index() < 2 {
+		t.Fatalf("batches of 5: index %.2f", e.index())
+	}
+	e.add(t0.Add(24 * 365 * time.Hour))
+	if i := e.index(); math.IsNaN(i) || i < 1 {
+		t.Errorf("after a year: %v", i)
+	}
+}
+
+// adaptive = true leaves preemptive_mode off unless it is set, whatever
+// idle_count says; a static policy with idle_count > 0 is preemptive.
+func TestFromRunnerAdaptivePreemptiveDefault(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{"idle_count = 2\nadaptive = true\n", false},
+		{"idle_count = 2\nadaptive = true\npreemptive_mode = true\n", true},
+		{"idle_count = 2\n", true},
+		{"idle_count = 0\nadaptive = true\n", false},
+	} {
+		p, err := readPolicy(t, header+"  executor = \"instance\"\n  [runners.autoscaler]\n    [[runners.autoscaler.policy]]\n"+tc.body)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.body, err)
+		}
+		if got := p.Schedules[0].Preemptive; got != tc.want {
+			t.Errorf("%q: preemptive %v, want %v", tc.body, got, tc.want)
+		}
+	}
+}
+
+func TestWaitFeedback(t *testing.T) {
+	target := 30 * time.Second
+	var f waitFeedback
+	if f.gain() != 1 {
+		t.Fatalf("initial gain %v", f.gain())
+	}
+	// One miss in 25 jobs (the 4% goal): the gain comes back to 1.
+	for range 40 {
+		f.note(time.Minute, target)
+		for range 24 {
+			f.note(time.Second, target)
+		}
+	}
+	if g := f.gain(); math.Abs(g-1) > 1e-9 {
+		t.Errorf("at the goal: gain %v, want 1", g)
+	}
+	// Misses raise it, within its bound.
+	for range 10 {
+		f.note(31*time.Second, target)
+	}
+	if g, want := f.gain(), math.Exp(10*feedbackStep*(1-feedbackGoal)); math.Abs(g-want) > 1e-9 || g <= 1 {
+		t.Errorf("after 10 misses: gain %v, want %v", g, want)
+	}
+	for range 10_000 {
+		f.note(time.Hour, target)
+	}
+	if g := f.gain(); math.Abs(g-feedbackMaxGain) > 1e-9 {
+		t.Errorf("after many misses: gain %v, want the bound %v", g, feedbackMaxGain)
+	}
+	// Jobs within the target lower it, within its bound; a wait equal to
+	// the target is within it.
+	for range 100_000 {
+		f.note(target, target)
+	}
+	if g := f.gain(); math.Abs(g-1.0/feedbackMaxGain) > 1e-9 {
+		t.Errorf("after many hits: gain %v, want 1/%v", g, feedbackMaxGain)
+	}
+	// No target: the default.
+	var d waitFeedback
+	d.note(DefaultTargetWait+time.Second, 0)
+	if d.gain() <= 1 {
+		t.Errorf("a wait beyond the default target did not count as a miss: %v", d.gain())
+	}
+}
+
+// The gain scales the spread the buffer is sized for.
+func TestAdaptiveIdleSlotsGain(t *testing.T) {
+	o := Observed{ArrivalRate: 0.25, MeanDuration: 7 * time.Minute, BootTime: 30 * time.Second, ArrivalDispersion: 4}
+	base := AdaptiveIdleSlots(o, 30*time.Second)
+	if base == 0 {
+		t.Fatal("test needs a buffer")
+	}
+	for _, tc := range []struct {
+		gain float64
+		cmp  func(k int) bool
+		what string
+	}{
+		{0, func(k int) bool { return k == base }, "unset = 1"},
+		{1, func(k int) bool { return k == base }, "1"},
+		{4, func(k int) bool { return k > 2*base }, "4: more than twice"},
+		{1.0 / 32, func(k int) bool { return k < base }, "1/32: less"},
+		{math.Inf(1), func(k int) bool { return k == base }, "+Inf ignored"},
+	} {
+		o.BufferGain = tc.gain
+		if k := AdaptiveIdleSlots(o, 30*time.Second); !tc.cmp(k) {
+			t.Errorf("gain %s: buffer %d (base %d)", tc.what, k, base)
+		}
+	}
+}
