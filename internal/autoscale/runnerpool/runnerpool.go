@@ -162,16 +162,25 @@ func (s *Set) Apply(ctx context.Context, cfg *config.Config) error {
 			}
 		}
 		if ch := s.closing[sp.ShortToken]; ch != nil {
-			// A pool of the same runner is still shutting down.
+			// A pool of the same runner (removed by an earlier reload) is
+			// still shutting down: its state file is not free yet.
+			wctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeoutDuration())
+			var werr error
 			select {
 			case <-ch:
-			case <-ctx.Done():
-				errs = append(errs, fmt.Errorf("runner %s: previous pool still shutting down: %w", sp.ShortToken, ctx.Err()))
+			case <-wctx.Done():
+				werr = wctx.Err()
+			}
+			cancel()
+			if werr != nil {
+				s.o.Runners.Delete(sp.ShortToken)
+				errs = append(errs, fmt.Errorf("runner %s: previous pool still shutting down: %w", sp.ShortToken, werr))
 				continue
 			}
 		}
 		rp, err := s.start(sp)
 		if err != nil {
+			s.o.Runners.Delete(sp.ShortToken)
 			errs = append(errs, fmt.Errorf("runner %s: %w", sp.ShortToken, err))
 			continue
 		}

@@ -188,3 +188,41 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 	}
 	t.Fatal("condition not met in time")
 }
+
+// A runner removed by one reload and added back by the next gets a new
+// pool, started once the old one has shut down (they share the state
+// file), and is registered again.
+func TestSetRunnerComesBack(t *testing.T) {
+	dir := t.TempDir()
+	runners := &instance.Runners{}
+	set, err := New(Options{ConfigPath: filepath.Join(dir, "config.toml"), Runners: runners})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer set.Shutdown(ctx)
+	keep := strings.Replace(simRunner, "delete_instances_on_shutdown = true", "delete_instances_on_shutdown = false", 1)
+	if err := set.Apply(ctx, simConfig(t, dir, keep)); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, DefaultStateDir, "runneraxx", "state.json")
+	waitFor(t, 5*time.Second, func() bool {
+		b, err := os.ReadFile(state)
+		return err == nil && strings.Contains(string(b), `"id"`)
+	})
+	first := set.Pool("runneraxx")
+	if err := set.Apply(ctx, simConfig(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Apply(ctx, simConfig(t, dir, keep)); err != nil {
+		t.Fatal(err)
+	}
+	second := set.Pool("runneraxx")
+	if second == nil || second == first {
+		t.Fatalf("pool after coming back: %p (first %p)", second, first)
+	}
+	if _, err := runners.Lookup(executor.Settings{ShortToken: "runneraxx"}); err != nil {
+		t.Errorf("runner not registered again: %v", err)
+	}
+}
