@@ -14,11 +14,12 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor/instance"
 )
 
 func runnerInfo(executorName, shell string) api.VersionInfo {
 	info := api.VersionInfo{Name: "drover", Version: version, Revision: "main", Platform: runtime.GOOS, Architecture: runtime.GOARCH, Executor: executorName, Shell: shell}
-	if p, ok := providers()[executorName]; ok {
+	if p, ok := providers(nil, nil)[executorName]; ok {
 		p.Features(&info.Features)
 		if info.Shell == "" {
 			info.Shell = p.DefaultShell()
@@ -59,8 +60,8 @@ registration token it registers a new runner (POST /api/v4/runners) with
 			if url == "" || token == "" {
 				return usageError(errors.New("--url and --token are required"))
 			}
-			if _, ok := providers()[executorName]; !ok {
-				return usageError(fmt.Errorf("--executor %q: not available in this build (available: shell)", executorName))
+			if _, ok := providers(nil, nil)[executorName]; !ok {
+				return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", executorName, providerNames()))
 			}
 			cfg, err := loadOrNewConfig(cfgPath)
 			if err != nil {
@@ -125,6 +126,9 @@ registration token it registers a new runner (POST /api/v4/runners) with
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Runner %q (id %d, system id %s) registered in %s\n", name, got.ID, systemID, cfgPath)
+			if executorName == instance.Name {
+				fmt.Fprintln(cmd.OutOrStdout(), `Executor "instance" needs a [runners.autoscaler] table (plugin = "docker", "static" or a fleet plugin) in this runner before drover run.`)
+			}
 			return nil
 		},
 	}

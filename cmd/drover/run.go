@@ -5,26 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/drover-ci/drover/internal/autoscale/runnerpool"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/manager"
+	"github.com/drover-ci/drover/internal/sshx"
 )
 
-// providers lists the executors this build offers.
-func providers() map[string]executor.Provider {
-	return map[string]executor.Provider{
-		"shell": shell.NewProvider(),
+// providers lists the executors this build offers. runners holds the
+// autoscaler pools of the runners with executor "instance" (nil: none, so
+// such a runner gets no job); hostKeys is shared with their
+// instance_ready_command.
+func providers(runners *instance.Runners, hostKeys *sshx.TOFU) map[string]executor.Provider {
+	if runners == nil {
+		runners = &instance.Runners{}
 	}
+	inst, err := instance.NewProvider(instance.Options{Lookup: runners.Lookup, HostKeys: hostKeys})
+	if err != nil {
+		panic(err) // only for a nil Lookup
+	}
+	return map[string]executor.Provider{
+		"shell":       shell.NewProvider(),
+		instance.Name: inst,
+	}
+}
+
+// providerNames lists the executors this build offers, sorted.
+func providerNames() string {
+	names := slices.Sorted(maps.Keys(providers(nil, nil)))
+	return strings.Join(names, ", ")
 }
 
 // loadConfig loads path, logs its warnings and turns its errors into
@@ -79,17 +103,35 @@ when its modification time changes).`,
 			if err != nil {
 				return err
 			}
+			reg := prometheus.NewRegistry()
+			runners, hostKeys := &instance.Runners{}, &sshx.TOFU{}
+			pools, err := runnerpool.New(runnerpool.Options{
+				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
+			})
+			if err != nil {
+				return err
+			}
 			m, err := manager.New(logger, manager.Options{
 				Config:     cfg,
 				ConfigPath: cfgPath,
-				Providers:  providers(),
+				Providers:  providers(runners, hostKeys),
 				SystemID:   systemID,
 				Version:    version,
+				Registry:   reg,
 			})
 			if err != nil {
 				return usageError(err)
 			}
-			return runManager(cmd.Context(), logger, m, cfgPath, cfg)
+			if err := pools.Apply(cmd.Context(), cfg); err != nil {
+				return usageError(err)
+			}
+			err = runManager(cmd.Context(), logger, m, pools, cfgPath, cfg)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
+			defer cancel()
+			if perr := pools.Shutdown(ctx); perr != nil {
+				logger.Error("autoscaler pools not shut down cleanly", "err", perr)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -101,7 +143,7 @@ when its modification time changes).`,
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, cfgPath string, cfg *config.Config) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, pools *runnerpool.Set, cfgPath string, cfg *config.Config) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
@@ -122,6 +164,12 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 	reload := func(why string) {
 		next, err := loadConfig(logger, cfgPath)
 		if err != nil {
+			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
+			return
+		}
+		// The pools first: a new runner must have its pool before the
+		// manager asks for its jobs.
+		if err := pools.Apply(ctx, next); err != nil {
 			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
 			return
 		}

@@ -333,16 +333,30 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 	}
 	target := SlotIdleTarget(p, s, acquired, d.Observed)
 	dec.IdleTarget = target
-	needFree := max(d.Reserved, 0) + max(d.Waiting, 0) + target
+	// A reservation is a job request in flight, not a job. In preemptive
+	// mode it holds a ready slot, which stays free for it, the idle target
+	// coming on top (as taskscaler counts it). Otherwise it holds nothing
+	// and creates nothing: on-demand instances are created for jobs
+	// received (Waiting), not for every long-polling request.
+	reserved := 0
+	if s.Preemptive {
+		reserved = max(d.Reserved, 0)
+	}
+	needFree := reserved + max(d.Waiting, 0) + target
 	idleTime := s.IdleTime
 	if s.Adaptive {
 		idleTime = AdaptiveIdleTime(s, d.Observed)
 	}
 
-	total, creating := 0, 0
+	// total counts every instance, for max_instances on creation; kept
+	// only those that stay (not removing, not removed by this pass), so
+	// that, unlike docker+machine's walk, an instance on its way out never
+	// pushes a good one over max_instances.
+	total, kept, creating := 0, 0, 0
 	var usedUp, tooMany, tooIdle string // made once, see decideMachine
 	for i := range instances {
 		in := &instances[i]
+		removed := in.State == StateRemoving
 		switch in.State {
 		case StateCreating:
 			creating++
@@ -356,7 +370,7 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 					usedUp = fmt.Sprintf("max_use_count %d reached", p.MaxUseCount)
 				}
 				reason = usedUp
-			case p.MaxInstances > 0 && total >= p.MaxInstances:
+			case p.MaxInstances > 0 && kept >= p.MaxInstances:
 				if tooMany == "" {
 					tooMany = fmt.Sprintf("too many instances: max_instances %d reached by the instances before it", p.MaxInstances)
 				}
@@ -374,11 +388,15 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 			}
 			if reason != "" {
 				dec.Remove = append(dec.Remove, Removal{ID: in.ID, Reason: reason})
+				removed = true
 			} else {
 				free += u
 			}
 		}
 		total++
+		if !removed {
+			kept++
+		}
 	}
 
 	if free >= needFree {

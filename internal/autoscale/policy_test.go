@@ -40,7 +40,9 @@ func TestSlotIdleTargetScaleFactor(t *testing.T) {
 
 func TestDecideSlotsRequiredInstances(t *testing.T) {
 	now := t0
-	p := slotPolicy(4, 0, 0, Schedule{IdleCount: 4, IdleTime: time.Hour})
+	// Preemptive, as FromRunner makes it for idle_count > 0: reservations
+	// hold ready slots.
+	p := slotPolicy(4, 0, 0, Schedule{IdleCount: 4, IdleTime: time.Hour, Preemptive: true})
 	in := []Instance{
 		{ID: "a", State: StateBusy, Acquired: 4, UseCount: 4, Created: now},
 		{ID: "b", State: StateBusy, Acquired: 1, UseCount: 1, Created: now},

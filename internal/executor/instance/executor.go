@@ -283,9 +283,15 @@ func describePrepare(err error, sh string) error {
 	return err
 }
 
-// sshConfig decides address and credentials: the instance's own, unless
-// the connector's static credentials are asked for or the instance has
-// none.
+// SSHConfig is how the executor reaches an instance: the address and
+// credentials of info, unless the connector's static credentials are asked
+// for or the instance has none. Whatever else connects to instances (an
+// instance_ready_command) uses it too. HostKey, Clock and Logger are left
+// for the caller.
+func SSHConfig(info fleet.ConnectInfo, c fleet.ConnectorConfig) (sshx.Config, error) {
+	return sshConfig(info, c)
+}
+
 func sshConfig(info fleet.ConnectInfo, c fleet.ConnectorConfig) (sshx.Config, error) {
 	if c.Protocol != "" && c.Protocol != "ssh" {
 		return sshx.Config{}, fmt.Errorf("connector protocol %q: only ssh is supported", c.Protocol)

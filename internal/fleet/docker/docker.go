@@ -641,3 +641,10 @@ func (p *Provider) Shutdown(context.Context) error {
 	}
 	return nil
 }
+
+// CheckConfig checks a plugin_config for the docker provider without
+// connecting to the engine, so that a mistake fails at start-up.
+func CheckConfig(m map[string]any) error {
+	_, err := parseConfig(m)
+	return err
+}

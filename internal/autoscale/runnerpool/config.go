@@ -1,0 +1,525 @@
+package runnerpool
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/autoscale"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/docker"
+	"github.com/drover-ci/drover/internal/fleet/plugin"
+	"github.com/drover-ci/drover/internal/fleet/static"
+)
+
+// Built-in providers; any other plugin value names a fleet plugin program.
+const (
+	PluginDocker = "docker"
+	PluginStatic = "static"
+	PluginSim    = "sim"
+)
+
+// DefaultStateDir is the directory, next to config.toml, under which each
+// runner's pool keeps its state file: <dir>/<short token>/state.json.
+const DefaultStateDir = ".drover-fleet"
+
+// Spec is everything one autoscaled runner's pool is built from: the
+// policy and the non-policy keys of [runners.autoscaler] (or
+// [runners.machine]) and [runners.instance].
+type Spec struct {
+	// ShortToken identifies the runner (and names its fleet group).
+	ShortToken string
+	// Name is the runner's name, for logs.
+	Name string
+	// Policy is the scaling policy (autoscale.FromRunner).
+	Policy *autoscale.Policy
+
+	// Plugin is docker, static, sim or the plugin program as written.
+	Plugin string
+	// PluginPath is the resolved program of a plugin ("" for built-ins).
+	PluginPath string
+	// PluginConfig is plugin_config, given to the provider's Init.
+	PluginConfig map[string]any
+	// Connector is connector_config.
+	Connector fleet.ConnectorConfig
+
+	// InstanceReadyCommand runs over SSH on every new instance before it
+	// takes jobs; "" = none.
+	InstanceReadyCommand string
+
+	AcquireTimeout              time.Duration
+	UpdateInterval              time.Duration
+	UpdateIntervalWhenExpecting time.Duration
+	DeletionRetryInterval       time.Duration
+	ShutdownDeletionInterval    time.Duration
+	FailureThreshold            int
+	// DeleteInstancesOnShutdown removes every instance when the manager
+	// stops or the runner leaves config.toml.
+	DeleteInstancesOnShutdown bool
+	// StateFile records the pool's instances; "" = state_storage disabled.
+	StateFile string
+	// AdoptUnknown adopts instances the state file does not list (static
+	// hosts) instead of deleting them.
+	AdoptUnknown bool
+
+	// UseCommonBuildDir is [runners.instance] use_common_build_dir.
+	UseCommonBuildDir bool
+
+	// Warnings are problems that do not stop the runner (unknown or
+	// ignored keys), the policy's included.
+	Warnings []config.Warning
+}
+
+// poolKey is what a running pool cannot change without being rebuilt:
+// everything but the policy and use_common_build_dir.
+func (s *Spec) poolKey() string {
+	c := *s
+	c.Policy, c.UseCommonBuildDir, c.Warnings, c.Name = nil, false, nil, ""
+	return fmt.Sprintf("%#v", c)
+}
+
+// providerKey is what identifies the instances themselves: a different
+// provider means the old instances cannot be re-adopted.
+func (s *Spec) providerKey() string {
+	return fmt.Sprintf("%s\x00%s\x00%#v", s.Plugin, s.PluginPath, s.PluginConfig)
+}
+
+// Autoscaled reports whether r gets a pool: executor "instance" (Parse
+// then requires a [runners.autoscaler] or [runners.machine] table).
+func Autoscaled(r *config.RunnerConfig) bool {
+	return r.Executor == instance.Name
+}
+
+// Parse reads the pool of one [[runners]] entry with executor "instance".
+// file names config.toml in messages and locates the default state
+// directory; concurrent is the global concurrent. Errors are
+// *config.Error ("file:line: key: what is wrong"): a missing table, an
+// unknown plugin, values of the wrong type or sign, a provider
+// configuration the provider refuses.
+func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
+	short := api.ShortToken(r.Token)
+	rd := &reader{file: file, lines: r.KeyLine}
+	if r.Autoscaler == nil && r.Machine == nil {
+		rd.fail("executor", "executor %q needs a [runners.autoscaler] table (or [runners.machine])", instance.Name)
+		return nil, rd.errs[0]
+	}
+	pol, err := autoscale.FromRunner(file, r.KeyLine, concurrent, r)
+	if err != nil {
+		return nil, err
+	}
+	s := &Spec{
+		ShortToken: short,
+		Name:       r.Name,
+		Policy:     pol,
+		StateFile:  filepath.Join(filepath.Dir(file), DefaultStateDir, safeName(short), "state.json"),
+	}
+	if r.Autoscaler != nil {
+		rd.autoscaler(s, r.Autoscaler)
+	} else {
+		rd.machine(s, r.Machine)
+	}
+	if rd.ok() {
+		rd.provider(s)
+	}
+	ic, err := instance.ParseConfig(r.Instance, func(key string) string {
+		path, line := r.KeyLine("instance." + key)
+		return location(file, line, path)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.UseCommonBuildDir = ic.UseCommonBuildDir
+	if !rd.ok() {
+		sort.SliceStable(rd.errs, func(i, j int) bool { return rd.errs[i].Line < rd.errs[j].Line })
+		return nil, rd.errs[0]
+	}
+	s.Warnings = append(slices.Clone(pol.Warnings), rd.warnings...)
+	return s, nil
+}
+
+func location(file string, line int, key string) string {
+	if line > 0 {
+		return file + ":" + strconv.Itoa(line) + ": " + key
+	}
+	return file + ": " + key
+}
+
+// safeName keeps a short token usable as one directory name.
+func safeName(s string) string {
+	if s == "" || s == "." || s == ".." {
+		return "_" + s
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r == 0 {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// Keys of [runners.autoscaler] drover accepts for compatibility and does
+// not use.
+var ignoredAutoscalerKeys = []string{
+	"log_internal_ip", "log_external_ip", "shutdown_deletion_retries",
+	"instance_operation_time_buckets", "instance_creation_time_buckets",
+	"instance_is_running_time_buckets", "instance_deletion_time_buckets",
+	"instance_readiness_time_buckets", "instance_life_duration_buckets",
+	"scale_throttle", "vm_isolation",
+}
+
+func (rd *reader) autoscaler(s *Spec, m map[string]any) {
+	plugin, hasPlugin := m["plugin"]
+	if !hasPlugin {
+		rd.fail("autoscaler", "plugin: missing (docker, static, sim, or a fleet plugin program)")
+	} else {
+		s.Plugin = rd.str("autoscaler.plugin", plugin)
+		if s.Plugin == "" && rd.ok() {
+			rd.fail("autoscaler.plugin", "must not be empty")
+		}
+	}
+	for _, k := range sortedKeys(m) {
+		v, key := m[k], sub("autoscaler", k)
+		switch k {
+		case "plugin_config":
+			s.PluginConfig = rd.table(key, v)
+		case "connector_config":
+			rd.connector(&s.Connector, key, rd.table(key, v))
+		case "instance_ready_command":
+			s.InstanceReadyCommand = rd.str(key, v)
+		case "instance_acquire_timeout":
+			s.AcquireTimeout = rd.duration(key, v)
+		case "update_interval":
+			s.UpdateInterval = rd.duration(key, v)
+		case "update_interval_when_expecting":
+			s.UpdateIntervalWhenExpecting = rd.duration(key, v)
+		case "deletion_retry_interval":
+			s.DeletionRetryInterval = rd.duration(key, v)
+		case "shutdown_deletion_interval":
+			s.ShutdownDeletionInterval = rd.duration(key, v)
+		case "failure_threshold":
+			s.FailureThreshold = rd.count(key, v)
+		case "delete_instances_on_shutdown":
+			s.DeleteInstancesOnShutdown = rd.boolean(key, v)
+		case "state_storage":
+			rd.stateStorage(s, key, rd.table(key, v))
+		default:
+			if slices.Contains(ignoredAutoscalerKeys, k) {
+				rd.warn(key, "accepted for compatibility and ignored by drover")
+			}
+			// Policy keys and unknown keys: autoscale.FromRunner.
+		}
+	}
+}
+
+func (rd *reader) connector(c *fleet.ConnectorConfig, table string, m map[string]any) {
+	for _, k := range sortedKeys(m) {
+		v, key := m[k], sub(table, k)
+		switch k {
+		case "os":
+			c.OS = rd.str(key, v)
+		case "arch":
+			c.Arch = rd.str(key, v)
+		case "protocol":
+			c.Protocol = rd.str(key, v)
+			if c.Protocol != "" && c.Protocol != "ssh" {
+				rd.fail(key, "%q is not supported: drover connects to instances over ssh only", c.Protocol)
+			}
+		case "protocol_port":
+			c.ProtocolPort = rd.count(key, v)
+			if c.ProtocolPort > 65535 {
+				rd.fail(key, "%d is not a port number", c.ProtocolPort)
+			}
+		case "username":
+			c.Username = rd.str(key, v)
+		case "password":
+			c.Password = rd.str(key, v)
+		case "key_path":
+			c.KeyPath = rd.str(key, v)
+			if c.KeyPath != "" {
+				if _, err := os.Stat(c.KeyPath); err != nil {
+					rd.fail(key, "%v", err)
+				}
+			}
+		case "use_static_credentials":
+			c.UseStaticCredentials = rd.boolean(key, v)
+		case "keepalive":
+			c.Keepalive = rd.duration(key, v)
+		case "timeout":
+			c.Timeout = rd.duration(key, v)
+		case "use_external_addr":
+			c.UseExternalAddr = rd.boolean(key, v)
+		default:
+			rd.warn(key, "unknown key, ignored")
+		}
+	}
+}
+
+func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
+	for _, k := range sortedKeys(m) {
+		v, key := m[k], sub(table, k)
+		switch k {
+		case "enabled":
+			if !rd.boolean(key, v) {
+				s.StateFile = ""
+				rd.warn(key, "state storage disabled: instances left by a crashed manager are not deleted at the next start")
+			}
+		case "dir":
+			dir := rd.str(key, v)
+			if dir == "" {
+				rd.fail(key, "must not be empty")
+			} else if s.StateFile != "" {
+				if !filepath.IsAbs(dir) {
+					dir = filepath.Join(filepath.Dir(rd.file), dir)
+				}
+				s.StateFile = filepath.Join(dir, safeName(s.ShortToken), "state.json")
+			}
+		default:
+			rd.warn(key, "unknown key, ignored")
+		}
+	}
+}
+
+// machine reads the provider of a [runners.machine] table: MachineDriver
+// is the plugin, MachineOptions "key=value" strings its plugin_config
+// (values true/false and integers are typed; hosts is split at commas).
+// The connector, intervals and state storage keep their defaults.
+func (rd *reader) machine(s *Spec, m map[string]any) {
+	v, ok := m["MachineDriver"]
+	if !ok {
+		rd.fail("machine", "MachineDriver: missing (docker, static, sim, or a fleet plugin program)")
+		return
+	}
+	s.Plugin = rd.str("machine.MachineDriver", v)
+	if s.Plugin == "" && rd.ok() {
+		rd.fail("machine.MachineDriver", "must not be empty")
+	}
+	if v, ok := m["MachineOptions"]; ok {
+		s.PluginConfig = map[string]any{}
+		for i, opt := range rd.strList("machine.MachineOptions", v) {
+			key := index("machine.MachineOptions", i)
+			k, val, found := strings.Cut(opt, "=")
+			k = strings.TrimPrefix(k, "--")
+			if !found || k == "" {
+				rd.fail(key, "%q is not key=value", opt)
+				continue
+			}
+			s.PluginConfig[k] = machineValue(k, val)
+		}
+	}
+	for _, k := range []string{"MachineName", "MachineOptionsWithName", "MaxRemovalAttempts"} {
+		if _, ok := m[k]; ok {
+			rd.warn(sub("machine", k), "ignored by drover's instance executor")
+		}
+	}
+}
+
+func machineValue(k, v string) any {
+	switch {
+	case k == "hosts":
+		var out []any
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				out = append(out, h)
+			}
+		}
+		return out
+	case v == "true":
+		return true
+	case v == "false":
+		return false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n
+	}
+	return v
+}
+
+// provider checks the plugin and its configuration now, so that a typo
+// fails at start-up rather than on the first scaling pass.
+func (rd *reader) provider(s *Spec) {
+	key := "autoscaler.plugin"
+	cfgKey := "autoscaler.plugin_config"
+	if s.Policy.Dialect == autoscale.DialectMachine {
+		key, cfgKey = "machine.MachineDriver", "machine.MachineOptions"
+	}
+	switch s.Plugin {
+	case PluginDocker:
+		if err := docker.CheckConfig(s.PluginConfig); err != nil {
+			rd.fail(cfgKey, "%v", err)
+		}
+	case PluginStatic:
+		if _, err := static.ParseHosts(s.PluginConfig, s.Connector); err != nil {
+			rd.fail(cfgKey, "static provider config: %v", err)
+		}
+		// The static provider keeps which hosts are in use in memory only;
+		// hosts the state file does not list are free, not orphans.
+		s.AdoptUnknown = true
+	case PluginSim:
+		if _, err := simOptions(s.PluginConfig); err != nil {
+			rd.fail(cfgKey, "%v", err)
+		}
+	default:
+		path, err := plugin.Resolve(s.Plugin)
+		if err != nil {
+			rd.fail(key, "unknown plugin: not docker, static or sim, and %v", err)
+			return
+		}
+		s.PluginPath = path
+	}
+}
+
+// reader collects errors and warnings about one runner's keys.
+type reader struct {
+	file     string
+	lines    func(key string) (path string, line int)
+	errs     []*config.Error
+	warnings []config.Warning
+}
+
+func (rd *reader) ok() bool { return len(rd.errs) == 0 }
+
+func (rd *reader) fail(key, format string, args ...any) {
+	path, line := rd.lines(key)
+	rd.errs = append(rd.errs, &config.Error{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (rd *reader) warn(key, format string, args ...any) {
+	path, line := rd.lines(key)
+	rd.warnings = append(rd.warnings, config.Warning{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func sub(table, k string) string {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return table + "." + strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return table + `.""`
+	}
+	return table + "." + k
+}
+
+func index(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case time.Time:
+		return "a datetime"
+	case []map[string]any:
+		return "an array of tables"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+func (rd *reader) count(key string, v any) int {
+	n, ok := v.(int64)
+	switch {
+	case !ok:
+		rd.fail(key, "must be an integer, not %s", typeName(v))
+	case n < 0:
+		rd.fail(key, "must not be negative (got %d)", n)
+	case n > math.MaxInt32:
+		rd.fail(key, "%d is too large", n)
+	default:
+		return int(n)
+	}
+	return 0
+}
+
+func (rd *reader) boolean(key string, v any) bool {
+	b, ok := v.(bool)
+	if !ok {
+		rd.fail(key, "must be a boolean, not %s", typeName(v))
+	}
+	return b
+}
+
+func (rd *reader) str(key string, v any) string {
+	s, ok := v.(string)
+	if !ok {
+		rd.fail(key, "must be a string, not %s", typeName(v))
+	}
+	return s
+}
+
+func (rd *reader) table(key string, v any) map[string]any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		rd.fail(key, "must be a table, not %s", typeName(v))
+	}
+	return m
+}
+
+func (rd *reader) strList(key string, v any) []string {
+	a, ok := v.([]any)
+	if !ok {
+		rd.fail(key, "must be an array of strings, not %s", typeName(v))
+		return nil
+	}
+	out := make([]string, 0, len(a))
+	for i, e := range a {
+		s, ok := e.(string)
+		if !ok {
+			rd.fail(index(key, i), "must be a string, not %s", typeName(e))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// duration reads a Go duration string ("30s"). A bare integer is refused
+// rather than guessed at (GitLab Runner would read nanoseconds).
+func (rd *reader) duration(key string, v any) time.Duration {
+	switch t := v.(type) {
+	case string:
+		d, err := time.ParseDuration(t)
+		switch {
+		case err != nil:
+			rd.fail(key, "%q is not a duration (want e.g. \"30s\", \"5m\")", t)
+		case d < 0:
+			rd.fail(key, "must not be negative (got %s)", t)
+		default:
+			return d
+		}
+	case int64:
+		if t != 0 {
+			rd.fail(key, "must be a duration string: write \"%ds\" for %d seconds", t, t)
+		}
+	default:
+		rd.fail(key, "must be a duration string such as \"30s\", not %s", typeName(v))
+	}
+	return 0
+}
