@@ -141,7 +141,7 @@ func TestResumeAfterDowntimePastTimeout(t *testing.T) {
 	m.signal(syscall.SIGKILL)
 	m.wait(10 * time.Second)
 	time.Sleep(3 * time.Second) // the job timeout passes while nobody watches
-	m = start(t, dir, "run", "--config", cfg)
+	start(t, dir, "run", "--config", cfg)
 	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "job_execution_timeout" {
 		t.Errorf("job = %s %s, want failed job_execution_timeout", got.Status, got.FailureReason)

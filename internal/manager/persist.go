@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -272,6 +271,3 @@ func storeKey(c *jobstore.Config) string {
 	}
 	return "redis:" + c.Redis.URL + "|" + c.Redis.Prefix
 }
-
-// errNoStore is returned for a runner without [runners.store].
-var errNoStore = errors.New("no job store")
