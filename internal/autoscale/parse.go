@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -100,59 +99,11 @@ func (rd *reader) warn(key, format string, args ...any) {
 	rd.warnings = append(rd.warnings, config.Warning{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-// sub joins a table key and a child key, quoting the child when TOML
-// needs it.
-func sub(table, k string) string {
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return table + "." + strconv.Quote(k)
-		}
-	}
-	if k == "" {
-		return table + `.""`
-	}
-	return table + "." + k
-}
-
-func index(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case int64:
-		return "an integer"
-	case float64:
-		return "a float"
-	case bool:
-		return "a boolean"
-	case time.Time:
-		return "a datetime"
-	case []map[string]any:
-		return "an array of tables"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	}
-	return fmt.Sprintf("a %T", v)
-}
-
 // count reads a non-negative integer.
 func (rd *reader) count(key string, v any) int {
 	n, ok := v.(int64)
 	if !ok {
-		rd.fail(key, "must be an integer, not %s", typeName(v))
+		rd.fail(key, "must be an integer, not %s", config.TypeName(v))
 		return 0
 	}
 	if n < 0 {
@@ -180,14 +131,14 @@ func (rd *reader) float(key string, v any) float64 {
 		rd.fail(key, "must be a float: write %d.0, not %d (GitLab Runner refuses an integer here too)", f, f)
 		return 0
 	}
-	rd.fail(key, "must be a float, not %s", typeName(v))
+	rd.fail(key, "must be a float, not %s", config.TypeName(v))
 	return 0
 }
 
 func (rd *reader) boolean(key string, v any) bool {
 	b, ok := v.(bool)
 	if !ok {
-		rd.fail(key, "must be a boolean, not %s", typeName(v))
+		rd.fail(key, "must be a boolean, not %s", config.TypeName(v))
 	}
 	return b
 }
@@ -195,7 +146,7 @@ func (rd *reader) boolean(key string, v any) bool {
 func (rd *reader) str(key string, v any) string {
 	s, ok := v.(string)
 	if !ok {
-		rd.fail(key, "must be a string, not %s", typeName(v))
+		rd.fail(key, "must be a string, not %s", config.TypeName(v))
 	}
 	return s
 }
@@ -204,7 +155,7 @@ func (rd *reader) str(key string, v any) string {
 func (rd *reader) seconds(key string, v any) time.Duration {
 	n, ok := v.(int64)
 	if !ok {
-		rd.fail(key, "must be an integer number of seconds, not %s", typeName(v))
+		rd.fail(key, "must be an integer number of seconds, not %s", config.TypeName(v))
 		return 0
 	}
 	if n < 0 {
@@ -243,21 +194,21 @@ func (rd *reader) duration(key string, v any) time.Duration {
 		}
 		return time.Duration(t)
 	}
-	rd.fail(key, "must be a duration string, not %s", typeName(v))
+	rd.fail(key, "must be a duration string, not %s", config.TypeName(v))
 	return 0
 }
 
 func (rd *reader) strList(key string, v any) []string {
 	a, ok := v.([]any)
 	if !ok {
-		rd.fail(key, "must be an array of strings, not %s", typeName(v))
+		rd.fail(key, "must be an array of strings, not %s", config.TypeName(v))
 		return nil
 	}
 	out := make([]string, 0, len(a))
 	for i, e := range a {
 		s, ok := e.(string)
 		if !ok {
-			rd.fail(index(key, i), "must be a string, not %s", typeName(e))
+			rd.fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
 			continue
 		}
 		out = append(out, s)
@@ -274,7 +225,7 @@ func (rd *reader) tables(key string, v any) []map[string]any {
 			return nil
 		}
 	}
-	rd.fail(key, "must be an array of tables ([[...]]), not %s", typeName(v))
+	rd.fail(key, "must be an array of tables ([[...]]), not %s", config.TypeName(v))
 	return nil
 }
 
@@ -294,8 +245,8 @@ func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
 		MaxInstances:        max(limit, 0),
 		Concurrent:          max(concurrent, 0),
 	}
-	for _, k := range sortedKeys(m) {
-		v, key := m[k], sub("machine", k)
+	for _, k := range config.SortedKeys(m) {
+		v, key := m[k], config.SubKey("machine", k)
 		switch k {
 		case "IdleCount":
 			p.Base.IdleCount = rd.count(key, v)
@@ -311,7 +262,7 @@ func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
 			p.MaxUseCount = rd.count(key, v)
 		case "autoscaling":
 			for i, t := range rd.tables(key, v) {
-				p.Schedules = append(p.Schedules, rd.machinePeriod(index(key, i), t))
+				p.Schedules = append(p.Schedules, rd.machinePeriod(config.IndexKey(key, i), t))
 			}
 		default:
 			switch {
@@ -329,8 +280,8 @@ func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
 func (rd *reader) machinePeriod(key string, m map[string]any) Schedule {
 	var s Schedule
 	tzOK := true
-	for _, k := range sortedKeys(m) {
-		v, kk := m[k], sub(key, k)
+	for _, k := range config.SortedKeys(m) {
+		v, kk := m[k], config.SubKey(key, k)
 		switch k {
 		case "Periods":
 			s.Periods = rd.strList(kk, v)
@@ -354,11 +305,11 @@ func (rd *reader) machinePeriod(key string, m map[string]any) Schedule {
 	for i, ps := range s.Periods {
 		c, err := ParseCron7(ps)
 		if err != nil {
-			rd.fail(index(sub(key, "Periods"), i), "%v", err)
+			rd.fail(config.IndexKey(config.SubKey(key, "Periods"), i), "%v", err)
 			continue
 		}
 		if c.fields != 7 && !strings.HasPrefix(ps, "@") {
-			rd.warn(index(sub(key, "Periods"), i), "%q has %d fields: the seconds field is then 0, so the period only matches around second 0 of each minute; write 7 fields (sec min hour dom month dow year), e.g. \"* * 9-17 * * mon-fri *\"", ps, c.fields)
+			rd.warn(config.IndexKey(config.SubKey(key, "Periods"), i), "%q has %d fields: the seconds field is then 0, so the period only matches around second 0 of each minute; write 7 fields (sec min hour dom month dow year), e.g. \"* * 9-17 * * mon-fri *\"", ps, c.fields)
 		}
 		s.compiled = append(s.compiled, c)
 	}
@@ -380,8 +331,8 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 		Concurrent:            max(concurrent, 0),
 		ReservationThrottling: true,
 	}
-	for _, k := range sortedKeys(m) {
-		v, key := m[k], sub("autoscaler", k)
+	for _, k := range config.SortedKeys(m) {
+		v, key := m[k], config.SubKey("autoscaler", k)
 		switch k {
 		case "capacity_per_instance":
 			n := rd.count(key, v)
@@ -400,7 +351,7 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 			p.ReservationThrottling = rd.boolean(key, v)
 		case "policy":
 			for i, t := range rd.tables(key, v) {
-				p.Schedules = append(p.Schedules, rd.autoscalerPolicy(index(key, i), t))
+				p.Schedules = append(p.Schedules, rd.autoscalerPolicy(config.IndexKey(key, i), t))
 			}
 		default:
 			if !slices.Contains(autoscalerOtherKeys, k) {
@@ -415,8 +366,8 @@ func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
 	var s Schedule
 	tzOK := true
 	var preemptiveSet, targetSet bool
-	for _, k := range sortedKeys(m) {
-		v, kk := m[k], sub(key, k)
+	for _, k := range config.SortedKeys(m) {
+		v, kk := m[k], config.SubKey(key, k)
 		switch k {
 		case "periods":
 			s.Periods = rd.strList(kk, v)
@@ -448,21 +399,21 @@ func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
 	if !targetSet {
 		s.TargetWait = DefaultTargetWait
 	} else if !s.Adaptive {
-		rd.warn(sub(key, "target_wait"), "only used with adaptive = true")
+		rd.warn(config.SubKey(key, "target_wait"), "only used with adaptive = true")
 	} else if s.TargetWait == 0 {
-		rd.fail(sub(key, "target_wait"), "must be more than 0")
+		rd.fail(config.SubKey(key, "target_wait"), "must be more than 0")
 	}
 	periods := s.Periods
 	if _, ok := m["periods"]; !ok {
 		periods = []string{"* * * * *"}
 	} else if len(periods) == 0 {
-		rd.warn(sub(key, "periods"), "empty: this policy never applies (leave periods out for always)")
+		rd.warn(config.SubKey(key, "periods"), "empty: this policy never applies (leave periods out for always)")
 	}
 	s.compiled = []period{}
 	for i, ps := range periods {
 		c, err := ParseCron5(ps)
 		if err != nil {
-			rd.fail(index(sub(key, "periods"), i), "%v", err)
+			rd.fail(config.IndexKey(config.SubKey(key, "periods"), i), "%v", err)
 			continue
 		}
 		s.compiled = append(s.compiled, c)

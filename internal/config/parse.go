@@ -126,7 +126,7 @@ const (
 func (d *decoder) config(raw map[string]any) *Config {
 	c := &Config{}
 	var concurrentSet, runnersSet bool
-	for _, k := range sortedKeys(raw) {
+	for _, k := range SortedKeys(raw) {
 		v, p := raw[k], keyPath{}.key(k)
 		switch k {
 		case "concurrent":
@@ -231,7 +231,7 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 	r := RunnerConfig{path: p, lines: d.lines}
 	var ok bool
 	set := map[string]bool{}
-	for _, k := range sortedKeys(m) {
+	for _, k := range SortedKeys(m) {
 		v, kp := m[k], p.key(k)
 		switch k {
 		case "name":
@@ -423,29 +423,7 @@ func nameRunners(runners []RunnerConfig) {
 // when v is not of the wanted TOML type.
 
 func (d *decoder) wrongType(p keyPath, want string, v any) {
-	d.fail(p, "must be %s, not %s", want, tomlType(v))
-}
-
-func tomlType(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case int64:
-		return "an integer"
-	case float64:
-		return "a float"
-	case bool:
-		return "a boolean"
-	case time.Time:
-		return "a datetime"
-	case []map[string]any:
-		return "an array of tables"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	}
-	return fmt.Sprintf("a %T", v)
+	d.fail(p, "must be %s, not %s", want, TypeName(v))
 }
 
 func (d *decoder) str(p keyPath, v any) (string, bool) {
@@ -579,7 +557,7 @@ func (d *decoder) strMap(p keyPath, v any) (map[string]string, bool) {
 		return nil, false
 	}
 	out := make(map[string]string, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range SortedKeys(m) {
 		s, isStr := m[k].(string)
 		if !isStr {
 			d.wrongType(p.key(k), "a string", m[k])
@@ -597,7 +575,7 @@ func (d *decoder) boolMap(p keyPath, v any) (map[string]bool, bool) {
 		return nil, false
 	}
 	out := make(map[string]bool, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range SortedKeys(m) {
 		b, isBool := m[k].(bool)
 		if !isBool {
 			d.wrongType(p.key(k), "a boolean", m[k])
@@ -654,13 +632,4 @@ func normalizeValue(v any) any {
 		}
 	}
 	return v
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

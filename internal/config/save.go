@@ -141,7 +141,7 @@ type field struct {
 // appendExtra adds the verbatim keys in sorted order, skipping the
 // reserved ones.
 func appendExtra(fs []field, extra map[string]any, reserved ...string) []field {
-	for _, k := range sortedKeys(extra) {
+	for _, k := range SortedKeys(extra) {
 		v := extra[k]
 		if slices.Contains(reserved, k) || v == nil {
 			continue

@@ -104,7 +104,7 @@ func ParseConfig(file string, r *config.RunnerConfig, vars map[string]string) (*
 	}
 	var fileTable, redisTable map[string]any
 	healthTimeoutSet := false
-	for _, k := range sortedKeys(r.Store) {
+	for _, k := range config.SortedKeys(r.Store) {
 		v := r.Store[k]
 		switch k {
 		case "name":
@@ -136,7 +136,7 @@ func ParseConfig(file string, r *config.RunnerConfig, vars map[string]string) (*
 			p.fail("unknown key", "store", k)
 		}
 	}
-	for _, k := range sortedKeys(fileTable) {
+	for _, k := range config.SortedKeys(fileTable) {
 		switch v := fileTable[k]; k {
 		case "path":
 			if s, ok := p.str(v, "store", NameFile, k); ok {
@@ -146,7 +146,7 @@ func ParseConfig(file string, r *config.RunnerConfig, vars map[string]string) (*
 			p.fail("unknown key", "store", NameFile, k)
 		}
 	}
-	for _, k := range sortedKeys(redisTable) {
+	for _, k := range config.SortedKeys(redisTable) {
 		switch v := redisTable[k]; k {
 		case "url":
 			if s, ok := p.str(v, "store", NameRedis, k); ok {
@@ -219,7 +219,7 @@ func (p *configParser) first() error {
 func (p *configParser) str(v any, keys ...string) (string, bool) {
 	s, ok := v.(string)
 	if !ok {
-		p.fail(fmt.Sprintf("must be a string, not %s", typeName(v)), keys...)
+		p.fail(fmt.Sprintf("must be a string, not %s", config.TypeName(v)), keys...)
 	}
 	return s, ok
 }
@@ -227,7 +227,7 @@ func (p *configParser) str(v any, keys ...string) (string, bool) {
 func (p *configParser) table(v any, keys ...string) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		p.fail(fmt.Sprintf("must be a table, not %s", typeName(v)), keys...)
+		p.fail(fmt.Sprintf("must be a table, not %s", config.TypeName(v)), keys...)
 	}
 	return m, ok
 }
@@ -260,7 +260,7 @@ func (p *configParser) duration(v any, def time.Duration, keys ...string) time.D
 		}
 		d = parsed
 	default:
-		p.fail(fmt.Sprintf("must be a number of seconds or a duration string, not %s", typeName(v)), keys...)
+		p.fail(fmt.Sprintf("must be a number of seconds or a duration string, not %s", config.TypeName(v)), keys...)
 		return def
 	}
 	if d <= 0 || d > maxDuration {
@@ -274,7 +274,7 @@ func (p *configParser) duration(v any, def time.Duration, keys ...string) time.D
 func (p *configParser) count(v any, def int, keys ...string) int {
 	n, ok := v.(int64)
 	if !ok {
-		p.fail(fmt.Sprintf("must be an integer, not %s", typeName(v)), keys...)
+		p.fail(fmt.Sprintf("must be an integer, not %s", config.TypeName(v)), keys...)
 		return def
 	}
 	if n < 0 || n > math.MaxInt32 {
@@ -324,35 +324,4 @@ func (p *configParser) expandPath(s string, vars map[string]string, keys ...stri
 		return ""
 	}
 	return filepath.Clean(out)
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case int64:
-		return "an integer"
-	case float64:
-		return "a float"
-	case bool:
-		return "a boolean"
-	case time.Time:
-		return "a datetime"
-	case map[string]any:
-		return "a table"
-	case []map[string]any:
-		return "an array of tables"
-	case []any:
-		return "an array"
-	}
-	return fmt.Sprintf("a %T", v)
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

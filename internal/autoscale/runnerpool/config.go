@@ -186,8 +186,8 @@ func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 			rd.fail("autoscaler.plugin", "must not be empty")
 		}
 	}
-	for _, k := range sortedKeys(m) {
-		v, key := m[k], sub("autoscaler", k)
+	for _, k := range config.SortedKeys(m) {
+		v, key := m[k], config.SubKey("autoscaler", k)
 		switch k {
 		case "plugin_config":
 			s.PluginConfig = rd.table(key, v)
@@ -221,8 +221,8 @@ func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 }
 
 func (rd *reader) connector(c *fleet.ConnectorConfig, table string, m map[string]any) {
-	for _, k := range sortedKeys(m) {
-		v, key := m[k], sub(table, k)
+	for _, k := range config.SortedKeys(m) {
+		v, key := m[k], config.SubKey(table, k)
 		switch k {
 		case "os":
 			c.OS = rd.str(key, v)
@@ -264,8 +264,8 @@ func (rd *reader) connector(c *fleet.ConnectorConfig, table string, m map[string
 }
 
 func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
-	for _, k := range sortedKeys(m) {
-		v, key := m[k], sub(table, k)
+	for _, k := range config.SortedKeys(m) {
+		v, key := m[k], config.SubKey(table, k)
 		switch k {
 		case "enabled":
 			if !rd.boolean(key, v) {
@@ -305,7 +305,7 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 	if v, ok := m["MachineOptions"]; ok {
 		s.PluginConfig = map[string]any{}
 		for i, opt := range rd.strList("machine.MachineOptions", v) {
-			key := index("machine.MachineOptions", i)
+			key := config.IndexKey("machine.MachineOptions", i)
 			k, val, found := strings.Cut(opt, "=")
 			k = strings.TrimPrefix(k, "--")
 			if !found || k == "" {
@@ -317,7 +317,7 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 	}
 	for _, k := range []string{"MachineName", "MachineOptionsWithName", "MaxRemovalAttempts"} {
 		if _, ok := m[k]; ok {
-			rd.warn(sub("machine", k), "ignored by drover's instance executor")
+			rd.warn(config.SubKey("machine", k), "ignored by drover's instance executor")
 		}
 	}
 }
@@ -397,57 +397,11 @@ func (rd *reader) warn(key, format string, args ...any) {
 	rd.warnings = append(rd.warnings, config.Warning{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-func sub(table, k string) string {
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return table + "." + strconv.Quote(k)
-		}
-	}
-	if k == "" {
-		return table + `.""`
-	}
-	return table + "." + k
-}
-
-func index(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case int64:
-		return "an integer"
-	case float64:
-		return "a float"
-	case bool:
-		return "a boolean"
-	case time.Time:
-		return "a datetime"
-	case []map[string]any:
-		return "an array of tables"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	}
-	return fmt.Sprintf("a %T", v)
-}
-
 func (rd *reader) count(key string, v any) int {
 	n, ok := v.(int64)
 	switch {
 	case !ok:
-		rd.fail(key, "must be an integer, not %s", typeName(v))
+		rd.fail(key, "must be an integer, not %s", config.TypeName(v))
 	case n < 0:
 		rd.fail(key, "must not be negative (got %d)", n)
 	case n > math.MaxInt32:
@@ -461,7 +415,7 @@ func (rd *reader) count(key string, v any) int {
 func (rd *reader) boolean(key string, v any) bool {
 	b, ok := v.(bool)
 	if !ok {
-		rd.fail(key, "must be a boolean, not %s", typeName(v))
+		rd.fail(key, "must be a boolean, not %s", config.TypeName(v))
 	}
 	return b
 }
@@ -469,7 +423,7 @@ func (rd *reader) boolean(key string, v any) bool {
 func (rd *reader) str(key string, v any) string {
 	s, ok := v.(string)
 	if !ok {
-		rd.fail(key, "must be a string, not %s", typeName(v))
+		rd.fail(key, "must be a string, not %s", config.TypeName(v))
 	}
 	return s
 }
@@ -477,7 +431,7 @@ func (rd *reader) str(key string, v any) string {
 func (rd *reader) table(key string, v any) map[string]any {
 	m, ok := v.(map[string]any)
 	if !ok {
-		rd.fail(key, "must be a table, not %s", typeName(v))
+		rd.fail(key, "must be a table, not %s", config.TypeName(v))
 	}
 	return m
 }
@@ -485,14 +439,14 @@ func (rd *reader) table(key string, v any) map[string]any {
 func (rd *reader) strList(key string, v any) []string {
 	a, ok := v.([]any)
 	if !ok {
-		rd.fail(key, "must be an array of strings, not %s", typeName(v))
+		rd.fail(key, "must be an array of strings, not %s", config.TypeName(v))
 		return nil
 	}
 	out := make([]string, 0, len(a))
 	for i, e := range a {
 		s, ok := e.(string)
 		if !ok {
-			rd.fail(index(key, i), "must be a string, not %s", typeName(e))
+			rd.fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
 			continue
 		}
 		out = append(out, s)
@@ -519,7 +473,7 @@ func (rd *reader) duration(key string, v any) time.Duration {
 			rd.fail(key, "must be a duration string: write \"%ds\" for %d seconds", t, t)
 		}
 	default:
-		rd.fail(key, "must be a duration string such as \"30s\", not %s", typeName(v))
+		rd.fail(key, "must be a duration string such as \"30s\", not %s", config.TypeName(v))
 	}
 	return 0
 }

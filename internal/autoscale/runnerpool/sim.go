@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/fleet/sim"
 )
 
@@ -24,7 +25,7 @@ func simOptions(m map[string]any) (sim.Options, error) {
 		case "boot_time", "boot_spread", "delete_time":
 			s, ok := v.(string)
 			if !ok {
-				return sim.Options{}, fmt.Errorf("sim provider config: %s: want a duration string, got %s", k, typeName(v))
+				return sim.Options{}, fmt.Errorf("sim provider config: %s: want a duration string, got %s", k, config.TypeName(v))
 			}
 			d, err := time.ParseDuration(s)
 			if err != nil || d < 0 {
