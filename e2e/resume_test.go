@@ -386,3 +386,57 @@ func TestCoordinatorKilledDuringBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncatedRecordFailsJobUpstream: a record truncated while the
+// manager was down is moved aside, its job is failed upstream with
+// runner_system_failure and a line in its log, and the manager goes on.
+func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	store := filepath.Join(dir, "store")
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fileStore(store))
+	marker := fmt.Sprintf("truncated-%d", time.Now().UnixNano())
+	j, err := cl.Submit(context.Background(), numberedJob("cut", marker, 30, "0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, dir, "run", "--config", cfg)
+	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(time.Second)
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+	rec := filepath.Join(store, fmt.Sprintf("job-%d.json", j.ID))
+	data, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut the record in the middle of the job payload, after its token.
+	at := strings.Index(string(data), `"token"`)
+	if at < 0 {
+		t.Fatalf("record has no job token:\n%s", data)
+	}
+	if err := os.WriteFile(rec, data[:at+60], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m = start(t, dir, "run", "--config", cfg)
+	m.waitLog(`corrupt record moved aside`, 10*time.Second)
+	got := waitJob(t, cl, j.ID, 20*time.Second, finished)
+	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
+		t.Errorf("job = %s %s, want failed runner_system_failure", got.Status, got.FailureReason)
+	}
+	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "is corrupt; the job cannot be resumed") {
+		t.Errorf("the job log does not say why it failed:\n%s", tr)
+	}
+	if _, err := os.Stat(rec + ".corrupt"); err != nil {
+		t.Errorf("the corrupt record was not kept aside: %v", err)
+	}
+	next, err := cl.Submit(context.Background(), client.JobSpec{Name: "after", Script: []string{"echo goes-on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitJob(t, cl, next.ID, 30*time.Second, finished); got.Status != "success" {
+		t.Errorf("next job = %s", got.Status)
+	}
+	_ = exec.Command("pkill", "-f", marker).Run() // the lost job's stage: nothing knows its processes
+}

@@ -79,6 +79,9 @@ func (m *Manager) openStores(ctx context.Context) error {
 					m.logger.Error("job store: corrupt record moved aside; the job cannot be resumed",
 						"record", name, "job_id", jobID, "err", err)
 					m.metrics.storeOp("corrupt", false)
+					if c.Name == jobstore.NameFile {
+						m.resuming.Go(func() { m.salvageCorrupt(ctx, name, jobID) })
+					}
 				},
 			})
 			if err != nil {
