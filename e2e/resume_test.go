@@ -440,3 +440,58 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	}
 	_ = exec.Command("pkill", "-f", marker).Run() // the lost job's stage: nothing knows its processes
 }
+
+// TestRedisDownJobGoesOn: Redis goes away while a job runs: the job goes
+// on and succeeds with its whole log, and the manager retries the store.
+func TestRedisDownJobGoesOn(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (scripts/test.sh installs it)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	redis := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	store := fmt.Sprintf(`  [runners.store]
+    name = "redis"
+    health_interval = "300ms"
+    health_timeout = "2s"
+    [runners.store.redis]
+      url = "redis://%s"
+`, addr)
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	j, err := cl.Submit(context.Background(), numberedJob("rd", "redis-down", 40, "0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(500 * time.Millisecond)
+	_ = redis.Process.Kill()
+	_ = redis.Wait()
+	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	if got.Status != "success" {
+		t.Fatalf("job with Redis down = %s %s", got.Status, got.FailureReason)
+	}
+	checkLines(t, trace(t, cl, j.ID), "rd", 40)
+	m.waitLog(`job store unreachable or refusing; the job goes on`, 5*time.Second)
+}
