@@ -397,7 +397,7 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	store := filepath.Join(dir, "store")
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fileStore(store))
 	marker := fmt.Sprintf("truncated-%d", time.Now().UnixNano())
-	j, err := cl.Submit(context.Background(), numberedJob("cut", marker, 30, "0.1"))
+	j, err := cl.Submit(context.Background(), numberedJob("cut", marker, 300, "0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,10 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	if got := waitJob(t, cl, next.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("next job = %s", got.Status)
 	}
-	_ = exec.Command("pkill", "-f", marker).Run() // the lost job's stage: nothing knows its processes
+	m.waitLog(`stopped the job's leftover stages`, 10*time.Second)
+	if ps := leftovers(marker); len(ps) > 0 {
+		t.Errorf("the corrupt record's job left processes behind: %v", ps)
+	}
 }
 
 // TestRedisDownJobGoesOn: Redis goes away while a job runs: the job goes

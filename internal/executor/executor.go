@@ -143,6 +143,14 @@ type Executor interface {
 	SetCurrentStage(s Stage)
 }
 
+// JobStopper is implemented by providers that can stop what a job left
+// running when nothing but its id is known (its resume record is lost).
+type JobStopper interface {
+	// StopJob stops the job's leftover processes and returns how many
+	// stages it stopped.
+	StopJob(ctx context.Context, jobID int64) (int, error)
+}
+
 // ErrStageNotStarted is returned (wrapped) by Stateful.Resume when the
 // stage it should re-attach to never started: the caller may run it.
 var ErrStageNotStarted = errors.New("stage not started")

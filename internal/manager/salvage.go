@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/jobstore"
 )
 
@@ -49,6 +50,13 @@ func (m *Manager) salvageCorrupt(ctx context.Context, name string, jobID int64) 
 	token := string(jt[1])
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if js, ok := m.opts.Providers[r.Executor].(executor.JobStopper); ok {
+		if n, err := js.StopJob(ctx, jobID); err != nil {
+			log.Warn("corrupt record: stopping the job's processes failed", "err", err)
+		} else if n > 0 {
+			log.Info("corrupt record: stopped the job's leftover stages", "stages", n)
+		}
+	}
 	if size, _, err := client.TraceSize(ctx, jobID, token); err == nil {
 		line := fmt.Sprintf("\n\x1b[31;1mERROR: Job failed (system failure): the runner manager's record of this job (%s) is corrupt; the job cannot be resumed\x1b[0;m\n", name)
 		if _, err := client.PatchTrace(ctx, jobID, token, size, []byte(line)); err != nil {

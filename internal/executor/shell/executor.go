@@ -133,7 +133,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	scriptDir, err := os.MkdirTemp(scriptBase(), "drover-shell-")
+	// The job id in the name lets StopJob find a job's stages when its
+	// resume record is lost.
+	scriptDir, err := os.MkdirTemp(scriptBase(), fmt.Sprintf("%s%d-", jobDirPrefix, opts.Job.ID))
 	if err != nil {
 		return fmt.Errorf("script directory: %w", err)
 	}
