@@ -263,7 +263,12 @@ func BenchmarkResumeLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _, _ = cl.Cancel(context.Background(), j.ID) }()
+	// The job's stages are detached: cancel it while a manager runs, so
+	// that the manager stops them before the test kills it.
+	defer func() {
+		_, _ = cl.Cancel(context.Background(), j.ID)
+		waitJob(b, cl, j.ID, 30*time.Second, finished)
+	}()
 	size := func() int {
 		tr, _, err := cl.Trace(context.Background(), j.ID, 0)
 		if err != nil {
