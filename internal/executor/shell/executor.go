@@ -139,10 +139,12 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err != nil {
 		return fmt.Errorf("script directory: %w", err)
 	}
-	outputDir, err := os.MkdirTemp("", "drover-shell-out-")
-	if err != nil {
-		_ = os.RemoveAll(scriptDir)
-		return fmt.Errorf("output directory: %w", err)
+	var outputDir string // only resumable stages write their output to files
+	if opts.Settings.Resumable {
+		if outputDir, err = os.MkdirTemp("", "drover-shell-out-"); err != nil {
+			_ = os.RemoveAll(scriptDir)
+			return fmt.Errorf("output directory: %w", err)
+		}
 	}
 	fmt.Fprintf(trace, "Using Shell (%s) executor...\n", sh)
 
