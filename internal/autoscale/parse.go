@@ -1,7 +1,6 @@
 package autoscale
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -59,63 +58,31 @@ func FromRunner(file string, lines LineLookup, concurrent int, r *config.RunnerC
 	if lines == nil {
 		lines = r.KeyLine
 	}
-	rd := &reader{file: file, lines: lines}
+	rd := &reader{config.RawReader{File: file, Lines: lines}}
 	var p *Policy
 	switch {
 	case r.Machine != nil && (r.Autoscaler == nil || r.Executor == "docker+machine"):
 		if r.Autoscaler != nil {
-			rd.warn("autoscaler", "ignored: executor %q uses [runners.machine]", r.Executor)
+			rd.Warn("autoscaler", "ignored: executor %q uses [runners.machine]", r.Executor)
 		}
 		p = rd.machine(r.Machine, r.Limit, concurrent)
 	default:
 		if r.Machine != nil {
-			rd.warn("machine", "ignored: executor %q uses [runners.autoscaler]", r.Executor)
+			rd.Warn("machine", "ignored: executor %q uses [runners.autoscaler]", r.Executor)
 		}
 		p = rd.autoscaler(r.Autoscaler, concurrent)
 	}
-	sort.SliceStable(rd.warnings, func(i, j int) bool { return rd.warnings[i].Line < rd.warnings[j].Line })
-	p.Warnings = rd.warnings
-	if len(rd.errs) > 0 {
-		sort.SliceStable(rd.errs, func(i, j int) bool { return rd.errs[i].Line < rd.errs[j].Line })
-		return nil, rd.errs[0]
+	sort.SliceStable(rd.Warnings, func(i, j int) bool { return rd.Warnings[i].Line < rd.Warnings[j].Line })
+	p.Warnings = rd.Warnings
+	if len(rd.Errs) > 0 {
+		sort.SliceStable(rd.Errs, func(i, j int) bool { return rd.Errs[i].Line < rd.Errs[j].Line })
+		return nil, rd.Errs[0]
 	}
 	return p, nil
 }
 
-type reader struct {
-	file     string
-	lines    LineLookup
-	errs     []*config.Error
-	warnings []config.Warning
-}
-
-func (rd *reader) fail(key, format string, args ...any) {
-	path, line := rd.lines(key)
-	rd.errs = append(rd.errs, &config.Error{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (rd *reader) warn(key, format string, args ...any) {
-	path, line := rd.lines(key)
-	rd.warnings = append(rd.warnings, config.Warning{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-// count reads a non-negative integer.
-func (rd *reader) count(key string, v any) int {
-	n, ok := v.(int64)
-	if !ok {
-		rd.fail(key, "must be an integer, not %s", config.TypeName(v))
-		return 0
-	}
-	if n < 0 {
-		rd.fail(key, "must not be negative (got %d)", n)
-		return 0
-	}
-	if n > math.MaxInt32 {
-		rd.fail(key, "%d is too large", n)
-		return 0
-	}
-	return int(n)
-}
+// reader reads one runner's raw keys (see config.RawReader).
+type reader struct{ config.RawReader }
 
 // float reads a non-negative float. An integer is an error, as in GitLab
 // Runner (its TOML decoder refuses to load an integer into a float).
@@ -123,47 +90,31 @@ func (rd *reader) float(key string, v any) float64 {
 	switch f := v.(type) {
 	case float64:
 		if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-			rd.fail(key, "must be a finite number >= 0 (got %v)", f)
+			rd.Fail(key, "must be a finite number >= 0 (got %v)", f)
 			return 0
 		}
 		return f
 	case int64:
-		rd.fail(key, "must be a float: write %d.0, not %d (GitLab Runner refuses an integer here too)", f, f)
+		rd.Fail(key, "must be a float: write %d.0, not %d (GitLab Runner refuses an integer here too)", f, f)
 		return 0
 	}
-	rd.fail(key, "must be a float, not %s", config.TypeName(v))
+	rd.Fail(key, "must be a float, not %s", config.TypeName(v))
 	return 0
-}
-
-func (rd *reader) boolean(key string, v any) bool {
-	b, ok := v.(bool)
-	if !ok {
-		rd.fail(key, "must be a boolean, not %s", config.TypeName(v))
-	}
-	return b
-}
-
-func (rd *reader) str(key string, v any) string {
-	s, ok := v.(string)
-	if !ok {
-		rd.fail(key, "must be a string, not %s", config.TypeName(v))
-	}
-	return s
 }
 
 // seconds reads an integer number of seconds (machine dialect IdleTime).
 func (rd *reader) seconds(key string, v any) time.Duration {
 	n, ok := v.(int64)
 	if !ok {
-		rd.fail(key, "must be an integer number of seconds, not %s", config.TypeName(v))
+		rd.Fail(key, "must be an integer number of seconds, not %s", config.TypeName(v))
 		return 0
 	}
 	if n < 0 {
-		rd.fail(key, "must not be negative (got %d)", n)
+		rd.Fail(key, "must not be negative (got %d)", n)
 		return 0
 	}
 	if n > int64(math.MaxInt64/time.Second) {
-		rd.fail(key, "%d seconds is too long", n)
+		rd.Fail(key, "%d seconds is too long", n)
 		return 0
 	}
 	return time.Duration(n) * time.Second
@@ -176,39 +127,39 @@ func (rd *reader) duration(key string, v any) time.Duration {
 	case string:
 		d, err := time.ParseDuration(t)
 		if err != nil {
-			rd.fail(key, "%q is not a duration (want e.g. \"30s\", \"20m\", \"1h30m\")", t)
+			rd.Fail(key, "%q is not a duration (want e.g. \"30s\", \"20m\", \"1h30m\")", t)
 			return 0
 		}
 		if d < 0 {
-			rd.fail(key, "must not be negative (got %s)", t)
+			rd.Fail(key, "must not be negative (got %s)", t)
 			return 0
 		}
 		return d
 	case int64:
 		if t < 0 {
-			rd.fail(key, "must not be negative (got %d)", t)
+			rd.Fail(key, "must not be negative (got %d)", t)
 			return 0
 		}
 		if t != 0 {
-			rd.warn(key, "integer durations are nanoseconds; write a duration string such as \"20m\"")
+			rd.Warn(key, "integer durations are nanoseconds; write a duration string such as \"20m\"")
 		}
 		return time.Duration(t)
 	}
-	rd.fail(key, "must be a duration string, not %s", config.TypeName(v))
+	rd.Fail(key, "must be a duration string, not %s", config.TypeName(v))
 	return 0
 }
 
 func (rd *reader) strList(key string, v any) []string {
 	a, ok := v.([]any)
 	if !ok {
-		rd.fail(key, "must be an array of strings, not %s", config.TypeName(v))
+		rd.Fail(key, "must be an array of strings, not %s", config.TypeName(v))
 		return nil
 	}
 	out := make([]string, 0, len(a))
 	for i, e := range a {
 		s, ok := e.(string)
 		if !ok {
-			rd.fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
+			rd.Fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
 			continue
 		}
 		out = append(out, s)
@@ -225,14 +176,14 @@ func (rd *reader) tables(key string, v any) []map[string]any {
 			return nil
 		}
 	}
-	rd.fail(key, "must be an array of tables ([[...]]), not %s", config.TypeName(v))
+	rd.Fail(key, "must be an array of tables ([[...]]), not %s", config.TypeName(v))
 	return nil
 }
 
 func (rd *reader) location(key string, v any) (string, bool) {
-	tz := rd.str(key, v)
+	tz := rd.Str(key, v)
 	if _, err := loadLocation(tz); err != nil {
-		rd.fail(key, "%v", err)
+		rd.Fail(key, "%v", err)
 		return tz, false
 	}
 	return tz, true
@@ -249,17 +200,17 @@ func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
 		v, key := m[k], config.SubKey("machine", k)
 		switch k {
 		case "IdleCount":
-			p.Base.IdleCount = rd.count(key, v)
+			p.Base.IdleCount = rd.Count(key, v)
 		case "IdleCountMin":
-			p.Base.IdleCountMin = rd.count(key, v)
+			p.Base.IdleCountMin = rd.Count(key, v)
 		case "IdleScaleFactor":
 			p.Base.ScaleFactor = rd.float(key, v)
 		case "IdleTime":
 			p.Base.IdleTime = rd.seconds(key, v)
 		case "MaxGrowthRate":
-			p.MaxGrowthRate = rd.count(key, v)
+			p.MaxGrowthRate = rd.Count(key, v)
 		case "MaxBuilds":
-			p.MaxUseCount = rd.count(key, v)
+			p.MaxUseCount = rd.Count(key, v)
 		case "autoscaling":
 			for i, t := range rd.tables(key, v) {
 				p.Schedules = append(p.Schedules, rd.machinePeriod(config.IndexKey(key, i), t))
@@ -268,9 +219,9 @@ func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
 			switch {
 			case slices.Contains(machineOtherKeys, k):
 			case slices.Contains(machineOffPeakKeys, k):
-				rd.warn(key, "removed in GitLab Runner 14.0 and ignored: use [[runners.machine.autoscaling]] with Periods, Timezone, IdleCount and IdleTime")
+				rd.Warn(key, "removed in GitLab Runner 14.0 and ignored: use [[runners.machine.autoscaling]] with Periods, Timezone, IdleCount and IdleTime")
 			default:
-				rd.warn(key, "unknown key, ignored")
+				rd.Warn(key, "unknown key, ignored")
 			}
 		}
 	}
@@ -288,28 +239,28 @@ func (rd *reader) machinePeriod(key string, m map[string]any) Schedule {
 		case "Timezone":
 			s.Timezone, tzOK = rd.location(kk, v)
 		case "IdleCount":
-			s.IdleCount = rd.count(kk, v)
+			s.IdleCount = rd.Count(kk, v)
 		case "IdleCountMin":
-			s.IdleCountMin = rd.count(kk, v)
+			s.IdleCountMin = rd.Count(kk, v)
 		case "IdleScaleFactor":
 			s.ScaleFactor = rd.float(kk, v)
 		case "IdleTime":
 			s.IdleTime = rd.seconds(kk, v)
 		default:
-			rd.warn(kk, "unknown key, ignored")
+			rd.Warn(kk, "unknown key, ignored")
 		}
 	}
 	if _, ok := m["Periods"]; !ok {
-		rd.warn(key, "no Periods: this entry never applies")
+		rd.Warn(key, "no Periods: this entry never applies")
 	}
 	for i, ps := range s.Periods {
 		c, err := ParseCron7(ps)
 		if err != nil {
-			rd.fail(config.IndexKey(config.SubKey(key, "Periods"), i), "%v", err)
+			rd.Fail(config.IndexKey(config.SubKey(key, "Periods"), i), "%v", err)
 			continue
 		}
 		if c.fields != 7 && !strings.HasPrefix(ps, "@") {
-			rd.warn(config.IndexKey(config.SubKey(key, "Periods"), i), "%q has %d fields: the seconds field is then 0, so the period only matches around second 0 of each minute; write 7 fields (sec min hour dom month dow year), e.g. \"* * 9-17 * * mon-fri *\"", ps, c.fields)
+			rd.Warn(config.IndexKey(config.SubKey(key, "Periods"), i), "%q has %d fields: the seconds field is then 0, so the period only matches around second 0 of each minute; write 7 fields (sec min hour dom month dow year), e.g. \"* * 9-17 * * mon-fri *\"", ps, c.fields)
 		}
 		s.compiled = append(s.compiled, c)
 	}
@@ -335,27 +286,27 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 		v, key := m[k], config.SubKey("autoscaler", k)
 		switch k {
 		case "capacity_per_instance":
-			n := rd.count(key, v)
+			n := rd.Count(key, v)
 			if n == 0 {
 				if _, isInt := v.(int64); isInt {
-					rd.fail(key, "must be at least 1")
+					rd.Fail(key, "must be at least 1")
 				}
 				n = 1
 			}
 			p.CapacityPerInstance = n
 		case "max_use_count":
-			p.MaxUseCount = rd.count(key, v)
+			p.MaxUseCount = rd.Count(key, v)
 		case "max_instances":
-			p.MaxInstances = rd.count(key, v)
+			p.MaxInstances = rd.Count(key, v)
 		case "reservation_throttling":
-			p.ReservationThrottling = rd.boolean(key, v)
+			p.ReservationThrottling = rd.Bool(key, v)
 		case "policy":
 			for i, t := range rd.tables(key, v) {
 				p.Schedules = append(p.Schedules, rd.autoscalerPolicy(config.IndexKey(key, i), t))
 			}
 		default:
 			if !slices.Contains(autoscalerOtherKeys, k) {
-				rd.warn(key, "unknown key, ignored")
+				rd.Warn(key, "unknown key, ignored")
 			}
 		}
 	}
@@ -374,21 +325,21 @@ func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
 		case "timezone":
 			s.Timezone, tzOK = rd.location(kk, v)
 		case "idle_count":
-			s.IdleCount = rd.count(kk, v)
+			s.IdleCount = rd.Count(kk, v)
 		case "idle_time":
 			s.IdleTime = rd.duration(kk, v)
 		case "scale_factor":
 			s.ScaleFactor = rd.float(kk, v)
 		case "scale_factor_limit":
-			s.ScaleFactorLimit = rd.count(kk, v)
+			s.ScaleFactorLimit = rd.Count(kk, v)
 		case "preemptive_mode":
-			s.Preemptive, preemptiveSet = rd.boolean(kk, v), true
+			s.Preemptive, preemptiveSet = rd.Bool(kk, v), true
 		case "adaptive":
-			s.Adaptive = rd.boolean(kk, v)
+			s.Adaptive = rd.Bool(kk, v)
 		case "target_wait":
 			s.TargetWait, targetSet = rd.duration(kk, v), true
 		default:
-			rd.warn(kk, "unknown key, ignored")
+			rd.Warn(kk, "unknown key, ignored")
 		}
 	}
 	if !preemptiveSet {
@@ -399,21 +350,21 @@ func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
 	if !targetSet {
 		s.TargetWait = DefaultTargetWait
 	} else if !s.Adaptive {
-		rd.warn(config.SubKey(key, "target_wait"), "only used with adaptive = true")
+		rd.Warn(config.SubKey(key, "target_wait"), "only used with adaptive = true")
 	} else if s.TargetWait == 0 {
-		rd.fail(config.SubKey(key, "target_wait"), "must be more than 0")
+		rd.Fail(config.SubKey(key, "target_wait"), "must be more than 0")
 	}
 	periods := s.Periods
 	if _, ok := m["periods"]; !ok {
 		periods = []string{"* * * * *"}
 	} else if len(periods) == 0 {
-		rd.warn(config.SubKey(key, "periods"), "empty: this policy never applies (leave periods out for always)")
+		rd.Warn(config.SubKey(key, "periods"), "empty: this policy never applies (leave periods out for always)")
 	}
 	s.compiled = []period{}
 	for i, ps := range periods {
 		c, err := ParseCron5(ps)
 		if err != nil {
-			rd.fail(config.IndexKey(config.SubKey(key, "periods"), i), "%v", err)
+			rd.Fail(config.IndexKey(config.SubKey(key, "periods"), i), "%v", err)
 			continue
 		}
 		s.compiled = append(s.compiled, c)

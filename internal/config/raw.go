@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -62,3 +63,63 @@ func SubKey(table, k string) string {
 
 // IndexKey is the key path of element i of an array: "periods[2]".
 func IndexKey(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
+
+// RawReader collects the problems found while reading a runner's raw
+// sub-table, each located by Lines (a key relative to the runner, such as
+// "autoscaler.max_instances", to its full path and line; RunnerConfig.KeyLine
+// is one), and reads typed values, reporting the wrong ones.
+type RawReader struct {
+	File     string
+	Lines    func(key string) (path string, line int)
+	Errs     []*Error
+	Warnings []Warning
+}
+
+// OK reports whether no error was found.
+func (rd *RawReader) OK() bool { return len(rd.Errs) == 0 }
+
+// Fail records an error about key.
+func (rd *RawReader) Fail(key, format string, args ...any) {
+	path, line := rd.Lines(key)
+	rd.Errs = append(rd.Errs, &Error{File: rd.File, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Warn records a warning about key.
+func (rd *RawReader) Warn(key, format string, args ...any) {
+	path, line := rd.Lines(key)
+	rd.Warnings = append(rd.Warnings, Warning{File: rd.File, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Count reads a non-negative integer (0 after an error).
+func (rd *RawReader) Count(key string, v any) int {
+	n, ok := v.(int64)
+	switch {
+	case !ok:
+		rd.Fail(key, "must be an integer, not %s", TypeName(v))
+	case n < 0:
+		rd.Fail(key, "must not be negative (got %d)", n)
+	case n > math.MaxInt32:
+		rd.Fail(key, "%d is too large", n)
+	default:
+		return int(n)
+	}
+	return 0
+}
+
+// Bool reads a boolean.
+func (rd *RawReader) Bool(key string, v any) bool {
+	b, ok := v.(bool)
+	if !ok {
+		rd.Fail(key, "must be a boolean, not %s", TypeName(v))
+	}
+	return b
+}
+
+// Str reads a string.
+func (rd *RawReader) Str(key string, v any) string {
+	s, ok := v.(string)
+	if !ok {
+		rd.Fail(key, "must be a string, not %s", TypeName(v))
+	}
+	return s
+}

@@ -2,7 +2,6 @@ package runnerpool
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,10 +106,10 @@ func Autoscaled(r *config.RunnerConfig) bool {
 // configuration the provider refuses.
 func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
 	short := api.ShortToken(r.Token)
-	rd := &reader{file: file, lines: r.KeyLine}
+	rd := &reader{config.RawReader{File: file, Lines: r.KeyLine}}
 	if r.Autoscaler == nil && r.Machine == nil {
-		rd.fail("executor", "executor %q needs a [runners.autoscaler] table (or [runners.machine])", instance.Name)
-		return nil, rd.errs[0]
+		rd.Fail("executor", "executor %q needs a [runners.autoscaler] table (or [runners.machine])", instance.Name)
+		return nil, rd.Errs[0]
 	}
 	pol, err := autoscale.FromRunner(file, r.KeyLine, concurrent, r)
 	if err != nil {
@@ -127,7 +126,7 @@ func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
 	} else {
 		rd.machine(s, r.Machine)
 	}
-	if rd.ok() {
+	if rd.OK() {
 		rd.provider(s)
 	}
 	ic, err := instance.ParseConfig(r.Instance, func(key string) string {
@@ -138,11 +137,11 @@ func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
 		return nil, err
 	}
 	s.UseCommonBuildDir = ic.UseCommonBuildDir
-	if !rd.ok() {
-		sort.SliceStable(rd.errs, func(i, j int) bool { return rd.errs[i].Line < rd.errs[j].Line })
-		return nil, rd.errs[0]
+	if !rd.OK() {
+		sort.SliceStable(rd.Errs, func(i, j int) bool { return rd.Errs[i].Line < rd.Errs[j].Line })
+		return nil, rd.Errs[0]
 	}
-	s.Warnings = append(slices.Clone(pol.Warnings), rd.warnings...)
+	s.Warnings = append(slices.Clone(pol.Warnings), rd.Warnings...)
 	return s, nil
 }
 
@@ -179,11 +178,11 @@ var ignoredAutoscalerKeys = []string{
 func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 	plugin, hasPlugin := m["plugin"]
 	if !hasPlugin {
-		rd.fail("autoscaler", "plugin: missing (docker, static, sim, or a fleet plugin program)")
+		rd.Fail("autoscaler", "plugin: missing (docker, static, sim, or a fleet plugin program)")
 	} else {
-		s.Plugin = rd.str("autoscaler.plugin", plugin)
-		if s.Plugin == "" && rd.ok() {
-			rd.fail("autoscaler.plugin", "must not be empty")
+		s.Plugin = rd.Str("autoscaler.plugin", plugin)
+		if s.Plugin == "" && rd.OK() {
+			rd.Fail("autoscaler.plugin", "must not be empty")
 		}
 	}
 	for _, k := range config.SortedKeys(m) {
@@ -194,7 +193,7 @@ func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 		case "connector_config":
 			rd.connector(&s.Connector, key, rd.table(key, v))
 		case "instance_ready_command":
-			s.InstanceReadyCommand = rd.str(key, v)
+			s.InstanceReadyCommand = rd.Str(key, v)
 		case "instance_acquire_timeout":
 			s.AcquireTimeout = rd.duration(key, v)
 		case "update_interval":
@@ -206,14 +205,14 @@ func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 		case "shutdown_deletion_interval":
 			s.ShutdownDeletionInterval = rd.duration(key, v)
 		case "failure_threshold":
-			s.FailureThreshold = rd.count(key, v)
+			s.FailureThreshold = rd.Count(key, v)
 		case "delete_instances_on_shutdown":
-			s.DeleteInstancesOnShutdown = rd.boolean(key, v)
+			s.DeleteInstancesOnShutdown = rd.Bool(key, v)
 		case "state_storage":
 			rd.stateStorage(s, key, rd.table(key, v))
 		default:
 			if slices.Contains(ignoredAutoscalerKeys, k) {
-				rd.warn(key, "accepted for compatibility and ignored by drover")
+				rd.Warn(key, "accepted for compatibility and ignored by drover")
 			}
 			// Policy keys and unknown keys: autoscale.FromRunner.
 		}
@@ -225,40 +224,40 @@ func (rd *reader) connector(c *fleet.ConnectorConfig, table string, m map[string
 		v, key := m[k], config.SubKey(table, k)
 		switch k {
 		case "os":
-			c.OS = rd.str(key, v)
+			c.OS = rd.Str(key, v)
 		case "arch":
-			c.Arch = rd.str(key, v)
+			c.Arch = rd.Str(key, v)
 		case "protocol":
-			c.Protocol = rd.str(key, v)
+			c.Protocol = rd.Str(key, v)
 			if c.Protocol != "" && c.Protocol != "ssh" {
-				rd.fail(key, "%q is not supported: drover connects to instances over ssh only", c.Protocol)
+				rd.Fail(key, "%q is not supported: drover connects to instances over ssh only", c.Protocol)
 			}
 		case "protocol_port":
-			c.ProtocolPort = rd.count(key, v)
+			c.ProtocolPort = rd.Count(key, v)
 			if c.ProtocolPort > 65535 {
-				rd.fail(key, "%d is not a port number", c.ProtocolPort)
+				rd.Fail(key, "%d is not a port number", c.ProtocolPort)
 			}
 		case "username":
-			c.Username = rd.str(key, v)
+			c.Username = rd.Str(key, v)
 		case "password":
-			c.Password = rd.str(key, v)
+			c.Password = rd.Str(key, v)
 		case "key_path":
-			c.KeyPath = rd.str(key, v)
+			c.KeyPath = rd.Str(key, v)
 			if c.KeyPath != "" {
 				if _, err := os.Stat(c.KeyPath); err != nil {
-					rd.fail(key, "%v", err)
+					rd.Fail(key, "%v", err)
 				}
 			}
 		case "use_static_credentials":
-			c.UseStaticCredentials = rd.boolean(key, v)
+			c.UseStaticCredentials = rd.Bool(key, v)
 		case "keepalive":
 			c.Keepalive = rd.duration(key, v)
 		case "timeout":
 			c.Timeout = rd.duration(key, v)
 		case "use_external_addr":
-			c.UseExternalAddr = rd.boolean(key, v)
+			c.UseExternalAddr = rd.Bool(key, v)
 		default:
-			rd.warn(key, "unknown key, ignored")
+			rd.Warn(key, "unknown key, ignored")
 		}
 	}
 }
@@ -268,22 +267,22 @@ func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
 		v, key := m[k], config.SubKey(table, k)
 		switch k {
 		case "enabled":
-			if !rd.boolean(key, v) {
+			if !rd.Bool(key, v) {
 				s.StateFile = ""
-				rd.warn(key, "state storage disabled: instances left by a crashed manager are not deleted at the next start")
+				rd.Warn(key, "state storage disabled: instances left by a crashed manager are not deleted at the next start")
 			}
 		case "dir":
-			dir := rd.str(key, v)
+			dir := rd.Str(key, v)
 			if dir == "" {
-				rd.fail(key, "must not be empty")
+				rd.Fail(key, "must not be empty")
 			} else if s.StateFile != "" {
 				if !filepath.IsAbs(dir) {
-					dir = filepath.Join(filepath.Dir(rd.file), dir)
+					dir = filepath.Join(filepath.Dir(rd.File), dir)
 				}
 				s.StateFile = filepath.Join(dir, safeName(s.ShortToken), "state.json")
 			}
 		default:
-			rd.warn(key, "unknown key, ignored")
+			rd.Warn(key, "unknown key, ignored")
 		}
 	}
 }
@@ -295,12 +294,12 @@ func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
 func (rd *reader) machine(s *Spec, m map[string]any) {
 	v, ok := m["MachineDriver"]
 	if !ok {
-		rd.fail("machine", "MachineDriver: missing (docker, static, sim, or a fleet plugin program)")
+		rd.Fail("machine", "MachineDriver: missing (docker, static, sim, or a fleet plugin program)")
 		return
 	}
-	s.Plugin = rd.str("machine.MachineDriver", v)
-	if s.Plugin == "" && rd.ok() {
-		rd.fail("machine.MachineDriver", "must not be empty")
+	s.Plugin = rd.Str("machine.MachineDriver", v)
+	if s.Plugin == "" && rd.OK() {
+		rd.Fail("machine.MachineDriver", "must not be empty")
 	}
 	if v, ok := m["MachineOptions"]; ok {
 		s.PluginConfig = map[string]any{}
@@ -309,7 +308,7 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 			k, val, found := strings.Cut(opt, "=")
 			k = strings.TrimPrefix(k, "--")
 			if !found || k == "" {
-				rd.fail(key, "%q is not key=value", opt)
+				rd.Fail(key, "%q is not key=value", opt)
 				continue
 			}
 			s.PluginConfig[k] = machineValue(k, val)
@@ -317,7 +316,7 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 	}
 	for _, k := range []string{"MachineName", "MachineOptionsWithName", "MaxRemovalAttempts"} {
 		if _, ok := m[k]; ok {
-			rd.warn(config.SubKey("machine", k), "ignored by drover's instance executor")
+			rd.Warn(config.SubKey("machine", k), "ignored by drover's instance executor")
 		}
 	}
 }
@@ -354,84 +353,36 @@ func (rd *reader) provider(s *Spec) {
 	switch s.Plugin {
 	case PluginDocker:
 		if err := docker.CheckConfig(s.PluginConfig); err != nil {
-			rd.fail(cfgKey, "%v", err)
+			rd.Fail(cfgKey, "%v", err)
 		}
 	case PluginStatic:
 		if _, err := static.ParseHosts(s.PluginConfig, s.Connector); err != nil {
-			rd.fail(cfgKey, "static provider config: %v", err)
+			rd.Fail(cfgKey, "static provider config: %v", err)
 		}
 		// The static provider keeps which hosts are in use in memory only;
 		// hosts the state file does not list are free, not orphans.
 		s.AdoptUnknown = true
 	case PluginSim:
 		if _, err := simOptions(s.PluginConfig); err != nil {
-			rd.fail(cfgKey, "%v", err)
+			rd.Fail(cfgKey, "%v", err)
 		}
 	default:
 		path, err := plugin.Resolve(s.Plugin)
 		if err != nil {
-			rd.fail(key, "unknown plugin: not docker, static or sim, and %v", err)
+			rd.Fail(key, "unknown plugin: not docker, static or sim, and %v", err)
 			return
 		}
 		s.PluginPath = path
 	}
 }
 
-// reader collects errors and warnings about one runner's keys.
-type reader struct {
-	file     string
-	lines    func(key string) (path string, line int)
-	errs     []*config.Error
-	warnings []config.Warning
-}
-
-func (rd *reader) ok() bool { return len(rd.errs) == 0 }
-
-func (rd *reader) fail(key, format string, args ...any) {
-	path, line := rd.lines(key)
-	rd.errs = append(rd.errs, &config.Error{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (rd *reader) warn(key, format string, args ...any) {
-	path, line := rd.lines(key)
-	rd.warnings = append(rd.warnings, config.Warning{File: rd.file, Line: line, Key: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (rd *reader) count(key string, v any) int {
-	n, ok := v.(int64)
-	switch {
-	case !ok:
-		rd.fail(key, "must be an integer, not %s", config.TypeName(v))
-	case n < 0:
-		rd.fail(key, "must not be negative (got %d)", n)
-	case n > math.MaxInt32:
-		rd.fail(key, "%d is too large", n)
-	default:
-		return int(n)
-	}
-	return 0
-}
-
-func (rd *reader) boolean(key string, v any) bool {
-	b, ok := v.(bool)
-	if !ok {
-		rd.fail(key, "must be a boolean, not %s", config.TypeName(v))
-	}
-	return b
-}
-
-func (rd *reader) str(key string, v any) string {
-	s, ok := v.(string)
-	if !ok {
-		rd.fail(key, "must be a string, not %s", config.TypeName(v))
-	}
-	return s
-}
+// reader reads one runner's raw keys (see config.RawReader).
+type reader struct{ config.RawReader }
 
 func (rd *reader) table(key string, v any) map[string]any {
 	m, ok := v.(map[string]any)
 	if !ok {
-		rd.fail(key, "must be a table, not %s", config.TypeName(v))
+		rd.Fail(key, "must be a table, not %s", config.TypeName(v))
 	}
 	return m
 }
@@ -439,14 +390,14 @@ func (rd *reader) table(key string, v any) map[string]any {
 func (rd *reader) strList(key string, v any) []string {
 	a, ok := v.([]any)
 	if !ok {
-		rd.fail(key, "must be an array of strings, not %s", config.TypeName(v))
+		rd.Fail(key, "must be an array of strings, not %s", config.TypeName(v))
 		return nil
 	}
 	out := make([]string, 0, len(a))
 	for i, e := range a {
 		s, ok := e.(string)
 		if !ok {
-			rd.fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
+			rd.Fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
 			continue
 		}
 		out = append(out, s)
@@ -462,18 +413,18 @@ func (rd *reader) duration(key string, v any) time.Duration {
 		d, err := time.ParseDuration(t)
 		switch {
 		case err != nil:
-			rd.fail(key, "%q is not a duration (want e.g. \"30s\", \"5m\")", t)
+			rd.Fail(key, "%q is not a duration (want e.g. \"30s\", \"5m\")", t)
 		case d < 0:
-			rd.fail(key, "must not be negative (got %s)", t)
+			rd.Fail(key, "must not be negative (got %s)", t)
 		default:
 			return d
 		}
 	case int64:
 		if t != 0 {
-			rd.fail(key, "must be a duration string: write \"%ds\" for %d seconds", t, t)
+			rd.Fail(key, "must be a duration string: write \"%ds\" for %d seconds", t, t)
 		}
 	default:
-		rd.fail(key, "must be a duration string such as \"30s\", not %s", config.TypeName(v))
+		rd.Fail(key, "must be a duration string such as \"30s\", not %s", config.TypeName(v))
 	}
 	return 0
 }
