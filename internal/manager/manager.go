@@ -65,6 +65,7 @@ type Manager struct {
 	stores       map[string]*openStore // job stores by storeKey
 	runnerStores map[string]*openStore // by runner token
 	resuming     sync.WaitGroup        // resumed jobs
+	ownerID      string                // this process in job records
 
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
@@ -97,6 +98,7 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		feed:    make(chan *config.RunnerConfig),
 		drained: make(chan struct{}),
 
+		ownerID:      ownerID(opts.SystemID),
 		stores:       map[string]*openStore{},
 		runnerStores: map[string]*openStore{},
 

@@ -21,9 +21,11 @@ import (
 
 // owner names this manager process in job records: the system id, the
 // host and the pid, so that two managers sharing a Redis store differ.
-func (m *Manager) owner() string {
+func (m *Manager) owner() string { return m.ownerID }
+
+func ownerID(systemID string) string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s/%s/%d", m.opts.SystemID, host, os.Getpid())
+	return fmt.Sprintf("%s/%s/%d", systemID, host, os.Getpid())
 }
 
 // storeVars are the variables [runners.store.file] path may use.
