@@ -498,3 +498,39 @@ func TestRedisDownJobGoesOn(t *testing.T) {
 	checkLines(t, trace(t, cl, j.ID), "rd", 40)
 	m.waitLog(`job store unreachable or refusing; the job goes on`, 5*time.Second)
 }
+
+// TestResumeOverMaxRetries: a job resumed more often than max_retries
+// fails with runner_system_failure, says so in its log, and its processes
+// are stopped.
+func TestResumeOverMaxRetries(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	store := strings.Replace(fileStore(filepath.Join(dir, "store")), `    health_interval = "500ms"`, "    health_interval = \"500ms\"\n    max_retries = 0", 1)
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
+	marker := fmt.Sprintf("retries-%d", time.Now().UnixNano())
+	j, err := cl.Submit(context.Background(), numberedJob("rt", marker, 300, "0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, dir, "run", "--config", cfg)
+	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(time.Second)
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+	start(t, dir, "run", "--config", cfg)
+	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
+		t.Errorf("job = %s %s, want failed runner_system_failure", got.Status, got.FailureReason)
+	}
+	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "more than max_retries = 0") {
+		t.Errorf("the log does not say why the job failed:\n%s", tr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(leftovers(marker)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ps := leftovers(marker); len(ps) > 0 {
+		t.Errorf("processes left behind: %v", ps)
+	}
+}

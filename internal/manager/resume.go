@@ -267,7 +267,11 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	}
 	if rec.Retries > t.store.cfg.MaxRetries {
 		m.stopResumed(ctx, p, settings, &job, env)
-		fail(m.resumeBuffer(&job, r, size, 0, log), m.resumeStreamer(r, client, &job, info, nil, size, log), api.RunnerSystemFailure,
+		buf := m.resumeBuffer(&job, r, size, 0, log)
+		if buf != nil {
+			defer buf.Close()
+		}
+		fail(buf, m.resumeStreamer(r, client, &job, info, buf, size), api.RunnerSystemFailure,
 			fmt.Sprintf("the job was resumed %d times, more than max_retries = %d", rec.Retries, t.store.cfg.MaxRetries))
 		return
 	}
@@ -296,7 +300,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		m.mu.Unlock()
 	}()
 
-	st := m.resumeStreamer(r, client, &job, info, buf, size, log)
+	st := m.resumeStreamer(r, client, &job, info, buf, size)
 	st.onCanceling, st.onAbort = jr.cancelGracefully, jr.abortJob
 	pers, err := newPersister(m, t.store, log, &job, r.Token, buf, exec, slot, env.Accepted)
 	if err != nil {
@@ -351,11 +355,7 @@ func (m *Manager) resumeBuffer(job *api.JobResponse, r *config.RunnerConfig, bas
 	return buf
 }
 
-func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job *api.JobResponse, info api.VersionInfo, buf *trace.Buffer, sent int64, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-	Error(string, ...any)
-}) *streamer {
+func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job *api.JobResponse, info api.VersionInfo, buf *trace.Buffer, sent int64) *streamer {
 	if buf == nil {
 		return nil
 	}
