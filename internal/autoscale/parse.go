@@ -149,24 +149,6 @@ func (rd *reader) duration(key string, v any) time.Duration {
 	return 0
 }
 
-func (rd *reader) strList(key string, v any) []string {
-	a, ok := v.([]any)
-	if !ok {
-		rd.Fail(key, "must be an array of strings, not %s", config.TypeName(v))
-		return nil
-	}
-	out := make([]string, 0, len(a))
-	for i, e := range a {
-		s, ok := e.(string)
-		if !ok {
-			rd.Fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
 func (rd *reader) tables(key string, v any) []map[string]any {
 	switch t := v.(type) {
 	case []map[string]any:
@@ -235,7 +217,7 @@ func (rd *reader) machinePeriod(key string, m map[string]any) Schedule {
 		v, kk := m[k], config.SubKey(key, k)
 		switch k {
 		case "Periods":
-			s.Periods = rd.strList(kk, v)
+			s.Periods = rd.StrList(kk, v)
 		case "Timezone":
 			s.Timezone, tzOK = rd.location(kk, v)
 		case "IdleCount":
@@ -321,7 +303,7 @@ func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {
 		v, kk := m[k], config.SubKey(key, k)
 		switch k {
 		case "periods":
-			s.Periods = rd.strList(kk, v)
+			s.Periods = rd.StrList(kk, v)
 		case "timezone":
 			s.Timezone, tzOK = rd.location(kk, v)
 		case "idle_count":

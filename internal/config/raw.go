@@ -123,3 +123,23 @@ func (rd *RawReader) Str(key string, v any) string {
 	}
 	return s
 }
+
+// StrList reads an array of strings; a wrong element is reported with its
+// index and left out.
+func (rd *RawReader) StrList(key string, v any) []string {
+	a, ok := v.([]any)
+	if !ok {
+		rd.Fail(key, "must be an array of strings, not %s", TypeName(v))
+		return nil
+	}
+	out := make([]string, 0, len(a))
+	for i, e := range a {
+		s, ok := e.(string)
+		if !ok {
+			rd.Fail(IndexKey(key, i), "must be a string, not %s", TypeName(e))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}

@@ -303,7 +303,7 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 	}
 	if v, ok := m["MachineOptions"]; ok {
 		s.PluginConfig = map[string]any{}
-		for i, opt := range rd.strList("machine.MachineOptions", v) {
+		for i, opt := range rd.StrList("machine.MachineOptions", v) {
 			key := config.IndexKey("machine.MachineOptions", i)
 			k, val, found := strings.Cut(opt, "=")
 			k = strings.TrimPrefix(k, "--")
@@ -385,24 +385,6 @@ func (rd *reader) table(key string, v any) map[string]any {
 		rd.Fail(key, "must be a table, not %s", config.TypeName(v))
 	}
 	return m
-}
-
-func (rd *reader) strList(key string, v any) []string {
-	a, ok := v.([]any)
-	if !ok {
-		rd.Fail(key, "must be an array of strings, not %s", config.TypeName(v))
-		return nil
-	}
-	out := make([]string, 0, len(a))
-	for i, e := range a {
-		s, ok := e.(string)
-		if !ok {
-			rd.Fail(config.IndexKey(key, i), "must be a string, not %s", config.TypeName(e))
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
 }
 
 // duration reads a Go duration string ("30s"). A bare integer is refused
