@@ -71,6 +71,16 @@ func leftovers(marker string) []string {
 	return ps
 }
 
+// waitNoLeftovers waits up to d for the processes carrying marker to be
+// gone and returns those that are not.
+func waitNoLeftovers(marker string, d time.Duration) []string {
+	deadline := time.Now().Add(d)
+	for len(leftovers(marker)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return leftovers(marker)
+}
+
 // TestChaosManagerKilled: 12 jobs of ~4 s printing numbered lines,
 // concurrent = 4, the manager killed with SIGKILL three times at random
 // moments and restarted on the same file store: every job succeeds once,
@@ -146,11 +156,7 @@ func TestResumeAfterDowntimePastTimeout(t *testing.T) {
 	if got.Status != "failed" || got.FailureReason != "job_execution_timeout" {
 		t.Errorf("job = %s %s, want failed job_execution_timeout", got.Status, got.FailureReason)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(leftovers(marker)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if ps := leftovers(marker); len(ps) > 0 {
+	if ps := waitNoLeftovers(marker, 10*time.Second); len(ps) > 0 {
 		t.Errorf("processes of the timed-out job left behind: %v", ps)
 	}
 }
@@ -199,6 +205,12 @@ func TestFileStoreLockedAndCorruptRecord(t *testing.T) {
 
 // startRedis starts a real redis-server on a free port.
 func startRedis(t testing.TB) string {
+	url, _ := startRedisKillable(t)
+	return url
+}
+
+// startRedisKillable is startRedis, with a function that kills the server.
+func startRedisKillable(t testing.TB) (url string, kill func()) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -214,17 +226,19 @@ func startRedis(t testing.TB) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var once sync.Once
+	kill = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	t.Cleanup(kill)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	for range 100 {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return "redis://" + addr
+			return "redis://" + addr, kill
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("redis-server did not start")
-	return ""
+	return "", nil
 }
 
 // TestRedisStoreTakeover: two managers share one Redis store; one is
@@ -447,29 +461,7 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 // TestRedisDownJobGoesOn: Redis goes away while a job runs: the job goes
 // on and succeeds with its whole log, and the manager retries the store.
 func TestRedisDownJobGoesOn(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (scripts/test.sh installs it)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	redis := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := redis.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
-	for range 100 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	url, killRedis := startRedisKillable(t)
 	dir := t.TempDir()
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
 	cl := c.client()
@@ -478,8 +470,8 @@ func TestRedisDownJobGoesOn(t *testing.T) {
     health_interval = "300ms"
     health_timeout = "2s"
     [runners.store.redis]
-      url = "redis://%s"
-`, addr)
+      url = %q
+`, url)
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 10*time.Second)
@@ -489,8 +481,7 @@ func TestRedisDownJobGoesOn(t *testing.T) {
 	}
 	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
 	time.Sleep(500 * time.Millisecond)
-	_ = redis.Process.Kill()
-	_ = redis.Wait()
+	killRedis()
 	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
 	if got.Status != "success" {
 		t.Fatalf("job with Redis down = %s %s", got.Status, got.FailureReason)
@@ -526,11 +517,7 @@ func TestResumeOverMaxRetries(t *testing.T) {
 	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "more than max_retries = 0") {
 		t.Errorf("the log does not say why the job failed:\n%s", tr)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(leftovers(marker)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if ps := leftovers(marker); len(ps) > 0 {
+	if ps := waitNoLeftovers(marker, 10*time.Second); len(ps) > 0 {
 		t.Errorf("processes left behind: %v", ps)
 	}
 }
