@@ -76,11 +76,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	m.metrics.jobStarted(r)
 	started := m.clock.Now()
 
-	buf, err := trace.New(trace.Options{
-		Masked:        job.Variables.Masked(),
-		TokenPrefixes: job.Features.TokenMaskPrefixes,
-		Limit:         r.OutputLimitBytes(),
-	})
+	buf, err := newJobLog(job, r, 0, 0)
 	if err != nil {
 		log.Error("cannot create the job log buffer", "err", err)
 		m.sendFinal(ctx, log, client, job, info, nil, api.StateFailed, api.RunnerSystemFailure, 0)
@@ -218,6 +214,19 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	if pers != nil {
 		pers.remove(context.WithoutCancel(ctx))
 	}
+}
+
+// newJobLog makes a job's log buffer. A resumed job's log continues at
+// base, the coordinator's size, and drops the first skip bytes it
+// regenerates (see trace.Options).
+func newJobLog(job *api.JobResponse, r *config.RunnerConfig, base, skip int64) (*trace.Buffer, error) {
+	return trace.New(trace.Options{
+		Masked:        job.Variables.Masked(),
+		TokenPrefixes: job.Features.TokenMaskPrefixes,
+		Limit:         r.OutputLimitBytes(),
+		Base:          base,
+		Skip:          skip,
+	})
 }
 
 // finishJob reports a build's end: the final update with the whole log.
