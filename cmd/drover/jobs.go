@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -49,6 +50,25 @@ func parseKV(s string) (string, string, error) {
 	return k, v, nil
 }
 
+// parseService reads a --service value: a JSON object if it starts with
+// '{', else the image name.
+func parseService(s string) (client.Service, error) {
+	if !strings.HasPrefix(strings.TrimSpace(s), "{") {
+		if s == "" {
+			return client.Service{}, errors.New("--service: empty image name")
+		}
+		return client.Service{Name: s}, nil
+	}
+	var svc client.Service
+	if err := json.Unmarshal([]byte(s), &svc); err != nil {
+		return client.Service{}, fmt.Errorf("--service %s: %w", s, err)
+	}
+	if svc.Name == "" {
+		return client.Service{}, fmt.Errorf("--service %s: name is required", s)
+	}
+	return svc, nil
+}
+
 func newSubmitCmd() *cobra.Command {
 	var (
 		af                     apiFlags
@@ -57,13 +77,18 @@ func newSubmitCmd() *cobra.Command {
 		gitURL, gitRef, gitSha string
 		gitDepth               int
 		wait                   bool
+		image                  client.Image
+		imageUser              string
+		services               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit",
 		Short: "Submit a job to a drover coordinator",
 		Example: `  drover submit --name hello --script 'echo hello' --wait
   drover submit --name build --script 'make' --var GOFLAGS=-mod=mod --tag linux \
-      --git-url https://example.com/repo.git --git-ref main --git-depth 1`,
+      --git-url https://example.com/repo.git --git-ref main --git-depth 1
+  drover submit --name test --script 'go test ./...' --image golang:1.26 --image-user 1000 \
+      --service redis:7 --service '{"name":"postgres:17","alias":"db pg","variables":[{"key":"POSTGRES_PASSWORD","value":"pw"}]}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if spec.Name == "" || len(spec.Script) == 0 {
@@ -83,6 +108,22 @@ func newSubmitCmd() *cobra.Command {
 			}
 			if gitURL != "" {
 				spec.Git = &client.Git{RepoURL: gitURL, Ref: gitRef, Sha: gitSha, Depth: gitDepth}
+			}
+			if imageUser != "" {
+				image.Docker = &client.ImageDocker{User: imageUser}
+			}
+			if image.Name == "" && (len(image.Entrypoint) > 0 || len(image.PullPolicy) > 0 || image.Docker != nil) {
+				return usageError(errors.New("--image-entrypoint, --image-pull-policy and --image-user need --image"))
+			}
+			if image.Name != "" {
+				spec.Image = &image
+			}
+			for _, s := range services {
+				svc, err := parseService(s)
+				if err != nil {
+					return usageError(err)
+				}
+				spec.Services = append(spec.Services, svc)
 			}
 			c, err := af.client()
 			if err != nil {
@@ -119,7 +160,13 @@ func newSubmitCmd() *cobra.Command {
 	f.StringArrayVar(&files, "file-var", nil, "file variable KEY=VALUE: the job sees KEY as a path to a file holding VALUE (repeatable)")
 	f.StringArrayVar(&spec.Tags, "tag", nil, "required runner tag (repeatable)")
 	f.IntVar(&spec.Timeout, "timeout", 0, "job timeout in seconds (default 3600)")
-	f.StringVar(&spec.Image, "image", "", "image (for executors that use one)")
+	f.StringVar(&image.Name, "image", "", "image to run the job in (for executors that use one, e.g. docker)")
+	f.StringArrayVar(&image.Entrypoint, "image-entrypoint", nil, "override the image's entrypoint: one argument (repeat for more; '' alone clears it)")
+	f.StringArrayVar((*[]string)(&image.PullPolicy), "image-pull-policy", nil, "pull policy of the image: always, if-not-present or never (repeatable: tried in order)")
+	f.StringVar(&imageUser, "image-user", "", "user (name or uid, optionally :group) to run the job's container as (docker)")
+	f.StringArrayVar(&services, "service", nil, `service container: an image name (redis:7) or a JSON object such as
+{"name":"redis:7","alias":"cache db","command":[..],"entrypoint":[..],"variables":[{"key":"K","value":"V"}],"pull_policy":"if-not-present"}
+(repeatable)`)
 	f.StringVar(&gitURL, "git-url", "", "repository to check out")
 	f.StringVar(&gitRef, "git-ref", "", "branch or tag to check out")
 	f.StringVar(&gitSha, "git-sha", "", "commit to check out")

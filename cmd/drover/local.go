@@ -39,7 +39,7 @@ ended the way its example file expects.`,
 			ok, err := local.Run(ctx, local.Options{
 				DataDir: data, Examples: examples.FS, Concurrent: concurrent,
 				Out: cmd.OutOrStdout(), Logger: logger, Quiet: quiet,
-				Providers: providers(nil, nil), Version: version,
+				Providers: providers(nil, nil, nil, nil, nil), Version: version,
 			})
 			if err != nil {
 				return err

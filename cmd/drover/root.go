@@ -37,6 +37,7 @@ func newRootCmd() *cobra.Command {
 		newCancelCmd(),
 		newLocalCmd(),
 		newAutoscaleCmd(),
+		newHelperCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print drover's version",

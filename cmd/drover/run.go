@@ -21,6 +21,7 @@ import (
 	"github.com/drover-ci/drover/internal/autoscale/runnerpool"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/manager"
@@ -30,24 +31,47 @@ import (
 // providers lists the executors this build offers. runners holds the
 // autoscaler pools of the runners with executor "instance" (nil: none, so
 // such a runner gets no job); hostKeys is shared with their
-// instance_ready_command.
-func providers(runners *instance.Runners, hostKeys *sshx.TOFU) map[string]executor.Provider {
+// instance_ready_command; dockers holds the [runners.docker] of the docker
+// runners (nil: none).
+func providers(logger *slog.Logger, runners *instance.Runners, hostKeys *sshx.TOFU, dockers *docker.Runners, engines docker.Dialer) map[string]executor.Provider {
 	if runners == nil {
 		runners = &instance.Runners{}
 	}
+	if dockers == nil {
+		dockers = &docker.Runners{}
+	}
 	inst, err := instance.NewProvider(instance.Options{Lookup: runners.Lookup, HostKeys: hostKeys})
+	if err != nil {
+		panic(err) // only for a nil Lookup
+	}
+	dock, err := docker.NewProvider(docker.Options{Lookup: dockers.Lookup, Configs: dockers.All, Dialer: engines, Logger: logger})
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
 	return map[string]executor.Provider{
 		"shell":       shell.NewProvider(),
 		instance.Name: inst,
+		docker.Name:   dock,
 	}
+}
+
+// applyDocker reads the [runners.docker] of cfg into dockers, logging its
+// warnings; its errors are the configuration's (exit code 2).
+func applyDocker(logger *slog.Logger, dockers *docker.Runners, path string, cfg *config.Config) error {
+	warns, err := dockers.Apply(path, cfg)
+	for _, w := range warns {
+		if logger != nil {
+			logger.Warn(w.String())
+		} else {
+			fmt.Fprintln(os.Stderr, "warning:", w.String())
+		}
+	}
+	return err
 }
 
 // providerNames lists the executors this build offers, sorted.
 func providerNames() string {
-	names := slices.Sorted(maps.Keys(providers(nil, nil)))
+	names := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil, nil)))
 	return strings.Join(names, ", ")
 }
 
@@ -104,6 +128,15 @@ when its modification time changes).`,
 				return err
 			}
 			reg := prometheus.NewRegistry()
+			dockers, engines := &docker.Runners{}, &docker.Clients{}
+			defer engines.Close()
+			if err := applyDocker(logger, dockers, cfgPath, cfg); err != nil {
+				return usageError(err)
+			}
+			// A runner whose Docker engine does not answer is not started.
+			if err := docker.Check(cmd.Context(), engines, cfgPath, cfg, dockers); err != nil {
+				return err
+			}
 			runners, hostKeys := &instance.Runners{}, &sshx.TOFU{}
 			pools, err := runnerpool.New(runnerpool.Options{
 				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
@@ -114,7 +147,7 @@ when its modification time changes).`,
 			m, err := manager.New(logger, manager.Options{
 				Config:     cfg,
 				ConfigPath: cfgPath,
-				Providers:  providers(runners, hostKeys),
+				Providers:  providers(logger, runners, hostKeys, dockers, engines),
 				SystemID:   systemID,
 				Version:    version,
 				Registry:   reg,
@@ -125,7 +158,7 @@ when its modification time changes).`,
 			if err := pools.Apply(cmd.Context(), cfg); err != nil {
 				return usageError(err)
 			}
-			err = runManager(cmd.Context(), logger, m, pools, cfgPath, cfg)
+			err = runManager(cmd.Context(), logger, m, pools, dockers, cfgPath, cfg)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
 			if perr := pools.Shutdown(ctx); perr != nil {
@@ -143,7 +176,7 @@ when its modification time changes).`,
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, pools *runnerpool.Set, cfgPath string, cfg *config.Config) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, pools *runnerpool.Set, dockers *docker.Runners, cfgPath string, cfg *config.Config) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
@@ -167,8 +200,12 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
 			return
 		}
-		// The pools first: a new runner must have its pool before the
-		// manager asks for its jobs.
+		// The pools and docker settings first: a new runner must have them
+		// before the manager asks for its jobs.
+		if err := applyDocker(logger, dockers, cfgPath, next); err != nil {
+			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
+			return
+		}
 		if err := pools.Apply(ctx, next); err != nil {
 			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
 			return

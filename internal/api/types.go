@@ -1,6 +1,12 @@
 package api
 
-import "strings"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // JobState is a state a runner reports in PUT /jobs/:id.
 type JobState string
@@ -271,13 +277,73 @@ const (
 
 // Image is image (and each service).
 type Image struct {
-	Name       string    `json:"name"`
-	Alias      string    `json:"alias,omitempty"`
-	Command    []string  `json:"command,omitempty"`
-	Entrypoint []string  `json:"entrypoint,omitempty"`
-	Ports      []Port    `json:"ports,omitempty"`
-	Variables  Variables `json:"variables,omitempty"`
-	PullPolicy []string  `json:"pull_policy,omitempty"`
+	Name  string `json:"name"`
+	Alias string `json:"alias,omitempty"` // services: aliases separated by commas or spaces
+	// Command and Entrypoint override the image's CMD and ENTRYPOINT.
+	Command      []string           `json:"command,omitempty"`
+	Entrypoint   []string           `json:"entrypoint,omitempty"`
+	Ports        []Port             `json:"ports,omitempty"`
+	Variables    Variables          `json:"variables,omitempty"`
+	PullPolicy   []string           `json:"pull_policy,omitempty"` // always, if-not-present, never
+	ExecutorOpts *ImageExecutorOpts `json:"executor_opts,omitempty"`
+}
+
+// Pull policies of an image.
+const (
+	PullAlways       = "always"
+	PullIfNotPresent = "if-not-present"
+	PullNever        = "never"
+)
+
+// ImageExecutorOpts is executor_opts of an image: settings for one
+// executor. GitLab Runner rejects a job whose executor_opts carry a key it
+// does not know.
+type ImageExecutorOpts struct {
+	Docker *ImageDockerOpts `json:"docker,omitempty"`
+}
+
+// ImageDockerOpts is executor_opts.docker of an image.
+type ImageDockerOpts struct {
+	Platform string `json:"platform,omitempty"`
+	// User is the user (name or uid, optionally :group) the container
+	// runs as. GitLab sends it as a string or an integer; both decode.
+	User string `json:"user,omitempty"`
+}
+
+// UnmarshalJSON decodes the object, user being a string or an integer.
+func (o *ImageDockerOpts) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Platform string          `json:"platform"`
+		User     json.RawMessage `json:"user"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	user, err := StringOrInt(raw.User)
+	if err != nil {
+		return fmt.Errorf("executor_opts.docker.user: %w", err)
+	}
+	*o = ImageDockerOpts{Platform: raw.Platform, User: user}
+	return nil
+}
+
+// StringOrInt returns a JSON string's value, or an integer's decimal
+// digits; null or nothing gives "".
+func StringOrInt(b json.RawMessage) (string, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return "", nil
+	}
+	if b[0] == '"' {
+		var s string
+		err := json.Unmarshal(b, &s)
+		return s, err
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("want a string or an integer, got %.40s", b)
+	}
+	return strconv.FormatInt(n, 10), nil
 }
 
 // Port is one exposed port of an image.

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,9 +60,123 @@ type JobSpec struct {
 	Variables   []Variable `json:"variables,omitempty"`
 	Tags        []string   `json:"tags,omitempty"`
 	Timeout     int        `json:"timeout,omitempty"`
-	Image       string     `json:"image,omitempty"`
-	Services    []string   `json:"services,omitempty"`
+	Image       *Image     `json:"image,omitempty"`
+	Services    []Service  `json:"services,omitempty"`
 	Git         *Git       `json:"git,omitempty"`
+}
+
+// PullPolicies are an image's pull policies (always, if-not-present,
+// never). They decode from a string or an array of strings.
+type PullPolicies []string
+
+// UnmarshalJSON decodes a string or an array of strings.
+func (p *PullPolicies) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*p = PullPolicies{s}
+		return nil
+	}
+	var ss []string
+	if err := json.Unmarshal(b, &ss); err != nil {
+		return errors.New("pull_policy: want a string or an array of strings")
+	}
+	*p = ss
+	return nil
+}
+
+// Image is a job's image. It is sent as a plain string, the name, when
+// nothing else is set, else as an object:
+//
+//	{"name", "entrypoint": [..], "pull_policy": [..], "docker": {"user"}}
+//
+// It decodes from either form; an object with keys it does not know is an
+// error.
+type Image struct {
+	Name       string       `json:"name"`
+	Entrypoint []string     `json:"entrypoint,omitempty"`
+	PullPolicy PullPolicies `json:"pull_policy,omitempty"`
+	Docker     *ImageDocker `json:"docker,omitempty"`
+}
+
+// ImageDocker are an image's settings for the docker executor.
+type ImageDocker struct {
+	// User runs the job's container as this user (name or uid,
+	// optionally :group).
+	User string `json:"user,omitempty"`
+}
+
+// MarshalJSON sends the name alone when only it is set.
+func (i Image) MarshalJSON() ([]byte, error) {
+	type plain Image // without this method
+	if len(i.Entrypoint) == 0 && len(i.PullPolicy) == 0 && i.Docker == nil {
+		return json.Marshal(i.Name)
+	}
+	return json.Marshal(plain(i))
+}
+
+// UnmarshalJSON decodes a string (the name) or an object.
+func (i *Image) UnmarshalJSON(b []byte) error {
+	type plain Image
+	*i = Image{}
+	return stringOrObject(b, &i.Name, (*plain)(i))
+}
+
+// Service is one of a job's services. It is sent as a plain string, the
+// name, when nothing else is set, else as an object:
+//
+//	{"name", "alias", "command": [..], "entrypoint": [..],
+//	 "variables": [{"key", "value"}], "pull_policy": [..]}
+//
+// Alias holds one or more names separated by spaces or commas. It decodes
+// from either form; an object with keys it does not know is an error.
+type Service struct {
+	Name       string            `json:"name"`
+	Alias      string            `json:"alias,omitempty"`
+	Command    []string          `json:"command,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+	Variables  []ServiceVariable `json:"variables,omitempty"`
+	PullPolicy PullPolicies      `json:"pull_policy,omitempty"`
+}
+
+// ServiceVariable is a variable of a service's container.
+type ServiceVariable struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// MarshalJSON sends the name alone when only it is set.
+func (s Service) MarshalJSON() ([]byte, error) {
+	type plain Service // without this method
+	if s.Alias == "" && len(s.Command) == 0 && len(s.Entrypoint) == 0 && len(s.Variables) == 0 && len(s.PullPolicy) == 0 {
+		return json.Marshal(s.Name)
+	}
+	return json.Marshal(plain(s))
+}
+
+// UnmarshalJSON decodes a string (the name) or an object.
+func (s *Service) UnmarshalJSON(b []byte) error {
+	type plain Service
+	*s = Service{}
+	return stringOrObject(b, &s.Name, (*plain)(s))
+}
+
+// stringOrObject decodes b, a JSON string into name or an object into
+// obj, rejecting unknown keys.
+func stringOrObject(b []byte, name *string, obj any) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, name)
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return errors.New("want a string (the image name) or an object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(obj)
 }
 
 // Job is a job as the coordinator reports it.
@@ -77,6 +192,8 @@ type Job struct {
 	RunnerSystemID string     `json:"runner_system_id,omitempty"`
 	Tags           []string   `json:"tags,omitempty"`
 	Timeout        int        `json:"timeout"`
+	Image          string     `json:"image,omitempty"`
+	Services       []string   `json:"services,omitempty"` // their names
 	CreatedAt      *time.Time `json:"created_at,omitempty"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`

@@ -32,6 +32,13 @@ func FuzzSubmitJob(f *testing.F) {
 		`{"name":"a","script":["x"]}`,
 		`{"name":"a","project":"g/p","stage":"s","script":["x"],"after_script":["y"],"variables":[{"key":"K","value":"12345678","masked":true,"file":true,"public":false,"raw":true}],"tags":["t"],"timeout":5,"image":"i","services":["s"],"git":{"repo_url":"u","ref":"r","sha":"abcdef0","depth":3}}`,
 		`{"name":"a","script":"x"}`, `{"tag_list":"a,b"}`, `[]`, `null`, `{"name":"\u0000","script":[""]}`, `{"timeout":1e30}`,
+		// image and services as objects.
+		`{"name":"a","script":["x"],"image":{"name":"i","entrypoint":["sh","-c"],"pull_policy":["always","never"],"docker":{"user":1000}},` +
+			`"services":["s",{"name":"t","alias":"a b,c","command":["c"],"entrypoint":[""],"variables":[{"key":"K","value":"v"}],"pull_policy":"if-not-present"}]}`,
+		`{"name":"a","script":["x"],"image":{"name":"i","docker":{"user":"u:g"}},"services":[{"name":"t","alias":"a;b"}]}`,
+		`{"name":"a","script":["x"],"image":{"name":"","pull_policy":""},"services":[null,{"variables":[null]}]}`,
+		`{"name":"a","script":["x"],"image":{"name":"i","docker":{"user":-1e999,"x":1}},"services":[{"name":"t","variables":[{"key":"K","value":1}]}]}`,
+		`{"name":"a","script":["x"],"image":[],"services":{}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -53,8 +60,13 @@ func FuzzJobRequest(f *testing.F) {
 	e := newEnv(f, func(c *Config) { c.LongPollTimeout = time.Millisecond })
 	_, tok := e.runner(map[string]any{"tag_list": []string{"a"}})
 	e.submit(map[string]any{"tags": []string{"a"}, "image": "alpine"})
+	e.submit(map[string]any{"tags": []string{"a"},
+		"image":    map[string]any{"name": "alpine", "entrypoint": []string{""}, "pull_policy": "never", "docker": map[string]any{"user": 0}},
+		"services": []any{"redis", map[string]any{"name": "pg", "alias": "db", "variables": []map[string]string{{"key": "K", "value": "v"}}}},
+	})
 	for _, s := range []string{
 		fmt.Sprintf(`{"token":%q,"system_id":"s_1","info":{"features":{"image":true}}}`, tok),
+		fmt.Sprintf(`{"token":%q,"system_id":"s_1","info":{"features":{"image":true,"services":true}}}`, tok),
 		fmt.Sprintf(`{"token":%q,"last_update":"x"}`, tok),
 		`{"token":"glrt-x"}`, `{"info":{"features":{"image":"yes"}}}`, `{"session":{"url":1}}`, `{`, ``,
 	} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -211,7 +212,7 @@ func jsonError(err error) *badRequest {
 	case errors.As(err, &synErr):
 		return invalid("", "malformed JSON at byte %d: %v", synErr.Offset, synErr)
 	case errors.As(err, &typeErr):
-		return invalid(typeErr.Field, "field %q: cannot use JSON %s as %s", typeErr.Field, typeErr.Value, typeErr.Type)
+		return invalid(typeErr.Field, "field %q: want %s, not JSON %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, `json: unknown field "`); ok {
@@ -223,6 +224,32 @@ func jsonError(err error) *badRequest {
 		return invalid(fe.field, "%s", fe.msg)
 	}
 	return invalid("", "invalid JSON body: %v", err)
+}
+
+// jsonKind names what JSON a Go type takes, for error messages.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another value"
 }
 
 // fieldError is returned by custom UnmarshalJSON methods.

@@ -185,9 +185,11 @@ type submitJobRequest struct {
 	Variables   []api.Variable `json:"variables"`
 	Tags        []string       `json:"tags"`
 	Timeout     *int           `json:"timeout"`
-	Image       string         `json:"image"`
-	Services    []string       `json:"services"`
-	Git         *struct {
+	// Image and each of Services are a string (the image name) or an
+	// object; see parseImage and parseService.
+	Image    json.RawMessage   `json:"image"`
+	Services []json.RawMessage `json:"services"`
+	Git      *struct {
 		RepoURL string `json:"repo_url"`
 		Ref     string `json:"ref"`
 		Sha     string `json:"sha"`
@@ -208,7 +210,7 @@ const maxJobTimeout = 30 * 24 * 3600
 func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
 	j := store.Job{
 		Name: strings.TrimSpace(req.Name), Project: req.Project, Stage: req.Stage,
-		Timeout: 3600, Image: req.Image, Tags: []string{},
+		Timeout: 3600, Tags: []string{},
 	}
 	if j.Name == "" {
 		return j, invalid("name", "name is required")
@@ -246,13 +248,14 @@ func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
 			j.Tags = append(j.Tags, t)
 		}
 	}
-	if len(j.Image) > 1024 || hasControl(j.Image) || strings.TrimSpace(j.Image) != j.Image {
-		return j, invalid("image", "invalid image name")
+	img, e := parseImage(req.Image)
+	if e != nil {
+		return j, e
 	}
-	for i, s := range req.Services {
-		if s == "" || len(s) > 1024 || hasControl(s) {
-			return j, invalid(fmt.Sprintf("services[%d]", i), "invalid service image name")
-		}
+	j.Image = img.Name
+	services, e := parseServices(req.Services)
+	if e != nil {
+		return j, e
 	}
 	for i, v := range req.Variables {
 		if !varKeyRE.MatchString(v.Key) {
@@ -262,7 +265,7 @@ func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
 			return j, invalid(fmt.Sprintf("variables[%d].value", i), "masked variable %s must be at least 8 characters", v.Key)
 		}
 	}
-	j.Spec = store.JobSpec{Script: req.Script, AfterScript: req.AfterScript, Variables: req.Variables, Services: req.Services}
+	j.Spec = store.JobSpec{Script: req.Script, AfterScript: req.AfterScript, Variables: req.Variables, Image: img, Services: services}
 	if g := req.Git; g != nil {
 		if g.RepoURL == "" && (g.Ref != "" || g.Sha != "") {
 			return j, invalid("git.repo_url", "git.repo_url is required with git.ref or git.sha")
@@ -294,12 +297,14 @@ type jobView struct {
 	Tags           []string `json:"tags"`
 	Timeout        int      `json:"timeout"`
 	Image          string   `json:"image,omitempty"`
-	CreatedAt      *string  `json:"created_at,omitempty"`
-	QueuedAt       *string  `json:"queued_at,omitempty"`
-	StartedAt      *string  `json:"started_at,omitempty"`
-	FinishedAt     *string  `json:"finished_at,omitempty"`
-	UpdatedAt      *string  `json:"updated_at,omitempty"`
-	TraceSize      int64    `json:"trace_size"`
+	// Services are the names of the job's services.
+	Services   []string `json:"services,omitempty"`
+	CreatedAt  *string  `json:"created_at,omitempty"`
+	QueuedAt   *string  `json:"queued_at,omitempty"`
+	StartedAt  *string  `json:"started_at,omitempty"`
+	FinishedAt *string  `json:"finished_at,omitempty"`
+	UpdatedAt  *string  `json:"updated_at,omitempty"`
+	TraceSize  int64    `json:"trace_size"`
 
 	// Two-phase start. AcceptedAt is when a runner accepted the job
 	// (classic runners accept by taking it); AckDeadline is set while it
@@ -328,6 +333,9 @@ func (c *Coordinator) jobView(j *store.Job) jobView {
 		CreatedAt: rfc3339(j.CreatedAt), QueuedAt: rfc3339(j.QueuedAt), StartedAt: rfc3339(j.StartedAt),
 		FinishedAt: rfc3339(j.FinishedAt), UpdatedAt: rfc3339(j.UpdatedAt), TraceSize: size,
 		AcceptedAt: rfc3339(j.AcceptedAt), ProvisioningAttempts: j.ProvisioningAttempts,
+	}
+	for _, s := range j.Spec.Services {
+		v.Services = append(v.Services, s.Name)
 	}
 	now := c.clock.Now()
 	queued, prov := time.Duration(j.QueuedNanos), time.Duration(j.ProvisioningNanos)

@@ -327,9 +327,13 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 	if len(j.Spec.AfterScript) > 0 {
 		steps = append(steps, api.Step{Name: api.StepAfterScript, Script: j.Spec.AfterScript, Timeout: 300, When: api.WhenAlways})
 	}
+	// Job.Image is the image's name; records from before the spec kept
+	// the image have only that.
+	img := j.Spec.Image
+	img.Name = j.Image
 	services := []api.Image{}
 	for _, s := range j.Spec.Services {
-		services = append(services, api.Image{Name: s})
+		services = append(services, payloadImage(s))
 	}
 	refType := "branch"
 	refspecs := []string{}
@@ -352,7 +356,7 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 		Tags:         j.Tags,
 		Variables:    vars,
 		Steps:        steps,
-		Image:        api.Image{Name: j.Image},
+		Image:        payloadImage(img),
 		Services:     services,
 		Artifacts:    []api.Artifact{},
 		Cache:        []api.Cache{},
@@ -364,6 +368,19 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 			FailureReasons:    api.AllFailureReasons,
 		},
 	}
+}
+
+// payloadImage is an image or service as the payload carries it (facts
+// §2.2): the docker user goes under executor_opts.
+func payloadImage(s store.ImageSpec) api.Image {
+	img := api.Image{
+		Name: s.Name, Alias: s.Alias, Command: s.Command, Entrypoint: s.Entrypoint,
+		Variables: api.Variables(s.Variables), PullPolicy: s.PullPolicy,
+	}
+	if s.DockerUser != "" {
+		img.ExecutorOpts = &api.ImageExecutorOpts{Docker: &api.ImageDockerOpts{User: s.DockerUser}}
+	}
+	return img
 }
 
 // byLeastRecentlyServed orders queue heads so that the project whose last

@@ -56,6 +56,10 @@ type BuildError struct {
 }
 
 func (e *BuildError) Error() string {
+	if e.Inner != nil && e.ExitCode == 0 {
+		// A job refused before any script ran (an image it may not use).
+		return e.Inner.Error()
+	}
 	if e.Inner != nil {
 		return fmt.Sprintf("exit code %d: %v", e.ExitCode, e.Inner)
 	}
@@ -78,6 +82,10 @@ type Settings struct {
 	Shell        string // bash or sh; empty = provider default
 	Environment  []string
 	ConcurrentID int // slot number of the job within this runner (0-based)
+	// SystemID is the manager's system_id: executors that leave resources
+	// behind (containers, volumes) label them with it, so that a restarted
+	// manager finds its own (see Sweeper).
+	SystemID     string
 	FeatureFlags map[string]bool
 	// Resumable is set when the manager saves the job in a job store to
 	// resume it after a restart: a Stateful executor then runs the job so
@@ -149,6 +157,17 @@ type JobStopper interface {
 	// StopJob stops the job's leftover processes and returns how many
 	// stages it stopped.
 	StopJob(ctx context.Context, jobID int64) (int, error)
+}
+
+// Sweeper is implemented by providers whose jobs own resources outside the
+// manager's process (containers, networks, volumes) that a manager which
+// died leaves behind. The manager calls Sweep once at start, after its job
+// stores are open and before it resumes or requests any job.
+type Sweeper interface {
+	// Sweep removes the resources labelled with systemID whose job keep
+	// does not report as one that will be resumed, and returns a
+	// description of each thing removed.
+	Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error)
 }
 
 // ErrStageNotStarted is returned (wrapped) by Stateful.Resume when the

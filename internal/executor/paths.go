@@ -63,6 +63,11 @@ func absOrDefault(dir, def string) (string, error) {
 	return filepath.Abs(dir)
 }
 
+// ProjectPath is the job's project path relative to its builds (or
+// concurrent-id) directory: its full path with "." and ".." segments
+// dropped, or project-<id> when nothing is left.
+func ProjectPath(job *api.JobResponse) string { return projectPath(job) }
+
 // projectPath is the job's project path relative to its concurrent-id
 // directory.
 func projectPath(job *api.JobResponse) string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -193,6 +192,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer m.closeStores()
+	m.sweep(ctx)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -362,7 +362,6 @@ func (m *Manager) versionInfo(r *config.RunnerConfig, p executor.Provider) api.V
 }
 
 func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
-	wd, _ := os.Getwd()
 	s := executor.Settings{
 		RunnerName:   r.Name,
 		ShortToken:   api.ShortToken(r.Token),
@@ -371,14 +370,54 @@ func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
 		Shell:        r.Shell,
 		Environment:  r.Environment,
 		ConcurrentID: slot,
+		SystemID:     m.opts.SystemID,
 		FeatureFlags: r.FeatureFlags,
 		Resumable:    m.storeFor(r) != nil,
 	}
-	if s.BuildsDir == "" {
-		s.BuildsDir = wd + "/builds"
-	}
-	if s.CacheDir == "" {
-		s.CacheDir = wd + "/cache"
-	}
+	// Empty builds_dir and cache_dir are left to the executor: each has
+	// its own default (the manager's $PWD/builds for shell, /builds on an
+	// instance or in a container).
 	return s
+}
+
+// sweep asks every provider that leaves resources behind a dead manager
+// (containers, networks, volumes) to remove this manager's leftovers,
+// except those of jobs a job store holds: they may be resumed, here or by
+// another manager on the same store.
+func (m *Manager) sweep(ctx context.Context) {
+	keep := map[int64]bool{}
+	m.mu.Lock()
+	stores := make([]*openStore, 0, len(m.stores))
+	for _, st := range m.stores {
+		stores = append(stores, st)
+	}
+	m.mu.Unlock()
+	for _, st := range stores {
+		recs, err := st.List(ctx)
+		if err != nil {
+			// Without the list nothing can be told apart: sweep nothing.
+			m.logger.Warn("job store unreadable: leftover job resources are not removed", "err", err)
+			return
+		}
+		for _, r := range recs {
+			keep[r.JobID] = true
+		}
+	}
+	seen := map[executor.Sweeper]bool{}
+	for name, p := range m.opts.Providers {
+		sw, ok := p.(executor.Sweeper)
+		if !ok || seen[sw] {
+			continue
+		}
+		seen[sw] = true
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		removed, err := sw.Sweep(sctx, m.opts.SystemID, func(id int64) bool { return keep[id] })
+		cancel()
+		for _, r := range removed {
+			m.logger.Info("removed a leftover of a job this manager will not resume", "executor", name, "what", r)
+		}
+		if err != nil {
+			m.logger.Warn("cannot remove leftovers of earlier jobs", "executor", name, "err", err)
+		}
+	}
 }

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -92,13 +95,52 @@ type GitSpec struct {
 	Depth   int    `json:"depth,omitempty"`
 }
 
+// ImageSpec is a job's image or one of its services: the image and how to
+// run it. The image's own fields are Name, Entrypoint, PullPolicy and
+// DockerUser; a service has all but DockerUser.
+//
+// It unmarshals from an object or from a JSON string, the name alone: the
+// form in which services were stored before they had more than a name.
+type ImageSpec struct {
+	Name       string         `json:"name"`
+	Alias      string         `json:"alias,omitempty"` // several separated by commas or spaces
+	Command    []string       `json:"command,omitempty"`
+	Entrypoint []string       `json:"entrypoint,omitempty"`
+	Variables  []api.Variable `json:"variables,omitempty"`
+	PullPolicy []string       `json:"pull_policy,omitempty"`
+	DockerUser string         `json:"docker_user,omitempty"`
+}
+
+// UnmarshalJSON decodes an object or a string (the name).
+func (s *ImageSpec) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var name string
+		if err := json.Unmarshal(b, &name); err != nil {
+			return fmt.Errorf("image name: %w", err)
+		}
+		*s = ImageSpec{Name: name}
+		return nil
+	}
+	type plain ImageSpec // without this method
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*s = ImageSpec(p)
+	return nil
+}
+
 // JobSpec is what a job runs; the store keeps it as an opaque document.
 type JobSpec struct {
 	Script      []string       `json:"script"`
 	AfterScript []string       `json:"after_script,omitempty"`
 	Variables   []api.Variable `json:"variables,omitempty"`
-	Services    []string       `json:"services,omitempty"`
-	Git         GitSpec        `json:"git"`
+	// Image is the job's image; its name is also Job.Image, which is
+	// authoritative (records from before Image was kept have only that).
+	Image    ImageSpec   `json:"image,omitzero"`
+	Services []ImageSpec `json:"services,omitempty"`
+	Git      GitSpec     `json:"git"`
 }
 
 // Job is one job and its lifecycle record.

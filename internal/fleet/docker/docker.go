@@ -64,6 +64,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/fleet"
 )
 
@@ -418,7 +419,7 @@ func (p *Provider) create(ctx context.Context) (string, error) {
 // authorized_keys path; it works on created and on running containers.
 func (p *Provider) installKey(ctx context.Context, id string) error {
 	dst := strings.ReplaceAll(p.cfg.AuthorizedKeysPath, "{username}", p.username)
-	archive, err := singleFileTar(strings.TrimPrefix(dst, "/"), []byte(p.publicKey), 0o644)
+	archive, err := dockerimage.FileTar(strings.TrimPrefix(dst, "/"), 0o644, []byte(p.publicKey))
 	if err != nil {
 		return fmt.Errorf("docker provider: key archive: %w", err)
 	}

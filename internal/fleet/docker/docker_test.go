@@ -18,6 +18,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/docker"
 )
@@ -37,16 +38,7 @@ func engine(t *testing.T) *dockerclient.Client {
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
 		t.Skip("no /usr/sbin/sshd on this machine: cannot build the sshd image")
 	}
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
-		t.Skipf("no Docker engine reachable (%v)", err)
-	}
+	cli := dockertest.Engine(t)
 	imageOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -330,15 +322,8 @@ func TestInitRejectsBadConfig(t *testing.T) {
 // BenchmarkInstanceLifecycle measures one container from Increase to a
 // working SSH login to its removal.
 func BenchmarkInstanceLifecycle(b *testing.B) {
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		b.Skipf("docker client: %v", err)
-	}
-	defer cli.Close()
+	cli := dockertest.Engine(b)
 	ctx := b.Context()
-	if _, err := cli.Ping(ctx); err != nil {
-		b.Skipf("no Docker engine (%v)", err)
-	}
 	if err := docker.EnsureImage(ctx, cli, testImage); err != nil {
 		b.Fatalf("EnsureImage: %v", err)
 	}

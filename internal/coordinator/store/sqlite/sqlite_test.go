@@ -1,12 +1,14 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"path/filepath"
 	"testing"
 
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
 	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
+	"github.com/google/go-cmp/cmp"
 )
 
 type harness struct{ paths map[store.Store]string }
@@ -46,5 +48,45 @@ func TestMigrateTwice(t *testing.T) {
 			t.Fatalf("Open = %v", err)
 		}
 		s.Close()
+	}
+}
+
+// TestOldJobSpec loads a job stored before services had more than a
+// name: its spec holds services as strings and no image.
+func TestOldJobSpec(t *testing.T) {
+	ctx := t.Context()
+	p := filepath.Join(t.TempDir(), "db.sqlite")
+	s, err := sqlite.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.CreateJob(ctx, store.Job{Name: "old", Project: "a/b", Status: store.StatusPending, Image: "alpine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := `{"script":["echo hi"],"services":["redis:7","postgres:17"],"git":{}}`
+	if _, err := db.ExecContext(ctx, `UPDATE jobs SET spec = ? WHERE id = ?`, old, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err = sqlite.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := s.GetJob(ctx, j.ID)
+	if err != nil {
+		t.Fatalf("GetJob = %v", err)
+	}
+	want := store.JobSpec{Script: []string{"echo hi"}, Services: []store.ImageSpec{{Name: "redis:7"}, {Name: "postgres:17"}}}
+	if d := cmp.Diff(want, got.Spec); d != "" || got.Image != "alpine" {
+		t.Errorf("old spec: image %q (-want +got):\n%s", got.Image, d)
 	}
 }

@@ -34,6 +34,7 @@ func Run(t *testing.T, h Harness) {
 		{"Runners", testRunners},
 		{"Managers", testManagers},
 		{"Jobs", testJobs},
+		{"ImageSpecs", testImageSpecs},
 		{"ListJobs", testListJobs},
 		{"QueueHeads", testQueueHeads},
 		{"Transition", testTransition},
@@ -209,6 +210,64 @@ func testJobs(t *testing.T, h Harness) {
 	if err != nil || counts[store.StatusPending] != 3 {
 		t.Errorf("CountJobs = %v, %v", counts, err)
 	}
+}
+
+// testImageSpecs checks that a job's image and services, with every
+// field, come back as stored: from CreateJob, from GetJob and ListJobs,
+// after a transition and after a reopen.
+func testImageSpecs(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.Open(t)
+	in := sampleJob("images", "g/p")
+	in.Image = "golang:1.26"
+	in.Spec.Image = store.ImageSpec{
+		Name: "golang:1.26", Entrypoint: []string{"/bin/sh", "-c"},
+		PullPolicy: []string{"if-not-present", "always"}, DockerUser: "1000:1000",
+	}
+	in.Spec.Services = []store.ImageSpec{
+		{Name: "redis:7"},
+		{
+			Name: "postgres:17", Alias: "db, pg primary", Command: []string{"postgres", "-c", "fsync=off"},
+			Entrypoint: []string{""}, PullPolicy: []string{"never"},
+			Variables: []api.Variable{{Key: "POSTGRES_PASSWORD", Value: "pw"}, {Key: "PGDATA", Value: "/tmp/pg"}},
+		},
+	}
+	j, err := s.CreateJob(ctx, in)
+	if err != nil {
+		t.Fatalf("CreateJob = %v", err)
+	}
+	in.ID, in.ProjectID, in.Version = j.ID, j.ProjectID, 1
+	if d := cmp.Diff(in, j); d != "" {
+		t.Errorf("CreateJob (-want +got):\n%s", d)
+	}
+	check := func(what string, got store.Job) {
+		t.Helper()
+		if d := cmp.Diff(in.Spec, got.Spec); d != "" || got.Image != in.Image {
+			t.Errorf("%s: image %q, spec (-want +got):\n%s", what, got.Image, d)
+		}
+	}
+	got, err := s.GetJob(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetJob", got)
+	list, err := s.ListJobs(ctx, store.JobFilter{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("ListJobs = %d jobs, %v", len(list), err)
+	}
+	check("ListJobs", list[0])
+	got, err = s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("TransitionJob", got)
+	s = h.Reopen(t, s)
+	defer s.Close()
+	got, err = s.GetJob(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("after reopen", got)
 }
 
 func testListJobs(t *testing.T, h Harness) {

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// fakeSubmit is a coordinator that records the body of POST /api/v1/jobs.
+func fakeSubmit(t *testing.T) (*httptest.Server, *[]byte) {
+	t.Helper()
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/jobs" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, `{"error":"unexpected request"}`, http.StatusBadRequest)
+			return
+		}
+		body, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"id":42,"status":"pending"}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &body
+}
+
+func TestSubmitImageFlags(t *testing.T) {
+	srv, body := fakeSubmit(t)
+	base := []string{"submit", "--url", srv.URL, "--token", "tok", "--name", "n", "--script", "true"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // body sent; "" = no request (usage error, exit 2)
+	}{
+		{"no image", nil, `{"name":"n","script":["true"]}`},
+		{"image name", []string{"--image", "alpine:3"}, `{"name":"n","script":["true"],"image":"alpine:3"}`},
+		{"image object", []string{"--image", "alpine:3", "--image-entrypoint", "/bin/sh", "--image-entrypoint", "-c",
+			"--image-pull-policy", "if-not-present", "--image-pull-policy", "always", "--image-user", "1000:1000"},
+			`{"name":"n","script":["true"],"image":{"name":"alpine:3","entrypoint":["/bin/sh","-c"],"pull_policy":["if-not-present","always"],"docker":{"user":"1000:1000"}}}`},
+		{"entrypoint cleared", []string{"--image", "alpine", "--image-entrypoint", ""},
+			`{"name":"n","script":["true"],"image":{"name":"alpine","entrypoint":[""]}}`},
+		{"services", []string{"--service", "redis:7", "--service", `{"name":"postgres:17","alias":"db pg","command":["postgres"],"entrypoint":["e"],"variables":[{"key":"K","value":"v"}],"pull_policy":"never"}`, "--service", `{"name":"plain"}`},
+			`{"name":"n","script":["true"],"services":["redis:7",{"name":"postgres:17","alias":"db pg","command":["postgres"],"entrypoint":["e"],"variables":[{"key":"K","value":"v"}],"pull_policy":["never"]},"plain"]}`},
+		{"image flags without image", []string{"--image-user", "1000"}, ""},
+		{"entrypoint without image", []string{"--image-entrypoint", "sh"}, ""},
+		{"service unknown key", []string{"--service", `{"name":"r","aliases":"x"}`}, ""},
+		{"service without name", []string{"--service", `{"alias":"x"}`}, ""},
+		{"service bad json", []string{"--service", `{"name":`}, ""},
+		{"service trailing data", []string{"--service", `{"name":"r"} x`}, ""},
+		{"service empty", []string{"--service", ""}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			*body = nil
+			out, code, err := drover(t, append(base, tc.args...)...)
+			if tc.want == "" {
+				if code != 2 || *body != nil {
+					t.Errorf("exit %d (%v), sent %s; want usage error and no request\n%s", code, err, *body, out)
+				}
+				return
+			}
+			if code != 0 || strings.TrimSpace(out) != "42" {
+				t.Fatalf("exit %d (%v): %s", code, err, out)
+			}
+			if string(*body) != tc.want {
+				t.Errorf("body\n got %s\nwant %s", *body, tc.want)
+			}
+		})
+	}
+}
+
+func TestSubmitRejected(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":"unknown pull policy","field":"image.pull_policy"}`)
+	}))
+	defer srv.Close()
+	out, code, err := drover(t, "submit", "--url", srv.URL, "--token", "tok", "--name", "n", "--script", "true",
+		"--image", "a", "--image-pull-policy", "sometimes")
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "image.pull_policy") {
+		t.Errorf("exit %d, %v\n%s", code, err, out)
+	}
+}

@@ -1,0 +1,392 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/dockerimage"
+	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
+)
+
+// needDockerImages builds the test images (busybox, bash, an HTTP
+// service) from this host's files, or skips the test when no Docker
+// engine answers.
+func needDockerImages(t testing.TB) {
+	t.Helper()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Skipf("no Docker engine reachable (%v)", err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		t.Skipf("no Docker engine reachable (%v)", err)
+	}
+	dockerImagesOnce.Do(func() { dockerImagesErr = dockerimage.EnsureTestImages(ctx, cli) })
+	if dockerImagesErr != nil {
+		t.Fatalf("EnsureTestImages: %v", dockerImagesErr)
+	}
+}
+
+var (
+	dockerImagesOnce sync.Once
+	dockerImagesErr  error
+)
+
+// dockerConfig writes a config.toml with one docker runner.
+func dockerConfig(t testing.TB, dir, url, token string, concurrent int, runner, docker string) string {
+	t.Helper()
+	path := filepath.Join(dir, "config.toml")
+	body := fmt.Sprintf(`concurrent = %d
+check_interval = 1
+shutdown_timeout = 10
+
+[[runners]]
+  name = "docker-e2e"
+  url = %q
+  token = %q
+  executor = "docker"
+%s
+  [runners.docker]
+    image = %q
+    pull_policy = "if-not-present"
+    allowed_pull_policies = ["if-not-present", "never", "always"]
+%s
+`, concurrent, url, token, runner, dockerimage.TestImageBusybox, docker)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// submitJSON submits a job written as drover's API takes it.
+func submitJSON(t testing.TB, c *coordinator, spec map[string]any) int64 {
+	t.Helper()
+	body, _ := json.Marshal(spec)
+	req, _ := http.NewRequest(http.MethodPost, c.url+"/api/v1/jobs", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ID    int64  `json:"id"`
+		Error string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("submit %s: %d %s", body, resp.StatusCode, out.Error)
+	}
+	return out.ID
+}
+
+// jobResources lists the containers, networks and volumes labelled with
+// a job id.
+func jobResources(t testing.TB, id int64) []string {
+	t.Helper()
+	f := "label=" + dockerexec.LabelJob + "=" + strconv.FormatInt(id, 10)
+	var all []string
+	for _, args := range [][]string{
+		{"ps", "-a", "--format", "container {{.Names}}", "--filter", f},
+		{"network", "ls", "--format", "network {{.Name}}", "--filter", f},
+		{"volume", "ls", "--format", "volume {{.Name}}", "--filter", f},
+	} {
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker %v: %v\n%s", args, err, out)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if l != "" {
+				all = append(all, l)
+			}
+		}
+	}
+	return all
+}
+
+// waitNoResources waits until nothing of job id is left.
+func waitNoResources(t testing.TB, id int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := jobResources(t, id)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("job %d left behind: %v", id, left)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestDockerExecutor runs jobs in containers through a real coordinator
+// and manager on the local Docker engine: images, exit codes, masking,
+// file variables, bash detection, services by alias and derived name, a
+// service that never gets ready, allowed_images, pull_policy never, and
+// cancel and timeout leaving nothing behind.
+func TestDockerExecutor(t *testing.T) {
+	needDockerImages(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 6, "", `    wait_for_services_timeout = 3
+    allowed_images = ["drover-test-*", "drover-missing-*"]
+    memory = "64m"
+    memory_swap = "64m"`)
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+
+	type want struct {
+		status, reason string
+		exit           int
+		has, hasNot    []string
+	}
+	cases := []struct {
+		name string
+		spec map[string]any
+		want want
+	}{
+		{"success", map[string]any{"script": []string{"echo hello from the container", "cat /etc/hostname >/dev/null && echo user=$(id -u)"}},
+			want{status: "success", has: []string{"hello from the container", "user=0", "Using Docker executor with image " + dockerimage.TestImageBusybox}}},
+		{"exit code", map[string]any{"script": []string{"echo before", "exit 3"}},
+			want{status: "failed", reason: "script_failure", exit: 3, has: []string{"before", "ERROR: Job failed: exit code 3"}}},
+		{"masked and file variables", map[string]any{
+			"script": []string{"echo secret=$SECRET_TOKEN", "cat \"$CONF_FILE\"", "echo path=$CONF_FILE"},
+			"variables": []map[string]any{
+				{"key": "SECRET_TOKEN", "value": "s3cr3t-value-42", "masked": true},
+				{"key": "CONF_FILE", "value": "file-content-line", "file": true},
+			}},
+			want{status: "success", has: []string{"secret=[MASKED]", "file-content-line", "path=/builds/"}, hasNot: []string{"s3cr3t-value-42"}}},
+		{"bash image", map[string]any{"image": dockerimage.TestImageBash, "script": []string{"echo shell=${BASH_VERSION:+bash}"}},
+			want{status: "success", has: []string{"shell=bash"}}},
+		{"sh image", map[string]any{"script": []string{"echo shell=${BASH_VERSION:-sh}"}},
+			want{status: "success", has: []string{"shell=sh"}}},
+		{"service by alias and derived name", map[string]any{
+			"services": []any{map[string]any{"name": dockerimage.TestImageService, "alias": "web, cache"}},
+			"script": []string{"wget -qO- http://web:8080/", "wget -qO- http://cache:8080/",
+				"wget -qO- http://" + strings.Split(dockerimage.TestImageService, ":")[0] + ":8080/"}},
+			want{status: "success", has: []string{"Starting service " + dockerimage.TestImageService, "drover service ok"}}},
+		{"service never ready", map[string]any{
+			"services": []any{map[string]any{"name": dockerimage.TestImageService, "command": []string{"sh", "-c", "echo svc-log-marker; sleep 300"}}},
+			"script":   []string{"echo script ran"}},
+			want{status: "success", has: []string{"WARNING:", "probably didn't start properly", "svc-log-marker", "script ran"}}},
+		{"image not allowed", map[string]any{"image": "forbidden/image:1", "script": []string{"echo must not run"}},
+			want{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
+		{"pull never, image missing", map[string]any{"image": map[string]any{"name": "drover-missing-image:nope", "pull_policy": "never"}, "script": []string{"echo must not run"}},
+			want{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "never"}, hasNot: []string{"must not run\n"}}},
+		{"oom", map[string]any{"script": []string{"echo start", "head -c 200m /dev/zero | tail > /dev/null"}},
+			want{status: "failed", reason: "script_failure", has: []string{"lack of memory"}}},
+	}
+	ids := make([]int64, len(cases))
+	for i, tc := range cases {
+		spec := map[string]any{"name": tc.name, "timeout": 120}
+		for k, v := range tc.spec {
+			spec[k] = v
+		}
+		ids[i] = submitJSON(t, c, spec)
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := waitJob(t, cl, ids[i], 3*time.Minute, finished)
+			log := trace(t, cl, ids[i])
+			if j.Status != tc.want.status || j.FailureReason != tc.want.reason {
+				t.Errorf("status = %s %q, want %s %q\nlog:\n%s", j.Status, j.FailureReason, tc.want.status, tc.want.reason, log)
+			}
+			if tc.want.exit != 0 && (j.ExitCode == nil || *j.ExitCode != tc.want.exit) {
+				t.Errorf("exit code = %v, want %d", j.ExitCode, tc.want.exit)
+			}
+			for _, s := range tc.want.has {
+				if !strings.Contains(log, s) {
+					t.Errorf("log lacks %q:\n%s", s, log)
+				}
+			}
+			for _, s := range tc.want.hasNot {
+				if strings.Contains(log, s) {
+					t.Errorf("log has %q:\n%s", s, log)
+				}
+			}
+			waitNoResources(t, ids[i])
+		})
+	}
+
+	t.Run("cancel and timeout leave nothing", func(t *testing.T) {
+		cancelID := submitJSON(t, c, map[string]any{"name": "to cancel", "script": []string{"echo started-sleeping", "sleep 300"},
+			"after_script": []string{"echo after-script-ran"}})
+		timeoutID := submitJSON(t, c, map[string]any{"name": "to time out", "timeout": 4, "script": []string{"sleep 300"}})
+		waitJob(t, cl, cancelID, time.Minute, func(j *client.Job) bool {
+			return j.Status == "running" && strings.Contains(trace(t, cl, cancelID), "started-sleeping")
+		})
+		if _, err := cl.Cancel(context.Background(), cancelID); err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+		for _, id := range []int64{cancelID, timeoutID} {
+			j := waitJob(t, cl, id, 2*time.Minute, finished)
+			log := trace(t, cl, id)
+			switch id {
+			case cancelID:
+				if j.Status != "canceled" && j.Status != "failed" {
+					t.Errorf("canceled job = %s %s", j.Status, j.FailureReason)
+				}
+				if !strings.Contains(log, "after-script-ran") {
+					t.Errorf("after_script did not run after the cancel:\n%s", log)
+				}
+			case timeoutID:
+				if j.FailureReason != "job_execution_timeout" {
+					t.Errorf("timed-out job = %s %s\n%s", j.Status, j.FailureReason, log)
+				}
+			}
+			waitNoResources(t, id)
+		}
+	})
+}
+
+// TestDockerGitFetchReusesClone: two jobs of one project on a runner with
+// one slot: the first clones into the builds volume, the second fetches
+// into the same clone.
+func TestDockerGitFetchReusesClone(t *testing.T) {
+	needDockerImages(t)
+	dir := t.TempDir()
+	repo, shas := gitRepo(t)
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 2, "  limit = 1", fmt.Sprintf("    volumes = [%q]", repo+":"+repo+":ro"))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	var logs []string
+	for i, sha := range shas {
+		id := submitJSON(t, c, map[string]any{
+			"name": fmt.Sprintf("git %d", i), "project": "group/repo",
+			"script":    []string{"cat file.txt", "git rev-parse HEAD 2>/dev/null || true", "ls -a"},
+			"variables": []map[string]any{{"key": "GIT_STRATEGY", "value": "fetch"}},
+			"git":       map[string]any{"repo_url": "file://" + repo, "ref": "main", "sha": sha},
+		})
+		j := waitJob(t, cl, id, 2*time.Minute, finished)
+		log := trace(t, cl, id)
+		if j.Status != "success" {
+			t.Fatalf("job %d = %s %s\n%s", i, j.Status, j.FailureReason, log)
+		}
+		if !strings.Contains(log, fmt.Sprintf("version %d", i+1)) {
+			t.Errorf("job %d did not check out its commit:\n%s", i, log)
+		}
+		logs = append(logs, log)
+	}
+	if !strings.Contains(logs[0], "Created fresh repository") {
+		t.Errorf("first job did not clone fresh:\n%s", logs[0])
+	}
+	if !strings.Contains(logs[1], "Reinitialized existing Git repository") {
+		t.Errorf("second job did not reuse the clone:\n%s", logs[1])
+	}
+}
+
+// TestDockerEngineUnreachable: a runner whose host does not answer is not
+// started, and the error names the host.
+func TestDockerEngineUnreachable(t *testing.T) {
+	dir := t.TempDir()
+	cfg := dockerConfig(t, dir, "http://127.0.0.1:1", "glrt-unreachable-docker-token", 1, "", `    host = "unix:///nonexistent/drover-test.sock"`)
+	out, code := runCLI(t, dir, nil, "run", "--config", cfg)
+	if code == 0 {
+		t.Fatalf("drover run started with an unreachable engine:\n%s", out)
+	}
+	for _, s := range []string{"unix:///nonexistent/drover-test.sock", "runners[0].docker.host"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("error lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+// TestDockerSweepsLeftovers: a container left by a job of this manager
+// that no job store holds is removed at start, and the removal is logged.
+func TestDockerSweepsLeftovers(t *testing.T) {
+	needDockerImages(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", "")
+	// The system id is made on first start: start once to learn it.
+	m := start(t, dir, "run", "--config", cfg)
+	sys := m.waitLog(`runner manager started.*system_id=(\S+)`, 20*time.Second)
+	m.signal(syscall.SIGTERM)
+	m.wait(20 * time.Second)
+	jobID := 900000 + rand.IntN(99999)
+	name := fmt.Sprintf("drover-e2e-leftover-%d", jobID)
+	out, err := exec.Command("docker", "run", "-d", "--name", name,
+		"--label", dockerexec.LabelManaged+"=1", "--label", dockerexec.LabelSystemID+"="+sys,
+		"--label", dockerexec.LabelJob+"="+strconv.Itoa(jobID), dockerimage.TestImageBusybox, "sleep", "300").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker run: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	m = start(t, dir, "run", "--config", cfg)
+	m.waitLog(`removed a leftover.*`+name, 30*time.Second)
+	if left := jobResources(t, int64(jobID)); len(left) != 0 {
+		t.Errorf("left over after the sweep: %v", left)
+	}
+}
+
+// TestDockerChaosManagerKilled: the shell executor's chaos test with the
+// docker executor: 12 jobs of ~4 s printing numbered lines, concurrent =
+// 4, the manager SIGKILLed three times and restarted on the same file
+// store: every job succeeds once with every line exactly once in order,
+// and no container is left afterwards.
+func TestDockerChaosManagerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: -short")
+	}
+	needDockerImages(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--ack-timeout", "5s")
+	cl := c.client()
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 4, fileStore(filepath.Join(dir, "store")), "")
+	const jobs, lines = 12, 40
+	var ids []int64
+	for i := range jobs {
+		name := fmt.Sprintf("job%02d", i)
+		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
+			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	for kill := range 3 {
+		time.Sleep(time.Duration(1500+rng.IntN(3000)) * time.Millisecond)
+		m.signal(syscall.SIGKILL)
+		m.wait(10 * time.Second)
+		t.Logf("kill %d done", kill+1)
+		m = start(t, dir, "run", "--config", cfg)
+		m.waitLog("runner manager started", 20*time.Second)
+	}
+	for i, id := range ids {
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		log := trace(t, cl, id)
+		if j.Status != "success" {
+			t.Errorf("job %d (%s) = %s %s\nlog:\n%s", id, j.Name, j.Status, j.FailureReason, log)
+			continue
+		}
+		checkLines(t, log, fmt.Sprintf("job%02d", i), lines)
+	}
+	for _, id := range ids {
+		waitNoResources(t, id)
+	}
+}

@@ -1,0 +1,628 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Paths inside the containers.
+const (
+	buildsDir = "/builds"
+	cacheDir  = "/cache"
+	// jobDir is a volume of the job's own, in every container of it: the
+	// stage scripts, and for resumable jobs their output and exit files.
+	jobDir = "/drover"
+)
+
+// Executor runs one job in containers: services, a helper container (git,
+// and following detached stages) and a build container in the job's
+// image, on a network of the job's own. Stage scripts run in the
+// long-lived build (or helper) container by exec; see the package doc.
+type Executor struct {
+	// GracePeriod is the time between SIGTERM and SIGKILL when containers
+	// are stopped; set by the provider.
+	GracePeriod time.Duration
+
+	prov *Provider
+
+	mu       sync.Mutex
+	stage    executor.Stage
+	cfg      *Config
+	eng      Engine
+	job      *api.JobResponse
+	settings executor.Settings
+	trace    io.Writer
+	logger   *slog.Logger
+
+	prefix     string // names of the job's resources
+	shell      string // bash or sh
+	shellPath  string // its path in the build image
+	paths      executor.Paths
+	image      string // the build image as the job names it
+	imageID    string
+	user       string
+	network    string // the job's network (id); "" when network_mode is set
+	netName    string // what containers join
+	jobVolume  string
+	volumes    []string // per-job volumes to remove (job, and builds/cache with disable_cache)
+	binds      []string // mounts of the build and helper containers
+	build      string   // the build container running now
+	builds     int      // build containers made so far (names)
+	helper     string
+	helperImg  string
+	services   []service
+	containers []string // every container made, for Cleanup
+	resumable  bool
+	runs       int
+	running    *stageState
+	resume     *stageState
+	cleanedUp  bool
+
+	out output
+}
+
+// output is the progress of the running stage's output into the trace.
+type output struct {
+	mu    sync.Mutex // held while stage output is written to the trace
+	stage executor.Stage
+	off   atomic.Int64
+}
+
+var (
+	_ executor.Executor           = (*Executor)(nil)
+	_ executor.PathsReporter      = (*Executor)(nil)
+	_ executor.Stateful           = (*Executor)(nil)
+	_ executor.OutputCheckpointer = (*Executor)(nil)
+)
+
+// Shell returns the shell of the job's image (after Prepare).
+func (e *Executor) Shell() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.shell
+}
+
+// Paths returns the job's directories inside its containers.
+func (e *Executor) Paths() executor.Paths {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.paths
+}
+
+// CurrentStage returns the stage last set.
+func (e *Executor) CurrentStage() executor.Stage {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stage
+}
+
+// SetCurrentStage records the stage being run.
+func (e *Executor) SetCurrentStage(s executor.Stage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stage = s
+}
+
+// Finish records nothing: Cleanup does the work.
+func (e *Executor) Finish(err error) {}
+
+// printf writes a line of the executor's own to the trace.
+func (e *Executor) printf(format string, args ...any) {
+	e.mu.Lock()
+	t := e.trace
+	e.mu.Unlock()
+	if t != nil {
+		fmt.Fprintf(t, format, args...)
+	}
+}
+
+// refuse is a job the runner will not run as it is: it fails (accepted
+// first, so that no other runner gets it to refuse again) with reason and
+// no script runs.
+func refuse(reason api.FailureReason, format string, args ...any) error {
+	return &executor.BuildError{Reason: reason, Inner: fmt.Errorf(format, args...)}
+}
+
+// Prepare checks the job's image and services against the runner's rules,
+// pulls what the pull policy asks for, creates the job's network and
+// volumes, starts its services and its build container, detects the shell
+// of the image and waits for the services' ports.
+func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
+	trace, logger := sinks(opts)
+	e.mu.Lock()
+	e.trace, e.logger, e.job, e.settings = trace, logger, opts.Job, opts.Settings
+	e.resumable = opts.Settings.Resumable
+	e.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cfg, err := e.prov.o.Lookup(opts.Settings)
+	if err != nil {
+		return fmt.Errorf("docker executor: %w", err)
+	}
+	eng, err := e.prov.o.Dialer.Engine(cfg)
+	if err != nil {
+		return err
+	}
+	job := opts.Job
+	img := job.Image.Name
+	if img == "" {
+		img = cfg.Image
+	}
+	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"docker\" executor\033[0;m\n")
+	if img == "" {
+		return refuse(api.RunnerConfigurationError, "the job names no image and the runner has no default image ([runners.docker] image)")
+	}
+	if !ImageAllowed(cfg.AllowedImages, img) {
+		return refuse(api.RunnerConfigurationError, "the image %q is not allowed: it matches none of allowed_images %q", img, cfg.AllowedImages)
+	}
+	specs := append(configServices(cfg), job.Services...)
+	if cfg.ServicesLimit >= 0 && len(specs) > cfg.ServicesLimit {
+		return refuse(api.RunnerConfigurationError, "the job has %d services, more than services_limit (%d)", len(specs), cfg.ServicesLimit)
+	}
+	for _, s := range specs {
+		if !ImageAllowed(cfg.AllowedServices, s.Name) {
+			return refuse(api.RunnerConfigurationError, "the service %q is not allowed: it matches none of allowed_services %q", s.Name, cfg.AllowedServices)
+		}
+	}
+	if cfg.Privileged && !ImageAllowed(cfg.AllowedPrivilegedImages, img) {
+		return refuse(api.RunnerConfigurationError, "the image %q may not run privileged: it matches none of allowed_privileged_images %q", img, cfg.AllowedPrivilegedImages)
+	}
+	user := cfg.User
+	if o := job.Image.ExecutorOpts; o != nil && o.Docker != nil && o.Docker.User != "" {
+		user = o.Docker.User
+	}
+
+	e.mu.Lock()
+	e.cfg, e.eng, e.image, e.user = cfg, eng, img, user
+	e.prefix = jobPrefix(opts.Settings, job.ID)
+	e.paths = executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
+	e.mu.Unlock()
+	fmt.Fprintf(trace, "Using Docker executor with image %s ...\n", img)
+
+	id, err := e.pull(ctx, img, job.Image.PullPolicy)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.imageID = id
+	e.mu.Unlock()
+	if err := e.createNetwork(ctx); err != nil {
+		return err
+	}
+	if err := e.createVolumes(ctx); err != nil {
+		return err
+	}
+	if err := e.startServices(ctx, specs); err != nil {
+		return err
+	}
+	if err := e.startBuild(ctx, executor.StagePrepareExecutor); err != nil {
+		return err
+	}
+	if e.resumable {
+		// Every stage of a resumable job is followed through the helper:
+		// made now, it is in the job's state before any stage runs.
+		if _, err := e.ensureHelper(ctx); err != nil {
+			return err
+		}
+	}
+	return e.waitServices(ctx)
+}
+
+// sinks returns the trace (serialised) and logger of opts, defaulted.
+func sinks(opts executor.PrepareOptions) (io.Writer, *slog.Logger) {
+	trace := opts.Trace
+	if trace == nil {
+		trace = io.Discard
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &syncWriter{w: trace}, logger
+}
+
+// createNetwork makes the job's own bridge network, unless network_mode
+// names one to use.
+func (e *Executor) createNetwork(ctx context.Context) error {
+	if e.cfg.NetworkMode != "" {
+		e.mu.Lock()
+		e.netName = e.cfg.NetworkMode
+		e.mu.Unlock()
+		return nil
+	}
+	name := e.prefix + "-network"
+	resp, err := e.eng.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver: "bridge",
+		Labels: labels(e.settings, e.job.ID, roleNetwork, e.cfg.ContainerLabels),
+	})
+	if err != nil {
+		return fmt.Errorf("create the job's network: %w", err)
+	}
+	e.mu.Lock()
+	e.network, e.netName = resp.ID, name
+	e.mu.Unlock()
+	return nil
+}
+
+// createVolumes makes the job's volume and finds or makes the builds and
+// cache volumes: one per runner, concurrent slot and project, so that the
+// fetch strategy reuses the previous clone (per job with disable_cache).
+func (e *Executor) createVolumes(ctx context.Context) error {
+	s, job, cfg := e.settings, e.job, e.cfg
+	jv := e.prefix + "-job"
+	if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: jv, Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
+		return fmt.Errorf("create the job's volume: %w", err)
+	}
+	e.mu.Lock()
+	e.jobVolume = jv
+	e.volumes = append(e.volumes, jv)
+	e.mu.Unlock()
+	binds := []string{jv + ":" + jobDir}
+
+	var builds, cache string
+	if cfg.DisableCache {
+		builds, cache = e.prefix+"-builds", e.prefix+"-cache"
+		for _, v := range []string{builds, cache} {
+			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
+				return fmt.Errorf("create a volume: %w", err)
+			}
+			e.mu.Lock()
+			e.volumes = append(e.volumes, v)
+			e.mu.Unlock()
+		}
+	} else {
+		base := fmt.Sprintf("drover-%s-project-%d", nameSafe(s.ShortToken), job.JobInfo.ProjectID)
+		builds = fmt.Sprintf("%s-concurrent-%d-builds", base, s.ConcurrentID)
+		cache = base + "-cache"
+		for _, v := range []string{builds, cache} {
+			// Creating an existing volume returns it: no inspect first.
+			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Labels: labels(s, 0, roleCache, cfg.ContainerLabels)}); err != nil {
+				return fmt.Errorf("create a volume: %w", err)
+			}
+		}
+	}
+	binds = append(binds, builds+":"+buildsDir)
+	if cfg.CacheDir != "" && !cfg.DisableCache {
+		binds = append(binds, path.Join(cfg.CacheDir, nameSafe(s.ShortToken), "project-"+strconv.FormatInt(job.JobInfo.ProjectID, 10))+":"+cacheDir)
+	} else {
+		binds = append(binds, cache+":"+cacheDir)
+	}
+	e.mu.Lock()
+	e.binds = append(binds, cfg.Volumes...)
+	e.mu.Unlock()
+	return nil
+}
+
+// hostConfig is the build container's host configuration from
+// [runners.docker].
+func (e *Executor) hostConfig(binds []string, privileged bool, tmpfs map[string]string) *container.HostConfig {
+	c := e.cfg
+	hc := &container.HostConfig{
+		Binds:       binds,
+		NetworkMode: container.NetworkMode(e.netName),
+		Privileged:  privileged,
+		DNS:         c.DNS,
+		DNSSearch:   c.DNSSearch,
+		ExtraHosts:  c.ExtraHosts,
+		CapAdd:      c.CapAdd,
+		CapDrop:     c.CapDrop,
+		SecurityOpt: c.SecurityOpt,
+		Sysctls:     c.Sysctls,
+		ShmSize:     c.ShmSize,
+		Tmpfs:       tmpfs,
+		Resources: container.Resources{
+			Memory:     c.Memory,
+			MemorySwap: c.MemorySwap,
+			NanoCPUs:   c.NanoCPUs,
+			CpusetCpus: c.CPUSetCPUs,
+		},
+	}
+	if c.OOMKillDisable {
+		t := true
+		hc.OomKillDisable = &t
+	}
+	for _, d := range c.Devices {
+		hc.Devices = append(hc.Devices, parseDevice(d))
+	}
+	return hc
+}
+
+// parseDevice reads a device in docker run's syntax:
+// host[:container[:permissions]].
+func parseDevice(s string) container.DeviceMapping {
+	parts := strings.SplitN(s, ":", 3)
+	d := container.DeviceMapping{PathOnHost: parts[0], PathInContainer: parts[0], CgroupPermissions: "rwm"}
+	if len(parts) > 1 && parts[1] != "" {
+		d.PathInContainer = parts[1]
+	}
+	if len(parts) > 2 && parts[2] != "" {
+		d.CgroupPermissions = parts[2]
+	}
+	return d
+}
+
+// jobEnv is the environment of the build and service containers: the
+// job's variables (not file variables, whose values are written by the
+// scripts), as GitLab Runner passes them.
+func jobEnv(job *api.JobResponse) []string {
+	var env []string
+	for _, v := range job.Variables {
+		if !v.File {
+			env = append(env, v.Key+"="+v.Value)
+		}
+	}
+	return env
+}
+
+// idleCmd keeps a container running without any program of the image
+// but its shell: sh reads its standard input, which stays open and empty.
+var idleCmd = []string{"sh"}
+
+// startBuild creates and starts a build container in the job's image and,
+// the first time, detects its shell.
+func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
+	e.mu.Lock()
+	e.builds++
+	name := fmt.Sprintf("%s-build-%d", e.prefix, e.builds)
+	job, cfg := e.job, e.cfg
+	e.mu.Unlock()
+
+	cc := &container.Config{
+		Image:      e.imageID,
+		Cmd:        idleCmd,
+		Env:        jobEnv(job),
+		User:       e.user,
+		OpenStdin:  true,
+		Tty:        false,
+		WorkingDir: e.paths.ProjectDir,
+		Labels: labels(e.settings, job.ID, roleBuild, mergeLabels(cfg.ContainerLabels, map[string]string{
+			LabelStage: string(stage),
+		})),
+	}
+	if job.Image.Entrypoint != nil {
+		cc.Entrypoint = job.Image.Entrypoint
+	}
+	id, err := e.createStart(ctx, name, cc, e.hostConfig(e.binds, cfg.Privileged, cfg.Tmpfs), nil)
+	if err != nil {
+		return fmt.Errorf("build container: %w", err)
+	}
+	e.mu.Lock()
+	e.build = id
+	detected := e.shell != ""
+	e.mu.Unlock()
+	if detected {
+		return nil
+	}
+	return e.detectShell(ctx, id)
+}
+
+// createStart creates and starts a container, recording it for Cleanup
+// before it starts.
+func (e *Executor) createStart(ctx context.Context, name string, cc *container.Config, hc *container.HostConfig, nc *network.NetworkingConfig) (string, error) {
+	resp, err := e.eng.ContainerCreate(ctx, cc, hc, nc, nil, name)
+	if cerrdefs.IsConflict(err) {
+		// Made by a manager that died before it could record it: the
+		// name is this job's own, so the container goes and is made anew.
+		if rerr := e.eng.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); rerr == nil {
+			resp, err = e.eng.ContainerCreate(ctx, cc, hc, nc, nil, name)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.containers = append(e.containers, resp.ID)
+	e.mu.Unlock()
+	if err := e.eng.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		return "", fmt.Errorf("start %s: %w", name, err)
+	}
+	return resp.ID, nil
+}
+
+func mergeLabels(a, b map[string]string) map[string]string {
+	m := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		m[k] = v
+	}
+	for k, v := range b {
+		m[k] = v
+	}
+	return m
+}
+
+// detectScript prints the path of bash when the image has it, else of sh,
+// and opens the job's directory to the container's user.
+const detectScript = `chmod 1777 ` + jobDir + ` 2>/dev/null
+for s in /usr/local/bin/bash /usr/bin/bash /bin/bash; do
+	if [ -x "$s" ]; then echo "$s"; exit 0; fi
+done
+command -v sh || echo /bin/sh`
+
+// detectShell finds the image's shell (as root, which also opens the
+// job's volume to the container's user).
+func (e *Executor) detectShell(ctx context.Context, id string) error {
+	var out bytes.Buffer
+	code, err := e.execAttached(ctx, id, "0", []string{"sh", "-c", detectScript}, nil, &out, &out)
+	if err != nil || code != 0 {
+		why := e.containerDied(ctx, id)
+		if why == "" {
+			why = strings.TrimSpace(out.String())
+		}
+		if err != nil {
+			return fmt.Errorf("the build container in %s cannot run sh: %w %s", e.image, err, why)
+		}
+		return refuse(api.RunnerConfigurationError, "the image %s has no usable shell (sh exited with %d) %s", e.image, code, why)
+	}
+	p := strings.TrimSpace(out.String())
+	sh := "sh"
+	if path.Base(p) == "bash" {
+		sh = "bash"
+	}
+	if want := e.settings.Shell; want != "" && want != sh {
+		if want == "bash" {
+			return refuse(api.RunnerConfigurationError, "the runner's shell is bash, but the image %s has none", e.image)
+		}
+		sh, p = want, "sh"
+	}
+	e.mu.Lock()
+	e.shell, e.shellPath = sh, p
+	e.mu.Unlock()
+	e.logger.Debug("build container ready", "image", e.image, "shell", p)
+	return nil
+}
+
+// containerDied explains a container that is not running: its exit code
+// and the end of its log ("" while it runs).
+func (e *Executor) containerDied(ctx context.Context, id string) string {
+	ins, err := e.eng.ContainerInspect(ctx, id)
+	if err != nil || ins.State == nil || ins.State.Running {
+		return ""
+	}
+	msg := fmt.Sprintf("(the container exited with code %d", ins.State.ExitCode)
+	if ins.State.OOMKilled {
+		msg += ", killed for lack of memory"
+	}
+	if ins.State.Error != "" {
+		msg += ": " + ins.State.Error
+	}
+	if tail := e.containerLog(ctx, id, 20); tail != "" {
+		msg += "; its output: " + tail
+	}
+	return msg + ")"
+}
+
+// containerLog returns the last lines of a container's output.
+func (e *Executor) containerLog(ctx context.Context, id string, lines int) string {
+	rc, err := e.eng.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: strconv.Itoa(lines)})
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	var b bytes.Buffer
+	_, _ = demux(&b, &b, rc)
+	return strings.TrimSpace(b.String())
+}
+
+// ensureHelper starts the helper container the first time it is needed
+// (git, resumable stages, service waits).
+func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
+	e.mu.Lock()
+	if e.helper != "" {
+		id := e.helper
+		e.mu.Unlock()
+		return id, nil
+	}
+	cfg, eng := e.cfg, e.eng
+	e.mu.Unlock()
+	tag, err := e.prov.helperTag(ctx, eng, cfg, func(s string) { e.printf("%s\n", s) })
+	if err != nil {
+		return "", fmt.Errorf("helper image: %w", err)
+	}
+	if _, err := e.pullHelper(ctx, tag); err != nil {
+		return "", err
+	}
+	cc := &container.Config{
+		Image:     tag,
+		Cmd:       idleCmd,
+		OpenStdin: true,
+		Labels:    labels(e.settings, e.job.ID, roleHelper, cfg.ContainerLabels),
+	}
+	hc := e.hostConfig(e.binds, false, nil)
+	hc.Resources = container.Resources{}
+	id, err := e.createStart(ctx, e.prefix+"-helper", cc, hc, nil)
+	if err != nil {
+		return "", fmt.Errorf("helper container: %w", err)
+	}
+	e.mu.Lock()
+	e.helper, e.helperImg = id, tag
+	e.mu.Unlock()
+	return id, nil
+}
+
+// Cleanup removes the job's containers, network and per-job volumes
+// (builds and cache volumes stay for the next job), also after failures
+// and cancels. It is safe after a failed Prepare and more than once.
+func (e *Executor) Cleanup(ctx context.Context) {
+	e.mu.Lock()
+	if e.cleanedUp || e.eng == nil {
+		e.cleanedUp = true
+		e.mu.Unlock()
+		return
+	}
+	e.cleanedUp = true
+	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
+	resumable, s, jobID := e.resumable, e.settings, e.job.ID
+	e.mu.Unlock()
+	removeAll(ctx, eng, logger, containers, netID, vols)
+	if resumable {
+		// A manager that died between creating something and saving the
+		// job's state left it unrecorded: it carries the job's labels.
+		_, err := sweepEngine(ctx, eng, s.SystemID, func(id int64) bool { return id != jobID })
+		if err != nil {
+			logger.Warn("cannot look for unrecorded job resources", "err", err)
+		}
+	}
+}
+
+// removeAll removes containers (at once, in parallel), then the network and
+// volumes they used.
+func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers []string, netID string, vols []string) {
+	var wg sync.WaitGroup
+	for _, id := range containers {
+		wg.Go(func() {
+			err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			if err != nil && !cerrdefs.IsNotFound(err) {
+				logger.Warn("cannot remove a job container", "container", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if netID != "" {
+		wg.Go(func() {
+			if err := eng.NetworkRemove(ctx, netID); err != nil && !cerrdefs.IsNotFound(err) {
+				logger.Warn("cannot remove the job's network", "network", netID, "err", err)
+			}
+		})
+	}
+	for _, v := range vols {
+		wg.Go(func() {
+			if err := eng.VolumeRemove(ctx, v, true); err != nil && !cerrdefs.IsNotFound(err) {
+				logger.Warn("cannot remove a job volume", "volume", v, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// syncWriter serialises writes to the trace.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+var errNotPrepared = errors.New("docker executor: Run before Prepare")

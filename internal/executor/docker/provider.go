@@ -1,0 +1,252 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Name is the executor's name in config.toml.
+const Name = "docker"
+
+// DefaultGracePeriod is how long a stopped container gets between SIGTERM
+// and SIGKILL (a cancel, a timeout).
+const DefaultGracePeriod = 10 * time.Second
+
+// Options configure the provider.
+type Options struct {
+	// Lookup returns the [runners.docker] of a runner (by its settings'
+	// ShortToken); Runners.Lookup is the usual one. Required.
+	Lookup func(executor.Settings) (*Config, error)
+	// Configs lists every docker runner's configuration, for Sweep;
+	// Runners.All is the usual one. nil: Sweep does nothing.
+	Configs func() []*Config
+	// Dialer gives the engine of a runner; nil = a Clients of its own.
+	Dialer Dialer
+	// HelperBinary is the drover binary copied into the helper image when
+	// it must be built; "" = this process's own executable.
+	HelperBinary string
+	// GracePeriod: between SIGTERM and SIGKILL; 0 = DefaultGracePeriod.
+	GracePeriod time.Duration
+	Logger      *slog.Logger
+	Clock       clock.Clock // nil = real
+}
+
+// Provider creates docker executors. It reserves no capacity of its own:
+// the manager's concurrent and limit bound the jobs on the engine.
+type Provider struct {
+	o Options
+
+	mu      sync.Mutex
+	helpers map[Engine]*helperImage // per engine: built or found once
+}
+
+type helperImage struct {
+	once sync.Once
+	tag  string
+	err  error
+}
+
+var (
+	_ executor.Provider = (*Provider)(nil)
+	_ executor.Sweeper  = (*Provider)(nil)
+)
+
+// NewProvider returns the docker executor's provider.
+func NewProvider(o Options) (*Provider, error) {
+	if o.Lookup == nil {
+		return nil, errors.New("docker executor: no runner lookup")
+	}
+	if o.Dialer == nil {
+		o.Dialer = &Clients{}
+	}
+	if o.GracePeriod <= 0 {
+		o.GracePeriod = DefaultGracePeriod
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Clock = clock.OrReal(o.Clock)
+	return &Provider{o: o, helpers: map[Engine]*helperImage{}}, nil
+}
+
+// CanCreate reports true: whether a runner's engine answers is checked at
+// start (Check) and per job.
+func (p *Provider) CanCreate() bool { return true }
+
+// Create returns a new, unprepared executor.
+func (p *Provider) Create() executor.Executor {
+	return &Executor{prov: p, GracePeriod: p.o.GracePeriod}
+}
+
+// Acquire reserves nothing.
+func (p *Provider) Acquire(ctx context.Context, s executor.Settings) (executor.Data, error) {
+	return nil, nil
+}
+
+// Release gives back nothing.
+func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.Data) {}
+
+// Features sets what the docker executor and drover's scripts support.
+func (p *Provider) Features(f *api.FeaturesInfo) {
+	f.Variables = true
+	f.Image = true
+	f.Services = true
+	f.ServiceVariables = true
+	f.ServiceMultipleAliases = true
+	f.ImageExecutorOpts = true
+	f.ServiceExecutorOpts = true
+	f.Shared = false
+	f.Masking = true
+	f.RawVariables = true
+	f.MultiBuildSteps = true
+	f.ReturnExitCode = true
+	f.Refspecs = true
+	f.Cancelable = true
+	f.CancelGracefully = true
+	f.TraceReset = true
+	f.TraceChecksum = true
+	f.TraceSize = true
+}
+
+// ConfigInfo returns nil.
+func (p *Provider) ConfigInfo(s executor.Settings) map[string]any { return nil }
+
+// DefaultShell is "": the shell is detected in the job's image (bash when
+// it has one, else sh), as GitLab Runner does.
+func (p *Provider) DefaultShell() string { return "" }
+
+// Check reports whether the engine of every docker runner of cfg answers:
+// a runner whose engine is unreachable is not started. The error names the
+// runner and its host.
+func Check(ctx context.Context, d Dialer, file string, cfg *config.Config, rs *Runners) error {
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		if r.Executor != Name {
+			continue
+		}
+		c, err := rs.Lookup(executor.Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
+		if err != nil {
+			return err
+		}
+		if err := Ping(ctx, d, c); err != nil {
+			key, line := r.KeyPosition("docker", "host")
+			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
+// helperTag returns the helper image on eng: helper_image when set (it
+// must exist or be pullable), else drover's own, built from HelperBinary
+// the first time it is missing.
+func (p *Provider) helperTag(ctx context.Context, eng Engine, c *Config, trace func(string)) (string, error) {
+	if c.HelperImage != "" {
+		return c.HelperImage, nil
+	}
+	p.mu.Lock()
+	h, ok := p.helpers[eng]
+	if !ok {
+		h = &helperImage{}
+		p.helpers[eng] = h
+	}
+	p.mu.Unlock()
+	h.once.Do(func() {
+		bin := p.o.HelperBinary
+		if bin == "" {
+			if bin, h.err = os.Executable(); h.err != nil {
+				h.err = fmt.Errorf("helper image: find drover's own binary: %w", h.err)
+				return
+			}
+		}
+		// The build is shared by every job waiting for it: not bound to
+		// the first job's context.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+		defer cancel()
+		var built bool
+		h.tag, built, h.err = dockerimage.EnsureHelper(bctx, eng, bin, "")
+		if built {
+			p.o.Logger.Info("built the helper image", "tag", h.tag)
+			trace("Built the helper image " + h.tag)
+		}
+	})
+	if h.err != nil {
+		// Try again for the next job: the engine may have been down.
+		p.mu.Lock()
+		if p.helpers[eng] == h {
+			delete(p.helpers, eng)
+		}
+		p.mu.Unlock()
+	}
+	return h.tag, h.err
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Runners maps runners, by short token, to their [runners.docker]: the
+// provider's Options.Lookup, kept in step with config.toml by Apply. The
+// zero value is empty and ready; it is safe for concurrent use.
+type Runners struct {
+	mu sync.RWMutex
+	m  map[string]*Config
+}
+
+// ErrUnknownRunner is returned (wrapped) by Runners.Lookup for a runner
+// that has no docker configuration.
+var ErrUnknownRunner = errors.New("no [runners.docker] for this runner")
+
+// Apply parses the [runners.docker] of every docker runner of cfg and,
+// when all are right, makes them the table's. It returns the warnings and
+// the first error (a *config.Error naming file, line and key).
+func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, error) {
+	m := map[string]*Config{}
+	var warns []config.Warning
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		if r.Executor != Name {
+			continue
+		}
+		c, w, err := ParseConfig(file, r)
+		warns = append(warns, w...)
+		if err != nil {
+			return warns, err
+		}
+		m[api.ShortToken(r.Token)] = c
+	}
+	rs.mu.Lock()
+	rs.m = m
+	rs.mu.Unlock()
+	return warns, nil
+}
+
+// Lookup returns the configuration of the runner of s.
+func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	c, ok := rs.m[s.ShortToken]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownRunner, s.ShortToken)
+	}
+	return c, nil
+}
+
+// All returns every runner's configuration.
+func (rs *Runners) All() []*Config {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	out := make([]*Config, 0, len(rs.m))
+	for _, c := range rs.m {
+		out = append(out, c)
+	}
+	return out
+}

@@ -1,0 +1,90 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/dockerimage"
+)
+
+// pull makes img present on the engine as the pull policies (the job's,
+// where allowed_pull_policies allows them, else the runner's) say, trying
+// them in order, and returns the image's id. A failure is the job's:
+// image_pull_failure, with the engine's message.
+func (e *Executor) pull(ctx context.Context, img string, requested []string) (string, error) {
+	policies, err := e.cfg.AllowedPull(requested)
+	if err != nil {
+		return "", refuse(api.RunnerConfigurationError, "image %s: %v", img, err)
+	}
+	var errs []string
+	for i, p := range policies {
+		id, err := e.pullOnce(ctx, img, p)
+		if err == nil {
+			return id, nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		errs = append(errs, err.Error())
+		if i < len(policies)-1 {
+			e.printf("\033[0;33mWARNING: %v; trying the next pull policy\033[0;m\n", err)
+		}
+	}
+	return "", refuse(api.ImagePullFailure, "image %s: %s", img, strings.Join(errs, "; "))
+}
+
+// pullOnce applies one pull policy.
+func (e *Executor) pullOnce(ctx context.Context, img string, p PullPolicy) (string, error) {
+	if p != PullAlways {
+		ins, err := e.eng.ImageInspect(ctx, img)
+		if err == nil {
+			e.printf("Using locally found image %s (%s)\n", img, shortID(ins.ID))
+			return ins.ID, nil
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return "", fmt.Errorf("inspect image: %w", err)
+		}
+		if p == PullNever {
+			return "", fmt.Errorf("not present on the engine, and pull_policy is never")
+		}
+	}
+	e.printf("Pulling docker image %s ...\n", img)
+	rc, err := e.eng.ImagePull(ctx, img, image.PullOptions{})
+	if err != nil {
+		return "", fmt.Errorf("pull (policy %s): %w", p, err)
+	}
+	err = dockerimage.ReadMessages(rc)
+	rc.Close()
+	if err != nil {
+		return "", fmt.Errorf("pull (policy %s): %w", p, err)
+	}
+	ins, err := e.eng.ImageInspect(ctx, img)
+	if err != nil {
+		return "", fmt.Errorf("inspect the pulled image: %w", err)
+	}
+	e.printf("Using docker image %s (%s)\n", img, shortID(ins.ID))
+	return ins.ID, nil
+}
+
+// pullHelper makes the helper image present: drover's own was built by
+// the provider; a configured helper_image is pulled when missing.
+func (e *Executor) pullHelper(ctx context.Context, tag string) (string, error) {
+	id, err := e.pullOnce(ctx, tag, PullIfNotPresent)
+	if err != nil {
+		return "", fmt.Errorf("helper image %s: %w", tag, err)
+	}
+	return id, nil
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return id
+}

@@ -1,0 +1,150 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// stateVersion is the version of the state State writes.
+const stateVersion = 1
+
+// savedState is what a restarted manager needs to re-attach to a job: the
+// ids of its containers, network and volumes, its shell and the stage
+// running. No secret is in it.
+type savedState struct {
+	Version    int            `json:"version"`
+	Prefix     string         `json:"prefix"`
+	Shell      string         `json:"shell"`
+	ShellPath  string         `json:"shell_path"`
+	Paths      executor.Paths `json:"paths"`
+	Image      string         `json:"image"`
+	ImageID    string         `json:"image_id"`
+	User       string         `json:"user,omitempty"`
+	Network    string         `json:"network,omitempty"`
+	NetName    string         `json:"net_name,omitempty"`
+	JobVolume  string         `json:"job_volume"`
+	Volumes    []string       `json:"volumes"`
+	Binds      []string       `json:"binds"`
+	Build      string         `json:"build,omitempty"`
+	Builds     int            `json:"builds"`
+	Helper     string         `json:"helper,omitempty"`
+	HelperImg  string         `json:"helper_image,omitempty"`
+	Services   []service      `json:"services,omitempty"`
+	Containers []string       `json:"containers"`
+	Runs       int            `json:"runs"`
+	Stage      *stageState    `json:"stage,omitempty"`
+}
+
+// State exports the job's containers, network, volumes and running stage.
+func (e *Executor) State() (json.RawMessage, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.eng == nil || e.prefix == "" {
+		return nil, errors.New("docker executor: State before Prepare")
+	}
+	if !e.resumable {
+		return nil, errors.New("docker executor: State of a job not prepared resumable (Settings.Resumable): its stages do not survive the manager")
+	}
+	st := savedState{
+		Version: stateVersion, Prefix: e.prefix, Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths,
+		Image: e.image, ImageID: e.imageID, User: e.user, Network: e.network, NetName: e.netName,
+		JobVolume: e.jobVolume, Volumes: e.volumes, Binds: e.binds, Build: e.build, Builds: e.builds,
+		Helper: e.helper, HelperImg: e.helperImg, Services: e.services, Containers: e.containers, Runs: e.runs,
+	}
+	switch {
+	case e.running != nil:
+		s := *e.running
+		st.Stage = &s
+	case e.resume != nil:
+		st.Stage = e.resume
+		st.Runs++
+	}
+	return json.Marshal(st)
+}
+
+// Restore rebuilds the executor of a job that a manager which died
+// started, from its State, instead of Prepare. It writes nothing to the
+// trace.
+func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, state json.RawMessage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var st savedState
+	if err := json.Unmarshal(state, &st); err != nil {
+		return fmt.Errorf("docker executor state: %w", err)
+	}
+	switch {
+	case st.Version != stateVersion:
+		return fmt.Errorf("docker executor state: version %d, want %d", st.Version, stateVersion)
+	case st.Shell != "bash" && st.Shell != "sh", st.Prefix == "", st.JobVolume == "":
+		return errors.New("docker executor state: incomplete")
+	case st.Stage != nil && (st.Stage.N != st.Runs || st.Stage.Container == ""):
+		return fmt.Errorf("docker executor state: running stage %d of %d runs", st.Stage.N, st.Runs)
+	}
+	cfg, err := e.prov.o.Lookup(opts.Settings)
+	if err != nil {
+		return fmt.Errorf("docker executor: %w", err)
+	}
+	eng, err := e.prov.o.Dialer.Engine(cfg)
+	if err != nil {
+		return err
+	}
+	trace, logger := sinks(opts)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cfg, e.eng, e.job, e.settings, e.trace, e.logger = cfg, eng, opts.Job, opts.Settings, trace, logger
+	e.resumable = true
+	e.prefix, e.shell, e.shellPath, e.paths = st.Prefix, st.Shell, st.ShellPath, st.Paths
+	e.image, e.imageID, e.user, e.network, e.netName = st.Image, st.ImageID, st.User, st.Network, st.NetName
+	e.jobVolume, e.volumes, e.binds, e.build, e.builds = st.JobVolume, st.Volumes, st.Binds, st.Build, st.Builds
+	e.helper, e.helperImg, e.services, e.containers = st.Helper, st.HelperImg, st.Services, st.Containers
+	e.runs, e.resume, e.running = st.Runs, st.Stage, nil
+	if st.Stage != nil {
+		e.runs--
+	}
+	return nil
+}
+
+// Resume re-attaches to the stage that ran when the state was saved and
+// follows its output from byte from; when the state was taken between
+// stages, cmd is the next stage: it is followed if the dead manager had
+// started it, else started here (never twice: the stage's claim decides).
+func (e *Executor) Resume(ctx context.Context, cmd executor.Command, from int64) error {
+	if from < 0 {
+		return fmt.Errorf("%s: negative output offset %d", cmd.Stage, from)
+	}
+	e.mu.Lock()
+	saved := e.resume
+	n := e.runs + 1
+	e.mu.Unlock()
+	if saved != nil && saved.Name != cmd.Stage {
+		return fmt.Errorf("resume %s: the saved state's running stage is %s", cmd.Stage, saved.Name)
+	}
+	defer func() {
+		e.mu.Lock()
+		e.resume = nil
+		e.mu.Unlock()
+	}()
+	if saved != nil {
+		return e.runDetached(ctx, cmd, n, from, attachSaved)
+	}
+	return e.runDetached(ctx, cmd, n, 0, attachIfStarted)
+}
+
+// OutputCheckpoint calls fn with the state, the running stage and how many
+// bytes of its output are in the trace; no stage output is written and no
+// stage starts or ends while fn runs.
+func (e *Executor) OutputCheckpoint(fn func(state json.RawMessage, stage executor.Stage, offset int64)) error {
+	e.out.mu.Lock()
+	defer e.out.mu.Unlock()
+	state, err := e.State()
+	if err != nil {
+		return err
+	}
+	fn(state, e.out.stage, e.out.off.Load())
+	return nil
+}

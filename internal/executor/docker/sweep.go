@@ -1,0 +1,92 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+)
+
+// Sweep removes, on the engine of every docker runner, the containers,
+// networks and per-job volumes labelled with systemID whose job keep does
+// not claim (a job this manager, or another on the same job store, will
+// resume). Builds and cache volumes stay. It returns what it removed.
+func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
+	if p.o.Configs == nil || systemID == "" {
+		return nil, nil
+	}
+	seen := map[Engine]bool{}
+	var removed []string
+	for _, c := range p.o.Configs() {
+		eng, err := p.o.Dialer.Engine(c)
+		if err != nil {
+			return removed, err
+		}
+		if seen[eng] {
+			continue
+		}
+		seen[eng] = true
+		r, err := sweepEngine(ctx, eng, systemID, keep)
+		removed = append(removed, r...)
+		if err != nil {
+			return removed, fmt.Errorf("docker host %s: %w", hostName(c), err)
+		}
+	}
+	return removed, nil
+}
+
+func sweepEngine(ctx context.Context, eng Engine, systemID string, keep func(int64) bool) ([]string, error) {
+	f := labelFilter(LabelManaged+"=1", LabelSystemID+"="+systemID, LabelJob)
+	orphan := func(l map[string]string) bool {
+		id, err := strconv.ParseInt(l[LabelJob], 10, 64)
+		return err == nil && !keep(id)
+	}
+	var removed []string
+	cs, err := eng.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	var ids []string
+	for _, c := range cs {
+		if orphan(c.Labels) {
+			ids = append(ids, c.ID)
+			name := c.ID[:12]
+			if len(c.Names) > 0 {
+				name = c.Names[0]
+			}
+			removed = append(removed, fmt.Sprintf("container %s (job %s, %s)", name, c.Labels[LabelJob], c.Labels[LabelRole]))
+		}
+	}
+	nets, err := eng.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return removed, fmt.Errorf("list networks: %w", err)
+	}
+	var netIDs []string
+	for _, n := range nets {
+		if orphan(n.Labels) {
+			netIDs = append(netIDs, n.ID)
+			removed = append(removed, fmt.Sprintf("network %s (job %s)", n.Name, n.Labels[LabelJob]))
+		}
+	}
+	vols, err := eng.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return removed, fmt.Errorf("list volumes: %w", err)
+	}
+	var volNames []string
+	for _, v := range vols.Volumes {
+		if orphan(v.Labels) {
+			volNames = append(volNames, v.Name)
+			removed = append(removed, fmt.Sprintf("volume %s (job %s)", v.Name, v.Labels[LabelJob]))
+		}
+	}
+	logger := discard()
+	removeAll(ctx, eng, logger, ids, "", volNames[:0])
+	for _, n := range netIDs {
+		removeAll(ctx, eng, logger, nil, n, nil)
+	}
+	removeAll(ctx, eng, logger, nil, "", volNames)
+	return removed, nil
+}
