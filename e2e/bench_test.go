@@ -29,6 +29,9 @@ import (
 type stack struct {
 	api  *client.Client
 	stop func()
+	// settle waits for work the executor does after a job's result
+	// (the docker executor removes containers in the background).
+	settle func()
 }
 
 func newStack(b *testing.B, concurrent int) *stack {
@@ -37,6 +40,16 @@ func newStack(b *testing.B, concurrent int) *stack {
 
 // newStackStore is newStack with a [runners.store] table (nil: none).
 func newStackStore(b *testing.B, concurrent int, store map[string]any) *stack {
+	b.Helper()
+	return newStackWith(b, concurrent, config.RunnerConfig{
+		Executor: "shell", BuildsDir: filepath.Join(b.TempDir(), "builds"), Store: store,
+	}, map[string]executor.Provider{"shell": shell.NewProvider()}, nil)
+}
+
+// newStackWith is a stack whose one runner is rc (its name, url, token and
+// request settings filled in here), with the given providers; apply, when
+// set, sees the configuration before the manager starts.
+func newStackWith(b *testing.B, concurrent int, rc config.RunnerConfig, providers map[string]executor.Provider, apply func(*config.Config) error) *stack {
 	b.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,12 +66,14 @@ func newStackStore(b *testing.B, concurrent int, store map[string]any) *stack {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := &config.Config{Concurrent: concurrent, CheckInterval: 3, ShutdownTimeout: 5, Runners: []config.RunnerConfig{{
-		Name: "bench", URL: srv.URL, Token: r.Token, Executor: "shell", BuildsDir: filepath.Join(dir, "builds"),
-		RequestConcurrency: 1, OutputLimit: 4096, Store: store,
-	}}}
-	m, err := manager.New(logger, manager.Options{Config: cfg, ConfigPath: "bench", SystemID: "s_bench",
-		Providers: map[string]executor.Provider{"shell": shell.NewProvider()}})
+	rc.Name, rc.URL, rc.Token, rc.RequestConcurrency, rc.OutputLimit = "bench", srv.URL, r.Token, 1, 4096
+	cfg := &config.Config{Concurrent: concurrent, CheckInterval: 3, ShutdownTimeout: 5, Runners: []config.RunnerConfig{rc}}
+	if apply != nil {
+		if err := apply(cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := manager.New(logger, manager.Options{Config: cfg, ConfigPath: "bench", SystemID: "s_bench", Providers: providers})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -140,53 +155,58 @@ func throughput(b *testing.B, n int, store map[string]any) {
 	for range b.N {
 		b.StopTimer()
 		s := newStackStore(b, 8, store)
-		ctx := context.Background()
 		b.StartTimer()
-		start := time.Now()
-		ids := make([]int64, n)
-		var wg sync.WaitGroup
-		errs := make(chan error, 4)
-		for w := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := w; i < n; i += 4 {
-					j, err := s.api.Submit(ctx, client.JobSpec{Name: "t" + strconv.Itoa(i), Script: []string{"true"}})
-					if err != nil {
-						errs <- err
-						return
-					}
-					ids[i] = j.ID
-				}
-			}()
-		}
-		wg.Wait()
-		select {
-		case err := <-errs:
-			b.Fatal(err)
-		default:
-		}
-		// Walk the jobs in order, one cheap GET at a time, so that watching
-		// costs the coordinator little next to the work measured.
-		for i := 0; i < n; {
-			j, err := s.api.Job(ctx, ids[i])
-			if err != nil {
-				b.Fatal(err)
-			}
-			if !j.Finished() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			if j.Status != "success" {
-				b.Fatalf("trivial job %d: %s %s", j.ID, j.Status, j.FailureReason)
-			}
-			i++
-		}
-		el := time.Since(start)
+		runMany(b, s, n)
 		b.StopTimer()
-		b.ReportMetric(float64(n)/el.Seconds(), "jobs/s")
 		s.stop()
 	}
+}
+
+// runMany submits n trivial jobs from four goroutines, waits until all of
+// them succeeded and reports jobs/s.
+func runMany(b *testing.B, s *stack, n int) {
+	ctx := context.Background()
+	start := time.Now()
+	ids := make([]int64, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 4 {
+				j, err := s.api.Submit(ctx, client.JobSpec{Name: "t" + strconv.Itoa(i), Script: []string{"true"}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i] = j.ID
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	// Walk the jobs in order, one cheap GET at a time, so that watching
+	// costs the coordinator little next to the work measured.
+	for i := 0; i < n; {
+		j, err := s.api.Job(ctx, ids[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !j.Finished() {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if j.Status != "success" {
+			b.Fatalf("trivial job %d: %s %s", j.ID, j.Status, j.FailureReason)
+		}
+		i++
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
 }
 
 // BenchmarkManagerRSS1GiBLog runs a job printing 1 GiB through a real

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -53,28 +52,22 @@ var (
 // dockerConfig writes a config.toml with one docker runner.
 func dockerConfig(t testing.TB, dir, url, token string, concurrent int, runner, docker string) string {
 	t.Helper()
-	path := filepath.Join(dir, "config.toml")
-	body := fmt.Sprintf(`concurrent = %d
-check_interval = 1
-shutdown_timeout = 10
-
-[[runners]]
-  name = "docker-e2e"
-  url = %q
-  token = %q
-  executor = "docker"
-%s
+	return writeRunnerConfig(t, dir, url, token, concurrent, "docker", fmt.Sprintf(`%s
   [runners.docker]
     image = %q
     pull_policy = "if-not-present"
     allowed_pull_policies = ["if-not-present", "never", "always"]
 %s
-`, concurrent, url, token, runner, dockerimage.TestImageBusybox, docker)
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+    [runners.docker.container_labels]
+      %s = %q`, runner, dockerimage.TestImageBusybox, docker, testLabel, testName(t)))
 }
+
+// testLabel marks what the docker runners of a test create, so that a
+// test looks only at its own (job ids repeat across tests' coordinators).
+const testLabel = "e2e-test"
+
+// testName is the name of the top-level test t belongs to.
+func testName(t testing.TB) string { return strings.Split(t.Name(), "/")[0] }
 
 // submitJSON submits a job written as drover's API takes it.
 func submitJSON(t testing.TB, c *coordinator, spec map[string]any) int64 {
@@ -100,15 +93,16 @@ func submitJSON(t testing.TB, c *coordinator, spec map[string]any) int64 {
 }
 
 // jobResources lists the containers, networks and volumes labelled with
-// a job id.
+// a job id by the docker runners of this test.
 func jobResources(t testing.TB, id int64) []string {
 	t.Helper()
 	f := "label=" + dockerexec.LabelJob + "=" + strconv.FormatInt(id, 10)
+	own := "label=" + testLabel + "=" + testName(t)
 	var all []string
 	for _, args := range [][]string{
-		{"ps", "-a", "--format", "container {{.Names}}", "--filter", f},
-		{"network", "ls", "--format", "network {{.Name}}", "--filter", f},
-		{"volume", "ls", "--format", "volume {{.Name}}", "--filter", f},
+		{"ps", "-a", "--format", "container {{.Names}}", "--filter", f, "--filter", own},
+		{"network", "ls", "--format", "network {{.Name}}", "--filter", f, "--filter", own},
+		{"volume", "ls", "--format", "volume {{.Name}}", "--filter", f, "--filter", own},
 	} {
 		out, err := exec.Command("docker", args...).CombinedOutput()
 		if err != nil {
@@ -331,7 +325,8 @@ func TestDockerSweepsLeftovers(t *testing.T) {
 	name := fmt.Sprintf("drover-e2e-leftover-%d", jobID)
 	out, err := exec.Command("docker", "run", "-d", "--name", name,
 		"--label", dockerexec.LabelManaged+"=1", "--label", dockerexec.LabelSystemID+"="+sys,
-		"--label", dockerexec.LabelJob+"="+strconv.Itoa(jobID), dockerimage.TestImageBusybox, "sleep", "300").CombinedOutput()
+		"--label", dockerexec.LabelJob+"="+strconv.Itoa(jobID), "--label", testLabel+"="+testName(t),
+		dockerimage.TestImageBusybox, "sleep", "300").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v\n%s", err, out)
 	}
@@ -364,28 +359,8 @@ func TestDockerChaosManagerKilled(t *testing.T) {
 		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
 			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 20*time.Second)
-	for kill := range 3 {
-		time.Sleep(time.Duration(1500+rng.IntN(3000)) * time.Millisecond)
-		m.signal(syscall.SIGKILL)
-		m.wait(10 * time.Second)
-		t.Logf("kill %d done", kill+1)
-		m = start(t, dir, "run", "--config", cfg)
-		m.waitLog("runner manager started", 20*time.Second)
-	}
-	for i, id := range ids {
-		j := waitJob(t, cl, id, 3*time.Minute, finished)
-		log := trace(t, cl, id)
-		if j.Status != "success" {
-			t.Errorf("job %d (%s) = %s %s\nlog:\n%s", id, j.Name, j.Status, j.FailureReason, log)
-			continue
-		}
-		checkLines(t, log, fmt.Sprintf("job%02d", i), lines)
-	}
+	killRestart(t, dir, cfg, 3, 1500, 3000)
+	checkChaosJobs(t, cl, ids, lines, 3*time.Minute)
 	for _, id := range ids {
 		waitNoResources(t, id)
 	}

@@ -19,7 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	dockerclient "github.com/docker/docker/client"
+
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/dockerimage"
 )
 
 var droverBin string
@@ -37,9 +42,37 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building drover:", err)
 		os.Exit(1)
 	}
+	pruneHelperImages()
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// pruneHelperImages removes the docker executor's helper images that
+// earlier test runs built from their drover binaries (each build of
+// drover makes a new one) once they are an hour old and unused, so that
+// test runs do not fill the shared engine. Errors are ignored: an image in
+// use stays.
+func pruneHelperImages() {
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", dockerimage.LabelHelper))})
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		if time.Since(time.Unix(img.Created, 0)) < time.Hour {
+			continue
+		}
+		for _, tag := range img.RepoTags {
+			_, _ = cli.ImageRemove(ctx, tag, image.RemoveOptions{PruneChildren: true})
+		}
+	}
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -173,6 +206,13 @@ func (c *coordinator) runnerToken(t testing.TB, tags ...string) string {
 // writeConfig writes a config.toml for one shell runner and returns its path.
 func writeConfig(t testing.TB, dir, url, token string, concurrent int, extra string) string {
 	t.Helper()
+	return writeRunnerConfig(t, dir, url, token, concurrent, "shell", fmt.Sprintf("  builds_dir = %q\n%s", filepath.Join(dir, "builds"), extra))
+}
+
+// writeRunnerConfig writes a config.toml for one runner with the given
+// executor and further lines of its [[runners]] entry.
+func writeRunnerConfig(t testing.TB, dir, url, token string, concurrent int, executor, extra string) string {
+	t.Helper()
 	path := filepath.Join(dir, "config.toml")
 	body := fmt.Sprintf(`concurrent = %d
 check_interval = 1
@@ -182,10 +222,9 @@ shutdown_timeout = 10
   name = "e2e"
   url = %q
   token = %q
-  executor = "shell"
-  builds_dir = %q
+  executor = %q
 %s
-`, concurrent, url, token, filepath.Join(dir, "builds"), extra)
+`, concurrent, url, token, executor, extra)
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,42 @@ func waitNoLeftovers(marker string, d time.Duration) []string {
 	return leftovers(marker)
 }
 
+// killRestart starts a manager on cfg, then kills it with SIGKILL and
+// starts it again `kills` times, each after a random pause of minMS to
+// minMS+spreadMS milliseconds; the last manager keeps running.
+func killRestart(t *testing.T, dir, cfg string, kills, minMS, spreadMS int) *proc {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	for kill := range kills {
+		time.Sleep(time.Duration(minMS+rng.IntN(spreadMS)) * time.Millisecond)
+		m.signal(syscall.SIGKILL)
+		m.wait(10 * time.Second)
+		t.Logf("kill %d done", kill+1)
+		m = start(t, dir, "run", "--config", cfg)
+		m.waitLog("runner manager started", 20*time.Second)
+	}
+	return m
+}
+
+// checkChaosJobs waits for each job of ids (named job00, job01, ...) and
+// asserts it succeeded with its numbered lines exactly once, in order.
+func checkChaosJobs(t *testing.T, cl *client.Client, ids []int64, lines int, d time.Duration) {
+	t.Helper()
+	for i, id := range ids {
+		j := waitJob(t, cl, id, d, finished)
+		log := trace(t, cl, id)
+		if j.Status != "success" {
+			t.Errorf("job %d (%s) = %s %s\nlog:\n%s", id, j.Name, j.Status, j.FailureReason, log)
+			continue
+		}
+		checkLines(t, log, fmt.Sprintf("job%02d", i), lines)
+	}
+}
+
 // TestChaosManagerKilled: 12 jobs of ~4 s printing numbered lines,
 // concurrent = 4, the manager killed with SIGKILL three times at random
 // moments and restarted on the same file store: every job succeeds once,
@@ -104,27 +140,8 @@ func TestChaosManagerKilled(t *testing.T) {
 		}
 		ids = append(ids, j.ID)
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 10*time.Second)
-	for kill := range 3 {
-		time.Sleep(time.Duration(1000+rng.IntN(2500)) * time.Millisecond)
-		m.signal(syscall.SIGKILL)
-		m.wait(10 * time.Second)
-		t.Logf("kill %d done", kill+1)
-		m = start(t, dir, "run", "--config", cfg)
-		m.waitLog("runner manager started", 10*time.Second)
-	}
-	for i, id := range ids {
-		j := waitJob(t, cl, id, 90*time.Second, finished)
-		if j.Status != "success" {
-			t.Errorf("job %d (%s) = %s %s\nlog:\n%s", id, j.Name, j.Status, j.FailureReason, trace(t, cl, id))
-			continue
-		}
-		checkLines(t, trace(t, cl, id), fmt.Sprintf("job%02d", i), lines)
-	}
+	killRestart(t, dir, cfg, 3, 1000, 2500)
+	checkChaosJobs(t, cl, ids, lines, 90*time.Second)
 	if ps := leftovers(marker); len(ps) > 0 {
 		t.Errorf("job processes left behind: %v", ps)
 	}

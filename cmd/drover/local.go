@@ -23,7 +23,13 @@ func newLocalCmd() *cobra.Command {
 submits the example jobs of examples/ through the coordinator's API, streams
 their logs with a progress line and prints a summary. One example fails on
 purpose and one times out on purpose; the command exits 0 when every job
-ended the way its example file expects.`,
+ended the way its example file expects.
+
+The container examples (an image, a service reached by its alias) run on a
+second runner with the docker executor when a Docker engine answers
+(DOCKER_HOST, else the local socket); their images are built from this
+machine's busybox, no registry is used. Without an engine they are listed as
+skipped, with the reason, and do not make the command fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lvl := "error"

@@ -144,10 +144,11 @@ when its modification time changes).`,
 			if err != nil {
 				return err
 			}
+			provs := providers(logger, runners, hostKeys, dockers, engines)
 			m, err := manager.New(logger, manager.Options{
 				Config:     cfg,
 				ConfigPath: cfgPath,
-				Providers:  providers(logger, runners, hostKeys, dockers, engines),
+				Providers:  provs,
 				SystemID:   systemID,
 				Version:    version,
 				Registry:   reg,
@@ -163,6 +164,11 @@ when its modification time changes).`,
 			defer cancel()
 			if perr := pools.Shutdown(ctx); perr != nil {
 				logger.Error("autoscaler pools not shut down cleanly", "err", perr)
+			}
+			if dp, ok := provs[docker.Name].(*docker.Provider); ok {
+				if werr := dp.Wait(ctx); werr != nil {
+					logger.Warn("containers of finished jobs not all removed; the next start removes them", "err", werr)
+				}
 			}
 			return err
 		},

@@ -405,18 +405,21 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 		}
 		// A stage the build writes itself: simply written again.
 	}
-	if local, ok := b.exec.(executor.Local); ok {
-		// Stages with nothing to run on a local executor are written here,
-		// without a shell (see executor.Local).
+	if host, local, ok := b.scriptless(); ok {
+		// Stages with nothing to run on a local executor (or one that can
+		// name its host) are written here, without a shell (see
+		// executor.Local and executor.ScriptHost).
 		switch {
 		case stage == executor.StagePrepareScript:
 			b.trace.sectionStart(stage, header)
-			b.trace.printf("Running on %s...\n", local.Hostname())
+			b.trace.printf("Running on %s...\n", host)
 			b.trace.sectionEnd(stage)
 			return nil
 		case stage == executor.StageGetSources && shell.SkipsSources(info):
-			if err := os.MkdirAll(info.ProjectDir, 0o755); err != nil {
-				return fmt.Errorf("%s: %w", stage, err)
+			if local {
+				if err := os.MkdirAll(info.ProjectDir, 0o755); err != nil {
+					return fmt.Errorf("%s: %w", stage, err)
+				}
 			}
 			b.trace.sectionStart(stage, header)
 			b.trace.line(ansiBoldGreen, "Skipping Git repository setup")
@@ -499,10 +502,22 @@ func (b *build) checkpoint(stage executor.Stage, started bool, offset int64, syn
 // localStage reports whether the build writes stage itself, without the
 // executor (see executor.Local).
 func (b *build) localStage(stage executor.Stage, info shell.Info) bool {
-	if _, ok := b.exec.(executor.Local); !ok {
+	if _, _, ok := b.scriptless(); !ok {
 		return false
 	}
 	return stage == executor.StagePrepareScript || (stage == executor.StageGetSources && shell.SkipsSources(info))
+}
+
+// scriptless returns the host name of an executor for which the build
+// writes trivial stages itself, and whether its files are on this host.
+func (b *build) scriptless() (host string, local, ok bool) {
+	if l, ok := b.exec.(executor.Local); ok {
+		return l.Hostname(), true, true
+	}
+	if h, ok := b.exec.(executor.ScriptHost); ok {
+		return h.ScriptHostname(), false, true
+	}
+	return "", false, false
 }
 
 // configError is a job configuration drover cannot run (a bad

@@ -198,6 +198,11 @@ type Job struct {
 	StartedAt      *time.Time `json:"started_at,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	TraceSize      int64      `json:"trace_size"`
+	// Seconds spent queued, waiting for the runner's accept (preparing:
+	// two-phase start) and running.
+	QueuedDuration       float64 `json:"queued_duration"`
+	ProvisioningDuration float64 `json:"provisioning_duration"`
+	RunningDuration      float64 `json:"running_duration"`
 }
 
 // Finished reports whether the job reached a final status.

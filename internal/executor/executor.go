@@ -183,6 +183,16 @@ type Local interface {
 	Hostname() string
 }
 
+// ScriptHost is implemented by executors whose scripts run on a host they
+// can name without running a script (a container), and whose stages
+// create the project directory themselves. The build runner then writes
+// prepare_script and a skipped get_sources itself, as for Local, saving
+// two script runs per job.
+type ScriptHost interface {
+	// ScriptHostname is the name of the host the scripts run on.
+	ScriptHostname() string
+}
+
 // Stateful is implemented by executors whose running stage survives the
 // manager's death: the manager saves State in its job store, and after a
 // restart a new executor is rebuilt from it with Restore (instead of

@@ -61,9 +61,13 @@ func Follow(ctx context.Context, o FollowOptions, out, status io.Writer) error {
 		case !errors.Is(err, os.ErrNotExist):
 			return fmt.Errorf("open the stage output: %w", err)
 		case o.ClaimIfNotStarted:
-			if err := os.Mkdir(o.Claim, 0o700); err == nil {
+			err := os.Mkdir(o.Claim, 0o700)
+			if err == nil {
 				_, err = fmt.Fprintln(status, StatusNotStarted)
 				return err
+			}
+			if !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("claim the stage: %w", err)
 			}
 			// Claimed by the stage's wrapper: its log appears next.
 			o.ClaimIfNotStarted = false

@@ -1,8 +1,9 @@
 // Package local runs drover end to end in one process for `drover local`:
 // an embedded coordinator on loopback, a runner manager with the shell
-// executor, the example jobs submitted through the public API, their logs
-// streamed with a progress line, and a summary of how each job ended
-// against how it was expected to end.
+// executor (and the docker executor when a Docker engine answers), the
+// example jobs submitted through the public API, their logs streamed with
+// a progress line, and a summary of how each job ended against how it was
+// expected to end.
 package local
 
 import (
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +33,7 @@ import (
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/manager"
 )
 
@@ -45,6 +48,15 @@ type Options struct {
 	Quiet      bool         // do not stream job logs
 	Providers  map[string]executor.Provider
 	Version    string
+
+	// DockerCheck decides whether the container examples (those with an
+	// image or services) run: nil pings the Docker engine DOCKER_HOST
+	// (else the local socket) names. Its error skips them, with the error
+	// as the reason in the summary.
+	DockerCheck func(ctx context.Context) error
+	// HelperBinary is the drover binary the docker executor copies into
+	// its helper image when it builds it ("" = this process's executable).
+	HelperBinary string
 }
 
 // Example is one example job file.
@@ -57,6 +69,8 @@ type Example struct {
 	Timeout     int               `toml:"timeout"`
 	Tags        []string          `toml:"tags"`
 	Parallel    int               `toml:"parallel"`
+	Image       string            `toml:"image"`    // a container example's (see Container)
+	Services    []ExampleService  `toml:"services"` // a container example's (see Container)
 	Git         *struct {
 		RepoURL string `toml:"repo_url"`
 		Ref     string `toml:"ref"`
@@ -65,6 +79,18 @@ type Example struct {
 	} `toml:"git"`
 	Expect Expect `toml:"expect"`
 }
+
+// ExampleService is a service container of a container example, reached
+// from the job by its alias.
+type ExampleService struct {
+	Name  string `toml:"name"`
+	Alias string `toml:"alias"`
+}
+
+// Container reports whether the example runs in containers: it names an
+// image or services. Such an example runs on the docker executor, and is
+// skipped when no Docker engine answers.
+func (e *Example) Container() bool { return e.Image != "" || len(e.Services) > 0 }
 
 // Expect is how an example job should end.
 type Expect struct {
@@ -96,6 +122,11 @@ func LoadExamples(fsys fs.FS) ([]Example, error) {
 		}
 		if e.Name == "" || len(e.Script) == 0 {
 			return nil, fmt.Errorf("example %s: name and script are required", n)
+		}
+		for i, s := range e.Services {
+			if s.Name == "" {
+				return nil, fmt.Errorf("example %s: services[%d]: name is required", n, i)
+			}
 		}
 		if e.Expect.Status == "" {
 			e.Expect.Status = "success"
@@ -179,8 +210,29 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 			OutputLimit:        4096,
 		}},
 	}
+	providers, executors := opts.Providers, "the shell executor"
+	dockerSkip := ""
+	var dockerProv *docker.Provider
+	if slices.ContainsFunc(examples, func(e Example) bool { return e.Container() }) {
+		engines := &docker.Clients{}
+		defer engines.Close()
+		if dockerSkip = dockerReady(ctx, opts, engines, examples, out); dockerSkip != "" {
+			fmt.Fprintf(out, "drover local: the container examples are skipped: %s\n", dockerSkip)
+		} else {
+			no := false
+			dr, err := api.CreateRunner(ctx, client.RunnerSpec{Description: "local docker runner", RunUntagged: &no, TagList: dockerRunnerTags})
+			if err != nil {
+				return false, fmt.Errorf("create the docker runner: %w", err)
+			}
+			cfg.Runners = append(cfg.Runners, dockerRunner(url, dr.Token))
+			if providers, dockerProv, err = withDocker(providers, cfg, engines, opts.HelperBinary, logger); err != nil {
+				return false, err
+			}
+			executors = "the shell and docker executors"
+		}
+	}
 	m, err := manager.New(logger.With("component", "manager"), manager.Options{
-		Config: cfg, ConfigPath: "(drover local)", Providers: opts.Providers, SystemID: "s_local", Version: opts.Version,
+		Config: cfg, ConfigPath: "(drover local)", Providers: providers, SystemID: "s_local", Version: opts.Version,
 	})
 	if err != nil {
 		return false, err
@@ -192,12 +244,25 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 		m.Drain()
 		stopManager()
 		<-mdone
+		if dockerProv != nil {
+			// The docker executor removes a job's containers, network and
+			// volumes after the job's end: wait for that before leaving.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			if err := dockerProv.Wait(wctx); err != nil {
+				fmt.Fprintf(out, "drover local: warning: %v\n", err)
+			}
+		}
 	}()
-	fmt.Fprintf(out, "drover local: runner manager with the shell executor, concurrent = %d\n\n", opts.Concurrent)
+	fmt.Fprintf(out, "drover local: runner manager with %s, concurrent = %d\n\n", executors, opts.Concurrent)
 
 	var jobs []*tracked
 	for i := range examples {
 		ex := &examples[i]
+		if ex.Container() && dockerSkip != "" {
+			jobs = append(jobs, &tracked{ex: ex, name: ex.Name, skipped: dockerSkip})
+			continue
+		}
 		specs, skip := specsFor(ex, opts.RepoDir)
 		if skip != "" {
 			jobs = append(jobs, &tracked{ex: ex, name: ex.Name, skipped: skip})
@@ -239,6 +304,15 @@ func specsFor(ex *Example, repoDir string) ([]client.JobSpec, string) {
 			}
 		}
 		spec.Git = g
+	}
+	if ex.Container() {
+		if ex.Image != "" {
+			spec.Image = &client.Image{Name: ex.Image}
+		}
+		for _, s := range ex.Services {
+			spec.Services = append(spec.Services, client.Service{Name: s.Name, Alias: s.Alias})
+		}
+		spec.Tags = containerTags(ex.Tags)
 	}
 	if ex.Parallel <= 1 {
 		return []client.JobSpec{spec}, ""

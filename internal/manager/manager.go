@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -362,6 +363,7 @@ func (m *Manager) versionInfo(r *config.RunnerConfig, p executor.Provider) api.V
 }
 
 func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
+	wd, _ := os.Getwd()
 	s := executor.Settings{
 		RunnerName:   r.Name,
 		ShortToken:   api.ShortToken(r.Token),
@@ -374,9 +376,14 @@ func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
 		FeatureFlags: r.FeatureFlags,
 		Resumable:    m.storeFor(r) != nil,
 	}
-	// Empty builds_dir and cache_dir are left to the executor: each has
-	// its own default (the manager's $PWD/builds for shell, /builds on an
-	// instance or in a container).
+	// The docker executor ignores these: its builds and cache live in
+	// volumes mounted at /builds and /cache.
+	if s.BuildsDir == "" {
+		s.BuildsDir = wd + "/builds"
+	}
+	if s.CacheDir == "" {
+		s.CacheDir = wd + "/cache"
+	}
 	return s
 }
 

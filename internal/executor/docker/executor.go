@@ -43,8 +43,9 @@ type Executor struct {
 
 	prov *Provider
 
+	executor.StageRecorder
+
 	mu       sync.Mutex
-	stage    executor.Stage
 	cfg      *Config
 	eng      Engine
 	job      *api.JobResponse
@@ -91,7 +92,17 @@ var (
 	_ executor.PathsReporter      = (*Executor)(nil)
 	_ executor.Stateful           = (*Executor)(nil)
 	_ executor.OutputCheckpointer = (*Executor)(nil)
+	_ executor.ScriptHost         = (*Executor)(nil)
 )
+
+// ScriptHostname is the build container's host name (Docker's default:
+// the first 12 hex digits of its id). Every stage creates the project
+// directory it runs in.
+func (e *Executor) ScriptHostname() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return shortID(e.build)
+}
 
 // Shell returns the shell of the job's image (after Prepare).
 func (e *Executor) Shell() string {
@@ -105,20 +116,6 @@ func (e *Executor) Paths() executor.Paths {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.paths
-}
-
-// CurrentStage returns the stage last set.
-func (e *Executor) CurrentStage() executor.Stage {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.stage
-}
-
-// SetCurrentStage records the stage being run.
-func (e *Executor) SetCurrentStage(s executor.Stage) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stage = s
 }
 
 // Finish records nothing: Cleanup does the work.
@@ -146,7 +143,7 @@ func refuse(reason api.FailureReason, format string, args ...any) error {
 // volumes, starts its services and its build container, detects the shell
 // of the image and waits for the services' ports.
 func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
-	trace, logger := sinks(opts)
+	trace, logger := executor.Sinks(opts)
 	e.mu.Lock()
 	e.trace, e.logger, e.job, e.settings = trace, logger, opts.Job, opts.Settings
 	e.resumable = opts.Settings.Resumable
@@ -225,19 +222,6 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		}
 	}
 	return e.waitServices(ctx)
-}
-
-// sinks returns the trace (serialised) and logger of opts, defaulted.
-func sinks(opts executor.PrepareOptions) (io.Writer, *slog.Logger) {
-	trace := opts.Trace
-	if trace == nil {
-		trace = io.Discard
-	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &syncWriter{w: trace}, logger
 }
 
 // createNetwork makes the job's own bridge network, unless network_mode
@@ -388,7 +372,7 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 
 	cc := &container.Config{
 		Image:      e.imageID,
-		Cmd:        idleCmd,
+		Cmd:        []string{"sh", "-c", bootScript},
 		Env:        jobEnv(job),
 		User:       e.user,
 		OpenStdin:  true,
@@ -449,30 +433,45 @@ func mergeLabels(a, b map[string]string) map[string]string {
 	return m
 }
 
-// detectScript prints the path of bash when the image has it, else of sh,
-// and opens the job's directory to the container's user.
-const detectScript = `chmod 1777 ` + jobDir + ` 2>/dev/null
-for s in /usr/local/bin/bash /usr/bin/bash /bin/bash; do
-	if [ -x "$s" ]; then echo "$s"; exit 0; fi
+// bootScript is the build container's command (after the image's
+// entrypoint, if any): it opens the job's directory to the container's
+// user (when it runs as root), prints the path of bash when the image has
+// it, else of sh, behind bootMarker, and then idles in a shell reading
+// its standard input, which stays open and empty.
+const bootScript = `c=1; chmod 1777 ` + jobDir + ` 2>/dev/null || c=0
+s=
+for b in /usr/local/bin/bash /usr/bin/bash /bin/bash; do
+	if [ -x "$b" ]; then s=$b; break; fi
 done
-command -v sh || echo /bin/sh`
+[ -n "$s" ] || s=$(command -v sh) || s=/bin/sh
+echo "` + bootMarker + `$c:$s"
+exec sh`
 
-// detectShell finds the image's shell (as root, which also opens the
-// job's volume to the container's user).
+const bootMarker = "drover-build-container:"
+
+// bootWait bounds how long a build container may take to print its boot
+// line (an entrypoint that prepares something comes first).
+const bootWait = 2 * time.Minute
+
+// detectShell reads the image's shell from the build container's boot
+// line, and opens the job's directory by a root exec when the container
+// runs as another user.
 func (e *Executor) detectShell(ctx context.Context, id string) error {
-	var out bytes.Buffer
-	code, err := e.execAttached(ctx, id, "0", []string{"sh", "-c", detectScript}, nil, &out, &out)
-	if err != nil || code != 0 {
+	line, out, err := e.bootLine(ctx, id)
+	if err != nil {
 		why := e.containerDied(ctx, id)
 		if why == "" {
-			why = strings.TrimSpace(out.String())
+			why = strings.TrimSpace(out)
 		}
-		if err != nil {
-			return fmt.Errorf("the build container in %s cannot run sh: %w %s", e.image, err, why)
-		}
-		return refuse(api.RunnerConfigurationError, "the image %s has no usable shell (sh exited with %d) %s", e.image, code, why)
+		return refuse(api.RunnerConfigurationError, "the build container of image %s did not start its shell (is the image's entrypoint one that runs its command? set the job's image entrypoint to [\"\"] if not): %v %s", e.image, err, why)
 	}
-	p := strings.TrimSpace(out.String())
+	chmodOK, p, _ := strings.Cut(line, ":")
+	if chmodOK != "1" {
+		var out bytes.Buffer
+		if code, err := e.execAttached(ctx, id, "0", []string{"sh", "-c", "chmod 1777 " + jobDir}, nil, &out, &out); err != nil || code != 0 {
+			return fmt.Errorf("open the job's directory to the container's user: exit %d %v %s", code, err, strings.TrimSpace(out.String()))
+		}
+	}
 	sh := "sh"
 	if path.Base(p) == "bash" {
 		sh = "bash"
@@ -488,6 +487,79 @@ func (e *Executor) detectShell(ctx context.Context, id string) error {
 	e.mu.Unlock()
 	e.logger.Debug("build container ready", "image", e.image, "shell", p)
 	return nil
+}
+
+// bootLine waits for the build container's boot line and returns what
+// follows bootMarker, with the output seen so far for messages.
+func (e *Executor) bootLine(ctx context.Context, id string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, bootWait)
+	defer cancel()
+	rc, err := e.eng.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
+	if err != nil {
+		return "", "", fmt.Errorf("read the build container's output: %w", err)
+	}
+	defer rc.Close()
+	lw := &lineWatch{marker: bootMarker, found: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() {
+		_, err := demux(lw, lw, rc)
+		done <- err
+	}()
+	select {
+	case line := <-lw.found:
+		return line, "", nil
+	case err := <-done:
+		select {
+		case line := <-lw.found:
+			return line, "", nil
+		default:
+		}
+		if err == nil {
+			err = errors.New("the container stopped")
+		}
+		return "", lw.seen(), err
+	case <-ctx.Done():
+		return "", lw.seen(), ctx.Err()
+	}
+}
+
+// lineWatch finds the first complete line starting with marker in what
+// is written to it.
+type lineWatch struct {
+	marker string
+	found  chan string
+	mu     sync.Mutex
+	buf    []byte
+	off    int // start of the first line not looked at yet
+	done   bool
+}
+
+func (w *lineWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done || len(w.buf) > 64<<10 {
+		return len(p), nil
+	}
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf[w.off:], '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := strings.TrimSuffix(string(w.buf[w.off:w.off+i]), "\r")
+		w.off += i + 1
+		if rest, ok := strings.CutPrefix(line, w.marker); ok {
+			w.done = true
+			w.found <- rest
+			return len(p), nil
+		}
+	}
+}
+
+func (w *lineWatch) seen() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
 
 // containerDied explains a container that is not running: its exit code
@@ -572,16 +644,27 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
 	resumable, s, jobID := e.resumable, e.settings, e.job.ID
 	e.mu.Unlock()
-	removeAll(ctx, eng, logger, containers, netID, vols)
-	if resumable {
-		// A manager that died between creating something and saving the
-		// job's state left it unrecorded: it carries the job's labels.
-		_, err := sweepEngine(ctx, eng, s.SystemID, func(id int64) bool { return id != jobID })
-		if err != nil {
-			logger.Warn("cannot look for unrecorded job resources", "err", err)
+	// Removing containers and a network takes the engine a few hundred
+	// milliseconds that the job's result need not wait for: it is done in
+	// the background (Provider.Wait waits for it; a manager that dies
+	// first leaves it to the next one's Sweep, by the labels).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	e.prov.cleanups.Go(func() {
+		defer cancel()
+		removeAll(ctx, eng, logger, containers, netID, vols)
+		if resumable {
+			// A manager that died between creating something and saving
+			// the job's state left it unrecorded: it has the job's labels.
+			_, err := sweepEngine(ctx, eng, s.SystemID, func(id int64) bool { return id != jobID })
+			if err != nil {
+				logger.Warn("cannot look for unrecorded job resources", "err", err)
+			}
 		}
-	}
+	})
 }
+
+// cleanupTimeout bounds the removal of a job's resources.
+const cleanupTimeout = 2 * time.Minute
 
 // removeAll removes containers (at once, in parallel), then the network and
 // volumes they used.
@@ -611,18 +694,6 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 		})
 	}
 	wg.Wait()
-}
-
-// syncWriter serialises writes to the trace.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 var errNotPrepared = errors.New("docker executor: Run before Prepare")

@@ -45,7 +45,7 @@ func labels(s executor.Settings, jobID int64, role string, extra map[string]stri
 		l[LabelJob] = strconv.FormatInt(jobID, 10)
 	}
 	for k, v := range extra {
-		if !strings.HasPrefix(k, "io.drover.") {
+		if !strings.HasPrefix(k, DroverLabelPrefix) {
 			l[k] = v
 		}
 	}

@@ -49,6 +49,8 @@ type Provider struct {
 
 	mu      sync.Mutex
 	helpers map[Engine]*helperImage // per engine: built or found once
+
+	cleanups sync.WaitGroup // jobs' resources being removed
 }
 
 type helperImage struct {
@@ -80,6 +82,22 @@ func NewProvider(o Options) (*Provider, error) {
 	return &Provider{o: o, helpers: map[Engine]*helperImage{}}, nil
 }
 
+// Wait waits until the resources of finished jobs are removed (Cleanup
+// removes them in the background), or ctx ends.
+func (p *Provider) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.cleanups.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("removing the resources of finished jobs: %w", ctx.Err())
+	}
+}
+
 // CanCreate reports true: whether a runner's engine answers is checked at
 // start (Check) and per job.
 func (p *Provider) CanCreate() bool { return true }
@@ -99,24 +117,13 @@ func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.
 
 // Features sets what the docker executor and drover's scripts support.
 func (p *Provider) Features(f *api.FeaturesInfo) {
-	f.Variables = true
+	executor.ScriptFeatures(f)
 	f.Image = true
 	f.Services = true
 	f.ServiceVariables = true
 	f.ServiceMultipleAliases = true
 	f.ImageExecutorOpts = true
 	f.ServiceExecutorOpts = true
-	f.Shared = false
-	f.Masking = true
-	f.RawVariables = true
-	f.MultiBuildSteps = true
-	f.ReturnExitCode = true
-	f.Refspecs = true
-	f.Cancelable = true
-	f.CancelGracefully = true
-	f.TraceReset = true
-	f.TraceChecksum = true
-	f.TraceSize = true
 }
 
 // ConfigInfo returns nil.

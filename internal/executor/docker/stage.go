@@ -533,6 +533,9 @@ func demux(stdout, stderr io.Writer, r io.Reader) (int64, error) {
 				n -= int64(k)
 			}
 			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF // a frame cut short
+				}
 				return total, err
 			}
 		}

@@ -93,7 +93,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	if err != nil {
 		return err
 	}
-	trace, logger := sinks(opts)
+	trace, logger := executor.Sinks(opts)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.cfg, e.eng, e.job, e.settings, e.trace, e.logger = cfg, eng, opts.Job, opts.Settings, trace, logger

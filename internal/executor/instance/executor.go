@@ -44,8 +44,9 @@ type Executor struct {
 	hostKeys *sshx.TOFU
 	clock    clock.Clock
 
+	executor.StageRecorder
+
 	mu         sync.Mutex
-	stage      executor.Stage
 	shell      string
 	paths      executor.Paths
 	trace      io.Writer
@@ -92,33 +93,11 @@ func (e *Executor) InstanceID() string {
 	return e.acq.InstanceID()
 }
 
-// CurrentStage returns the stage last set.
-func (e *Executor) CurrentStage() executor.Stage {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.stage
-}
-
-// SetCurrentStage records the stage being run.
-func (e *Executor) SetCurrentStage(s executor.Stage) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stage = s
-}
-
 // Prepare acquires a slot on a ready instance for the job's reservation
 // (waiting within ctx), connects to the instance, checks the shell and
 // creates the builds and cache directories there.
 func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
-	trace := opts.Trace
-	if trace == nil {
-		trace = io.Discard
-	}
-	trace = &syncWriter{w: trace}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	trace, logger := executor.Sinks(opts)
 	e.mu.Lock()
 	e.trace, e.logger = trace, logger
 	if e.GracePeriod <= 0 {
@@ -510,18 +489,6 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	if l != nil {
 		l.release()
 	}
-}
-
-// syncWriter serialises writes to the trace.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // limitedBuffer keeps the first max bytes written to it.

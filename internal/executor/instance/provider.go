@@ -145,18 +145,8 @@ func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.
 // Features sets what the instance executor and drover's bash/sh scripts
 // support: the shell executor's set.
 func (p *Provider) Features(f *api.FeaturesInfo) {
-	f.Variables = true
+	executor.ScriptFeatures(f)
 	f.Shared = true
-	f.Masking = true
-	f.RawVariables = true
-	f.MultiBuildSteps = true
-	f.ReturnExitCode = true
-	f.Refspecs = true
-	f.Cancelable = true
-	f.CancelGracefully = true
-	f.TraceReset = true
-	f.TraceChecksum = true
-	f.TraceSize = true
 }
 
 // ConfigInfo returns nil: the instance executor reports no configuration.

@@ -38,8 +38,9 @@ type Executor struct {
 	// cancelled; zero means DefaultGracePeriod. Set it before Prepare.
 	GracePeriod time.Duration
 
+	executor.StageRecorder
+
 	mu        sync.Mutex
-	stage     executor.Stage
 	shell     string
 	shellPath string // the script shell
 	shPath    string // /bin/sh or the like: runs the stage wrapper
@@ -86,27 +87,13 @@ func (e *Executor) Paths() executor.Paths {
 	return e.paths
 }
 
-// CurrentStage returns the stage last set.
-func (e *Executor) CurrentStage() executor.Stage {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.stage
-}
-
-// SetCurrentStage records the stage being run.
-func (e *Executor) SetCurrentStage(s executor.Stage) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stage = s
-}
-
 // Prepare checks the shell and creates the builds, cache and project
 // directories, and the job's script and output directories.
 func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	trace, logger := sinks(opts)
+	trace, logger := executor.Sinks(opts)
 	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"shell\" executor\033[0;m\n")
 
 	sh := opts.Settings.Shell
@@ -157,19 +144,6 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		e.GracePeriod = DefaultGracePeriod
 	}
 	return nil
-}
-
-// sinks returns the trace (serialised) and logger of opts, defaulted.
-func sinks(opts executor.PrepareOptions) (io.Writer, *slog.Logger) {
-	trace := opts.Trace
-	if trace == nil {
-		trace = io.Discard
-	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &syncWriter{w: trace}, logger
 }
 
 // Run runs one stage script in a new shell process group (a detached
@@ -468,18 +442,6 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			_ = os.RemoveAll(dir)
 		}
 	}
-}
-
-// syncWriter serialises writes to the trace.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 var _ executor.Local = (*Executor)(nil)

@@ -98,7 +98,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 			return fmt.Errorf("shell executor state: %w", err)
 		}
 	}
-	trace, logger := sinks(opts)
+	trace, logger := executor.Sinks(opts)
 
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -510,7 +510,7 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 	// Between stages, Resume starts the next stage.
 	trace := &buffer{}
-	b.trace = &syncWriter{w: trace}
+	b.trace = &executor.SyncWriter{W: trace}
 	if err := b.Resume(t.Context(), executor.Command{Stage: executor.StageAfterScript, Script: "echo next"}, 0); err != nil || trace.String() != "next\n" {
 		t.Errorf("Resume(next stage) = %v, trace %q; want nil, \"next\\n\"", err, trace)
 	}

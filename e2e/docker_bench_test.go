@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/executor"
+	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
+)
+
+// newDockerStack is a stack whose runner uses the docker executor with the
+// busybox test image; the helper image is built from the drover binary
+// the e2e tests built (not from this test binary).
+func newDockerStack(b *testing.B, concurrent int) *stack {
+	b.Helper()
+	needDockerImages(b)
+	runners := &dockerexec.Runners{}
+	prov, err := dockerexec.NewProvider(dockerexec.Options{Lookup: runners.Lookup, Configs: runners.All, HelperBinary: droverBin})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc := config.RunnerConfig{Executor: "docker", Docker: map[string]any{
+		"image": dockerimage.TestImageBusybox, "pull_policy": "if-not-present",
+	}}
+	s := newStackWith(b, concurrent, rc, map[string]executor.Provider{"docker": prov}, func(c *config.Config) error {
+		_, err := runners.Apply("bench", c)
+		return err
+	})
+	s.settle = func() {
+		if err := prov.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}
+
+// runJob submits spec and waits for it to succeed; it returns the time
+// from submission to success.
+func runJob(b *testing.B, s *stack, spec client.JobSpec) (time.Duration, *client.Job) {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	j, err := s.api.Submit(ctx, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		got, err := s.api.Job(ctx, j.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got.Finished() {
+			if got.Status != "success" {
+				tr, _, _ := s.api.Trace(ctx, j.ID, 0)
+				b.Fatalf("job %d: %s %s\n%s", j.ID, got.Status, got.FailureReason, tr)
+			}
+			return time.Since(start), got
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// dockerRunFloor is `docker run --rm <busybox> echo hi` through the engine
+// API: create, attach, start, wait for the exit, read the output, remove.
+func dockerRunFloor(b *testing.B, cli *dockerclient.Client) time.Duration {
+	ctx := context.Background()
+	start := time.Now()
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: dockerimage.TestImageBusybox, Cmd: []string{"echo", "hi"},
+		AttachStdout: true, AttachStderr: true, Labels: map[string]string{dockerexec.LabelManaged: "bench-floor"}}, nil, nil, nil, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	att, err := cli.ContainerAttach(ctx, c.ID, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, att.Reader)
+	att.Close()
+	select {
+	case w := <-waitC:
+		if w.StatusCode != 0 {
+			b.Fatalf("floor container exited %d", w.StatusCode)
+		}
+	case err := <-errC:
+		b.Fatal(err)
+	}
+	if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkDockerTrivialJob measures a trivial container job (echo, the
+// busybox image present) from submission to success, and beside it, in
+// the same run, the floor: the same echo by `docker run --rm` through the
+// engine API. Iterations alternate between the two.
+func BenchmarkDockerTrivialJob(b *testing.B) {
+	s := newDockerStack(b, 1)
+	defer s.stop()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	spec := client.JobSpec{Name: "trivial", Script: []string{"echo hi"}}
+	runJob(b, s, spec) // warm up: the first request of the manager is not held
+	s.settle()
+	dockerRunFloor(b, cli)
+	var lat, floor []time.Duration
+	for b.Loop() {
+		d, _ := runJob(b, s, spec)
+		lat = append(lat, d)
+		// The job's containers are removed after its result: that work
+		// must not slow the floor's run down.
+		b.StopTimer()
+		s.settle()
+		b.StartTimer()
+		floor = append(floor, dockerRunFloor(b, cli))
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
+	b.ReportMetric(ms(percentile(floor, 0.5)), "floor-p50-ms")
+	b.ReportMetric(ms(percentile(floor, 0.95)), "floor-p95-ms")
+	b.ReportMetric(ms(percentile(lat, 0.5)-percentile(floor, 0.5)), "overhead-p50-ms")
+}
+
+// BenchmarkDockerThroughput200 submits 200 trivial container jobs with
+// concurrent = 8 and measures the time until all of them succeeded.
+func BenchmarkDockerThroughput200(b *testing.B) {
+	const n = 200
+	for range b.N {
+		b.StopTimer()
+		s := newDockerStack(b, 8)
+		runJob(b, s, client.JobSpec{Name: "warm", Script: []string{"true"}})
+		b.StartTimer()
+		runMany(b, s, n)
+		b.StopTimer()
+		s.settle()
+		s.stop()
+		// The floor in the same run: n `docker run --rm` of the same
+		// trivial command through the engine API, 8 at a time.
+		cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range 8 {
+			wg.Go(func() {
+				for next.Add(1) <= n {
+					dockerRunFloor(b, cli)
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(n)/time.Since(start).Seconds(), "floor-jobs/s")
+		cli.Close()
+	}
+}
+
+// BenchmarkDockerServiceJob measures a job with one service (the HTTP
+// test service, waited for on its port) against the same job without it,
+// in the same run: the hand-out → accept time (preparation: containers,
+// the service started and answering) and submission → success.
+func BenchmarkDockerServiceJob(b *testing.B) {
+	s := newDockerStack(b, 1)
+	defer s.stop()
+	plain := client.JobSpec{Name: "plain", Script: []string{"echo hi"}}
+	svc := client.JobSpec{Name: "service", Script: []string{"wget -qO- http://web:8080/"},
+		Services: []client.Service{{Name: dockerimage.TestImageService, Alias: "web"}}}
+	runJob(b, s, svc) // warm up (builds the helper image)
+	var prepSvc, prepPlain, totalSvc []time.Duration
+	for b.Loop() {
+		d, j := runJob(b, s, svc)
+		totalSvc = append(totalSvc, d)
+		prepSvc = append(prepSvc, time.Duration(j.ProvisioningDuration*float64(time.Second)))
+		_, j = runJob(b, s, plain)
+		prepPlain = append(prepPlain, time.Duration(j.ProvisioningDuration*float64(time.Second)))
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(prepSvc, 0.5)), "service-prepare-p50-ms")
+	b.ReportMetric(ms(percentile(prepPlain, 0.5)), "plain-prepare-p50-ms")
+	b.ReportMetric(ms(percentile(totalSvc, 0.5)), "service-job-p50-ms")
+}
+
+// BenchmarkDockerResumeLatency is BenchmarkResumeLatency with the docker
+// executor: a container job printing a line every 50 ms, the manager
+// SIGKILLed and restarted on the same file store; measured from the start
+// of the new manager until the job's log grows on the coordinator again.
+func BenchmarkDockerResumeLatency(b *testing.B) {
+	needDockerImages(b)
+	dir := b.TempDir()
+	c := startCoordinator(b, filepath.Join(dir, "coord"))
+	cl := c.client()
+	cfg := dockerConfig(b, dir, c.url, c.runnerToken(b), 1, fileStore(filepath.Join(dir, "store")), "")
+	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "long", Timeout: 3600,
+		Script: []string{`i=0; while true; do i=$((i+1)); echo "long line $i"; sleep 0.05; done`}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_, _ = cl.Cancel(context.Background(), j.ID)
+		waitJob(b, cl, j.ID, time.Minute, finished)
+	}()
+	size := func() int {
+		tr, _, err := cl.Trace(context.Background(), j.ID, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(tr)
+	}
+	m := start(b, dir, "run", "--config", cfg)
+	waitJob(b, cl, j.ID, time.Minute, func(j *client.Job) bool { return j.Status == "running" })
+	var lat []time.Duration
+	for b.Loop() {
+		time.Sleep(700 * time.Millisecond) // let the log flow
+		m.signal(syscall.SIGKILL)
+		m.wait(10 * time.Second)
+		at := size()
+		t0 := time.Now()
+		m = start(b, dir, "run", "--config", cfg)
+		for size() <= at {
+			if time.Since(t0) > 60*time.Second {
+				b.Fatalf("the log did not flow again within 60 s; manager log:\n%s", m.log.String())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.95).Microseconds())/1000, "p95-ms")
+}

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	stdlog "log"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
+	dockerclient "github.com/docker/docker/client"
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
+)
+
+// TestDockerPullAlwaysRegistry pulls a job's image from a real registry
+// on loopback (go-containerregistry's, in this process) with pull_policy
+// always: the image is pushed there and its local tag removed, so the
+// job only runs if the executor pulled it. Then, with the registry
+// stopped, always alone fails the job with image_pull_failure and the
+// engine's error, while [always, if-not-present] falls back to the image
+// now present, with a warning.
+func TestDockerPullAlwaysRegistry(t *testing.T) {
+	needDockerImages(t)
+	cli := dockertest.Engine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// The registry. Docker treats 127.0.0.0/8 as insecure: plain HTTP.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regLog := &syncBuffer{}
+	srv := &http.Server{Handler: registry.New(registry.Logger(stdlog.New(regLog, "registry: ", 0)))}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		// Close (not Shutdown): the listener and the engine's idle
+		// connections go at once, so the engine cannot reach it any more.
+		_ = srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("registry: Serve: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("registry log:\n%s", regLog.String())
+		}
+	})
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ref := ln.Addr().String() + "/drover-e2e/busybox:" + hex.EncodeToString(b[:])
+	pushImage(ctx, t, cli, dockerimage.TestImageBusybox, ref)
+	pushed := len(regLog.String())
+
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 2, "", "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+
+	run := func(name string, policy any) (status, reason, log string) {
+		t.Helper()
+		id := submitJSON(t, c, map[string]any{"name": name, "timeout": 120,
+			"image":  map[string]any{"name": ref, "pull_policy": policy},
+			"script": []string{"echo ran-in-pulled-image"}})
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		log = trace(t, cl, id)
+		waitNoResources(t, id)
+		return j.Status, j.FailureReason, log
+	}
+
+	t.Run("pulled from the registry", func(t *testing.T) {
+		status, reason, log := run("pull always", "always")
+		if status != "success" {
+			t.Fatalf("job = %s %q, want success\nlog:\n%s", status, reason, log)
+		}
+		for _, s := range []string{"Pulling docker image " + ref, "Using docker image " + ref, "ran-in-pulled-image"} {
+			if !strings.Contains(log, s) {
+				t.Errorf("log lacks %q:\n%s", s, log)
+			}
+		}
+		if _, err := cli.ImageInspect(ctx, ref); err != nil {
+			t.Errorf("the pulled image is not present afterwards: %v", err)
+		}
+		// The engine asked the registry for the tag (HEAD or GET, as it
+		// likes) after the push.
+		manifest := " /v2/drover-e2e/busybox/manifests/" + ref[strings.LastIndexByte(ref, ':')+1:]
+		if !strings.Contains(strings.ReplaceAll(regLog.String()[pushed:], "PUT"+manifest, ""), manifest) {
+			t.Errorf("the registry was not asked for %s after the push:\n%s", manifest, regLog.String())
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	stop()
+	t.Run("registry down, always", func(t *testing.T) {
+		status, reason, log := run("pull always, registry down", "always")
+		if status != "failed" || reason != "image_pull_failure" {
+			t.Fatalf("job = %s %q, want failed image_pull_failure\nlog:\n%s", status, reason, log)
+		}
+		// The engine's own words: it could not connect to the registry.
+		for _, s := range []string{"Pulling docker image " + ref, "Error response from daemon", ln.Addr().String(), "connection refused"} {
+			if !strings.Contains(log, s) {
+				t.Errorf("log lacks %q:\n%s", s, log)
+			}
+		}
+		if strings.Contains(log, "ran-in-pulled-image") {
+			t.Errorf("the script ran:\n%s", log)
+		}
+	})
+	t.Run("registry down, always then if-not-present", func(t *testing.T) {
+		status, reason, log := run("pull always or local", []string{"always", "if-not-present"})
+		if status != "success" {
+			t.Fatalf("job = %s %q, want success\nlog:\n%s", status, reason, log)
+		}
+		for _, s := range []string{"Pulling docker image " + ref, "Using locally found image " + ref, "ran-in-pulled-image"} {
+			if !strings.Contains(log, s) {
+				t.Errorf("log lacks %q:\n%s", s, log)
+			}
+		}
+		warned := false
+		for _, l := range strings.Split(log, "\n") {
+			if strings.Contains(l, "WARNING:") && strings.Contains(l, "connection refused") && strings.Contains(l, "trying the next pull policy") {
+				warned = true
+			}
+		}
+		if !warned {
+			t.Errorf("log lacks a WARNING line about falling back to the next pull policy:\n%s", log)
+		}
+	})
+}
+
+// pushImage tags src as ref, pushes ref and removes the local tag again
+// (not src). The tag is removed when the test ends too, wherever it came
+// from by then.
+func pushImage(ctx context.Context, t *testing.T, cli *dockerclient.Client, src, ref string) {
+	t.Helper()
+	if err := cli.ImageTag(ctx, src, ref); err != nil {
+		t.Fatalf("ImageTag %s %s: %v", src, ref, err)
+	}
+	t.Cleanup(func() { removeTag(t, cli, ref) })
+	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: "e30="}) // base64 of {}
+	if err != nil {
+		t.Fatalf("ImagePush %s: %v", ref, err)
+	}
+	err = dockerimage.ReadMessages(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+	removeTag(t, cli, ref)
+	if _, err := cli.ImageInspect(ctx, ref); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("%s is still present after its removal (inspect: %v)", ref, err)
+	}
+	if _, err := cli.ImageInspect(ctx, src); err != nil {
+		t.Fatalf("removing %s took %s with it: %v", ref, src, err)
+	}
+}
+
+// removeTag removes one reference (never by id, so an image that has
+// other tags only loses this one).
+func removeTag(t *testing.T, cli *dockerclient.Client, ref string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		t.Errorf("ImageRemove %s: %v", ref, err)
+	}
+}

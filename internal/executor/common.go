@@ -1,0 +1,74 @@
+package executor
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/drover-ci/drover/internal/api"
+)
+
+// StageRecorder records the stage an executor runs, for metrics. Embed it
+// to implement CurrentStage and SetCurrentStage. The zero value is ready.
+type StageRecorder struct {
+	mu    sync.Mutex
+	stage Stage
+}
+
+// CurrentStage returns the stage last set.
+func (r *StageRecorder) CurrentStage() Stage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stage
+}
+
+// SetCurrentStage records the stage being run.
+func (r *StageRecorder) SetCurrentStage(s Stage) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stage = s
+}
+
+// SyncWriter serialises writes to W: a trace written by several
+// goroutines (a stage's output, the executor's own lines).
+type SyncWriter struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+func (s *SyncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.W.Write(p)
+}
+
+// Sinks returns the trace of opts, serialised (io.Discard when nil), and
+// its logger (discarding when nil).
+func Sinks(opts PrepareOptions) (io.Writer, *slog.Logger) {
+	trace := opts.Trace
+	if trace == nil {
+		trace = io.Discard
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &SyncWriter{W: trace}, logger
+}
+
+// ScriptFeatures sets the features of drover's bash/sh stage scripts and
+// of its job log handling: what every executor running those scripts
+// supports.
+func ScriptFeatures(f *api.FeaturesInfo) {
+	f.Variables = true
+	f.Masking = true
+	f.RawVariables = true
+	f.MultiBuildSteps = true
+	f.ReturnExitCode = true
+	f.Refspecs = true
+	f.Cancelable = true
+	f.CancelGracefully = true
+	f.TraceReset = true
+	f.TraceChecksum = true
+	f.TraceSize = true
+}
