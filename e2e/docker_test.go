@@ -146,6 +146,8 @@ func TestDockerExecutor(t *testing.T) {
 	cl := c.client()
 	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 6, "", `    wait_for_services_timeout = 3
     allowed_images = ["drover-test-*", "drover-missing-*"]
+    allowed_users = ["drover"]
+    volumes = ["/anonymous-volume"]
     memory = "64m"
     memory_swap = "64m"`)
 	m := start(t, dir, "run", "--config", cfg)
@@ -189,6 +191,14 @@ func TestDockerExecutor(t *testing.T) {
 			want{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
 		{"pull never, image missing", map[string]any{"image": map[string]any{"name": "drover-missing-image:nope", "pull_policy": "never"}, "script": []string{"echo must not run"}},
 			want{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "never"}, hasNot: []string{"must not run\n"}}},
+		{"user allowed, anonymous volume", map[string]any{
+			"image":  map[string]any{"name": dockerimage.TestImageBusybox, "docker": map[string]any{"user": "drover"}},
+			"script": []string{"echo uid=$(id -u)", "touch in-project && echo project-writable", "test -d /anonymous-volume && echo anon-volume-ok"}},
+			want{status: "success", has: []string{"uid=1000", "project-writable", "anon-volume-ok"}}},
+		{"user not allowed", map[string]any{
+			"image":  map[string]any{"name": dockerimage.TestImageBusybox, "docker": map[string]any{"user": "nobody"}},
+			"script": []string{"echo must not run"}},
+			want{status: "failed", reason: "runner_configuration_error", has: []string{"allowed_users"}, hasNot: []string{"must not run\n"}}},
 		{"oom", map[string]any{"script": []string{"echo start", "head -c 200m /dev/zero | tail > /dev/null"}},
 			want{status: "failed", reason: "script_failure", has: []string{"lack of memory"}}},
 	}
@@ -256,22 +266,23 @@ func TestDockerExecutor(t *testing.T) {
 }
 
 // TestDockerGitFetchReusesClone: two jobs of one project on a runner with
-// one slot: the first clones into the builds volume, the second fetches
-// into the same clone.
+// one slot, whose containers run as a user other than root: the first
+// clones into the builds volume, the second fetches into the same clone,
+// and the user can write the checkout.
 func TestDockerGitFetchReusesClone(t *testing.T) {
 	needDockerImages(t)
 	dir := t.TempDir()
 	repo, shas := gitRepo(t)
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
 	cl := c.client()
-	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 2, "  limit = 1", fmt.Sprintf("    volumes = [%q]", repo+":"+repo+":ro"))
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 2, "  limit = 1", fmt.Sprintf("    volumes = [%q]\n    user = %q", repo+":"+repo+":ro", dockerimage.TestUser))
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 20*time.Second)
 	var logs []string
 	for i, sha := range shas {
 		id := submitJSON(t, c, map[string]any{
 			"name": fmt.Sprintf("git %d", i), "project": "group/repo",
-			"script":    []string{"cat file.txt", "git rev-parse HEAD 2>/dev/null || true", "ls -a"},
+			"script":    []string{"cat file.txt", "echo uid=$(id -u)", "echo changed >> file.txt && echo checkout-writable"},
 			"variables": []map[string]any{{"key": "GIT_STRATEGY", "value": "fetch"}},
 			"git":       map[string]any{"repo_url": "file://" + repo, "ref": "main", "sha": sha},
 		})
@@ -279,6 +290,9 @@ func TestDockerGitFetchReusesClone(t *testing.T) {
 		log := trace(t, cl, id)
 		if j.Status != "success" {
 			t.Fatalf("job %d = %s %s\n%s", i, j.Status, j.FailureReason, log)
+		}
+		if !strings.Contains(log, "uid=1000") || !strings.Contains(log, "checkout-writable") {
+			t.Errorf("job %d: the container's user could not write the checkout:\n%s", i, log)
 		}
 		if !strings.Contains(log, fmt.Sprintf("version %d", i+1)) {
 			t.Errorf("job %d did not check out its commit:\n%s", i, log)

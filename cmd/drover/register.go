@@ -14,6 +14,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 )
 
@@ -41,6 +42,7 @@ func loadOrNewConfig(path string) (*config.Config, error) {
 func newRegisterCmd() *cobra.Command {
 	var (
 		cfgPath, url, token, executorName, shell, name, buildsDir, tagList, description string
+		dockerImage, dockerPull                                                         string
 		concurrent, maxTimeout                                                          int
 		runUntagged, locked, paused                                                     bool
 	)
@@ -62,6 +64,9 @@ registration token it registers a new runner (POST /api/v4/runners) with
 			}
 			if _, ok := providers(nil, nil, nil, nil, nil)[executorName]; !ok {
 				return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", executorName, providerNames()))
+			}
+			if executorName == docker.Name && dockerImage == "" {
+				return usageError(errors.New("--docker-image is required with --executor docker (the image of jobs that name none)"))
 			}
 			cfg, err := loadOrNewConfig(cfgPath)
 			if err != nil {
@@ -121,6 +126,12 @@ registration token it registers a new runner (POST /api/v4/runners) with
 					rc.TokenExpiresAt = t
 				}
 			}
+			if executorName == docker.Name {
+				rc.Docker = map[string]any{"image": dockerImage}
+				if dockerPull != "" {
+					rc.Docker["pull_policy"] = dockerPull
+				}
+			}
 			cfg.Runners = append(cfg.Runners, rc)
 			if err := cfg.Save(cfgPath); err != nil {
 				return err
@@ -137,6 +148,8 @@ registration token it registers a new runner (POST /api/v4/runners) with
 	f.StringVar(&url, "url", envOr("CI_SERVER_URL", ""), "coordinator URL (drover coordinator or GitLab)")
 	f.StringVar(&token, "token", envOr("REGISTRATION_TOKEN", ""), "runner authentication token (glrt-…) or legacy registration token")
 	f.StringVar(&executorName, "executor", "shell", "executor for this runner")
+	f.StringVar(&dockerImage, "docker-image", "", "docker executor: the image of jobs that name none ([runners.docker] image)")
+	f.StringVar(&dockerPull, "docker-pull-policy", "", "docker executor: always, if-not-present or never (default always, as GitLab Runner)")
 	f.StringVar(&shell, "shell", "", "shell for the shell executor: bash or sh (default: bash when installed)")
 	f.StringVar(&name, "name", "", "runner name in config.toml (default: description or host name)")
 	f.StringVar(&description, "description", "", "description (legacy registration)")

@@ -58,6 +58,9 @@ type Config struct {
 	Privileged         bool
 	ServicesPrivileged *bool // nil = Privileged
 	User               string
+	// AllowedUsers, when set, lists the users a job may ask for (image
+	// docker.user); the runner's own user is always allowed.
+	AllowedUsers []string
 	// Volumes are "host:container[:mode]" (host may be a named volume) or
 	// "/container" (anonymous), each as written after validation; see
 	// volumeSpec for the modes.
@@ -99,7 +102,7 @@ type ServiceConfig struct {
 // notHonoured are the [runners.docker] keys of GitLab Runner that drover
 // accepts but does not apply yet.
 var notHonoured = []string{
-	"allowed_users", "cgroup_parent", "cpu_shares", "cpuset_mems",
+	"cgroup_parent", "cpu_shares", "cpuset_mems",
 	"device_cgroup_rules", "disable_entrypoint_overwrite", "enable_ipv6",
 	"gpus", "group_add", "helper_image_flavor", "hostname", "ipcmode",
 	"isolation", "links", "log_options", "mac_address", "memory_reservation",
@@ -174,6 +177,8 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			c.User = rd.Str(key, v)
 		case "volumes":
 			c.Volumes = rd.volumes(key, v)
+		case "allowed_users":
+			c.AllowedUsers = rd.StrList(key, v)
 		case "cache_dir":
 			c.CacheDir = rd.Str(key, v)
 		case "disable_cache":

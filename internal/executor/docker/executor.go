@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,29 +54,31 @@ type Executor struct {
 	trace    io.Writer
 	logger   *slog.Logger
 
-	prefix     string // names of the job's resources
-	shell      string // bash or sh
-	shellPath  string // its path in the build image
-	paths      executor.Paths
-	image      string // the build image as the job names it
-	imageID    string
-	user       string
-	network    string // the job's network (id); "" when network_mode is set
-	netName    string // what containers join
-	jobVolume  string
-	volumes    []string // per-job volumes to remove (job, and builds/cache with disable_cache)
-	binds      []string // mounts of the build and helper containers
-	build      string   // the build container running now
-	builds     int      // build containers made so far (names)
-	helper     string
-	helperImg  string
-	services   []service
-	containers []string // every container made, for Cleanup
-	resumable  bool
-	runs       int
-	running    *stageState
-	resume     *stageState
-	cleanedUp  bool
+	prefix      string // names of the job's resources
+	shell       string // bash or sh
+	shellPath   string // its path in the build image
+	paths       executor.Paths
+	image       string // the build image as the job names it
+	imageID     string
+	user        string
+	network     string // the job's network (id); "" when network_mode is set
+	netName     string // what containers join
+	jobVolume   string
+	volumes     []string // per-job volumes to remove (job, and builds/cache with disable_cache)
+	binds       []string // mounts of the build and helper containers
+	anonVolumes []string // anonymous volumes of the build container (volumes = ["/path"])
+	nonRoot     bool     // the build container runs as another user than root
+	build       string   // the build container running now
+	builds      int      // build containers made so far (names)
+	helper      string
+	helperImg   string
+	services    []service
+	containers  []string // every container made, for Cleanup
+	resumable   bool
+	runs        int
+	running     *stageState
+	resume      *stageState
+	cleanedUp   bool
 
 	out output
 }
@@ -184,7 +187,10 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return refuse(api.RunnerConfigurationError, "the image %q may not run privileged: it matches none of allowed_privileged_images %q", img, cfg.AllowedPrivilegedImages)
 	}
 	user := cfg.User
-	if o := job.Image.ExecutorOpts; o != nil && o.Docker != nil && o.Docker.User != "" {
+	if o := job.Image.ExecutorOpts; o != nil && o.Docker != nil && o.Docker.User != "" && o.Docker.User != cfg.User {
+		if len(cfg.AllowedUsers) > 0 && !slices.Contains(cfg.AllowedUsers, o.Docker.User) {
+			return refuse(api.RunnerConfigurationError, "the job asks to run as user %q, which is not one of allowed_users %q", o.Docker.User, cfg.AllowedUsers)
+		}
 		user = o.Docker.User
 	}
 
@@ -290,10 +296,32 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 	} else {
 		binds = append(binds, cache+":"+cacheDir)
 	}
+	var anon []string
+	for _, v := range cfg.Volumes {
+		if strings.Contains(v, ":") {
+			binds = append(binds, v)
+		} else {
+			anon = append(anon, v) // a volume of the container's own
+		}
+	}
 	e.mu.Lock()
-	e.binds = append(binds, cfg.Volumes...)
+	e.binds, e.anonVolumes = binds, anon
 	e.mu.Unlock()
 	return nil
+}
+
+// anonymous returns the container configuration's anonymous volumes.
+func (e *Executor) anonymous() map[string]struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.anonVolumes) == 0 {
+		return nil
+	}
+	m := make(map[string]struct{}, len(e.anonVolumes))
+	for _, v := range e.anonVolumes {
+		m[v] = struct{}{}
+	}
+	return m
 }
 
 // hostConfig is the build container's host configuration from
@@ -377,6 +405,7 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 		User:       e.user,
 		OpenStdin:  true,
 		Tty:        false,
+		Volumes:    e.anonymous(),
 		WorkingDir: e.paths.ProjectDir,
 		Labels: labels(e.settings, job.ID, roleBuild, mergeLabels(cfg.ContainerLabels, map[string]string{
 			LabelStage: string(stage),
@@ -467,10 +496,20 @@ func (e *Executor) detectShell(ctx context.Context, id string) error {
 	}
 	chmodOK, p, _ := strings.Cut(line, ":")
 	if chmodOK != "1" {
+		// The container runs as another user than root: the job's, builds
+		// and cache volumes (root's when new) and the project directory are
+		// opened to it, and git in the helper works under umask 0000, as
+		// GitLab Runner's helper does, so that the user can write the
+		// checkout.
+		pd := quote(e.paths.ProjectDir)
+		open := fmt.Sprintf("chmod 1777 %s %s %s && mkdir -p %s && chmod 0777 %s", jobDir, buildsDir, cacheDir, pd, pd)
 		var out bytes.Buffer
-		if code, err := e.execAttached(ctx, id, "0", []string{"sh", "-c", "chmod 1777 " + jobDir}, nil, &out, &out); err != nil || code != 0 {
-			return fmt.Errorf("open the job's directory to the container's user: exit %d %v %s", code, err, strings.TrimSpace(out.String()))
+		if code, err := e.execAttached(ctx, id, "0", []string{"sh", "-c", open}, nil, &out, &out); err != nil || code != 0 {
+			return fmt.Errorf("open the job's volumes to the container's user: exit %d %v %s", code, err, strings.TrimSpace(out.String()))
 		}
+		e.mu.Lock()
+		e.nonRoot = true
+		e.mu.Unlock()
 	}
 	sh := "sh"
 	if path.Base(p) == "bash" {

@@ -118,9 +118,15 @@ func (e *Executor) needsGit() bool {
 }
 
 // wrapper runs a stage's script file in the project directory.
-func (e *Executor) wrapper(shellPath string, f stageFiles) string {
-	pd := quote(e.paths.ProjectDir)
-	return fmt.Sprintf(`{ [ -d %[1]s ] || mkdir -p %[1]s; } && cd %[1]s || { echo "cannot enter the project directory %[1]s" >&2; exit 1; }
+func (e *Executor) wrapper(cid string) string {
+	e.mu.Lock()
+	pd, umask := quote(e.paths.ProjectDir), ""
+	if e.nonRoot && cid == e.helper {
+		// Files git writes must be the build container's user's too.
+		umask = "umask 0000\n"
+	}
+	e.mu.Unlock()
+	return umask + fmt.Sprintf(`{ [ -d %[1]s ] || mkdir -p %[1]s; } && cd %[1]s || { echo "cannot enter the project directory %[1]s" >&2; exit 1; }
 `, pd)
 }
 
@@ -129,7 +135,7 @@ func (e *Executor) wrapper(shellPath string, f stageFiles) string {
 // stdin do not eat it), its output comes back on the exec's streams.
 func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, shellPath, user string, n int) error {
 	f := filesOf(n)
-	script := e.wrapper(shellPath, f) + fmt.Sprintf("cat > %[1]s && exec %[2]s %[1]s </dev/null 2>&1\n", quote(f.script), quote(shellPath))
+	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s && exec %[2]s %[1]s </dev/null 2>&1\n", quote(f.script), quote(shellPath))
 	w := e.startOutput(cmd.Stage, 0)
 	defer e.endOutput()
 	started := time.Now()
@@ -361,7 +367,7 @@ func (e *Executor) startDetached(ctx context.Context, cid, shellPath, user, scri
 	if claimed {
 		claim = ""
 	}
-	w := claim + fmt.Sprintf(": >> %[1]s\n", quote(f.log)) + e.wrapper(shellPath, f) +
+	w := claim + fmt.Sprintf(": >> %[1]s\n", quote(f.log)) + e.wrapper(cid) +
 		fmt.Sprintf("%[1]s %[2]s </dev/null >> %[3]s 2>&1\necho $? > %[4]s.tmp && mv %[4]s.tmp %[4]s\n",
 			quote(shellPath), quote(f.script), quote(f.log), quote(f.exit))
 	// The wrapper's own failures (no project directory) go to the log too.

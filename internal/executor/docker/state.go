@@ -35,6 +35,7 @@ type savedState struct {
 	HelperImg  string         `json:"helper_image,omitempty"`
 	Services   []service      `json:"services,omitempty"`
 	Containers []string       `json:"containers"`
+	NonRoot    bool           `json:"non_root,omitempty"`
 	Runs       int            `json:"runs"`
 	Stage      *stageState    `json:"stage,omitempty"`
 }
@@ -53,7 +54,7 @@ func (e *Executor) State() (json.RawMessage, error) {
 		Version: stateVersion, Prefix: e.prefix, Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths,
 		Image: e.image, ImageID: e.imageID, User: e.user, Network: e.network, NetName: e.netName,
 		JobVolume: e.jobVolume, Volumes: e.volumes, Binds: e.binds, Build: e.build, Builds: e.builds,
-		Helper: e.helper, HelperImg: e.helperImg, Services: e.services, Containers: e.containers, Runs: e.runs,
+		Helper: e.helper, HelperImg: e.helperImg, Services: e.services, Containers: e.containers, Runs: e.runs, NonRoot: e.nonRoot,
 	}
 	switch {
 	case e.running != nil:
@@ -102,7 +103,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	e.image, e.imageID, e.user, e.network, e.netName = st.Image, st.ImageID, st.User, st.Network, st.NetName
 	e.jobVolume, e.volumes, e.binds, e.build, e.builds = st.JobVolume, st.Volumes, st.Binds, st.Build, st.Builds
 	e.helper, e.helperImg, e.services, e.containers = st.Helper, st.HelperImg, st.Services, st.Containers
-	e.runs, e.resume, e.running = st.Runs, st.Stage, nil
+	e.runs, e.resume, e.running, e.nonRoot = st.Runs, st.Stage, nil, st.NonRoot
 	if st.Stage != nil {
 		e.runs--
 	}
