@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -352,6 +355,14 @@ func TestDockerSweepsLeftovers(t *testing.T) {
 	}
 }
 
+// TestDockerRedisStoreTakeover: two managers with the docker executor on
+// one Redis store; the one running a container job is killed and the other
+// re-attaches to the job's container and finishes it, every line once.
+func TestDockerRedisStoreTakeover(t *testing.T) {
+	needDockerImages(t)
+	redisTakeover(t, func(d, url, token, store string) string { return dockerConfig(t, d, url, token, 2, store, "") })
+}
+
 // TestDockerChaosManagerKilled: the shell executor's chaos test with the
 // docker executor: 12 jobs of ~4 s printing numbered lines, concurrent =
 // 4, the manager SIGKILLed three times and restarted on the same file
@@ -378,4 +389,107 @@ func TestDockerChaosManagerKilled(t *testing.T) {
 	for _, id := range ids {
 		waitNoResources(t, id)
 	}
+}
+
+// engineProxy forwards TCP connections on 127.0.0.1 to the local Docker
+// engine's socket, so that a test can take the engine away from a manager
+// (cut) and give it back on the same address (serve).
+type engineProxy struct {
+	t    *testing.T
+	addr string
+	mu   sync.Mutex
+	ln   net.Listener
+	cons []net.Conn
+}
+
+func newEngineProxy(t *testing.T) *engineProxy {
+	p := &engineProxy{t: t}
+	p.serve()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *engineProxy) serve() {
+	addr := p.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatalf("engine proxy: %v", err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e, err := net.Dial("unix", "/var/run/docker.sock")
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.cons = append(p.cons, c, e)
+			p.mu.Unlock()
+			// Half-closes travel through: the engine's exec attach reads
+			// the end of a stage's stdin that way.
+			go func() { _, _ = io.Copy(e, c); _ = e.(*net.UnixConn).CloseWrite() }()
+			go func() { _, _ = io.Copy(c, e); _ = c.(*net.TCPConn).CloseWrite() }()
+		}
+	}()
+}
+
+// cut closes the listener and every connection: the engine is gone.
+func (p *engineProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.cons {
+		c.Close()
+	}
+	p.cons = nil
+}
+
+// TestDockerEngineLost: the engine (reached over TCP through a proxy, so
+// `host` is a real parameter) goes away in the middle of a job: the job
+// fails with runner_system_failure; when the engine is back, the next
+// start of the manager removes what the job left.
+func TestDockerEngineLost(t *testing.T) {
+	needDockerImages(t)
+	if _, err := os.Stat("/var/run/docker.sock"); err != nil {
+		t.Skip("the engine is not on /var/run/docker.sock: cannot proxy it")
+	}
+	proxy := newEngineProxy(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", fmt.Sprintf("    host = %q", "tcp://"+proxy.addr))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	id := submitJSON(t, c, map[string]any{"name": "engine lost", "timeout": 300,
+		"script": []string{"echo started-waiting", "sleep 300"}})
+	waitJob(t, cl, id, time.Minute, func(j *client.Job) bool {
+		return j.Status == "running" && strings.Contains(trace(t, cl, id), "started-waiting")
+	})
+	proxy.cut()
+	j := waitJob(t, cl, id, 2*time.Minute, finished)
+	if j.Status != "failed" || j.FailureReason != "runner_system_failure" {
+		t.Errorf("job = %s %s, want failed runner_system_failure\n%s", j.Status, j.FailureReason, trace(t, cl, id))
+	}
+	if left := jobResources(t, id); len(left) == 0 {
+		t.Log("nothing was left behind (the engine went away after the removal?)")
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(30 * time.Second)
+	proxy.serve()
+	m = start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	waitNoResources(t, id)
 }

@@ -262,6 +262,14 @@ func startRedisKillable(t testing.TB) (url string, kill func()) {
 // killed; the other resumes its jobs within health_timeout + one
 // health_interval, and their logs lose and double nothing.
 func TestRedisStoreTakeover(t *testing.T) {
+	redisTakeover(t, func(d, url, token, store string) string { return writeConfig(t, d, url, token, 2, store) })
+}
+
+// redisTakeover runs two managers on one Redis store, with configurations
+// written by writeCfg, kills the one running the first of two jobs, and
+// checks that the other resumes it within health_timeout and both jobs
+// end with every line once.
+func redisTakeover(t *testing.T, writeCfg func(dir, url, token, store string) string) {
 	url := startRedis(t)
 	dir := t.TempDir()
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
@@ -285,9 +293,9 @@ func TestRedisStoreTakeover(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(d, ".runner_system_id"), []byte("s_"+name+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg := writeConfig(t, d, c.url, token, 2, store)
+		cfg := writeCfg(d, c.url, token, store)
 		m := start(t, d, "run", "--config", cfg)
-		m.waitLog("runner manager started", 10*time.Second)
+		m.waitLog("runner manager started", 20*time.Second)
 		mgrs = append(mgrs, m)
 	}
 	marker := fmt.Sprintf("redis-%d", time.Now().UnixNano())

@@ -693,8 +693,9 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		removeAll(ctx, eng, logger, containers, netID, vols)
 		if resumable {
 			// A manager that died between creating something and saving
-			// the job's state left it unrecorded: it has the job's labels.
-			_, err := sweepEngine(ctx, eng, s.SystemID, func(id int64) bool { return id != jobID })
+			// the job's state left it unrecorded: it has the job's labels
+			// (and its own system id, which may not be this one's).
+			_, err := sweepEngine(ctx, eng, LabelRunner+"="+s.ShortToken, func(id int64) bool { return id != jobID })
 			if err != nil {
 				logger.Warn("cannot look for unrecorded job resources", "err", err)
 			}

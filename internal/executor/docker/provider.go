@@ -176,6 +176,7 @@ func (p *Provider) helperTag(ctx context.Context, eng Engine, c *Config, trace f
 				return
 			}
 		}
+		trace("Checking for the helper image (built from drover's own binary the first time: a few seconds) ...")
 		// The build is shared by every job waiting for it: not bound to
 		// the first job's context.
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)

@@ -29,7 +29,7 @@ func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID i
 			continue
 		}
 		seen[eng] = true
-		r, err := sweepEngine(ctx, eng, systemID, keep)
+		r, err := sweepEngine(ctx, eng, LabelSystemID+"="+systemID, keep)
 		removed = append(removed, r...)
 		if err != nil {
 			return removed, fmt.Errorf("docker host %s: %w", hostName(c), err)
@@ -38,8 +38,10 @@ func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID i
 	return removed, nil
 }
 
-func sweepEngine(ctx context.Context, eng Engine, systemID string, keep func(int64) bool) ([]string, error) {
-	f := labelFilter(LabelManaged+"=1", LabelSystemID+"="+systemID, LabelJob)
+// sweepEngine removes the job resources carrying label (k=v) whose job
+// keep does not claim.
+func sweepEngine(ctx context.Context, eng Engine, label string, keep func(int64) bool) ([]string, error) {
+	f := labelFilter(LabelManaged+"=1", label, LabelJob)
 	orphan := func(l map[string]string) bool {
 		id, err := strconv.ParseInt(l[LabelJob], 10, 64)
 		return err == nil && !keep(id)
