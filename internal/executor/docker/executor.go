@@ -214,18 +214,27 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err := e.createVolumes(ctx); err != nil {
 		return err
 	}
-	if err := e.startServices(ctx, specs); err != nil {
-		return err
+	// The services, the build container and the helper container (needed
+	// to wait for the services, and to follow every stage of a resumable
+	// job: made now, it is in the job's state before any stage runs) are
+	// independent: they start at once, and the engine overlaps their
+	// starts.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	wg.Go(func() { errs[0] = e.startServices(ctx, specs) })
+	wg.Go(func() { errs[1] = e.startBuild(ctx, executor.StagePrepareExecutor) })
+	if e.resumable || len(specs) > 0 {
+		wg.Go(func() { _, errs[2] = e.ensureHelper(ctx) })
 	}
-	if err := e.startBuild(ctx, executor.StagePrepareExecutor); err != nil {
-		return err
-	}
-	if e.resumable {
-		// Every stage of a resumable job is followed through the helper:
-		// made now, it is in the job's state before any stage runs.
-		if _, err := e.ensureHelper(ctx); err != nil {
-			return err
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		var be *executor.BuildError
+		for _, err := range errs {
+			if errors.As(err, &be) {
+				return err // the job's own fault decides how it ends
+			}
 		}
+		return err
 	}
 	return e.waitServices(ctx)
 }
