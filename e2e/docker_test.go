@@ -166,8 +166,10 @@ func TestDockerExecutor(t *testing.T) {
 		spec map[string]any
 		want want
 	}{
-		{"success", map[string]any{"script": []string{"echo hello from the container", "cat /etc/hostname >/dev/null && echo user=$(id -u)"}},
-			want{status: "success", has: []string{"hello from the container", "user=0", "Using Docker executor with image " + dockerimage.TestImageBusybox}}},
+		{"success", map[string]any{"image": dockerimage.TestImageBusybox, "script": []string{"echo hello from the container", "cat /etc/hostname >/dev/null && echo user=$(id -u)",
+			"echo image=$CI_JOB_IMAGE disposable=$CI_DISPOSABLE_ENVIRONMENT shared=$CI_SHARED_ENVIRONMENT"}},
+			want{status: "success", has: []string{"hello from the container", "user=0", "Using Docker executor with image " + dockerimage.TestImageBusybox,
+				"image=" + dockerimage.TestImageBusybox + " disposable=true shared=\n"}}},
 		{"exit code", map[string]any{"script": []string{"echo before", "exit 3"}},
 			want{status: "failed", reason: "script_failure", exit: 3, has: []string{"before", "ERROR: Job failed: exit code 3"}}},
 		{"masked and file variables", map[string]any{

@@ -270,6 +270,9 @@ func (b *build) setup(settings executor.Settings) error {
 	} else if paths, err = executor.HostPaths(settings, b.opts.Job); err != nil {
 		return fmt.Errorf("prepare executor: %w", err)
 	}
+	if d, ok := b.exec.(interface{ Disposable() bool }); ok {
+		settings.Disposable = d.Disposable()
+	}
 	b.vars = Variables(b.opts.Job, settings, paths, b.opts.Version)
 	b.info = shell.Info{
 		Shell:      b.exec.Shell(),

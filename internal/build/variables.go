@@ -29,8 +29,17 @@ func Variables(job *api.JobResponse, s executor.Settings, paths executor.Paths, 
 		predef("CI_RUNNER_SHORT_TOKEN", s.ShortToken),
 		predef("CI_SERVER", "yes"),
 		predef("CI_JOB_TIMEOUT", strconv.Itoa(job.TimeoutSeconds())),
-		predef("CI_SHARED_ENVIRONMENT", "true"),
 		predef("CI_RUNNER_EXECUTABLE_ARCH", runtime.GOOS+"/"+runtime.GOARCH),
+	}
+	if job.Image.Name != "" {
+		vars = append(vars, predef("CI_JOB_IMAGE", job.Image.Name))
+	}
+	// A job in containers made for it alone runs in a disposable
+	// environment; on a shell or an instance it shares the host.
+	if s.Disposable {
+		vars = append(vars, predef("CI_DISPOSABLE_ENVIRONMENT", "true"))
+	} else {
+		vars = append(vars, predef("CI_SHARED_ENVIRONMENT", "true"))
 	}
 	if version != "" {
 		vars = append(vars, predef("CI_RUNNER_VERSION", version))

@@ -87,6 +87,10 @@ type Settings struct {
 	// manager finds its own (see Sweeper).
 	SystemID     string
 	FeatureFlags map[string]bool
+	// Disposable is set by executors whose jobs run in an environment made
+	// for them alone (containers): CI_DISPOSABLE_ENVIRONMENT instead of
+	// CI_SHARED_ENVIRONMENT.
+	Disposable bool
 	// Resumable is set when the manager saves the job in a job store to
 	// resume it after a restart: a Stateful executor then runs the job so
 	// that it survives the manager's death (at some cost per stage), and

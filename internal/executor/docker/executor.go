@@ -98,6 +98,9 @@ var (
 	_ executor.ScriptHost         = (*Executor)(nil)
 )
 
+// Disposable reports true: a job's containers are made for it alone.
+func (e *Executor) Disposable() bool { return true }
+
 // ScriptHostname is the build container's host name (Docker's default:
 // the first 12 hex digits of its id). Every stage creates the project
 // directory it runs in.
