@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -220,31 +219,5 @@ func BenchmarkDockerResumeLatency(b *testing.B) {
 		_, _ = cl.Cancel(context.Background(), j.ID)
 		waitJob(b, cl, j.ID, time.Minute, finished)
 	}()
-	size := func() int {
-		tr, _, err := cl.Trace(context.Background(), j.ID, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return len(tr)
-	}
-	m := start(b, dir, "run", "--config", cfg)
-	waitJob(b, cl, j.ID, time.Minute, func(j *client.Job) bool { return j.Status == "running" })
-	var lat []time.Duration
-	for b.Loop() {
-		time.Sleep(700 * time.Millisecond) // let the log flow
-		m.signal(syscall.SIGKILL)
-		m.wait(10 * time.Second)
-		at := size()
-		t0 := time.Now()
-		m = start(b, dir, "run", "--config", cfg)
-		for size() <= at {
-			if time.Since(t0) > 60*time.Second {
-				b.Fatalf("the log did not flow again within 60 s; manager log:\n%s", m.log.String())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(percentile(lat, 0.95).Microseconds())/1000, "p95-ms")
+	resumeLatency(b, dir, cfg, cl, j.ID, time.Minute)
 }
