@@ -32,7 +32,9 @@ func newDockerStack(b *testing.B, concurrent int) *stack {
 	}
 	rc := config.RunnerConfig{Executor: "docker", Docker: map[string]any{
 		"image": dockerimage.TestImageBusybox, "pull_policy": "if-not-present",
+		"container_labels": map[string]any{testLabel: testName(b)},
 	}}
+	b.Cleanup(func() { removeLabelled(b, testLabel+"="+testName(b)) })
 	s := newStackWith(b, concurrent, rc, map[string]executor.Provider{"docker": prov}, func(c *config.Config) error {
 		_, err := runners.Apply("bench", c)
 		return err
@@ -41,6 +43,11 @@ func newDockerStack(b *testing.B, concurrent int) *stack {
 		if err := prov.Wait(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+	}
+	stop := s.stop
+	s.stop = func() {
+		stop()
+		s.settle() // the last job's containers are being removed
 	}
 	return s
 }

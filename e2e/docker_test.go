@@ -55,6 +55,10 @@ var (
 // dockerConfig writes a config.toml with one docker runner.
 func dockerConfig(t testing.TB, dir, url, token string, concurrent int, runner, docker string) string {
 	t.Helper()
+	// Registered before the test starts its managers, so it runs after
+	// they were stopped: what a killed manager could not remove, and the
+	// runner's builds and cache volumes, go too.
+	t.Cleanup(func() { removeLabelled(t, testLabel+"="+testName(t)) })
 	return writeRunnerConfig(t, dir, url, token, concurrent, "docker", fmt.Sprintf(`%s
   [runners.docker]
     image = %q
@@ -63,6 +67,29 @@ func dockerConfig(t testing.TB, dir, url, token string, concurrent int, runner, 
 %s
     [runners.docker.container_labels]
       %s = %q`, runner, dockerimage.TestImageBusybox, docker, testLabel, testName(t)))
+}
+
+// removeLabelled removes the containers, networks and volumes carrying
+// label (k=v) from the shared engine.
+func removeLabelled(t testing.TB, label string) {
+	for _, kind := range [][]string{{"container", "ls", "-aq"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
+		out, err := exec.Command("docker", append(kind, "--filter", "label="+label)...).Output()
+		if err != nil {
+			t.Logf("docker %v: %v", kind, err)
+			continue
+		}
+		ids := strings.Fields(string(out))
+		if len(ids) == 0 {
+			continue
+		}
+		rm := []string{kind[0], "rm"}
+		if kind[0] == "container" {
+			rm = append(rm, "-f")
+		}
+		if out, err := exec.Command("docker", append(rm, ids...)...).CombinedOutput(); err != nil {
+			t.Logf("docker %v: %v\n%s", rm, err, out)
+		}
+	}
 }
 
 // testLabel marks what the docker runners of a test create, so that a
