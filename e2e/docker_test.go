@@ -512,8 +512,10 @@ func TestDockerEngineLost(t *testing.T) {
 	if j.Status != "failed" || j.FailureReason != "runner_system_failure" {
 		t.Errorf("job = %s %s, want failed runner_system_failure\n%s", j.Status, j.FailureReason, trace(t, cl, id))
 	}
+	// The manager could not reach the engine to remove the job's
+	// containers: they are there until it can.
 	if left := jobResources(t, id); len(left) == 0 {
-		t.Log("nothing was left behind (the engine went away after the removal?)")
+		t.Errorf("job %d left nothing behind although its manager lost the engine before its cleanup", id)
 	}
 	m.signal(syscall.SIGTERM)
 	m.wait(30 * time.Second)

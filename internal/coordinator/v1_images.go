@@ -208,17 +208,10 @@ func parseImage(raw json.RawMessage) (store.ImageSpec, *badRequest) {
 	if e := decodeStrict(raw, &o, field); e != nil {
 		return store.ImageSpec{}, e
 	}
-	if e := validImageName(o.Name, field+".name"); e != nil {
-		return store.ImageSpec{}, e
-	}
-	if e := checkArgs(o.Entrypoint, field+".entrypoint"); e != nil {
-		return store.ImageSpec{}, e
-	}
-	pp, e := parsePullPolicy(o.PullPolicy, field+".pull_policy")
+	img, e := imageBase(field, o.Name, o.Entrypoint, o.PullPolicy)
 	if e != nil {
 		return store.ImageSpec{}, e
 	}
-	img := store.ImageSpec{Name: o.Name, Entrypoint: o.Entrypoint, PullPolicy: pp}
 	if !isNull(o.Docker) {
 		var d imageDocker
 		if e := decodeStrict(o.Docker, &d, field+".docker"); e != nil {
@@ -229,6 +222,22 @@ func parseImage(raw json.RawMessage) (store.ImageSpec, *badRequest) {
 		}
 	}
 	return img, nil
+}
+
+// imageBase checks what an image object and a service object share (the
+// object at field): its name, entrypoint and pull policy.
+func imageBase(field, name string, entrypoint []string, pullPolicy json.RawMessage) (store.ImageSpec, *badRequest) {
+	if e := validImageName(name, field+".name"); e != nil {
+		return store.ImageSpec{}, e
+	}
+	if e := checkArgs(entrypoint, field+".entrypoint"); e != nil {
+		return store.ImageSpec{}, e
+	}
+	pp, e := parsePullPolicy(pullPolicy, field+".pull_policy")
+	if e != nil {
+		return store.ImageSpec{}, e
+	}
+	return store.ImageSpec{Name: name, Entrypoint: entrypoint, PullPolicy: pp}, nil
 }
 
 // parseServices reads services.
@@ -263,7 +272,8 @@ func parseService(raw json.RawMessage, field string) (store.ImageSpec, *badReque
 	if e := decodeStrict(raw, &o, field); e != nil {
 		return store.ImageSpec{}, e
 	}
-	if e := validImageName(o.Name, field+".name"); e != nil {
+	s, e := imageBase(field, o.Name, o.Entrypoint, o.PullPolicy)
+	if e != nil {
 		return store.ImageSpec{}, e
 	}
 	if e := validAliases(o.Alias, field+".alias"); e != nil {
@@ -272,14 +282,7 @@ func parseService(raw json.RawMessage, field string) (store.ImageSpec, *badReque
 	if e := checkArgs(o.Command, field+".command"); e != nil {
 		return store.ImageSpec{}, e
 	}
-	if e := checkArgs(o.Entrypoint, field+".entrypoint"); e != nil {
-		return store.ImageSpec{}, e
-	}
-	pp, e := parsePullPolicy(o.PullPolicy, field+".pull_policy")
-	if e != nil {
-		return store.ImageSpec{}, e
-	}
-	s := store.ImageSpec{Name: o.Name, Alias: o.Alias, Command: o.Command, Entrypoint: o.Entrypoint, PullPolicy: pp}
+	s.Alias, s.Command = o.Alias, o.Command
 	for k, rv := range o.Variables {
 		vf := fmt.Sprintf("%s.variables[%d]", field, k)
 		var v serviceVariable
