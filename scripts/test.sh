@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test of drover. Installs what the tests need first
-# (git, bash, redis-server, OpenSSH's sshd, busybox-static, staticcheck), so
+# (git, bash, redis-server, OpenSSH's sshd, busybox-static, debootstrap for
+# the Debian root of the dind instance image, staticcheck), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
 set -euo pipefail
@@ -13,7 +14,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
-for tool in git bash procps:ps redis-server:redis-server openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox; do
+for tool in git bash procps:ps redis-server:redis-server openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ]; } || missing+=("$pkg")
 done

@@ -20,7 +20,7 @@ import (
 
 func runnerInfo(executorName, shell string) api.VersionInfo {
 	info := api.VersionInfo{Name: "drover", Version: version, Revision: "main", Platform: runtime.GOOS, Architecture: runtime.GOARCH, Executor: executorName, Shell: shell}
-	if p, ok := providers(nil, nil, nil, nil, nil)[executorName]; ok {
+	if p, ok := providers(nil, nil, nil, nil, nil, nil)[executorName]; ok {
 		p.Features(&info.Features)
 		if info.Shell == "" {
 			info.Shell = p.DefaultShell()
@@ -62,7 +62,7 @@ registration token it registers a new runner (POST /api/v4/runners) with
 			if url == "" || token == "" {
 				return usageError(errors.New("--url and --token are required"))
 			}
-			if _, ok := providers(nil, nil, nil, nil, nil)[executorName]; !ok {
+			if _, ok := providers(nil, nil, nil, nil, nil, nil)[executorName]; !ok {
 				return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", executorName, providerNames()))
 			}
 			if executorName == docker.Name && dockerImage == "" {

@@ -22,23 +22,31 @@ import (
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/docker"
+	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/shell"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/engine"
 	"github.com/drover-ci/drover/internal/manager"
 	"github.com/drover-ci/drover/internal/sshx"
 )
 
 // providers lists the executors this build offers. runners holds the
-// autoscaler pools of the runners with executor "instance" (nil: none, so
-// such a runner gets no job); hostKeys is shared with their
-// instance_ready_command; dockers holds the [runners.docker] of the docker
-// runners (nil: none).
-func providers(logger *slog.Logger, runners *instance.Runners, hostKeys *sshx.TOFU, dockers *docker.Runners, engines docker.Dialer) map[string]executor.Provider {
+// autoscaler pools of the runners with executor "instance",
+// "docker-autoscaler" or "docker+machine" (nil: none, so such a runner
+// gets no job); hostKeys is shared with their instance_ready_command;
+// dockers holds the [runners.docker] of the docker runners (nil: none);
+// engines dials the engines of docker runners, fleetEngines those of
+// autoscaled instances (nil: one of its own).
+func providers(logger *slog.Logger, runners *instance.Runners, hostKeys *sshx.TOFU, dockers *docker.Runners, engines docker.Dialer, fleetEngines *engine.Pool) map[string]executor.Provider {
 	if runners == nil {
 		runners = &instance.Runners{}
 	}
 	if dockers == nil {
 		dockers = &docker.Runners{}
+	}
+	if fleetEngines == nil {
+		fleetEngines = engine.New(hostKeys, nil, logger)
 	}
 	inst, err := instance.NewProvider(instance.Options{Lookup: runners.Lookup, HostKeys: hostKeys})
 	if err != nil {
@@ -48,10 +56,43 @@ func providers(logger *slog.Logger, runners *instance.Runners, hostKeys *sshx.TO
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
-	return map[string]executor.Provider{
+	provs := map[string]executor.Provider{
 		"shell":       shell.NewProvider(),
 		instance.Name: inst,
 		docker.Name:   dock,
+	}
+	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
+		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{
+			Docker: dock, Runners: runners.Lookup, Configs: dockers.Lookup, Engines: fleetEngines, Logger: logger,
+		})
+		if err != nil {
+			panic(err) // only for missing options
+		}
+		provs[name] = p
+	}
+	return provs
+}
+
+// fleetHooks are the pools' hooks of the executors stacked on autoscaled
+// instances: the engine check and warm-up of a new instance, and
+// forgetting the engine connection of one that is gone.
+func fleetHooks(o *runnerpool.Options, provs map[string]executor.Provider) {
+	stacked := func(exec string) *dockerfleet.Provider {
+		p, _ := provs[exec].(*dockerfleet.Provider)
+		return p
+	}
+	o.InstanceCheck = func(sp *runnerpool.Spec) func(context.Context, fleet.ConnectInfo) error {
+		if p := stacked(sp.Executor); p != nil {
+			return p.ReadyCheck(sp.ShortToken, sp.Connector)
+		}
+		return nil
+	}
+	o.InstanceGone = func(shortToken, id string) {
+		for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
+			if p := stacked(name); p != nil {
+				p.Forget(shortToken, id)
+			}
+		}
 	}
 }
 
@@ -71,7 +112,7 @@ func applyDocker(logger *slog.Logger, dockers *docker.Runners, path string, cfg 
 
 // providerNames lists the executors this build offers, sorted.
 func providerNames() string {
-	names := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil, nil)))
+	names := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil, nil, nil)))
 	return strings.Join(names, ", ")
 }
 
@@ -137,14 +178,21 @@ when its modification time changes).`,
 			if err := docker.Check(cmd.Context(), engines, cfgPath, cfg, dockers); err != nil {
 				return err
 			}
+			if err := dockerfleet.Check(cfgPath, cfg, dockers); err != nil {
+				return usageError(err)
+			}
 			runners, hostKeys := &instance.Runners{}, &sshx.TOFU{}
-			pools, err := runnerpool.New(runnerpool.Options{
+			fleetEngines := engine.New(hostKeys, nil, logger)
+			defer fleetEngines.Close()
+			provs := providers(logger, runners, hostKeys, dockers, engines, fleetEngines)
+			po := runnerpool.Options{
 				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
-			})
+			}
+			fleetHooks(&po, provs)
+			pools, err := runnerpool.New(po)
 			if err != nil {
 				return err
 			}
-			provs := providers(logger, runners, hostKeys, dockers, engines)
 			m, err := manager.New(logger, manager.Options{
 				Config:     cfg,
 				ConfigPath: cfgPath,
@@ -162,13 +210,15 @@ when its modification time changes).`,
 			err = runManager(cmd.Context(), logger, m, pools, dockers, cfgPath, cfg)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
-			if perr := pools.Shutdown(ctx); perr != nil {
-				logger.Error("autoscaler pools not shut down cleanly", "err", perr)
-			}
+			// Jobs' containers first: those on autoscaled instances need
+			// the instances, which the pools may delete.
 			if dp, ok := provs[docker.Name].(*docker.Provider); ok {
 				if werr := dp.Wait(ctx); werr != nil {
 					logger.Warn("containers of finished jobs not all removed; the next start removes them", "err", werr)
 				}
+			}
+			if perr := pools.Shutdown(ctx); perr != nil {
+				logger.Error("autoscaler pools not shut down cleanly", "err", perr)
 			}
 			return err
 		},

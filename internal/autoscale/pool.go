@@ -73,6 +73,7 @@ const (
 	PoolReasonUnknownAtStart  = "unknown_at_startup"
 	PoolReasonShutdown        = "shutdown"
 	PoolReasonProviderDeleted = "deleted_by_provider"
+	PoolReasonBroken          = "broken"
 )
 
 // PoolOptions configure a Pool. Zero values mean the [runners.autoscaler]
@@ -96,7 +97,11 @@ type PoolOptions struct {
 	AdoptUnknown bool
 	// InstanceReady runs on each new instance before it takes jobs
 	// (instance_ready_command); an error removes the instance. nil = none.
-	InstanceReady    func(ctx context.Context, info fleet.ConnectInfo) error
+	InstanceReady func(ctx context.Context, info fleet.ConnectInfo) error
+	// InstanceGone is called (in its own goroutine) with the id of every
+	// instance the pool drops (deleted or vanished), so that callers can
+	// forget what they kept of it (connections, host keys). nil = none.
+	InstanceGone     func(id string)
 	FailureThreshold int
 	AcquireTimeout   time.Duration
 
@@ -149,6 +154,10 @@ type poolInstance struct {
 	useCount  int
 	slots     []bool
 	acquired  int
+	// held marks slots taken by jobs of a manager that died, recorded in
+	// the state file: kept for Claim until heldUntil.
+	held      []bool
+	heldUntil time.Time
 	info      fleet.ConnectInfo
 	readying  bool // ready command running
 	hbFails   int
@@ -594,6 +603,9 @@ func (p *Pool) dropLocked(in *poolInstance, why string) {
 	p.dirty = true
 	p.log.Info("instance gone", "instance", in.id, "why", why, "jobs", in.acquired)
 	p.signalSlotsLocked()
+	if gone := p.o.InstanceGone; gone != nil {
+		go gone(in.id)
+	}
 }
 
 // Counts returns how many instances are in each state; pending creations

@@ -188,6 +188,7 @@ func (p *Pool) sync(ctx context.Context, now time.Time) error {
 	if first {
 		p.restored = nil
 	}
+	p.expireHeldLocked(now)
 	return nil
 }
 
@@ -197,6 +198,7 @@ func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstanc
 		if s, ok := p.restored[r.id]; ok {
 			in := p.newInstanceLocked(r.id, s.Created)
 			in.useCount, in.lastUsed, in.ready = s.UseCount, s.LastUsed, s.Ready
+			p.holdLocked(in, s.Slots, now)
 			if s.Removing {
 				p.markRemovingLocked(in, s.Reason, "was being removed before the restart")
 			}
@@ -285,6 +287,9 @@ func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
 	}
 	in.info = info
 	in.state = StateIdle
+	if in.acquired > 0 { // slots held for resumed jobs
+		in.state = StateBusy
+	}
 	if in.ready.IsZero() {
 		in.ready = now
 		p.createFails = 0

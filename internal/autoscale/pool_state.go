@@ -30,6 +30,9 @@ type poolStateInstance struct {
 	UseCount int       `json:"use_count"`
 	Removing bool      `json:"removing,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Slots are the slots jobs held when the file was written: a
+	// restarted manager keeps them for the jobs it resumes (Claim).
+	Slots []int `json:"slots,omitempty"`
 }
 
 // readPoolState returns the instances recorded in path; a missing file is
@@ -76,6 +79,7 @@ func (p *Pool) flushState() {
 		sf.Instances = append(sf.Instances, poolStateInstance{
 			ID: in.id, Created: in.created, Ready: in.ready, LastUsed: in.lastUsed,
 			UseCount: in.useCount, Removing: in.state == StateRemoving, Reason: in.reason,
+			Slots: in.takenSlots(),
 		})
 	}
 	p.dirty = false

@@ -167,7 +167,7 @@ func (c *Context) HostBinary(src, name, root string) error {
 	if c.HostFile(src, name) != nil {
 		return c.err
 	}
-	libs, err := sharedLibs(src)
+	libs, err := SharedLibs(src)
 	if err != nil {
 		c.err = err
 		return c.err
@@ -204,10 +204,10 @@ func (c *Context) Busybox(dir string) error {
 	return c.err
 }
 
-// sharedLibs lists the absolute paths of the shared libraries bin loads,
+// SharedLibs lists the absolute paths of the shared libraries bin loads,
 // the dynamic loader included, as ldd reports them; none for a static
 // binary or a script.
-func sharedLibs(bin string) ([]string, error) {
+func SharedLibs(bin string) ([]string, error) {
 	var stderr bytes.Buffer
 	cmd := exec.Command("ldd", bin)
 	cmd.Stderr = &stderr
@@ -246,7 +246,7 @@ func busyboxApplets() ([]string, error) {
 	if _, err := os.Stat(HostBusybox); err != nil {
 		return nil, fmt.Errorf("dockerimage: need %s on this host (apt-get install busybox-static): %w", HostBusybox, err)
 	}
-	libs, err := sharedLibs(HostBusybox)
+	libs, err := SharedLibs(HostBusybox)
 	if err != nil {
 		return nil, err
 	}

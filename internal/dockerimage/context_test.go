@@ -169,7 +169,7 @@ func needHost(t *testing.T, paths ...string) {
 
 func TestHostBinaryLibrariesOnce(t *testing.T) {
 	needHost(t, hostGit, "/usr/lib/git-core/git-remote-http")
-	libs, err := sharedLibs(hostGit)
+	libs, err := SharedLibs(hostGit)
 	if err != nil || len(libs) == 0 {
 		t.Skipf("%s is not dynamically linked (%v)", hostGit, err)
 	}
@@ -323,7 +323,7 @@ func TestWriteHelperContext(t *testing.T) {
 			t.Errorf("/etc/passwd lacks %q", want)
 		}
 	}
-	libs, err := sharedLibs(self)
+	libs, err := SharedLibs(self)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,6 +246,25 @@ func (c *Client) Session() (*ssh.Session, error) {
 	return s, nil
 }
 
+// DialContext opens a connection from the remote host to addr: network
+// "tcp" (host:port as the remote host resolves it) or "unix" (a socket
+// path on the remote host, OpenSSH's streamlocal forwarding, e.g. the
+// Docker engine's /var/run/docker.sock). The connection ends with the SSH
+// connection.
+func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	conn, err := c.c.DialContext(ctx, network, addr)
+	if err != nil {
+		if cerr := c.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, fmt.Errorf("ssh: forward to %s %s: %w", network, addr, err)
+	}
+	return conn, nil
+}
+
 // Output runs cmd (a shell command line for the user's login shell) with
 // stdin as its input and returns its standard output. A non-zero exit is a
 // *ssh.ExitError whose message carries the command's standard error.

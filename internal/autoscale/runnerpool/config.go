@@ -13,6 +13,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/autoscale"
 	"github.com/drover-ci/drover/internal/config"
+	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/docker"
@@ -39,6 +40,9 @@ type Spec struct {
 	ShortToken string
 	// Name is the runner's name, for logs.
 	Name string
+	// Executor is the runner's executor: instance, docker-autoscaler or
+	// docker+machine.
+	Executor string
 	// Policy is the scaling policy (autoscale.FromRunner).
 	Policy *autoscale.Policy
 
@@ -92,10 +96,11 @@ func (s *Spec) providerKey() string {
 	return fmt.Sprintf("%s\x00%s\x00%#v", s.Plugin, s.PluginPath, s.PluginConfig)
 }
 
-// Autoscaled reports whether r gets a pool: executor "instance" (Parse
-// then requires a [runners.autoscaler] or [runners.machine] table).
+// Autoscaled reports whether r gets a pool: executor "instance",
+// "docker-autoscaler" or "docker+machine" (Parse then requires a
+// [runners.autoscaler] or [runners.machine] table).
 func Autoscaled(r *config.RunnerConfig) bool {
-	return r.Executor == instance.Name
+	return r.Executor == instance.Name || r.Executor == dockerexec.NameAutoscaler || r.Executor == dockerexec.NameMachine
 }
 
 // Parse reads the pool of one [[runners]] entry with executor "instance".
@@ -107,8 +112,15 @@ func Autoscaled(r *config.RunnerConfig) bool {
 func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
 	short := api.ShortToken(r.Token)
 	rd := &reader{config.RawReader{File: file, Lines: r.KeyLine}}
-	if r.Autoscaler == nil && r.Machine == nil {
-		rd.Fail("executor", "executor %q needs a [runners.autoscaler] table (or [runners.machine])", instance.Name)
+	switch {
+	case r.Executor == dockerexec.NameAutoscaler && r.Autoscaler == nil:
+		rd.Fail("executor", "executor %q needs a [runners.autoscaler] table", r.Executor)
+		return nil, rd.Errs[0]
+	case r.Executor == dockerexec.NameMachine && r.Machine == nil:
+		rd.Fail("executor", "executor %q needs a [runners.machine] table", r.Executor)
+		return nil, rd.Errs[0]
+	case r.Autoscaler == nil && r.Machine == nil:
+		rd.Fail("executor", "executor %q needs a [runners.autoscaler] table (or [runners.machine])", r.Executor)
 		return nil, rd.Errs[0]
 	}
 	pol, err := autoscale.FromRunner(file, r.KeyLine, concurrent, r)
@@ -118,6 +130,7 @@ func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
 	s := &Spec{
 		ShortToken: short,
 		Name:       r.Name,
+		Executor:   r.Executor,
 		Policy:     pol,
 		StateFile:  filepath.Join(filepath.Dir(file), DefaultStateDir, safeName(short), "state.json"),
 	}
@@ -311,7 +324,17 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 				rd.Fail(key, "%q is not key=value", opt)
 				continue
 			}
-			s.PluginConfig[k] = machineValue(k, val)
+			v := machineValue(k, val)
+			switch prev := s.PluginConfig[k].(type) {
+			case nil:
+				s.PluginConfig[k] = v
+			case []any:
+				s.PluginConfig[k] = append(prev, v)
+			default:
+				// A repeated option (engine-opt, engine-registry-mirror)
+				// collects its values.
+				s.PluginConfig[k] = []any{prev, v}
+			}
 		}
 	}
 	for _, k := range []string{"MachineName", "MachineOptionsWithName", "MaxRemovalAttempts"} {

@@ -40,6 +40,14 @@ type Options struct {
 	HostKeys *sshx.TOFU
 	// Clock is the pools' clock; nil = real.
 	Clock clock.Clock
+	// InstanceCheck, when set, returns what else a new instance of the
+	// runner of sp must pass before its first job, after the connection
+	// check and instance_ready_command (the docker executors: its engine
+	// answers, images are pulled); nil from it = nothing.
+	InstanceCheck func(sp *Spec) func(ctx context.Context, info fleet.ConnectInfo) error
+	// InstanceGone is called with the runner and id of every instance a
+	// pool drops, after the Set forgot its host key.
+	InstanceGone func(shortToken, id string)
 }
 
 // Set holds one autoscale.Pool per [[runners]] entry with executor
@@ -236,6 +244,24 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 	var ready func(context.Context, fleet.ConnectInfo) error
 	if sp.Plugin != PluginSim {
 		ready = readyCommand(sp.InstanceReadyCommand, sp.Connector, s.o.HostKeys, s.o.Clock)
+		if s.o.InstanceCheck != nil {
+			if check := s.o.InstanceCheck(sp); check != nil {
+				conn := ready
+				ready = func(ctx context.Context, info fleet.ConnectInfo) error {
+					if err := conn(ctx, info); err != nil {
+						return err
+					}
+					return check(ctx, info)
+				}
+			}
+		}
+	}
+	short := sp.ShortToken
+	gone := func(id string) {
+		s.o.HostKeys.Forget(id)
+		if s.o.InstanceGone != nil {
+			s.o.InstanceGone(short, id)
+		}
 	}
 	pool, err := autoscale.NewPool(autoscale.PoolOptions{
 		Policy:   sp.Policy,
@@ -250,6 +276,7 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 		StateFile:                   sp.StateFile,
 		AdoptUnknown:                sp.AdoptUnknown,
 		InstanceReady:               ready,
+		InstanceGone:                gone,
 		FailureThreshold:            sp.FailureThreshold,
 		AcquireTimeout:              sp.AcquireTimeout,
 		UpdateInterval:              sp.UpdateInterval,

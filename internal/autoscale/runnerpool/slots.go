@@ -63,3 +63,17 @@ func (x acquired) InstanceID() string             { return x.a.InstanceID }
 func (x acquired) Slot() int                      { return x.a.Slot }
 func (x acquired) ConnectInfo() fleet.ConnectInfo { return x.a.Info }
 func (x acquired) Lost() <-chan struct{}          { return x.a.Lost }
+
+// Claim takes the given slot of an instance for a job resumed after a
+// restart (autoscale.Pool.Claim).
+func (s Slots) Claim(ctx context.Context, instanceID string, slot int) (instance.Acquired, error) {
+	a, err := s.Pool.Claim(ctx, instanceID, slot)
+	if err != nil {
+		return nil, err
+	}
+	return acquired{a}, nil
+}
+
+// MarkBroken removes an instance that no longer works for jobs
+// (autoscale.Pool.MarkBroken).
+func (s Slots) MarkBroken(instanceID, why string) { s.Pool.MarkBroken(instanceID, why) }

@@ -46,6 +46,9 @@ const DroverLabelPrefix = "io.drover."
 
 // Config is [runners.docker], with GitLab Runner's defaults filled in.
 type Config struct {
+	// Executor is the runner's executor: Name, NameAutoscaler or
+	// NameMachine (the engine is then an instance's, see Target).
+	Executor            string
 	Host                string // "" = DOCKER_HOST or unix:///var/run/docker.sock (decided by the caller)
 	TLSVerify           bool
 	TLSCertPath         string
@@ -89,6 +92,13 @@ type Config struct {
 	HelperImage            string
 	ContainerLabels        map[string]string
 	Services               []ServiceConfig // [[runners.docker.services]]
+
+	// Beyond GitLab, for the executors on autoscaled instances: images a
+	// new instance pulls before it counts as ready (prepull_images), and
+	// how many of the latest jobs' images it pulls too (prepull_recent,
+	// 0 = none).
+	PrepullImages []string
+	PrepullRecent int
 }
 
 // ServiceConfig is one [[runners.docker.services]] entry: a service every
@@ -221,6 +231,15 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			c.WaitForServicesTimeout = rd.waitTimeout(key, v)
 		case "services_limit":
 			c.ServicesLimit = rd.servicesLimit(key, v)
+		case "prepull_images":
+			c.PrepullImages = rd.StrList(key, v)
+			for i, img := range c.PrepullImages {
+				if strings.TrimSpace(img) == "" {
+					rd.Fail(config.IndexKey(key, i), "must not be empty")
+				}
+			}
+		case "prepull_recent":
+			c.PrepullRecent = rd.Count(key, v)
 		case "container_labels":
 			c.ContainerLabels = rd.labels(key, v)
 		case "services":

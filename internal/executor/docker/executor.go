@@ -79,6 +79,7 @@ type Executor struct {
 	running     *stageState
 	resume      *stageState
 	cleanedUp   bool
+	cleaned     chan struct{} // closed when Cleanup's removals are done
 
 	out output
 }
@@ -161,7 +162,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err != nil {
 		return fmt.Errorf("docker executor: %w", err)
 	}
-	eng, err := e.prov.o.Dialer.Engine(cfg)
+	eng, where, err := e.prov.engine(cfg, opts.Data)
 	if err != nil {
 		return err
 	}
@@ -202,7 +203,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.prefix = jobPrefix(opts.Settings, job.ID)
 	e.paths = executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
 	e.mu.Unlock()
-	fmt.Fprintf(trace, "Using Docker executor with image %s ...\n", img)
+	fmt.Fprintf(trace, "Using Docker executor with image %s%s ...\n", img, where)
 
 	id, err := e.pull(ctx, img, job.Image.PullPolicy)
 	if err != nil {
@@ -687,13 +688,16 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.mu.Lock()
 	if e.cleanedUp || e.eng == nil {
+		if !e.cleanedUp {
+			close(e.cleanedLocked())
+		}
 		e.cleanedUp = true
 		e.mu.Unlock()
 		return
 	}
 	e.cleanedUp = true
 	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
-	resumable, s, jobID := e.resumable, e.settings, e.job.ID
+	resumable, s, jobID, cleaned := e.resumable, e.settings, e.job.ID, e.cleanedLocked()
 	e.mu.Unlock()
 	// Removing containers and a network takes the engine a few hundred
 	// milliseconds that the job's result need not wait for: it is done in
@@ -702,6 +706,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	e.prov.cleanups.Go(func() {
 		defer cancel()
+		defer close(cleaned)
 		removeAll(ctx, eng, logger, containers, netID, vols)
 		if resumable {
 			// A manager that died between creating something and saving
@@ -713,6 +718,21 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			}
 		}
 	})
+}
+
+// Cleaned is closed when what Cleanup removes in the background is
+// removed (or its removal failed and was logged).
+func (e *Executor) Cleaned() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cleanedLocked()
+}
+
+func (e *Executor) cleanedLocked() chan struct{} {
+	if e.cleaned == nil {
+		e.cleaned = make(chan struct{})
+	}
+	return e.cleaned
 }
 
 // cleanupTimeout bounds the removal of a job's resources.

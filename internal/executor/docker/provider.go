@@ -16,8 +16,28 @@ import (
 	"github.com/drover-ci/drover/internal/executor"
 )
 
-// Name is the executor's name in config.toml.
-const Name = "docker"
+// Executor names in config.toml: the docker executor on the runner's own
+// engine, and stacked on autoscaled instances (their engines; see Target).
+const (
+	Name           = "docker"
+	NameAutoscaler = "docker-autoscaler"
+	NameMachine    = "docker+machine"
+)
+
+// Uses reports whether executor runs jobs with the docker executor, so
+// that the runner has a [runners.docker].
+func Uses(executor string) bool {
+	return executor == Name || executor == NameAutoscaler || executor == NameMachine
+}
+
+// Target is the executor.Data of a job whose engine a wrapping provider
+// chose (the docker executor stacked on an autoscaled instance): Prepare
+// and Restore use Engine instead of dialling the runner's host.
+type Target struct {
+	Engine Engine
+	// Where names the engine in the job's log ("instance drover-fleet-1").
+	Where string
+}
 
 // DefaultGracePeriod is how long a stopped container gets between SIGTERM
 // and SIGKILL (a cancel, a timeout).
@@ -221,7 +241,7 @@ func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, err
 	var warns []config.Warning
 	for i := range cfg.Runners {
 		r := &cfg.Runners[i]
-		if r.Executor != Name {
+		if !Uses(r.Executor) {
 			continue
 		}
 		c, w, err := ParseConfig(file, r)
@@ -229,6 +249,7 @@ func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, err
 		if err != nil {
 			return warns, err
 		}
+		c.Executor = r.Executor
 		m[api.ShortToken(r.Token)] = c
 	}
 	rs.mu.Lock()
@@ -248,13 +269,36 @@ func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
 	return c, nil
 }
 
-// All returns every runner's configuration.
+// All returns the configuration of every runner with executor "docker"
+// (those whose engine is the runner's own, which Sweep looks at).
 func (rs *Runners) All() []*Config {
 	rs.mu.RLock()
 	defer rs.mu.RUnlock()
 	out := make([]*Config, 0, len(rs.m))
 	for _, c := range rs.m {
-		out = append(out, c)
+		if c.Executor == "" || c.Executor == Name {
+			out = append(out, c)
+		}
 	}
 	return out
+}
+
+// engine returns the job's engine: the Target's when a wrapping provider
+// gave one, else the runner's host's. where is " on <Target.Where>" or "".
+func (p *Provider) engine(c *Config, d executor.Data) (Engine, string, error) {
+	if t, ok := d.(*Target); ok && t != nil {
+		if t.Engine == nil {
+			return nil, "", errors.New("docker executor: the job's target has no engine")
+		}
+		where := ""
+		if t.Where != "" {
+			where = " on " + t.Where
+		}
+		return t.Engine, where, nil
+	}
+	if c.Executor != "" && c.Executor != Name {
+		return nil, "", fmt.Errorf("docker executor: a %s runner's job has no instance engine (the %s provider did not give one)", c.Executor, c.Executor)
+	}
+	eng, err := p.o.Dialer.Engine(c)
+	return eng, "", err
 }

@@ -88,3 +88,49 @@ func shortID(id string) string {
 	}
 	return id
 }
+
+// Warm readies an engine before its first job (an autoscaled instance
+// before it counts as ready): drover's helper image is built there (or
+// helper_image pulled) and every image of images that is missing is
+// pulled. progress gets a line per step; nil = none.
+func (p *Provider) Warm(ctx context.Context, eng Engine, c *Config, images []string, progress func(string)) error {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	tag, err := p.helperTag(ctx, eng, c, progress)
+	if err != nil {
+		return fmt.Errorf("helper image: %w", err)
+	}
+	if _, err := ensureImage(ctx, eng, tag); err != nil {
+		return fmt.Errorf("helper image %s: %w", tag, err)
+	}
+	for _, img := range images {
+		pulled, err := ensureImage(ctx, eng, img)
+		if err != nil {
+			return fmt.Errorf("pre-pull image %s: %w", img, err)
+		}
+		if pulled {
+			progress("pulled " + img)
+		}
+	}
+	return nil
+}
+
+// ensureImage pulls img unless the engine has it; pulled tells which.
+func ensureImage(ctx context.Context, eng Engine, img string) (pulled bool, err error) {
+	if _, err := eng.ImageInspect(ctx, img); err == nil {
+		return false, nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return false, fmt.Errorf("inspect: %w", err)
+	}
+	rc, err := eng.ImagePull(ctx, img, image.PullOptions{})
+	if err != nil {
+		return false, fmt.Errorf("pull: %w", err)
+	}
+	err = dockerimage.ReadMessages(rc)
+	rc.Close()
+	if err != nil {
+		return false, fmt.Errorf("pull: %w", err)
+	}
+	return true, nil
+}

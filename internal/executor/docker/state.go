@@ -90,7 +90,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	if err != nil {
 		return fmt.Errorf("docker executor: %w", err)
 	}
-	eng, err := e.prov.o.Dialer.Engine(cfg)
+	eng, _, err := e.prov.engine(cfg, opts.Data)
 	if err != nil {
 		return err
 	}

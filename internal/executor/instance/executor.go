@@ -51,7 +51,7 @@ type Executor struct {
 	paths      executor.Paths
 	trace      io.Writer
 	logger     *slog.Logger
-	lease      *lease
+	lease      *Lease
 	acq        Acquired
 	client     *sshx.Client
 	scriptDir  string // on the instance
@@ -117,7 +117,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if sh != "bash" && sh != "sh" {
 		return fmt.Errorf("shell %q is not supported by the instance executor (bash or sh)", sh)
 	}
-	l, ok := opts.Data.(*lease)
+	l, ok := opts.Data.(*Lease)
 	if !ok || l == nil {
 		return errors.New("instance executor: the job has no reservation (Provider.Acquire was not called)")
 	}
@@ -126,7 +126,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 
 	fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
-	acq, err := l.acquire(ctx)
+	acq, err := l.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire a slot on an instance: %w", err)
 	}
@@ -487,7 +487,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		client.Close()
 	}
 	if l != nil {
-		l.release()
+		l.Release()
 	}
 }
 

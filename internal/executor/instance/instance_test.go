@@ -674,7 +674,7 @@ func TestPrepareFails(t *testing.T) {
 				settings.Shell = tc.shell
 			}
 			e := f.provider.Create()
-			err := e.Prepare(t.Context(), executor.PrepareOptions{Job: newJob(nil, nil), Settings: settings, Data: &lease{runner: r, res: "r"}})
+			err := e.Prepare(t.Context(), executor.PrepareOptions{Job: newJob(nil, nil), Settings: settings, Data: &Lease{runner: r, res: "r"}})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Prepare() = %v, want an error containing %q", err, tc.want)
 			}

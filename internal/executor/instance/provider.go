@@ -119,26 +119,35 @@ func (p *Provider) Create() executor.Executor {
 // pool has no slot to reserve it returns executor.ErrNoFreeExecutor
 // (wrapped with the pool's reason), and no job is requested.
 func (p *Provider) Acquire(ctx context.Context, s executor.Settings) (executor.Data, error) {
-	r, err := p.opts.Lookup(s)
+	return Reserve(p.opts.Lookup, s)
+}
+
+// Reserve reserves a slot in the pool of the runner of s (found with
+// lookup) for a job about to be requested. Executors stacked on the
+// pool's instances (the docker executor on autoscaled instances) use it
+// as the instance executor does; the error wraps
+// executor.ErrNoFreeExecutor when the pool has no slot to reserve.
+func Reserve(lookup func(executor.Settings) (Runner, error), s executor.Settings) (*Lease, error) {
+	r, err := lookup(s)
 	if err != nil {
-		return nil, fmt.Errorf("instance executor: runner %s: %w", runnerName(s), err)
+		return nil, fmt.Errorf("runner %s: %w", runnerName(s), err)
 	}
 	if r.Slots == nil {
-		return nil, fmt.Errorf("instance executor: runner %s has no autoscaler pool", runnerName(s))
+		return nil, fmt.Errorf("runner %s has no autoscaler pool", runnerName(s))
 	}
 	res, err := r.Slots.Reserve()
 	if err != nil {
 		return nil, fmt.Errorf("%w: runner %s: %w", executor.ErrNoFreeExecutor, runnerName(s), err)
 	}
-	return &lease{runner: r, res: res, state: leaseReserved}, nil
+	return &Lease{runner: r, res: res, state: leaseReserved}, nil
 }
 
 // Release drops the reservation when the job never got an instance (no
 // job was received, or Prepare failed before a slot was acquired). An
 // acquired slot is given back by the executor's Cleanup.
 func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.Data) {
-	if l, ok := d.(*lease); ok {
-		l.unreserve()
+	if l, ok := d.(*Lease); ok {
+		l.Unreserve()
 	}
 }
 
@@ -162,8 +171,11 @@ func runnerName(s executor.Settings) string {
 	return s.ShortToken
 }
 
-// lease is the executor.Data of one job: its reservation, then its slot.
-type lease struct {
+// Lease is the executor.Data of one job: its reservation in the runner's
+// pool, then its slot on an instance. Acquire turns the reservation into
+// a slot; Release gives the slot back, Unreserve a reservation never
+// acquired (each at most once, whatever the order of calls).
+type Lease struct {
 	runner Runner
 
 	mu    sync.Mutex
@@ -180,8 +192,11 @@ const (
 	leaseDone                       // unreserved or released
 )
 
-// acquire turns the reservation into a slot, waiting within ctx.
-func (l *lease) acquire(ctx context.Context) (Acquired, error) {
+// Runner is the runner the lease was reserved for.
+func (l *Lease) Runner() Runner { return l.runner }
+
+// Acquire turns the reservation into a slot, waiting within ctx.
+func (l *Lease) Acquire(ctx context.Context) (Acquired, error) {
 	l.mu.Lock()
 	if l.state != leaseReserved {
 		l.mu.Unlock()
@@ -206,8 +221,8 @@ func (l *lease) acquire(ctx context.Context) (Acquired, error) {
 	return acq, nil
 }
 
-// release gives back the slot, if one was acquired and not yet released.
-func (l *lease) release() {
+// Release gives back the slot, if one was acquired and not yet released.
+func (l *Lease) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == leaseAcquired {
@@ -216,8 +231,8 @@ func (l *lease) release() {
 	}
 }
 
-// unreserve gives back the reservation, if it was never acquired.
-func (l *lease) unreserve() {
+// Unreserve gives back the reservation, if it was never acquired.
+func (l *Lease) Unreserve() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == leaseReserved {

@@ -7,14 +7,22 @@
 //
 // Settings.Config ([runners.autoscaler.plugin_config]) takes:
 //
-//	image          = "drover-fleet-sshd:test"  # must run sshd on port 22
-//	build_image    = false    # build the image with EnsureImage when missing
+//	image          = "drover-fleet-sshd:test"  # must run sshd on port 22; with engine, "drover-fleet-dind:test"
+//	build_image    = false    # build the image with EnsureImage (EnsureDindImage with engine) when missing
 //	name_prefix    = "drover-fleet"
 //	network        = ""       # Docker network; "" is the default bridge
 //	max_size       = 0        # most containers; 0 = no limit
 //	address        = "published"  # or "container": which address to dial
 //	authorized_keys_path = "/etc/ssh/authorized_keys/{username}"
 //	docker_host    = ""       # default: DOCKER_HOST or the local socket
+//	engine         = false    # instances run their own Docker engine
+//	engine_registry_mirror   = []  # engine only: string or list; --registry-mirror
+//	engine_insecure_registry = []  # engine only: string or list; --insecure-registry
+//	engine_opt     = []       # engine only: "flag=value" or "flag"; --flag=value
+//
+// The engine keys may also be spelled the docker-machine way, as
+// [runners.machine] MachineOptions pass them: engine-registry-mirror,
+// engine-insecure-registry, engine-opt. They are refused without engine.
 //
 // The login user is connector_config.username (default ImageUser). The key
 // is connector_config.key_path when set, otherwise an ed25519 key pair
@@ -36,6 +44,24 @@
 // on the engine's host. With address = "container" it is the container's
 // own IP on its network, port 22, for a drover that runs in a container on
 // the same network. ExternalAddr is always the published address.
+//
+// # Engine instances
+//
+// With engine = true each instance runs its own Docker engine next to
+// sshd (image DefaultDindImage unless image is set; build_image builds it
+// with EnsureDindImage), for the docker executor to run a job's
+// containers on, reached through SSH: (*ssh.Client).Dial("unix",
+// "/var/run/docker.sock") as the login user, who is in group docker. The
+// inner engine answers a few seconds after the instance starts; Heartbeat
+// still checks sshd only, and the caller pings the engine itself.
+//
+// The container runs with all capabilities but CAP_SYS_RESOURCE, no
+// seccomp or AppArmor profile, every device, and the host's
+// /sys/fs/cgroup; its /var/lib/docker is an anonymous volume labelled
+// LabelInstance, removed with it. Its engine puts containers under the
+// cgroup parent "drover-fleet/<container name>" (LabelCgroupParent). When
+// the engine is local, Decrease also removes the cgroup directories that
+// the inner engine left on the host (a failure there is only logged).
 package docker
 
 import (
@@ -81,7 +107,7 @@ const sshPort nat.Port = "22/tcp"
 // Client is the part of the Docker engine API the provider uses;
 // *github.com/docker/docker/client.Client implements it.
 type Client interface {
-	imageAPI
+	DindImageAPI
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
 	ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
@@ -133,6 +159,19 @@ type config struct {
 	Address            string
 	AuthorizedKeysPath string
 	DockerHost         string
+	// Engine: instances run their own Docker engine (engine = true).
+	Engine bool
+	// DockerdArgs are the flags of the engine_* keys, for the inner
+	// dockerd, in the order mirror, insecure registry, opt.
+	DockerdArgs []string
+}
+
+// engineListKeys are the keys that become dockerd flags, each with its
+// docker-machine spelling, and what dockerdFlag makes of their values.
+var engineListKeys = []struct{ key, alias, kind string }{
+	{"engine_registry_mirror", "engine-registry-mirror", "mirror"},
+	{"engine_insecure_registry", "engine-insecure-registry", "insecure"},
+	{"engine_opt", "engine-opt", "opt"},
 }
 
 func parseConfig(m map[string]any) (config, error) {
@@ -164,13 +203,38 @@ func parseConfig(m map[string]any) (config, error) {
 		str("authorized_keys_path", &c.AuthorizedKeysPath),
 		str("docker_host", &c.DockerHost),
 	}
-	known["build_image"] = true
-	if v, ok := m["build_image"]; ok {
+	boolean := func(key string, dst *bool) error {
+		known[key] = true
+		v, ok := m[key]
+		if !ok {
+			return nil
+		}
 		b, ok := v.(bool)
 		if !ok {
-			errs = append(errs, fmt.Errorf("build_image: want true or false, got %T", v))
+			return fmt.Errorf("%s: want true or false, got %T", key, v)
 		}
-		c.BuildImage = b
+		*dst = b
+		return nil
+	}
+	errs = append(errs, boolean("build_image", &c.BuildImage), boolean("engine", &c.Engine))
+	if _, ok := m["image"]; !ok && c.Engine {
+		c.Image = DefaultDindImage
+	}
+	for _, k := range engineListKeys {
+		for _, key := range []string{k.key, k.alias} {
+			known[key] = true
+			v, ok := m[key]
+			if !ok {
+				continue
+			}
+			if !c.Engine {
+				errs = append(errs, fmt.Errorf("%s: needs engine = true", key))
+				continue
+			}
+			flags, err := dockerdFlags(key, k.kind, v)
+			errs = append(errs, err)
+			c.DockerdArgs = append(c.DockerdArgs, flags...)
+		}
 	}
 	known["max_size"] = true
 	if v, ok := m["max_size"]; ok {
@@ -206,6 +270,47 @@ func parseConfig(m map[string]any) (config, error) {
 	return c, nil
 }
 
+// dockerdFlags turns the value of an engine list key (a string or a list
+// of strings) into dockerd flags; an error names the key, and the index
+// of a list's item.
+func dockerdFlags(key, kind string, v any) ([]string, error) {
+	var items []any
+	switch v := v.(type) {
+	case string:
+		f, err := dockerdFlag(kind, v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		return []string{f}, nil
+	case []string:
+		for _, s := range v {
+			items = append(items, s)
+		}
+	case []any:
+		items = v
+	default:
+		return nil, fmt.Errorf("%s: want a string or a list of strings, got %T", key, v)
+	}
+	var (
+		flags []string
+		errs  []error
+	)
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s[%d]: want a string, got %T", key, i, it))
+			continue
+		}
+		f, err := dockerdFlag(kind, s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", key, i, err))
+			continue
+		}
+		flags = append(flags, f)
+	}
+	return flags, errors.Join(errs...)
+}
+
 // Init reads the configuration, connects to the engine, loads or makes the
 // group's key and, with build_image, builds the image if it is missing.
 func (p *Provider) Init(ctx context.Context, s fleet.Settings) (fleet.Info, error) {
@@ -236,7 +341,11 @@ func (p *Provider) Init(ctx context.Context, s fleet.Settings) (fleet.Info, erro
 		p.cli, p.ownClient = cli, true
 	}
 	if cfg.BuildImage {
-		if err := EnsureImage(ctx, p.cli, cfg.Image); err != nil {
+		build := func() error { return EnsureImage(ctx, p.cli, cfg.Image) }
+		if cfg.Engine {
+			build = func() error { return EnsureDindImage(ctx, p.cli, cfg.Image, logProgress(ctx, p.log)) }
+		}
+		if err := build(); err != nil {
 			return fleet.Info{}, fmt.Errorf("docker provider: %w", err)
 		}
 	}
@@ -393,6 +502,9 @@ func (p *Provider) create(ctx context.Context) (string, error) {
 	if p.cfg.Network != "" {
 		host.NetworkMode = container.NetworkMode(p.cfg.Network)
 	}
+	if p.cfg.Engine {
+		p.engineRun(name, cfg, host)
+	}
 	if _, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, name); err != nil {
 		return "", fmt.Errorf("docker provider: create container %s: %w", name, err)
 	}
@@ -475,18 +587,32 @@ func (p *Provider) Decrease(ctx context.Context, ids []string) ([]string, error)
 	return removed, errors.Join(errs...)
 }
 
+// remove removes a container with its anonymous volumes and, for an engine
+// instance on a local engine, the cgroups its inner engine made.
 func (p *Provider) remove(ctx context.Context, id string) error {
-	if _, err := p.inspectOwn(ctx, id); err != nil {
+	c, err := p.inspectOwn(ctx, id)
+	if err != nil {
 		if errors.Is(err, fleet.ErrNotFound) {
 			return nil
 		}
 		return err
 	}
-	err := p.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	parent := c.Config.Labels[LabelCgroupParent]
+	local := parent != "" && p.localEngine()
+	var bases []string
+	if local && c.State != nil && c.State.Pid > 0 {
+		// Read before the removal: the instance's own cgroups, under
+		// which the inner engine's are in each cgroup v1 hierarchy.
+		bases = processCgroups(c.State.Pid)
+	}
+	err = p.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("docker provider: remove container %s: %w", id, err)
 	}
 	p.log.InfoContext(ctx, "docker provider: container removed", "id", id)
+	if local {
+		p.removeEngineCgroups(ctx, id, parent, bases)
+	}
 	return nil
 }
 

@@ -1,0 +1,196 @@
+// Package dockerfleet is the docker executor stacked on autoscaled
+// instances: executor "docker-autoscaler" ([runners.autoscaler], several
+// jobs per instance with capacity_per_instance) and "docker+machine"
+// ([runners.machine], one job per machine). It forks neither the docker
+// executor nor the pool (seed 003's shape): its Provider wraps the docker
+// provider, Acquire reserves a slot in the runner's pool (as the instance
+// executor does), Prepare waits for the slot, points the docker executor
+// at that instance's engine (reached over SSH, internal/fleet/engine) and
+// prepares it there, and Cleanup removes the job's containers and gives
+// the slot back.
+//
+// Jobs that share an instance share neither a network nor a builds
+// volume: the builds volume is named after the slot on the instance. An
+// instance whose engine stops answering is marked broken (the pool
+// replaces it) and its jobs fail with runner_system_failure. With a job
+// store, a restarted manager claims each resumed job's slot again and the
+// docker executor re-attaches to its containers.
+package dockerfleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/docker"
+	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/engine"
+)
+
+// Options configure the provider. All but Logger are required.
+type Options struct {
+	// Docker is the docker executor's provider, which runs the jobs.
+	Docker *docker.Provider
+	// Runners gives a runner's pool (instance.Runners.Lookup).
+	Runners func(executor.Settings) (instance.Runner, error)
+	// Configs gives a runner's [runners.docker] (docker.Runners.Lookup).
+	Configs func(executor.Settings) (*docker.Config, error)
+	// Engines holds the connections to the instances' engines.
+	Engines *engine.Pool
+	Logger  *slog.Logger
+}
+
+// Provider is the provider of both executor names; Name tells which.
+type Provider struct {
+	o    Options
+	name string
+
+	mu     sync.Mutex
+	recent map[string][]string // per runner: the latest jobs' images, newest last
+}
+
+var (
+	_ executor.Provider = (*Provider)(nil)
+)
+
+// NewProvider returns the provider of executor name (docker.NameAutoscaler
+// or docker.NameMachine).
+func NewProvider(name string, o Options) (*Provider, error) {
+	if o.Docker == nil || o.Runners == nil || o.Configs == nil || o.Engines == nil {
+		return nil, errors.New("dockerfleet: incomplete options")
+	}
+	if name != docker.NameAutoscaler && name != docker.NameMachine {
+		return nil, fmt.Errorf("dockerfleet: unknown executor %q", name)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{o: o, name: name}, nil
+}
+
+// CanCreate reports true: whether a runner has a pool is decided per job.
+func (p *Provider) CanCreate() bool { return true }
+
+// Create returns a new, unprepared executor.
+func (p *Provider) Create() executor.Executor {
+	inner, ok := p.o.Docker.Create().(*docker.Executor)
+	if !ok {
+		panic("dockerfleet: the docker provider made no *docker.Executor")
+	}
+	return &Executor{Executor: inner, p: p, inner: inner}
+}
+
+// Acquire reserves a slot in the runner's pool without blocking; with
+// none to reserve it returns executor.ErrNoFreeExecutor (wrapped) and no
+// job is requested.
+func (p *Provider) Acquire(ctx context.Context, s executor.Settings) (executor.Data, error) {
+	l, err := instance.Reserve(p.o.Runners, s)
+	if err != nil {
+		return nil, fmt.Errorf("%s executor: %w", p.name, err)
+	}
+	return l, nil
+}
+
+// Release gives back a reservation no job used; an acquired slot is given
+// back by the executor's Cleanup.
+func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.Data) {
+	if l, ok := d.(*instance.Lease); ok {
+		l.Unreserve()
+	}
+}
+
+// Features are the docker executor's.
+func (p *Provider) Features(f *api.FeaturesInfo) { p.o.Docker.Features(f) }
+
+// ConfigInfo returns nil.
+func (p *Provider) ConfigInfo(s executor.Settings) map[string]any { return nil }
+
+// DefaultShell is "": detected in the job's image, as by the docker
+// executor.
+func (p *Provider) DefaultShell() string { return p.o.Docker.DefaultShell() }
+
+// engineKey names an instance's engine connection in the pool.
+func engineKey(shortToken, instanceID string) string { return shortToken + "/" + instanceID }
+
+// Forget drops the engine connection of an instance the runner's pool
+// dropped (runnerpool's InstanceGone).
+func (p *Provider) Forget(shortToken, instanceID string) {
+	p.o.Engines.Forget(engineKey(shortToken, instanceID))
+}
+
+// conn returns the engine connection of an instance.
+func (p *Provider) conn(s executor.Settings, r instance.Runner, id string, info fleet.ConnectInfo) (*engine.Conn, error) {
+	cfg, err := p.o.Configs(s)
+	if err != nil {
+		return nil, err
+	}
+	socket, err := engine.Socket(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("[runners.docker] %w", err)
+	}
+	sshCfg, err := instance.SSHConfig(info, r.Connector)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", id, err)
+	}
+	return p.o.Engines.Get(engine.Target{Key: engineKey(s.ShortToken, id), ID: id, SSH: sshCfg, Socket: socket})
+}
+
+// claimer is implemented by pools that can give a restarted manager the
+// slot its resumed job held (runnerpool.Slots).
+type claimer interface {
+	Claim(ctx context.Context, instanceID string, slot int) (instance.Acquired, error)
+}
+
+// breaker is implemented by pools that remove an instance that stopped
+// working (runnerpool.Slots).
+type breaker interface {
+	MarkBroken(instanceID, why string)
+}
+
+// markBroken tells the runner's pool, if it can be told.
+func markBroken(r instance.Runner, id, why string) {
+	if b, ok := r.Slots.(breaker); ok {
+		b.MarkBroken(id, why)
+	}
+}
+
+// slotHold is a slot the executor holds: acquired through a lease
+// (Prepare) or claimed after a restart (Restore); release gives it back
+// once.
+type slotHold struct {
+	once    sync.Once
+	release func()
+}
+
+func (h *slotHold) done() {
+	if h != nil {
+		h.once.Do(h.release)
+	}
+}
+
+// Check reports a [runners.docker] host that cannot name an engine on an
+// instance (only a unix:// socket path can), for every runner of cfg with
+// a stacked executor; the error names file, line and key.
+func Check(file string, cfg *config.Config, rs *docker.Runners) error {
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		if r.Executor != docker.NameAutoscaler && r.Executor != docker.NameMachine {
+			continue
+		}
+		c, err := rs.Lookup(executor.Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
+		if err != nil {
+			return err
+		}
+		if _, err := engine.Socket(c.Host); err != nil {
+			key, line := r.KeyPosition("docker", "host")
+			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
+		}
+	}
+	return nil
+}
