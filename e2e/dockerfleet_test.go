@@ -302,3 +302,91 @@ func groupContainersE(t *testing.T, owner string) []string {
 	}
 	return strings.Fields(string(out))
 }
+
+// TestDockerMachine runs four jobs one after the other on a docker+machine
+// runner with IdleCount = 1 and MaxBuilds = 2: a machine (a dind instance
+// named by MachineName) runs two jobs, is removed after its second, and
+// the spare the runner kept idle takes the next two. Stopping the manager
+// leaves no machine.
+func TestDockerMachine(t *testing.T) {
+	needDindImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	reg := startInstanceRegistry(t)
+	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
+
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	token := c.runnerToken(t)
+	owner := api.ShortToken(token)
+	t.Cleanup(func() { removeFleet(t, owner) })
+	cfg := writeRunnerConfig(t, dir, c.url, token, 2, "docker+machine", fmt.Sprintf(`  [runners.docker]
+    image = %q
+    pull_policy = "if-not-present"
+  [runners.machine]
+    IdleCount = 1
+    IdleTime = 600
+    MaxBuilds = 2
+    MachineDriver = "docker"
+    MachineName = "e2e-m-%%s"
+    MachineOptions = [
+      "engine=true",
+      "engine-insecure-registry=%s",
+      "digitalocean-size=s-1vcpu-1gb",
+    ]`, img, reg.addr()))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 30*time.Second)
+	if !strings.Contains(m.log.String(), "digitalocean-size") {
+		t.Errorf("no warning about the foreign MachineOption:\n%s", m.log.String())
+	}
+
+	cl := c.client()
+	var machines []string
+	for i := range 4 {
+		id := submitJSON(t, c, map[string]any{"name": "m-" + strconv.Itoa(i), "image": img, "script": []string{"echo job $CI_JOB_ID"}})
+		j := waitJob(t, cl, id, 5*time.Minute, finished)
+		log := trace(t, cl, id)
+		if j.Status != "success" {
+			t.Fatalf("job %d: %s (%s)\n%s", id, j.Status, j.FailureReason, log)
+		}
+		mm := acquiredRx.FindStringSubmatch(log)
+		if mm == nil {
+			t.Fatalf("job %d: log names no machine:\n%s", id, log)
+		}
+		machines = append(machines, mm[2])
+		if i == 1 {
+			// The first machine reached MaxBuilds: it goes.
+			deadline := time.Now().Add(time.Minute)
+			for slices.Contains(groupContainersE(t, owner), machines[0]) {
+				if time.Now().After(deadline) {
+					t.Fatalf("machine %s still there after its second job; machines: %v", machines[0], groupContainersE(t, owner))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	t.Logf("machines: %v", machines)
+	if machines[0] != machines[1] || machines[2] != machines[3] || machines[1] == machines[2] {
+		t.Errorf("machines per job %v; want two jobs each on two machines", machines)
+	}
+	for _, mc := range machines {
+		if !strings.HasPrefix(mc, "e2e-m-"+owner+"-") {
+			t.Errorf("machine %q is not named by MachineName e2e-m-%%s", mc)
+		}
+	}
+	m.signal(syscall.SIGTERM)
+	if code := m.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("drover run exited %d", code)
+	}
+	// Machines that reached MaxBuilds are gone; an idle spare may stay
+	// for the next start (as with GitLab's docker+machine), recorded in
+	// the state file so that the next start re-adopts it.
+	kept := stateIDs(t, filepath.Join(dir, ".drover-fleet", owner, "state.json"))
+	for _, mc := range groupContainersE(t, owner) {
+		if slices.Contains(machines, mc) {
+			t.Errorf("machine %s, used MaxBuilds times, left after shutdown", mc)
+		} else if !slices.Contains(kept, mc) {
+			t.Errorf("machine %s left after shutdown and not in the state file %v", mc, kept)
+		}
+	}
+}

@@ -498,8 +498,14 @@ func (p *Pool) Shutdown(ctx context.Context, deleteInstances bool) error {
 	p.tickMu.Lock()
 	defer p.tickMu.Unlock()
 	var errs []error
-	if deleteInstances && p.isStarted() {
+	switch {
+	case deleteInstances && p.isStarted():
 		errs = append(errs, p.deleteAll(ctx))
+	case p.isStarted():
+		// Instances already condemned (max_use_count, broken) are not kept
+		// for a restart that may never come: their deletion is asked for
+		// now; one not confirmed stays "removing" in the state file.
+		p.deletions(ctx, p.clk.Now())
 	}
 	p.flushState()
 	if err := p.o.Provider.Shutdown(ctx); err != nil {

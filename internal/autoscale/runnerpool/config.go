@@ -324,6 +324,12 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 				rd.Fail(key, "%q is not key=value", opt)
 				continue
 			}
+			if s.Plugin == PluginDocker && !docker.KnownKey(k) {
+				// A docker-machine driver's option (amazonec2-*, ...)
+				// from a config.toml written for GitLab Runner.
+				rd.Warn(key, "%q is not an option of drover's docker machine driver: ignored", k)
+				continue
+			}
 			v := machineValue(k, val)
 			switch prev := s.PluginConfig[k].(type) {
 			case nil:
@@ -337,9 +343,25 @@ func (rd *reader) machine(s *Spec, m map[string]any) {
 			}
 		}
 	}
-	for _, k := range []string{"MachineName", "MachineOptionsWithName", "MaxRemovalAttempts"} {
+	if v, ok := m["MachineName"]; ok {
+		key := config.SubKey("machine", "MachineName")
+		name := rd.Str(key, v)
+		switch {
+		case !rd.OK():
+		case strings.Count(name, "%s") != 1:
+			rd.Fail(key, "%q must hold %%s exactly once (each machine's unique part)", name)
+		case s.Plugin == PluginDocker:
+			if s.PluginConfig == nil {
+				s.PluginConfig = map[string]any{}
+			}
+			s.PluginConfig["name_format"] = name
+		default:
+			rd.Warn(key, "ignored by the %s driver (it names its instances itself)", s.Plugin)
+		}
+	}
+	for _, k := range []string{"MachineOptionsWithName", "MaxRemovalAttempts"} {
 		if _, ok := m[k]; ok {
-			rd.Warn(config.SubKey("machine", k), "ignored by drover's instance executor")
+			rd.Warn(config.SubKey("machine", k), "ignored by drover")
 		}
 	}
 }

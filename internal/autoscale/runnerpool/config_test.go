@@ -346,3 +346,75 @@ func TestMachineValue(t *testing.T) {
 		}
 	}
 }
+
+// [runners.machine] for the docker driver: MachineName names the
+// machines, repeated engine options collect, and options drover's driver
+// does not have (a cloud driver's) warn with their line instead of
+// stopping the runner.
+func TestParseMachineDockerOptions(t *testing.T) {
+	s, err := parseRunner(t, t.TempDir(), `[runners.machine]
+  MachineDriver = "docker"
+  MachineName = "ci-%s"
+  MachineOptions = [
+    "engine=true",
+    "engine-registry-mirror=http://10.0.0.1:5000",
+    "engine-opt=log-level=warn",
+    "engine-opt=max-concurrent-downloads=6",
+    "amazonec2-instance-type=m5.large",
+  ]
+  IdleCount = 1
+  IdleTime = 60
+  MaxBuilds = 2
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"engine":                 true,
+		"engine-registry-mirror": "http://10.0.0.1:5000",
+		"engine-opt":             []any{"log-level=warn", "max-concurrent-downloads=6"},
+		"name_format":            "ci-%s",
+	}
+	for k, v := range want {
+		if got := s.PluginConfig[k]; !equalAny(got, v) {
+			t.Errorf("PluginConfig[%q] = %#v, want %#v", k, got, v)
+		}
+	}
+	if _, ok := s.PluginConfig["amazonec2-instance-type"]; ok {
+		t.Error("an option of another driver reached the docker provider")
+	}
+	var warned bool
+	for _, w := range s.Warnings {
+		if strings.Contains(w.String(), ":16: runners[0].machine.MachineOptions[4]") && strings.Contains(w.String(), "amazonec2-instance-type") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning naming the foreign option and its line: %v", s.Warnings)
+	}
+	if s.Policy.MaxUseCount != 2 || s.Policy.CapacityPerInstance != 1 {
+		t.Errorf("MaxBuilds 2 gave max_use_count %d, capacity %d; want 2, 1", s.Policy.MaxUseCount, s.Policy.CapacityPerInstance)
+	}
+
+	_, err = parseRunner(t, t.TempDir(), "[runners.machine]\n  MachineDriver = \"docker\"\n  MachineName = \"ci\"\n")
+	if err == nil || !strings.Contains(err.Error(), "runners[0].machine.MachineName") || !strings.Contains(err.Error(), "%s exactly once") {
+		t.Errorf("MachineName without %%s: %v", err)
+	}
+}
+
+func equalAny(a, b any) bool {
+	as, aok := a.([]any)
+	bs, bok := b.([]any)
+	if aok || bok {
+		if len(as) != len(bs) {
+			return false
+		}
+		for i := range as {
+			if as[i] != bs[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}

@@ -159,6 +159,10 @@ type config struct {
 	Address            string
 	AuthorizedKeysPath string
 	DockerHost         string
+	// NameFormat, when set, names instances instead of NamePrefix: its one
+	// %s becomes the owner and a random suffix (docker-machine's
+	// MachineName).
+	NameFormat string
 	// Engine: instances run their own Docker engine (engine = true).
 	Engine bool
 	// DockerdArgs are the flags of the engine_* keys, for the inner
@@ -172,6 +176,22 @@ var engineListKeys = []struct{ key, alias, kind string }{
 	{"engine_registry_mirror", "engine-registry-mirror", "mirror"},
 	{"engine_insecure_registry", "engine-insecure-registry", "insecure"},
 	{"engine_opt", "engine-opt", "opt"},
+}
+
+// KnownKey reports whether k is a key of the provider's configuration
+// (plugin_config, or a MachineOptions name).
+func KnownKey(k string) bool {
+	switch k {
+	case "image", "name_prefix", "name_format", "network", "address", "authorized_keys_path",
+		"docker_host", "build_image", "engine", "max_size":
+		return true
+	}
+	for _, e := range engineListKeys {
+		if k == e.key || k == e.alias {
+			return true
+		}
+	}
+	return false
 }
 
 func parseConfig(m map[string]any) (config, error) {
@@ -198,6 +218,7 @@ func parseConfig(m map[string]any) (config, error) {
 	errs := []error{
 		str("image", &c.Image),
 		str("name_prefix", &c.NamePrefix),
+		str("name_format", &c.NameFormat),
 		str("network", &c.Network),
 		str("address", &c.Address),
 		str("authorized_keys_path", &c.AuthorizedKeysPath),
@@ -255,6 +276,9 @@ func parseConfig(m map[string]any) (config, error) {
 		if !known[k] {
 			errs = append(errs, fmt.Errorf("%s: unknown key for the docker provider", k))
 		}
+	}
+	if c.NameFormat != "" && strings.Count(c.NameFormat, "%s") != 1 {
+		errs = append(errs, fmt.Errorf("name_format: %q must hold %%s exactly once", c.NameFormat))
 	}
 	switch {
 	case c.Image == "":
@@ -490,6 +514,9 @@ func (p *Provider) create(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("docker provider: name: %w", err)
 	}
 	name := fmt.Sprintf("%s-%s-%s", p.cfg.NamePrefix, sanitize(p.name), hex.EncodeToString(suffix))
+	if p.cfg.NameFormat != "" {
+		name = sanitize(strings.Replace(p.cfg.NameFormat, "%s", p.name+"-"+hex.EncodeToString(suffix), 1))
+	}
 	cfg := &container.Config{
 		Image:        p.cfg.Image,
 		Hostname:     name[max(0, len(name)-63):],
