@@ -153,7 +153,7 @@ func TestDockerPullAlwaysRegistry(t *testing.T) {
 // pushImage tags src as ref, pushes ref and removes the local tag again
 // (not src). The tag is removed when the test ends too, wherever it came
 // from by then.
-func pushImage(ctx context.Context, t *testing.T, cli *dockerclient.Client, src, ref string) {
+func pushImage(ctx context.Context, t testing.TB, cli *dockerclient.Client, src, ref string) {
 	t.Helper()
 	if err := cli.ImageTag(ctx, src, ref); err != nil {
 		t.Fatalf("ImageTag %s %s: %v", src, ref, err)
@@ -179,7 +179,7 @@ func pushImage(ctx context.Context, t *testing.T, cli *dockerclient.Client, src,
 
 // removeTag removes one reference (never by id, so an image that has
 // other tags only loses this one).
-func removeTag(t *testing.T, cli *dockerclient.Client, ref string) {
+func removeTag(t testing.TB, cli *dockerclient.Client, ref string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {

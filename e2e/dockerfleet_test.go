@@ -83,7 +83,7 @@ type instanceRegistry struct {
 	log  *syncBuffer
 }
 
-func startInstanceRegistry(t *testing.T) *instanceRegistry {
+func startInstanceRegistry(t testing.TB) *instanceRegistry {
 	t.Helper()
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
@@ -99,7 +99,7 @@ func startInstanceRegistry(t *testing.T) *instanceRegistry {
 
 // push copies a local image into the registry and returns the name the
 // instances pull it by.
-func (r *instanceRegistry) push(ctx context.Context, t *testing.T, src, repo string) string {
+func (r *instanceRegistry) push(ctx context.Context, t testing.TB, src, repo string) string {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -146,8 +146,11 @@ func startBarrier(t *testing.T, n int) *barrier {
 }
 
 // fleetConfig writes a config.toml with one docker-autoscaler runner on
-// dind instances of the docker fleet provider.
-func fleetConfig(t *testing.T, dir, url, token string, concurrent int, reg *instanceRegistry, image, runner, autoscaler, docker string) string {
+// dind instances of the docker fleet provider. runner, autoscaler and
+// docker are further lines of [[runners]], [runners.autoscaler] and
+// [runners.docker]; plugin, further lines of
+// [runners.autoscaler.plugin_config].
+func fleetConfig(t *testing.T, dir, url, token string, concurrent int, reg *instanceRegistry, image, runner, autoscaler, docker string, plugin ...string) string {
 	t.Helper()
 	t.Cleanup(func() { removeFleet(t, api.ShortToken(token)) })
 	return writeRunnerConfig(t, dir, url, token, concurrent, "docker-autoscaler", fmt.Sprintf(`%s
@@ -169,7 +172,7 @@ func fleetConfig(t *testing.T, dir, url, token string, concurrent int, reg *inst
       name_prefix = "drover-e2e-df"
       engine = true
       engine_insecure_registry = [%q]
-`, runner, image, docker, autoscaler, reg.addr()))
+%s`, runner, image, docker, autoscaler, reg.addr(), strings.Join(plugin, "")))
 }
 
 // removeFleet removes what a test's instances left on the shared engine
@@ -389,4 +392,77 @@ func TestDockerMachine(t *testing.T) {
 			t.Errorf("machine %s left after shutdown and not in the state file %v", mc, kept)
 		}
 	}
+}
+
+// instanceJobContainers lists the job containers drover made on the
+// engine inside an instance (asked through the host's engine: the
+// instance is a container there).
+func instanceJobContainers(t *testing.T, inst string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "exec", inst, "docker", "ps", "-a", "--format", "{{.Names}}", "--filter", "label=io.drover.managed=1").CombinedOutput()
+	if err != nil {
+		t.Errorf("list the job containers on instance %s: %v\n%s", inst, err, out)
+		return nil
+	}
+	return strings.Fields(string(out))
+}
+
+// TestDockerAutoscalerManagerKilled: six jobs printing numbered lines on
+// a docker-autoscaler runner with a file job store, capacity 2 on at
+// most two dind instances; the manager is SIGKILLed twice at random
+// moments and restarted. It re-adopts the instances (their state file),
+// reconnects to their engines and resumes the running containers: every
+// job succeeds with each line exactly once, in order, and no job
+// container is left on the instances.
+func TestDockerAutoscalerManagerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: -short")
+	}
+	needDindImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	reg := startInstanceRegistry(t)
+	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
+
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--ack-timeout", "5s")
+	cl := c.client()
+	token := c.runnerToken(t)
+	owner := api.ShortToken(token)
+	cfg := fleetConfig(t, dir, c.url, token, 4, reg, img, fileStore(filepath.Join(dir, "store")), `    capacity_per_instance = 2
+    max_instances = 2
+    [[runners.autoscaler.policy]]
+      idle_count = 2
+      idle_time = "10m"`, "")
+	// The instances must be up before the kills start, so that the kills
+	// hit running jobs rather than instance boots.
+	const jobs, lines = 6, 40
+	var ids []int64
+	for i := range jobs {
+		name := fmt.Sprintf("job%02d", i)
+		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
+			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
+	}
+	m := killRestart(t, dir, cfg, 2, 4000, 3000)
+	checkChaosJobs(t, cl, ids, lines, 5*time.Minute)
+	insts := groupContainersE(t, owner)
+	if len(insts) == 0 || len(insts) > 2 {
+		t.Errorf("instances after the kills: %v; want the re-adopted ones (at most 2)", insts)
+	}
+	for _, inst := range insts {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			left := instanceJobContainers(t, inst)
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("instance %s still has job containers: %v", inst, left)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(2 * time.Minute)
 }

@@ -28,6 +28,13 @@ if ! have staticcheck; then
   echo "== installing staticcheck $STATICCHECK_VERSION"
   go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
+# distribution's registry, the pull-through cache of the registry mirror
+# e2e tests: built once per machine into drover's cache, where they look.
+DROVER_BIN=${DROVER_CACHE_DIR:-$HOME/.cache/drover}/bin
+if [ ! -x "$DROVER_BIN/registry" ]; then
+  echo "== installing distribution's registry"
+  GOBIN="$DROVER_BIN" go install github.com/distribution/distribution/v3/cmd/registry@latest
+fi
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/drover-ci/drover/internal/fleet"
 )
 
 // ClaimGrace is how long a restarted pool keeps the slots that jobs held
@@ -135,4 +137,23 @@ func (p *Pool) MarkBroken(id, why string) {
 		p.markRemovingLocked(in, PoolReasonBroken, why)
 		p.poke()
 	}
+}
+
+// Ready returns the connect info of every instance that takes jobs now
+// (idle or busy): for callers that must reach each instance, e.g. to
+// remove what a job left on one it no longer runs on.
+func (p *Pool) Ready() []fleet.ConnectInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []fleet.ConnectInfo
+	for _, in := range p.insts {
+		if in.state == StateIdle || in.state == StateBusy {
+			info := in.info
+			if info.ID == "" {
+				info.ID = in.id
+			}
+			out = append(out, info)
+		}
+	}
+	return out
 }

@@ -77,3 +77,7 @@ func (s Slots) Claim(ctx context.Context, instanceID string, slot int) (instance
 // MarkBroken removes an instance that no longer works for jobs
 // (autoscale.Pool.MarkBroken).
 func (s Slots) MarkBroken(instanceID, why string) { s.Pool.MarkBroken(instanceID, why) }
+
+// Instances returns the connect info of the pool's ready instances
+// (autoscale.Pool.Ready).
+func (s Slots) Instances() []fleet.ConnectInfo { return s.Pool.Ready() }

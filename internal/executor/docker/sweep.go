@@ -92,3 +92,19 @@ func sweepEngine(ctx context.Context, eng Engine, label string, keep func(int64)
 	removeAll(ctx, eng, logger, nil, "", volNames)
 	return removed, nil
 }
+
+// SweepEngine is Sweep on one engine (an autoscaled instance's, which
+// the wrapping provider reaches only once its pool re-adopted it).
+func SweepEngine(ctx context.Context, eng Engine, systemID string, keep func(jobID int64) bool) ([]string, error) {
+	if systemID == "" {
+		return nil, nil
+	}
+	return sweepEngine(ctx, eng, LabelSystemID+"="+systemID, keep)
+}
+
+// SweepJob removes what job jobID of the runner left on eng: the
+// resources of an earlier attempt of a resumed job, made on an engine its
+// last attempt did not use.
+func SweepJob(ctx context.Context, eng Engine, shortToken string, jobID int64) ([]string, error) {
+	return sweepEngine(ctx, eng, LabelRunner+"="+shortToken, func(id int64) bool { return id != jobID })
+}

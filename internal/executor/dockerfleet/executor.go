@@ -33,6 +33,8 @@ type Executor struct {
 	inner *docker.Executor
 
 	mu       sync.Mutex
+	settings executor.Settings
+	jobID    int64
 	instance string
 	slot     int
 	runner   instance.Runner
@@ -78,6 +80,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 	id := acq.InstanceID()
 	e.mu.Lock()
+	e.settings, e.jobID = opts.Settings, opts.Job.ID
 	e.instance, e.slot, e.runner, e.lost = id, acq.Slot(), l.Runner(), acq.Lost()
 	e.hold = &slotHold{release: l.Release}
 	e.mu.Unlock()
@@ -88,7 +91,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return fmt.Errorf("instance %s: %w before the job started", id, instance.ErrInstanceLost)
 	default:
 	}
-	conn, err := e.p.conn(opts.Settings, l.Runner(), id, acq.ConnectInfo())
+	conn, err := e.p.conn(ctx, opts.Settings, l.Runner(), id, acq.ConnectInfo())
 	if err != nil {
 		return err
 	}
@@ -200,6 +203,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	e.mu.Lock()
 	hold, stop := e.hold, e.stopLost
 	e.hold, e.stopLost = nil, nil
+	s, r, jobID, inst := e.settings, e.runner, e.jobID, e.instance
 	e.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -211,6 +215,14 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	go func() {
 		<-cleaned
 		hold.done()
+		if s.Resumable {
+			// A resumed job may have had an attempt on another instance
+			// (a manager killed while preparing it, before its state was
+			// saved): what that attempt made there goes too.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.p.sweepJob(ctx, s, r, jobID, inst)
+		}
 	}()
 }
 
@@ -285,10 +297,11 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 		return fmt.Errorf("%s executor: claim slot %d of instance %s: %w", e.p.name, st.Slot, st.Instance, err)
 	}
 	e.mu.Lock()
+	e.settings, e.jobID = opts.Settings, opts.Job.ID
 	e.instance, e.slot, e.runner, e.lost = st.Instance, st.Slot, r, acq.Lost()
 	e.hold = &slotHold{release: func() { r.Slots.Release(acq) }}
 	e.mu.Unlock()
-	conn, err := e.p.conn(opts.Settings, r, st.Instance, acq.ConnectInfo())
+	conn, err := e.p.conn(ctx, opts.Settings, r, st.Instance, acq.ConnectInfo())
 	if err != nil {
 		return err
 	}

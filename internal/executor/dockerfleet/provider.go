@@ -53,10 +53,16 @@ type Provider struct {
 
 	mu     sync.Mutex
 	recent map[string][]string // per runner: the latest jobs' images, newest last
+	// The manager's Sweep at start, carried out on each instance's
+	// engine when this process first reaches it.
+	systemID string
+	keep     func(jobID int64) bool
+	swept    map[string]chan struct{} // per engine key: closed once swept
 }
 
 var (
 	_ executor.Provider = (*Provider)(nil)
+	_ executor.Sweeper  = (*Provider)(nil)
 )
 
 // NewProvider returns the provider of executor name (docker.NameAutoscaler
@@ -124,8 +130,79 @@ func (p *Provider) Forget(shortToken, instanceID string) {
 	p.o.Engines.Forget(engineKey(shortToken, instanceID))
 }
 
+// Sweep records what the manager keeps: the instances are not reachable
+// before their pools re-adopt them, so each instance's engine is swept
+// when this process first connects to it, before any job of this process
+// makes anything there (see sweepFirst). It removes nothing now.
+func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.systemID, p.keep = systemID, keep
+	return nil, nil
+}
+
+// sweepFirst removes, the first time this process reaches an engine,
+// the job resources a dead manager with this system id left there that
+// no job store will resume. Other callers wait for it: no job of this
+// process makes anything on the engine before it is swept.
+func (p *Provider) sweepFirst(ctx context.Context, key string, conn *engine.Conn) {
+	p.mu.Lock()
+	if p.keep == nil {
+		p.mu.Unlock()
+		return
+	}
+	if done, ok := p.swept[key]; ok {
+		p.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		return
+	}
+	if p.swept == nil {
+		p.swept = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	p.swept[key] = done
+	systemID, keep := p.systemID, p.keep
+	p.mu.Unlock()
+	defer close(done)
+	removed, err := docker.SweepEngine(ctx, conn.Client(), systemID, keep)
+	for _, r := range removed {
+		p.o.Logger.Info("removed what a previous run left on an instance", "engine", key, "resource", r)
+	}
+	if err != nil {
+		p.o.Logger.Warn("cannot look for leftovers on an instance", "engine", key, "err", err)
+	}
+}
+
+// sweepJob removes what earlier attempts of a resumed job left on the
+// runner's other instances.
+func (p *Provider) sweepJob(ctx context.Context, s executor.Settings, r instance.Runner, jobID int64, except string) {
+	lister, ok := r.Slots.(interface{ Instances() []fleet.ConnectInfo })
+	if !ok {
+		return
+	}
+	for _, info := range lister.Instances() {
+		if info.ID == except {
+			continue
+		}
+		conn, err := p.conn(ctx, s, r, info.ID, info)
+		if err != nil {
+			continue
+		}
+		removed, err := docker.SweepJob(ctx, conn.Client(), s.ShortToken, jobID)
+		for _, x := range removed {
+			p.o.Logger.Info("removed what an earlier attempt of the job left on another instance", "job_id", jobID, "instance", info.ID, "resource", x)
+		}
+		if err != nil {
+			p.o.Logger.Debug("cannot look for an earlier attempt's leftovers", "instance", info.ID, "err", err)
+		}
+	}
+}
+
 // conn returns the engine connection of an instance.
-func (p *Provider) conn(s executor.Settings, r instance.Runner, id string, info fleet.ConnectInfo) (*engine.Conn, error) {
+func (p *Provider) conn(ctx context.Context, s executor.Settings, r instance.Runner, id string, info fleet.ConnectInfo) (*engine.Conn, error) {
 	cfg, err := p.o.Configs(s)
 	if err != nil {
 		return nil, err
@@ -138,7 +215,13 @@ func (p *Provider) conn(s executor.Settings, r instance.Runner, id string, info 
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", id, err)
 	}
-	return p.o.Engines.Get(engine.Target{Key: engineKey(s.ShortToken, id), ID: id, SSH: sshCfg, Socket: socket})
+	key := engineKey(s.ShortToken, id)
+	conn, err := p.o.Engines.Get(engine.Target{Key: key, ID: id, SSH: sshCfg, Socket: socket})
+	if err != nil {
+		return nil, err
+	}
+	p.sweepFirst(ctx, key, conn)
+	return conn, nil
 }
 
 // claimer is implemented by pools that can give a restarted manager the

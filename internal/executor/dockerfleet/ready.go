@@ -29,7 +29,7 @@ const enginePollPause = 250 * time.Millisecond
 func (p *Provider) ReadyCheck(shortToken string, connector fleet.ConnectorConfig) func(ctx context.Context, info fleet.ConnectInfo) error {
 	return func(ctx context.Context, info fleet.ConnectInfo) error {
 		s := executor.Settings{ShortToken: shortToken}
-		conn, err := p.conn(s, instance.Runner{Connector: connector}, info.ID, info)
+		conn, err := p.conn(ctx, s, instance.Runner{Connector: connector}, info.ID, info)
 		if err != nil {
 			return err
 		}
