@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	stdlog "log"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -23,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
 	fleetdocker "github.com/drover-ci/drover/internal/fleet/docker"
@@ -281,6 +284,25 @@ func TestDockerAutoscaler(t *testing.T) {
 			t.Errorf("instance %q is not one of the test's", inst)
 		}
 	}
+	// Two jobs on one instance never shared a builds volume: each slot has
+	// its own (and each job had its own network, removed with it).
+	for inst := range perInstance {
+		out, err := exec.Command("docker", "exec", inst, "docker", "volume", "ls", "--format", "{{.Name}}").CombinedOutput()
+		if err != nil {
+			t.Fatalf("volumes on %s: %v\n%s", inst, err, out)
+		}
+		var builds []string
+		for _, v := range strings.Fields(string(out)) {
+			if strings.HasSuffix(v, "-builds") {
+				builds = append(builds, v)
+			}
+		}
+		slices.Sort(builds)
+		if len(builds) != 2 || !strings.HasSuffix(builds[0], "-concurrent-0-builds") || !strings.HasSuffix(builds[1], "-concurrent-1-builds") {
+			t.Errorf("builds volumes on %s: %v; want one per slot (concurrent-0, concurrent-1)", inst, builds)
+		}
+		waitInstanceClean(t, inst)
+	}
 	if !strings.Contains(reg.log.String(), "drover-e2e/busybox") {
 		t.Errorf("the registry served no pull of the job image:\n%s", reg.log.String())
 	}
@@ -407,6 +429,24 @@ func instanceJobContainers(t *testing.T, inst string) []string {
 	return strings.Fields(string(out))
 }
 
+// waitInstanceClean waits until no job container is left on an instance
+// (jobs' containers are removed in the background after their result).
+func waitInstanceClean(t *testing.T, inst string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := instanceJobContainers(t, inst)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("instance %s still has job containers: %v", inst, left)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestDockerAutoscalerManagerKilled: six jobs printing numbered lines on
 // a docker-autoscaler runner with a file job store, capacity 2 on at
 // most two dind instances; the manager is SIGKILLed twice at random
@@ -450,19 +490,155 @@ func TestDockerAutoscalerManagerKilled(t *testing.T) {
 		t.Errorf("instances after the kills: %v; want the re-adopted ones (at most 2)", insts)
 	}
 	for _, inst := range insts {
-		deadline := time.Now().Add(time.Minute)
+		waitInstanceClean(t, inst)
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(2 * time.Minute)
+}
+
+// withListen adds listen_address to a config.toml written by
+// writeRunnerConfig, for the manager's /metrics.
+func withListen(t *testing.T, cfg string) {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, append([]byte("listen_address = \"127.0.0.1:0\"\n"), b...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestDockerAutoscalerEngineNeverUp: instances whose engine cannot start
+// (a dockerd flag it refuses) are deleted after engine_ready_timeout, the
+// failure is counted in the pool's metrics, and no job is handed to them.
+func TestDockerAutoscalerEngineNeverUp(t *testing.T) {
+	needDindImage(t)
+	reg := startInstanceRegistry(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	token := c.runnerToken(t)
+	owner := api.ShortToken(token)
+	cfg := fleetConfig(t, dir, c.url, token, 1, reg, dockerimage.TestImageBusybox, "", `    capacity_per_instance = 1
+    max_instances = 1
+    [[runners.autoscaler.policy]]
+      idle_count = 1
+      idle_time = "10m"`, `    engine_ready_timeout = "3s"`, `      engine_opt = ["no-such-dockerd-flag=1"]`)
+	withListen(t, cfg)
+	m := start(t, dir, "run", "--config", cfg)
+	addr := m.waitLog(`metrics and health listening.*addr=([0-9.:]+)`, 20*time.Second)
+	id := submitJSON(t, c, map[string]any{"name": "never", "script": []string{"echo never"}})
+	m.waitLog(`the engine did not answer within 3s`, 2*time.Minute)
+	m.waitLog(`removing instance.*reason=ready_command_failed`, time.Minute)
+	want := `drover_autoscaler_instance_removals_total{reason="ready_command_failed",runner="` + owner + `"}`
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(metricsText(t, addr), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %s:\n%s", want, metricsText(t, addr))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	j, err := c.client().Job(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != "pending" {
+		t.Errorf("job %d is %s; want it still pending (no instance ever ready)", id, j.Status)
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(2 * time.Minute)
+	if left := groupContainersE(t, owner); len(left) > 0 {
+		t.Errorf("instances left: %v", left)
+	}
+}
+
+// TestDockerAutoscalerFaults: the engine of a job's instance dies under
+// it: the job fails with runner_system_failure, the instance is marked
+// broken and replaced, and the next job runs on the replacement. Then the
+// SSH link to an instance is cut mid-job: that job fails with
+// runner_system_failure too, and nothing of it is left on the instance
+// (the link is dialled again for the cleanup).
+func TestDockerAutoscalerFaults(t *testing.T) {
+	needDindImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	reg := startInstanceRegistry(t)
+	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cl := c.client()
+	token := c.runnerToken(t)
+	cfg := fleetConfig(t, dir, c.url, token, 1, reg, img, "", `    capacity_per_instance = 1
+    max_instances = 1
+    [[runners.autoscaler.policy]]
+      idle_count = 1
+      idle_time = "10m"`, "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 30*time.Second)
+
+	// runUntil submits a long job, waits for its first line and does
+	// what breaks it; it returns the job's instance and final state.
+	runUntil := func(name string, breakIt func(inst string)) (string, *client.Job, string) {
+		id := submitJSON(t, c, map[string]any{"name": name, "script": []string{"echo started-" + name, "sleep 60", "echo not-reached"}})
+		var inst string
+		deadline := time.Now().Add(3 * time.Minute)
 		for {
-			left := instanceJobContainers(t, inst)
-			if len(left) == 0 {
+			log := trace(t, cl, id)
+			if mm := acquiredRx.FindStringSubmatch(log); mm != nil && strings.Contains(log, "started-"+name) {
+				inst = mm[2]
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("instance %s still has job containers: %v", inst, left)
-				break
+				t.Fatalf("job %s never started:\n%s", name, log)
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
+		breakIt(inst)
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		return inst, j, trace(t, cl, id)
 	}
+
+	inst, j, log := runUntil("engine-dies", func(inst string) {
+		if out, err := exec.Command("docker", "exec", inst, "pkill", "-9", "dockerd").CombinedOutput(); err != nil {
+			t.Fatalf("kill the instance's dockerd: %v\n%s", err, out)
+		}
+	})
+	if j.Status != "failed" || j.FailureReason != "runner_system_failure" || strings.Contains(log, "not-reached") {
+		t.Fatalf("job whose engine died: %s (%s)\n%s", j.Status, j.FailureReason, log)
+	}
+	m.waitLog(`removing instance.*instance=`+regexp.QuoteMeta(inst)+`.*reason=broken`, time.Minute)
+
+	// The replacement runs the next job.
+	id := submitJSON(t, c, map[string]any{"name": "after", "script": []string{"echo fine"}})
+	j = waitJob(t, cl, id, 3*time.Minute, finished)
+	log = trace(t, cl, id)
+	mm := acquiredRx.FindStringSubmatch(log)
+	if j.Status != "success" || mm == nil || mm[2] == inst {
+		t.Fatalf("job after the broken instance: %s on %v (broken: %s)\n%s", j.Status, mm, inst, log)
+	}
+
+	inst, j, log = runUntil("link-cut", func(inst string) {
+		// Every sshd serving root's connections goes; the listener
+		// ("sshd: /usr/sbin/sshd -D -e [listener] ...") stays.
+		if out, err := exec.Command("docker", "exec", inst, "pkill", "-9", "-f", "sshd: root").CombinedOutput(); err != nil {
+			t.Fatalf("cut the SSH link: %v\n%s", err, out)
+		}
+	})
+	if j.Status != "failed" || j.FailureReason != "runner_system_failure" || strings.Contains(log, "not-reached") {
+		t.Fatalf("job whose SSH link was cut: %s (%s)\n%s", j.Status, j.FailureReason, log)
+	}
+	waitInstanceClean(t, inst)
 	m.signal(syscall.SIGTERM)
 	m.wait(2 * time.Minute)
 }

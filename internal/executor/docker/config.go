@@ -99,6 +99,9 @@ type Config struct {
 	// 0 = none).
 	PrepullImages []string
 	PrepullRecent int
+	// EngineReadyTimeout bounds the wait for a new instance's engine to
+	// answer (engine_ready_timeout, a duration string); 0 = the default.
+	EngineReadyTimeout time.Duration
 }
 
 // ServiceConfig is one [[runners.docker.services]] entry: a service every
@@ -238,6 +241,18 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 					rd.Fail(config.IndexKey(key, i), "must not be empty")
 				}
 			}
+		case "engine_ready_timeout":
+			if str := rd.Str(key, v); rd.OK() {
+				d, err := time.ParseDuration(str)
+				switch {
+				case err != nil:
+					rd.Fail(key, "%q is not a duration (want e.g. \"90s\", \"2m\")", str)
+				case d <= 0:
+					rd.Fail(key, "must be positive (got %s)", str)
+				default:
+					c.EngineReadyTimeout = d
+				}
+			}
 		case "prepull_recent":
 			c.PrepullRecent = rd.Count(key, v)
 		case "container_labels":
@@ -254,6 +269,15 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 	}
 	rd.checkMemory(c)
 	rd.checkPullPolicies(c, r.Docker)
+	if r.Executor == Name {
+		// Keys for engines on autoscaled instances: a runner's own engine
+		// is not prepared before jobs.
+		for _, k := range []string{"prepull_images", "prepull_recent", "engine_ready_timeout"} {
+			if _, ok := r.Docker[k]; ok {
+				rd.Warn(config.SubKey("docker", k), "only used by the docker-autoscaler and docker+machine executors: no effect here")
+			}
+		}
+	}
 	slices.SortStableFunc(rd.Warnings, func(a, b config.Warning) int { return a.Line - b.Line })
 	if !rd.OK() {
 		slices.SortStableFunc(rd.Errs, func(a, b *config.Error) int { return a.Line - b.Line })

@@ -12,7 +12,8 @@ import (
 	"github.com/drover-ci/drover/internal/fleet"
 )
 
-// EngineUpTimeout bounds the wait for a new instance's engine to answer
+// EngineUpTimeout is the default bound ([runners.docker]
+// engine_ready_timeout) of the wait for a new instance's engine to answer
 // its first ping (its sshd already answers): an engine that never comes
 // up fails the instance, which the pool deletes and counts.
 const EngineUpTimeout = 2 * time.Minute
@@ -33,7 +34,15 @@ func (p *Provider) ReadyCheck(shortToken string, connector fleet.ConnectorConfig
 		if err != nil {
 			return err
 		}
-		up, cancel := context.WithTimeout(ctx, EngineUpTimeout)
+		cfg, err := p.o.Configs(s)
+		if err != nil {
+			return err
+		}
+		timeout := EngineUpTimeout
+		if cfg.EngineReadyTimeout > 0 {
+			timeout = cfg.EngineReadyTimeout
+		}
+		up, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		start := time.Now()
 		for {
@@ -43,16 +52,12 @@ func (p *Provider) ReadyCheck(shortToken string, connector fleet.ConnectorConfig
 			}
 			select {
 			case <-up.Done():
-				return fmt.Errorf("instance %s: the engine did not answer within %s: %w", info.ID, EngineUpTimeout, err)
+				return fmt.Errorf("instance %s: the engine did not answer within %s: %w", info.ID, timeout, err)
 			case <-time.After(enginePollPause):
 			}
 		}
 		log := p.o.Logger.With("runner", shortToken, "instance", info.ID)
 		log.Debug("instance engine answers", "after", time.Since(start))
-		cfg, err := p.o.Configs(s)
-		if err != nil {
-			return err
-		}
 		images := p.warmImages(shortToken, cfg.PrepullImages, cfg.PrepullRecent)
 		start = time.Now()
 		if err := p.o.Docker.Warm(ctx, conn.Client(), cfg, images, func(line string) {

@@ -194,10 +194,14 @@ func (c *Conn) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 		if err == nil {
 			return conn, nil
 		}
-		if sc.Err() == nil || attempt > 0 || ctx.Err() != nil {
+		if attempt > 0 || ctx.Err() != nil {
 			return nil, fmt.Errorf("engine of instance %s: %w", c.id, err)
 		}
-		c.log.Info("SSH connection to the instance ended; dialling again", "err", sc.Err())
+		// The connection may be dead without knowing it yet (its peer
+		// killed, no keep-alive answered so far): one more try on a new
+		// one. A socket that is not there fails again, on the new one.
+		c.log.Info("forward over the SSH connection failed; dialling again", "err", err, "conn_err", sc.Err())
+		c.drop(sc)
 	}
 }
 
@@ -253,6 +257,16 @@ func (c *Conn) sshClient(ctx context.Context) (*sshx.Client, error) {
 		c.log.Debug("SSH connection to the instance's engine", "addr", cfg.Addr, "dial", n, "took", time.Since(start))
 		return sc, nil
 	}
+}
+
+// drop closes sc and forgets it, if it is still the current connection.
+func (c *Conn) drop(sc *sshx.Client) {
+	c.mu.Lock()
+	if c.ssh == sc {
+		c.ssh = nil
+	}
+	c.mu.Unlock()
+	sc.Close()
 }
 
 // Ping asks the engine whether it answers.
