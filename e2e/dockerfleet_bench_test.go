@@ -134,36 +134,6 @@ func roundMs(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// benchFleetConfig is fleetConfig for benchmarks: one docker-autoscaler
-// runner on dind instances of the docker fleet provider, pulling from
-// reg, with image as its default image. autoscaler and docker are
-// further lines of [runners.autoscaler] and [runners.docker]. The
-// runner's instances are removed from the shared engine when tb ends,
-// whatever its managers left.
-func benchFleetConfig(tb testing.TB, dir, url, token string, reg *instanceRegistry, image, autoscaler, docker string) string {
-	tb.Helper()
-	tb.Cleanup(func() { removeFleet(tb, api.ShortToken(token)) })
-	return writeRunnerConfig(tb, dir, url, token, 2, "docker-autoscaler", fmt.Sprintf(`  [runners.docker]
-    image = %q
-    pull_policy = "if-not-present"
-%s
-  [runners.autoscaler]
-    plugin = "docker"
-    update_interval = "1s"
-    update_interval_when_expecting = "200ms"
-    deletion_retry_interval = "1s"
-    shutdown_deletion_interval = "1s"
-    delete_instances_on_shutdown = true
-%s
-    [runners.autoscaler.connector_config]
-      username = "root"
-    [runners.autoscaler.plugin_config]
-      name_prefix = "drover-e2e-dfb"
-      engine = true
-      engine_insecure_registry = [%q]
-`, image, docker, autoscaler, reg.addr()))
-}
-
 // oneIdleInstance is the autoscaler policy of both benchmarks: a single
 // instance with two slots, kept whether busy or not, so that one idle
 // slot is always there and every job lands on that instance.
@@ -211,7 +181,7 @@ func BenchmarkDockerAutoscalerWarmJob(b *testing.B) {
 	c := startCoordinator(b, filepath.Join(dir, "coord"))
 	cl := c.client()
 	token := c.runnerToken(b)
-	cfg := benchFleetConfig(b, dir, c.url, token, reg, img, oneIdleInstance, "")
+	cfg := fleetConfig(b, dir, c.url, token, 2, reg, img, "", oneIdleInstance, "")
 	m := start(b, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 30*time.Second)
 
@@ -288,7 +258,7 @@ func BenchmarkDockerAutoscalerFirstJob(b *testing.B) {
 				b.StopTimer()
 				dir := b.TempDir()
 				token := c.runnerToken(b)
-				cfg := benchFleetConfig(b, dir, c.url, token, reg, img, oneIdleInstance, bc.docker)
+				cfg := fleetConfig(b, dir, c.url, token, 2, reg, img, "", oneIdleInstance, bc.docker)
 				m := start(b, dir, "run", "--config", cfg, "--log-format", "json")
 				m.waitLog("runner manager started", 30*time.Second)
 				b.StartTimer()

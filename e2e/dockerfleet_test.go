@@ -153,7 +153,7 @@ func startBarrier(t *testing.T, n int) *barrier {
 // docker are further lines of [[runners]], [runners.autoscaler] and
 // [runners.docker]; plugin, further lines of
 // [runners.autoscaler.plugin_config].
-func fleetConfig(t *testing.T, dir, url, token string, concurrent int, reg *instanceRegistry, image, runner, autoscaler, docker string, plugin ...string) string {
+func fleetConfig(t testing.TB, dir, url, token string, concurrent int, reg *instanceRegistry, image, runner, autoscaler, docker string, plugin ...string) string {
 	t.Helper()
 	t.Cleanup(func() { removeFleet(t, api.ShortToken(token)) })
 	return writeRunnerConfig(t, dir, url, token, concurrent, "docker-autoscaler", fmt.Sprintf(`%s

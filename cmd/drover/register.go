@@ -65,8 +65,8 @@ registration token it registers a new runner (POST /api/v4/runners) with
 			if _, ok := providers(nil, nil, nil, nil, nil, nil)[executorName]; !ok {
 				return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", executorName, providerNames()))
 			}
-			if executorName == docker.Name && dockerImage == "" {
-				return usageError(errors.New("--docker-image is required with --executor docker (the image of jobs that name none)"))
+			if docker.Uses(executorName) && dockerImage == "" {
+				return usageError(fmt.Errorf("--docker-image is required with --executor %s (the image of jobs that name none)", executorName))
 			}
 			cfg, err := loadOrNewConfig(cfgPath)
 			if err != nil {
@@ -126,7 +126,7 @@ registration token it registers a new runner (POST /api/v4/runners) with
 					rc.TokenExpiresAt = t
 				}
 			}
-			if executorName == docker.Name {
+			if docker.Uses(executorName) {
 				rc.Docker = map[string]any{"image": dockerImage}
 				if dockerPull != "" {
 					rc.Docker["pull_policy"] = dockerPull
@@ -137,8 +137,11 @@ registration token it registers a new runner (POST /api/v4/runners) with
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Runner %q (id %d, system id %s) registered in %s\n", name, got.ID, systemID, cfgPath)
-			if executorName == instance.Name {
-				fmt.Fprintln(cmd.OutOrStdout(), `Executor "instance" needs a [runners.autoscaler] table (plugin = "docker", "static" or a fleet plugin) in this runner before drover run.`)
+			switch executorName {
+			case instance.Name, docker.NameAutoscaler:
+				fmt.Fprintf(cmd.OutOrStdout(), "Executor %q needs a [runners.autoscaler] table (plugin = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", executorName)
+			case docker.NameMachine:
+				fmt.Fprintf(cmd.OutOrStdout(), "Executor %q needs a [runners.machine] table (MachineDriver = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", executorName)
 			}
 			return nil
 		},
