@@ -331,7 +331,8 @@ func groupContainersE(t *testing.T, owner string) []string {
 // TestDockerMachine runs four jobs one after the other on a docker+machine
 // runner with IdleCount = 1 and MaxBuilds = 2: a machine (a dind instance
 // named by MachineName) runs two jobs, is removed after its second, and
-// the spare the runner kept idle takes the next two. Stopping the manager
+// the spare the runner kept idle takes the next two, with the image of
+// the jobs already pulled (prepull_recent = 1). Stopping the manager
 // leaves no machine.
 func TestDockerMachine(t *testing.T) {
 	needDindImage(t)
@@ -348,6 +349,7 @@ func TestDockerMachine(t *testing.T) {
 	cfg := writeRunnerConfig(t, dir, c.url, token, 2, "docker+machine", fmt.Sprintf(`  [runners.docker]
     image = %q
     pull_policy = "if-not-present"
+    prepull_recent = 1
   [runners.machine]
     IdleCount = 1
     IdleTime = 600
@@ -379,6 +381,11 @@ func TestDockerMachine(t *testing.T) {
 			t.Fatalf("job %d: log names no machine:\n%s", id, log)
 		}
 		machines = append(machines, mm[2])
+		if i == 2 && !strings.Contains(log, "Using locally found image "+img) {
+			// The second machine was made after the first job: it pulled
+			// that job's image (prepull_recent) before it took jobs.
+			t.Errorf("job %d, the first on the second machine, pulled its image itself:\n%s", id, log)
+		}
 		if i == 1 {
 			// The first machine reached MaxBuilds: it goes.
 			deadline := time.Now().Add(time.Minute)

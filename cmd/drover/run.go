@@ -217,6 +217,13 @@ when its modification time changes).`,
 					logger.Warn("containers of finished jobs not all removed; the next start removes them", "err", werr)
 				}
 			}
+			for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
+				if fp, ok := provs[name].(*dockerfleet.Provider); ok {
+					if werr := fp.Wait(ctx); werr != nil {
+						logger.Warn("slots of finished jobs not all given back", "executor", name, "err", werr)
+					}
+				}
+			}
 			if perr := pools.Shutdown(ctx); perr != nil {
 				logger.Error("autoscaler pools not shut down cleanly", "err", perr)
 			}

@@ -212,7 +212,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		return
 	}
 	cleaned := e.inner.Cleaned()
-	go func() {
+	e.p.releases.Go(func() {
 		<-cleaned
 		hold.done()
 		if s.Resumable {
@@ -223,7 +223,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			defer cancel()
 			e.p.sweepJob(ctx, s, r, jobID, inst)
 		}
-	}()
+	})
 }
 
 // savedState is the executor's state: where the job runs and the docker

@@ -51,6 +51,10 @@ type Provider struct {
 	o    Options
 	name string
 
+	// releases are the jobs whose slots are given back once their
+	// containers are removed (Wait).
+	releases sync.WaitGroup
+
 	mu     sync.Mutex
 	recent map[string][]string // per runner: the latest jobs' images, newest last
 	// The manager's Sweep at start, carried out on each instance's
@@ -78,6 +82,23 @@ func NewProvider(name string, o Options) (*Provider, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Provider{o: o, name: name}, nil
+}
+
+// Wait waits until finished jobs' containers are removed and their slots
+// given back (so that a pool shut down next deletes what they condemned,
+// e.g. an instance at max_use_count), or ctx ends.
+func (p *Provider) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.releases.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("giving back the slots of finished jobs: %w", ctx.Err())
+	}
 }
 
 // CanCreate reports true: whether a runner has a pool is decided per job.
