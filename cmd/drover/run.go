@@ -193,6 +193,11 @@ when its modification time changes).`,
 			if err != nil {
 				return err
 			}
+			for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
+				if fp, ok := provs[name].(*dockerfleet.Provider); ok {
+					fp.SetKeepHeld(pools.KeepHeld)
+				}
+			}
 			m, err := manager.New(logger, manager.Options{
 				Config:     cfg,
 				ConfigPath: cfgPath,

@@ -158,6 +158,10 @@ type poolInstance struct {
 	// the state file: kept for Claim until heldUntil.
 	held      []bool
 	heldUntil time.Time
+	// slotJobs are the jobs holding the slots (0 = not told), for the
+	// state file: a restarted pool then keeps only the slots of jobs that
+	// will be resumed (KeepHeld).
+	slotJobs  []int64
 	info      fleet.ConnectInfo
 	readying  bool // ready command running
 	hbFails   int
@@ -199,7 +203,8 @@ type Pool struct {
 	closed      bool
 	started     bool
 	restored    map[string]poolStateInstance
-	slotFree    chan struct{} // closed and replaced when a slot may have become free
+	keep        func(jobID int64) bool // KeepHeld
+	slotFree    chan struct{}          // closed and replaced when a slot may have become free
 	wake        chan struct{}
 	closedCh    chan struct{}
 	dirty       bool // state file needs writing
@@ -512,6 +517,7 @@ func (p *Pool) Release(a *Acquisition) {
 	}
 	if a.Slot < len(in.slots) && in.slots[a.Slot] {
 		in.slots[a.Slot] = false
+		in.setJobLocked(a.Slot, 0)
 		in.acquired--
 	}
 	in.lastUsed = now

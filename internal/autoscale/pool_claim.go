@@ -34,19 +34,98 @@ func (in *poolInstance) takenSlots() []int {
 	return out
 }
 
+// takenJobs lists the jobs of takenSlots (0 where not told).
+func (in *poolInstance) takenJobs() []int64 {
+	var out []int64
+	known := false
+	for i, t := range in.slots {
+		if t {
+			var id int64
+			if i < len(in.slotJobs) {
+				id = in.slotJobs[i]
+			}
+			known = known || id != 0
+			out = append(out, id)
+		}
+	}
+	if !known {
+		return nil
+	}
+	return out
+}
+
 // holdLocked marks the slots a restored instance's jobs held as taken,
-// waiting for Claim.
-func (p *Pool) holdLocked(in *poolInstance, slots []int, now time.Time) {
-	for _, s := range slots {
+// waiting for Claim; a slot whose job the manager will not resume
+// (KeepHeld) is free at once.
+func (p *Pool) holdLocked(in *poolInstance, slots []int, jobs []int64, now time.Time) {
+	for i, s := range slots {
 		if s < 0 || s >= len(in.slots) || in.slots[s] {
+			continue
+		}
+		var job int64
+		if i < len(jobs) {
+			job = jobs[i]
+		}
+		if job != 0 && p.keep != nil && !p.keep(job) {
+			p.log.Info("slot of a job that will not be resumed: free", "instance", in.id, "slot", s, "job_id", job)
 			continue
 		}
 		if in.held == nil {
 			in.held = make([]bool, len(in.slots))
 		}
 		in.slots[s], in.held[s] = true, true
+		in.setJobLocked(s, job)
 		in.acquired++
 		in.heldUntil = now.Add(ClaimGrace)
+	}
+}
+
+func (in *poolInstance) setJobLocked(slot int, job int64) {
+	if in.slotJobs == nil {
+		in.slotJobs = make([]int64, len(in.slots))
+	}
+	if slot < len(in.slotJobs) {
+		in.slotJobs[slot] = job
+	}
+}
+
+// SetJob records which job holds a (written to the state file, so that a
+// restarted pool knows which held slots to keep: KeepHeld).
+func (p *Pool) SetJob(a *Acquisition, job int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if in := p.byID[a.InstanceID]; in != nil && !a.released {
+		in.setJobLocked(a.Slot, job)
+		p.dirty = true
+	}
+}
+
+// KeepHeld tells the pool which jobs the restarted manager will resume:
+// slots that the state file shows held by other jobs are freed now (and,
+// for instances not re-adopted yet, when they are), instead of after
+// ClaimGrace. Slots whose job is not known stay held until then.
+func (p *Pool) KeepHeld(keep func(jobID int64) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keep = keep
+	for _, in := range p.insts {
+		freed := false
+		for s, h := range in.held {
+			if !h || s >= len(in.slotJobs) || in.slotJobs[s] == 0 || keep(in.slotJobs[s]) {
+				continue
+			}
+			in.held[s], in.slots[s], in.slotJobs[s] = false, false, 0
+			in.acquired--
+			freed = true
+			p.log.Info("slot of a job that will not be resumed: free", "instance", in.id, "slot", s)
+		}
+		if freed {
+			if in.acquired == 0 && in.state == StateBusy {
+				in.state = StateIdle
+			}
+			p.dirty = true
+			p.signalSlotsLocked()
+		}
 	}
 }
 
@@ -59,6 +138,7 @@ func (p *Pool) expireHeldLocked(now time.Time) {
 		for s, h := range in.held {
 			if h {
 				in.held[s], in.slots[s] = false, false
+				in.setJobLocked(s, 0)
 				in.acquired--
 				p.log.Warn("slot held for a job of the previous process was not claimed; freed", "instance", in.id, "slot", s)
 			}

@@ -137,3 +137,48 @@ func TestPoolMarkBroken(t *testing.T) {
 		t.Errorf("removals{reason=broken} = %v, want 1", got)
 	}
 }
+
+// A restarted pool frees at once the held slots of jobs the manager will
+// not resume (KeepHeld), before or after it re-adopted their instance,
+// and keeps the others for Claim.
+func TestPoolKeepHeld(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		state := filepath.Join(t.TempDir(), "r1.json")
+		pol := poolTestPolicy(3, 1, time.Hour, 1)
+		withState := func(o *PoolOptions) { o.StateFile = state }
+		h := newPoolHarness(t, pol, sim.Options{}, withState)
+		h.pool.Tick(t.Context())
+		h.advance(2 * time.Second)
+		a := []*Acquisition{h.mustAcquire(), h.mustAcquire(), h.mustAcquire()}
+		h.pool.SetJob(a[0], 10) // resumed
+		h.pool.SetJob(a[1], 11) // not resumed
+		// a[2]: job never told (an older manager): held until the grace
+		h.advance(time.Second)
+		if err := h.pool.Shutdown(t.Context(), false); err != nil {
+			t.Fatal(err)
+		}
+		h.pool = h.newPool(pol, withState)
+		keep := func(id int64) bool { return id == 10 }
+		if early {
+			h.pool.KeepHeld(keep)
+		}
+		h.pool.Tick(t.Context())
+		if !early {
+			h.pool.KeepHeld(keep)
+		}
+		r := mustReserve(t, h.pool)
+		got, err := h.pool.TryAcquire(r)
+		if err != nil || got == nil || got.Slot != a[1].Slot {
+			t.Fatalf("early=%v: new job got %+v, %v; want the slot %d of the job not resumed", early, got, err, a[1].Slot)
+		}
+		if c, err := h.pool.Claim(t.Context(), a[0].InstanceID, a[0].Slot); err != nil || c.Slot != a[0].Slot {
+			t.Errorf("early=%v: Claim of the resumed job's slot = %+v, %v", early, c, err)
+		}
+		if r2, err := h.pool.Reserve(); err == nil {
+			if x, _ := h.pool.TryAcquire(r2); x != nil {
+				t.Errorf("early=%v: slot %d of a job of unknown id was handed out before the grace", early, x.Slot)
+			}
+			h.pool.Unreserve(r2)
+		}
+	}
+}

@@ -198,7 +198,7 @@ func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstanc
 		if s, ok := p.restored[r.id]; ok {
 			in := p.newInstanceLocked(r.id, s.Created)
 			in.useCount, in.lastUsed, in.ready = s.UseCount, s.LastUsed, s.Ready
-			p.holdLocked(in, s.Slots, now)
+			p.holdLocked(in, s.Slots, s.SlotJobs, now)
 			if s.Removing {
 				p.markRemovingLocked(in, s.Reason, "was being removed before the restart")
 			}

@@ -33,6 +33,8 @@ type poolStateInstance struct {
 	// Slots are the slots jobs held when the file was written: a
 	// restarted manager keeps them for the jobs it resumes (Claim).
 	Slots []int `json:"slots,omitempty"`
+	// SlotJobs are the jobs holding Slots, in the same order (0: unknown).
+	SlotJobs []int64 `json:"slot_jobs,omitempty"`
 }
 
 // readPoolState returns the instances recorded in path; a missing file is
@@ -79,7 +81,7 @@ func (p *Pool) flushState() {
 		sf.Instances = append(sf.Instances, poolStateInstance{
 			ID: in.id, Created: in.created, Ready: in.ready, LastUsed: in.lastUsed,
 			UseCount: in.useCount, Removing: in.state == StateRemoving, Reason: in.reason,
-			Slots: in.takenSlots(),
+			Slots: in.takenSlots(), SlotJobs: in.takenJobs(),
 		})
 	}
 	p.dirty = false

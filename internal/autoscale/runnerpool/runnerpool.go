@@ -62,6 +62,7 @@ type Set struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
+	keep    func(jobID int64) bool // KeepHeld, for pools started later
 	pools   map[string]*runnerPool // by short token
 	closing map[string]chan struct{}
 	stopped bool
@@ -288,6 +289,10 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// start runs under s.mu (Apply).
+	if s.keep != nil {
+		pool.KeepHeld(s.keep)
+	}
 	rp := &runnerPool{spec: sp, pool: pool, done: make(chan struct{})}
 	go func() {
 		defer close(rp.done)
@@ -316,6 +321,22 @@ func (s *Set) newProvider(sp *Spec) (fleet.Provider, error) {
 		return sim.New(o), nil
 	}
 	return plugin.New(log, plugin.Config{Path: sp.PluginPath})
+}
+
+// KeepHeld tells every pool, and those started later, which jobs the
+// manager will resume (autoscale.Pool.KeepHeld): slots held before a
+// restart by other jobs are freed.
+func (s *Set) KeepHeld(keep func(jobID int64) bool) {
+	s.mu.Lock()
+	s.keep = keep
+	pools := make([]*autoscale.Pool, 0, len(s.pools))
+	for _, rp := range s.pools {
+		pools = append(pools, rp.pool)
+	}
+	s.mu.Unlock()
+	for _, p := range pools {
+		p.KeepHeld(keep)
+	}
 }
 
 // stop shuts rp's pool down, deleting its instances when del is set.

@@ -47,7 +47,7 @@ func (s Slots) Acquire(ctx context.Context, r instance.Reservation) (instance.Ac
 	if a == nil {
 		return nil, errors.New("autoscale pool: no slot and no error")
 	}
-	return acquired{a}, nil
+	return acquired{a, s.Pool}, nil
 }
 
 // Release gives back a slot Acquire returned.
@@ -57,7 +57,13 @@ func (s Slots) Release(a instance.Acquired) {
 	}
 }
 
-type acquired struct{ a *autoscale.Acquisition }
+type acquired struct {
+	a    *autoscale.Acquisition
+	pool *autoscale.Pool
+}
+
+// SetJob records the job holding the slot (autoscale.Pool.SetJob).
+func (x acquired) SetJob(id int64) { x.pool.SetJob(x.a, id) }
 
 func (x acquired) InstanceID() string             { return x.a.InstanceID }
 func (x acquired) Slot() int                      { return x.a.Slot }
@@ -71,7 +77,7 @@ func (s Slots) Claim(ctx context.Context, instanceID string, slot int) (instance
 	if err != nil {
 		return nil, err
 	}
-	return acquired{a}, nil
+	return acquired{a, s.Pool}, nil
 }
 
 // MarkBroken removes an instance that no longer works for jobs

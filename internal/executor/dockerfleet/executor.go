@@ -79,6 +79,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return fmt.Errorf("acquire a slot on an instance: %w", err)
 	}
 	id := acq.InstanceID()
+	setJob(acq, opts.Job.ID)
 	e.mu.Lock()
 	e.settings, e.jobID = opts.Settings, opts.Job.ID
 	e.instance, e.slot, e.runner, e.lost = id, acq.Slot(), l.Runner(), acq.Lost()
@@ -296,6 +297,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	if err != nil {
 		return fmt.Errorf("%s executor: claim slot %d of instance %s: %w", e.p.name, st.Slot, st.Instance, err)
 	}
+	setJob(acq, opts.Job.ID)
 	e.mu.Lock()
 	e.settings, e.jobID = opts.Settings, opts.Job.ID
 	e.instance, e.slot, e.runner, e.lost = st.Instance, st.Slot, r, acq.Lost()

@@ -61,7 +61,8 @@ type Provider struct {
 	// engine when this process first reaches it.
 	systemID string
 	keep     func(jobID int64) bool
-	swept    map[string]chan struct{} // per engine key: closed once swept
+	keepHeld func(keep func(jobID int64) bool) // SetKeepHeld
+	swept    map[string]chan struct{}          // per engine key: closed once swept
 }
 
 var (
@@ -157,9 +158,22 @@ func (p *Provider) Forget(shortToken, instanceID string) {
 // makes anything there (see sweepFirst). It removes nothing now.
 func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.systemID, p.keep = systemID, keep
+	keepHeld := p.keepHeld
+	p.mu.Unlock()
+	if keepHeld != nil {
+		keepHeld(keep)
+	}
 	return nil, nil
+}
+
+// SetKeepHeld gives the provider where to pass the manager's Sweep keep
+// function: the pools then free at once the slots held before a restart
+// by jobs that will not be resumed (runnerpool.Set.KeepHeld).
+func (p *Provider) SetKeepHeld(fn func(keep func(jobID int64) bool)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keepHeld = fn
 }
 
 // sweepFirst removes, the first time this process reaches an engine,
@@ -249,6 +263,19 @@ func (p *Provider) conn(ctx context.Context, s executor.Settings, r instance.Run
 // slot its resumed job held (runnerpool.Slots).
 type claimer interface {
 	Claim(ctx context.Context, instanceID string, slot int) (instance.Acquired, error)
+}
+
+// jobSetter is implemented by slots that record the job holding them
+// (runnerpool's), so that a restarted pool keeps only the slots of jobs
+// that will be resumed.
+type jobSetter interface {
+	SetJob(jobID int64)
+}
+
+func setJob(a instance.Acquired, jobID int64) {
+	if j, ok := a.(jobSetter); ok {
+		j.SetJob(jobID)
+	}
 }
 
 // breaker is implemented by pools that remove an instance that stopped
