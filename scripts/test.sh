@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of drover. Installs what the tests need first
-# (git, bash, redis-server, OpenSSH's sshd, busybox-static, debootstrap for
-# the Debian root of the dind instance image, staticcheck), so
+# (git, bash, redis-server, PostgreSQL's server, OpenSSH's sshd,
+# busybox-static, debootstrap for the Debian root of the dind instance image,
+# staticcheck), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
 set -euo pipefail
@@ -14,9 +15,13 @@ have() { command -v "$1" >/dev/null 2>&1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
-for tool in git bash procps:ps redis-server:redis-server openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap; do
+# pkg:bin, bin a command, a path, or a path glob (quoted, so it reaches the
+# check unexpanded). postgresql's server binaries live under a versioned
+# directory; internal/pgtest starts its own server from them on a free port
+# (a cluster the package's postinst may start on 5432 is not used).
+for tool in git bash procps:ps redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap; do
   pkg=${tool%%:*}; bin=${tool##*:}
-  { have "$bin" || [ -x "$bin" ]; } || missing+=("$pkg")
+  { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]}"

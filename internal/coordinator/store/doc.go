@@ -1,6 +1,6 @@
 // Package store is the coordinator's persistence boundary: one interface,
 // [Store], for runners, runner managers and jobs, implemented by backends in
-// subpackages (sqlite today; a PostgreSQL driver can follow).
+// subpackages: sqlite, and postgres for coordinators sharing a database.
 //
 // # Contract
 //

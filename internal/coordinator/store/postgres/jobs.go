@@ -1,0 +1,319 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// jobCols are a job's columns, from jobs (or a CTE of its rows) as j
+// joined with projects as p.
+const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
+	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at,
+	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids`
+
+const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
+
+func scanJob(row pgx.Row) (store.Job, error) {
+	var j store.Job
+	var status, spec string
+	var created, queued, started, finished, updated, contacted, assigned, deadline, accepted int64
+	if err := row.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &status, &j.FailureReason, &j.ExitCode, &j.Tags, &j.Timeout, &j.RunTimeout,
+		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted,
+		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &j.AvoidSystemIDs); err != nil {
+		return store.Job{}, err
+	}
+	j.Status = store.Status(status)
+	j.Tags = nonNil(j.Tags)
+	if len(j.AvoidSystemIDs) == 0 {
+		j.AvoidSystemIDs = nil
+	}
+	// The spec's own decoding reads the older forms too (services as
+	// names, no image).
+	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
+		return store.Job{}, fmt.Errorf("job %d spec: %w", j.ID, err)
+	}
+	j.CreatedAt, j.QueuedAt, j.StartedAt = ttime(created), ttime(queued), ttime(started)
+	j.FinishedAt, j.UpdatedAt, j.ContactedAt = ttime(finished), ttime(updated), ttime(contacted)
+	j.AssignedAt, j.AckDeadline, j.AcceptedAt = ttime(assigned), ttime(deadline), ttime(accepted)
+	return j, nil
+}
+
+func (s *Store) collectJobs(ctx context.Context, op string, rows pgx.Rows, err error) ([]store.Job, error) {
+	if err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Job, error) { return scanJob(row) })
+	if err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	return nonNil(out), nil
+}
+
+// projectID returns the id of the project at path, creating it if needed.
+func (s *Store) projectID(ctx context.Context, path string) (int64, error) {
+	var id int64
+	// Projects are never deleted. Looking first, rather than inserting
+	// with ON CONFLICT every time, spares an identity value per job. An
+	// insert that finds the path taken by a concurrent one returns no row;
+	// the next look, a new statement, sees it.
+	for range 3 {
+		err := s.pool.QueryRow(ctx, `SELECT id FROM projects WHERE path = $1`, path).Scan(&id)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return id, err
+		}
+		err = s.pool.QueryRow(ctx, `INSERT INTO projects (path) VALUES ($1) ON CONFLICT (path) DO NOTHING RETURNING id`, path).Scan(&id)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return id, err
+		}
+	}
+	return 0, fmt.Errorf("project %q neither found nor created", path)
+}
+
+// CreateJob implements store.Store.
+func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return j, err
+	}
+	pid, err := s.projectID(ctx, j.Project)
+	if err != nil {
+		return j, s.fail(ctx, fmt.Sprintf("create job: project %q", j.Project), err)
+	}
+	spec, err := json.Marshal(j.Spec)
+	if err != nil {
+		return j, fmt.Errorf("create job: spec: %w", err)
+	}
+	out, err := scanJob(s.pool.QueryRow(ctx, `WITH j AS (
+		INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
+			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
+			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+			1, $21, $22, $23, $24, $25, $26, $27, $28)
+		RETURNING *)
+		SELECT `+jobCols+` FROM j JOIN projects p ON p.id = j.project_id`,
+		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, j.ExitCode, nonNil(j.Tags), j.Timeout, j.RunTimeout, j.Image, string(spec),
+		j.RunnerID, j.RunnerSystemID, j.TokenHash, tint(j.CreatedAt), tint(j.QueuedAt), tint(j.StartedAt), tint(j.FinishedAt), tint(j.UpdatedAt), tint(j.ContactedAt),
+		tint(j.AssignedAt), tint(j.AckDeadline), tint(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs)))
+	if err != nil {
+		return j, s.fail(ctx, "create job", err)
+	}
+	return out, nil
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, id int64) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return store.Job{}, err
+	}
+	return s.getJob(ctx, s.pool, id)
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) getJob(ctx context.Context, q querier, id int64) (store.Job, error) {
+	j, err := scanJob(q.QueryRow(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = $1`, id))
+	if err != nil {
+		return store.Job{}, s.fail(ctx, fmt.Sprintf("get job %d", id), err)
+	}
+	return j, nil
+}
+
+// ListJobs implements store.Store.
+func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var a args
+	q := `SELECT ` + jobCols + jobFrom + ` WHERE j.id > ` + a.add(f.AfterID)
+	if len(f.Statuses) > 0 {
+		q += ` AND j.status = ANY(` + a.add(statusStrings(f.Statuses)) + `)`
+	}
+	if f.Project != "" {
+		q += ` AND p.path = ` + a.add(f.Project)
+	}
+	q += ` ORDER BY j.id`
+	if f.Limit > 0 {
+		q += ` LIMIT ` + a.add(f.Limit)
+	}
+	rows, err := s.pool.Query(ctx, q, a...)
+	return s.collectJobs(ctx, "list jobs", rows, err)
+}
+
+// QueueHeads implements store.Store.
+//
+// The heads are found by skipping through the index on (status,
+// project_id, id): for each queued status, a recursive query jumps from
+// one project's first job to the next project's, one index probe per
+// project with queued jobs, however many jobs each has queued (a
+// DISTINCT ON would read all of them). Each head's project's active jobs
+// are then counted from the same index.
+func (s *Store) QueueHeads(ctx context.Context, queued, active []store.Status, limit int) ([]store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(queued) == 0 || len(active) == 0 || limit <= 0 {
+		return nil, fmt.Errorf("queue heads: bad arguments (queued %v, active %v, limit %d)", queued, active, limit)
+	}
+	rows, err := s.pool.Query(ctx, `WITH heads AS (
+			SELECT f.project_id, MIN(f.id) AS id
+			FROM unnest($1::text[]) q(status) CROSS JOIN LATERAL (
+				WITH RECURSIVE firsts AS (
+					(SELECT project_id, id FROM jobs WHERE status = q.status ORDER BY project_id, id LIMIT 1)
+					UNION ALL
+					SELECT n.project_id, n.id FROM firsts CROSS JOIN LATERAL (
+						SELECT project_id, id FROM jobs
+						WHERE status = q.status AND project_id > firsts.project_id
+						ORDER BY project_id, id LIMIT 1) n
+				)
+				SELECT project_id, id FROM firsts) f
+			GROUP BY f.project_id
+		), load AS (
+			SELECT a.project_id, COUNT(*) AS n FROM jobs a
+			WHERE a.status = ANY($2) AND a.project_id IN (SELECT project_id FROM heads)
+			GROUP BY a.project_id
+		)
+		SELECT `+jobCols+` FROM heads h
+		JOIN jobs j ON j.id = h.id
+		JOIN projects p ON p.id = j.project_id
+		LEFT JOIN load l ON l.project_id = h.project_id
+		ORDER BY COALESCE(l.n, 0), j.id
+		LIMIT $3`, statusStrings(queued), statusStrings(active), limit)
+	return s.collectJobs(ctx, "queue heads", rows, err)
+}
+
+// TransitionJob implements store.Store. The row is locked with the
+// change's conditions (from statuses, version); a concurrent caller waits
+// for the lock and then finds the row no longer matching, so exactly one
+// wins. The replaced token hash is retired and the row updated in the same
+// transaction.
+func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status, ch store.JobChange) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return store.Job{}, err
+	}
+	if len(from) == 0 || !ch.Status.Valid() || ch.At.IsZero() {
+		return store.Job{}, fmt.Errorf("transition job %d: bad arguments (from %v, to %q)", id, from, ch.Status)
+	}
+	op := fmt.Sprintf("transition job %d to %s", id, ch.Status)
+
+	var lock args
+	lockQ := `SELECT token_hash FROM jobs WHERE id = ` + lock.add(id) + ` AND status = ANY(` + lock.add(statusStrings(from)) + `)`
+	if ch.IfVersion != 0 {
+		lockQ += ` AND version = ` + lock.add(ch.IfVersion)
+	}
+	lockQ += ` FOR UPDATE`
+
+	var upd args
+	set := []string{
+		"status = " + upd.add(string(ch.Status)),
+		"updated_at = " + upd.add(tint(ch.At)),
+		"version = version + 1",
+	}
+	setIf := func(col string, ok bool, v func() any) {
+		if ok {
+			set = append(set, col+" = "+upd.add(v()))
+		}
+	}
+	setIf("failure_reason", ch.FailureReason != nil, func() any { return *ch.FailureReason })
+	setIf("exit_code", ch.ExitCode != nil, func() any { return *ch.ExitCode })
+	setIf("run_timeout", ch.RunTimeout != nil, func() any { return *ch.RunTimeout })
+	setIf("runner_id", ch.RunnerID != nil, func() any { return *ch.RunnerID })
+	setIf("runner_system_id", ch.RunnerSystemID != nil, func() any { return *ch.RunnerSystemID })
+	setIf("token_hash", ch.TokenHash != nil, func() any { return *ch.TokenHash })
+	setIf("provisioning_attempts", ch.ProvisioningAttempts != nil, func() any { return *ch.ProvisioningAttempts })
+	setIf("provisioning_returns", ch.ProvisioningReturns != nil, func() any { return *ch.ProvisioningReturns })
+	setIf("queued_ns", ch.QueuedNanos != nil, func() any { return *ch.QueuedNanos })
+	setIf("provisioning_ns", ch.ProvisioningNanos != nil, func() any { return *ch.ProvisioningNanos })
+	setIf("avoid_system_ids", ch.AvoidSystemIDs != nil, func() any { return nonNil(*ch.AvoidSystemIDs) })
+	for _, t := range []struct {
+		col string
+		t   time.Time
+	}{
+		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
+		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
+	} {
+		setIf(t.col, !t.t.IsZero(), func() any { return tint(t.t) })
+	}
+	updQ := `WITH j AS (UPDATE jobs SET ` + strings.Join(set, ", ") + ` WHERE id = ` + upd.add(id) + ` RETURNING *)
+		SELECT ` + jobCols + ` FROM j JOIN projects p ON p.id = j.project_id`
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Job{}, s.fail(ctx, op, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
+	var oldHash string
+	err = tx.QueryRow(ctx, lockQ, lock...).Scan(&oldHash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Unknown, or in another state: say which, with the job as it is.
+		cur, err := s.getJob(ctx, tx, id)
+		if err != nil {
+			return store.Job{}, fmt.Errorf("%s: %w", op, err)
+		}
+		return cur, fmt.Errorf("%s: job is %s (version %d): %w", op, cur.Status, cur.Version, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Job{}, s.fail(ctx, op+": lock", err)
+	}
+	if ch.TokenHash != nil && oldHash != "" && oldHash != *ch.TokenHash {
+		if _, err := tx.Exec(ctx, `INSERT INTO retired_job_tokens (token_hash, job_id, retired_at) VALUES ($1, $2, $3)
+			ON CONFLICT (token_hash) DO NOTHING`, oldHash, id, tint(ch.At)); err != nil {
+			return store.Job{}, s.fail(ctx, op+": retire token", err)
+		}
+	}
+	j, err := scanJob(tx.QueryRow(ctx, updQ, upd...))
+	if err != nil {
+		return store.Job{}, s.fail(ctx, op, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Job{}, s.fail(ctx, op+": commit", err)
+	}
+	return j, nil
+}
+
+// RetiredJobToken implements store.Store.
+func (s *Store) RetiredJobToken(ctx context.Context, hash string) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT job_id FROM retired_job_tokens WHERE token_hash = $1`, hash).Scan(&id); err != nil {
+		return 0, s.fail(ctx, "retired job token", err)
+	}
+	return id, nil
+}
+
+// TouchJob implements store.Store.
+func (s *Store) TouchJob(ctx context.Context, id int64, at time.Time) error {
+	return s.execOne(ctx, fmt.Sprintf("touch job %d", id), `UPDATE jobs SET contacted_at = $2 WHERE id = $1`, id, tint(at))
+}
+
+// CountJobs implements store.Store.
+func (s *Store) CountJobs(ctx context.Context) (map[store.Status]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT status, COUNT(*) FROM jobs GROUP BY status`)
+	if err != nil {
+		return nil, s.fail(ctx, "count jobs", err)
+	}
+	out := map[store.Status]int64{}
+	var st string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&st, &n}, func() error {
+		out[store.Status(st)] = n
+		return nil
+	}); err != nil {
+		return nil, s.fail(ctx, "count jobs", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,248 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// ErrUnavailable is wrapped around failures to reach the database: the
+// coordinator answers them with 503, not 500.
+var ErrUnavailable = errors.New("database unavailable")
+
+// ErrSchemaTooNew is returned by Open for a database migrated by a newer
+// drover than this one.
+var ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+
+// IsUnavailable reports whether err is (or wraps) a failure to reach the
+// database.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// migrationLockKey is the advisory lock taken while migrating ("drover",
+// then 1). Advisory locks are per database, so coordinators of different
+// databases on one server do not wait for each other.
+const migrationLockKey int64 = 0x6472_6f76_6572_0001
+
+// Store is the PostgreSQL store. Create it with Open.
+type Store struct {
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	closed atomic.Bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	logger *slog.Logger
+}
+
+// WithLogger sets the logger for what Open does (migrations applied). The
+// default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// Open connects to the database at url (a postgres:// URL or key=value
+// DSN; pool settings such as pool_max_conns may be given in it) and
+// applies pending migrations.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	o := options{logger: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgconn's parse errors redact the password.
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "drover-coordinator"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	s := &Store{pool: pool, log: o.logger.With("database", cfg.ConnConfig.Database)}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrate applies the missing migrations in one transaction holding the
+// migration lock: a second coordinator opening the database meanwhile
+// waits, then finds the schema current.
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.fail(ctx, "migrate: begin", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+		return s.fail(ctx, "migrate: take the migration lock", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_at BIGINT NOT NULL)`); err != nil {
+		return s.fail(ctx, "migrate: create schema_migrations", err)
+	}
+	var have int
+	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return s.fail(ctx, "migrate: read schema version", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("migrate: %w: the database is at version %d, this drover knows versions up to %d; run a drover at least as new as the one that migrated it",
+			ErrSchemaTooNew, have, len(migrations))
+	}
+	if have == len(migrations) {
+		return nil
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
+			return s.fail(ctx, "migrate: migration "+strconv.Itoa(v), err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, time.Now().UnixNano()); err != nil {
+			return s.fail(ctx, "migrate: record migration "+strconv.Itoa(v), err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.fail(ctx, "migrate: commit", err)
+	}
+	s.log.Info("applied schema migrations", "from", have, "to", len(migrations))
+	return nil
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.pool.Close()
+	return nil
+}
+
+// Stat returns the pool's statistics (connections acquired, idle, waits),
+// for metrics.
+func (s *Store) Stat() *pgxpool.Stat { return s.pool.Stat() }
+
+// Ping implements store.Store: it checks a connection can be had and
+// answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return s.fail(ctx, "ping", err)
+	}
+	return nil
+}
+
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// fail wraps err, the failure of op, once: no row becomes ErrNotFound, a
+// store closed meanwhile ErrClosed, and a failure to reach the database
+// wraps ErrUnavailable as well as err. When ctx is done, err is the
+// caller's cancellation or deadline and is wrapped as it is.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", op, err)
+	case s.closed.Load():
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
+	case unreachable(err):
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	default:
+		return fmt.Errorf("%s: %w", op, err)
+	}
+}
+
+// unreachable reports whether err says the database could not be reached
+// or went away, rather than refusing a query.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection exception
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin shutdown, crash shutdown, cannot connect now
+			return true
+		case pe.Code == "53300": // too many connections
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// tint is t as stored: Unix nanoseconds, 0 for the zero time.
+func tint(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// ttime is the time stored as n.
+func ttime(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// nonNil is l, or an empty slice for nil: TEXT[] columns are NOT NULL,
+// and lists come back non-nil.
+func nonNil[T any](l []T) []T {
+	if l == nil {
+		return []T{}
+	}
+	return l
+}
+
+// args collects query arguments; add returns the placeholder of v.
+type args []any
+
+func (a *args) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
+
+func statusStrings(sts []store.Status) []string {
+	out := make([]string, len(sts))
+	for i, st := range sts {
+		out[i] = string(st)
+	}
+	return out
+}
