@@ -25,6 +25,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/pgtest"
 )
 
 var droverBin string
@@ -44,6 +45,9 @@ func TestMain(m *testing.M) {
 	}
 	pruneHelperImages()
 	code := m.Run()
+	if err := pgtest.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the test PostgreSQL server:", err)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

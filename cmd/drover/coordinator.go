@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,11 +15,28 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 )
+
+// openPostgres opens the PostgreSQL store; a URL that does not parse, a
+// server that cannot be reached or refuses the login, and a schema newer
+// than this binary are usage errors (exit code 2) naming the host.
+func openPostgres(ctx context.Context, logger *slog.Logger, url string) (store.Store, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := postgres.Open(octx, url, postgres.WithLogger(logger))
+	if err != nil {
+		return nil, usageError(fmt.Errorf("--database-url (%s): %w", postgres.Redact(url), err))
+	}
+	logger.Info("job store: PostgreSQL", "database", postgres.Redact(url))
+	return st, nil
+}
 
 func newCoordinatorCmd() *cobra.Command {
 	var (
 		listen, data, publicURL, logLevel, logFormat string
+		databaseURL                                  string
 		longPoll, stale, grace, ack                  time.Duration
 		maxProvisioning                              int
 	)
@@ -28,9 +47,12 @@ func newCoordinatorCmd() *cobra.Command {
 (so GitLab Runner and drover managers can take jobs from it) and drover's
 admin API under /api/v1 (submit and inspect jobs, create runner tokens).
 
-State lives in an SQLite database under --data. On first start an admin
-token is written to DATA/admin-token (mode 0600); DROVER_ADMIN_TOKEN
-overrides it. Metrics: /metrics; health: /health/live, /health/ready.`,
+State lives in an SQLite database under --data, or in PostgreSQL with
+--database-url postgres://user@host/db (also DROVER_DATABASE_URL); the
+schema is created or migrated at start. Job logs and the tokens stay under
+--data. On first start an admin token is written to DATA/admin-token (mode
+0600); DROVER_ADMIN_TOKEN overrides it. Metrics: /metrics; health:
+/health/live, /health/ready (which checks the database).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -39,7 +61,19 @@ overrides it. Metrics: /metrics; health: /health/live, /health/ready.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if databaseURL == "" {
+				databaseURL = os.Getenv("DROVER_DATABASE_URL")
+			}
+			var st store.Store
+			if databaseURL != "" {
+				pg, err := openPostgres(ctx, logger, databaseURL)
+				if err != nil {
+					return err
+				}
+				st = pg
+			}
 			c, err := coordinator.New(ctx, logger, coordinator.Config{
+				Store:                  st,
 				DataDir:                data,
 				AdminToken:             os.Getenv("DROVER_ADMIN_TOKEN"),
 				LongPollTimeout:        longPoll,
@@ -82,6 +116,7 @@ overrides it. Metrics: /metrics; health: /health/live, /health/ready.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port)")
 	f.StringVar(&data, "data", "./.drover", "data directory (SQLite database, job logs, admin token)")
+	f.StringVar(&databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db) to keep the queue in instead of SQLite; default $DROVER_DATABASE_URL")
 	f.StringVar(&publicURL, "public-url", "", "URL runners and users reach this coordinator at (default: taken from each request's Host)")
 	f.DurationVar(&longPoll, "long-poll-timeout", 50*time.Second, "how long a jobs/request with a current last_update is held waiting for a job")
 	f.DurationVar(&stale, "stale-timeout", 10*time.Minute, "a running job whose runner has been silent this long fails with runner_system_failure")

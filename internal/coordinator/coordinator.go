@@ -44,6 +44,9 @@ type Config struct {
 	PublicURL              string                // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
 	Clock                  clock.Clock           // nil = real
 	Registerer             prometheus.Registerer // nil = a private registry served on /metrics
+	// Store is the job store; nil = SQLite in DataDir/coordinator.db. The
+	// coordinator closes it.
+	Store store.Store
 }
 
 // Defaults of Config.
@@ -156,9 +159,11 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	if c.traces, err = newTraceDir(filepath.Join(cfg.DataDir, "traces")); err != nil {
 		return nil, err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "coordinator.db"))
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
+	st := cfg.Store
+	if st == nil {
+		if st, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, "coordinator.db")); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
 	}
 	c.st = st
 	c.metrics, err = newMetrics(cfg.Registerer, c)

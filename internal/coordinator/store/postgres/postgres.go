@@ -246,3 +246,13 @@ func statusStrings(sts []store.Status) []string {
 	}
 	return out
 }
+
+// Redact describes the database of url for logs and messages without its
+// password: user@host:port/database, or what is wrong with it.
+func Redact(url string) string {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return "an unparseable URL"
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
