@@ -41,7 +41,7 @@ type Executor struct {
 	conn     *engine.Conn
 	lost     <-chan struct{}
 	hold     *slotHold
-	stopLost func() bool
+	stopLost func()
 }
 
 var (
@@ -117,21 +117,26 @@ func (e *Executor) attach(ctx context.Context, conn *engine.Conn) error {
 		e.broken(err)
 		return fmt.Errorf("instance %s: %w: %w", id, ErrEngineBroken, err)
 	}
-	stop := context.AfterFunc(contextOf(lost), conn.Break)
+	stop := afterClose(lost, conn.Break)
 	e.mu.Lock()
 	e.conn, e.stopLost = conn, stop
 	e.mu.Unlock()
 	return nil
 }
 
-// contextOf is a context that ends when ch is closed.
-func contextOf(ch <-chan struct{}) context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
+// afterClose calls fn if ch is closed before stop is called; stop ends
+// the wait (so that a job's watch does not outlive it).
+func afterClose(ch <-chan struct{}, fn func()) (stop func()) {
+	done := make(chan struct{})
 	go func() {
-		<-ch
-		cancel()
+		select {
+		case <-ch:
+			fn()
+		case <-done:
+		}
 	}()
-	return ctx
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // innerOptions points the docker executor at the instance's engine; the
