@@ -195,6 +195,22 @@ func removeFleet(t testing.TB, owner string) {
 	}
 }
 
+// fleetTest starts what every docker-autoscaler test needs: the dind
+// image, a registry the instances pull from holding the busybox test
+// image (img is its name there), a coordinator (with extra flags) and a
+// runner token.
+func fleetTest(t *testing.T, coordArgs ...string) (reg *instanceRegistry, img, dir string, c *coordinator, token string) {
+	t.Helper()
+	needDindImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	reg = startInstanceRegistry(t)
+	img = reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
+	dir = t.TempDir()
+	c = startCoordinator(t, filepath.Join(dir, "coord"), coordArgs...)
+	return reg, img, dir, c, c.runnerToken(t)
+}
+
 var acquiredRx = regexp.MustCompile(`Acquired slot (\d+) on instance (\S+)`)
 
 // TestDockerAutoscaler runs six image jobs, each with a service, on a
@@ -206,17 +222,9 @@ var acquiredRx = regexp.MustCompile(`Acquired slot (\d+) on instance (\S+)`)
 // images come from a registry through the instances' engines. Stopping
 // the manager leaves no instance and no container.
 func TestDockerAutoscaler(t *testing.T) {
-	needDindImage(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	reg := startInstanceRegistry(t)
-	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
-	svc := reg.push(ctx, t, dockerimage.TestImageService, "drover-e2e/service")
+	reg, img, dir, c, token := fleetTest(t)
+	svc := reg.push(t.Context(), t, dockerimage.TestImageService, "drover-e2e/service")
 	bar := startBarrier(t, 6)
-
-	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
-	token := c.runnerToken(t)
 	owner := api.ShortToken(token)
 	cfg := fleetConfig(t, dir, c.url, token, 6, reg, img, "", `    capacity_per_instance = 2
     max_instances = 3
@@ -335,15 +343,7 @@ func groupContainersE(t *testing.T, owner string) []string {
 // the jobs already pulled (prepull_recent = 1). Stopping the manager
 // leaves no machine.
 func TestDockerMachine(t *testing.T) {
-	needDindImage(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	reg := startInstanceRegistry(t)
-	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
-
-	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
-	token := c.runnerToken(t)
+	reg, img, dir, c, token := fleetTest(t)
 	owner := api.ShortToken(token)
 	t.Cleanup(func() { removeFleet(t, owner) })
 	cfg := writeRunnerConfig(t, dir, c.url, token, 2, "docker+machine", fmt.Sprintf(`  [runners.docker]
@@ -465,16 +465,8 @@ func TestDockerAutoscalerManagerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test: -short")
 	}
-	needDindImage(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	reg := startInstanceRegistry(t)
-	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
-
-	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"), "--ack-timeout", "5s")
+	reg, img, dir, c, token := fleetTest(t, "--ack-timeout", "5s")
 	cl := c.client()
-	token := c.runnerToken(t)
 	owner := api.ShortToken(token)
 	cfg := fleetConfig(t, dir, c.url, token, 4, reg, img, fileStore(filepath.Join(dir, "store")), `    capacity_per_instance = 2
     max_instances = 2
@@ -577,15 +569,8 @@ func TestDockerAutoscalerEngineNeverUp(t *testing.T) {
 // runner_system_failure too, and nothing of it is left on the instance
 // (the link is dialled again for the cleanup).
 func TestDockerAutoscalerFaults(t *testing.T) {
-	needDindImage(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	reg := startInstanceRegistry(t)
-	img := reg.push(ctx, t, dockerimage.TestImageBusybox, "drover-e2e/busybox")
-	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	reg, img, dir, c, token := fleetTest(t)
 	cl := c.client()
-	token := c.runnerToken(t)
 	cfg := fleetConfig(t, dir, c.url, token, 1, reg, img, "", `    capacity_per_instance = 1
     max_instances = 1
     [[runners.autoscaler.policy]]
