@@ -150,14 +150,22 @@ func jobResources(t testing.TB, id int64) []string {
 // waitNoResources waits until nothing of job id is left.
 func waitNoResources(t testing.TB, id int64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitGone(t, fmt.Sprintf("job %d left behind", id), 30*time.Second, func() []string { return jobResources(t, id) })
+}
+
+// waitGone waits, at most d, until list returns nothing (what a job made
+// is removed in the background after its result), and fails the test
+// with what and the last list otherwise.
+func waitGone(t testing.TB, what string, d time.Duration, list func() []string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
-		left := jobResources(t, id)
+		left := list()
 		if len(left) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("job %d left behind: %v", id, left)
+			t.Errorf("%s: %v", what, left)
 			return
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -440,18 +440,7 @@ func instanceJobContainers(t *testing.T, inst string) []string {
 // (jobs' containers are removed in the background after their result).
 func waitInstanceClean(t *testing.T, inst string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		left := instanceJobContainers(t, inst)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("instance %s still has job containers: %v", inst, left)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitGone(t, "instance "+inst+" still has job containers", time.Minute, func() []string { return instanceJobContainers(t, inst) })
 }
 
 // TestDockerAutoscalerManagerKilled: six jobs printing numbered lines on
