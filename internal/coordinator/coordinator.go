@@ -64,14 +64,19 @@ const (
 // Coordinator is the job server. Create it with New, serve Handler, run
 // Run for the reapers, and Close it at the end.
 type Coordinator struct {
-	log     *slog.Logger
-	cfg     Config
-	clock   clock.Clock
-	st      store.Store
-	traces  *traceDir
-	poll    *notifier
-	metrics *metrics
-	handler http.Handler
+	log    *slog.Logger
+	cfg    Config
+	clock  clock.Clock
+	st     store.Store
+	traces store.Traces
+	// shared is the store as store.Settings when several coordinators may
+	// share it, else nil.
+	shared store.Settings
+	// listening is closed when Run listens for other coordinators' jobs.
+	listening chan struct{}
+	poll      *notifier
+	metrics   *metrics
+	handler   http.Handler
 
 	adminToken     string
 	adminTokenPath string
@@ -144,45 +149,112 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		// the single writer.
 		contactStep: min(5*time.Second, cfg.StaleTimeout/10),
 	}
-	var err error
-	if cfg.AdminToken != "" {
-		c.adminToken = cfg.AdminToken
-	} else {
-		c.adminTokenPath = filepath.Join(cfg.DataDir, "admin-token")
-		if c.adminToken, err = readOrCreateToken(c.adminTokenPath, "drover-admin-"); err != nil {
-			return nil, err
-		}
-	}
-	if c.regToken, err = readOrCreateToken(filepath.Join(cfg.DataDir, "registration-token"), "GR1348941"); err != nil {
-		return nil, err
-	}
-	if c.traces, err = newTraceDir(filepath.Join(cfg.DataDir, "traces")); err != nil {
-		return nil, err
-	}
 	st := cfg.Store
 	if st == nil {
+		var err error
 		if st, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, "coordinator.db")); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
 	}
 	c.st = st
-	c.metrics, err = newMetrics(cfg.Registerer, c)
-	if err != nil {
+	c.listening = make(chan struct{})
+	if err := c.open(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
-	c.poll = newNotifier(c.metrics.waiters)
 	c.handler = c.routes()
-	logger.Info("coordinator ready", "data_dir", cfg.DataDir)
+	logger.Info("coordinator ready", "data_dir", cfg.DataDir, "shared_store", c.shared != nil)
 	return c, nil
+}
+
+// open sets up what lives beside the store: tokens, traces, metrics and
+// the long-poll notifier. A store shared by several coordinators (one
+// implementing store.Settings) keeps the tokens, and one implementing
+// store.TraceKeeper keeps the traces, so that every coordinator on it
+// serves the same runners and logs.
+func (c *Coordinator) open(ctx context.Context) error {
+	cfg := c.cfg
+	c.shared, _ = c.st.(store.Settings)
+	var err error
+	versionPrefix := ""
+	if c.shared != nil {
+		// Long-poll versions issued by any coordinator on the database are
+		// honoured by all (see notifier).
+		id, err := c.shared.SettingOrInit(ctx, "cluster_id", randomToken("", 6))
+		if err != nil {
+			return fmt.Errorf("coordinator: cluster id: %w", err)
+		}
+		versionPrefix = id + "."
+	}
+	adminFile := filepath.Join(cfg.DataDir, "admin-token")
+	regFile := filepath.Join(cfg.DataDir, "registration-token")
+	switch {
+	case cfg.AdminToken != "":
+		c.adminToken = cfg.AdminToken
+	case c.shared != nil:
+		c.adminTokenPath = adminFile
+		if c.adminToken, err = c.sharedToken(ctx, "admin_token", adminFile, "drover-admin-"); err != nil {
+			return err
+		}
+	default:
+		c.adminTokenPath = adminFile
+		if c.adminToken, err = readOrCreateToken(adminFile, "drover-admin-"); err != nil {
+			return err
+		}
+	}
+	if c.shared != nil {
+		c.regToken, err = c.sharedToken(ctx, "registration_token", regFile, "GR1348941")
+	} else {
+		c.regToken, err = readOrCreateToken(regFile, "GR1348941")
+	}
+	if err != nil {
+		return err
+	}
+	if tk, ok := c.st.(store.TraceKeeper); ok {
+		c.traces = tk.Traces()
+	} else if c.traces, err = newTraceDir(filepath.Join(cfg.DataDir, "traces")); err != nil {
+		return err
+	}
+	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {
+		return err
+	}
+	c.poll = newNotifier(c.metrics.waiters, versionPrefix)
+	return nil
+}
+
+// sharedToken returns the token kept in the shared store under key,
+// creating it (prefix + random) if the database has none, and writes it to
+// file (mode 0600) for the operator, as a coordinator on SQLite does.
+func (c *Coordinator) sharedToken(ctx context.Context, key, file, prefix string) (string, error) {
+	tok, err := c.shared.SettingOrInit(ctx, key, randomToken(prefix, 24))
+	if err != nil {
+		return "", fmt.Errorf("coordinator: %s from the database: %w", key, err)
+	}
+	if b, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(b)) == tok {
+		return tok, nil
+	}
+	if err := writeToken(file, tok); err != nil {
+		return "", err
+	}
+	return tok, nil
 }
 
 // Handler serves every API: /api/v4/..., /api/v1/..., /metrics,
 // /health/live and /health/ready.
 func (c *Coordinator) Handler() http.Handler { return c.handler }
 
-// Run runs the reapers until ctx is done, then returns nil.
+// Run runs the reapers until ctx is done, then returns nil. With a store
+// shared by several coordinators (a store.QueueListener) it also listens
+// for jobs queued through the others, to wake the requests held here.
 func (c *Coordinator) Run(ctx context.Context) error {
+	if l, ok := c.st.(store.QueueListener); ok {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			l.ListenQueue(ctx, c.listening, c.queuedElsewhere)
+		}()
+	}
 	t := c.clock.NewTimer(c.cfg.ReapInterval)
 	defer t.Stop()
 	for {
@@ -195,6 +267,28 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// queuedElsewhere wakes the requests held here that could take a job
+// queued through another coordinator; on a resync, all of them.
+func (c *Coordinator) queuedElsewhere(ev store.QueueEvent) {
+	if ev.Resync {
+		c.poll.wakeAll()
+		return
+	}
+	j := store.Job{ID: ev.JobID, Tags: ev.Tags}
+	if ev.Image {
+		j.Image = "-"
+	}
+	if ev.Services {
+		j.Spec.Services = []store.ImageSpec{{}}
+	}
+	c.poll.wake(&j)
+}
+
+// Listening is closed once the coordinator hears about jobs queued through
+// other coordinators on its database (Run started listening); it is never
+// closed for a store no other coordinator shares.
+func (c *Coordinator) Listening() <-chan struct{} { return c.listening }
 
 // Close closes the database. Held long polls are not answered by Close;
 // shut the HTTP server down first.
@@ -230,15 +324,23 @@ func readOrCreateToken(path, prefix string) (string, error) {
 		return "", fmt.Errorf("coordinator: %w", err)
 	}
 	tok := randomToken(prefix, 24)
-	// Write to a temp file and rename, so a crash never leaves a half token.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("coordinator: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("coordinator: %w", err)
+	if err := writeToken(path, tok); err != nil {
+		return "", err
 	}
 	return tok, nil
+}
+
+// writeToken writes tok to path (mode 0600) through a temporary file and a
+// rename, so a crash never leaves half a token.
+func writeToken(path, tok string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	return nil
 }
 
 // lockJob serializes trace appends, final updates and reaping of one job.
@@ -246,6 +348,25 @@ func (c *Coordinator) lockJob(id int64) func() {
 	m := &c.jobLocks[uint64(id)%uint64(len(c.jobLocks))]
 	m.Lock()
 	return m.Unlock
+}
+
+// lockJobEverywhere is lockJob held across every coordinator sharing the
+// store (store.JobLocker), for the changes that write a trace line and
+// then a final state: two coordinators' reapers, or a reaper and a
+// runner's decline on another coordinator, must not interleave them.
+// Without a shared store it is lockJob.
+func (c *Coordinator) lockJobEverywhere(ctx context.Context, id int64) (func(), error) {
+	unlock := c.lockJob(id)
+	l, ok := c.st.(store.JobLocker)
+	if !ok {
+		return unlock, nil
+	}
+	unlockShared, err := l.LockJob(ctx, id)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return func() { unlockShared(); unlock() }, nil
 }
 
 // touchJob records runner contact with job id, at most every contactStep.

@@ -68,11 +68,15 @@ func (c *Coordinator) routes() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, r *http.Request) {
+		desc := "store: sqlite"
+		if d, ok := c.st.(interface{ Describe() string }); ok {
+			desc = "store: " + d.Describe()
+		}
 		if err := c.st.Ping(r.Context()); err != nil {
-			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, desc+": "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ok\n")
+		io.WriteString(w, "ok\n"+desc+"\n")
 	})
 	return mux
 }

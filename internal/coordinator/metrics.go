@@ -22,7 +22,10 @@ type metrics struct {
 	// provisioning counts how two-phase hand-outs ended: accepted,
 	// declined, expired.
 	provisioning *prometheus.CounterVec
-	handler      http.Handler
+	// unavailable counts requests answered 503 because the database could
+	// not be reached.
+	unavailable prometheus.Counter
+	handler     http.Handler
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -76,6 +79,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: metricPrefix + "provisioning_total",
 			Help: "Two-phase hand-outs by outcome: accepted, declined, expired (ack deadline passed).",
 		}, []string{"outcome"}),
+		unavailable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricPrefix + "database_unavailable_total",
+			Help: "Requests answered 503 because the database could not be reached.",
+		}),
 	}
 	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeExpired} {
 		m.provisioning.WithLabelValues(o) // report zeros from the start
@@ -89,9 +96,15 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
-	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.requests, m.provisioning, jobs} {
+	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.requests, m.provisioning, m.unavailable, jobs} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("coordinator: register metrics: %w", err)
+		}
+	}
+	if sc, ok := c.st.(interface{ Collector() prometheus.Collector }); ok {
+		// The store's own: a database pool and query latency.
+		if err := reg.Register(sc.Collector()); err != nil {
+			return nil, fmt.Errorf("coordinator: register store metrics: %w", err)
 		}
 	}
 	if gatherer != nil {

@@ -64,6 +64,16 @@ func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request)
 	}
 	ctx := r.Context()
 	unlock := c.lockJob(j.ID)
+	if req.Status == provDeclined {
+		// A decline may fail the job with a line in its trace, as the
+		// reaper of another coordinator may: one at a time.
+		unlock()
+		var err error
+		if unlock, err = c.lockJobEverywhere(ctx, j.ID); err != nil {
+			c.internalError(w, "lock job", err)
+			return
+		}
+	}
 	defer unlock()
 	if j, ok = c.reloadForRunner(w, r, j.ID, hash); !ok {
 		return
@@ -210,17 +220,19 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 	log := c.log.With("job_id", j.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "reason", reason,
 		"outcome", outcome, "returns", returns)
 	fail := returns > c.cfg.MaxProvisioningRetries
-	size := int64(-1)
+	size, end := int64(-1), int64(0)
 	if fail {
 		rs := string(api.RunnerProvisioningTimeout)
 		ch.Status, ch.FailureReason, ch.FinishedAt = store.StatusFailed, &rs, now
 		var err error
-		if size, err = c.traces.Size(j.ID); err != nil {
+		if size, err = c.traces.Size(ctx, j.ID); err != nil {
 			return *j, err
 		}
 		// Trace first, state second, as the reaper does.
 		line := fmt.Sprintf("\nERROR: Job failed: no runner started it: %d hand-outs were declined or not acknowledged in time (coordinator)\n", returns)
-		if _, err := c.traces.Append(j.ID, []byte(line)); err != nil {
+		if end, err = c.traces.Append(ctx, j.ID, size, []byte(line)); err != nil {
+			// A trace that moved meanwhile (through another coordinator)
+			// is a job that moved: the transition below would lose too.
 			return *j, err
 		}
 	} else {
@@ -230,7 +242,7 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 	got, err := c.st.TransitionJob(ctx, j.ID, fromWaiting, ch)
 	if err != nil {
 		if size >= 0 {
-			if terr := c.traces.Truncate(j.ID, size); terr != nil {
+			if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {
 				log.Error("undo trace line", "err", terr)
 			}
 		}
@@ -244,9 +256,9 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 		return got, nil
 	}
 	// The next runner's trace starts at 0; keep this attempt's aside.
-	if err := c.traces.Archive(j.ID, j.ProvisioningAttempts); err != nil {
+	if err := c.traces.Archive(ctx, j.ID, j.ProvisioningAttempts); err != nil {
 		log.Error("archive trace of the attempt", "err", err)
-		if err := c.traces.Truncate(j.ID, 0); err != nil {
+		if err := c.traces.Truncate(ctx, j.ID, -1, 0); err != nil {
 			log.Error("reset trace", "err", err)
 		}
 	}
@@ -259,7 +271,13 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 // expireJob is the reaper's half: job id goes back to the queue if it is
 // still waiting and its ack deadline is not after now.
 func (c *Coordinator) expireJob(ctx context.Context, id int64, now time.Time) {
-	unlock := c.lockJob(id)
+	unlock, err := c.lockJobEverywhere(ctx, id)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("reaper: lock job", "job_id", id, "err", err)
+		}
+		return
+	}
 	defer unlock()
 	j, err := c.st.GetJob(ctx, id)
 	if err != nil {

@@ -67,40 +67,71 @@ func (c *Coordinator) expireOnce(ctx context.Context, now time.Time) {
 	}
 }
 
-func (c *Coordinator) reapJob(ctx context.Context, j *store.Job, now time.Time) {
+// reapVerdict says whether job j, as read at now, is to be ended by the
+// reaper: its new status, failure reason and the line for its trace; to is
+// "" when the job is left alone.
+func (c *Coordinator) reapVerdict(j *store.Job, now time.Time) (to store.Status, reason api.FailureReason, line string) {
+	if !isActive(j.Status) {
+		return "", "", ""
+	}
 	timeout := time.Duration(j.RunTimeout) * time.Second
 	if j.RunTimeout <= 0 {
 		timeout = time.Duration(api.DefaultJobTimeout) * time.Second
 	}
-	var to store.Status
-	var reason api.FailureReason
-	var line string
 	switch {
 	case !j.StartedAt.IsZero() && now.Sub(j.StartedAt) > timeout+c.cfg.TimeoutGrace:
-		to, reason = store.StatusFailed, api.JobExecutionTimeout
-		line = fmt.Sprintf("ERROR: Job failed: execution took longer than %s (coordinator)", timeout)
+		return store.StatusFailed, api.JobExecutionTimeout, fmt.Sprintf("ERROR: Job failed: execution took longer than %s (coordinator)", timeout)
 	case !j.ContactedAt.IsZero() && now.Sub(j.ContactedAt) > c.cfg.StaleTimeout:
-		to, reason = store.StatusFailed, api.RunnerSystemFailure
-		line = fmt.Sprintf("ERROR: Job failed: no word from the runner for %s (coordinator)", now.Sub(j.ContactedAt).Round(time.Second))
 		if j.Status == store.StatusCanceling {
-			to, reason = store.StatusCanceled, ""
-			line = "Job canceled: the runner stopped answering while canceling (coordinator)"
+			return store.StatusCanceled, "", "Job canceled: the runner stopped answering while canceling (coordinator)"
 		}
-	default:
+		return store.StatusFailed, api.RunnerSystemFailure, fmt.Sprintf("ERROR: Job failed: no word from the runner for %s (coordinator)", now.Sub(j.ContactedAt).Round(time.Second))
+	}
+	return "", "", ""
+}
+
+func (c *Coordinator) reapJob(ctx context.Context, listed *store.Job, now time.Time) {
+	if to, _, _ := c.reapVerdict(listed, now); to == "" {
 		return
 	}
-	log := c.log.With("job_id", j.ID, "runner_id", j.RunnerID)
-	unlock := c.lockJob(j.ID)
+	log := c.log.With("job_id", listed.ID, "runner_id", listed.RunnerID)
+	unlock, err := c.lockJobEverywhere(ctx, listed.ID)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("reaper: lock job", "err", err)
+		}
+		return
+	}
 	defer unlock()
-	size, err := c.traces.Size(j.ID)
+	// Again under the lock: the runner, a cancel or another coordinator's
+	// reaper may have moved the job since it was listed.
+	cur, err := c.st.GetJob(ctx, listed.ID)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("reaper: load job", "err", err)
+		}
+		return
+	}
+	j := &cur
+	to, reason, line := c.reapVerdict(j, now)
+	if to == "" {
+		return
+	}
+	size, err := c.traces.Size(ctx, j.ID)
 	if err != nil {
 		log.Error("reaper: trace size", "err", err)
 		return
 	}
 	// Trace first, state second: a committed final state always covers its
-	// trace.
-	if _, err := c.traces.Append(j.ID, []byte("\n"+line+"\n")); err != nil {
-		log.Error("reaper: append trace", "err", err)
+	// trace. The append is conditional on the size just read: a runner's
+	// PATCH, or another coordinator's reaper, that got there in between
+	// wins, and this pass leaves the job alone.
+	end, err := c.traces.Append(ctx, j.ID, size, []byte("\n"+line+"\n"))
+	if err != nil {
+		var off *store.TraceOffsetError
+		if !errors.As(err, &off) {
+			log.Error("reaper: append trace", "err", err)
+		}
 		return
 	}
 	ch := store.JobChange{Status: to, FinishedAt: now, At: now}
@@ -111,7 +142,7 @@ func (c *Coordinator) reapJob(ctx context.Context, j *store.Job, now time.Time) 
 	got, err := c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, ch)
 	if err != nil {
 		// The runner (or a cancel) got there first: take our line back.
-		if terr := c.traces.Truncate(j.ID, size); terr != nil {
+		if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {
 			log.Error("reaper: undo trace line", "err", terr)
 		}
 		if !errors.Is(err, store.ErrConflict) {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -320,8 +321,8 @@ type jobView struct {
 	ProvisioningAttempts int `json:"provisioning_attempts"`
 }
 
-func (c *Coordinator) jobView(j *store.Job) jobView {
-	size, _ := c.traces.Size(j.ID)
+func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
+	size, _ := c.traces.Size(ctx, j.ID)
 	tags := j.Tags
 	if tags == nil {
 		tags = []string{}
@@ -382,7 +383,7 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	c.metrics.submitted.Inc()
 	c.log.Info("job submitted", "job_id", j.ID, "project", j.Project, "tags", j.Tags)
 	c.poll.wake(&j)
-	writeJSON(w, http.StatusCreated, c.jobView(&j))
+	writeJSON(w, http.StatusCreated, c.jobView(r.Context(), &j))
 }
 
 func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
@@ -420,7 +421,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]jobView, 0, len(jobs))
 	for i := range jobs {
-		out = append(out, c.jobView(&jobs[i]))
+		out = append(out, c.jobView(r.Context(), &jobs[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -446,7 +447,7 @@ func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job
 
 func (c *Coordinator) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if j, ok := c.loadJob(w, r); ok {
-		writeJSON(w, http.StatusOK, c.jobView(&j))
+		writeJSON(w, http.StatusOK, c.jobView(r.Context(), &j))
 	}
 }
 
@@ -466,13 +467,13 @@ func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 		}
 		off = n
 	}
-	size, err := c.traces.Size(j.ID)
+	size, err := c.traces.Size(r.Context(), j.ID)
 	if err != nil {
 		c.internalError(w, "trace size", err)
 		return
 	}
 	off = min(off, size)
-	rc, err := c.traces.Open(j.ID, off)
+	rc, err := c.traces.Open(r.Context(), j.ID, off)
 	if err != nil {
 		c.internalError(w, "open trace", err)
 		return
@@ -507,7 +508,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusConflict, "job is already "+string(j.Status), "")
 			return
 		case j.Status == store.StatusCanceling:
-			writeJSON(w, http.StatusOK, c.jobView(&j))
+			writeJSON(w, http.StatusOK, c.jobView(r.Context(), &j))
 			return
 		case isActive(j.Status):
 			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
@@ -536,7 +537,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 			c.finished(&got)
 		}
 		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
-		writeJSON(w, http.StatusOK, c.jobView(&got))
+		writeJSON(w, http.StatusOK, c.jobView(r.Context(), &got))
 		return
 	}
 	writeError(w, http.StatusConflict, "job changed state during cancel, try again", "")

@@ -256,7 +256,7 @@ func TestImageFromOldRecord(t *testing.T) {
 	if jr.Image.Name != "alpine" || len(jr.Services) != 2 || jr.Services[1].Name != "pg" {
 		t.Errorf("payload image %+v services %+v", jr.Image, jr.Services)
 	}
-	if v := c.jobView(&j); !cmp.Equal(v.Services, []string{"redis", "pg"}) || v.Image != "alpine" {
+	if v := c.jobView(t.Context(), &j); !cmp.Equal(v.Services, []string{"redis", "pg"}) || v.Image != "alpine" {
 		t.Errorf("jobView image %q services %q", v.Image, v.Services)
 	}
 }

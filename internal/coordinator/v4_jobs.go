@@ -160,13 +160,13 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		sum = req.Checksum
 	}
 	if sum != "" {
-		have, err := c.traces.Checksum(j.ID)
+		have, err := c.traces.Checksum(ctx, j.ID)
 		if err != nil {
 			c.internalError(w, "trace checksum", err)
 			return
 		}
 		if !strings.EqualFold(have, sum) {
-			if err := c.traces.Truncate(j.ID, 0); err != nil {
+			if err := c.traces.Truncate(ctx, j.ID, -1, 0); err != nil {
 				c.internalError(w, "reset trace", err)
 				return
 			}
@@ -280,21 +280,18 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setJobHeaders(w, j.Status)
-	size, err := c.traces.Size(j.ID)
-	if err != nil {
-		c.internalError(w, "trace size", err)
-		return
-	}
-	if start != size {
-		w.Header().Set("Range", api.FormatRange(size))
-		writeError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, size), "Content-Range")
-		return
-	}
 	if int64(len(body)) != end-start+1 {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("body has %d bytes, Content-Range says %d", len(body), end-start+1), "Content-Range")
 		return
 	}
-	if size, err = c.traces.Append(j.ID, body); err != nil {
+	size, err := c.traces.Append(ctx, j.ID, start, body)
+	var off *store.TraceOffsetError
+	if errors.As(err, &off) {
+		w.Header().Set("Range", api.FormatRange(off.Size))
+		writeError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, off.Size), "Content-Range")
+		return
+	}
+	if err != nil {
 		c.internalError(w, "append trace", err)
 		return
 	}

@@ -51,6 +51,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	c.touchManager(ctx, rn, req.SystemID, req.Info, false)
 	key := mgrKey{rn.ID, req.SystemID}
+	hold := c.poll.current(key, req.LastUpdate)
 	version := c.poll.version(key)
 	if rn.Paused {
 		w.Header().Set(hdrLastUpdate, version)
@@ -59,7 +60,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var wt *waiter
-	if req.LastUpdate != "" && req.LastUpdate == version {
+	if hold {
 		wt = c.poll.add(rn, req.Info.Features)
 		defer c.poll.remove(wt)
 	}
@@ -74,6 +75,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 		// retry fires when a job that passes this manager over (it gave
 		// the job back) becomes its to take: nothing else would wake it.
 		var retry clock.Timer
+		var woke *store.Job
 		defer func() {
 			if retry != nil {
 				retry.Stop()
@@ -98,10 +100,17 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 			case <-timer.C():
 				version = c.poll.bump(key)
 				break wait
-			case <-wt.ch:
+			case woke = <-wt.ch:
 			case <-retryC:
 			}
-			if resp, retryAt, err = c.claim(ctx, r, rn, req); err != nil {
+			resp, retryAt, err = c.claim(ctx, r, rn, req)
+			if woke != nil && (err != nil || (resp == nil && !retryAt.IsZero()) || (resp != nil && resp.ID != woke.ID)) {
+				// The job this request was woken for is not taken by
+				// it: wake another for it.
+				c.poll.wakeExcept(woke, wt)
+			}
+			woke = nil
+			if err != nil {
 				c.internalError(w, "claim job", err)
 				return
 			}

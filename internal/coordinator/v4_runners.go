@@ -38,10 +38,24 @@ func (c *Coordinator) authRunner(ctx context.Context, w http.ResponseWriter, tok
 	return rn, true
 }
 
+// A database that cannot be reached (store.ErrUnavailable) is answered 503
+// with Retry-After: nothing was changed, and the same request a moment
+// later, to this coordinator or another, may well succeed.
 func (c *Coordinator) internalError(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		c.log.Warn(what+": database unavailable", "err", err)
+		c.metrics.unavailable.Inc()
+		w.Header().Set("Retry-After", retryAfterUnavailable)
+		writeError(w, http.StatusServiceUnavailable, what+": database unavailable, retry later", "")
+		return
+	}
 	c.log.Error(what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+": internal error", "")
 }
+
+// retryAfterUnavailable is the Retry-After (seconds) of a 503 for a
+// database that cannot be reached: a restart of PostgreSQL takes seconds.
+const retryAfterUnavailable = "2"
 
 // handleVerify is POST /api/v4/runners/verify: 200 with the runner's id and
 // token; it records the runner manager.

@@ -77,7 +77,9 @@ const startTimeout = 60 * time.Second
 type Server struct {
 	dir     string // temporary root: data/ and postgres.log
 	port    int
-	version string     // major version, e.g. "15"
+	version string // major version, e.g. "15"
+	bin     string // directory of the server binaries
+	cred    *syscall.Credential
 	stopMu  sync.Mutex // Stop may be called from several goroutines
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the server process has exited
@@ -101,7 +103,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: temporary directory: %w", err)
 	}
-	s := &Server{dir: dir, version: version}
+	s := &Server{dir: dir, version: version, bin: bin, cred: cred}
 	if err := s.initdb(ctx, bin, cred); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -110,7 +112,10 @@ func Start(ctx context.Context) (*Server, error) {
 	// server binds it: try again with another one.
 	const attempts = 5
 	for i := 1; ; i++ {
-		err := s.start(ctx, bin, cred)
+		port, err := freePort()
+		if err == nil {
+			err = s.start(ctx, bin, cred, port)
+		}
 		if err == nil {
 			return s, nil
 		}
@@ -203,11 +208,7 @@ var errPortTaken = errors.New("port taken")
 
 // start starts the server on a free port and waits until it accepts
 // connections.
-func (s *Server) start(ctx context.Context, bin string, cred *syscall.Credential) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
+func (s *Server) start(ctx context.Context, bin string, cred *syscall.Credential, port int) error {
 	logf, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("pgtest: server log: %w", err)
@@ -365,6 +366,36 @@ func (s *Server) Stop() error {
 	}
 	s.cmd = nil
 	return errors.Join(err, os.RemoveAll(s.dir))
+}
+
+// Restart shuts the server down (a fast shutdown: every session is ended,
+// as in a real restart), calls whileDown if not nil, and starts it again on
+// the same port with the same data. Clients see their connections broken,
+// then refused, then accepted again.
+func (s *Server) Restart(ctx context.Context, whileDown func()) error {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.cmd == nil {
+		return errors.New("pgtest: restart of a stopped server")
+	}
+	s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+	case <-ctx.Done():
+		return fmt.Errorf("pgtest: restart: waiting for the server to stop: %w", ctx.Err())
+	}
+	s.cmd = nil
+	if whileDown != nil {
+		whileDown()
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	// The port was ours a moment ago; another process taking it in
+	// between is unlikely, and fatal to the test (clients know the port).
+	if err := s.start(ctx, s.bin, s.cred, s.port); err != nil {
+		return fmt.Errorf("pgtest: restart: %w", err)
+	}
+	return nil
 }
 
 // kill kills the server process and waits for it to exit.

@@ -90,6 +90,12 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if err != nil {
 		return j, fmt.Errorf("create job: spec: %w", err)
 	}
+	// A queued job is announced in the same statement (see ListenQueue).
+	notify, extra := "", []any{}
+	if j.Status == store.StatusPending {
+		notify = ` CROSS JOIN LATERAL (SELECT ` + notifyJobSQL("$29", "$30") + `) n`
+		extra = []any{s.origin, len(j.Spec.Services) > 0}
+	}
 	out, err := scanJob(s.pool.QueryRow(ctx, `WITH j AS (
 		INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
 			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
@@ -97,10 +103,11 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
 			1, $21, $22, $23, $24, $25, $26, $27, $28)
 		RETURNING *)
-		SELECT `+jobCols+` FROM j JOIN projects p ON p.id = j.project_id`,
+		SELECT `+jobCols+` FROM j JOIN projects p ON p.id = j.project_id`+notify, append([]any{
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, j.ExitCode, nonNil(j.Tags), j.Timeout, j.RunTimeout, j.Image, string(spec),
 		j.RunnerID, j.RunnerSystemID, j.TokenHash, tint(j.CreatedAt), tint(j.QueuedAt), tint(j.StartedAt), tint(j.FinishedAt), tint(j.UpdatedAt), tint(j.ContactedAt),
-		tint(j.AssignedAt), tint(j.AckDeadline), tint(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs)))
+		tint(j.AssignedAt), tint(j.AckDeadline), tint(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs)},
+		extra...)...))
 	if err != nil {
 		return j, s.fail(ctx, "create job", err)
 	}
@@ -273,6 +280,11 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	j, err := scanJob(tx.QueryRow(ctx, updQ, upd...))
 	if err != nil {
 		return store.Job{}, s.fail(ctx, op, err)
+	}
+	if j.Status == store.StatusPending {
+		if err := s.notifyQueued(ctx, tx, &j); err != nil {
+			return store.Job{}, s.fail(ctx, op+": notify", err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.Job{}, s.fail(ctx, op+": commit", err)

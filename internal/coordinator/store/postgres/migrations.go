@@ -77,4 +77,26 @@ CREATE TABLE retired_job_tokens (
 	retired_at BIGINT NOT NULL DEFAULT 0
 );
 `,
+	// 2: what coordinators sharing the database share besides the queue:
+	// job logs and settings (tokens, cluster id).
+	`
+CREATE TABLE settings (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+-- A job's current trace: its size, the condition of every append. Chunks
+-- are the appended bodies; attempt 0 is the current trace, n > 0 the trace
+-- of hand-out n, set aside when the job went back to the queue.
+CREATE TABLE traces (
+	job_id BIGINT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+	size   BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE trace_chunks (
+	job_id  BIGINT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+	attempt INTEGER NOT NULL,
+	start   BIGINT NOT NULL,
+	data    BYTEA NOT NULL,
+	PRIMARY KEY (job_id, attempt, start)
+);
+`,
 }

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +23,8 @@ import (
 )
 
 // ErrUnavailable is wrapped around failures to reach the database: the
-// coordinator answers them with 503, not 500.
-var ErrUnavailable = errors.New("database unavailable")
+// coordinator answers them with 503, not 500. It is store.ErrUnavailable.
+var ErrUnavailable = store.ErrUnavailable
 
 // ErrSchemaTooNew is returned by Open for a database migrated by a newer
 // drover than this one.
@@ -32,6 +34,17 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this binary")
 // database.
 func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
+// defaultConnectTimeout bounds a connection attempt when the URL sets no
+// connect_timeout.
+const defaultConnectTimeout = 5 * time.Second
+
+// randomID returns 16 random hex digits.
+func randomID() string {
+	b := make([]byte, 8)
+	rand.Read(b) // never fails
+	return hex.EncodeToString(b)
+}
+
 // migrationLockKey is the advisory lock taken while migrating ("drover",
 // then 1). Advisory locks are per database, so coordinators of different
 // databases on one server do not wait for each other.
@@ -39,9 +52,14 @@ const migrationLockKey int64 = 0x6472_6f76_6572_0001
 
 // Store is the PostgreSQL store. Create it with Open.
 type Store struct {
-	pool   *pgxpool.Pool
-	log    *slog.Logger
-	closed atomic.Bool
+	pool    *pgxpool.Pool
+	connCfg *pgx.ConnConfig // for connections outside the pool (LISTEN)
+	log     *slog.Logger
+	closed  atomic.Bool
+	// origin tells this store's queue notifications from others'.
+	origin  string
+	metrics *poolMetrics
+	notes   atomic.Int64 // queue notifications received from others
 }
 
 var _ store.Store = (*Store)(nil)
@@ -75,11 +93,23 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "drover-coordinator"
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A server that is down answers at once; one that is unreachable
+		// must not hold a request for the kernel's TCP timeout.
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	m := newPoolMetrics()
+	cfg.ConnConfig.Tracer = m
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	s := &Store{pool: pool, log: o.logger.With("database", cfg.ConnConfig.Database)}
+	s := &Store{
+		pool: pool, connCfg: cfg.ConnConfig.Copy(), log: o.logger.With("database", cfg.ConnConfig.Database),
+		origin: randomID(), metrics: m,
+	}
+	s.connCfg.Tracer = nil
+	m.store = s
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -137,6 +167,14 @@ func (s *Store) Close() error {
 	}
 	s.pool.Close()
 	return nil
+}
+
+// Describe says which database this is and how its pool is used, for
+// /health/ready: "postgres user@host:port/db, pool 2/10 in use".
+func (s *Store) Describe() string {
+	st := s.pool.Stat()
+	c := s.connCfg
+	return fmt.Sprintf("postgres %s@%s:%d/%s, pool %d/%d in use", c.User, c.Host, c.Port, c.Database, st.AcquiredConns(), st.MaxConns())
 }
 
 // Stat returns the pool's statistics (connections acquired, idle, waits),

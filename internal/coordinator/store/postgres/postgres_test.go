@@ -380,3 +380,21 @@ func TestStat(t *testing.T) {
 		t.Errorf("Stat: max %d, total %d conns", st.MaxConns(), st.TotalConns())
 	}
 }
+
+// traceHarness: traces in the database, jobs created in it for the FK.
+type traceHarness struct{}
+
+func (traceHarness) OpenTraces(t *testing.T) (store.Traces, func(t *testing.T) int64) {
+	s := open(t, pgtest.NewDatabase(t))
+	return s.Traces(), func(t *testing.T) int64 {
+		j, err := s.CreateJob(t.Context(), store.Job{Name: "j", Project: "p", Status: store.StatusCreated, CreatedAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.ID
+	}
+}
+
+func TestTraces(t *testing.T) {
+	storetest.RunTraces(t, traceHarness{})
+}
