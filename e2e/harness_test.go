@@ -182,9 +182,17 @@ type coordinator struct {
 
 func startCoordinator(t testing.TB, data string, extra ...string) *coordinator {
 	t.Helper()
-	args := append([]string{"coordinator", "--listen", "127.0.0.1:0", "--data", data, "--long-poll-timeout", "3s"}, extra...)
+	// A later --long-poll-timeout in extra wins.
+	return startCoordinatorAt(t, data, "127.0.0.1:0", append([]string{"--long-poll-timeout", "3s"}, extra...)...)
+}
+
+// startCoordinatorAt starts a coordinator listening on addr (host:port;
+// port 0 picks one).
+func startCoordinatorAt(t testing.TB, data, addr string, extra ...string) *coordinator {
+	t.Helper()
+	args := append([]string{"coordinator", "--listen", addr, "--data", data}, extra...)
 	p := start(t, t.TempDir(), args...)
-	url := p.waitLog(`coordinator listening.*addr=(http://[0-9.:]+)`, 20*time.Second)
+	url := p.waitLog(`coordinator listening.*addr=(http://[0-9.:]+)`, 30*time.Second)
 	tok, err := os.ReadFile(filepath.Join(data, "admin-token"))
 	if err != nil {
 		t.Fatalf("admin token: %v", err)

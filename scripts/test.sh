@@ -2,6 +2,7 @@
 # Runs every check and test of drover. Installs what the tests need first
 # (git, bash, redis-server, PostgreSQL's server, OpenSSH's sshd,
 # busybox-static, debootstrap for the Debian root of the dind instance image,
+# nginx (the load balancer in front of several coordinators),
 # staticcheck), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
@@ -19,7 +20,7 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap; do
+for tool in git bash procps:ps redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done

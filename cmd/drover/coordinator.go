@@ -47,12 +47,20 @@ func newCoordinatorCmd() *cobra.Command {
 (so GitLab Runner and drover managers can take jobs from it) and drover's
 admin API under /api/v1 (submit and inspect jobs, create runner tokens).
 
-State lives in an SQLite database under --data, or in PostgreSQL with
---database-url postgres://user@host/db (also DROVER_DATABASE_URL); the
-schema is created or migrated at start. Job logs and the tokens stay under
---data. On first start an admin token is written to DATA/admin-token (mode
-0600); DROVER_ADMIN_TOKEN overrides it. Metrics: /metrics; health:
-/health/live, /health/ready (which checks the database).`,
+State lives in an SQLite database under --data, with job logs as files
+beside it. With --database-url postgres://user@host/db (also
+DROVER_DATABASE_URL) the queue, job logs and tokens live in PostgreSQL
+instead, and several coordinators on one database serve the same runners
+behind one address (any HTTP load balancer): a job is handed out once, a
+job submitted on one wakes a runner long-polling on another, and while the
+database is unreachable requests are answered 503 with Retry-After. The
+schema is created or migrated at start.
+
+On first start an admin token is written to DATA/admin-token (mode 0600;
+with PostgreSQL it is the database's, the same for every coordinator);
+DROVER_ADMIN_TOKEN overrides it. Metrics: /metrics (with PostgreSQL also
+pool use and query latency); health: /health/live, /health/ready (which
+checks the database and names it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)

@@ -53,7 +53,7 @@ func TestTraceDirConformance(t *testing.T) {
 // cluster is n coordinators on one PostgreSQL database, each with its own
 // data directory and HTTP server, each running (reapers, the queue
 // listener) and listening before cluster returns.
-func cluster(t *testing.T, n int, url string, mod func(*Config)) []*env {
+func cluster(t testing.TB, n int, url string, mod func(*Config)) []*env {
 	t.Helper()
 	envs := make([]*env, n)
 	for i := range envs {
@@ -92,7 +92,7 @@ func held(c *Coordinator) int {
 
 // waitHeld waits until c holds n requests, or the request that should be
 // held came back.
-func waitHeld(t *testing.T, c *Coordinator, n int, answered <-chan struct{}) {
+func waitHeld(t testing.TB, c *Coordinator, n int, answered <-chan struct{}) {
 	t.Helper()
 	for held(c) < n {
 		select {

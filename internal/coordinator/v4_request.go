@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"path"
@@ -171,9 +172,12 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 		if err != nil {
 			return nil, time.Time{}, err
 		}
+		if len(jobs) > 0 {
+			after = jobs[len(jobs)-1].ID
+		}
+		contended := false
 		for i := range jobs {
 			j := &jobs[i]
-			after = j.ID
 			if !canRun(&rn, req.Info.Features, j) {
 				continue
 			}
@@ -185,7 +189,16 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 			}
 			resp, err := c.claimJob(ctx, r, rn, req, j)
 			if errors.Is(err, store.ErrConflict) {
-				continue // another runner was faster
+				// Another runner was faster. Many runners claiming at
+				// once walk the queue in the same order and keep
+				// colliding: after a first collision, try the rest of
+				// this page in random order.
+				if !contended {
+					contended = true
+					rest := jobs[i+1:]
+					rand.Shuffle(len(rest), func(a, b int) { rest[a], rest[b] = rest[b], rest[a] })
+				}
+				continue
 			}
 			return resp, time.Time{}, err
 		}
@@ -222,6 +235,9 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 		At:             now,
 		// j was read without a lock: claim only the state it was read in.
 		IfVersion: j.Version,
+		// A job another runner is claiming right now is skipped, not
+		// waited for: there are other jobs to try.
+		SkipLocked: true,
 	}
 	if twoPhase {
 		attempts := j.ProvisioningAttempts + 1

@@ -225,6 +225,12 @@ type JobChange struct {
 	// IfVersion, when not 0, is a precondition besides the from statuses:
 	// the job's Version must equal it.
 	IfVersion int64
+
+	// SkipLocked makes a change that finds the job being changed by
+	// another transaction give up at once with ErrConflict instead of
+	// waiting for it (a claim: another job will do). Stores whose writers
+	// never wait for each other's locks ignore it.
+	SkipLocked bool
 }
 
 // JobFilter selects jobs for ListJobs. Results are ordered by ID.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -218,6 +219,9 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		lockQ += ` AND version = ` + lock.add(ch.IfVersion)
 	}
 	lockQ += ` FOR UPDATE`
+	if ch.SkipLocked {
+		lockQ += ` SKIP LOCKED`
+	}
 
 	var upd args
 	set := []string{
@@ -250,9 +254,11 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	} {
 		setIf(t.col, !t.t.IsZero(), func() any { return tint(t.t) })
 	}
-	updQ := `WITH j AS (UPDATE jobs SET ` + strings.Join(set, ", ") + ` WHERE id = ` + upd.add(id) + ` RETURNING *)
-		SELECT ` + jobCols + ` FROM j JOIN projects p ON p.id = j.project_id`
+	if ch.Status != store.StatusPending {
+		return s.transitionOne(ctx, id, op, lockQ, lock, set, upd, ch)
+	}
 
+	// To the queue: the notification goes out in the same transaction.
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return store.Job{}, s.fail(ctx, op, err)
@@ -261,12 +267,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	var oldHash string
 	err = tx.QueryRow(ctx, lockQ, lock...).Scan(&oldHash)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Unknown, or in another state: say which, with the job as it is.
-		cur, err := s.getJob(ctx, tx, id)
-		if err != nil {
-			return store.Job{}, fmt.Errorf("%s: %w", op, err)
-		}
-		return cur, fmt.Errorf("%s: job is %s (version %d): %w", op, cur.Status, cur.Version, store.ErrConflict)
+		return s.conflict(ctx, tx, id, op, ch)
 	}
 	if err != nil {
 		return store.Job{}, s.fail(ctx, op+": lock", err)
@@ -277,19 +278,86 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 			return store.Job{}, s.fail(ctx, op+": retire token", err)
 		}
 	}
+	updQ := `WITH j AS (UPDATE jobs SET ` + strings.Join(set, ", ") + ` WHERE id = ` + upd.add(id) + ` RETURNING *)
+		SELECT ` + jobCols + ` FROM j JOIN projects p ON p.id = j.project_id`
 	j, err := scanJob(tx.QueryRow(ctx, updQ, upd...))
 	if err != nil {
 		return store.Job{}, s.fail(ctx, op, err)
 	}
-	if j.Status == store.StatusPending {
-		if err := s.notifyQueued(ctx, tx, &j); err != nil {
-			return store.Job{}, s.fail(ctx, op+": notify", err)
-		}
+	if err := s.notifyQueued(ctx, tx, &j); err != nil {
+		return store.Job{}, s.fail(ctx, op+": notify", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.Job{}, s.fail(ctx, op+": commit", err)
 	}
 	return j, nil
+}
+
+// transitionOne is TransitionJob in one statement (one round trip, its
+// own transaction): the row is locked with the change's conditions, the
+// replaced token hash retired and the row updated, in CTEs of one query.
+func (s *Store) transitionOne(ctx context.Context, id int64, op, lockQ string, lock args, set []string, upd args, ch store.JobChange) (store.Job, error) {
+	// The update's placeholders follow the lock query's.
+	a := append(args{}, lock...)
+	for i := range set {
+		set[i] = renumber(set[i], len(lock))
+	}
+	a = append(a, upd...)
+	q := `WITH old AS (` + lockQ + `)`
+	if ch.TokenHash != nil {
+		q += `, retired AS (INSERT INTO retired_job_tokens (token_hash, job_id, retired_at)
+			SELECT old.token_hash, ` + a.add(id) + `::bigint, ` + a.add(tint(ch.At)) + `::bigint FROM old
+			WHERE old.token_hash <> '' AND old.token_hash <> ` + a.add(*ch.TokenHash) + `
+			ON CONFLICT (token_hash) DO NOTHING)`
+	}
+	q += `, j AS (UPDATE jobs SET ` + strings.Join(set, ", ") + ` FROM old WHERE jobs.id = ` + a.add(id) + ` RETURNING jobs.*)
+		SELECT ` + jobCols + ` FROM j JOIN projects p ON p.id = j.project_id`
+	j, err := scanJob(s.pool.QueryRow(ctx, q, a...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.conflict(ctx, s.pool, id, op, ch)
+	}
+	if err != nil {
+		return store.Job{}, s.fail(ctx, op, err)
+	}
+	return j, nil
+}
+
+// renumber shifts the placeholders $n in sql by k.
+func renumber(sql string, k int) string {
+	var b strings.Builder
+	for i := 0; i < len(sql); i++ {
+		if sql[i] != '$' {
+			b.WriteByte(sql[i])
+			continue
+		}
+		j := i + 1
+		for j < len(sql) && sql[j] >= '0' && sql[j] <= '9' {
+			j++
+		}
+		n, err := strconv.Atoi(sql[i+1 : j])
+		if err != nil {
+			b.WriteByte('$')
+			continue
+		}
+		b.WriteString("$" + strconv.Itoa(n+k))
+		i = j - 1
+	}
+	return b.String()
+}
+
+// conflict answers a transition whose conditions did not hold: the job as
+// it is now and ErrConflict, or ErrNotFound. A SkipLocked change gets no
+// job back (ErrConflict alone): it does not wait for, or read, a row
+// another transaction holds.
+func (s *Store) conflict(ctx context.Context, q querier, id int64, op string, ch store.JobChange) (store.Job, error) {
+	if ch.SkipLocked {
+		return store.Job{}, fmt.Errorf("%s: job is taken or changed: %w", op, store.ErrConflict)
+	}
+	cur, err := s.getJob(ctx, q, id)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("%s: %w", op, err)
+	}
+	return cur, fmt.Errorf("%s: job is %s (version %d): %w", op, cur.Status, cur.Version, store.ErrConflict)
 }
 
 // RetiredJobToken implements store.Store.

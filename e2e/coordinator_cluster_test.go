@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/pgtest"
+)
+
+// nginxProxy is Debian's nginx in front of several coordinators, as the
+// README shows it: round robin, the next coordinator when one refuses
+// connections, long polls held.
+type nginxProxy struct {
+	url string
+	cmd *exec.Cmd
+}
+
+// nginxConf is the configuration the README shows, with the upstream
+// list, listen address and file paths filled in.
+func nginxConf(dir, listen string, upstreams []string) string {
+	var servers strings.Builder
+	for _, u := range upstreams {
+		fmt.Fprintf(&servers, "    server %s max_fails=1 fail_timeout=2s;\n", u)
+	}
+	return fmt.Sprintf(`worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream drover {
+%[2]s    keepalive 64;
+  }
+  server {
+    listen %[3]s;
+    client_max_body_size 8m;
+    location / {
+      proxy_pass http://drover;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      # Long polls are held up to --long-poll-timeout (50 s by default).
+      proxy_read_timeout 120s;
+      proxy_buffering off;
+      # A coordinator that is down refuses the connection: try the next.
+      proxy_next_upstream error timeout;
+    }
+  }
+}
+`, dir, servers.String(), listen)
+}
+
+func startNginx(t *testing.T, upstreams []string) *nginxProxy {
+	t.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if bin, err = exec.LookPath("/usr/sbin/nginx"); err != nil {
+			t.Skip("nginx not installed (Debian's package nginx-light; scripts/test.sh installs it)")
+		}
+	}
+	dir := t.TempDir()
+	listen := "127.0.0.1:" + freePort(t)
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(nginxConf(dir, listen, upstreams)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", conf, "-p", dir, "-g", "daemon off;")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nginx: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	for {
+		c, err := net.Dial("tcp", listen)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Fatalf("nginx exited: %s%s", out.String(), log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return &nginxProxy{url: "http://" + listen, cmd: cmd}
+}
+
+// TestCoordinatorClusterFailover: three coordinators on one PostgreSQL
+// behind nginx, two runner managers taking jobs through nginx. Mid-run one
+// coordinator is killed with SIGKILL, later PostgreSQL restarts. Every job
+// the API accepted runs exactly once and succeeds with its whole log;
+// while the database is down the coordinators answer 503 with
+// Retry-After; nothing is restarted but the database.
+func TestCoordinatorClusterFailover(t *testing.T) {
+	srv, err := pgtest.Start(t.Context())
+	if err == pgtest.ErrNotInstalled {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	dbURL := srv.NewDatabase(t)
+	dir := t.TempDir()
+
+	var coords []*coordinator
+	var addrs []string
+	for i := range 3 {
+		addr := "127.0.0.1:" + freePort(t)
+		c := startCoordinatorAt(t, filepath.Join(dir, fmt.Sprintf("coord%d", i)), addr,
+			"--database-url", dbURL, "--long-poll-timeout", "20s", "--ack-timeout", "5s")
+		coords = append(coords, c)
+		addrs = append(addrs, addr)
+	}
+	for _, c := range coords[1:] {
+		if c.token != coords[0].token {
+			t.Fatalf("coordinators on one database have different admin tokens")
+		}
+	}
+	lb := startNginx(t, addrs)
+	cl := client.New(lb.url, coords[0].token, nil)
+	runnerTok := coords[0].runnerToken(t)
+
+	marks := filepath.Join(dir, "runs")
+	var mgrs []*proc
+	for i := range 2 {
+		mdir := filepath.Join(dir, fmt.Sprintf("mgr%d", i))
+		os.MkdirAll(mdir, 0o755)
+		cfg := writeConfig(t, mdir, lb.url, runnerTok, 8, "")
+		m := start(t, mdir, "run", "--config", cfg)
+		m.waitLog("runner manager started", 20*time.Second)
+		mgrs = append(mgrs, m)
+	}
+
+	const n = 150
+	ctx := t.Context()
+	ids := make([]int64, 0, n)
+	var idsMu sync.Mutex
+	submit := func(from, to int) {
+		for i := from; i < to; i++ {
+			j, err := cl.Submit(ctx, client.JobSpec{
+				Name:    fmt.Sprintf("j%d", i),
+				Project: fmt.Sprintf("g/p%d", i%5),
+				Script:  []string{"echo run-$CI_JOB_ID | tee -a " + marks, "sleep 0.2", "echo done-$CI_JOB_ID"},
+			})
+			if err != nil {
+				t.Fatalf("submit %d: %v", i, err)
+			}
+			idsMu.Lock()
+			ids = append(ids, j.ID)
+			idsMu.Unlock()
+		}
+	}
+	succeeded := func() int {
+		for {
+			jobs, err := cl.Jobs(ctx, "success", 1000)
+			if err == nil {
+				return len(jobs)
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // 503 while the database restarts
+		}
+	}
+	waitSucceeded := func(want int, d time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for succeeded() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d jobs succeeded after %s", succeeded(), want, d)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	submit(0, n/2)
+	waitSucceeded(n/6, 3*time.Minute)
+	// SIGKILL one coordinator mid-burst, while jobs are still submitted.
+	t.Logf("SIGKILL to coordinator 1 with %d of %d submitted jobs succeeded", succeeded(), n/2)
+	coords[1].proc.signal(syscall.SIGKILL)
+	coords[1].proc.wait(10 * time.Second)
+	submit(n/2, n)
+	waitSucceeded(n/2, 3*time.Minute)
+
+	// PostgreSQL restarts: meanwhile requests get 503 with Retry-After.
+	t.Logf("PostgreSQL restart with %d of %d jobs succeeded", succeeded(), n)
+	if err := srv.Restart(ctx, func() {
+		resp, err := http.Get(lb.url + "/health/ready")
+		if err != nil {
+			t.Errorf("/health/ready through nginx while the database is down: %v", err)
+			return
+		}
+		resp.Body.Close()
+		req, _ := http.NewRequest("GET", lb.url+"/api/v1/jobs", nil)
+		req.Header.Set("Authorization", "Bearer "+coords[0].token)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("list jobs while the database is down: %v", err)
+			return
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("list jobs while the database is down = %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitSucceeded(n, 5*time.Minute)
+	for i, m := range mgrs {
+		t.Logf("manager %d: %d warnings in its log", i, strings.Count(m.log.String(), "level=WARN"))
+	}
+
+	// Every job ran exactly once, and its log is whole.
+	runs := map[string]int{}
+	f, err := os.Open(marks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		runs[sc.Text()]++
+	}
+	f.Close()
+	for _, id := range ids {
+		if c := runs[fmt.Sprintf("run-%d", id)]; c != 1 {
+			t.Errorf("job %d ran %d times", id, c)
+		}
+		log := trace(t, cl, id)
+		if !strings.Contains(log, fmt.Sprintf("run-%d", id)) || !strings.Contains(log, fmt.Sprintf("done-%d", id)) {
+			t.Errorf("job %d log is not whole:\n%s", id, log)
+		}
+	}
+	if len(runs) != n {
+		t.Errorf("%d distinct jobs ran, want %d", len(runs), n)
+	}
+	for _, c := range []*coordinator{coords[0], coords[2]} {
+		if strings.Contains(c.log.String(), "panic:") {
+			t.Errorf("a coordinator panicked:\n%s", c.log.String())
+		}
+	}
+	for _, m := range mgrs {
+		m.signal(syscall.SIGTERM)
+		m.wait(30 * time.Second)
+	}
+}
