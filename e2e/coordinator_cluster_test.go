@@ -113,12 +113,14 @@ func startNginx(t *testing.T, upstreams []string) *nginxProxy {
 	return &nginxProxy{url: "http://" + listen, cmd: cmd}
 }
 
-// TestCoordinatorClusterFailover: three coordinators on one PostgreSQL
-// behind nginx, two runner managers taking jobs through nginx. Mid-run one
-// coordinator is killed with SIGKILL, later PostgreSQL restarts. Every job
-// the API accepted runs exactly once and succeeds with its whole log;
-// while the database is down the coordinators answer 503 with
-// Retry-After; nothing is restarted but the database.
+// TestCoordinatorClusterFailover: four coordinators on one PostgreSQL
+// behind nginx, ten runner managers taking jobs through nginx with 20
+// requests each in flight (request_concurrency): 200 long polls held over
+// the four coordinators before the first of 1,000 jobs is submitted.
+// Mid-run one coordinator is killed with SIGKILL, later PostgreSQL
+// restarts. Every job the API accepted runs exactly once and succeeds with
+// its whole log; while the database is down the coordinators answer 503
+// with Retry-After; nothing is restarted but the database.
 func TestCoordinatorClusterFailover(t *testing.T) {
 	srv, err := pgtest.Start(t.Context())
 	if err == pgtest.ErrNotInstalled {
@@ -133,10 +135,10 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 
 	var coords []*coordinator
 	var addrs []string
-	for i := range 3 {
+	for i := range 4 {
 		addr := "127.0.0.1:" + freePort(t)
 		c := startCoordinatorAt(t, filepath.Join(dir, fmt.Sprintf("coord%d", i)), addr,
-			"--database-url", dbURL, "--long-poll-timeout", "20s", "--ack-timeout", "5s")
+			"--database-url", dbURL, "--long-poll-timeout", "60s", "--ack-timeout", "5s")
 		coords = append(coords, c)
 		addrs = append(addrs, addr)
 	}
@@ -151,44 +153,77 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 
 	marks := filepath.Join(dir, "runs")
 	var mgrs []*proc
-	for i := range 2 {
+	// A manager adds one request per check_interval (1 s) up to
+	// request_concurrency; each is held up to the long-poll timeout (60 s).
+	for i := range 10 {
 		mdir := filepath.Join(dir, fmt.Sprintf("mgr%d", i))
 		os.MkdirAll(mdir, 0o755)
-		cfg := writeConfig(t, mdir, lb.url, runnerTok, 8, "")
+		cfg := writeConfig(t, mdir, lb.url, runnerTok, 20, "  request_concurrency = 20\n")
 		m := start(t, mdir, "run", "--config", cfg)
 		m.waitLog("runner manager started", 20*time.Second)
 		mgrs = append(mgrs, m)
 	}
+	// 200 long polls held, spread over the coordinators.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		total, per := 0, []int{}
+		for _, c := range coords {
+			w := longPollWaiters(t, c.url)
+			total += w
+			per = append(per, w)
+		}
+		if total == 200 {
+			t.Logf("held long polls per coordinator: %v", per)
+			for i, w := range per {
+				if w == 0 {
+					t.Errorf("coordinator %d holds no long poll: nginx did not spread them", i)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("held long polls: %v, want 200 in all", per)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
-	const n = 150
+	const n = 1000
 	ctx := t.Context()
-	ids := make([]int64, 0, n)
+	var ids []int64 // the jobs the API acknowledged (201)
 	var idsMu sync.Mutex
-	submit := func(from, to int) {
-		for i := from; i < to; i++ {
+	submitted := make(chan struct{})
+	// Submit all jobs through nginx while they run; a submit that fails
+	// (502: its coordinator died with the request; 503: the database is
+	// restarting) was not acknowledged and is sent again.
+	go func() {
+		defer close(submitted)
+		for i := 0; i < n && ctx.Err() == nil; {
 			j, err := cl.Submit(ctx, client.JobSpec{
 				Name:    fmt.Sprintf("j%d", i),
 				Project: fmt.Sprintf("g/p%d", i%5),
-				Script:  []string{"echo run-$CI_JOB_ID | tee -a " + marks, "sleep 0.2", "echo done-$CI_JOB_ID"},
+				Script:  []string{"echo run-$CI_JOB_ID | tee -a " + marks, "sleep 1", "echo done-$CI_JOB_ID"},
 			})
 			if err != nil {
-				t.Fatalf("submit %d: %v", i, err)
+				time.Sleep(50 * time.Millisecond)
+				continue
 			}
 			idsMu.Lock()
 			ids = append(ids, j.ID)
 			idsMu.Unlock()
+			i++
 		}
-	}
+	}()
+	// Jobs that succeeded, from the jobs-by-status gauge (the database's
+	// count, whichever coordinator nginx asks).
 	succeeded := func() int {
 		for {
-			jobs, err := cl.Jobs(ctx, "success", 1000)
-			if err == nil {
-				return len(jobs)
+			if n, ok := metricValue(lb.url, `drover_coordinator_jobs{status="success"}`); ok {
+				return int(n)
 			}
 			if ctx.Err() != nil {
-				t.Fatal(err)
+				t.Fatal(ctx.Err())
 			}
-			time.Sleep(100 * time.Millisecond) // 503 while the database restarts
+			time.Sleep(100 * time.Millisecond) // the database is restarting
 		}
 	}
 	waitSucceeded := func(want int, d time.Duration) {
@@ -198,21 +233,24 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d of %d jobs succeeded after %s", succeeded(), want, d)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 
-	submit(0, n/2)
-	waitSucceeded(n/6, 3*time.Minute)
-	// SIGKILL one coordinator mid-burst, while jobs are still submitted.
-	t.Logf("SIGKILL to coordinator 1 with %d of %d submitted jobs succeeded", succeeded(), n/2)
+	// SIGKILL one coordinator mid-burst: jobs are being submitted, handed
+	// out, logged and finished through it.
+	waitSucceeded(n/5, 5*time.Minute)
+	idsMu.Lock()
+	t.Logf("SIGKILL to coordinator 1 with %d jobs submitted, %d succeeded", len(ids), succeeded())
+	idsMu.Unlock()
 	coords[1].proc.signal(syscall.SIGKILL)
 	coords[1].proc.wait(10 * time.Second)
-	submit(n/2, n)
-	waitSucceeded(n/2, 3*time.Minute)
+	waitSucceeded(n/2, 5*time.Minute)
 
 	// PostgreSQL restarts: meanwhile requests get 503 with Retry-After.
-	t.Logf("PostgreSQL restart with %d of %d jobs succeeded", succeeded(), n)
+	idsMu.Lock()
+	t.Logf("PostgreSQL restart with %d jobs submitted, %d succeeded", len(ids), succeeded())
+	idsMu.Unlock()
 	if err := srv.Restart(ctx, func() {
 		resp, err := http.Get(lb.url + "/health/ready")
 		if err != nil {
@@ -234,7 +272,13 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitSucceeded(n, 5*time.Minute)
+	<-submitted
+	waitSucceeded(n, 10*time.Minute)
+	for _, id := range ids {
+		if j := waitJob(t, cl, id, 5*time.Minute, finished); j.Status != "success" {
+			t.Errorf("job %d: %s (%s)", id, j.Status, j.FailureReason)
+		}
+	}
 	for i, m := range mgrs {
 		t.Logf("manager %d: %d warnings in its log", i, strings.Count(m.log.String(), "level=WARN"))
 	}
@@ -259,10 +303,15 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 			t.Errorf("job %d log is not whole:\n%s", id, log)
 		}
 	}
-	if len(runs) != n {
-		t.Errorf("%d distinct jobs ran, want %d", len(runs), n)
+	for run, c := range runs {
+		if c != 1 {
+			t.Errorf("%s: %d times", run, c)
+		}
 	}
-	for _, c := range []*coordinator{coords[0], coords[2]} {
+	if len(runs) < n {
+		t.Errorf("%d distinct jobs ran, want at least the %d acknowledged", len(runs), n)
+	}
+	for _, c := range []*coordinator{coords[0], coords[2], coords[3]} {
 		if strings.Contains(c.log.String(), "panic:") {
 			t.Errorf("a coordinator panicked:\n%s", c.log.String())
 		}
@@ -271,4 +320,35 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 		m.signal(syscall.SIGTERM)
 		m.wait(30 * time.Second)
 	}
+}
+
+// longPollWaiters reads drover_coordinator_long_poll_waiters from the
+// coordinator at url.
+func longPollWaiters(t *testing.T, url string) int {
+	t.Helper()
+	n, ok := metricValue(url, "drover_coordinator_long_poll_waiters")
+	if !ok {
+		t.Fatalf("%s/metrics has no drover_coordinator_long_poll_waiters", url)
+	}
+	return int(n)
+}
+
+// metricValue reads the sample named name (with its labels, as
+// exposed) from url's /metrics.
+func metricValue(url, name string) (float64, bool) {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			var n float64
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				return n, true
+			}
+		}
+	}
+	return 0, false
 }
