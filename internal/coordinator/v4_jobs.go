@@ -104,7 +104,16 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, e)
 		return
 	}
-	j, hash, ok := c.jobForRunner(w, r, req.Token)
+	id, ok := pathID(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
+		return
+	}
+	// The job lock first, then one read: a claim, the reaper, a cancel or
+	// the runner's own other call may move the job, never while we hold it.
+	unlock := c.lockJob(id)
+	defer unlock()
+	j, _, ok := c.jobForRunner(w, r, req.Token)
 	if !ok {
 		return
 	}
@@ -116,11 +125,6 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	unlock := c.lockJob(j.ID)
-	defer unlock()
-	if j, ok = c.reloadForRunner(w, r, j.ID, hash); !ok {
-		return
-	}
 	log := c.log.With("job_id", j.ID, "runner_id", j.RunnerID)
 
 	if !runnerHolds(j.Status) {
@@ -238,7 +242,15 @@ func (c *Coordinator) finished(j *store.Job) {
 // finished job; 409 when the caller's assignment is over; 400 for a bad
 // Content-Range.
 func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
-	j, hash, ok := c.jobForRunner(w, r, "")
+	id, ok := pathID(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
+		return
+	}
+	// Under the job lock from the one read on (see handleUpdateJob).
+	unlock := c.lockJob(id)
+	defer unlock()
+	j, _, ok := c.jobForRunner(w, r, "")
 	if !ok {
 		return
 	}
@@ -270,15 +282,6 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ctx := r.Context()
-	unlock := c.lockJob(j.ID)
-	defer unlock()
-	if j, ok = c.reloadForRunner(w, r, j.ID, hash); !ok {
-		return
-	}
-	if !runnerHolds(j.Status) {
-		c.answerInactive(w, &j, "")
-		return
-	}
 	setJobHeaders(w, j.Status)
 	if int64(len(body)) != end-start+1 {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("body has %d bytes, Content-Range says %d", len(body), end-start+1), "Content-Range")
