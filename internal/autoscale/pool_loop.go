@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -371,6 +372,11 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 			label = "demand"
 		}
 	}
+	if p.closed {
+		// Shut down while this pass ran: no new instance that the shutdown
+		// would neither record nor delete.
+		create = 0
+	}
 	p.mu.Unlock()
 	if create <= 0 {
 		return
@@ -502,16 +508,30 @@ func (p *Pool) Shutdown(ctx context.Context, deleteInstances bool) error {
 	case deleteInstances && p.isStarted():
 		errs = append(errs, p.deleteAll(ctx))
 	case p.isStarted():
+		// Instances whose creation is pending become known first, so the
+		// state file records them for the next start to adopt.
+		now := p.clk.Now()
+		if len(p.pendingSnapshot()) > 0 {
+			_ = p.sync(ctx, now)
+		}
 		// Instances already condemned (max_use_count, broken) are not kept
 		// for a restart that may never come: their deletion is asked for
 		// now; one not confirmed stays "removing" in the state file.
-		p.deletions(ctx, p.clk.Now())
+		p.deletions(ctx, now)
 	}
 	p.flushState()
 	if err := p.o.Provider.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("shut down fleet provider: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// pendingSnapshot returns the creation times of instances asked for and
+// not yet seen.
+func (p *Pool) pendingSnapshot() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.pending)
 }
 
 func (p *Pool) deleteAll(ctx context.Context) error {

@@ -767,3 +767,20 @@ func TestPoolAdaptiveFeedback(t *testing.T) {
 		t.Errorf("static schedule changed the gain: %v -> %v", g3, g4)
 	}
 }
+
+// TestPoolShutdownRecordsPendingCreations: instances asked for and not yet
+// seen when the pool shuts down (keeping instances) are in the state file,
+// so the next start adopts them instead of leaving them orphaned.
+func TestPoolShutdownRecordsPendingCreations(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "r1.json")
+	h := newPoolHarness(t, poolTestPolicy(1, 2, time.Hour, 0), sim.Options{BootTime: time.Minute}, func(o *PoolOptions) { o.StateFile = state })
+	h.pool.Tick(t.Context()) // asks for 2; the pool has not seen them yet
+	if err := h.pool.Shutdown(t.Context(), false); err != nil {
+		t.Fatalf("Shutdown(false) = %v", err)
+	}
+	live := h.prov.Live()
+	st, err := readPoolState(state)
+	if err != nil || len(st) != len(live) || len(live) != 2 {
+		t.Fatalf("state file after Shutdown: %v, %v; want the %d live instances %v", st, err, len(live), live)
+	}
+}
