@@ -91,7 +91,11 @@ registration token it registers a new runner (POST /api/v4/runners) with
 				got, resp, err = client.Verify(ctx, api.VerifyRequest{Token: token, SystemID: systemID, Info: runnerInfo(executorName, shell)})
 			} else {
 				req := api.RegisterRequest{Token: token, Description: description, TagList: tagList, Info: runnerInfo(executorName, shell), MaximumTimeout: maxTimeout}
-				req.RunUntagged, req.Locked, req.Paused = &runUntagged, &locked, &paused
+				req.Locked, req.Paused = &locked, &paused
+				if cmd.Flags().Changed("run-untagged") {
+					// Otherwise the server decides: true only without tags.
+					req.RunUntagged = &runUntagged
+				}
 				got, resp, err = client.Register(ctx, req)
 			}
 			if err != nil {
@@ -158,7 +162,7 @@ registration token it registers a new runner (POST /api/v4/runners) with
 	f.StringVar(&description, "description", "", "description (legacy registration)")
 	f.StringVar(&buildsDir, "builds-dir", "", "where builds are checked out (default: ./builds)")
 	f.StringVar(&tagList, "tag-list", "", "comma-separated tags (legacy registration only)")
-	f.BoolVar(&runUntagged, "run-untagged", true, "take untagged jobs (legacy registration only)")
+	f.BoolVar(&runUntagged, "run-untagged", false, "take untagged jobs (legacy registration only; default: true when --tag-list is empty)")
 	f.BoolVar(&locked, "locked", false, "lock the runner to its project (legacy registration only)")
 	f.BoolVar(&paused, "paused", false, "register paused (legacy registration only)")
 	f.IntVar(&maxTimeout, "maximum-timeout", 0, "maximum job timeout in seconds (legacy registration only)")

@@ -177,7 +177,9 @@ type UpdateJobRequest struct {
 	FailureReason FailureReason `json:"failure_reason,omitempty"`
 	Checksum      string        `json:"checksum,omitempty"`
 	Output        JobOutput     `json:"output"`
-	ExitCode      int           `json:"exit_code,omitempty"`
+	// ExitCode is the failing script's exit code; nil (omitted) when the
+	// failure has none (a timeout, a cancel, a system failure).
+	ExitCode *int `json:"exit_code,omitempty"`
 }
 
 // ProvisioningRequest is the body of POST /api/v4/jobs/:id/runner_provisioning (two-phase start).

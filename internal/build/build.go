@@ -71,8 +71,12 @@ type Result struct {
 	State         api.JobState      // success or failed
 	FailureReason api.FailureReason // "" on success
 	ExitCode      int               // the failing script's exit code, else 0
-	Canceled      bool              // ended by a graceful cancel
-	Err           error             // what went wrong, for the manager's log
+	// HasExitCode is set when ExitCode is a script's (the build failed
+	// with an executor.BuildError); failures without one (timeouts,
+	// cancels, system failures) report none.
+	HasExitCode bool
+	Canceled    bool  // ended by a graceful cancel
+	Err         error // what went wrong, for the manager's log
 }
 
 // Run runs the build. Cancelling ctx aborts hard (processes killed,
@@ -547,7 +551,7 @@ func (b *build) result(ctx, jobCtx context.Context, err error, timeout time.Dura
 		if r.FailureReason == "" {
 			r.FailureReason = api.ScriptFailure
 		}
-		r.ExitCode = be.ExitCode
+		r.ExitCode, r.HasExitCode = be.ExitCode, true
 		return r
 	case context.Cause(jobCtx) == errJobTimeout:
 		return failed(api.JobExecutionTimeout, fmt.Errorf("execution took longer than %v: %w", timeout, err))

@@ -167,7 +167,7 @@ func TestRunScripts(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, sh, job([]string{"echo one", "exit 3", "echo two"}, []string{`echo "after=$CI_JOB_STATUS"`}))
 			res := f.run(t.Context(), nil)
-			checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3})
+			checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3, HasExitCode: true})
 			f.assertTrace(t, []string{"one\n", "after=failed\n", "\033[31;1mERROR: Job failed: exit code 3\033[0;m\n"}, []string{"two\n", "Job succeeded"})
 		})
 	}
@@ -240,7 +240,7 @@ func TestStepsWhen(t *testing.T) {
 	)
 	f := newFixture(t, "sh", j)
 	res := f.run(t.Context(), nil)
-	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 2})
+	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 2, HasExitCode: true})
 	f.assertTrace(t, []string{"notified failed\n", "reported\n", `"step_notify"`, "after\n"}, []string{"released"})
 }
 
@@ -342,7 +342,7 @@ func TestAfterScript(t *testing.T) {
 	t.Run("AFTER_SCRIPT_IGNORE_ERRORS=false", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, "sh", job([]string{"true"}, []string{"exit 5"}, api.Variable{Key: "AFTER_SCRIPT_IGNORE_ERRORS", Value: "false"}))
-		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 5})
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 5, HasExitCode: true})
 	})
 }
 
@@ -509,7 +509,7 @@ func TestAccept(t *testing.T) {
 		accepted := false
 		f.opts.Accept = func(ctx context.Context) error { accepted = true; return nil }
 		res := f.run(t.Context(), nil)
-		checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ImagePullFailure, ExitCode: 1})
+		checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.ImagePullFailure, ExitCode: 1, HasExitCode: true})
 		if !accepted || len(p.Stages()) != 0 {
 			t.Errorf("accepted = %v, stages run = %v; want accepted and no stage", accepted, p.Stages())
 		}

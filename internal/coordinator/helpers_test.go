@@ -218,3 +218,5 @@ var fakeStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 	return context.WithCancel(t.Context())
 }
+
+func ptr[T any](v T) *T { return &v }

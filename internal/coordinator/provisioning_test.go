@@ -479,7 +479,7 @@ func TestFailBeforeAccept(t *testing.T) {
 	_, tok := e.runner(nil)
 	j := e.submit(nil)
 	jr := e.takeAs(tok, "s_a")
-	resp, b := e.put(j.ID, jr.Token, api.UpdateJobRequest{State: "failed", FailureReason: "runner_system_failure", ExitCode: 3})
+	resp, b := e.put(j.ID, jr.Token, api.UpdateJobRequest{State: "failed", FailureReason: "runner_system_failure", ExitCode: ptr(3)})
 	wantAnswer(t, "PUT failed while waiting", resp, b, 200, "failed")
 	if g := e.job(j.ID); g.Status != "failed" || g.FailureReason != "runner_system_failure" {
 		t.Errorf("job = %+v", g)

@@ -21,8 +21,7 @@ import "github.com/drover-ci/drover/internal/coordinator/store"
 //	 PUT success ◄─┘  │  └──► PUT failed / reaper (timeout, silent runner) ──► failed
 //	      │           │ cancel (admin)
 //	      ▼           ▼
-//	  success     canceling ── PUT failed ──► canceled
-//	                  │  └──── PUT success ──► success
+//	  success     canceling ── PUT failed or success ──► canceled (as GitLab)
 //	                  └─ reaper: silent ──► canceled; timeout ──► failed
 //
 //	pending / created ── cancel ──► canceled

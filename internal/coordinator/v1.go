@@ -94,7 +94,7 @@ func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	spec := runnerSpec{
-		Description: req.Description, Tags: req.TagList, RunUntagged: true,
+		Description: req.Description, Tags: req.TagList, RunUntagged: len(req.TagList) == 0, // as GitLab: untagged jobs only for runners without tags, unless asked
 		Locked: req.Locked, Paused: req.Paused, MaximumTimeout: req.MaximumTimeout,
 	}
 	if req.RunUntagged != nil {

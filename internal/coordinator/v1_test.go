@@ -190,8 +190,13 @@ func TestAdminRunners(t *testing.T) {
 	if r0.Description != "d" || r0.RunUntagged || !r0.Locked || !r0.Paused || r0.MaximumTimeout != 60 || len(r0.TagList) != 2 || r0.Managers == nil {
 		t.Errorf("runner 0 = %+v", r0)
 	}
-	if fmt.Sprint(rs[1].TagList) != "[a b c]" || !rs[1].RunUntagged {
-		t.Errorf("runner 1 = %+v", rs[1])
+	// As GitLab: a runner with tags takes untagged jobs only when asked to,
+	// one without tags does.
+	if fmt.Sprint(rs[1].TagList) != "[a b c]" || rs[1].RunUntagged {
+		t.Errorf("runner 1 (tags, run_untagged not given) = %+v, want run_untagged false", rs[1])
+	}
+	if len(rs[2].TagList) != 0 || !rs[2].RunUntagged {
+		t.Errorf("runner 2 (no tags) = %+v, want run_untagged true", rs[2])
 	}
 	if resp, _ := e.admin("DELETE", fmt.Sprintf("/api/v1/runners/%d", r0.ID), nil); resp.StatusCode != 204 {
 		t.Errorf("DELETE runner = %d", resp.StatusCode)

@@ -83,7 +83,8 @@ func setJobHeaders(w http.ResponseWriter, s store.Status) {
 func sameFinal(state api.JobState, s store.Status) bool {
 	switch state {
 	case api.StateSuccess:
-		return s == store.StatusSuccess
+		// A success reported while canceling became canceled.
+		return s == store.StatusSuccess || s == store.StatusCanceled
 	case api.StateFailed:
 		return s == store.StatusFailed || s == store.StatusCanceled
 	}
@@ -192,14 +193,16 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		ch.ProvisioningNanos, ch.IfVersion = &prov, j.Version
 	}
 	switch {
+	case j.Status == store.StatusCanceling:
+		// Canceled whatever the runner reports, as GitLab does: a script
+		// that finished before the runner heard of the cancel does not
+		// turn a cancel into a success.
+		ch.Status = store.StatusCanceled
+		ch.ExitCode = req.ExitCode
 	case req.State == api.StateSuccess:
 		ch.Status = store.StatusSuccess
 		zero := 0
 		ch.ExitCode = &zero
-	case j.Status == store.StatusCanceling:
-		ch.Status = store.StatusCanceled
-		code := req.ExitCode
-		ch.ExitCode = &code
 	default:
 		ch.Status = store.StatusFailed
 		reason := req.FailureReason
@@ -210,8 +213,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		}
 		rs := string(reason)
 		ch.FailureReason = &rs
-		code := req.ExitCode
-		ch.ExitCode = &code
+		ch.ExitCode = req.ExitCode // none for a failure without one
 	}
 	got, err := c.st.TransitionJob(ctx, j.ID, from, ch)
 	if errors.Is(err, store.ErrConflict) {

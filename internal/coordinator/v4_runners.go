@@ -93,7 +93,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec := runnerSpec{
-		Description: req.Description, Tags: splitTags(req.TagList), RunUntagged: true,
+		Description: req.Description, Tags: splitTags(req.TagList), RunUntagged: len(splitTags(req.TagList)) == 0, // as GitLab
 		MaximumTimeout: req.MaximumTimeout,
 	}
 	if req.RunUntagged != nil {

@@ -387,12 +387,12 @@ func TestUpdateJob(t *testing.T) {
 
 	// Failure with reason and exit code.
 	jr2 := e.take(tok)
-	resp, b = e.put(jr2.ID, jr2.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: 3})
+	resp, b = e.put(jr2.ID, jr2.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: ptr(3)})
 	check("failed", resp, b, 200, "failed")
 	if g := e.job(jr2.ID); g.Status != "failed" || g.FailureReason != "script_failure" || g.ExitCode == nil || *g.ExitCode != 3 {
 		t.Errorf("failed job = %+v", g)
 	}
-	resp, b = e.put(jr2.ID, jr2.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: 3})
+	resp, b = e.put(jr2.ID, jr2.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: ptr(3)})
 	check("repeated failed", resp, b, 200, "failed")
 }
 
@@ -507,7 +507,7 @@ func TestCancel(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get(hdrJobStatus) != "canceling" {
 		t.Errorf("keep-alive while canceling = %d %q", resp.StatusCode, resp.Header.Get(hdrJobStatus))
 	}
-	resp, _ = e.put(jr.ID, jr.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: 143})
+	resp, _ = e.put(jr.ID, jr.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: ptr(143)})
 	if resp.StatusCode != 200 || resp.Header.Get(hdrJobStatus) != "canceled" {
 		t.Errorf("failed while canceling = %d %q, want 200 canceled", resp.StatusCode, resp.Header.Get(hdrJobStatus))
 	}
@@ -622,5 +622,92 @@ func TestConfigAdminToken(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.AdminToken = "s3cret" })
 	if e.c.AdminToken() != "s3cret" || e.c.AdminTokenPath() != "" {
 		t.Errorf("AdminToken %q path %q", e.c.AdminToken(), e.c.AdminTokenPath())
+	}
+}
+
+// TestCancelThenSuccess: a job canceled while its script was finishing
+// ends canceled even when the runner reports success, as in GitLab; a
+// retried success is answered 200.
+func TestCancelThenSuccess(t *testing.T) {
+	e := newEnv(t, nil)
+	_, tok := e.runner(nil)
+	e.submit(nil)
+	jr := e.take(tok)
+	if resp, b := e.admin("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", jr.ID), nil); resp.StatusCode != 200 {
+		t.Fatalf("cancel = %d %s", resp.StatusCode, b)
+	}
+	for i := range 2 {
+		resp, b := e.put(jr.ID, jr.Token, api.UpdateJobRequest{State: api.StateSuccess})
+		if resp.StatusCode != 200 || resp.Header.Get(hdrJobStatus) != "canceled" {
+			t.Fatalf("PUT success #%d while canceling = %d %q %s, want 200 canceled", i+1, resp.StatusCode, resp.Header.Get(hdrJobStatus), b)
+		}
+	}
+	if g := e.job(jr.ID); g.Status != "canceled" || g.ExitCode != nil {
+		t.Fatalf("job = %s, exit code %v; want canceled with none", g.Status, g.ExitCode)
+	}
+}
+
+// TestExitCodeOnlyWhenSent: a failure the runner reports without
+// exit_code (a timeout, a system failure) keeps none; one with a code
+// keeps it, 0 included.
+func TestExitCodeOnlyWhenSent(t *testing.T) {
+	e := newEnv(t, nil)
+	_, tok := e.runner(nil)
+	for _, tc := range []struct {
+		name   string
+		req    api.UpdateJobRequest
+		want   *int
+		reason string
+	}{
+		{"timeout", api.UpdateJobRequest{State: api.StateFailed, FailureReason: api.JobExecutionTimeout}, nil, "job_execution_timeout"},
+		{"script", api.UpdateJobRequest{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: ptr(2)}, ptr(2), "script_failure"},
+		{"explicit zero", api.UpdateJobRequest{State: api.StateFailed, ExitCode: ptr(0)}, ptr(0), "script_failure"},
+		{"success", api.UpdateJobRequest{State: api.StateSuccess}, ptr(0), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.submit(nil)
+			jr := e.take(tok)
+			if resp, b := e.put(jr.ID, jr.Token, tc.req); resp.StatusCode != 200 {
+				t.Fatalf("PUT = %d %s", resp.StatusCode, b)
+			}
+			g := e.job(jr.ID)
+			if (g.ExitCode == nil) != (tc.want == nil) || (g.ExitCode != nil && *g.ExitCode != *tc.want) || g.FailureReason != tc.reason {
+				t.Fatalf("job: exit code %v, reason %q; want %v, %q", g.ExitCode, g.FailureReason, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+// TestRegisterRunUntaggedDefault: as GitLab, a runner registered with tags
+// and no run_untagged takes tagged jobs only; without tags it takes
+// untagged ones; an explicit run_untagged wins.
+func TestRegisterRunUntaggedDefault(t *testing.T) {
+	e := newEnv(t, nil)
+	yes := true
+	for _, tc := range []struct {
+		name string
+		req  api.RegisterRequest
+		want bool
+	}{
+		{"tags", api.RegisterRequest{TagList: "x,y"}, false},
+		{"no tags", api.RegisterRequest{}, true},
+		{"tags, asked for untagged", api.RegisterRequest{TagList: "x", RunUntagged: &yes}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Token = e.c.RegistrationToken()
+			resp, b := e.do("POST", "/api/v4/runners", nil, tc.req)
+			if resp.StatusCode != 201 {
+				t.Fatalf("register = %d %s", resp.StatusCode, b)
+			}
+			var out api.VerifyResponse
+			e.decode(b, &out)
+			rn, err := e.c.st.GetRunner(t.Context(), out.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rn.RunUntagged != tc.want {
+				t.Fatalf("run_untagged = %v, want %v", rn.RunUntagged, tc.want)
+			}
+		})
 	}
 }

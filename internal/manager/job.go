@@ -79,7 +79,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	buf, err := newJobLog(job, r, 0, 0)
 	if err != nil {
 		log.Error("cannot create the job log buffer", "err", err)
-		m.sendFinal(ctx, log, client, job, info, nil, api.StateFailed, api.RunnerSystemFailure, 0)
+		m.sendFinal(ctx, log, client, job, info, nil, api.StateFailed, api.RunnerSystemFailure, nil)
 		return
 	}
 	defer buf.Close()
@@ -237,11 +237,15 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.Run
 		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))
 		return
 	}
-	state, reason, code := res.State, res.FailureReason, res.ExitCode
+	state, reason := res.State, res.FailureReason
+	var code *int
+	if res.HasExitCode {
+		code = &res.ExitCode
+	}
 	if ctx.Err() != nil {
 		// The manager is being stopped forcefully (SIGTERM/SIGINT).
 		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: Job failed: the runner manager was stopped (runner_interrupted)\x1b[0;m\n")
-		state, reason = api.StateFailed, api.RunnerInterrupted
+		state, reason, code = api.StateFailed, api.RunnerInterrupted, nil
 	}
 	buf.Finish()
 	if res.Err != nil {
@@ -293,7 +297,7 @@ func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, client *api.
 			failure = api.RunnerInterrupted
 		}
 		st.buf.Finish()
-		m.sendFinal(dctx, log, client, job, info, st, api.StateFailed, failure, 0)
+		m.sendFinal(dctx, log, client, job, info, st, api.StateFailed, failure, nil)
 	}
 }
 
@@ -351,7 +355,7 @@ func (m *Manager) sendFinal(ctx context.Context, log interface {
 	Warn(string, ...any)
 	Error(string, ...any)
 }, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
-	state api.JobState, reason api.FailureReason, code int) {
+	state api.JobState, reason api.FailureReason, code *int) {
 	req := api.UpdateJobRequest{Info: info, Token: job.Token, State: state, ExitCode: code}
 	if state == api.StateFailed {
 		req.FailureReason = mapFailureReason(reason, job.Features.FailureReasons)

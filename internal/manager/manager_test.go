@@ -78,7 +78,7 @@ func TestJobProtocolHappyPath(t *testing.T) {
 	f.addJob(testJob(1, []string{"echo hello-from-job"}, nil))
 	startManager(t, f.srv.URL, nil)
 	u := waitFinal(t, f)
-	if u.State != api.StateSuccess || u.ExitCode != 0 || u.FailureReason != "" {
+	if u.State != api.StateSuccess || u.ExitCode != nil || u.FailureReason != "" {
 		t.Errorf("final update = %+v, want success without reason or exit code", u)
 	}
 	if tr := f.traceOf(1); !strings.Contains(tr, "hello-from-job") {
@@ -105,8 +105,8 @@ func TestJobProtocolFailureReasonAndExitCode(t *testing.T) {
 	f.addJob(testJob(2, []string{"echo x", "exit 42"}, []string{"echo after-$CI_JOB_STATUS"}))
 	startManager(t, f.srv.URL, nil)
 	u := waitFinal(t, f)
-	if u.State != api.StateFailed || u.ExitCode != 42 || u.FailureReason != api.ScriptFailure {
-		t.Errorf("final update = state %s exit %d reason %s, want failed 42 script_failure", u.State, u.ExitCode, u.FailureReason)
+	if u.State != api.StateFailed || u.ExitCode == nil || *u.ExitCode != 42 || u.FailureReason != api.ScriptFailure {
+		t.Errorf("final update = state %s exit %v reason %s, want failed 42 script_failure", u.State, u.ExitCode, u.FailureReason)
 	}
 	if tr := f.traceOf(2); !strings.Contains(tr, "after-failed") {
 		t.Errorf("after_script did not run:\n%s", tr)

@@ -248,7 +248,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 			fmt.Fprintf(buf, "\n\x1b[31;1mERROR: Job failed (system failure): %s\x1b[0;m\n", msg)
 			buf.Finish()
 		}
-		m.sendFinal(context.WithoutCancel(ctx), log, client, &job, info, st, api.StateFailed, reason, 0)
+		m.sendFinal(context.WithoutCancel(ctx), log, client, &job, info, st, api.StateFailed, reason, nil)
 		m.metrics.jobFinished(r, string(api.StateFailed), m.clock.Now().Sub(started))
 		_ = t.store.Remove(context.WithoutCancel(ctx), rec.JobID)
 	}

@@ -285,7 +285,7 @@ func TestJobFailure(t *testing.T) {
 			f := newFixture(t, sh)
 			j := newJob([]string{"echo one", "exit 3", "echo two"}, []string{`echo "after=$CI_JOB_STATUS"`})
 			res := f.run(t, t.Context(), nil, j)
-			checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3})
+			checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3, HasExitCode: true})
 			tr := f.trace.String()
 			inOrder(t, tr, "one\n", ":after_script\r", "after=failed\n", "ERROR: Job failed: exit code 3")
 			if strings.Contains(tr, "two\n") {

@@ -8,6 +8,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -52,6 +53,9 @@ type Options struct {
 	// SetEnv are NAME=value pairs set in every session (sshd_config
 	// SetEnv), e.g. a PATH without some tool.
 	SetEnv []string
+	// FirstPort, when not 0, is the port of the first attempt instead of
+	// a free one (to test what happens when it is taken).
+	FirstPort int
 }
 
 // StartWith is Start with options.
@@ -85,6 +89,9 @@ func StartWith(t testing.TB, o Options) *Server {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port := freePort(t)
+		if attempt == 0 && o.FirstPort != 0 {
+			port = o.FirstPort
+		}
 		cfg := fmt.Sprintf(`Port %d
 ListenAddress 127.0.0.1
 HostKey %[2]s/host_ed25519
@@ -110,7 +117,7 @@ SetEnv SHLVL=1 %[3]s
 		}
 		exited := make(chan struct{})
 		go func() { _ = s.cmd.Wait(); close(exited) }()
-		if lastErr = waitListening(s.Addr, exited); lastErr == nil {
+		if lastErr = waitOwn(s, exited); lastErr == nil {
 			t.Cleanup(func() {
 				s.Stop()
 				<-exited
@@ -136,18 +143,50 @@ func (s *Server) Stop() {
 // Log returns what sshd logged so far.
 func (s *Server) Log() string { return s.log.String() }
 
-func waitListening(addr string, exited <-chan struct{}) error {
-	deadline := time.Now().Add(10 * time.Second)
+// errNotOurs: what answers on the port is not the sshd just started (the
+// port was taken between the pick and sshd's bind, and sshd gave up).
+var errNotOurs = errors.New("another server answers on the port")
+
+// waitOwn waits until s's own sshd answers on s.Addr: its process is alive
+// and an SSH key exchange shows the host key generated for it. Anything
+// else on the port is errNotOurs, for a retry on another port. The check
+// stops before authentication, so sshd logs no accepted login for it.
+func waitOwn(s *Server, exited <-chan struct{}) error {
+	want := s.HostKey.Marshal()
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
 		select {
 		case <-exited:
-			return fmt.Errorf("sshd exited: %w", err)
+			return errors.New("sshd exited")
 		default:
+		}
+		var ours, other bool
+		cfg := &ssh.ClientConfig{
+			User: s.User, // no auth method: the handshake ends after the key exchange
+			HostKeyCallback: func(_ string, _ net.Addr, k ssh.PublicKey) error {
+				if bytes.Equal(k.Marshal(), want) {
+					ours = true
+					return nil
+				}
+				other = true
+				return errNotOurs
+			},
+			Timeout: 5 * time.Second,
+		}
+		c, err := ssh.Dial("tcp", s.Addr, cfg)
+		if c != nil {
+			c.Close()
+		}
+		switch {
+		case ours:
+			select {
+			case <-exited:
+				return errors.New("sshd exited")
+			default:
+				return nil
+			}
+		case other:
+			return errNotOurs
 		}
 		if time.Now().After(deadline) {
 			return err
