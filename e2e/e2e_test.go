@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -390,5 +391,20 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 	if got := waitJob(t, c.client(), j.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("job after a failed reload = %s", got.Status)
+	}
+}
+
+// TestCoordinatorPortTaken: a coordinator whose address is taken exits
+// with code 2 naming the address, and never says it is ready.
+func TestCoordinatorPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	out, code := runCLI(t, dir, nil, "coordinator", "--listen", l.Addr().String(), "--data", filepath.Join(dir, "d"))
+	if code != 2 || !strings.Contains(out, l.Addr().String()) || strings.Contains(out, "coordinator ready") {
+		t.Fatalf("exit code %d (want 2), output (want the address, no \"coordinator ready\"):\n%s", code, out)
 	}
 }

@@ -72,6 +72,13 @@ checks the database and names it).`,
 			if databaseURL == "" {
 				databaseURL = os.Getenv("DROVER_DATABASE_URL")
 			}
+			// Bind first: a taken port is an error before anything else
+			// happens (and before anything says it is ready).
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return usageError(fmt.Errorf("--listen %s: %w", listen, err))
+			}
+			defer ln.Close()
 			var st store.Store
 			if databaseURL != "" {
 				pg, err := openPostgres(ctx, logger, databaseURL)
@@ -99,10 +106,6 @@ checks the database and names it).`,
 				logger.Info("admin token", "path", p)
 			} else {
 				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return usageError(err)
 			}
 			srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 30 * time.Second}
 			go func() { _ = c.Run(ctx) }()

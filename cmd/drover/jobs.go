@@ -179,16 +179,32 @@ func newJobsCmd() *cobra.Command {
 	var af apiFlags
 	var status string
 	var limit int
+	var before, after int64
+	var oldest bool
 	cmd := &cobra.Command{
 		Use:   "jobs",
-		Short: "List jobs of a drover coordinator",
-		Args:  cobra.NoArgs,
+		Short: "List jobs of a drover coordinator, newest first",
+		Long: `Lists jobs, newest first, --limit at a time (default 100); a last line says
+how many more there are and how to see them (--before ID, or --after ID with
+--oldest).`,
+		Example: `  drover jobs --status running,pending
+  drover jobs --limit 20 --before 480
+  drover jobs --oldest --limit 10`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > 1000 {
+				return usageError(fmt.Errorf("--limit %d: want 1 to 1000", limit))
+			}
+			if before < 0 || after < 0 {
+				return usageError(errors.New("--before and --after take a job id"))
+			}
 			c, err := af.client()
 			if err != nil {
 				return err
 			}
-			jobs, err := c.Jobs(cmd.Context(), status, limit)
+			jobs, total, err := c.JobList(cmd.Context(), client.JobQuery{
+				Status: status, Limit: limit, Newest: !oldest, BeforeID: before, AfterID: after,
+			})
 			if err != nil {
 				return err
 			}
@@ -207,12 +223,44 @@ func newJobsCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Name, j.Project, j.Status, j.FailureReason, exit, runner, created)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if len(jobs) == 0 {
+				if total == 0 || (before == 0 && after == 0) {
+					fmt.Fprintln(out, "no jobs")
+				} else {
+					fmt.Fprintln(out, "no more jobs")
+				}
+				return nil
+			}
+			last := jobs[len(jobs)-1].ID
+			next := fmt.Sprintf("drover jobs --before %d", last)
+			if oldest {
+				next = fmt.Sprintf("drover jobs --oldest --after %d", last)
+			}
+			if status != "" {
+				next += " --status " + status
+			}
+			switch {
+			case before == 0 && after == 0 && total >= 0:
+				// The first page: the total says how many are left.
+				if more := total - int64(len(jobs)); more > 0 {
+					fmt.Fprintf(out, "%d more: %s\n", more, next)
+				}
+			case len(jobs) == limit:
+				fmt.Fprintf(out, "more may follow: %s\n", next)
+			}
+			return nil
 		},
 	}
 	af.add(cmd)
-	cmd.Flags().StringVar(&status, "status", "", "only jobs with this status")
-	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many jobs")
+	cmd.Flags().StringVar(&status, "status", "", "only jobs with these statuses (comma-separated: pending,running,success,failed,canceled...)")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many jobs (1–1000)")
+	cmd.Flags().Int64Var(&before, "before", 0, "only jobs older than this job id (the next page)")
+	cmd.Flags().Int64Var(&after, "after", 0, "only jobs newer than this job id (with --oldest: the next page)")
+	cmd.Flags().BoolVar(&oldest, "oldest", false, "oldest first")
 	return cmd
 }
 

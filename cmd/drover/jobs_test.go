@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/coordinator"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -80,5 +83,52 @@ func TestSubmitRejected(t *testing.T) {
 		"--image", "a", "--image-pull-policy", "sometimes")
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "image.pull_policy") {
 		t.Errorf("exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// TestJobsNewestFirstAndPaging: `drover jobs` against a real coordinator
+// lists the newest jobs first, says how many more there are and how to see
+// them, and that command shows the next page.
+func TestJobsNewestFirstAndPaging(t *testing.T) {
+	c, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	cl := client.New(srv.URL, c.AdminToken(), nil)
+	for i := range 5 {
+		if _, err := cl.Submit(t.Context(), client.JobSpec{Name: fmt.Sprintf("job-%d", i+1), Script: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := []string{"jobs", "--url", srv.URL, "--token", c.AdminToken()}
+	ids := func(out string) []string {
+		var got []string
+		for _, l := range strings.Split(out, "\n")[1:] {
+			if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "job-") {
+				got = append(got, f[0])
+			}
+		}
+		return got
+	}
+	out, code, err := drover(t, append(base, "--limit", "2")...)
+	if code != 0 {
+		t.Fatalf("exit %d (%v): %s", code, err, out)
+	}
+	if got := strings.Join(ids(out), " "); got != "5 4" || !strings.Contains(out, "3 more: drover jobs --before 4") {
+		t.Fatalf("first page: ids %q, output:\n%s\nwant 5 4 and \"3 more: drover jobs --before 4\"", got, out)
+	}
+	out, _, _ = drover(t, append(base, "--limit", "2", "--before", "4")...)
+	if got := strings.Join(ids(out), " "); got != "3 2" || !strings.Contains(out, "more may follow: drover jobs --before 2") {
+		t.Fatalf("second page: ids %q, output:\n%s", got, out)
+	}
+	out, _, _ = drover(t, append(base, "--oldest", "--limit", "10")...)
+	if got := strings.Join(ids(out), " "); got != "1 2 3 4 5" || strings.Contains(out, "more") {
+		t.Fatalf("--oldest: ids %q, output:\n%s", got, out)
+	}
+	if _, code, _ := drover(t, append(base, "--limit", "0")...); code != 2 {
+		t.Fatalf("--limit 0: exit %d, want 2", code)
 	}
 }

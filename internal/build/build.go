@@ -84,8 +84,9 @@ type Result struct {
 // the caller overrides). A close of gracefulCancel stops the current stage
 // and still runs after_script, then returns Canceled=true with
 // FailureReason job_canceled. The job timeout (job.TimeoutSeconds()) is
-// enforced here: on expiry the script is killed, after_script still runs,
-// and the result is failed with job_execution_timeout.
+// enforced here: on expiry the script is killed, after_script is skipped
+// (as GitLab Runner does), and the result is failed with
+// job_execution_timeout.
 //
 // Run writes the whole user-visible log of the build to opts.Trace, ending
 // with "Job succeeded" or "ERROR: Job failed: …". It calls Finish and
@@ -175,7 +176,12 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 			b.checkpoint(executor.StagePrepareScript, false, 0, true)
 		}
 		err = b.scripts(jobCtx)
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case context.Cause(jobCtx) == errJobTimeout:
+			// As GitLab Runner: a job out of time gets no after_script.
+			b.trace.line(ansiYellow, "WARNING: step_script could not run to completion: the job timeout was exceeded; after_script is not run")
+		default:
 			err = b.afterScript(ctx, jobCtx, err)
 		}
 	}
@@ -340,7 +346,7 @@ func (b *build) scripts(ctx context.Context) error {
 }
 
 // afterScript runs after_script in ctx (not jobCtx: it runs after a
-// timeout or graceful cancel too) under RUNNER_AFTER_SCRIPT_TIMEOUT. It
+// graceful cancel too) under RUNNER_AFTER_SCRIPT_TIMEOUT. It
 // returns the build's error: unchanged, unless AFTER_SCRIPT_IGNORE_ERRORS
 // is false and a failing after_script fails an otherwise successful job.
 func (b *build) afterScript(ctx, jobCtx context.Context, err error) error {

@@ -300,24 +300,54 @@ func (c *Client) Job(ctx context.Context, id int64) (*Job, error) {
 	return &j, nil
 }
 
-// Jobs lists jobs, optionally filtered by status.
+// Jobs lists jobs, oldest first, optionally filtered by status.
 func (c *Client) Jobs(ctx context.Context, status string, limit int) ([]Job, error) {
+	out, _, err := c.JobList(ctx, JobQuery{Status: status, Limit: limit})
+	return out, err
+}
+
+// JobQuery selects a page of jobs for JobList.
+type JobQuery struct {
+	Status   string // statuses, comma-separated; "" = all
+	Limit    int    // 0 = the coordinator's default (100)
+	Newest   bool   // newest first
+	BeforeID int64  // only jobs older than this id (0 = no bound)
+	AfterID  int64  // only jobs newer than this id (0 = no bound)
+}
+
+// JobList returns a page of jobs and how many jobs match q.Status in all,
+// paging aside (-1 when the coordinator does not say).
+func (c *Client) JobList(ctx context.Context, jq JobQuery) ([]Job, int64, error) {
 	q := url.Values{}
-	if status != "" {
-		q.Set("status", status)
+	if jq.Status != "" {
+		q.Set("status", jq.Status)
 	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+	if jq.Limit > 0 {
+		q.Set("limit", strconv.Itoa(jq.Limit))
+	}
+	if jq.Newest {
+		q.Set("order", "newest")
+	}
+	if jq.BeforeID > 0 {
+		q.Set("before_id", strconv.FormatInt(jq.BeforeID, 10))
+	}
+	if jq.AfterID > 0 {
+		q.Set("after_id", strconv.FormatInt(jq.AfterID, 10))
 	}
 	var out []Job
 	path := "/api/v1/jobs"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	if _, err := c.do(ctx, http.MethodGet, path, nil, &out, http.StatusOK); err != nil {
-		return nil, err
+	resp, err := c.do(ctx, http.MethodGet, path, nil, &out, http.StatusOK)
+	if err != nil {
+		return nil, 0, err
 	}
-	return out, nil
+	total := int64(-1)
+	if n, err := strconv.ParseInt(resp.Header.Get("X-Total-Count"), 10, 64); err == nil {
+		total = n
+	}
+	return out, total, nil
 }
 
 // Cancel cancels a job.

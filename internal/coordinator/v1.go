@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -414,10 +415,42 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.AfterID = n
 	}
+	if s := q.Get("before_id"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "before_id must be a non-negative integer", "before_id")
+			return
+		}
+		f.BeforeID = n
+	}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		writeError(w, http.StatusBadRequest, "order must be oldest or newest", "order")
+		return
+	}
 	jobs, err := c.st.ListJobs(r.Context(), f)
 	if err != nil {
 		c.internalError(w, "list jobs", err)
 		return
+	}
+	if f.Project == "" {
+		// How many jobs match the status filter in all, paging aside, for
+		// "N more".
+		counts, err := c.st.CountJobs(r.Context())
+		if err != nil {
+			c.internalError(w, "count jobs", err)
+			return
+		}
+		var total int64
+		for st, n := range counts {
+			if len(f.Statuses) == 0 || slices.Contains(f.Statuses, st) {
+				total += n
+			}
+		}
+		w.Header().Set("X-Total-Count", strconv.FormatInt(total, 10))
 	}
 	out := make([]jobView, 0, len(jobs))
 	for i := range jobs {

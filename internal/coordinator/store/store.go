@@ -233,11 +233,14 @@ type JobChange struct {
 	SkipLocked bool
 }
 
-// JobFilter selects jobs for ListJobs. Results are ordered by ID.
+// JobFilter selects jobs for ListJobs. Results are ordered by ID, the
+// newest (highest) first when Newest is set.
 type JobFilter struct {
 	Statuses []Status // any of; empty = all
 	Project  string   // "" = all
 	AfterID  int64    // only jobs with ID > AfterID
+	BeforeID int64    // when > 0, only jobs with ID < BeforeID
+	Newest   bool     // highest ID first (with Limit: the newest jobs)
 	Limit    int      // <= 0 means no limit
 }
 

@@ -149,7 +149,13 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if f.Project != "" {
 		q += ` AND p.path = ` + a.add(f.Project)
 	}
+	if f.BeforeID > 0 {
+		q += ` AND j.id < ` + a.add(f.BeforeID)
+	}
 	q += ` ORDER BY j.id`
+	if f.Newest {
+		q += ` DESC`
+	}
 	if f.Limit > 0 {
 		q += ` LIMIT ` + a.add(f.Limit)
 	}

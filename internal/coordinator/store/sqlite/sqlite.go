@@ -451,7 +451,14 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 		q += ` AND p.path = ?`
 		args = append(args, f.Project)
 	}
+	if f.BeforeID > 0 {
+		q += ` AND j.id < ?`
+		args = append(args, f.BeforeID)
+	}
 	q += ` ORDER BY j.id`
+	if f.Newest {
+		q += ` DESC`
+	}
 	if f.Limit > 0 {
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)

@@ -306,6 +306,10 @@ func testListJobs(t *testing.T, h Harness) {
 		{"project", store.JobFilter{Project: "b/b"}, []int64{ids[1], ids[3], ids[5]}},
 		{"after", store.JobFilter{AfterID: ids[3]}, ids[4:]},
 		{"none", store.JobFilter{Project: "zzz"}, []int64{}},
+		{"newest", store.JobFilter{Newest: true, Limit: 2}, []int64{ids[5], ids[4]}},
+		{"newest before", store.JobFilter{Newest: true, BeforeID: ids[4], Limit: 2}, []int64{ids[3], ids[2]}},
+		{"newest pending of b before", store.JobFilter{Newest: true, Project: "b/b", Statuses: []store.Status{store.StatusPending}, BeforeID: ids[5]}, []int64{ids[3], ids[1]}},
+		{"between", store.JobFilter{AfterID: ids[1], BeforeID: ids[4]}, ids[2:4]},
 	} {
 		js, err := s.ListJobs(ctx, tc.f)
 		if err != nil {
