@@ -50,6 +50,15 @@ func TestRegisterRunSubmit(t *testing.T) {
 				t.Errorf("log lacks %q:\n%s", want, out)
 			}
 		}
+		// No --git-sha (the README's example): submit resolves the ref, the
+		// job checks out its tip and CI_COMMIT_SHA is the real commit.
+		args = append([]string{"submit", "--name", "git-ref", "--wait",
+			"--git-url", "file://" + repo, "--git-ref", "main",
+			"--script", "cat file.txt", "--script", "echo sha=$CI_COMMIT_SHA"}, common...)
+		out, code = runCLI(t, dir, nil, args...)
+		if code != 0 || !strings.Contains(out, "version 2") || !strings.Contains(out, "sha="+shas[1]) {
+			t.Errorf("submit with --git-ref only = exit %d (want the tip, sha=%s):\n%s", code, shas[1], out)
+		}
 		// A full clone can check out an older commit.
 		args = append([]string{"submit", "--name", "git-old", "--wait",
 			"--git-url", "file://" + repo, "--git-ref", "main", "--git-sha", shas[0],

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -130,5 +132,39 @@ func TestJobsNewestFirstAndPaging(t *testing.T) {
 	}
 	if _, code, _ := drover(t, append(base, "--limit", "0")...); code != 2 {
 		t.Fatalf("--limit 0: exit %d, want 2", code)
+	}
+}
+
+// TestResolveRef: submit resolves --git-ref to the commit with a real git
+// repository: a branch, an annotated tag (to its commit), the default
+// HEAD; an unknown ref is an error naming it.
+func TestResolveRef(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@e", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@e")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	git("commit", "-q", "--allow-empty", "-m", "one")
+	first := git("rev-parse", "HEAD")
+	git("tag", "-a", "v1", "-m", "tag")
+	git("commit", "-q", "--allow-empty", "-m", "two")
+	second := git("rev-parse", "HEAD")
+	url := "file://" + dir
+	for _, tc := range []struct{ ref, want string }{{"main", second}, {"v1", first}, {"", second}} {
+		got, err := resolveRef(t.Context(), url, tc.ref)
+		if err != nil || got != tc.want {
+			t.Errorf("resolveRef(%q) = %q, %v; want %s", tc.ref, got, err, tc.want)
+		}
+	}
+	if _, err := resolveRef(t.Context(), url, "nope"); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("resolveRef(nope) = %v, want an error naming the ref", err)
 	}
 }

@@ -152,6 +152,11 @@ func fetchPlan(ref, refType, sha string, refspecs []string) ([]string, string, e
 	if ref != "" && !validRef(ref) {
 		return nil, "", fmt.Errorf("ref %q is not valid", ref)
 	}
+	if sha != "" && strings.Trim(sha, "0") == "" {
+		// The all-zero sha a coordinator sends for a job submitted without
+		// one: no commit, so the ref's tip.
+		sha = ""
+	}
 	target := sha
 	if len(refspecs) == 0 && ref != "" {
 		if refType == "tag" {
