@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -386,6 +389,23 @@ func TestSIGHUPReloads(t *testing.T) {
 	writeConfig(t, dir, c.url, token, 3, "")
 	m.signal(syscall.SIGHUP)
 	m.waitLog(`configuration reloaded.*concurrent=3`, 10*time.Second)
+
+	// listen_address added by a reload is served at once.
+	addr := "127.0.0.1:" + freePort(t)
+	body, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen_address = %q\n%s", addr, body)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.signal(syscall.SIGHUP)
+	m.waitLog(`metrics and health listening.*addr=`+regexp.QuoteMeta(addr), 10*time.Second)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics after listen_address was added by a reload: %v, %v", resp, err)
+	}
+	resp.Body.Close()
 
 	if err := os.WriteFile(cfg, []byte("concurrent = 1\n[[runners]]\n  url = 12\n"), 0o600); err != nil {
 		t.Fatal(err)

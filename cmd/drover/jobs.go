@@ -147,7 +147,10 @@ func newSubmitCmd() *cobra.Command {
 				return err
 			}
 			if !wait {
+				// The id alone on stdout (for scripts), how to follow it on
+				// stderr.
 				fmt.Fprintln(cmd.OutOrStdout(), j.ID)
+				fmt.Fprintf(cmd.ErrOrStderr(), "job %d submitted (%s); follow it: drover logs %d -f\n", j.ID, j.Status, j.ID)
 				return nil
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "job %d submitted; waiting for it\n", j.ID)

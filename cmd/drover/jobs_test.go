@@ -2,15 +2,17 @@ package main
 
 import (
 	"fmt"
-	"github.com/drover-ci/drover/internal/client"
-	"github.com/drover-ci/drover/internal/coordinator"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/coordinator"
 )
 
 // fakeSubmit is a coordinator that records the body of POST /api/v1/jobs.
@@ -64,7 +66,8 @@ func TestSubmitImageFlags(t *testing.T) {
 				}
 				return
 			}
-			if code != 0 || strings.TrimSpace(out) != "42" {
+			// The id alone on its line (stdout), the hint after it (stderr).
+			if code != 0 || !strings.HasPrefix(out, "42\n") || !strings.Contains(out, "follow it: drover logs 42 -f") {
 				t.Fatalf("exit %d (%v): %s", code, err, out)
 			}
 			if string(*body) != tc.want {
@@ -166,5 +169,17 @@ func TestResolveRef(t *testing.T) {
 	}
 	if _, err := resolveRef(t.Context(), url, "nope"); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("resolveRef(nope) = %v, want an error naming the ref", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, code, err := drover(t, "version")
+	if code != 0 {
+		t.Fatalf("exit %d (%v)", code, err)
+	}
+	for _, want := range []string{"drover " + version + "\n", "commit:", "built:", "go:         " + runtime.Version(), "os/arch:    " + runtime.GOOS + "/" + runtime.GOARCH} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version output lacks %q:\n%s", want, out)
+		}
 	}
 }

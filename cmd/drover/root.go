@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -40,9 +42,10 @@ func newRootCmd() *cobra.Command {
 		newHelperCmd(),
 		&cobra.Command{
 			Use:   "version",
-			Short: "Print drover's version",
+			Short: "Print drover's version, commit, build date, Go version and platform",
+			Args:  cobra.NoArgs,
 			Run: func(cmd *cobra.Command, _ []string) {
-				fmt.Fprintln(cmd.OutOrStdout(), "drover", version)
+				io.WriteString(cmd.OutOrStdout(), versionText())
 			},
 		},
 	)
@@ -79,4 +82,33 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// versionText is what drover version prints, in the manner of
+// gitlab-runner --version: the version, then the commit and build date (from
+// the VCS stamp Go puts in binaries built in a git checkout), the Go
+// version and the platform.
+func versionText() string {
+	commit, built, modified := "unknown", "unknown", false
+	goVersion := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+				if len(commit) > 12 {
+					commit = commit[:12]
+				}
+			case "vcs.time":
+				built = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified {
+		commit += " (with uncommitted changes)"
+	}
+	return fmt.Sprintf("drover %s\n  commit:     %s\n  built:      %s\n  go:         %s\n  os/arch:    %s/%s\n",
+		version, commit, built, goVersion, runtime.GOOS, runtime.GOARCH)
 }

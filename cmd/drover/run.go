@@ -248,16 +248,11 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
-	if cfg.ListenAddress != "" {
-		ln, err := net.Listen("tcp", cfg.ListenAddress)
-		if err != nil {
-			return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
-		}
-		srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		logger.Info("metrics and health listening", "addr", ln.Addr().String())
+	ms := &metricsServer{log: logger, handler: m.Handler()}
+	if err := ms.apply(cfg.ListenAddress); err != nil {
+		return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
 	}
+	defer ms.close()
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -280,6 +275,10 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 		}
 		if err := m.Reload(next); err != nil {
 			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
+			return
+		}
+		if err := ms.apply(next.ListenAddress); err != nil {
+			logger.Error("listen_address not changed; still listening where it was", "listen_address", next.ListenAddress, "addr", ms.addr, "err", err)
 		}
 	}
 	go func() {
@@ -327,4 +326,44 @@ func modTime(path string) time.Time {
 		return time.Time{}
 	}
 	return st.ModTime()
+}
+
+// metricsServer serves the manager's listen_address (/metrics, health),
+// moved to a new address on reload.
+type metricsServer struct {
+	log     *slog.Logger
+	handler http.Handler
+	addr    string // as configured; "" = not serving
+	srv     *http.Server
+}
+
+// apply serves on addr ("" = nowhere) if that is not where it serves now:
+// the new address is bound before the old one is let go, so a bad new
+// address leaves the old one serving.
+func (ms *metricsServer) apply(addr string) error {
+	if addr == ms.addr {
+		return nil
+	}
+	var next *http.Server
+	if addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		next = &http.Server{Handler: ms.handler, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = next.Serve(ln) }()
+		ms.log.Info("metrics and health listening", "addr", ln.Addr().String())
+	}
+	if ms.srv != nil {
+		ms.srv.Close()
+		ms.log.Info("metrics and health: stopped listening", "addr", ms.addr)
+	}
+	ms.addr, ms.srv = addr, next
+	return nil
+}
+
+func (ms *metricsServer) close() {
+	if ms.srv != nil {
+		ms.srv.Close()
+	}
 }
