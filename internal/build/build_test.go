@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,6 +163,11 @@ func TestRunScripts(t *testing.T) {
 				"Running after_script", "after=success\n",
 				"\033[32;1mJob succeeded\033[0;m\n",
 			}, nil)
+			// Every section_end marker ends its line (GitLab Runner 19).
+			tr := f.trace.String()
+			if n, m := strings.Count(tr, "section_end:"), len(regexp.MustCompile(`section_end:[0-9]+:[a-z_]+\r\033\[0K\n`).FindAllString(tr, -1)); n == 0 || n != m {
+				t.Errorf("%d section_end markers, %d of them followed by a newline:\n%q", n, m, tr)
+			}
 		})
 		t.Run(sh+"/failure", func(t *testing.T) {
 			t.Parallel()

@@ -124,8 +124,8 @@ func (t *traceWriter) sectionEnd(stage executor.Stage) {
 	if t.midLine {
 		_, _ = t.writeLocked([]byte("\n"))
 	}
-	_, _ = t.writeLocked(fmt.Appendf(nil, "section_end:%d:%s\r%s", t.clk.Now().Unix(), stage, ansiClear))
-	// The marker ends with a carriage return, not a newline: the next
-	// section starts on the same line, as in GitLab's logs.
+	// The marker ends its line, as in GitLab Runner 19's logs: the next
+	// section starts on a line of its own.
+	_, _ = t.writeLocked(fmt.Appendf(nil, "section_end:%d:%s\r%s\n", t.clk.Now().Unix(), stage, ansiClear))
 	t.midLine = false
 }
