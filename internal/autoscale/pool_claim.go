@@ -197,8 +197,12 @@ func (p *Pool) claimLocked(id string, slot int) (*Acquisition, bool, error) {
 	case in.held != nil && in.held[slot]:
 		in.held[slot] = false
 	case !in.slots[slot]:
+		// The state file did not record this job's acquisition (the
+		// manager died before it was written): its use was not counted
+		// either, and max_use_count must see it.
 		in.slots[slot] = true
 		in.acquired++
+		in.useCount++
 	default:
 		return nil, true, fmt.Errorf("instance %s: slot %d is held by another job: %w", id, slot, ErrSlotGone)
 	}

@@ -182,3 +182,39 @@ func TestPoolKeepHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolClaimCountsUnrecordedUse: a job whose acquisition the state file
+// did not record (the manager died before the next write) is counted as a
+// use when its resumed job claims the slot, so max_use_count removes the
+// instance after it as it would have without the restart.
+func TestPoolClaimCountsUnrecordedUse(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "r1.json")
+	pol := poolTestPolicy(1, 1, time.Hour, 2)
+	pol.MaxUseCount = 1
+	withState := func(o *PoolOptions) { o.StateFile = state }
+	h := newPoolHarness(t, pol, sim.Options{}, withState)
+	h.pool.Tick(t.Context())
+	h.advance(2 * time.Second) // ready, and written to the state file
+	a := h.mustAcquire()
+	// The manager dies now: no pass, no shutdown, so the state file still
+	// shows the instance unused.
+	h.pool = h.newPool(pol, withState)
+	h.pool.Tick(t.Context())
+	got, err := h.pool.Claim(t.Context(), a.InstanceID, a.Slot)
+	if err != nil {
+		t.Fatalf("Claim = %v", err)
+	}
+	insts, _ := h.pool.Snapshot()
+	for _, in := range insts {
+		if in.ID == a.InstanceID && in.UseCount != 1 {
+			t.Fatalf("use count after the claim = %d, want 1", in.UseCount)
+		}
+	}
+	h.pool.Release(got)
+	h.advance(time.Second)
+	for _, in := range func() []Instance { i, _ := h.pool.Snapshot(); return i }() {
+		if in.ID == a.InstanceID && in.State != StateRemoving {
+			t.Errorf("instance %s after its one allowed use = %s, want removing (max_use_count 1)", in.ID, in.State)
+		}
+	}
+}
