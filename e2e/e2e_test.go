@@ -216,6 +216,43 @@ func TestSignals(t *testing.T) {
 			t.Errorf("job submitted after the drained manager exited = %s, want pending", got.Status)
 		}
 	})
+	t.Run("SIGQUIT with nothing running exits at once", func(t *testing.T) {
+		dir := t.TempDir()
+		// Held requests would keep a drain waiting up to two minutes.
+		c := startCoordinator(t, filepath.Join(dir, "coord"), "--long-poll-timeout", "2m")
+		cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 2, "")
+		m := start(t, dir, "run", "--config", cfg)
+		m.waitLog("runner manager started", 10*time.Second)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if n, ok := metricValue(c.url, "drover_coordinator_long_poll_waiters"); ok && n >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the manager's request was never held")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		m.signal(syscall.SIGQUIT)
+		if code := m.wait(30 * time.Second); code != 0 {
+			t.Errorf("exit code = %d, want 0", code)
+		}
+		if !strings.Contains(m.log.String(), "draining") {
+			t.Errorf("no log line about the drain:\n%s", m.log.String())
+		}
+		// Nothing was lost: a job submitted now is there for the next manager.
+		j, err := c.client().Submit(context.Background(), client.JobSpec{Name: "next", Script: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2 := start(t, dir, "run", "--config", cfg)
+		m2.waitLog("runner manager started", 10*time.Second)
+		if got := waitJob(t, c.client(), j.ID, 30*time.Second, finished); got.Status != "success" {
+			t.Errorf("job after the drained manager = %s", got.Status)
+		}
+		m2.signal(syscall.SIGTERM)
+		m2.wait(30 * time.Second)
+	})
 	t.Run("SIGTERM interrupts", func(t *testing.T) {
 		dir := t.TempDir()
 		c := startCoordinator(t, filepath.Join(dir, "coord"))

@@ -268,6 +268,28 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 	return got, nil
 }
 
+// returnUnsent gives job id back to the queue at once: it was claimed for
+// a two-phase runner whose request ended before the answer was written.
+func (c *Coordinator) returnUnsent(ctx context.Context, id int64) {
+	unlock, err := c.lockJobEverywhere(ctx, id)
+	if err != nil {
+		c.log.Error("return unsent job: lock", "job_id", id, "err", err)
+		return
+	}
+	defer unlock()
+	j, err := c.st.GetJob(ctx, id)
+	if err != nil {
+		c.log.Error("return unsent job: load", "job_id", id, "err", err)
+		return
+	}
+	if j.Status != store.StatusWaitingForRunnerAck {
+		return
+	}
+	if _, err := c.giveBack(ctx, &j, outcomeDeclined, "the runner's request ended before it got the job", c.clock.Now()); err != nil && !errors.Is(err, store.ErrConflict) {
+		c.log.Error("return unsent job", "job_id", id, "err", err)
+	}
+}
+
 // expireJob is the reaper's half: job id goes back to the queue if it is
 // still waiting and its ack deadline is not after now.
 func (c *Coordinator) expireJob(ctx context.Context, id int64, now time.Time) {

@@ -118,6 +118,19 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set(hdrLastUpdate, version)
+	if resp != nil && resp.Features.TwoPhaseJobCommit && ctx.Err() != nil {
+		// The runner went away (a manager draining cancels its requests)
+		// while its job was claimed: nobody will accept it, so it goes
+		// back to the queue now rather than at its ack deadline.
+		c.returnUnsent(context.WithoutCancel(ctx), resp.ID)
+		return
+	}
+	// A runner that announced two_phase_job_commit learns from every
+	// answer that jobs handed to it here wait for its accept, so it may
+	// cancel a held request without losing a job.
+	if req.Info.Features.TwoPhaseJobCommit {
+		w.Header().Set(hdrAckTimeout, formatSeconds(c.cfg.AckTimeout))
+	}
 	if resp == nil {
 		w.WriteHeader(http.StatusNoContent)
 		return

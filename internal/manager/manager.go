@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,6 +71,11 @@ type Manager struct {
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
 	busy         atomic.Int64  // requests in flight + jobs running
+	requests     atomic.Int64  // job requests in flight
+	// twoPhase holds the coordinator URLs that said (X-Drover-Ack-Timeout)
+	// that a job they hand this manager waits for its accept: a request to
+	// them may be cancelled by a drain without losing a job.
+	twoPhase sync.Map
 }
 
 // New checks the configuration against the available executors and
@@ -152,12 +158,30 @@ func (m *Manager) Reload(cfg *config.Config) error {
 	return nil
 }
 
+// drainLogEvery is how often a drain says what it is still waiting for.
+const drainLogEvery = 10 * time.Second
+
 // Drain stops asking for new jobs; Run returns once running jobs are done.
+// Held job requests to coordinators with the two-phase start end at once
+// (a job claimed for one goes back to the queue); others are waited for,
+// since cancelling them could lose a job the coordinator just handed out.
 func (m *Manager) Drain() {
 	if m.draining.CompareAndSwap(false, true) {
-		m.logger.Info("draining: no new jobs will be requested, waiting for running jobs", "running", m.RunningJobs())
+		m.logger.Info("draining: no new jobs will be requested", "running_jobs", m.runningIDs())
 		close(m.drained)
 	}
+}
+
+// runningIDs lists the jobs being run, for the drain's log lines.
+func (m *Manager) runningIDs() []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := make([]int64, 0, len(m.jobs))
+	for id := range m.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // RunningJobs returns the number of jobs being run.
@@ -223,6 +247,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Re-spawn workers when concurrent grows on reload.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var lastDrainLog time.Time
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	for {
@@ -236,6 +261,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-tick.C:
 			if reqCtx.Err() == nil {
 				spawn()
+			} else if m.draining.Load() && m.clock.Now().Sub(lastDrainLog) >= drainLogEvery {
+				lastDrainLog = m.clock.Now()
+				m.logger.Info("draining: waiting", "running_jobs", m.runningIDs(), "job_requests_in_flight", m.requests.Load())
 			}
 		}
 	}

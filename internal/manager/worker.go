@@ -155,10 +155,20 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		SystemID:   m.opts.SystemID,
 		LastUpdate: sent,
 	}
+	// A drain cancels the request only where no job can be lost by it.
+	rctx := ctx
+	if _, ok := m.twoPhase.Load(r.URL); ok {
+		rctx = reqCtx
+	}
 	m.busy.Add(1)
+	m.requests.Add(1)
 	start := m.clock.Now()
-	job, resp, err := client.RequestJob(ctx, req)
+	job, resp, err := client.RequestJob(rctx, req)
+	m.requests.Add(-1)
 	m.busy.Add(-1)
+	if resp != nil && resp.AckTimeout > 0 {
+		m.twoPhase.Store(r.URL, true)
+	}
 	took := m.clock.Now().Sub(start)
 	status := 0
 	if resp != nil {
@@ -169,6 +179,8 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// abort while a long poll was held
+	case err != nil && rctx.Err() != nil && m.draining.Load():
+		// a held request ended by the drain
 	case err != nil:
 		log.Warn("job request failed", "err", err, "status", status)
 	case status == http.StatusForbidden:
