@@ -151,9 +151,16 @@ func newSubmitCmd() *cobra.Command {
 				// stderr.
 				fmt.Fprintln(cmd.OutOrStdout(), j.ID)
 				fmt.Fprintf(cmd.ErrOrStderr(), "job %d submitted (%s); follow it: drover logs %d -f\n", j.ID, j.Status, j.ID)
+				if j.StuckReason != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "job %d is stuck: %s\n", j.ID, j.StuckReason)
+				}
 				return nil
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "job %d submitted; waiting for it\n", j.ID)
+			if j.StuckReason != "" {
+				// Said at once: it may wait for ever otherwise.
+				fmt.Fprintf(cmd.ErrOrStderr(), "job %d is stuck: %s\n", j.ID, j.StuckReason)
+			}
 			final, err := c.Follow(cmd.Context(), j.ID, cmd.OutOrStdout(), 200*time.Millisecond)
 			if err != nil {
 				return err
@@ -237,7 +244,11 @@ how many more there are and how to see them (--before ID, or --after ID with
 				if j.CreatedAt != nil {
 					created = j.CreatedAt.Local().Format(time.DateTime)
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Name, j.Project, j.Status, j.FailureReason, exit, runner, created)
+				reason := j.FailureReason
+				if j.StuckReason != "" {
+					reason = "stuck: " + j.StuckReason
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, j.Name, j.Project, j.Status, reason, exit, runner, created)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -122,6 +122,10 @@ func TestJobsNewestFirstAndPaging(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d (%v): %s", code, err, out)
 	}
+	// No runner has ever asked for jobs: the pending jobs say they are stuck.
+	if !strings.Contains(out, "stuck: no runner is online") {
+		t.Errorf("drover jobs does not show why the jobs are stuck:\n%s", out)
+	}
 	if got := strings.Join(ids(out), " "); got != "5 4" || !strings.Contains(out, "3 more: drover jobs --before 4") {
 		t.Fatalf("first page: ids %q, output:\n%s\nwant 5 4 and \"3 more: drover jobs --before 4\"", got, out)
 	}

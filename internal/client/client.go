@@ -187,6 +187,7 @@ type Job struct {
 	Stage          string     `json:"stage"`
 	Status         string     `json:"status"`
 	FailureReason  string     `json:"failure_reason,omitempty"`
+	StuckReason    string     `json:"stuck_reason,omitempty"` // why no online runner can take it (pending jobs)
 	ExitCode       *int       `json:"exit_code,omitempty"`
 	RunnerID       *int64     `json:"runner_id,omitempty"`
 	RunnerSystemID string     `json:"runner_system_id,omitempty"`

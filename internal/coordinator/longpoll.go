@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -168,19 +167,8 @@ func (n *notifier) wakeAll() {
 // untagged jobs only go to run_untagged runners; jobs with an image (or
 // services) only to runners whose executor announces that feature.
 func canRun(r *store.Runner, f api.FeaturesInfo, j *store.Job) bool {
-	if r.Paused {
+	if r.Paused || !tagsFit(r, j.Tags) {
 		return false
-	}
-	if len(j.Tags) == 0 {
-		if !r.RunUntagged {
-			return false
-		}
-	} else {
-		for _, t := range j.Tags {
-			if !slices.Contains(r.Tags, t) {
-				return false
-			}
-		}
 	}
 	if j.Image != "" && !f.Image {
 		return false

@@ -287,12 +287,15 @@ func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
 }
 
 type jobView struct {
-	ID             int64    `json:"id"`
-	Name           string   `json:"name"`
-	Project        string   `json:"project"`
-	Stage          string   `json:"stage"`
-	Status         string   `json:"status"`
-	FailureReason  string   `json:"failure_reason,omitempty"`
+	ID            int64  `json:"id"`
+	Name          string `json:"name"`
+	Project       string `json:"project"`
+	Stage         string `json:"stage"`
+	Status        string `json:"status"`
+	FailureReason string `json:"failure_reason,omitempty"`
+	// StuckReason says why no online runner can take the job while it is
+	// pending (GitLab marks such jobs stuck).
+	StuckReason    string   `json:"stuck_reason,omitempty"`
 	ExitCode       *int     `json:"exit_code,omitempty"`
 	RunnerID       int64    `json:"runner_id,omitempty"`
 	RunnerSystemID string   `json:"runner_system_id,omitempty"`
@@ -384,7 +387,9 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	c.metrics.submitted.Inc()
 	c.log.Info("job submitted", "job_id", j.ID, "project", j.Project, "tags", j.Tags)
 	c.poll.wake(&j)
-	writeJSON(w, http.StatusCreated, c.jobView(r.Context(), &j))
+	views := []jobView{c.jobView(r.Context(), &j)}
+	c.markStuck(r.Context(), views, []store.Job{j})
+	writeJSON(w, http.StatusCreated, views[0])
 }
 
 func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
@@ -456,6 +461,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	for i := range jobs {
 		out = append(out, c.jobView(r.Context(), &jobs[i]))
 	}
+	c.markStuck(r.Context(), out, jobs)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -480,7 +486,9 @@ func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job
 
 func (c *Coordinator) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if j, ok := c.loadJob(w, r); ok {
-		writeJSON(w, http.StatusOK, c.jobView(r.Context(), &j))
+		views := []jobView{c.jobView(r.Context(), &j)}
+		c.markStuck(r.Context(), views, []store.Job{j})
+		writeJSON(w, http.StatusOK, views[0])
 	}
 }
 
