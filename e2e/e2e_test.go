@@ -474,3 +474,37 @@ func TestCoordinatorPortTaken(t *testing.T) {
 		t.Fatalf("exit code %d (want 2), output (want the address, no \"coordinator ready\"):\n%s", code, out)
 	}
 }
+
+// TestManagerRestartEndsLostJobs: a runner manager without a job store is
+// killed with a job running; started again (same system_id), it tells the
+// coordinator, which fails the lost job at once with a clear line instead
+// of waiting for the silent-runner reaper (10 minutes here).
+func TestManagerRestartEndsLostJobs(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--stale-timeout", "10m")
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	cl := c.client()
+	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "long", Script: []string{"echo started", "sleep 300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, cl, j.ID, 30*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+	// The clock-skew margin (15 s) keeps a restart right after the hand-out
+	// from ending it; a real restart comes later than that.
+	time.Sleep(16 * time.Second)
+	m2 := start(t, dir, "run", "--config", cfg)
+	m2.waitLog("runner manager started", 10*time.Second)
+	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
+		t.Fatalf("lost job = %s (%s), want failed runner_system_failure", got.Status, got.FailureReason)
+	}
+	if log := trace(t, cl, j.ID); !strings.Contains(log, "restarted and, without a job store, cannot resume it") {
+		t.Errorf("the log does not say why:\n%s", log)
+	}
+	m2.signal(syscall.SIGTERM)
+	m2.wait(30 * time.Second)
+}

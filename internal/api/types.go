@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // JobState is a state a runner reports in PUT /jobs/:id.
@@ -127,6 +128,11 @@ type JobRequest struct {
 	SystemID   string       `json:"system_id,omitempty"`
 	LastUpdate string       `json:"last_update,omitempty"`
 	Session    *SessionInfo `json:"session,omitempty"`
+	// ManagerStart (drover's own; GitLab ignores it) is when this runner
+	// manager process started, sent by a manager that cannot resume jobs
+	// (no job store): jobs handed to its system_id before then are no
+	// longer run by anyone, and drover's coordinator ends them at once.
+	ManagerStart *time.Time `json:"drover_manager_start,omitempty"`
 }
 
 // VerifyRequest is the body of POST /api/v4/runners/verify.

@@ -94,6 +94,7 @@ type Coordinator struct {
 	contactMu   sync.Mutex
 	jobContact  map[int64]time.Time  // last contact written per job
 	mgrContact  map[mgrKey]time.Time // last contact written per runner manager
+	mgrStarts   map[mgrKey]time.Time // process start a manager without a job store last sent
 	contactStep time.Duration
 }
 
@@ -144,6 +145,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		clock:      clock.OrReal(cfg.Clock),
 		jobContact: map[int64]time.Time{},
 		mgrContact: map[mgrKey]time.Time{},
+		mgrStarts:  map[mgrKey]time.Time{},
 		// Contact times only need to be exact to a small part of the stale
 		// timeout; writing them at most this often keeps PATCH storms off
 		// the single writer.

@@ -94,43 +94,53 @@ func (c *Coordinator) reapJob(ctx context.Context, listed *store.Job, now time.T
 	if to, _, _ := c.reapVerdict(listed, now); to == "" {
 		return
 	}
-	log := c.log.With("job_id", listed.ID, "runner_id", listed.RunnerID)
-	unlock, err := c.lockJobEverywhere(ctx, listed.ID)
+	c.endJob(ctx, listed.ID, "job reaped", func(j *store.Job) (store.Status, api.FailureReason, string) {
+		return c.reapVerdict(j, now)
+	})
+}
+
+// endJob ends job id as verdict says, judged again on the job read under
+// the job lock held on every coordinator: the runner, a cancel or another
+// coordinator may have moved it since the caller looked. The verdict's
+// line goes into the trace first, then the final state is committed (a
+// committed final state always covers its trace). what names the action
+// in the log.
+func (c *Coordinator) endJob(ctx context.Context, id int64, what string, verdict func(*store.Job) (store.Status, api.FailureReason, string)) {
+	log := c.log.With("job_id", id)
+	unlock, err := c.lockJobEverywhere(ctx, id)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.Error("reaper: lock job", "err", err)
+			log.Error(what+": lock job", "err", err)
 		}
 		return
 	}
 	defer unlock()
-	// Again under the lock: the runner, a cancel or another coordinator's
-	// reaper may have moved the job since it was listed.
-	cur, err := c.st.GetJob(ctx, listed.ID)
+	cur, err := c.st.GetJob(ctx, id)
 	if err != nil {
 		if ctx.Err() == nil {
-			log.Error("reaper: load job", "err", err)
+			log.Error(what+": load job", "err", err)
 		}
 		return
 	}
 	j := &cur
-	to, reason, line := c.reapVerdict(j, now)
+	to, reason, line := verdict(j)
 	if to == "" {
 		return
 	}
+	now := c.clock.Now()
+	log = log.With("runner_id", j.RunnerID)
 	size, err := c.traces.Size(ctx, j.ID)
 	if err != nil {
-		log.Error("reaper: trace size", "err", err)
+		log.Error(what+": trace size", "err", err)
 		return
 	}
-	// Trace first, state second: a committed final state always covers its
-	// trace. The append is conditional on the size just read: a runner's
-	// PATCH, or another coordinator's reaper, that got there in between
-	// wins, and this pass leaves the job alone.
+	// The append is conditional on the size just read: a runner's PATCH
+	// that got there in between wins, and the job is left alone.
 	end, err := c.traces.Append(ctx, j.ID, size, []byte("\n"+line+"\n"))
 	if err != nil {
 		var off *store.TraceOffsetError
 		if !errors.As(err, &off) {
-			log.Error("reaper: append trace", "err", err)
+			log.Error(what+": append trace", "err", err)
 		}
 		return
 	}
@@ -143,13 +153,13 @@ func (c *Coordinator) reapJob(ctx context.Context, listed *store.Job, now time.T
 	if err != nil {
 		// The runner (or a cancel) got there first: take our line back.
 		if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {
-			log.Error("reaper: undo trace line", "err", terr)
+			log.Error(what+": undo trace line", "err", terr)
 		}
 		if !errors.Is(err, store.ErrConflict) {
-			log.Error("reaper: finish job", "err", err)
+			log.Error(what+": finish job", "err", err)
 		}
 		return
 	}
 	c.finished(&got)
-	log.Warn("job reaped", "status", got.Status, "failure_reason", got.FailureReason)
+	log.Warn(what, "status", got.Status, "failure_reason", got.FailureReason)
 }

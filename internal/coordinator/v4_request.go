@@ -51,6 +51,9 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.touchManager(ctx, rn, req.SystemID, req.Info, false)
+	if req.ManagerStart != nil && req.SystemID != "" {
+		c.endLostJobs(ctx, rn, req.SystemID, *req.ManagerStart)
+	}
 	key := mgrKey{rn.ID, req.SystemID}
 	hold := c.poll.current(key, req.LastUpdate)
 	version := c.poll.version(key)

@@ -76,6 +76,7 @@ type Manager struct {
 	// that a job they hand this manager waits for its accept: a request to
 	// them may be cancelled by a drain without losing a job.
 	twoPhase sync.Map
+	started  time.Time // when Run began
 }
 
 // New checks the configuration against the available executors and
@@ -202,6 +203,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	// they bring is run.
 	reqCtx, cancelReq := context.WithCancel(ctx)
 	defer cancelReq()
+	m.mu.Lock()
+	m.started = m.clock.Now()
+	m.mu.Unlock()
 	go func() {
 		select {
 		case <-m.drained:

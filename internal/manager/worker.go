@@ -155,6 +155,15 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		SystemID:   m.opts.SystemID,
 		LastUpdate: sent,
 	}
+	if m.storeFor(r) == nil {
+		// Without a job store this process resumes nothing: the jobs an
+		// earlier process with our system_id ran are lost, and drover's
+		// coordinator ends them when it hears this.
+		m.mu.Lock()
+		started := m.started
+		m.mu.Unlock()
+		req.ManagerStart = &started
+	}
 	// A drain cancels the request only where no job can be lost by it.
 	rctx := ctx
 	if _, ok := m.twoPhase.Load(r.URL); ok {
