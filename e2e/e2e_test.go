@@ -53,6 +53,10 @@ func TestRegisterRunSubmit(t *testing.T) {
 				t.Errorf("log lacks %q:\n%s", want, out)
 			}
 		}
+		// Not a terminal: no section markers, no colours.
+		if strings.Contains(out, "section_start:") || strings.Contains(out, "\x1b[") {
+			t.Errorf("submit --wait into a pipe kept terminal escapes:\n%q", out)
+		}
 		// No --git-sha (the README's example): submit resolves the ref, the
 		// job checks out its tip and CI_COMMIT_SHA is the real commit.
 		args = append([]string{"submit", "--name", "git-ref", "--wait",

@@ -78,7 +78,7 @@ func newSubmitCmd() *cobra.Command {
 		vars, masked, files    []string
 		gitURL, gitRef, gitSha string
 		gitDepth               int
-		wait                   bool
+		wait, noColor          bool
 		image                  client.Image
 		imageUser              string
 		services               []string
@@ -161,8 +161,9 @@ func newSubmitCmd() *cobra.Command {
 				// Said at once: it may wait for ever otherwise.
 				fmt.Fprintf(cmd.ErrOrStderr(), "job %d is stuck: %s\n", j.ID, j.StuckReason)
 			}
-			final, err := c.Follow(cmd.Context(), j.ID, cmd.OutOrStdout(), 200*time.Millisecond)
-			if err != nil {
+			out, done := logOutput(cmd, noColor)
+			final, err := c.Follow(cmd.Context(), j.ID, out, 200*time.Millisecond)
+			if err := errors.Join(err, done()); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "job %d: %s %s\n", final.ID, final.Status, final.FailureReason)
@@ -195,6 +196,7 @@ func newSubmitCmd() *cobra.Command {
 	f.StringVar(&gitSha, "git-sha", "", "commit to check out")
 	f.IntVar(&gitDepth, "git-depth", 0, "shallow clone depth (0 = full)")
 	f.BoolVar(&wait, "wait", false, "stream the job's log and exit 0 only if it succeeds")
+	f.BoolVar(&noColor, "no-color", false, "with --wait: no colours or section markers (also NO_COLOR, and when stdout is not a terminal)")
 	return cmd
 }
 
@@ -240,6 +242,9 @@ how many more there are and how to see them (--before ID, or --after ID with
 				}
 				if j.RunnerID != nil {
 					runner = strconv.FormatInt(*j.RunnerID, 10)
+					if j.RunnerDescription != "" {
+						runner = j.RunnerDescription + " (" + runner + ")"
+					}
 				}
 				if j.CreatedAt != nil {
 					created = j.CreatedAt.Local().Format(time.DateTime)
@@ -301,7 +306,7 @@ func parseID(s string) (int64, error) {
 
 func newLogsCmd() *cobra.Command {
 	var af apiFlags
-	var follow bool
+	var follow, noColor bool
 	cmd := &cobra.Command{
 		Use:   "logs JOB_ID",
 		Short: "Print a job's log (-f follows it until the job ends)",
@@ -315,20 +320,22 @@ func newLogsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			out, done := logOutput(cmd, noColor)
 			if follow {
-				_, err := c.Follow(cmd.Context(), id, cmd.OutOrStdout(), 500*time.Millisecond)
-				return err
+				_, err := c.Follow(cmd.Context(), id, out, 500*time.Millisecond)
+				return errors.Join(err, done())
 			}
 			b, _, err := c.Trace(cmd.Context(), id, 0)
 			if err != nil {
 				return err
 			}
-			_, err = cmd.OutOrStdout().Write(b)
-			return err
+			_, err = out.Write(b)
+			return errors.Join(err, done())
 		},
 	}
 	af.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the job ends")
+	cmd.Flags().BoolVar(&noColor, "no-color", false, "no colours or section markers (also NO_COLOR, and when stdout is not a terminal)")
 	return cmd
 }
 

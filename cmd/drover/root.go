@@ -49,7 +49,43 @@ func newRootCmd() *cobra.Command {
 			},
 		},
 	)
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every usage mistake exit with code 2, as config errors
+// do: bad flags and flag values, wrong numbers of arguments, unknown
+// commands (the rest of cobra's errors come from commands themselves).
+func usageErrors(root *cobra.Command) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if err := args(cmd, a); err != nil {
+					return usageError(err)
+				}
+				return nil
+			}
+		} else if c.HasSubCommands() {
+			if !c.Runnable() {
+				// Without a Run cobra answers any arguments with its help
+				// and success; with one, the check below runs first.
+				c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+			}
+			// "drover nope": cobra's own check, as a usage error.
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if len(a) > 0 {
+					return usageError(fmt.Errorf("unknown command %q for %q; see %s --help", a[0], cmd.CommandPath(), cmd.CommandPath()))
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // newLogger builds the process logger. format: runner|text|json.
@@ -69,8 +105,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
-	case "", "runner", "text":
+	case "", "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "runner":
+		// GitLab Runner's own format, for log pipelines that parse it.
+		return slog.New(newRunnerHandler(w, lv)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}

@@ -181,24 +181,26 @@ func stringOrObject(b []byte, name *string, obj any) error {
 
 // Job is a job as the coordinator reports it.
 type Job struct {
-	ID             int64      `json:"id"`
-	Name           string     `json:"name"`
-	Project        string     `json:"project"`
-	Stage          string     `json:"stage"`
-	Status         string     `json:"status"`
-	FailureReason  string     `json:"failure_reason,omitempty"`
-	StuckReason    string     `json:"stuck_reason,omitempty"` // why no online runner can take it (pending jobs)
-	ExitCode       *int       `json:"exit_code,omitempty"`
-	RunnerID       *int64     `json:"runner_id,omitempty"`
-	RunnerSystemID string     `json:"runner_system_id,omitempty"`
-	Tags           []string   `json:"tags,omitempty"`
-	Timeout        int        `json:"timeout"`
-	Image          string     `json:"image,omitempty"`
-	Services       []string   `json:"services,omitempty"` // their names
-	CreatedAt      *time.Time `json:"created_at,omitempty"`
-	StartedAt      *time.Time `json:"started_at,omitempty"`
-	FinishedAt     *time.Time `json:"finished_at,omitempty"`
-	TraceSize      int64      `json:"trace_size"`
+	ID            int64  `json:"id"`
+	Name          string `json:"name"`
+	Project       string `json:"project"`
+	Stage         string `json:"stage"`
+	Status        string `json:"status"`
+	FailureReason string `json:"failure_reason,omitempty"`
+	StuckReason   string `json:"stuck_reason,omitempty"` // why no online runner can take it (pending jobs)
+	ExitCode      *int   `json:"exit_code,omitempty"`
+	RunnerID      *int64 `json:"runner_id,omitempty"`
+	// RunnerDescription is the description of runner RunnerID.
+	RunnerDescription string     `json:"runner_description,omitempty"`
+	RunnerSystemID    string     `json:"runner_system_id,omitempty"`
+	Tags              []string   `json:"tags,omitempty"`
+	Timeout           int        `json:"timeout"`
+	Image             string     `json:"image,omitempty"`
+	Services          []string   `json:"services,omitempty"` // their names
+	CreatedAt         *time.Time `json:"created_at,omitempty"`
+	StartedAt         *time.Time `json:"started_at,omitempty"`
+	FinishedAt        *time.Time `json:"finished_at,omitempty"`
+	TraceSize         int64      `json:"trace_size"`
 	// Seconds spent queued, waiting for the runner's accept (preparing:
 	// two-phase start) and running.
 	QueuedDuration       float64 `json:"queued_duration"`

@@ -108,9 +108,30 @@ func tagsFit(r *store.Runner, tags []string) bool {
 	return true
 }
 
+// describeRunners fills the runners' descriptions into views, reading each
+// runner once.
+func (c *Coordinator) describeRunners(ctx context.Context, views []jobView) {
+	desc := map[int64]string{}
+	for i := range views {
+		id := views[i].RunnerID
+		if id == 0 {
+			continue
+		}
+		d, ok := desc[id]
+		if !ok {
+			if r, err := c.st.GetRunner(ctx, id); err == nil {
+				d = r.Description
+			}
+			desc[id] = d
+		}
+		views[i].RunnerDescription = d
+	}
+}
+
 // markStuck fills the stuck reason of the pending jobs among views (views[i]
 // is jobs[i]), looking at the runners once.
 func (c *Coordinator) markStuck(ctx context.Context, views []jobView, jobs []store.Job) {
+	c.describeRunners(ctx, views)
 	var online []onlineRunner
 	looked := false
 	for i := range views {

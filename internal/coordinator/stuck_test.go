@@ -71,3 +71,15 @@ func TestStuckReason(t *testing.T) {
 		t.Fatalf("only a paused runner fits: stuck reason %q", v.StuckReason)
 	}
 }
+
+// TestRunnerDescriptionInJobView: a job shows the description of the
+// runner that took it.
+func TestRunnerDescriptionInJobView(t *testing.T) {
+	e := newEnv(t, nil)
+	_, tok := e.runner(map[string]any{"description": "build box 3"})
+	e.submit(nil)
+	jr := e.take(tok)
+	if g := e.job(jr.ID); g.RunnerDescription != "build box 3" {
+		t.Fatalf("runner_description = %q", g.RunnerDescription)
+	}
+}

@@ -295,13 +295,15 @@ type jobView struct {
 	FailureReason string `json:"failure_reason,omitempty"`
 	// StuckReason says why no online runner can take the job while it is
 	// pending (GitLab marks such jobs stuck).
-	StuckReason    string   `json:"stuck_reason,omitempty"`
-	ExitCode       *int     `json:"exit_code,omitempty"`
-	RunnerID       int64    `json:"runner_id,omitempty"`
-	RunnerSystemID string   `json:"runner_system_id,omitempty"`
-	Tags           []string `json:"tags"`
-	Timeout        int      `json:"timeout"`
-	Image          string   `json:"image,omitempty"`
+	StuckReason string `json:"stuck_reason,omitempty"`
+	ExitCode    *int   `json:"exit_code,omitempty"`
+	RunnerID    int64  `json:"runner_id,omitempty"`
+	// RunnerDescription is the description of the runner RunnerID.
+	RunnerDescription string   `json:"runner_description,omitempty"`
+	RunnerSystemID    string   `json:"runner_system_id,omitempty"`
+	Tags              []string `json:"tags"`
+	Timeout           int      `json:"timeout"`
+	Image             string   `json:"image,omitempty"`
 	// Services are the names of the job's services.
 	Services   []string `json:"services,omitempty"`
 	CreatedAt  *string  `json:"created_at,omitempty"`
