@@ -264,6 +264,11 @@ type RPCClient struct{ c *rpc.Client }
 
 var _ InstanceGroup = (*RPCClient)(nil)
 
+// ErrUnreachable is wrapped around a call that got no answer from the
+// plugin: the connection failed or the process is gone (not an error the
+// plugin returned, nor the caller's context ending).
+var ErrUnreachable = errors.New("plugin unreachable")
+
 // call runs one RPC, giving up when ctx is done, and returns the
 // transport error (the plugin's own error is in the reply).
 func (c *RPCClient) call(ctx context.Context, method string, args, reply any) error {
@@ -274,7 +279,7 @@ func (c *RPCClient) call(ctx context.Context, method string, args, reply any) er
 	select {
 	case <-call.Done:
 		if call.Error != nil {
-			return fmt.Errorf("plugin call %s: %w", method, call.Error)
+			return fmt.Errorf("plugin call %s: %w: %w", method, ErrUnreachable, call.Error)
 		}
 		return nil
 	case <-ctx.Done():

@@ -56,7 +56,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 
 // TestRunnerLogFormat: --log-format runner writes GitLab Runner's format:
 // no time, a level prefix for the rest than info, the message padded to a
-// column, attributes sorted.
+// column, the attributes in their order.
 func TestRunnerLogFormat(t *testing.T) {
 	var out bytes.Buffer
 	log, err := newLogger(&out, "debug", "runner")
@@ -69,9 +69,9 @@ func TestRunnerLogFormat(t *testing.T) {
 	log.Error("bad", slog.Group("g", "k", "v w"))
 	log.Debug("quiet")
 	line := func(msg, attrs string) string { return fmt.Sprintf("%-40s%s\n", msg, attrs) }
-	want := line("Checking for jobs... received", "job=42 repo_url=https://x/y.git runner=abc123") +
-		line("WARNING: job request failed", `err="connection refused" runner=abc123 status=0`) +
-		line("ERROR: bad", `g.k="v w" runner=abc123`) +
+	want := line("Checking for jobs... received", "runner=abc123 job=42 repo_url=https://x/y.git") +
+		line("WARNING: job request failed", `runner=abc123 err="connection refused" status=0`) +
+		line("ERROR: bad", `runner=abc123 g.k="v w"`) +
 		line("DEBUG: quiet", "runner=abc123")
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)

@@ -13,8 +13,9 @@ import (
 
 // runnerHandler writes logs in GitLab Runner's own format (its default,
 // "runner"): no timestamp, a level prefix for warnings and errors, the
-// message padded to a column, then the attributes as key=value sorted by
-// key.
+// message padded to a column, then the attributes as key=value, in the
+// order they were given (the logger's own first), as the text format has
+// them.
 type runnerHandler struct {
 	mu    *sync.Mutex
 	w     io.Writer
@@ -72,7 +73,6 @@ func (h *runnerHandler) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	if len(kv) > 0 {
-		slices.Sort(kv)
 		if pad := runnerMessageWidth - b.Len(); pad > 0 {
 			b.WriteString(strings.Repeat(" ", pad))
 		} else {

@@ -256,9 +256,11 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	var err error
 	if !client.Exited() {
 		err = group.Shutdown(ctx)
-		if errors.Is(err, rpc.ErrShutdown) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// The process is gone, and with it whatever Shutdown
-			// would have released.
+		if errors.Is(err, fleetsdk.ErrUnreachable) || errors.Is(err, rpc.ErrShutdown) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// Not the plugin's answer but the connection failing
+			// (shut down, EOF, a broken pipe as the process exits):
+			// the process is gone, and with it whatever Shutdown would
+			// have released.
 			err = nil
 		}
 		if err != nil {
