@@ -161,7 +161,7 @@ func newSubmitCmd() *cobra.Command {
 				// Said at once: it may wait for ever otherwise.
 				fmt.Fprintf(cmd.ErrOrStderr(), "job %d is stuck: %s\n", j.ID, j.StuckReason)
 			}
-			out, done := logOutput(cmd, noColor)
+			out, done := logOutput(cmd, noColor, false)
 			final, err := c.Follow(cmd.Context(), j.ID, out, 200*time.Millisecond)
 			if err := errors.Join(err, done()); err != nil {
 				return err
@@ -306,7 +306,7 @@ func parseID(s string) (int64, error) {
 
 func newLogsCmd() *cobra.Command {
 	var af apiFlags
-	var follow, noColor bool
+	var follow, noColor, timestamps bool
 	cmd := &cobra.Command{
 		Use:   "logs JOB_ID",
 		Short: "Print a job's log (-f follows it until the job ends)",
@@ -320,7 +320,7 @@ func newLogsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, done := logOutput(cmd, noColor)
+			out, done := logOutput(cmd, noColor, timestamps)
 			if follow {
 				_, err := c.Follow(cmd.Context(), id, out, 500*time.Millisecond)
 				return errors.Join(err, done())
@@ -336,6 +336,7 @@ func newLogsCmd() *cobra.Command {
 	af.add(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the job ends")
 	cmd.Flags().BoolVar(&noColor, "no-color", false, "no colours or section markers (also NO_COLOR, and when stdout is not a terminal)")
+	cmd.Flags().BoolVar(&timestamps, "timestamps", false, "keep the per-line timestamps GitLab Runner 19 writes (dropped by default)")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -15,10 +16,12 @@ func TestPlainWriter(t *testing.T) {
 		"section_start:1700000002:step_script[collapsed=true]\r\x1b[0K\x1b[32;1m$ echo hi\x1b[0;m\nhi\n" +
 		"section_end:1700000003:step_script\r\x1b[0K\n\x1b[32;1mJob succeeded\x1b[0;m"
 	want := "Running with drover 1\nPreparing the \"shell\" executor\n\n$ echo hi\nhi\n\nJob succeeded"
+	// GitLab Runner 19's per-line timestamps go too.
+	log = "2026-11-25T04:48:50.705123Z 00O " + strings.ReplaceAll(log, "\nhi\n", "\n2026-11-25T04:48:50.9Z 01O+ hi\n")
 	// Any cut of the log into writes gives the same text.
 	for cut := 1; cut <= len(log); cut += 7 {
 		var out bytes.Buffer
-		p := &plainWriter{w: &out}
+		p := &plainWriter{w: &out, escapes: true, timestamps: true}
 		for i := 0; i < len(log); i += cut {
 			if _, err := p.Write([]byte(log[i:min(i+cut, len(log))])); err != nil {
 				t.Fatal(err)

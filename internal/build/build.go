@@ -583,7 +583,13 @@ func (b *build) footer(res Result, timeout time.Duration) {
 	case res.Canceled:
 		b.trace.line(ansiBoldRed, "ERROR: Job failed: canceled")
 	case errors.As(res.Err, &be) && be.Inner == nil:
-		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: exit code %d", be.ExitCode))
+		// GitLab Runner says "exit status N" for scripts of the shell
+		// executors and "exit code N" for containers'.
+		wording := "exit code"
+		if w, ok := b.opts.Executor.(interface{ ExitWording() string }); ok {
+			wording = w.ExitWording()
+		}
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %s %d", wording, be.ExitCode))
 	case res.FailureReason == api.RunnerSystemFailure:
 		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed (system failure): %v", res.Err))
 	default:

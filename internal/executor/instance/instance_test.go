@@ -287,7 +287,7 @@ func TestJobFailure(t *testing.T) {
 			res := f.run(t, t.Context(), nil, j)
 			checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3, HasExitCode: true})
 			tr := f.trace.String()
-			inOrder(t, tr, "one\n", ":after_script\r", "after=failed\n", "ERROR: Job failed: exit code 3")
+			inOrder(t, tr, "one\n", ":after_script\r", "after=failed\n", "ERROR: Job failed: exit status 3")
 			if strings.Contains(tr, "two\n") {
 				t.Errorf("the script went on after exit 3:\n%s", tr)
 			}
