@@ -265,7 +265,11 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.Run
 	if state == api.StateFailed {
 		m.metrics.jobFailed(r, string(reason))
 	}
-	log.Info("job finished", "state", state, "failure_reason", reason, "exit_code", code, "duration", elapsed.Round(time.Millisecond), "log_bytes", buf.Size())
+	attrs := []any{"state", state, "failure_reason", reason}
+	if code != nil {
+		attrs = append(attrs, "exit_code", *code)
+	}
+	log.Info("job finished", append(attrs, "duration", elapsed.Round(time.Millisecond), "log_bytes", buf.Size())...)
 }
 
 // declineJob gives back a two-phase job that was not accepted: the build
