@@ -414,21 +414,18 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	if s := q.Get("after_id"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "after_id must be a non-negative integer", "after_id")
-			return
+	for _, p := range []struct {
+		name string
+		to   *int64
+	}{{"after_id", &f.AfterID}, {"before_id", &f.BeforeID}} {
+		if s := q.Get(p.name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 0 {
+				writeError(w, http.StatusBadRequest, p.name+" must be a non-negative integer", p.name)
+				return
+			}
+			*p.to = n
 		}
-		f.AfterID = n
-	}
-	if s := q.Get("before_id"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "before_id must be a non-negative integer", "before_id")
-			return
-		}
-		f.BeforeID = n
 	}
 	switch q.Get("order") {
 	case "", "oldest":

@@ -54,6 +54,25 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 	return j, hash, false
 }
 
+// lockedJobForRunner is jobForRunner under the job lock, taken first: a
+// claim, the reaper, a cancel or the runner's own other call may move the
+// job, never while it is held, so the one read is current. On success the
+// caller releases the lock with unlock; on failure it is released and the
+// answer written.
+func (c *Coordinator) lockedJobForRunner(w http.ResponseWriter, r *http.Request, bodyToken string) (j store.Job, unlock func(), ok bool) {
+	id, ok := pathID(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
+		return store.Job{}, nil, false
+	}
+	unlock = c.lockJob(id)
+	if j, _, ok = c.jobForRunner(w, r, bodyToken); !ok {
+		unlock()
+		return j, nil, false
+	}
+	return j, unlock, true
+}
+
 // reloadForRunner re-reads job id under its job lock (a claim, the reaper,
 // a cancel or the runner's own other call may have moved it) and checks
 // that hash is still its current token; if not, the assignment ended
@@ -105,19 +124,11 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, e)
 		return
 	}
-	id, ok := pathID(r)
+	j, unlock, ok := c.lockedJobForRunner(w, r, req.Token)
 	if !ok {
-		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
 		return
 	}
-	// The job lock first, then one read: a claim, the reaper, a cancel or
-	// the runner's own other call may move the job, never while we hold it.
-	unlock := c.lockJob(id)
 	defer unlock()
-	j, _, ok := c.jobForRunner(w, r, req.Token)
-	if !ok {
-		return
-	}
 	switch req.State {
 	case api.StateRunning, api.StatePending, api.StateSuccess, api.StateFailed:
 	default:
@@ -244,18 +255,11 @@ func (c *Coordinator) finished(j *store.Job) {
 // finished job; 409 when the caller's assignment is over; 400 for a bad
 // Content-Range.
 func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(r)
+	j, unlock, ok := c.lockedJobForRunner(w, r, "")
 	if !ok {
-		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
 		return
 	}
-	// Under the job lock from the one read on (see handleUpdateJob).
-	unlock := c.lockJob(id)
 	defer unlock()
-	j, _, ok := c.jobForRunner(w, r, "")
-	if !ok {
-		return
-	}
 	if !runnerHolds(j.Status) {
 		c.answerInactive(w, &j, "")
 		return
