@@ -26,6 +26,22 @@ func HashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// Nanos is t as backends store it: Unix nanoseconds, 0 for the zero time.
+func Nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// FromNanos is the time a backend stored as n (UTC; 0 is the zero time).
+func FromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
 // Status is a job status as the coordinator tracks it.
 type Status string
 

@@ -41,9 +41,9 @@ func scanJob(row pgx.Row) (store.Job, error) {
 	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
 		return store.Job{}, fmt.Errorf("job %d spec: %w", j.ID, err)
 	}
-	j.CreatedAt, j.QueuedAt, j.StartedAt = ttime(created), ttime(queued), ttime(started)
-	j.FinishedAt, j.UpdatedAt, j.ContactedAt = ttime(finished), ttime(updated), ttime(contacted)
-	j.AssignedAt, j.AckDeadline, j.AcceptedAt = ttime(assigned), ttime(deadline), ttime(accepted)
+	j.CreatedAt, j.QueuedAt, j.StartedAt = store.FromNanos(created), store.FromNanos(queued), store.FromNanos(started)
+	j.FinishedAt, j.UpdatedAt, j.ContactedAt = store.FromNanos(finished), store.FromNanos(updated), store.FromNanos(contacted)
+	j.AssignedAt, j.AckDeadline, j.AcceptedAt = store.FromNanos(assigned), store.FromNanos(deadline), store.FromNanos(accepted)
 	return j, nil
 }
 
@@ -106,8 +106,8 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		RETURNING *)
 		SELECT `+jobCols+` FROM j JOIN projects p ON p.id = j.project_id`+notify, append([]any{
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, j.ExitCode, nonNil(j.Tags), j.Timeout, j.RunTimeout, j.Image, string(spec),
-		j.RunnerID, j.RunnerSystemID, j.TokenHash, tint(j.CreatedAt), tint(j.QueuedAt), tint(j.StartedAt), tint(j.FinishedAt), tint(j.UpdatedAt), tint(j.ContactedAt),
-		tint(j.AssignedAt), tint(j.AckDeadline), tint(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs)},
+		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
+		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs)},
 		extra...)...))
 	if err != nil {
 		return j, s.fail(ctx, "create job", err)
@@ -232,7 +232,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	var upd args
 	set := []string{
 		"status = " + upd.add(string(ch.Status)),
-		"updated_at = " + upd.add(tint(ch.At)),
+		"updated_at = " + upd.add(store.Nanos(ch.At)),
 		"version = version + 1",
 	}
 	setIf := func(col string, ok bool, v func() any) {
@@ -258,7 +258,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
 		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
 	} {
-		setIf(t.col, !t.t.IsZero(), func() any { return tint(t.t) })
+		setIf(t.col, !t.t.IsZero(), func() any { return store.Nanos(t.t) })
 	}
 	if ch.Status != store.StatusPending {
 		return s.transitionOne(ctx, id, op, lockQ, lock, set, upd, ch)
@@ -280,7 +280,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	}
 	if ch.TokenHash != nil && oldHash != "" && oldHash != *ch.TokenHash {
 		if _, err := tx.Exec(ctx, `INSERT INTO retired_job_tokens (token_hash, job_id, retired_at) VALUES ($1, $2, $3)
-			ON CONFLICT (token_hash) DO NOTHING`, oldHash, id, tint(ch.At)); err != nil {
+			ON CONFLICT (token_hash) DO NOTHING`, oldHash, id, store.Nanos(ch.At)); err != nil {
 			return store.Job{}, s.fail(ctx, op+": retire token", err)
 		}
 	}
@@ -312,7 +312,7 @@ func (s *Store) transitionOne(ctx context.Context, id int64, op, lockQ string, l
 	q := `WITH old AS (` + lockQ + `)`
 	if ch.TokenHash != nil {
 		q += `, retired AS (INSERT INTO retired_job_tokens (token_hash, job_id, retired_at)
-			SELECT old.token_hash, ` + a.add(id) + `::bigint, ` + a.add(tint(ch.At)) + `::bigint FROM old
+			SELECT old.token_hash, ` + a.add(id) + `::bigint, ` + a.add(store.Nanos(ch.At)) + `::bigint FROM old
 			WHERE old.token_hash <> '' AND old.token_hash <> ` + a.add(*ch.TokenHash) + `
 			ON CONFLICT (token_hash) DO NOTHING)`
 	}
@@ -380,7 +380,7 @@ func (s *Store) RetiredJobToken(ctx context.Context, hash string) (int64, error)
 
 // TouchJob implements store.Store.
 func (s *Store) TouchJob(ctx context.Context, id int64, at time.Time) error {
-	return s.execOne(ctx, fmt.Sprintf("touch job %d", id), `UPDATE jobs SET contacted_at = $2 WHERE id = $1`, id, tint(at))
+	return s.execOne(ctx, fmt.Sprintf("touch job %d", id), `UPDATE jobs SET contacted_at = $2 WHERE id = $1`, id, store.Nanos(at))
 }
 
 // CountJobs implements store.Store.

@@ -244,22 +244,6 @@ func unreachable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
-// tint is t as stored: Unix nanoseconds, 0 for the zero time.
-func tint(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// ttime is the time stored as n.
-func ttime(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 // nonNil is l, or an empty slice for nil: TEXT[] columns are NOT NULL,
 // and lists come back non-nil.
 func nonNil[T any](l []T) []T {

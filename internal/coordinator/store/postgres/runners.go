@@ -18,7 +18,7 @@ func scanRunner(row pgx.Row) (store.Runner, error) {
 		return store.Runner{}, err
 	}
 	r.Tags = nonNil(r.Tags)
-	r.CreatedAt, r.ContactedAt = ttime(created), ttime(contacted)
+	r.CreatedAt, r.ContactedAt = store.FromNanos(created), store.FromNanos(contacted)
 	return r, nil
 }
 
@@ -29,7 +29,7 @@ func (s *Store) CreateRunner(ctx context.Context, r store.Runner) (store.Runner,
 	}
 	out, err := scanRunner(s.pool.QueryRow(ctx, `INSERT INTO runners (token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+runnerCols,
-		r.TokenHash, r.Description, nonNil(r.Tags), r.RunUntagged, r.Locked, r.Paused, r.MaximumTimeout, tint(r.CreatedAt), tint(r.ContactedAt)))
+		r.TokenHash, r.Description, nonNil(r.Tags), r.RunUntagged, r.Locked, r.Paused, r.MaximumTimeout, store.Nanos(r.CreatedAt), store.Nanos(r.ContactedAt)))
 	if err != nil {
 		return r, s.fail(ctx, "create runner", err)
 	}
@@ -115,7 +115,7 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 			executor = COALESCE(NULLIF(EXCLUDED.executor, ''), runner_managers.executor),
 			platform = COALESCE(NULLIF(EXCLUDED.platform, ''), runner_managers.platform),
 			arch = COALESCE(NULLIF(EXCLUDED.arch, ''), runner_managers.arch)`,
-		m.RunnerID, tint(m.ContactedAt), m.SystemID, m.Version, m.Executor, m.Platform, m.Arch)
+		m.RunnerID, store.Nanos(m.ContactedAt), m.SystemID, m.Version, m.Executor, m.Platform, m.Arch)
 }
 
 // DeleteRunnerManager implements store.Store.
@@ -139,7 +139,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 		var m store.RunnerManager
 		var contacted int64
 		err := row.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch)
-		m.ContactedAt = ttime(contacted)
+		m.ContactedAt = store.FromNanos(contacted)
 		return m, err
 	})
 	if err != nil {

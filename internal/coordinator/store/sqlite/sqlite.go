@@ -135,20 +135,6 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.w.PingContext(ctx)
 }
 
-func tint(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func ttime(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -195,7 +181,7 @@ func scanRunner(sc scanner) (store.Runner, error) {
 	if err := json.Unmarshal([]byte(tags), &r.Tags); err != nil {
 		return r, fmt.Errorf("runner %d tags: %w", r.ID, err)
 	}
-	r.CreatedAt, r.ContactedAt = ttime(created), ttime(contacted)
+	r.CreatedAt, r.ContactedAt = store.FromNanos(created), store.FromNanos(contacted)
 	return r, nil
 }
 
@@ -206,7 +192,7 @@ func (s *Store) CreateRunner(ctx context.Context, r store.Runner) (store.Runner,
 	}
 	row := s.ws.QueryRowContext(ctx, `INSERT INTO runners (token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runnerCols,
-		r.TokenHash, r.Description, tagsText(r.Tags), b2i(r.RunUntagged), b2i(r.Locked), b2i(r.Paused), r.MaximumTimeout, tint(r.CreatedAt), tint(r.ContactedAt))
+		r.TokenHash, r.Description, tagsText(r.Tags), b2i(r.RunUntagged), b2i(r.Locked), b2i(r.Paused), r.MaximumTimeout, store.Nanos(r.CreatedAt), store.Nanos(r.ContactedAt))
 	out, err := scanRunner(row)
 	if err != nil {
 		return out, fmt.Errorf("create runner: %w", err)
@@ -292,7 +278,7 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 		return err
 	}
 	defer tx.Rollback()
-	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, tint(m.ContactedAt), m.RunnerID)
+	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, store.Nanos(m.ContactedAt), m.RunnerID)
 	if err != nil {
 		return fmt.Errorf("upsert manager: %w", err)
 	}
@@ -306,7 +292,7 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 			executor = COALESCE(NULLIF(excluded.executor, ''), runner_managers.executor),
 			platform = COALESCE(NULLIF(excluded.platform, ''), runner_managers.platform),
 			arch = COALESCE(NULLIF(excluded.arch, ''), runner_managers.arch)`,
-		m.RunnerID, m.SystemID, tint(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch); err != nil {
+		m.RunnerID, m.SystemID, store.Nanos(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch); err != nil {
 		return fmt.Errorf("upsert manager: %w", err)
 	}
 	return tx.Commit()
@@ -335,7 +321,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 		if err := rows.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch); err != nil {
 			return nil, err
 		}
-		m.ContactedAt = ttime(contacted)
+		m.ContactedAt = store.FromNanos(contacted)
 		out = append(out, m)
 	}
 	return out, rows.Err()
@@ -365,7 +351,7 @@ func scanJob(sc scanner) (store.Job, error) {
 	if len(j.AvoidSystemIDs) == 0 {
 		j.AvoidSystemIDs = nil
 	}
-	j.AssignedAt, j.AckDeadline, j.AcceptedAt = ttime(assigned), ttime(deadline), ttime(accepted)
+	j.AssignedAt, j.AckDeadline, j.AcceptedAt = store.FromNanos(assigned), store.FromNanos(deadline), store.FromNanos(accepted)
 	if exit.Valid {
 		e := int(exit.Int64)
 		j.ExitCode = &e
@@ -376,8 +362,8 @@ func scanJob(sc scanner) (store.Job, error) {
 	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
 		return j, fmt.Errorf("job %d spec: %w", j.ID, err)
 	}
-	j.CreatedAt, j.QueuedAt, j.StartedAt = ttime(created), ttime(queued), ttime(started)
-	j.FinishedAt, j.UpdatedAt, j.ContactedAt = ttime(finished), ttime(updated), ttime(contacted)
+	j.CreatedAt, j.QueuedAt, j.StartedAt = store.FromNanos(created), store.FromNanos(queued), store.FromNanos(started)
+	j.FinishedAt, j.UpdatedAt, j.ContactedAt = store.FromNanos(finished), store.FromNanos(updated), store.FromNanos(contacted)
 	return j, nil
 }
 
@@ -409,8 +395,8 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, exit, tagsText(j.Tags), j.Timeout, j.RunTimeout, j.Image, jsonText(j.Spec),
-		j.RunnerID, j.RunnerSystemID, j.TokenHash, tint(j.CreatedAt), tint(j.QueuedAt), tint(j.StartedAt), tint(j.FinishedAt), tint(j.UpdatedAt), tint(j.ContactedAt),
-		tint(j.AssignedAt), tint(j.AckDeadline), tint(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, tagsText(j.AvoidSystemIDs),
+		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
+		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, tagsText(j.AvoidSystemIDs),
 	).Scan(&id); err != nil {
 		return j, fmt.Errorf("create job: %w", err)
 	}
@@ -522,7 +508,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		return store.Job{}, fmt.Errorf("transition job %d: bad arguments (from %v, to %q)", id, from, ch.Status)
 	}
 	set := []string{"status = ?", "updated_at = ?", "version = version + 1"}
-	args := []any{string(ch.Status), tint(ch.At)}
+	args := []any{string(ch.Status), store.Nanos(ch.At)}
 	add := func(col string, v any) {
 		set = append(set, col+" = ?")
 		args = append(args, v)
@@ -568,7 +554,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
 	} {
 		if !t.t.IsZero() {
-			add(t.col, tint(t.t))
+			add(t.col, store.Nanos(t.t))
 		}
 	}
 	// where and its arguments select the row the change applies to; they
@@ -592,7 +578,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	if ch.TokenHash != nil {
 		// Retire the token being replaced. Should the update below find the
 		// job in another state, the rollback takes this back too.
-		rargs := append(append([]any{tint(ch.At)}, wargs...), *ch.TokenHash)
+		rargs := append(append([]any{store.Nanos(ch.At)}, wargs...), *ch.TokenHash)
 		if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO retired_job_tokens (token_hash, job_id, retired_at)
 			SELECT token_hash, id, ? FROM jobs`+where+` AND token_hash != '' AND token_hash != ? ON CONFLICT (token_hash) DO NOTHING`, rargs...); err != nil {
 			return store.Job{}, fmt.Errorf("transition job %d: retire token: %w", id, err)
@@ -628,7 +614,7 @@ func (s *Store) RetiredJobToken(ctx context.Context, hash string) (int64, error)
 
 // TouchJob implements store.Store.
 func (s *Store) TouchJob(ctx context.Context, id int64, at time.Time) error {
-	return s.execOne(ctx, "touch job", id, `UPDATE jobs SET contacted_at = ? WHERE id = ?`, tint(at), id)
+	return s.execOne(ctx, "touch job", id, `UPDATE jobs SET contacted_at = ? WHERE id = ?`, store.Nanos(at), id)
 }
 
 // CountJobs implements store.Store.
