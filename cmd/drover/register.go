@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
@@ -31,143 +33,469 @@ func runnerInfo(executorName, shell string) api.VersionInfo {
 	return info
 }
 
-// loadOrNewConfig loads path, or returns a fresh config when it does not exist.
-func loadOrNewConfig(path string) (*config.Config, error) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return &config.Config{Concurrent: 1, CheckInterval: 3}, nil
+// registerOptions are drover register's flags, spelled as gitlab-runner
+// register's (with their environment variables) where it has them.
+type registerOptions struct {
+	cfgPath                                string
+	url, token, registrationToken          string
+	name                                   string
+	tagList, accessLevel, maintenanceNote  string
+	runUntagged, locked, paused            bool
+	maxTimeout                             int
+	nonInteractive, leaveRunner            bool
+	executor, shell, buildsDir, cacheDir   string
+	env                                    []string
+	limit, outputLimit, requestConcurrency int
+	unhealthyRequestsLimit                 int
+	unhealthyInterval                      time.Duration
+	concurrent                             int
+}
+
+func (o *registerOptions) define(f *pflag.FlagSet) {
+	configFlag(f, &o.cfgPath, "config file (created when missing)")
+	f.BoolVarP(&o.nonInteractive, "non-interactive", "n", false, "accepted for gitlab-runner's command lines: drover register never asks")
+	f.BoolVar(&o.leaveRunner, "leave-runner", false, "keep a runner just registered with a registration token when config.toml cannot be written (default: unregister it again)")
+	f.StringVarP(&o.url, "url", "u", "", "coordinator URL (drover coordinator or GitLab)")
+	f.StringVarP(&o.token, "token", "t", "", "runner authentication token (glrt-…, verified), or a registration token")
+	f.StringVarP(&o.registrationToken, "registration-token", "r", "", "registration token: registers a new runner (with --tag-list, --locked and the like)")
+	f.StringVar(&o.name, "name", "", "runner name in config.toml and its description on the coordinator; --description is the same (default: host name)")
+
+	f.StringVar(&o.tagList, "tag-list", "", "comma-separated tags (registration token only)")
+	f.BoolVar(&o.runUntagged, "run-untagged", false, "take untagged jobs (registration token only; default: true without --tag-list)")
+	f.BoolVar(&o.locked, "locked", true, "lock the runner to its project, as gitlab-runner does unless --locked=false (registration token only)")
+	f.StringVar(&o.accessLevel, "access-level", "", "not_protected or ref_protected (registration token only)")
+	f.IntVar(&o.maxTimeout, "maximum-timeout", 0, "maximum job timeout in seconds (registration token only)")
+	f.BoolVar(&o.paused, "paused", false, "register paused (registration token only)")
+	f.StringVar(&o.maintenanceNote, "maintenance-note", "", "maintenance note (registration token only)")
+
+	f.StringVar(&o.executor, "executor", "shell", "executor for this runner")
+	f.StringVar(&o.shell, "shell", "", "shell for the shell executor: bash or sh (default: bash when installed)")
+	f.StringVar(&o.buildsDir, "builds-dir", "", "where builds are checked out (default: builds in drover run's working directory)")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "where caches are kept (default: cache in drover run's working directory)")
+	f.StringArrayVar(&o.env, "env", nil, "NAME=value for every job of the runner; repeat it for more")
+	f.IntVar(&o.limit, "limit", 0, "jobs at once on this runner (default 0: only concurrent limits them)")
+	f.IntVar(&o.outputLimit, "output-limit", 0, "job log limit in KiB (default 4096)")
+	f.IntVar(&o.requestConcurrency, "request-concurrency", 0, "job requests in flight at once (default 1)")
+	f.IntVar(&o.unhealthyRequestsLimit, "unhealthy-requests-limit", 0, "failed job requests in a row before the runner pauses (default 3)")
+	f.DurationVar(&o.unhealthyInterval, "unhealthy-interval", config.DefaultUnhealthyInterval, "how long such a pause lasts")
+	f.IntVar(&o.concurrent, "concurrent", 0, "set the global concurrent value")
+
+	// gitlab-runner's names for them.
+	for name, env := range map[string]string{
+		"non-interactive": "REGISTER_NON_INTERACTIVE", "leave-runner": "REGISTER_LEAVE_RUNNER",
+		"url": "CI_SERVER_URL", "token": "CI_SERVER_TOKEN", "registration-token": "REGISTRATION_TOKEN", "name": "RUNNER_NAME",
+		"tag-list": "RUNNER_TAG_LIST", "run-untagged": "REGISTER_RUN_UNTAGGED", "locked": "REGISTER_LOCKED",
+		"access-level": "REGISTER_ACCESS_LEVEL", "maximum-timeout": "REGISTER_MAXIMUM_TIMEOUT",
+		"paused": "REGISTER_PAUSED", "maintenance-note": "REGISTER_MAINTENANCE_NOTE",
+		"executor": "RUNNER_EXECUTOR", "shell": "RUNNER_SHELL", "builds-dir": "RUNNER_BUILDS_DIR",
+		"cache-dir": "RUNNER_CACHE_DIR", "env": "RUNNER_ENV", "limit": "RUNNER_LIMIT",
+		"output-limit": "RUNNER_OUTPUT_LIMIT", "request-concurrency": "RUNNER_REQUEST_CONCURRENCY",
+		"unhealthy-requests-limit": "RUNNER_UNHEALTHY_REQUESTS_LIMIT", "unhealthy-interval": "RUNNER_UNHEALTHY_INTERVAL",
+	} {
+		envFlag(f, name, env)
 	}
-	return loadConfig(nil, path)
+	for _, d := range dockerFlags() {
+		switch d.kind {
+		case kindString:
+			f.String(d.flag, "", d.usage)
+		case kindBool:
+			f.Bool(d.flag, false, d.usage)
+		case kindInt:
+			f.Int64(d.flag, 0, d.usage)
+		case kindList:
+			f.StringArray(d.flag, nil, d.usage+"; repeat it for more")
+		}
+		if d.env != "" {
+			envFlag(f, d.flag, d.env)
+		}
+	}
+	// gitlab-runner's --description is its --name.
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "description" {
+			name = "name"
+		}
+		return pflag.NormalizedName(name)
+	})
 }
 
 func newRegisterCmd() *cobra.Command {
-	var (
-		cfgPath, url, token, executorName, shell, name, buildsDir, tagList, description string
-		dockerImage, dockerPull                                                         string
-		concurrent, maxTimeout                                                          int
-		runUntagged, locked, paused                                                     bool
-	)
+	var o registerOptions
 	cmd := &cobra.Command{
 		Use:   "register",
 		Short: "Add a runner to config.toml (verifies a glrt- token with the coordinator)",
-		Long: `Adds a [[runners]] entry to config.toml.
+		Long: `Adds a [[runners]] entry to config.toml, at the end of the file: the rest of
+the file stays as it is. The flags are gitlab-runner register's, and so are
+their environment variables (named in brackets); drover register never asks
+questions, so --non-interactive changes nothing. gitlab-runner flags drover
+does not support are refused, naming the flag.
 
 With a runner authentication token (glrt-…, created in GitLab or with
 drover's POST /api/v1/runners) it calls POST /api/v4/runners/verify with
 this machine's system id (.runner_system_id next to config.toml); tags and
-other server-side settings belong to the token then. With a legacy
-registration token it registers a new runner (POST /api/v4/runners) with
---tag-list, --run-untagged, --locked, --paused and --maximum-timeout.`,
+other server-side settings belong to the token then. With a registration
+token (--registration-token, or --token without glrt-) it registers a new
+runner (POST /api/v4/runners) with --tag-list, --run-untagged, --locked,
+--access-level, --paused, --maximum-timeout and --maintenance-note.
+
+The entry holds what the flags give and the values drover needs (name, url,
+id, token, executor); drover run fills in the defaults of the rest.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if url == "" || token == "" {
-				return usageError(errors.New("--url and --token are required"))
-			}
-			if _, ok := providers(nil, nil, nil, nil, nil, nil)[executorName]; !ok {
-				return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", executorName, providerNames()))
-			}
-			if docker.Uses(executorName) && dockerImage == "" {
-				return usageError(fmt.Errorf("--docker-image is required with --executor %s (the image of jobs that name none)", executorName))
-			}
-			cfg, err := loadOrNewConfig(cfgPath)
-			if err != nil {
-				return err
-			}
-			systemID, err := config.LoadOrCreateSystemID(cfgPath)
-			if err != nil {
-				return err
-			}
-			client, err := api.NewClient(url, api.ClientOptions{Version: version})
-			if err != nil {
-				return usageError(err)
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			var got *api.VerifyResponse
-			var resp *api.Response
-			if strings.Contains(token, api.RunnerTokenPrefix) {
-				if tagList != "" || locked || paused || maxTimeout != 0 {
-					return usageError(errors.New("--tag-list, --locked, --paused and --maximum-timeout belong to the glrt- token on the server; leave them out"))
-				}
-				got, resp, err = client.Verify(ctx, api.VerifyRequest{Token: token, SystemID: systemID, Info: runnerInfo(executorName, shell)})
-			} else {
-				req := api.RegisterRequest{Token: token, Description: description, TagList: tagList, Info: runnerInfo(executorName, shell), MaximumTimeout: maxTimeout}
-				req.Locked, req.Paused = &locked, &paused
-				if cmd.Flags().Changed("run-untagged") {
-					// Otherwise the server decides: true only without tags.
-					req.RunUntagged = &runUntagged
-				}
-				got, resp, err = client.Register(ctx, req)
-			}
-			if err != nil {
-				return err
-			}
-			if got == nil {
-				if resp.StatusCode == http.StatusForbidden {
-					return fmt.Errorf("the coordinator at %s refused the token (403)", url)
-				}
-				return fmt.Errorf("the coordinator at %s answered %d", url, resp.StatusCode)
-			}
-			if name == "" {
-				name = description
-			}
-			if name == "" {
-				h, _ := os.Hostname()
-				name = h
-			}
-			if concurrent > 0 {
-				cfg.Concurrent = concurrent
-			}
-			rc := config.RunnerConfig{
-				Name: name, URL: url, Token: got.Token, ID: got.ID,
-				TokenObtainedAt: time.Now().UTC().Truncate(time.Second),
-				Executor:        executorName, Shell: shell, BuildsDir: buildsDir,
-				RequestConcurrency: config.DefaultRequestConcurrency,
-				OutputLimit:        config.DefaultOutputLimit,
-				UnhealthyInterval:  config.DefaultUnhealthyInterval,
-			}
-			if got.TokenExpiresAt != "" {
-				if t, err := time.Parse(time.RFC3339, got.TokenExpiresAt); err == nil {
-					rc.TokenExpiresAt = t
-				}
-			}
-			if docker.Uses(executorName) {
-				rc.Docker = map[string]any{"image": dockerImage}
-				if dockerPull != "" {
-					rc.Docker["pull_policy"] = dockerPull
-				}
-			}
-			cfg.Runners = append(cfg.Runners, rc)
-			if err := cfg.Save(cfgPath); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Runner %q (id %d, system id %s) registered in %s\n", name, got.ID, systemID, cfgPath)
-			switch executorName {
-			case instance.Name, docker.NameAutoscaler:
-				fmt.Fprintf(cmd.OutOrStdout(), "Executor %q needs a [runners.autoscaler] table (plugin = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", executorName)
-			case docker.NameMachine:
-				fmt.Fprintf(cmd.OutOrStdout(), "Executor %q needs a [runners.machine] table (MachineDriver = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", executorName)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
-	f := cmd.Flags()
-	f.StringVarP(&cfgPath, "config", "c", "config.toml", "path of config.toml (created when missing)")
-	f.StringVar(&url, "url", envOr("CI_SERVER_URL", ""), "coordinator URL (drover coordinator or GitLab)")
-	f.StringVar(&token, "token", envOr("REGISTRATION_TOKEN", ""), "runner authentication token (glrt-…) or legacy registration token")
-	f.StringVar(&executorName, "executor", "shell", "executor for this runner")
-	f.StringVar(&dockerImage, "docker-image", "", "docker executor: the image of jobs that name none ([runners.docker] image)")
-	f.StringVar(&dockerPull, "docker-pull-policy", "", "docker executor: always, if-not-present or never (default always, as GitLab Runner)")
-	f.StringVar(&shell, "shell", "", "shell for the shell executor: bash or sh (default: bash when installed)")
-	f.StringVar(&name, "name", "", "runner name in config.toml (default: description or host name)")
-	f.StringVar(&description, "description", "", "description (legacy registration)")
-	f.StringVar(&buildsDir, "builds-dir", "", "where builds are checked out (default: ./builds)")
-	f.StringVar(&tagList, "tag-list", "", "comma-separated tags (legacy registration only)")
-	f.BoolVar(&runUntagged, "run-untagged", false, "take untagged jobs (legacy registration only; default: true when --tag-list is empty)")
-	f.BoolVar(&locked, "locked", false, "lock the runner to its project (legacy registration only)")
-	f.BoolVar(&paused, "paused", false, "register paused (legacy registration only)")
-	f.IntVar(&maxTimeout, "maximum-timeout", 0, "maximum job timeout in seconds (legacy registration only)")
-	f.IntVar(&concurrent, "concurrent", 0, "set the global concurrent value")
+	o.define(cmd.Flags())
 	return cmd
+}
+
+func (o *registerOptions) run(cmd *cobra.Command) error {
+	f := cmd.Flags()
+	stderr := cmd.ErrOrStderr()
+	secret, err := o.secret(cmd)
+	if err != nil {
+		return err
+	}
+	verify := strings.Contains(secret, api.RunnerTokenPrefix)
+	if verify {
+		// These settings belong to the coordinator: a glrt- token carries
+		// them already.
+		var given []string
+		for _, name := range []string{"tag-list", "run-untagged", "locked", "paused", "maximum-timeout", "access-level", "maintenance-note"} {
+			if f.Changed(name) {
+				given = append(given, "--"+name)
+			}
+		}
+		if len(given) > 0 {
+			return usageError(fmt.Errorf("%s: these belong to the glrt- token on the coordinator; leave them out", strings.Join(given, ", ")))
+		}
+	}
+	if o.accessLevel != "" && o.accessLevel != "not_protected" && o.accessLevel != "ref_protected" {
+		return usageError(fmt.Errorf("--access-level %q: want not_protected or ref_protected", o.accessLevel))
+	}
+	if _, ok := providers(nil, nil, nil, nil, nil, nil)[o.executor]; !ok {
+		return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", o.executor, providerNames()))
+	}
+	rc, err := o.runner(cmd)
+	if err != nil {
+		return err
+	}
+	if err := checkRunner(o.cfgPath, rc); err != nil {
+		return err
+	}
+
+	concurrent, err := o.prepareFile(cmd)
+	if err != nil {
+		return err
+	}
+	edit, err := config.EditFile(o.cfgPath)
+	if err != nil {
+		return configError(o.cfgPath, err)
+	}
+	if o.limit > concurrent {
+		fmt.Fprintf(stderr, "warning: --limit %d is more than concurrent (%d), which limits the jobs of all runners together; --concurrent changes it\n", o.limit, concurrent)
+	}
+	systemID, err := systemIDFor(o.cfgPath)
+	if err != nil {
+		return err
+	}
+	client, err := api.NewClient(o.url, api.ClientOptions{Version: version})
+	if err != nil {
+		return usageError(err)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+	defer cancel()
+	var got *api.VerifyResponse
+	var resp *api.Response
+	if verify {
+		got, resp, err = client.Verify(ctx, api.VerifyRequest{Token: secret, SystemID: systemID, Info: runnerInfo(o.executor, o.shell)})
+	} else {
+		req := api.RegisterRequest{
+			Token: secret, Description: rc.Name, MaintenanceNote: o.maintenanceNote, TagList: o.tagList,
+			AccessLevel: o.accessLevel, MaximumTimeout: o.maxTimeout, Info: runnerInfo(o.executor, o.shell),
+		}
+		req.Locked, req.Paused = &o.locked, &o.paused
+		if f.Changed("run-untagged") {
+			// Otherwise the server decides: true only without tags.
+			req.RunUntagged = &o.runUntagged
+		}
+		got, resp, err = client.Register(ctx, req)
+	}
+	if err != nil {
+		return err
+	}
+	if got == nil {
+		if resp.StatusCode == http.StatusForbidden {
+			return fmt.Errorf("the coordinator at %s refused the token (403)", o.url)
+		}
+		return fmt.Errorf("the coordinator at %s answered %d", o.url, resp.StatusCode)
+	}
+
+	rc.Token, rc.ID = got.Token, got.ID
+	rc.TokenObtainedAt = time.Now().UTC().Truncate(time.Second)
+	if got.TokenExpiresAt != "" {
+		if t, err := time.Parse(time.RFC3339, got.TokenExpiresAt); err == nil {
+			rc.TokenExpiresAt = t
+		}
+	}
+	if err := saveRunner(edit, &rc, o.concurrentToSet(edit)); err != nil {
+		err = configError(o.cfgPath, err)
+		if !verify && !o.leaveRunner {
+			if _, uerr := client.Unregister(context.WithoutCancel(ctx), got.Token); uerr == nil {
+				return fmt.Errorf("%w; the new runner was unregistered again (--leave-runner keeps it)", err)
+			}
+		}
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "Runner %q (id %d, system id %s) registered in %s\n", rc.Name, got.ID, systemID, o.cfgPath)
+	switch o.executor {
+	case instance.Name, docker.NameAutoscaler:
+		fmt.Fprintf(out, "Executor %q needs a [runners.autoscaler] table (plugin = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", o.executor)
+	case docker.NameMachine:
+		fmt.Fprintf(out, "Executor %q needs a [runners.machine] table (MachineDriver = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", o.executor)
+	}
+	return nil
+}
+
+// secret returns the token to register with: --token or
+// --registration-token, whichever is given.
+func (o *registerOptions) secret(cmd *cobra.Command) (string, error) {
+	switch {
+	case o.url == "":
+		return "", usageError(errors.New("--url (or $CI_SERVER_URL) is required"))
+	case o.token != "" && o.registrationToken != "":
+		return "", usageError(errors.New("--token and --registration-token are both given (on the command line or as $CI_SERVER_TOKEN and $REGISTRATION_TOKEN): give one"))
+	case o.token != "":
+		return o.token, nil
+	case o.registrationToken != "":
+		if strings.Contains(o.registrationToken, api.RunnerTokenPrefix) {
+			fmt.Fprintln(cmd.ErrOrStderr(), "note: --registration-token holds a runner authentication token (glrt-): verifying it, as with --token")
+		}
+		return o.registrationToken, nil
+	}
+	return "", usageError(errors.New("--token or --registration-token (or $CI_SERVER_TOKEN, $REGISTRATION_TOKEN) is required"))
+}
+
+// runner returns the config.toml entry the flags describe, without the
+// credentials the coordinator hands out.
+func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error) {
+	name := o.name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	rc := config.RunnerConfig{
+		Name: name, URL: o.url, Executor: o.executor, Shell: o.shell,
+		BuildsDir: o.buildsDir, CacheDir: o.cacheDir, Environment: o.env,
+		Limit: o.limit, OutputLimit: o.outputLimit, RequestConcurrency: o.requestConcurrency,
+		UnhealthyRequestsLimit: o.unhealthyRequestsLimit, UnhealthyInterval: o.unhealthyInterval,
+	}
+	table, set := dockerTable(cmd.Flags())
+	if docker.Uses(o.executor) {
+		if table["image"] == nil {
+			return rc, usageError(fmt.Errorf("--docker-image (or $DOCKER_IMAGE) is required with --executor %s: the image of jobs that name none", o.executor))
+		}
+		rc.Docker = table
+	} else if len(set) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.docker]\n", strings.Join(set, ", "), o.executor)
+	}
+	return rc, nil
+}
+
+// prepareFile checks an existing config file (a broken one is not added
+// to) or makes the directory of a new one, and returns the concurrent
+// value that will hold.
+func (o *registerOptions) prepareFile(cmd *cobra.Command) (int, error) {
+	concurrent := config.DefaultConcurrent
+	if _, err := os.Stat(o.cfgPath); err == nil {
+		cfg, err := loadConfig(nil, o.cfgPath)
+		if err != nil {
+			return 0, configError(o.cfgPath, err)
+		}
+		concurrent = cfg.Concurrent
+	} else {
+		if _, err := os.Stat("config.toml"); err == nil && !cmd.Flags().Changed("config") {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: registering in %s (the default), not in ./config.toml: give --config config.toml for that one\n", o.cfgPath)
+		}
+		if err := os.MkdirAll(filepath.Dir(o.cfgPath), 0o700); err != nil {
+			return 0, configError(o.cfgPath, err)
+		}
+	}
+	if o.concurrent > 0 {
+		concurrent = o.concurrent
+	}
+	return concurrent, nil
+}
+
+// concurrentToSet is the concurrent value to write: --concurrent, or 1 in
+// a new file (GitLab Runner writes it too); 0 leaves the file's alone.
+func (o *registerOptions) concurrentToSet(edit *config.Edit) int {
+	if o.concurrent > 0 {
+		return o.concurrent
+	}
+	if len(edit.Bytes()) == 0 {
+		return config.DefaultConcurrent
+	}
+	return 0
+}
+
+// saveRunner adds rc to the file being edited, with concurrent when it is
+// not 0, and writes it.
+func saveRunner(edit *config.Edit, rc *config.RunnerConfig, concurrent int) error {
+	if concurrent > 0 {
+		if err := edit.SetConcurrent(concurrent); err != nil {
+			return err
+		}
+	}
+	if err := edit.AddRunner(rc); err != nil {
+		return err
+	}
+	return edit.Write()
+}
+
+// checkRunner makes the checks drover run would make of rc before the
+// coordinator is asked, so that a wrong flag registers nothing. The
+// problems are named by their flags.
+func checkRunner(path string, rc config.RunnerConfig) error {
+	rc.Token = "token"
+	probe, err := config.NewEdit(path, nil)
+	if err == nil {
+		err = probe.AddRunner(&rc)
+	}
+	if err != nil {
+		return err
+	}
+	if _, _, err := config.Parse(path, probe.Bytes()); err != nil {
+		return usageError(flagProblem(err))
+	}
+	if docker.Uses(rc.Executor) {
+		if _, _, err := docker.ParseConfig(path, &rc); err != nil {
+			return usageError(flagProblem(err))
+		}
+	}
+	return nil
+}
+
+// runnerKeyFlag names the register flag that sets a config.toml key of a
+// runner, or "".
+func runnerKeyFlag(key string) string {
+	switch key {
+	case "name", "url", "executor", "shell", "limit":
+		return key
+	case "environment":
+		return "env"
+	case "builds_dir", "cache_dir", "output_limit", "request_concurrency", "unhealthy_requests_limit", "unhealthy_interval":
+		return strings.ReplaceAll(key, "_", "-")
+	}
+	return ""
+}
+
+// flagProblem words a config problem of the entry being registered by the
+// flag that set the key.
+func flagProblem(err error) error {
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	key := ce.Key
+	if i := strings.Index(key, "]."); strings.HasPrefix(key, "runners[") && i >= 0 {
+		key = key[i+2:]
+	}
+	top, _, _ := strings.Cut(key, "[")
+	if name := runnerKeyFlag(top); name != "" {
+		return fmt.Errorf("--%s: %s", name, ce.Msg)
+	}
+	if dk, ok := strings.CutPrefix(top, "docker."); ok {
+		for _, d := range dockerFlags() {
+			if d.key == dk {
+				return fmt.Errorf("--%s: %s", d.flag, ce.Msg)
+			}
+		}
+	}
+	return fmt.Errorf("%s: %s", key, ce.Msg)
+}
+
+// flagKind is the kind of value of a [runners.docker] key.
+type flagKind int
+
+const (
+	kindString flagKind = iota
+	kindBool
+	kindInt
+	kindList
+)
+
+// dockerFlag is a gitlab-runner register flag for a [runners.docker] key
+// drover applies.
+type dockerFlag struct {
+	flag, key, env string
+	kind           flagKind
+	usage          string
+}
+
+// dockerFlags are the --docker-* flags of register, as gitlab-runner spells
+// them. DOCKER_HOST, DOCKER_CERT_PATH and DOCKER_TLS_VERIFY are not read:
+// they configure the docker CLI of whoever registers, not the runner.
+func dockerFlags() []dockerFlag {
+	return []dockerFlag{
+		{"docker-host", "host", "", kindString, "Docker engine of the jobs: unix://, tcp:// or ssh:// (default: $DOCKER_HOST of drover run, else the local socket)"},
+		{"docker-cert-path", "tls_cert_path", "", kindString, "directory of ca.pem, cert.pem and key.pem for a tcp:// --docker-host"},
+		{"docker-tlsverify", "tls_verify", "", kindBool, "verify the TLS certificate of a tcp:// --docker-host"},
+		{"docker-image", "image", "DOCKER_IMAGE", kindString, "image of jobs that name none (required with the docker executors)"},
+		{"docker-helper-image", "helper_image", "DOCKER_HELPER_IMAGE", kindString, "helper image for cloning and artifacts"},
+		{"docker-pull-policy", "pull_policy", "DOCKER_PULL_POLICY", kindList, "always, if-not-present or never (default always)"},
+		{"docker-allowed-pull-policies", "allowed_pull_policies", "DOCKER_ALLOWED_PULL_POLICIES", kindList, "pull policies jobs may ask for"},
+		{"docker-allowed-images", "allowed_images", "DOCKER_ALLOWED_IMAGES", kindList, "image patterns jobs may use"},
+		{"docker-allowed-services", "allowed_services", "DOCKER_ALLOWED_SERVICES", kindList, "service image patterns jobs may use"},
+		{"docker-privileged", "privileged", "DOCKER_PRIVILEGED", kindBool, "run job containers privileged"},
+		{"docker-services_privileged", "services_privileged", "DOCKER_SERVICES_PRIVILEGED", kindBool, "run service containers privileged (default: as --docker-privileged)"},
+		{"docker-user", "user", "DOCKER_USER", kindString, "user of the job containers"},
+		{"docker-volumes", "volumes", "DOCKER_VOLUMES", kindList, "volume or bind mount of every job container"},
+		{"docker-cache-dir", "cache_dir", "DOCKER_CACHE_DIR", kindString, "host directory of the caches"},
+		{"docker-disable-cache", "disable_cache", "DOCKER_DISABLE_CACHE", kindBool, "no cache volumes"},
+		{"docker-network-mode", "network_mode", "DOCKER_NETWORK_MODE", kindString, "network of the job containers"},
+		{"docker-dns", "dns", "DOCKER_DNS", kindList, "DNS server of the containers"},
+		{"docker-dns-search", "dns_search", "DOCKER_DNS_SEARCH", kindList, "DNS search domain of the containers"},
+		{"docker-extra-hosts", "extra_hosts", "DOCKER_EXTRA_HOSTS", kindList, "host:IP entry of /etc/hosts"},
+		{"docker-memory", "memory", "DOCKER_MEMORY", kindString, "memory limit (e.g. 512m)"},
+		{"docker-memory-swap", "memory_swap", "DOCKER_MEMORY_SWAP", kindString, "memory plus swap limit"},
+		{"docker-cpus", "cpus", "DOCKER_CPUS", kindString, "CPUs (e.g. 1.5)"},
+		{"docker-cpuset-cpus", "cpuset_cpus", "DOCKER_CPUSET_CPUS", kindString, "CPUs the containers may use (e.g. 0-3)"},
+		{"docker-shm-size", "shm_size", "DOCKER_SHM_SIZE", kindInt, "size of /dev/shm in bytes"},
+		{"docker-cap-add", "cap_add", "DOCKER_CAP_ADD", kindList, "Linux capability to add"},
+		{"docker-cap-drop", "cap_drop", "DOCKER_CAP_DROP", kindList, "Linux capability to drop"},
+		{"docker-security-opt", "security_opt", "DOCKER_SECURITY_OPT", kindList, "security option"},
+		{"docker-devices", "devices", "DOCKER_DEVICES", kindList, "host device for the containers"},
+		{"docker-oom-kill-disable", "oom_kill_disable", "DOCKER_OOM_KILL_DISABLE", kindBool, "do not kill processes of a container out of memory"},
+		{"docker-wait-for-services-timeout", "wait_for_services_timeout", "DOCKER_WAIT_FOR_SERVICES_TIMEOUT", kindInt, "seconds to wait for services (default 30)"},
+	}
+}
+
+// dockerTable returns the [runners.docker] table the --docker-* flags
+// give, and the flags given.
+func dockerTable(f *pflag.FlagSet) (map[string]any, []string) {
+	table := map[string]any{}
+	var set []string
+	for _, d := range dockerFlags() {
+		if !f.Changed(d.flag) {
+			continue
+		}
+		set = append(set, "--"+d.flag)
+		// The getters cannot fail: the flags are defined with these types.
+		switch d.kind {
+		case kindString:
+			table[d.key], _ = f.GetString(d.flag)
+		case kindBool:
+			table[d.key], _ = f.GetBool(d.flag)
+		case kindInt:
+			table[d.key], _ = f.GetInt64(d.flag)
+		case kindList:
+			l, _ := f.GetStringArray(d.flag)
+			vs := make([]any, len(l))
+			for i, s := range l {
+				vs[i] = s
+			}
+			table[d.key] = vs
+		}
+	}
+	return table, set
 }
 
 func newVerifyCmd() *cobra.Command {
@@ -178,17 +506,17 @@ func newVerifyCmd() *cobra.Command {
 		Short: "Check every runner token of config.toml with its coordinator",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(nil, cfgPath)
+			cfg, err := loadConfigFile(cmd, cfgPath)
 			if err != nil {
 				return err
 			}
-			systemID, err := config.LoadOrCreateSystemID(cfgPath)
+			systemID, err := systemIDFor(cfgPath)
 			if err != nil {
 				return err
 			}
-			var kept []config.RunnerConfig
+			var invalid []int
 			bad := 0
-			for _, r := range cfg.Runners {
+			for i, r := range cfg.Runners {
 				client, err := api.NewClient(r.URL, api.ClientOptions{Version: version})
 				if err != nil {
 					return err
@@ -197,22 +525,17 @@ func newVerifyCmd() *cobra.Command {
 				switch {
 				case err != nil:
 					fmt.Fprintf(cmd.OutOrStdout(), "%-20s %s: error: %v\n", r.Name, r.URL, err)
-					kept = append(kept, r)
 					bad++
 				case got == nil:
 					fmt.Fprintf(cmd.OutOrStdout(), "%-20s %s: invalid (status %d)\n", r.Name, r.URL, resp.StatusCode)
 					bad++
-					if !del {
-						kept = append(kept, r)
-					}
+					invalid = append(invalid, i)
 				default:
 					fmt.Fprintf(cmd.OutOrStdout(), "%-20s %s: valid (id %d)\n", r.Name, r.URL, got.ID)
-					kept = append(kept, r)
 				}
 			}
-			if del && len(kept) != len(cfg.Runners) {
-				cfg.Runners = kept
-				if err := cfg.Save(cfgPath); err != nil {
+			if del && len(invalid) > 0 {
+				if err := removeRunners(cfgPath, invalid); err != nil {
 					return err
 				}
 			}
@@ -222,62 +545,140 @@ func newVerifyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&cfgPath, "config", "c", "config.toml", "path of config.toml")
+	configFlag(cmd.Flags(), &cfgPath, "config file")
 	cmd.Flags().BoolVar(&del, "delete", false, "remove runners whose token is invalid from config.toml")
 	return cmd
 }
 
+// removeRunners removes the runners at indexes from the config file,
+// leaving the rest of it as it is.
+func removeRunners(path string, indexes []int) error {
+	edit, err := config.EditFile(path)
+	if err == nil {
+		err = edit.RemoveRunners(indexes...)
+	}
+	if err == nil {
+		err = edit.Write()
+	}
+	return configError(path, err)
+}
+
 func newUnregisterCmd() *cobra.Command {
-	var cfgPath, name string
+	var cfgPath, name, url, token string
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "unregister",
 		Short: "Remove a runner (or this manager of it) from its coordinator and from config.toml",
-		Args:  cobra.NoArgs,
+		Long: `Unregisters runners from their coordinator and removes their [[runners]]
+entries from config.toml; the rest of the file stays as it is. Choose them as
+with gitlab-runner unregister: --name, --url with --token (also a runner that
+config.toml does not hold), --token alone, or --all-runners.
+
+A runner with a glrt- token is unregistered as a runner manager (this
+machine's system id); one with an older token as a whole. A runner the
+coordinator no longer knows (403) is removed from config.toml too.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if name == "" && !all {
-				return usageError(errors.New("give --name NAME or --all-runners"))
+			if name == "" && token == "" && !all {
+				return usageError(errors.New("give --name NAME, --url URL --token TOKEN or --all-runners"))
 			}
-			cfg, err := loadConfig(nil, cfgPath)
+			if url != "" && token == "" {
+				return usageError(errors.New("--url needs --token"))
+			}
+			cfg, err := loadConfigFile(cmd, cfgPath)
 			if err != nil {
 				return err
 			}
-			systemID, err := config.LoadOrCreateSystemID(cfgPath)
+			var chosen []int
+			for i, r := range cfg.Runners {
+				if all || (name == "" || r.Name == name) && (token == "" || r.Token == token) && (url == "" || sameURL(r.URL, url)) {
+					chosen = append(chosen, i)
+				}
+			}
+			// Refuse a file that cannot be edited before the coordinator
+			// forgets anything.
+			edit, err := config.EditFile(cfgPath)
+			if err == nil {
+				err = edit.RemoveRunners(chosen...)
+			}
+			if err != nil {
+				return configError(cfgPath, err)
+			}
+			systemID, err := systemIDFor(cfgPath)
 			if err != nil {
 				return err
 			}
-			var kept []config.RunnerConfig
-			found := false
-			for _, r := range cfg.Runners {
-				if !all && r.Name != name {
-					kept = append(kept, r)
-					continue
-				}
-				found = true
-				client, err := api.NewClient(r.URL, api.ClientOptions{Version: version})
-				if err != nil {
-					return err
-				}
-				var resp *api.Response
-				if strings.Contains(r.Token, api.RunnerTokenPrefix) {
-					resp, err = client.UnregisterManager(cmd.Context(), r.Token, systemID)
-				} else {
-					resp, err = client.Unregister(cmd.Context(), r.Token)
-				}
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: unregistered (status %d)\n", r.Name, resp.StatusCode)
+			targets := make([]config.RunnerConfig, 0, len(chosen))
+			for _, i := range chosen {
+				targets = append(targets, cfg.Runners[i])
 			}
-			if !found {
-				return usageError(fmt.Errorf("%s: no runner named %q", cfgPath, name))
+			switch {
+			case len(chosen) == 0 && url != "":
+				// As gitlab-runner: the credentials given are enough.
+				targets = append(targets, config.RunnerConfig{Name: api.ShortToken(token), URL: url, Token: token})
+			case len(chosen) == 0 && name != "":
+				return usageError(fmt.Errorf("config %s: no runner named %q", cfgPath, name))
+			case len(chosen) == 0:
+				return usageError(fmt.Errorf("config %s: no runner with that token", cfgPath))
 			}
-			cfg.Runners = kept
-			return cfg.Save(cfgPath)
+			var done []int
+			var errs []error
+			for k, r := range targets {
+				if err := unregisterRunner(cmd, r, systemID); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", r.Name, err))
+				} else if k < len(chosen) {
+					done = append(done, chosen[k])
+				}
+			}
+			switch {
+			case len(done) == 0:
+			case len(done) == len(chosen):
+				errs = append(errs, configError(cfgPath, edit.Write()))
+			default:
+				errs = append(errs, removeRunners(cfgPath, done))
+			}
+			return errors.Join(errs...)
 		},
 	}
-	cmd.Flags().StringVarP(&cfgPath, "config", "c", "config.toml", "path of config.toml")
-	cmd.Flags().StringVar(&name, "name", "", "runner name")
-	cmd.Flags().BoolVar(&all, "all-runners", false, "unregister every runner of config.toml")
+	f := cmd.Flags()
+	configFlag(f, &cfgPath, "config file")
+	f.StringVarP(&name, "name", "n", "", "name of the runner")
+	f.StringVarP(&url, "url", "u", "", "URL of the runner's coordinator (with --token)")
+	envFlag(f, "url", "CI_SERVER_URL")
+	f.StringVarP(&token, "token", "t", "", "the runner's authentication token")
+	envFlag(f, "token", "CI_SERVER_TOKEN")
+	f.BoolVar(&all, "all-runners", false, "unregister every runner of config.toml")
 	return cmd
+}
+
+// unregisterRunner unregisters r from its coordinator: the runner manager
+// systemID of a glrt- token, the whole runner of another one. A runner the
+// coordinator does not know (403) is gone already.
+func unregisterRunner(cmd *cobra.Command, r config.RunnerConfig, systemID string) error {
+	client, err := api.NewClient(r.URL, api.ClientOptions{Version: version})
+	if err != nil {
+		return err
+	}
+	var resp *api.Response
+	if strings.Contains(r.Token, api.RunnerTokenPrefix) {
+		resp, err = client.UnregisterManager(cmd.Context(), r.Token, systemID)
+	} else {
+		resp, err = client.Unregister(cmd.Context(), r.Token)
+	}
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode == http.StatusNoContent:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: unregistered (status %d)\n", r.Name, resp.StatusCode)
+	case resp.StatusCode == http.StatusForbidden:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: the coordinator does not know its token (status 403): it is gone already\n", r.Name)
+	default:
+		return fmt.Errorf("the coordinator at %s answered %d; %s stays in config.toml", r.URL, resp.StatusCode, r.Name)
+	}
+	return nil
+}
+
+// sameURL compares coordinator URLs without their final slash.
+func sameURL(a, b string) bool {
+	return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
 }

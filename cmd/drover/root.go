@@ -22,10 +22,23 @@ func newRootCmd() *cobra.Command {
   drover run           runner manager: takes jobs from a coordinator (drover's or GitLab) and runs them
   drover local         one-command demo: coordinator + manager in one process running examples/
   drover register      adds a runner to config.toml (verifies a glrt- token)
-  drover submit/jobs/logs/cancel   use a drover coordinator's job API`,
+  drover list          lists the runners of config.toml
+  drover submit/jobs/logs/cancel   use a drover coordinator's job API
+
+config.toml is /etc/drover/config.toml for root, ~/.drover/config.toml for
+other users, or what --config (or $CONFIG_FILE) names.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Before every command: flags from their environment variables,
+		// then --debug.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return usageError(err)
+			}
+			return applyDebug(cmd)
+		},
 	}
+	root.PersistentFlags().Bool("debug", false, "log at debug level, as --log-level debug (drover local: also --verbose)")
 	root.AddCommand(
 		newCoordinatorCmd(),
 		newRouterCmd(),
@@ -33,6 +46,7 @@ func newRootCmd() *cobra.Command {
 		newRegisterCmd(),
 		newVerifyCmd(),
 		newUnregisterCmd(),
+		newListCmd(),
 		newSubmitCmd(),
 		newJobsCmd(),
 		newLogsCmd(),
@@ -59,7 +73,7 @@ func newRootCmd() *cobra.Command {
 func usageErrors(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+		c.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError(gitlabFlagError(cmd, err)) })
 		if args := c.Args; args != nil {
 			c.Args = func(cmd *cobra.Command, a []string) error {
 				if err := args(cmd, a); err != nil {
@@ -86,6 +100,22 @@ func usageErrors(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// applyDebug makes --debug (gitlab-runner's too) the --log-level of cmd,
+// and turns on its --verbose, where it has them.
+func applyDebug(cmd *cobra.Command) error {
+	if debug, _ := cmd.Flags().GetBool("debug"); !debug {
+		return nil
+	}
+	for name, value := range map[string]string{"log-level": "debug", "verbose": "true"} {
+		if cmd.Flags().Lookup(name) != nil {
+			if err := cmd.Flags().Set(name, value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // newLogger builds the process logger. format: runner|text|json.

@@ -134,7 +134,7 @@ func loadConfig(logger *slog.Logger, path string) (*config.Config, error) {
 }
 
 func newRunCmd() *cobra.Command {
-	var cfgPath, logLevel, logFormat string
+	var cfgPath, logLevel, logFormat, workDir string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the runner manager: take jobs from coordinators and run them",
@@ -147,8 +147,14 @@ Each [[runners]] entry polls its coordinator (url) with its token; at most
 Signals: SIGQUIT stops asking for jobs and waits for running ones (drain);
 SIGTERM/SIGINT abort running jobs (reported as runner_interrupted) and exit,
 a second one exits at once; SIGHUP reloads config.toml (it is also reloaded
-when its modification time changes).`,
-		Args: cobra.NoArgs,
+when its modification time changes).
+
+--working-directory makes drover run change to that directory before it
+starts: relative builds_dir and cache_dir, and their defaults builds and
+cache, are then there. A relative --config is still found from where drover
+run started.`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return enterWorkingDirectory(cmd, workDir) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(nil, cfgPath)
 			if err != nil {
@@ -164,7 +170,7 @@ when its modification time changes).`,
 			if err != nil {
 				return usageError(err)
 			}
-			systemID, err := config.LoadOrCreateSystemID(cfgPath)
+			systemID, err := systemIDFor(cfgPath)
 			if err != nil {
 				return err
 			}
@@ -236,7 +242,8 @@ when its modification time changes).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&cfgPath, "config", "c", "config.toml", "path of config.toml")
+	configFlag(f, &cfgPath, "config file")
+	f.StringVarP(&workDir, "working-directory", "d", "", "change to this directory first: relative builds_dir and cache_dir are there")
 	f.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default: log_level of config.toml)")
 	f.StringVar(&logFormat, "log-format", "", "runner, text or json (default: log_format of config.toml)")
 	return cmd

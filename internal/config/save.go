@@ -21,7 +21,10 @@ import (
 //
 // A url or token that came from $VAR expansion and was not changed since
 // Parse is written in its unexpanded form. Values in Extra and in the
-// verbatim sub-tables are written back as they were decoded.
+// verbatim sub-tables are written back as they were decoded. Everything
+// else of the file is lost: comments, and the keys the user left out, which
+// come back with the values Parse filled in. To change a file the user
+// wrote, use an [Edit].
 func (c *Config) Save(path string) error {
 	data, err := c.encode()
 	if err != nil {
@@ -55,14 +58,25 @@ func (c *Config) encode() ([]byte, error) {
 		return nil, err
 	}
 	for i := range c.Runners {
-		r := orderedStruct(c.Runners[i].fields())
-		list := reflect.MakeSlice(reflect.SliceOf(r.Type()), 1, 1)
-		list.Index(0).Set(r)
-		doc := orderedStruct([]field{{"runners", list.Interface()}})
-		buf.WriteString("\n")
-		if err := toml.NewEncoder(&buf).Encode(doc.Interface()); err != nil {
+		block, err := encodeRunner(c.Runners[i].fields())
+		if err != nil {
 			return nil, fmt.Errorf("runners[%d]: %w", i, err)
 		}
+		buf.WriteString("\n")
+		buf.Write(block)
+	}
+	return buf.Bytes(), nil
+}
+
+// encodeRunner renders one "[[runners]]" element holding fs, in order.
+func encodeRunner(fs []field) ([]byte, error) {
+	r := orderedStruct(fs)
+	list := reflect.MakeSlice(reflect.SliceOf(r.Type()), 1, 1)
+	list.Index(0).Set(r)
+	doc := orderedStruct([]field{{"runners", list.Interface()}})
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(doc.Interface()); err != nil {
+		return nil, err
 	}
 	return buf.Bytes(), nil
 }

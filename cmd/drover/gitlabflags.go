@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// gitlabFlag is a flag of a gitlab-runner command that drover's command of
+// the same name lacks. A name ending in "-" stands for every flag it
+// begins.
+type gitlabFlag struct {
+	name, short string
+	why         string
+}
+
+// gitlabOnlyFlags returns the gitlab-runner flags of command (register,
+// run, ...) that drover does not support, so that a command line written
+// for gitlab-runner fails naming the flag and why, not with cobra's
+// "unknown flag".
+func gitlabOnlyFlags(command string) []gitlabFlag {
+	switch command {
+	case "register":
+		return registerOnlyFlags()
+	case "run":
+		return []gitlabFlag{
+			{name: "service", short: "n", why: "drover does not install itself as a service; run it under systemd or another supervisor"},
+			{name: "user", short: "u", why: "set user in config.toml"},
+			{name: "syslog", why: "drover logs to stderr"},
+			{name: "listen-address", why: "set listen_address in config.toml"},
+		}
+	}
+	return nil
+}
+
+func registerOnlyFlags() []gitlabFlag {
+	noExecutor := func(prefix, executor string) gitlabFlag {
+		return gitlabFlag{name: prefix, why: "drover has no " + executor + " executor"}
+	}
+	noScripts := "drover does not run the runner's own scripts (pre_build_script and the like) yet"
+	notApplied := "drover reads this [runners.docker] key from config.toml but does not apply it yet"
+	inFile := "write it in [runners.docker] of config.toml after registering"
+	fs := []gitlabFlag{
+		noExecutor("kubernetes-", "kubernetes"),
+		noExecutor("custom-", "custom"),
+		noExecutor("ssh-", "ssh"),
+		noExecutor("parallels-", "parallels"),
+		noExecutor("virtualbox-", "virtualbox"),
+		{name: "machine-", why: "write [runners.machine] in config.toml after registering"},
+		{name: "cache-", why: "drover has no shared (distributed) cache yet"},
+		{name: "custom_build_dir-", why: "drover has no custom build directories yet"},
+		{name: "referees-", why: "drover has no referees"},
+		{name: "template-config", why: "drover has no configuration templates; edit config.toml after registering"},
+		{name: "feature-flags", why: "drover implements no GitLab Runner feature flags yet"},
+		{name: "clone-url", why: "drover does not rewrite the clone URL yet"},
+		{name: "debug-trace-disabled", why: "drover does not honour debug_trace_disabled yet"},
+		{name: "tls-ca-file", why: "drover does not use a runner's own TLS files yet (it trusts the system's CAs)"},
+		{name: "tls-cert-file", why: "drover does not use a runner's own TLS files yet"},
+		{name: "tls-key-file", why: "drover does not use a runner's own TLS files yet"},
+	}
+	for _, n := range []string{"pre-clone-script", "post-clone-script", "pre-get-sources-script", "post-get-sources-script", "pre-build-script", "post-build-script"} {
+		fs = append(fs, gitlabFlag{name: n, why: noScripts})
+	}
+	for _, n := range []string{"hostname", "runtime", "memory-reservation", "cpu-shares", "disable-entrypoint-overwrite",
+		"userns", "oom-score-adjust", "services-security-opt", "device-cgroup-rules", "gpus", "volume-driver",
+		"volume-driver-ops", "volumes-from", "ipcmode", "mac-address", "links", "isolation", "helper-image-flavor", "enable-ipv6"} {
+		fs = append(fs, gitlabFlag{name: "docker-" + n, why: notApplied})
+	}
+	for _, n := range []string{"tmpfs", "services-tmpfs", "sysctls", "container-labels"} {
+		fs = append(fs, gitlabFlag{name: "docker-" + n, why: "a table: " + inFile})
+	}
+	// The rest of gitlab-runner's --docker-* flags, and any it adds.
+	return append(fs, gitlabFlag{name: "docker-", why: "not a flag of drover register: " + inFile})
+}
+
+// gitlabFlagError turns cobra's "unknown flag" error for a gitlab-runner
+// flag that cmd lacks into one that names the flag and says why.
+func gitlabFlagError(cmd *cobra.Command, err error) error {
+	var ne *pflag.NotExistError
+	if !errors.As(err, &ne) {
+		return err
+	}
+	name, short := ne.GetSpecifiedName(), ne.GetSpecifiedShortnames() != ""
+	for _, f := range gitlabOnlyFlags(cmd.Name()) {
+		var match bool
+		switch {
+		case short:
+			match = f.short == name
+		case strings.HasSuffix(f.name, "-"):
+			match = strings.HasPrefix(name, f.name)
+		default:
+			match = f.name == name
+		}
+		if !match {
+			continue
+		}
+		shown := "--" + name
+		if short {
+			shown = "-" + name + " (--" + f.name + ")"
+		}
+		return fmt.Errorf("flag %s is a gitlab-runner flag drover does not support (yet): %s", shown, f.why)
+	}
+	return err
+}

@@ -1,0 +1,527 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/coordinator"
+)
+
+// testCoordinator starts a drover coordinator in this process, served on
+// a loopback port.
+func testCoordinator(t *testing.T) (*coordinator.Coordinator, string) {
+	t.Helper()
+	c, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir(), LongPollTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	return c, srv.URL
+}
+
+// serverRunner is a runner as drover's admin API lists it.
+type serverRunner struct {
+	ID             int64    `json:"id"`
+	Description    string   `json:"description"`
+	TagList        []string `json:"tag_list"`
+	RunUntagged    bool     `json:"run_untagged"`
+	Locked         bool     `json:"locked"`
+	Paused         bool     `json:"paused"`
+	MaximumTimeout int      `json:"maximum_timeout"`
+	Managers       []struct {
+		SystemID string `json:"system_id"`
+	} `json:"managers"`
+}
+
+func serverRunners(t *testing.T, c *coordinator.Coordinator, url string) []serverRunner {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/api/v1/runners", nil)
+	req.Header.Set("Authorization", "Bearer "+c.AdminToken())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rs []serverRunner
+	if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// clearRegisterEnv unsets the environment variables of register's flags,
+// which a CI machine may well have (RUNNER_NAME, CI_SERVER_URL, ...).
+func clearRegisterEnv(t *testing.T) {
+	t.Helper()
+	for _, cmd := range []func() *cobra.Command{newRegisterCmd, newUnregisterCmd, newListCmd} {
+		cmd().Flags().VisitAll(func(fl *pflag.Flag) {
+			if env := fl.Annotations["env"]; len(env) > 0 {
+				t.Setenv(env[0], "")
+			}
+		})
+	}
+}
+
+func writeTestFile(t *testing.T, path, src string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRegisterGitlabFlags: gitlab-runner register's command line works
+// against a real coordinator: the server gets the registration settings,
+// config.toml gets exactly what the flags give and no defaults.
+func TestRegisterGitlabFlags(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	cfg := filepath.Join(t.TempDir(), "etc", "config.toml") // the directory is made too
+	out, code, err := drover(t, "register", "-n", "-c", cfg, "-u", url, "-r", c.RegistrationToken(),
+		"--description", "builder", "--tag-list", "linux,docker", "--run-untagged", "--locked=false",
+		"--paused", "--maximum-timeout", "600", "--access-level", "ref_protected", "--maintenance-note", "note",
+		"--executor", "docker", "--docker-image", "alpine:3", "--docker-privileged",
+		"--docker-volumes", "/cache", "--docker-volumes", "/srv:/srv:ro", "--docker-memory", "512m",
+		"--docker-pull-policy", "if-not-present", "--docker-shm-size", "1024",
+		"--limit", "2", "--concurrent", "4", "--request-concurrency", "3", "--output-limit", "8192",
+		"--env", "A=1", "--env", "B=2", "--builds-dir", "/b")
+	if code != 0 {
+		t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
+	}
+	rs := serverRunners(t, c, url)
+	if len(rs) != 1 {
+		t.Fatalf("server has %d runners, want 1", len(rs))
+	}
+	want := serverRunner{ID: rs[0].ID, Description: "builder", TagList: []string{"linux", "docker"}, RunUntagged: true, Paused: true, MaximumTimeout: 600}
+	if diff := cmp.Diff(want, rs[0], cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("runner on the server (-want +got):\n%s", diff)
+	}
+
+	text := readFile(t, cfg)
+	loaded, _, err := config.Load(cfg)
+	if err != nil {
+		t.Fatalf("Load(%s) = %v\n%s", cfg, err, text)
+	}
+	r := loaded.Runners[0]
+	if loaded.Concurrent != 4 || r.Name != "builder" || r.URL != url || r.ID != rs[0].ID || !strings.HasPrefix(r.Token, "glrt-") ||
+		r.Executor != "docker" || r.Limit != 2 || r.RequestConcurrency != 3 || r.OutputLimit != 8192 ||
+		!slices.Equal(r.Environment, []string{"A=1", "B=2"}) || r.BuildsDir != "/b" {
+		t.Errorf("config.toml:\n%s", text)
+	}
+	wantDocker := map[string]any{
+		"image": "alpine:3", "privileged": true, "volumes": []any{"/cache", "/srv:/srv:ro"},
+		"memory": "512m", "pull_policy": []any{"if-not-present"}, "shm_size": int64(1024),
+	}
+	if diff := cmp.Diff(wantDocker, r.Docker); diff != "" {
+		t.Errorf("[runners.docker] (-want +got):\n%s", diff)
+	}
+	// Only what was given: drover run fills in the rest.
+	for _, key := range []string{"unhealthy_interval", "check_interval", "job_status_final_update_retry_limit", "unhealthy_requests_limit", "shutdown_timeout"} {
+		if strings.Contains(text, key) {
+			t.Errorf("config.toml has %s, which no flag gave:\n%s", key, text)
+		}
+	}
+}
+
+// TestRegisterEnvironment: gitlab-runner's environment variables stand
+// for its flags; the command line wins over them.
+func TestRegisterEnvironment(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	t.Setenv("CONFIG_FILE", cfg)
+	t.Setenv("CI_SERVER_URL", url)
+	t.Setenv("REGISTRATION_TOKEN", c.RegistrationToken())
+	t.Setenv("RUNNER_NAME", "from-env")
+	t.Setenv("RUNNER_TAG_LIST", "a,b")
+	t.Setenv("REGISTER_LOCKED", "false")
+	t.Setenv("RUNNER_EXECUTOR", "docker")
+	t.Setenv("DOCKER_IMAGE", "busybox")
+	t.Setenv("DOCKER_VOLUMES", "/cache,/data")
+	t.Setenv("RUNNER_LIMIT", "1")
+	out, code, err := drover(t, "register", "--non-interactive", "--docker-image", "alpine")
+	if code != 0 {
+		t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
+	}
+	rs := serverRunners(t, c, url)
+	if len(rs) != 1 || rs[0].Description != "from-env" || !slices.Equal(rs[0].TagList, []string{"a", "b"}) || rs[0].Locked {
+		t.Errorf("server runners = %+v", rs)
+	}
+	loaded, _, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := loaded.Runners[0]
+	if r.Name != "from-env" || r.Executor != "docker" || r.Limit != 1 || r.Docker["image"] != "alpine" ||
+		!cmp.Equal(r.Docker["volumes"], []any{"/cache", "/data"}) {
+		t.Errorf("config.toml:\n%s", readFile(t, cfg))
+	}
+
+	t.Setenv("RUNNER_LIMIT", "many")
+	if out, code, err := drover(t, "register"); code != 2 || err == nil || !strings.Contains(err.Error(), "$RUNNER_LIMIT (for --limit)") {
+		t.Errorf("bad $RUNNER_LIMIT: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// TestRegisterRefuses: mistakes are usage errors (exit 2) naming the flag,
+// found before the coordinator registers anything, and gitlab-runner flags
+// drover lacks are named as such.
+func TestRegisterRefuses(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	glrt, err := client.New(url, c.AdminToken(), nil).CreateRunner(t.Context(), client.RunnerSpec{Description: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	base := []string{"register", "-c", cfg, "-u", url, "-r", c.RegistrationToken(), "--name", "x"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"glrt with server settings", []string{"register", "-c", cfg, "-u", url, "-t", glrt.Token, "--tag-list", "a", "--locked=false"}, "--tag-list, --locked: these belong to the glrt- token"},
+		{"both tokens", append(base, "-t", glrt.Token), "--token and --registration-token are both given"},
+		{"no url", []string{"register", "-c", cfg, "-r", "x"}, "--url (or $CI_SERVER_URL) is required"},
+		{"no token", []string{"register", "-c", cfg, "-u", url}, "--token or --registration-token"},
+		{"bad shell", append(base, "--shell", "zsh"), `--shell: unsupported shell "zsh"`},
+		{"bad limit", append(base, "--limit", "-1"), "--limit: must be 0 (unlimited) or more"},
+		{"bad url", []string{"register", "-c", cfg, "-u", "ftp://x", "-r", "x"}, `--url: "ftp://x" is not an absolute http:// or https:// URL`},
+		{"bad docker memory", append(base, "--executor", "docker", "--docker-image", "a", "--docker-memory", "lots"), "--docker-memory: "},
+		{"docker without image", append(base, "--executor", "docker"), "--docker-image (or $DOCKER_IMAGE) is required"},
+		{"bad access level", append(base, "--access-level", "all"), `--access-level "all"`},
+		{"unknown executor", append(base, "--executor", "kubernetes"), `--executor "kubernetes": not available`},
+		{"kubernetes flag", append(base, "--kubernetes-host", "h"), "flag --kubernetes-host is a gitlab-runner flag drover does not support (yet): drover has no kubernetes executor"},
+		{"flag=value form", append(base, "--template-config=t.toml"), "flag --template-config is a gitlab-runner flag drover does not support (yet)"},
+		{"docker key not applied", append(base, "--docker-gpus", "all"), "flag --docker-gpus is a gitlab-runner flag drover does not support (yet): drover reads this [runners.docker] key"},
+		{"docker table", append(base, "--docker-sysctls", "{}"), "write it in [runners.docker] of config.toml"},
+		{"scripts", append(base, "--pre-build-script", "x"), "drover does not run the runner's own scripts"},
+		{"not a gitlab flag", append(base, "--nope"), "unknown flag: --nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code, err := drover(t, tc.args...)
+			if code != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("exit %d, %v; want 2 and %q\n%s", code, err, tc.want, out)
+			}
+		})
+	}
+	if rs := serverRunners(t, c, url); len(rs) != 1 { // the glrt- one
+		t.Errorf("the server has %d runners after refused registrations, want 1", len(rs))
+	}
+	if _, err := os.Stat(cfg); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused registration wrote %s: %v", cfg, err)
+	}
+}
+
+// twoRunners is a config.toml as a person writes it.
+const twoRunners = `# build-1's runners
+concurrent = 2   # one per CPU
+
+# The first one.
+[[runners]]
+  name = "one"
+  url = "URL"
+  token = "TOKEN1"
+  executor = "shell"
+
+# The second one, in containers.
+[[runners]]
+  name = "two"
+  url = "URL"
+  token = "TOKEN2"
+  executor = "docker"
+  [runners.docker]
+    image = "alpine"   # small
+`
+
+// registerTwo registers two runners with a real coordinator and returns
+// their tokens, and a config file holding them as twoRunners does.
+func registerTwo(t *testing.T, c *coordinator.Coordinator, url string) (cfg, src, token1, token2 string) {
+	t.Helper()
+	dir := t.TempDir()
+	scratch := filepath.Join(dir, "scratch.toml")
+	for _, name := range []string{"one", "two"} {
+		if out, code, err := drover(t, "register", "-c", scratch, "-u", url, "-r", c.RegistrationToken(), "--name", name); code != 0 {
+			t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
+		}
+	}
+	got, _, err := config.Load(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token1, token2 = got.Runners[0].Token, got.Runners[1].Token
+	src = strings.NewReplacer("URL", url, "TOKEN1", token1, "TOKEN2", token2).Replace(twoRunners)
+	cfg = filepath.Join(dir, "config.toml")
+	writeTestFile(t, cfg, src)
+	// The runner managers (this system id) exist once verified.
+	if out, code, err := drover(t, "verify", "-c", cfg); code != 0 {
+		t.Fatalf("verify = exit %d (%v):\n%s", code, err, out)
+	}
+	return cfg, src, token1, token2
+}
+
+// TestUnregisterKeepsTheFile: unregister --url --token removes that
+// runner from the coordinator and its block from config.toml; the rest of
+// the file stays byte for byte, and no default the user left out appears.
+func TestUnregisterKeepsTheFile(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	cfg, src, token1, _ := registerTwo(t, c, url)
+
+	out, code, err := drover(t, "unregister", "-c", cfg, "--url", url+"/", "--token", token1)
+	if code != 0 {
+		t.Fatalf("unregister = exit %d (%v):\n%s", code, err, out)
+	}
+	first := strings.Index(src, "# The first one.")
+	second := strings.Index(src, "# The second one")
+	want := src[:first] + src[second:]
+	if diff := cmp.Diff(want, readFile(t, cfg)); diff != "" {
+		t.Errorf("config.toml after unregister (-want +got):\n%s", diff)
+	}
+	rs := serverRunners(t, c, url)
+	if len(rs) != 2 || len(rs[0].Managers) != 0 || len(rs[1].Managers) != 1 {
+		t.Errorf("server runners after unregister = %+v, want runner one without its manager", rs)
+	}
+
+	// --name, then nothing is left of the runners.
+	if out, code, err := drover(t, "unregister", "-c", cfg, "-n", "two"); code != 0 {
+		t.Fatalf("unregister -n two = exit %d (%v):\n%s", code, err, out)
+	}
+	if got := readFile(t, cfg); got != "# build-1's runners\nconcurrent = 2   # one per CPU\n" {
+		t.Errorf("config.toml after unregistering both:\n%q", got)
+	}
+	if out, code, err := drover(t, "unregister", "-c", cfg, "-n", "two"); code != 2 || err == nil || !strings.Contains(err.Error(), "config "+cfg+": no runner named \"two\"") {
+		t.Errorf("unregister of a runner no longer there: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// TestUnregisterStatuses: a legacy token unregisters the whole runner; a
+// token the coordinator does not know goes from config.toml too; one the
+// coordinator fails to unregister stays; --url with --token works for a
+// runner config.toml does not hold, as with gitlab-runner.
+func TestUnregisterStatuses(t *testing.T) {
+	clearRegisterEnv(t)
+	var mu sync.Mutex
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			Token string `json:"token"`
+		}
+		_ = json.Unmarshal(body, &req)
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path+" "+req.Token)
+		mu.Unlock()
+		switch req.Token {
+		case "gone":
+			w.WriteHeader(http.StatusForbidden)
+		case "broken":
+			w.WriteHeader(http.StatusInternalServerError)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	defer srv.Close()
+	src := `concurrent = 1
+[[runners]]
+  name = "legacy"
+  url = "` + srv.URL + `"
+  token = "legacy"
+  executor = "shell"
+[[runners]]
+  name = "gone"
+  url = "` + srv.URL + `"
+  token = "gone"
+  executor = "shell"
+[[runners]]
+  name = "broken"
+  url = "` + srv.URL + `"
+  token = "broken"
+  executor = "shell"
+`
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	writeTestFile(t, cfg, src)
+	out, code, err := drover(t, "unregister", "-c", cfg, "--all-runners")
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "the coordinator at "+srv.URL+" answered 500; broken stays in config.toml") {
+		t.Errorf("unregister --all-runners = exit %d, %v; want 1 naming the failure\n%s", code, err, out)
+	}
+	want := "concurrent = 1\n" + src[strings.Index(src, "[[runners]]\n  name = \"broken\""):]
+	if diff := cmp.Diff(want, readFile(t, cfg)); diff != "" {
+		t.Errorf("config.toml (-want +got):\n%s", diff)
+	}
+	if out, code, err := drover(t, "unregister", "-c", cfg, "-u", srv.URL, "-t", "elsewhere"); code != 0 {
+		t.Errorf("unregister of a runner not in config.toml = exit %d (%v)\n%s", code, err, out)
+	}
+	wantCalls := []string{"DELETE /api/v4/runners legacy", "DELETE /api/v4/runners gone", "DELETE /api/v4/runners broken", "DELETE /api/v4/runners elsewhere"}
+	if diff := cmp.Diff(wantCalls, calls); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, readFile(t, cfg)); diff != "" {
+		t.Errorf("config.toml changed by unregistering a runner it does not hold (-want +got):\n%s", diff)
+	}
+}
+
+// TestVerifyDeleteKeepsTheFile: verify --delete removes the runners whose
+// token is invalid and leaves the rest of the file as it was.
+func TestVerifyDeleteKeepsTheFile(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	cfg, src, _, token2 := registerTwo(t, c, url)
+	src = strings.Replace(src, token2, "glrt-revoked", 1)
+	writeTestFile(t, cfg, src)
+	out, code, _ := drover(t, "verify", "-c", cfg, "--delete")
+	if code != 1 || !strings.Contains(out, "invalid (status 403)") {
+		t.Errorf("verify --delete = exit %d\n%s", code, out)
+	}
+	want := strings.TrimSuffix(src[:strings.Index(src, "# The second one")], "\n")
+	if diff := cmp.Diff(want, readFile(t, cfg)); diff != "" {
+		t.Errorf("config.toml after verify --delete (-want +got):\n%s", diff)
+	}
+}
+
+func TestList(t *testing.T) {
+	clearRegisterEnv(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.toml")
+	src := `[[runners]]
+  name = "first"
+  url = "https://gitlab.example.com"
+  token = "glrt-abcdefghijklmnopqrstuvwxyz"
+  executor = "docker"
+  [runners.docker]
+    image = "alpine"
+[[runners]]
+  name = "short"
+  url = "http://127.0.0.1:8080"
+  token = "t0k3n"
+  executor = "shell"
+`
+	writeTestFile(t, cfg, src)
+	out, code, err := drover(t, "list", "-c", cfg)
+	if code != 0 {
+		t.Fatalf("list = exit %d (%v)\n%s", code, err, out)
+	}
+	for _, want := range []string{
+		"Listing configured runners", "ConfigFile=" + cfg,
+		"first", "Executor=docker Token=glrt-abcdefghi… URL=https://gitlab.example.com\n",
+		"short", "Executor=shell Token=t0… URL=http://127.0.0.1:8080\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "abcdefghij") || strings.Contains(out, "t0k") {
+		t.Errorf("list shows too much of a token:\n%s", out)
+	}
+
+	// No runners, or no file yet: nothing to list, no error.
+	empty := filepath.Join(dir, "empty.toml")
+	writeTestFile(t, empty, "concurrent = 1\n")
+	for _, path := range []string{empty, filepath.Join(dir, "none.toml")} {
+		if out, code, err := drover(t, "list", "--config", path); code != 0 || strings.Contains(out, "Executor=") {
+			t.Errorf("list --config %s = exit %d (%v)\n%s", path, code, err, out)
+		}
+	}
+}
+
+// TestConfigErrorsNameTheFile: whatever goes wrong with the config file,
+// every command's error names the one in use.
+func TestConfigErrorsNameTheFile(t *testing.T) {
+	clearRegisterEnv(t)
+	_, url := testCoordinator(t)
+	broken := filepath.Join(t.TempDir(), "broken.toml")
+	writeTestFile(t, broken, "concurrent = \n")
+	// A valid file whose system id cannot be read.
+	noID := filepath.Join(t.TempDir(), "config.toml")
+	writeTestFile(t, noID, "concurrent = 1\n[[runners]]\n  name = \"a\"\n  url = \""+url+"\"\n  token = \"glrt-x\"\n  executor = \"shell\"\n")
+	if err := os.Mkdir(filepath.Join(filepath.Dir(noID), config.SystemIDFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{broken, noID} {
+		for _, args := range [][]string{
+			{"run"}, {"verify"}, {"unregister", "--all-runners"}, {"list"},
+			{"register", "-u", url, "-r", "x", "--name", "n"},
+		} {
+			if path == noID && args[0] == "list" {
+				continue // list needs no system id
+			}
+			args := append(args, "--config", path)
+			out, code, err := drover(t, args...)
+			if code == 0 || err == nil || !strings.Contains(err.Error(), path) {
+				t.Errorf("%v = exit %d, %v; want an error naming %s\n%s", args, code, err, path, out)
+			}
+		}
+	}
+}
+
+func TestConfigPathFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		euid    int
+		home    string
+		homeErr error
+		want    string
+	}{
+		{0, "/root", nil, "/etc/drover/config.toml"},
+		{1000, "/home/ci", nil, "/home/ci/.drover/config.toml"},
+		{1000, "", errors.New("$HOME is not defined"), "config.toml"},
+	} {
+		if got := configPathFor(tc.euid, tc.home, tc.homeErr); got != tc.want {
+			t.Errorf("configPathFor(%d, %q, %v) = %q, want %q", tc.euid, tc.home, tc.homeErr, got, tc.want)
+		}
+	}
+}
+
+// TestDefaultConfig: without --config the commands use the default place
+// (or $CONFIG_FILE), and say so when ./config.toml, the old default, is
+// there instead.
+func TestDefaultConfig(t *testing.T) {
+	clearRegisterEnv(t)
+	def := defaultConfigPath()
+	if _, err := os.Stat(def); err == nil {
+		t.Skipf("%s exists on this machine", def)
+	}
+	t.Chdir(t.TempDir())
+	out, code, _ := drover(t, "list")
+	if code != 0 || !strings.Contains(out, "ConfigFile="+def) {
+		t.Errorf("list = exit %d, want 0 listing %s\n%s", code, def, out)
+	}
+	writeTestFile(t, "config.toml", "concurrent = 1\n")
+	for _, args := range [][]string{{"list"}, {"run"}, {"verify"}, {"unregister", "--all-runners"}} {
+		out, code, err := drover(t, args...)
+		if code != 2 || err == nil || !strings.Contains(err.Error(), "config "+def+": no such file; ./config.toml exists: give --config config.toml") {
+			t.Errorf("%v = exit %d, %v\n%s", args, code, err, out)
+		}
+	}
+	t.Setenv("CONFIG_FILE", "config.toml")
+	if out, code, err := drover(t, "list"); code != 0 || !strings.Contains(out, "ConfigFile=config.toml") {
+		t.Errorf("list with $CONFIG_FILE = exit %d (%v)\n%s", code, err, out)
+	}
+}
