@@ -14,8 +14,9 @@ import (
 	"github.com/drover-ci/drover/internal/executor/docker"
 )
 
-// autoscaledExamples returns the ```toml blocks of a Markdown file that
-// configure an autoscaled runner.
+// autoscaledExamples returns the configurations of an autoscaled runner
+// that a Markdown file shows: ```toml blocks, and files that its ```sh
+// blocks write whole (cat > x.toml <<'EOF' ... EOF).
 func autoscaledExamples(t *testing.T, path string) []string {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -25,18 +26,33 @@ func autoscaledExamples(t *testing.T, path string) []string {
 	var blocks []string
 	rest := string(data)
 	for {
-		_, after, ok := strings.Cut(rest, "\n```toml\n")
-		if !ok {
+		i := strings.Index(rest, "\n```")
+		if i < 0 {
 			return blocks
 		}
+		info, after, _ := strings.Cut(rest[i+4:], "\n")
 		block, after, ok := strings.Cut(after, "\n```\n")
 		if !ok {
-			t.Fatalf("%s: a ```toml block is not closed", path)
+			t.Fatalf("%s: a ``` block is not closed", path)
+		}
+		rest = after
+		switch info {
+		case "toml":
+		case "sh":
+			// a heredoc that writes a .toml file whole
+			_, body, ok := strings.Cut(block, ".toml <<'EOF'\n")
+			if !ok || !strings.Contains(block, "cat > ") {
+				continue
+			}
+			if block, _, ok = strings.Cut(body, "\nEOF"); !ok {
+				continue
+			}
+		default:
+			continue
 		}
 		if strings.Contains(block, "[runners.autoscaler]") || strings.Contains(block, "[runners.machine]") {
 			blocks = append(blocks, block+"\n")
 		}
-		rest = after
 	}
 }
 
