@@ -21,6 +21,7 @@ import (
 
 	dockerclient "github.com/docker/docker/client"
 
+	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/dockerimage"
 	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
@@ -363,32 +364,41 @@ func TestDockerEngineUnreachable(t *testing.T) {
 	}
 }
 
-// TestDockerSweepsLeftovers: a container left by a job of this manager
-// that no job store holds is removed at start, and the removal is logged.
+// TestDockerSweepsLeftovers: a container left by a job of this manager's
+// runner that no job store holds is removed at start, and the removal is
+// logged; one of another runner with the same system id (another manager
+// on the same machine, with a config of its own) is left alone.
 func TestDockerSweepsLeftovers(t *testing.T) {
 	needDockerImages(t)
 	dir := t.TempDir()
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
-	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", "")
+	token := c.runnerToken(t)
+	cfg := dockerConfig(t, dir, c.url, token, 1, "", "")
 	// The system id is made on first start: start once to learn it.
 	m := start(t, dir, "run", "--config", cfg)
 	sys := m.waitLog(`runner manager started.*system_id=(\S+)`, 20*time.Second)
 	m.signal(syscall.SIGTERM)
 	m.wait(20 * time.Second)
 	jobID := 900000 + rand.IntN(99999)
-	name := fmt.Sprintf("drover-e2e-leftover-%d", jobID)
-	out, err := exec.Command("docker", "run", "-d", "--name", name,
-		"--label", dockerexec.LabelManaged+"=1", "--label", dockerexec.LabelSystemID+"="+sys,
-		"--label", dockerexec.LabelJob+"="+strconv.Itoa(jobID), "--label", testLabel+"="+testName(t),
-		dockerimage.TestImageBusybox, "sleep", "300").CombinedOutput()
-	if err != nil {
-		t.Fatalf("docker run: %v\n%s", err, out)
+	leftover := func(name, runner string) {
+		out, err := exec.Command("docker", "run", "-d", "--name", name,
+			"--label", dockerexec.LabelManaged+"=1", "--label", dockerexec.LabelSystemID+"="+sys,
+			"--label", dockerexec.LabelRunner+"="+runner,
+			"--label", dockerexec.LabelJob+"="+strconv.Itoa(jobID), "--label", testLabel+"="+testName(t),
+			dockerimage.TestImageBusybox, "sleep", "300").CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker run: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	name := fmt.Sprintf("drover-e2e-leftover-%d", jobID)
+	leftover(name, api.ShortToken(token))
+	other := fmt.Sprintf("drover-e2e-other-runner-%d", jobID)
+	leftover(other, "otherRunr")
 	m = start(t, dir, "run", "--config", cfg)
 	m.waitLog(`removed a leftover.*`+name, 30*time.Second)
-	if left := jobResources(t, int64(jobID)); len(left) != 0 {
-		t.Errorf("left over after the sweep: %v", left)
+	if left := jobResources(t, int64(jobID)); len(left) != 1 || !strings.Contains(left[0], other) {
+		t.Errorf("after the sweep: %v, want only the other runner's %s", left, other)
 	}
 }
 

@@ -75,6 +75,11 @@ func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, 
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
+	// The policy's warnings, a job cap below the pool's slots among them:
+	// the simulation honours that cap as the manager does.
+	for _, w := range pol.Warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w.String())
+	}
 	var in io.Reader = cmd.InOrStdin()
 	name := "stdin"
 	if f.tracePath != "-" {
@@ -147,10 +152,13 @@ uses, on a virtual clock with a simulated fleet whose instances boot in
 
 Each job enters a queue at its arrival, waits until the pool gives it an
 instance slot (reservation, then acquisition, as the manager does), runs for
-its duration and gives the slot back. The report gives the queue wait
-percentiles, busy and idle instance time (the cost), peak and final instance
-counts, and instances created and removed. --plot writes an SVG of instances
-by state and queued jobs over time.
+its duration and gives the slot back. As in the manager, no more of the
+runner's jobs run at once than concurrent and its limit allow; a warning
+says when they keep the pool from filling. The report gives the queue wait
+percentiles (Go durations such as 28.3s, as in sweep's table; seconds with
+--output json), busy and idle instance time (the cost), peak and final
+instance counts, and instances created and removed. --plot writes an SVG of
+instances by state and queued jobs over time.
 
 The trace is CSV: arrival_s,duration_s[,tags] per line, seconds from the
 start, optional header line. 'drover autoscale trace' generates one.
@@ -232,15 +240,16 @@ flags, config or trace.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%10s %10s %10s %12s %12s\n", "idle_count", "p95_wait", "max_wait", "idle_inst_h", "busy_inst_h")
-			for _, r := range all {
-				fmt.Fprintf(out, "%10d %9.1fs %9.1fs %12.1f %12.1f\n", r.IdleCount, r.Report.WaitP95, r.Report.WaitMax, r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600)
+			if err := simulate.WriteSweepText(cmd.OutOrStdout(), all, best); err != nil {
+				return err
 			}
 			if best == nil {
-				return &exitError{code: 1, err: fmt.Errorf("no idle count meets p95 wait %s", target)}
+				err := fmt.Errorf("no idle count meets p95 wait %s", target)
+				if pol.CapWarning("") != "" {
+					err = fmt.Errorf("%w; concurrent or the runner's limit keeps the pool from filling (see the warning above)", err)
+				}
+				return &exitError{code: 1, err: err}
 			}
-			fmt.Fprintf(out, "best: idle_count %d (p95 wait %.1fs, idle %.1f instance-hours)\n", best.IdleCount, best.Report.WaitP95, best.Report.IdleInstanceS/3600)
 			return nil
 		},
 	}

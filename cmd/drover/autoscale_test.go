@@ -4,20 +4,34 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// drover runs the command line in-process and returns stdout and the
-// exit code main would use.
+// drover runs the command line in-process and returns stdout and stderr
+// together, and the exit code main would use.
 func drover(t *testing.T, args ...string) (string, int, error) {
 	t.Helper()
-	root := newRootCmd()
 	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
+	code, err := execute(&out, &out, args...)
+	return out.String(), code, err
+}
+
+// droverSplit is drover with stdout and stderr apart.
+func droverSplit(t *testing.T, args ...string) (stdout, stderr string, code int, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code, err = execute(&out, &errOut, args...)
+	return out.String(), errOut.String(), code, err
+}
+
+func execute(stdout, stderr io.Writer, args ...string) (int, error) {
+	root := newRootCmd()
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	root.SetArgs(args)
 	err := root.Execute()
 	code := 0
@@ -28,10 +42,10 @@ func drover(t *testing.T, args ...string) (string, int, error) {
 			code = ee.code
 		}
 	}
-	return out.String(), code, err
+	return code, err
 }
 
-const autoscaleConfig = `concurrent = 50
+const autoscaleConfig = `concurrent = 100
 [[runners]]
 name = "plain"
 url = "http://127.0.0.1:1"
@@ -136,5 +150,55 @@ func TestParseCounts(t *testing.T) {
 		if _, err := parseCounts(s); err == nil {
 			t.Errorf("parseCounts(%q) = nil error", s)
 		}
+	}
+}
+
+// A runner whose jobs concurrent or limit caps below its pool's slots:
+// simulate and sweep say so on stderr (the JSON report stays clean), and
+// simulate runs no more jobs at once than the manager would.
+func TestAutoscaleCapWarning(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.toml")
+	const body = `[[runners]]
+name = "capped"
+url = "http://127.0.0.1:1"
+token = "glrt-y"
+executor = "instance"
+[runners.autoscaler]
+plugin = "sim"
+capacity_per_instance = 2
+max_instances = 10
+`
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(dir, "jobs.csv")
+	if out, code, err := drover(t, "autoscale", "trace", "--seed", "3", "--jobs", "200", "--hours", "1", "--out", trace); code != 0 {
+		t.Fatalf("trace: code %d, %v\n%s", code, err, out)
+	}
+	want := cfg + `:9: runners[0].autoscaler.max_instances: runner "capped" runs at most 1 job at once (concurrent = 1, as when config.toml does not set it), fewer than the 20 slots of max_instances 10 × capacity_per_instance 2`
+
+	stdout, stderr, code, err := droverSplit(t, "autoscale", "simulate", "-c", cfg, "-t", trace, "--duration", "2h", "--output", "json", "--plot", filepath.Join(dir, "p.svg"))
+	if code != 0 {
+		t.Fatalf("simulate: code %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "warning: "+want) {
+		t.Errorf("simulate stderr lacks the cap warning %q:\n%s", want, stderr)
+	}
+	var rep struct {
+		Peak int `json:"peak_instances"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("simulate json: %v\n%s", err, stdout)
+	}
+	if rep.Peak > 2 {
+		// One job at once needs one instance, plus the one booting for
+		// the next job when an instance retires; never the 10 allowed.
+		t.Errorf("peak_instances %d with one job at once", rep.Peak)
+	}
+
+	out, code, err := drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "2h", "--idle-counts", "0,2", "--target-p95", "30s")
+	if code != 1 || !strings.Contains(out, "warning: "+want) || err == nil || !strings.Contains(err.Error(), "keeps the pool from filling") {
+		t.Errorf("sweep: code %d, err %v, want 1, the warning and the cap named in the error\n%s", code, err, out)
 	}
 }

@@ -100,13 +100,7 @@ func fleetHooks(o *runnerpool.Options, provs map[string]executor.Provider) {
 // warnings; its errors are the configuration's (exit code 2).
 func applyDocker(logger *slog.Logger, dockers *docker.Runners, path string, cfg *config.Config) error {
 	warns, err := dockers.Apply(path, cfg)
-	for _, w := range warns {
-		if logger != nil {
-			logger.Warn(w.String())
-		} else {
-			fmt.Fprintln(os.Stderr, "warning:", w.String())
-		}
-	}
+	logWarnings(logger, warns)
 	return err
 }
 
@@ -120,6 +114,16 @@ func providerNames() string {
 // exit code 2.
 func loadConfig(logger *slog.Logger, path string) (*config.Config, error) {
 	cfg, warns, err := config.Load(path)
+	logWarnings(logger, warns)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return cfg, nil
+}
+
+// logWarnings logs config warnings, or prints them to stderr when there is
+// no logger yet.
+func logWarnings(logger *slog.Logger, warns []config.Warning) {
 	for _, w := range warns {
 		if logger != nil {
 			logger.Warn(w.String())
@@ -127,10 +131,6 @@ func loadConfig(logger *slog.Logger, path string) (*config.Config, error) {
 			fmt.Fprintln(os.Stderr, "warning:", w.String())
 		}
 	}
-	if err != nil {
-		return nil, usageError(err)
-	}
-	return cfg, nil
 }
 
 func newRunCmd() *cobra.Command {
@@ -156,9 +156,11 @@ run started.`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return enterWorkingDirectory(cmd, workDir) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(nil, cfgPath)
+			// The warnings wait for the logger, which the file configures.
+			cfg, warns, err := config.Load(cfgPath)
 			if err != nil {
-				return err
+				logWarnings(nil, warns)
+				return usageError(err)
 			}
 			if logLevel == "" {
 				logLevel = cfg.LogLevel
@@ -168,8 +170,10 @@ run started.`,
 			}
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
 			if err != nil {
+				logWarnings(nil, warns)
 				return usageError(err)
 			}
+			logWarnings(logger, warns)
 			systemID, err := systemIDFor(cfgPath)
 			if err != nil {
 				return err

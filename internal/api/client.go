@@ -52,6 +52,9 @@ type Response struct {
 	RequestID  string
 	// AckTimeout is X-Drover-Ack-Timeout (two-phase start), or 0.
 	AckTimeout time.Duration
+	// JobWatch is X-Drover-Job-Watch: the coordinator serves jobs/watch
+	// and holds one at most this long; 0 when it does not.
+	JobWatch time.Duration
 }
 
 // Client is a thin runner-side client of the runner API v4. Each method is
@@ -154,11 +157,8 @@ func parseResponse(resp *http.Response) *Response {
 			r.UpdateInterval = time.Duration(n) * time.Second
 		}
 	}
-	if s := resp.Header.Get(HeaderAckTimeout); s != "" {
-		if f, err := strconv.ParseFloat(s, 64); err == nil && f > 0 && f < 1e6 {
-			r.AckTimeout = time.Duration(f * float64(time.Second))
-		}
-	}
+	r.AckTimeout = parseSeconds(resp.Header.Get(HeaderAckTimeout))
+	r.JobWatch = watchWait(resp.Header.Get(HeaderJobWatch))
 	if s := resp.Header.Get("Range"); s != "" {
 		if n, err := parseRangeEnd(s); err == nil {
 			r.RangeEnd, r.HasRange = n, true
@@ -172,6 +172,19 @@ func parseResponse(resp *http.Response) *Response {
 		}
 	}
 	return r
+}
+
+// parseSeconds reads a positive (possibly fractional) number of seconds
+// below a million; anything else is 0.
+func parseSeconds(s string) time.Duration {
+	if s == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(f > 0 && f < 1e6) {
+		return 0
+	}
+	return time.Duration(f * float64(time.Second))
 }
 
 // parseRangeEnd reads N from "0-N".

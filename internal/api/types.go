@@ -22,6 +22,7 @@ const (
 
 // Remote job statuses a coordinator reports in the Job-Status header.
 const (
+	RemotePending   = "pending" // a two-phase job before its accept
 	RemoteRunning   = "running"
 	RemoteCanceling = "canceling"
 	RemoteCanceled  = "canceled"

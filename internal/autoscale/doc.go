@@ -72,7 +72,11 @@
 // than those free slots minus capacity_per_instance, but one at least.
 // Otherwise: while max_instances × capacity_per_instance can hold one more
 // job (machine dialect: limit machines, counting busy and removing ones).
-// Both stop at concurrent jobs.
+// Both stop at JobCap jobs: the global concurrent and the runner's limit,
+// as the manager does. In the autoscaler dialect a JobCap below
+// max_instances × capacity_per_instance keeps the pool from ever filling,
+// which FromRunner reports as a warning (CapWarning). The keys are
+// described for users in docs/autoscaler.md.
 //
 // # Adaptive policy (drover's own)
 //

@@ -45,7 +45,10 @@ var autoscalerOtherKeys = []string{
 // kept. It returns nil, nil when neither table is set. When both are, the
 // executor decides (docker+machine reads [runners.machine], anything else
 // [runners.autoscaler]) and the other draws a warning. lines locates keys
-// for messages; nil means r.KeyLine. concurrent is the global concurrent.
+// for messages; nil means r.KeyLine. concurrent is the global concurrent;
+// with the runner's limit it bounds the runner's jobs (Policy.JobCap), and
+// a bound below max_instances × capacity_per_instance is a warning
+// (Policy.CapWarning).
 //
 // Errors are *config.Error naming file, line and key: invalid cron periods,
 // unknown time zones, negative counts, IdleScaleFactor or scale_factor
@@ -71,6 +74,10 @@ func FromRunner(file string, lines LineLookup, concurrent int, r *config.RunnerC
 			rd.Warn("machine", "ignored: executor %q uses [runners.autoscaler]", r.Executor)
 		}
 		p = rd.autoscaler(r.Autoscaler, concurrent)
+	}
+	p.Limit = max(r.Limit, 0)
+	if msg := p.CapWarning(r.Name); msg != "" {
+		rd.Warn("autoscaler.max_instances", "%s", msg)
 	}
 	sort.SliceStable(rd.Warnings, func(i, j int) bool { return rd.Warnings[i].Line < rd.Warnings[j].Line })
 	p.Warnings = rd.Warnings

@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,8 @@ func TestFromRunnerMachine(t *testing.T) {
 }
 
 func TestFromRunnerAutoscaler(t *testing.T) {
-	p, err := readPolicy(t, header+`  executor = "docker-autoscaler"
+	// concurrent 80: the 20 instances of 4 slots fill up (no cap warning).
+	p, err := readPolicy(t, strings.Replace(header, "concurrent = 10", "concurrent = 80", 1)+`  executor = "docker-autoscaler"
   [runners.autoscaler]
     plugin = "aws"
     capacity_per_instance = 4
@@ -253,6 +255,49 @@ func TestFromRunnerWarnings(t *testing.T) {
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings\n%s\nlack\n%s", got, want)
+		}
+	}
+}
+
+// A pool that concurrent or limit keeps from filling draws a warning at
+// max_instances's line, and the policy carries the cap CanReserve keeps.
+func TestFromRunnerCapWarning(t *testing.T) {
+	const runner = `[[runners]]
+  name = "pool"
+  url = "https://gitlab.example.com"
+  token = "t"
+  executor = "instance"
+%s  [runners.autoscaler]
+    plugin = "sim"
+    capacity_per_instance = 2
+    max_instances = 10
+`
+	for _, tc := range []struct {
+		name, global, limit string
+		wantCap             int
+		want                string // "" = no warning
+	}{
+		{"no concurrent: 1", "", "", 1, `config.toml:9: runners[0].autoscaler.max_instances: runner "pool" runs at most 1 job at once (concurrent = 1, as when config.toml does not set it), fewer than the 20 slots`},
+		{"limit", "concurrent = 50\n", "  limit = 8\n", 8, `config.toml:11: runners[0].autoscaler.max_instances: runner "pool" runs at most 8 jobs at once (limit = 8)`},
+		{"enough", "concurrent = 20\n", "  limit = 20\n", 20, ""},
+		{"enough, no limit", "concurrent = 25\n", "", 25, ""},
+	} {
+		p, err := readPolicy(t, tc.global+fmt.Sprintf(runner, tc.limit))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := p.JobCap(); got != tc.wantCap {
+			t.Errorf("%s: JobCap() = %d, want %d", tc.name, got, tc.wantCap)
+		}
+		var msgs []string
+		for _, w := range p.Warnings {
+			msgs = append(msgs, w.String())
+		}
+		switch {
+		case tc.want == "" && len(msgs) != 0:
+			t.Errorf("%s: warnings %q, want none", tc.name, msgs)
+		case tc.want != "" && (len(msgs) != 1 || !strings.HasPrefix(msgs[0], tc.want)):
+			t.Errorf("%s: warnings %q, want one starting %q", tc.name, msgs, tc.want)
 		}
 	}
 }

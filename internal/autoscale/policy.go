@@ -127,6 +127,7 @@ type Policy struct {
 	MaxInstances        int        // limit / max_instances, in every state; 0 = unlimited
 	MaxGrowthRate       int        // creations in flight at once; 0 = unlimited
 	Concurrent          int        // global concurrent (bounds the jobs CanReserve lets in); 0 = unlimited
+	Limit               int        // the runner's limit, in jobs (bounds them too); 0 = unlimited
 	Base                Schedule   // top-level values
 	Schedules           []Schedule // periods; LAST active one wins
 
@@ -150,6 +151,58 @@ func (p *Policy) Active(now time.Time) *Schedule {
 		}
 	}
 	return &p.Base
+}
+
+// JobCap is the most jobs of the runner the manager runs at once: the
+// global concurrent and the runner's limit, whichever is set and smaller;
+// 0 = unlimited. CanReserve lets no more in, as the manager does not.
+func (p *Policy) JobCap() int {
+	switch {
+	case p.Concurrent <= 0:
+		return max(p.Limit, 0)
+	case p.Limit <= 0:
+		return p.Concurrent
+	}
+	return min(p.Concurrent, p.Limit)
+}
+
+// CapWarning explains how concurrent or the runner's limit keeps an
+// autoscaler-dialect pool from ever filling: the manager runs fewer of
+// the runner's jobs at once (JobCap) than max_instances ×
+// capacity_per_instance slots, so a job waits at the coordinator while
+// max_instances would allow an instance for it, and a simulation or
+// sweep of the policy measures the cap rather than the policy. runner
+// names the runner in the message. It returns "" when the cap is not
+// below the slots, when max_instances is 0 (unlimited) and for the
+// machine dialect, whose limit is the cap on machines itself and where
+// GitLab Runner's documented sizing keeps it above concurrent for idle
+// machines (concurrent 20, limit 40, IdleCount 10).
+func (p *Policy) CapWarning(runner string) string {
+	jobCap := p.JobCap()
+	if p.Dialect != DialectAutoscaler || p.MaxInstances <= 0 || jobCap <= 0 {
+		return ""
+	}
+	slots := int64(p.MaxInstances) * int64(p.capacity())
+	if int64(jobCap) >= slots {
+		return ""
+	}
+	var caps, raise []string
+	if p.Concurrent > 0 && int64(p.Concurrent) < slots {
+		c := fmt.Sprintf("concurrent = %d", p.Concurrent)
+		if p.Concurrent == config.DefaultConcurrent {
+			c += ", as when config.toml does not set it"
+		}
+		caps, raise = append(caps, c), append(raise, "concurrent")
+	}
+	if p.Limit > 0 && int64(p.Limit) < slots {
+		caps, raise = append(caps, fmt.Sprintf("limit = %d", p.Limit)), append(raise, "the runner's limit")
+	}
+	jobs := "jobs"
+	if jobCap == 1 {
+		jobs = "job"
+	}
+	return fmt.Sprintf("runner %q runs at most %d %s at once (%s), fewer than the %d slots of max_instances %d × capacity_per_instance %d: the pool never fills and further jobs wait at the coordinator; set %s to at least %d, or lower max_instances",
+		runner, jobCap, jobs, strings.Join(caps, "; "), slots, p.MaxInstances, p.capacity(), strings.Join(raise, " and "), slots)
 }
 
 func (p *Policy) capacity() int {
@@ -472,7 +525,7 @@ func (d *Decision) blocked(what, by string) {
 // Runner does not ask for a job without an idle machine then); with
 // IdleCount = 0 machines are made on demand, as long as limit allows one
 // more. In both dialects the jobs of this runner (acquired slots, reserved
-// and waiting) stay below Concurrent when it is set.
+// and waiting) stay below JobCap (concurrent and limit) when it is set.
 func CanReserve(p *Policy, now time.Time, instances []Instance, d Demand) bool {
 	s := p.Active(now)
 	capacity := p.capacity()
@@ -494,7 +547,7 @@ func CanReserve(p *Policy, now time.Time, instances []Instance, d Demand) bool {
 		}
 		acquired += in.Acquired
 	}
-	if p.Concurrent > 0 && acquired+jobs >= p.Concurrent {
+	if jobCap := p.JobCap(); jobCap > 0 && acquired+jobs >= jobCap {
 		return false
 	}
 	preemptive := s.Preemptive

@@ -175,6 +175,9 @@ func TestCanReserve(t *testing.T) {
 		{"non-preemptive, one left", slotPolicy(2, 5, 0, Schedule{}), []Instance{ready("a", 2), ready("b", 2)}, Demand{Reserved: 3, Waiting: 2}, true},
 		{"non-preemptive, unlimited", slotPolicy(2, 0, 0, Schedule{}), nil, Demand{Waiting: 1000}, true},
 		{"concurrent", &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 4, Concurrent: 3}, []Instance{ready("a", 2)}, Demand{Reserved: 1}, false},
+		{"limit below concurrent", &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 4, Concurrent: 10, Limit: 3}, []Instance{ready("a", 2)}, Demand{Reserved: 1}, false},
+		{"limit with room", &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 4, Concurrent: 10, Limit: 4}, []Instance{ready("a", 2)}, Demand{Reserved: 1}, true},
+		{"limit alone", &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 4, Limit: 2}, []Instance{ready("a", 1)}, Demand{Waiting: 1}, false},
 		{"machine IdleCount>0 needs an idle machine", machinePolicy(5, 0, 0, 1, 0), []Instance{creating}, Demand{}, false},
 		{"machine IdleCount>0 with one", machinePolicy(5, 0, 0, 1, 0), []Instance{ready("a", 0)}, Demand{}, true},
 		{"machine on demand", machinePolicy(5, 0, 0, 0, 0), nil, Demand{Waiting: 4}, true},
@@ -223,6 +226,60 @@ func TestDecidePure(t *testing.T) {
 	for i := range in {
 		if in[i] != snapshot[i] {
 			t.Fatalf("instance %d changed", i)
+		}
+	}
+}
+
+func TestPolicyJobCap(t *testing.T) {
+	for _, tc := range []struct{ concurrent, limit, want int }{
+		{0, 0, 0}, {5, 0, 5}, {0, 7, 7}, {5, 7, 5}, {9, 7, 7},
+	} {
+		p := &Policy{Concurrent: tc.concurrent, Limit: tc.limit}
+		if got := p.JobCap(); got != tc.want {
+			t.Errorf("concurrent %d, limit %d: JobCap() = %d, want %d", tc.concurrent, tc.limit, got, tc.want)
+		}
+	}
+}
+
+func TestPolicyCapWarning(t *testing.T) {
+	slots := func(maxInstances, capacity, concurrent, limit int) *Policy {
+		return &Policy{Dialect: DialectAutoscaler, MaxInstances: maxInstances, CapacityPerInstance: capacity, Concurrent: concurrent, Limit: limit}
+	}
+	for _, tc := range []struct {
+		name string
+		p    *Policy
+		want []string // substrings; none = no warning
+	}{
+		{"concurrent 1 (the default) below 10 slots", slots(10, 1, 1, 0), []string{
+			`runner "r" runs at most 1 job at once`, "concurrent = 1, as when config.toml does not set it",
+			"fewer than the 10 slots of max_instances 10 × capacity_per_instance 1", "set concurrent to at least 10",
+		}},
+		{"concurrent below slots of capacity 4", slots(20, 4, 10, 0), []string{
+			"runs at most 10 jobs at once (concurrent = 10)", "the 80 slots of max_instances 20 × capacity_per_instance 4", "set concurrent to at least 80",
+		}},
+		{"limit below slots", slots(10, 2, 100, 5), []string{
+			"runs at most 5 jobs at once (limit = 5)", "the 20 slots", "set the runner's limit to at least 20",
+		}},
+		{"both below slots", slots(10, 2, 4, 6), []string{
+			"runs at most 4 jobs at once (concurrent = 4; limit = 6)", "set concurrent and the runner's limit to at least 20",
+		}},
+		{"concurrent equal to slots", slots(10, 2, 20, 0), nil},
+		{"concurrent and limit above slots", slots(10, 2, 50, 30), nil},
+		{"max_instances unlimited", slots(0, 2, 1, 0), nil},
+		{"no cap known", slots(10, 2, 0, 0), nil},
+		{"machine dialect: limit above concurrent is GitLab's sizing", &Policy{Dialect: DialectMachine, MaxInstances: 40, CapacityPerInstance: 1, Concurrent: 20, Limit: 40}, nil},
+	} {
+		got := tc.p.CapWarning("r")
+		if len(tc.want) == 0 {
+			if got != "" {
+				t.Errorf("%s: CapWarning = %q, want none", tc.name, got)
+			}
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: CapWarning = %q, want it to contain %q", tc.name, got, w)
+			}
 		}
 	}
 }

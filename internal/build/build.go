@@ -435,7 +435,9 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 				}
 			}
 			b.trace.sectionStart(stage, header)
-			b.trace.line(ansiBoldGreen, "Skipping Git repository setup")
+			for _, l := range shell.SkippedSourcesLines {
+				b.trace.line(ansiBoldGreen, l)
+			}
 			b.trace.sectionEnd(stage)
 			return nil
 		}

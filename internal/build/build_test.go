@@ -157,7 +157,7 @@ func TestRunScripts(t *testing.T) {
 				"Running with drover test\n  on tester abcdefghi\n",
 				":prepare_executor\r\033[0K", "Using Shell (" + sh + ") executor...",
 				":prepare_script\r\033[0K", "Running on ",
-				"Skipping Git repository setup",
+				"Skipping Git repository setup", "Skipping Git checkout", "Skipping Git submodules setup",
 				":step_script\r\033[0K\033[0K\033[36;1mExecuting \"step_script\" stage of the job script",
 				"$ echo hello", "hello\n", "section_end:",
 				"Running after_script", "after=success\n",

@@ -82,8 +82,7 @@ type RunnerConfig struct {
 	TLSCertFile string `toml:"tls-cert-file"`
 	TLSKeyFile  string `toml:"tls-key-file"`
 
-	// Executor is one of GitLab Runner's executor names; whether drover
-	// supports it is decided elsewhere.
+	// Executor is one of the names Executors returns.
 	Executor string `toml:"executor"`
 	// Shell is "", bash, sh, pwsh or powershell.
 	Shell string `toml:"shell"`
@@ -169,12 +168,22 @@ func (r *RunnerConfig) OutputLimitBytes() int64 {
 	return kib * 1024
 }
 
-// executors are the executor names GitLab Runner knows. Parse rejects any
-// other value of runners[].executor.
-var executors = []string{
-	"shell", "custom", "instance", "docker", "docker-windows",
-	"docker-autoscaler", "docker+machine", "kubernetes", "ssh",
-	"parallels", "virtualbox",
+// Executors returns the executor names this build of drover runs, sorted:
+// the values of runners[].executor that Parse accepts. cmd/drover makes
+// one provider for each (a test there keeps the two in step).
+func Executors() []string {
+	return []string{"docker", "docker+machine", "docker-autoscaler", "instance", "shell"}
+}
+
+// gitLabOnlyExecutor reports whether name is one of GitLab Runner's
+// executors that this build of drover does not have. Parse reports such a
+// runner as "not available" rather than as an unknown executor.
+func gitLabOnlyExecutor(name string) bool {
+	switch name {
+	case "custom", "docker-windows", "kubernetes", "parallels", "ssh", "virtualbox":
+		return true
+	}
+	return false
 }
 
 // shells are the accepted values of runners[].shell ("" means the

@@ -66,9 +66,10 @@ func TestLoadValid(t *testing.T) {
 	t.Parallel()
 	minimal := defaultRunner("gitlab.example.com", "https://gitlab.example.com", "glrt-abc", "shell")
 	tests := []struct {
-		name string
-		src  string
-		want *Config
+		name     string
+		src      string
+		want     *Config
+		warnings []string // without the directory
 	}{
 		{
 			name: "minimal gets defaults",
@@ -194,6 +195,10 @@ user = "gitlab-runner"
 				Labels:                         map[string]string{"os": "linux"},
 				Docker:                         map[string]any{"image": "alpine:3", "privileged": false},
 			}),
+			warnings: []string{
+				"config.toml:20: runners[0].clone_url: not acted on: ...",
+				"config.toml:31: runners[0].feature_flags.FF_USE_ADAPTIVE_REQUEST_CONCURRENCY: not acted on: ...",
+			},
 		},
 		{
 			name: "out-of-range runner values are defaulted",
@@ -216,20 +221,19 @@ user = "gitlab-runner"
 		},
 		{
 			name: "runners as inline array, name derived from url with path",
-			src:  `runners = [{url = "https://example.com/gitlab/", token = "t", executor = "custom"}]`,
-			want: defaultConfig(defaultRunner("example.com/gitlab", "https://example.com/gitlab/", "t", "custom")),
+			src:  `runners = [{url = "https://example.com/gitlab/", token = "t", executor = "docker"}]`,
+			want: defaultConfig(defaultRunner("example.com/gitlab", "https://example.com/gitlab/", "t", "docker")),
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, warnings, err := Load(writeConfig(t, tt.src))
+			path := writeConfig(t, tt.src)
+			got, warnings, err := Load(path)
 			if err != nil {
 				t.Fatalf("Load() error = %v", err)
 			}
-			if len(warnings) > 0 {
-				t.Errorf("Load() warnings = %v, want none", warnings)
-			}
+			checkMessages(t, "Load() warnings", warningStrings(warnings, filepath.Dir(path)), tt.warnings)
 			if diff := cmp.Diff(tt.want, got, cmpConfig...); diff != "" {
 				t.Errorf("Load() mismatch (-want +got):\n%s", diff)
 			}
@@ -263,7 +267,10 @@ func TestDurationsAndLimits(t *testing.T) {
 
 // A GitLab Runner config using every section drover keeps but does not
 // interpret yet must load without a single warning.
-func TestKnownSectionsDoNotWarn(t *testing.T) {
+// TestKnownSections checks that GitLab Runner's sections are kept
+// verbatim and draw no "unknown key" warning; those drover does not act
+// on say so instead.
+func TestKnownSections(t *testing.T) {
 	t.Parallel()
 	src := `concurrent = 2
 sentry_dsn = "https://key@sentry.example.com/1"
@@ -323,13 +330,18 @@ connection_max_age = "15m"
   [runners.referees]
   [runners.monitoring]
 `
-	c, warnings, err := Load(writeConfig(t, src))
+	c, warnings, err := Parse("config.toml", []byte(src))
 	if err != nil {
-		t.Fatalf("Load() error = %v", err)
+		t.Fatalf("Parse() error = %v", err)
 	}
-	if len(warnings) > 0 {
-		t.Errorf("Load() warnings = %v, want none", warnings)
-	}
+	checkMessages(t, "Parse() warnings", warningStrings(warnings, ""), []string{
+		"config.toml:5: session_server: not acted on: ...",
+		`config.toml:42: runners[0].custom: ignored: executor "docker-autoscaler" does not use [runners.custom]; ...`,
+		"config.toml:44: runners[0].cache: not acted on: ...",
+		`config.toml:48: runners[0].kubernetes: ignored: executor "docker-autoscaler" does not use [runners.kubernetes]; ...`,
+		`config.toml:50: runners[0].ssh: ignored: executor "docker-autoscaler" does not use [runners.ssh]; ...`,
+		`config.toml:54: runners[0].parallels: ignored: executor "docker-autoscaler" does not use [runners.parallels]; ...`,
+	})
 	r := c.Runners[0]
 	for name, m := range map[string]map[string]any{
 		"docker": r.Docker, "machine": r.Machine, "autoscaler": r.Autoscaler,
@@ -399,7 +411,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown executor",
 			src:  minimalRunner + "[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"docker-ssh\"\n",
-			want: `config.toml:9: runners[1].executor: unknown executor "docker-ssh": ...`,
+			want: `config.toml:9: runners[1].executor: unknown executor "docker-ssh": want one of docker, docker+machine, docker-autoscaler, instance, shell`,
+		},
+		{
+			name: "executor this build does not have",
+			src:  minimalRunner + "[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"kubernetes\"\n",
+			want: `config.toml:9: runners[1].executor: "kubernetes" is not available in this build of drover (available: docker, docker+machine, docker-autoscaler, instance, shell)`,
 		},
 		{
 			name: "bad shell",
@@ -457,7 +474,7 @@ func TestParseErrors(t *testing.T) {
 			want: `config.toml:1: listen_address: "host:port:9" is not a host:port address`,
 		},
 		{
-			name: "first error in file order wins",
+			name: "first error in file order comes first",
 			src:  "[[runners]]\n  url = \"x\"\n  token = \"t\"\n  executor = \"shell\"\n  shell = \"fish\"\n",
 			want: `config.toml:2: runners[0].url: ...`,
 		},
@@ -528,7 +545,7 @@ concurent = 2
 [[runners]]
   url = "https://gitlab.example.com"
   token = "t"
-  executor = "shell"
+  executor = "docker"
   [runners.dokcer]
     image = "alpine"
   [runners.docker]
@@ -685,7 +702,7 @@ unknown_kept = [1, 2]
 [[runners]]
   url = "http://localhost:8080/"
   token = "t2"
-  executor = "custom"
+  executor = "shell"
   shell = "sh"
   strict_check_interval = true
   [runners.custom]

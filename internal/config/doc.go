@@ -4,14 +4,18 @@
 // # Parsing
 //
 // [Parse] and [Load] decode the file, fill in GitLab Runner's defaults and
-// validate the result. Every error is an [*Error] naming the file, the line
-// and the key ("config.toml:12: runners[0].limit: must be 0 (unlimited) or more"), and
-// unknown keys are reported as [Warning] values with their line instead of
-// failing the load. Syntax errors carry the parser's position; the lines of
-// keys come from a scan of the source, because the TOML library does not
-// expose key positions. GitLab Runner sections that drover does not interpret
-// yet are kept verbatim (RunnerConfig.Docker, Config.Extra, ...), so that
-// they neither warn nor get lost when the file is written back.
+// validate the result. Every problem is an [*Error] naming the file, the line
+// and the key ("config.toml:12: runners[0].limit: must be 0 (unlimited) or more"),
+// and all the problems of a file are reported together, joined in line
+// order. An executor must be one this build has ([Executors]). Unknown keys
+// are reported as [Warning] values with their line instead of failing the
+// load. Syntax errors carry the parser's position; the lines of keys come
+// from a scan of the source, because the TOML library does not expose key
+// positions. GitLab Runner sections are kept verbatim (RunnerConfig.Docker,
+// Config.Extra, ...), so that they do not get lost when the file is written
+// back; those that drover reads but does not act on ([runners.cache],
+// [session_server], clone_url, feature flags, the sub-table of an executor
+// the runner does not use) draw a warning with their line.
 //
 // Only runners[].url and runners[].token are subject to $VAR / ${VAR}
 // expansion; [Config.Save] writes the unexpanded form back when the value

@@ -1,15 +1,15 @@
 package config
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-// FuzzParse checks that Parse never panics, that every failure is an
-// *Error with a usable position, that every success is a valid config, and
-// that what Save would write parses back to the same config.
+// FuzzParse checks that Parse never panics, that every failure is one
+// *Error or several joined, each with a usable position and in line
+// order, that warnings are in line order, that every success is a valid
+// config, and that what Save would write parses back to the same config.
 func FuzzParse(f *testing.F) {
 	seeds := []string{
 		"",
@@ -24,24 +24,37 @@ func FuzzParse(f *testing.F) {
 		"a.b.\"c d\" = 1\n[x.y]\n[[x.z]]\n" + minimalRunner,
 		minimalRunner + "  environment = [\n  # c\n  \"A=1\", # d\n  ]\n  unhealthy_interval = 5\n",
 		"concurrent = 1\n\n[[runners]\n",
+		"concurrent = 0\n[[runners]]\nurl = 1\nexecutor = \"kubernetes\"\n[[runners]]\nexecutor = \"nope\"\nshell = \"fish\"\n",
+		"[session_server]\nsession_timeout = 1800\n" + minimalRunner + "  clone_url = \"x\"\n  environment = [\"FF_A=1\"]\n  [runners.feature_flags]\n    FF_B = true\n  [runners.cache.s3]\n    BucketName = \"b\"\n  [runners.machine]\n    IdleCount = 1\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, warnings, err := Parse("config.toml", data)
-		for _, w := range warnings {
+		for i, w := range warnings {
 			if w.Line < 0 || w.File != "config.toml" {
 				t.Errorf("warning %+v: bad position", w)
 			}
+			if i > 0 && w.Line < warnings[i-1].Line {
+				t.Errorf("warnings %v: not sorted by line", warnings)
+			}
 		}
 		if err != nil {
-			var cerr *Error
-			if !errors.As(err, &cerr) {
-				t.Fatalf("Parse() error = %T %v, want *Error", err, err)
+			errs := []error{err}
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				errs = j.Unwrap()
 			}
-			if cerr.Line < 0 || cerr.File != "config.toml" || cerr.Msg == "" {
-				t.Fatalf("Parse() error %+v: bad position or empty message", cerr)
+			line := 0
+			for _, e := range errs {
+				cerr, ok := e.(*Error)
+				if !ok {
+					t.Fatalf("Parse() error = %T %v, want *Error, or *Error values joined", e, e)
+				}
+				if cerr.Line < line || cerr.File != "config.toml" || cerr.Msg == "" {
+					t.Fatalf("Parse() error %+v: bad position, out of order or empty message", cerr)
+				}
+				line = cerr.Line
 			}
 			if c != nil {
 				t.Fatalf("Parse() = %+v with error %v, want nil config", c, err)

@@ -34,10 +34,12 @@ func Load(path string) (*Config, []Warning, error) {
 }
 
 // Parse decodes a config.toml, fills in defaults and validates it.
-// filename is only used in messages. On failure the error is an *Error
-// for the first problem in the file and the Config is nil. Warnings (unknown
-// keys, an empty [[runners]] list, ...) are returned sorted by line, also
-// on success.
+// filename is only used in messages. On failure the Config is nil and the
+// error joins (errors.Join) one *Error for every problem in the file,
+// sorted by line, so that one run reports them all; errors.As finds the
+// first. A syntax error stops the parse, so it comes alone. Warnings
+// (unknown keys, keys drover does not act on, an empty [[runners]] list,
+// ...) are returned sorted by line, also on failure.
 func Parse(filename string, data []byte) (*Config, []Warning, error) {
 	src := string(data)
 	var raw map[string]any
@@ -54,7 +56,11 @@ func Parse(filename string, data []byte) (*Config, []Warning, error) {
 	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].Line < d.warnings[j].Line })
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].Line < d.errs[j].Line })
-		return nil, d.warnings, d.errs[0]
+		errs := make([]error, len(d.errs))
+		for i, e := range d.errs {
+			errs[i] = e
+		}
+		return nil, d.warnings, errors.Join(errs...)
 	}
 	return c, d.warnings, nil
 }
@@ -126,6 +132,7 @@ const (
 func (d *decoder) config(raw map[string]any) *Config {
 	c := &Config{}
 	var concurrentSet, runnersSet bool
+	extraOK := map[string]bool{} // Extra keys with the right type
 	for _, k := range SortedKeys(raw) {
 		v, p := raw[k], keyPath{}.key(k)
 		switch k {
@@ -153,7 +160,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 			}
 		default:
 			if kind, ok := knownGlobalExtra[k]; ok {
-				d.checkKind(p, kind, v)
+				extraOK[k] = d.checkKind(p, kind, v)
 			} else {
 				d.warn(p, "unknown key, ignored")
 			}
@@ -202,6 +209,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	} else if len(c.Runners) == 0 {
 		d.warn(key("runners"), "empty: there is nothing to run")
 	}
+	d.warnNotActedOn(keyPath{}, false, raw, extraOK)
 	nameRunners(c.Runners)
 	return c
 }
@@ -329,6 +337,7 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 		set[k] = ok
 	}
 	d.checkRunner(p, &r, set)
+	d.warnRunnerNotActedOn(p, m, &r, set)
 	return r
 }
 
@@ -366,12 +375,17 @@ func (d *decoder) checkRunner(p keyPath, r *RunnerConfig, set map[string]bool) {
 		// here, but keep the rule simple.
 		d.fail(p.key("token"), "expands to an empty string")
 	}
-	if r.Executor == "" {
-		if _, present := set["executor"]; !present || set["executor"] {
-			d.fail(p.key("executor"), "missing: want one of %s", strings.Join(executors, ", "))
-		}
-	} else if !slices.Contains(executors, r.Executor) {
-		d.fail(p.key("executor"), "unknown executor %q: want one of %s", r.Executor, strings.Join(executors, ", "))
+	available := Executors()
+	switch _, present := set["executor"]; {
+	case r.Executor == "" && present && !set["executor"]:
+		// wrong type, reported already
+	case r.Executor == "":
+		d.fail(p.key("executor"), "missing: want one of %s", strings.Join(available, ", "))
+	case slices.Contains(available, r.Executor):
+	case gitLabOnlyExecutor(r.Executor):
+		d.fail(p.key("executor"), "%q is not available in this build of drover (available: %s)", r.Executor, strings.Join(available, ", "))
+	default:
+		d.fail(p.key("executor"), "unknown executor %q: want one of %s", r.Executor, strings.Join(available, ", "))
 	}
 	if !slices.Contains(shells, r.Shell) {
 		d.fail(p.key("shell"), "unsupported shell %q: want bash, sh, pwsh or powershell", r.Shell)

@@ -75,6 +75,7 @@ type Coordinator struct {
 	// listening is closed when Run listens for other coordinators' jobs.
 	listening chan struct{}
 	poll      *notifier
+	watch     *watchHub
 	metrics   *metrics
 	handler   http.Handler
 
@@ -221,6 +222,7 @@ func (c *Coordinator) open(ctx context.Context) error {
 		return err
 	}
 	c.poll = newNotifier(c.metrics.waiters, versionPrefix)
+	c.watch = newWatchHub()
 	return nil
 }
 
@@ -275,6 +277,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 func (c *Coordinator) queuedElsewhere(ev store.QueueEvent) {
 	if ev.Resync {
 		c.poll.wakeAll()
+		c.watch.changedAll()
+		return
+	}
+	if ev.Changed {
+		c.watch.changed(ev.JobID)
 		return
 	}
 	j := store.Job{ID: ev.JobID, Tags: ev.Tags}

@@ -67,6 +67,28 @@
 // capacity. GitLab Runner drops a job on Job-Status canceled, not on a bare
 // 409. A token that never belonged to the job stays 403.
 //
+// # Cancels reach silent jobs at once
+//
+// GitLab's runner learns of a cancel only from the Job-Status of the answers
+// to its trace PATCHes and keep-alive PUTs. Drover's coordinator also
+// serves (a drover extension, advertised as X-Drover-Job-Watch: <seconds>
+// on every job answer of the runner API)
+//
+//	POST /api/v4/jobs/watch
+//	{"jobs": [{"id": 1, "token": "<job token>", "job_status": "running"}], "timeout": 30}
+//
+// held until the Job-Status of one of the jobs differs from the one given,
+// or until the timeout (at most the long-poll timeout). The answer lists
+// each changed job with the status code and Job-Status that a PUT with its
+// token would get now, so the runner acts on it exactly as on that answer:
+//
+//	{"jobs": [{"id": 1, "status_code": 200, "job_status": "canceling"}]}
+//
+// A cancel, a finished job and a retired token wake the watches of the job
+// (watch.go); a cancel through another coordinator on a shared store is
+// announced by the store (store.JobAnnouncer). A manager holds one watch
+// per coordinator for all its jobs there.
+//
 // # Durability
 //
 // Everything acknowledged to a client (a 201 for a submitted job, a 200 for

@@ -23,6 +23,9 @@ const (
 	// hdrAckTimeout (drover's own) tells a two-phase runner, on the 201 of
 	// jobs/request and on keep-alive answers, the ack timeout in seconds.
 	hdrAckTimeout = "X-Drover-Ack-Timeout"
+	// hdrJobWatch (drover's own) says the coordinator serves jobs/watch,
+	// holding one at most this many seconds.
+	hdrJobWatch = "X-Drover-Job-Watch"
 )
 
 // Body limits.
@@ -47,10 +50,16 @@ func (c *Coordinator) routes() http.Handler {
 	h("DELETE /api/v4/runners", c.handleUnregister)
 	h("DELETE /api/v4/runners/managers", c.handleUnregisterManager)
 	h("POST /api/v4/runners/reset_authentication_token", c.handleResetToken)
-	h("POST /api/v4/jobs/request", c.handleJobRequest)
-	h("PUT /api/v4/jobs/{id}", c.handleUpdateJob)
-	h("PATCH /api/v4/jobs/{id}/trace", c.handlePatchTrace)
-	h("POST /api/v4/jobs/{id}/runner_provisioning", c.handleProvisioning)
+	// The job answers tell a runner that this coordinator serves
+	// jobs/watch (see watch.go).
+	jobs := func(pattern string, fn http.HandlerFunc) {
+		h(pattern, c.advertiseWatch(fn))
+	}
+	jobs("POST /api/v4/jobs/request", c.handleJobRequest)
+	jobs("PUT /api/v4/jobs/{id}", c.handleUpdateJob)
+	jobs("PATCH /api/v4/jobs/{id}/trace", c.handlePatchTrace)
+	jobs("POST /api/v4/jobs/{id}/runner_provisioning", c.handleProvisioning)
+	jobs("POST /api/v4/jobs/watch", c.handleWatchJobs)
 
 	// Admin API v1.
 	admin("POST /api/v1/runners", c.handleCreateRunner)

@@ -18,6 +18,7 @@ type metrics struct {
 	finished  *prometheus.CounterVec
 	queueWait prometheus.Histogram
 	waiters   prometheus.Gauge
+	watches   prometheus.Gauge
 	requests  *prometheus.CounterVec
 	// provisioning counts how two-phase hand-outs ended: accepted,
 	// declined, expired.
@@ -72,6 +73,9 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: metricPrefix + "long_poll_waiters", Help: "jobs/request calls currently held.",
 		}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metricPrefix + "job_watches", Help: "jobs/watch calls currently held (drover managers waiting to hear of cancels).",
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPrefix + "api_requests_total", Help: "API requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
@@ -96,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
-	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.requests, m.provisioning, m.unavailable, jobs} {
+	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.requests, m.provisioning, m.unavailable, jobs} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("coordinator: register metrics: %w", err)
 		}

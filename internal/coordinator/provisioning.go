@@ -250,6 +250,7 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 	}
 	c.metrics.provisioning.WithLabelValues(outcome).Inc()
 	c.forgetJob(j.ID)
+	c.jobChanged(ctx, j.ID, false) // the token is retired
 	if fail {
 		c.finished(&got)
 		log.Warn("job failed: provisioning retries used up", "failure_reason", got.FailureReason)

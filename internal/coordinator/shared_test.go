@@ -94,7 +94,14 @@ func held(c *Coordinator) int {
 // held came back.
 func waitHeld(t testing.TB, c *Coordinator, n int, answered <-chan struct{}) {
 	t.Helper()
-	for held(c) < n {
+	waitUntil(t, func() bool { return held(c) >= n }, answered)
+}
+
+// waitUntil polls cond until it holds; answered, if it closes first, means
+// a request that should have been held came back.
+func waitUntil(t testing.TB, cond func() bool, answered <-chan struct{}) {
+	t.Helper()
+	for !cond() {
 		select {
 		case <-answered:
 			t.Fatalf("the request was answered instead of held")

@@ -576,6 +576,8 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		if got.Status.Finished() {
 			c.finished(&got)
 		}
+		// The runner of a running job hears of it at once if it watches.
+		c.jobChanged(ctx, got.ID, true)
 		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
 		writeJSON(w, http.StatusOK, c.jobView(r.Context(), &got))
 		return

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -244,6 +245,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 // finished does the bookkeeping of a job that reached a final state.
 func (c *Coordinator) finished(j *store.Job) {
 	c.forgetJob(j.ID)
+	c.jobChanged(context.Background(), j.ID, false)
 	c.metrics.finished.WithLabelValues(string(j.Status)).Inc()
 }
 

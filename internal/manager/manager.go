@@ -44,6 +44,10 @@ type Options struct {
 	// no new output learns it was canceled; 0 means 10 s (GitLab Runner
 	// uses 30 s; drover prefers faster cancels for one cheap request).
 	ForceSendInterval time.Duration
+	// NoJobWatch keeps the manager from holding jobs/watch requests even
+	// where the coordinator serves them (see watch.go): cancels of silent
+	// jobs then arrive with the keep-alives, as with GitLab.
+	NoJobWatch bool
 }
 
 // Manager runs the workers of one config.toml.
@@ -76,7 +80,12 @@ type Manager struct {
 	// that a job they hand this manager waits for its accept: a request to
 	// them may be cancelled by a drain without losing a job.
 	twoPhase sync.Map
-	started  time.Time // when Run began
+	// watchWaits holds, by API URL, the coordinators that serve
+	// jobs/watch (X-Drover-Job-Watch) and their longest hold; watchers
+	// their watchers (see watch.go), under mu.
+	watchWaits sync.Map
+	watchers   map[string]*jobWatcher
+	started    time.Time // when Run began
 }
 
 // New checks the configuration against the available executors and
@@ -95,15 +104,16 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		opts.Registry = prometheus.NewRegistry()
 	}
 	m := &Manager{
-		logger:  logger,
-		opts:    opts,
-		clock:   clock.OrReal(opts.Clock),
-		cfg:     opts.Config,
-		clients: map[string]*api.Client{},
-		runners: map[string]*runnerState{},
-		jobs:    map[int64]*jobRun{},
-		feed:    make(chan *config.RunnerConfig),
-		drained: make(chan struct{}),
+		logger:   logger,
+		opts:     opts,
+		clock:    clock.OrReal(opts.Clock),
+		cfg:      opts.Config,
+		clients:  map[string]*api.Client{},
+		runners:  map[string]*runnerState{},
+		jobs:     map[int64]*jobRun{},
+		watchers: map[string]*jobWatcher{},
+		feed:     make(chan *config.RunnerConfig),
+		drained:  make(chan struct{}),
 
 		ownerID:      ownerID(opts.SystemID),
 		stores:       map[string]*openStore{},

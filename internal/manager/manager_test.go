@@ -26,7 +26,13 @@ func startManager(t *testing.T, url string, tweak func(*config.Config)) (*Manage
 }
 
 // startManagerWith runs a manager whose one runner uses provider p.
-func startManagerWith(t *testing.T, url string, p executor.Provider, tweak func(*config.Config)) (*Manager, context.CancelFunc, chan error) {
+func startManagerWith(t testing.TB, url string, p executor.Provider, tweak func(*config.Config)) (*Manager, context.CancelFunc, chan error) {
+	t.Helper()
+	return startManagerOpts(t, url, p, tweak, nil)
+}
+
+// startManagerOpts is startManagerWith with the manager's options tweaked.
+func startManagerOpts(t testing.TB, url string, p executor.Provider, tweak func(*config.Config), opts func(*Options)) (*Manager, context.CancelFunc, chan error) {
 	t.Helper()
 	cfg := &config.Config{
 		Concurrent:      2,
@@ -40,11 +46,15 @@ func startManagerWith(t *testing.T, url string, p executor.Provider, tweak func(
 	if tweak != nil {
 		tweak(cfg)
 	}
-	m, err := New(discard(), Options{
+	o := Options{
 		Config: cfg, ConfigPath: "test.toml", SystemID: "s_test",
 		Providers:    map[string]executor.Provider{"shell": p},
 		RetryBackoff: 50 * time.Millisecond, ForceSendInterval: time.Second,
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	m, err := New(discard(), o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

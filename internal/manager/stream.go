@@ -77,6 +77,7 @@ func (s *streamer) handle(r *api.Response) (abort bool) {
 	if r == nil {
 		return false
 	}
+	s.m.noteWatch(s.client.URL(), r)
 	s.setInterval(r.UpdateInterval)
 	if remoteAbort(r) && r.StatusCode != http.StatusNotFound {
 		s.log.Warn("coordinator says the job is over; aborting it", "status", r.StatusCode, "job_status", r.JobStatus)
@@ -164,7 +165,13 @@ func (s *streamer) flushAll(ctx context.Context) error {
 // watch sends the log every update interval until ctx ends, and a
 // keep-alive PUT when nothing was sent for forceSendInterval.
 func (s *streamer) watch(ctx context.Context) {
+	unwatch := func() {}
+	defer func() { unwatch() }()
+	watched := false
 	for first := true; ; first = false {
+		if !watched {
+			watched, unwatch = s.watchCancels()
+		}
 		wait := s.currentInterval()
 		if first && s.firstWait > 0 {
 			wait = min(wait, s.firstWait)
@@ -208,6 +215,20 @@ func (s *streamer) watch(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// watchCancels adds the job to the jobs/watch of its coordinator, if that
+// serves one (see watch.go); remove ends it.
+func (s *streamer) watchCancels() (ok bool, remove func()) {
+	w := s.m.watcherFor(s.client.URL(), s.client)
+	if w == nil {
+		return false, func() {}
+	}
+	status := api.RemoteRunning
+	if s.canPut != nil && !s.canPut() {
+		status = api.RemotePending
+	}
+	return true, w.add(s.job.ID, s.job.Token, status, s)
 }
 
 func (m *Manager) forceSendInterval() time.Duration {

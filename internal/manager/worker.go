@@ -178,6 +178,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	if resp != nil && resp.AckTimeout > 0 {
 		m.twoPhase.Store(r.URL, true)
 	}
+	m.noteWatch(client.URL(), resp)
 	took := m.clock.Now().Sub(start)
 	status := 0
 	if resp != nil {

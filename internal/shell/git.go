@@ -52,7 +52,9 @@ func (w *writer) getSources(info Info, values map[string]string) error {
 	switch {
 	case strategy == GitNone || gi.RepoURL == "":
 		w.raw("mkdir -p -- " + dir)
-		w.echo(ansiBoldGreen, "Skipping Git repository setup")
+		for _, l := range SkippedSourcesLines {
+			w.echo(ansiBoldGreen, l)
+		}
 		return nil
 	case strategy != GitClone && strategy != GitFetch:
 		return fmt.Errorf("GIT_STRATEGY %q: want %s, %s or %s", strategy, GitClone, GitFetch, GitNone)
@@ -114,7 +116,7 @@ func (w *writer) getSources(info Info, values map[string]string) error {
 		w.raw(fetch)
 	}
 
-	if strings.EqualFold(strings.TrimSpace(values["GIT_CHECKOUT"]), "false") {
+	if checkout, err := strconv.ParseBool(strings.TrimSpace(values["GIT_CHECKOUT"])); err == nil && !checkout {
 		w.echo(ansiBoldGreen, "Skipping Git checkout")
 	} else {
 		shown := target
@@ -185,6 +187,11 @@ func validRef(ref string) bool {
 	return !strings.HasPrefix(ref, "-") && !strings.Contains(ref, "..") &&
 		path.Clean("/"+ref) == "/"+ref
 }
+
+// SkippedSourcesLines are what get_sources prints when it has nothing to
+// fetch (GIT_STRATEGY none), as GitLab Runner prints them: no repository,
+// so no checkout and no submodules either.
+var SkippedSourcesLines = []string{"Skipping Git repository setup", "Skipping Git checkout", "Skipping Git submodules setup"}
 
 // SkipsSources reports whether get_sources has nothing to fetch for info:
 // GIT_STRATEGY is none or the job has no repository.

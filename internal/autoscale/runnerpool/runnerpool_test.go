@@ -3,6 +3,7 @@ package runnerpool
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,5 +225,39 @@ func TestSetRunnerComesBack(t *testing.T) {
 	}
 	if _, err := runners.Lookup(executor.Settings{ShortToken: "runneraxx"}); err != nil {
 		t.Errorf("runner not registered again: %v", err)
+	}
+}
+
+// drover run's start and every reload log a warning for a pool that
+// concurrent keeps from filling (Apply logs the runners' warnings).
+func TestApplyLogsCapWarning(t *testing.T) {
+	dir := t.TempDir()
+	// slog's handler serialises its writes; the log is read once the
+	// pools have stopped.
+	var log strings.Builder
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	set, err := New(Options{ConfigPath: filepath.Join(dir, "config.toml"), Logger: logger, Runners: &instance.Runners{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := strings.Replace(simRunner, "#extra\n    max_instances = 2\n", "    max_instances = 3\n    capacity_per_instance = 2\n", 1)
+	for _, step := range []string{"start", "reload"} {
+		if err := set.Apply(t.Context(), simConfig(t, dir, capped)); err != nil {
+			t.Fatalf("Apply (%s): %v", step, err)
+		}
+	}
+	if err := set.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	const warning = `level=WARN msg="` // then the file, line and key
+	const text = `runs at most 4 jobs at once (concurrent = 4), fewer than the 6 slots of max_instances 3 × capacity_per_instance 2`
+	var logged int
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, warning) && strings.Contains(line, "runners[0].autoscaler.max_instances: ") && strings.Contains(line, text) {
+			logged++
+		}
+	}
+	if logged != 2 {
+		t.Errorf("the cap warning logged %d times, want 2 (start and reload):\n%s", logged, log.String())
 	}
 }

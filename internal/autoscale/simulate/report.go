@@ -15,7 +15,7 @@ instance time     busy %s  idle %s  creating %s  removing %s
 instances         peak %d  final %d  created %d  removed %d
 `,
 		r.Jobs, r.Unstarted,
-		secs(r.WaitP50), secs(r.WaitP95), secs(r.WaitP99), secs(r.WaitMax),
+		formatWait(r.WaitP50), formatWait(r.WaitP95), formatWait(r.WaitP99), formatWait(r.WaitMax),
 		h(r.BusyInstanceS), h(r.IdleInstanceS), h(r.CreatingInstanceS), h(r.RemovingInstanceS),
 		r.PeakInstances, r.FinalInstances, r.Created, r.Removed)
 	if err != nil {
@@ -24,6 +24,30 @@ instances         peak %d  final %d  created %d  removed %d
 	return nil
 }
 
-func secs(s float64) string {
+// WriteSweepText writes the results of SweepIdleCount for people: one row
+// per idle count (p95 and longest wait, idle and busy instance-hours),
+// then the best one when there is one. Waits are written as in WriteText.
+func WriteSweepText(w io.Writer, all []SweepResult, best *SweepResult) error {
+	if _, err := fmt.Fprintf(w, "%10s %12s %12s %12s %12s\n", "idle_count", "p95_wait", "max_wait", "idle_inst_h", "busy_inst_h"); err != nil {
+		return fmt.Errorf("write sweep: %w", err)
+	}
+	for _, r := range all {
+		if _, err := fmt.Fprintf(w, "%10d %12s %12s %12.1f %12.1f\n", r.IdleCount, formatWait(r.Report.WaitP95), formatWait(r.Report.WaitMax), r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600); err != nil {
+			return fmt.Errorf("write sweep: %w", err)
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	if _, err := fmt.Fprintf(w, "best: idle_count %d (p95 wait %s, idle %.1f instance-hours)\n", best.IdleCount, formatWait(best.Report.WaitP95), best.Report.IdleInstanceS/3600); err != nil {
+		return fmt.Errorf("write sweep: %w", err)
+	}
+	return nil
+}
+
+// formatWait is the one way the text reports of simulate and sweep write
+// a wait of s seconds: a Go duration to the tenth of a second ("0s",
+// "28.3s", "4m27.7s"), the form --boot-time and --target-p95 take.
+func formatWait(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Second / 10).String()
 }

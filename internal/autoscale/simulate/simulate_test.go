@@ -294,3 +294,66 @@ func TestRunPollInterval(t *testing.T) {
 		}
 	}
 }
+
+// The simulation runs no more of the runner's jobs at once than the
+// manager would: concurrent and the runner's limit (Policy.JobCap), even
+// with room for more instances.
+func TestRunHonoursJobCap(t *testing.T) {
+	var trace strings.Builder
+	trace.WriteString("arrival_s,duration_s\n")
+	for range 12 {
+		trace.WriteString("0,600\n")
+	}
+	jobs := readTrace(t, trace.String())
+	for _, tc := range []struct {
+		name              string
+		concurrent, limit int
+		wantPeakBusy      int
+	}{
+		{"no cap", 0, 0, 12},
+		{"concurrent 4", 4, 0, 4},
+		{"limit 3", 10, 3, 3},
+	} {
+		pol := &autoscale.Policy{Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 20,
+			Concurrent: tc.concurrent, Limit: tc.limit, Base: autoscale.Schedule{IdleTime: time.Minute}}
+		res, err := simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: 2 * time.Hour}, jobs)
+		if err != nil {
+			t.Fatalf("%s: Run = %v", tc.name, err)
+		}
+		peak := 0
+		for _, s := range res.Timeline {
+			peak = max(peak, s.Busy)
+		}
+		if peak != tc.wantPeakBusy || res.Unstarted != 0 {
+			t.Errorf("%s: peak busy %d, %d jobs unstarted; want %d and 0", tc.name, peak, res.Unstarted, tc.wantPeakBusy)
+		}
+	}
+}
+
+// simulate's report and sweep's table write a wait the same way.
+func TestReportsShareWaitFormat(t *testing.T) {
+	r := simulate.Report{Jobs: 1, WaitP50: 0.04, WaitP95: 28.34, WaitP99: 90, WaitMax: 267.7}
+	var sim, sw bytes.Buffer
+	if err := r.WriteText(&sim); err != nil {
+		t.Fatal(err)
+	}
+	all := []simulate.SweepResult{{IdleCount: 3, Report: r}}
+	if err := simulate.WriteSweepText(&sw, all, &all[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"p50 0s", "p95 28.3s", "p99 1m30s", "max 4m27.7s"} {
+		if !strings.Contains(sim.String(), want) {
+			t.Errorf("simulate report lacks %q:\n%s", want, sim.String())
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(sw.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("sweep table: %d lines, want header, one row, best:\n%s", len(lines), sw.String())
+	}
+	if got, want := strings.Fields(lines[1]), []string{"3", "28.3s", "4m27.7s", "0.0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("sweep row %q, want fields %q", lines[1], want)
+	}
+	if want := "best: idle_count 3 (p95 wait 28.3s, idle 0.0 instance-hours)"; lines[2] != want {
+		t.Errorf("sweep best line %q, want %q", lines[2], want)
+	}
+}

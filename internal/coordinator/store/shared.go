@@ -75,6 +75,10 @@ type QueueEvent struct {
 	Tags     []string
 	Image    bool // the job has an image
 	Services bool // the job has services
+	// Changed is set when the event is not a queued job but a change of
+	// job JobID's status that its runner must hear of at once (a cancel),
+	// announced by another coordinator (JobAnnouncer); only JobID is set.
+	Changed bool
 	// Resync is set instead of a job when events may have been missed
 	// (the listening connection was lost and is back): every held
 	// request should look at the queue again.
@@ -91,6 +95,15 @@ type QueueListener interface {
 	// ctx is done. ready, if not nil, is closed once the first listening
 	// connection is up.
 	ListenQueue(ctx context.Context, ready chan<- struct{}, fn func(QueueEvent)) error
+}
+
+// JobAnnouncer is implemented by stores shared by several coordinators:
+// a change of a job's status made through one coordinator is announced to
+// the others' QueueListener as a QueueEvent with Changed set, so that a
+// runner manager watching the job through another coordinator hears of it
+// at once.
+type JobAnnouncer interface {
+	AnnounceJobChange(ctx context.Context, id int64) error
 }
 
 // JobLocker is implemented by stores shared by several coordinators: a

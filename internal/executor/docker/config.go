@@ -48,7 +48,10 @@ const DroverLabelPrefix = "io.drover."
 type Config struct {
 	// Executor is the runner's executor: Name, NameAutoscaler or
 	// NameMachine (the engine is then an instance's, see Target).
-	Executor            string
+	Executor string
+	// ShortToken is the runner's short token (set by Runners.Apply): its
+	// resources carry it as LabelRunner.
+	ShortToken          string
 	Host                string // "" = DOCKER_HOST or unix:///var/run/docker.sock (decided by the caller)
 	TLSVerify           bool
 	TLSCertPath         string

@@ -712,7 +712,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			// A manager that died between creating something and saving
 			// the job's state left it unrecorded: it has the job's labels
 			// (and its own system id, which may not be this one's).
-			_, err := sweepEngine(ctx, eng, LabelRunner+"="+s.ShortToken, func(id int64) bool { return id != jobID })
+			_, err := sweepEngine(ctx, eng, func(id int64) bool { return id != jobID }, LabelRunner+"="+s.ShortToken)
 			if err != nil {
 				logger.Warn("cannot look for unrecorded job resources", "err", err)
 			}

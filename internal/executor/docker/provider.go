@@ -250,7 +250,8 @@ func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, err
 			return warns, err
 		}
 		c.Executor = r.Executor
-		m[api.ShortToken(r.Token)] = c
+		c.ShortToken = api.ShortToken(r.Token)
+		m[c.ShortToken] = c
 	}
 	rs.mu.Lock()
 	rs.m = m

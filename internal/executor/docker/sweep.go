@@ -11,25 +11,35 @@ import (
 )
 
 // Sweep removes, on the engine of every docker runner, the containers,
-// networks and per-job volumes labelled with systemID whose job keep does
-// not claim (a job this manager, or another on the same job store, will
-// resume). Builds and cache volumes stay. It returns what it removed.
+// networks and per-job volumes labelled with systemID and that runner's
+// short token whose job keep does not claim (a job this manager, or
+// another on the same job store, will resume). Builds and cache volumes
+// stay. It returns what it removed.
+//
+// The runner's label matters: every manager on a machine has the same
+// system ID (it comes from the machine ID, as GitLab Runner's does), so a
+// second manager with a config of its own, starting while the first runs
+// jobs on the same engine, must not take those jobs for leftovers.
 func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
 	if p.o.Configs == nil || systemID == "" {
 		return nil, nil
 	}
-	seen := map[Engine]bool{}
+	type target struct {
+		eng    Engine
+		runner string
+	}
+	seen := map[target]bool{}
 	var removed []string
 	for _, c := range p.o.Configs() {
 		eng, err := p.o.Dialer.Engine(c)
 		if err != nil {
 			return removed, err
 		}
-		if seen[eng] {
+		if c.ShortToken == "" || seen[target{eng, c.ShortToken}] {
 			continue
 		}
-		seen[eng] = true
-		r, err := sweepEngine(ctx, eng, LabelSystemID+"="+systemID, keep)
+		seen[target{eng, c.ShortToken}] = true
+		r, err := sweepEngine(ctx, eng, keep, LabelSystemID+"="+systemID, LabelRunner+"="+c.ShortToken)
 		removed = append(removed, r...)
 		if err != nil {
 			return removed, fmt.Errorf("docker host %s: %w", hostName(c), err)
@@ -40,8 +50,8 @@ func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID i
 
 // sweepEngine removes the job resources carrying label (k=v) whose job
 // keep does not claim.
-func sweepEngine(ctx context.Context, eng Engine, label string, keep func(int64) bool) ([]string, error) {
-	f := labelFilter(LabelManaged+"=1", label, LabelJob)
+func sweepEngine(ctx context.Context, eng Engine, keep func(int64) bool, labels ...string) ([]string, error) {
+	f := labelFilter(append([]string{LabelManaged + "=1", LabelJob}, labels...)...)
 	orphan := func(l map[string]string) bool {
 		id, err := strconv.ParseInt(l[LabelJob], 10, 64)
 		return err == nil && !keep(id)
@@ -99,12 +109,12 @@ func SweepEngine(ctx context.Context, eng Engine, systemID string, keep func(job
 	if systemID == "" {
 		return nil, nil
 	}
-	return sweepEngine(ctx, eng, LabelSystemID+"="+systemID, keep)
+	return sweepEngine(ctx, eng, keep, LabelSystemID+"="+systemID)
 }
 
 // SweepJob removes what job jobID of the runner left on eng: the
 // resources of an earlier attempt of a resumed job, made on an engine its
 // last attempt did not use.
 func SweepJob(ctx context.Context, eng Engine, shortToken string, jobID int64) ([]string, error) {
-	return sweepEngine(ctx, eng, LabelRunner+"="+shortToken, func(id int64) bool { return id != jobID })
+	return sweepEngine(ctx, eng, func(id int64) bool { return id != jobID }, LabelRunner+"="+shortToken)
 }

@@ -261,7 +261,7 @@ func TestJob(t *testing.T) {
 				":prepare_executor\r\033[0K", `Preparing the "instance" executor`, "Waiting for a slot on an instance...",
 				"Acquired slot 0 on instance i-1", "Using Instance ("+sh+") executor on "+host+"...", "section_end:",
 				":prepare_script\r\033[0K", "Running on "+host+"...", "section_end:",
-				":get_sources\r\033[0K", "Skipping Git repository setup", "section_end:",
+				":get_sources\r\033[0K", "Skipping Git repository setup", "Skipping Git checkout", "Skipping Git submodules setup", "section_end:",
 				":step_script\r\033[0K", "$ echo one", "one\n", "to-stderr\n", "shell="+sh+"\n",
 				"pwd="+dir+"\n", "project="+dir+" builds="+f.settings.BuildsDir+"\n", "section_end:",
 				":after_script\r\033[0K", "after=success\n", "section_end:",

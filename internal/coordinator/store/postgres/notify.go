@@ -23,6 +23,8 @@ type queueNote struct {
 	Tags     []string `json:"t"`
 	Image    bool     `json:"i"`
 	Services bool     `json:"s"`
+	// Changed marks a job change (AnnounceJobChange), not a queued job.
+	Changed bool `json:"c,omitempty"`
 }
 
 // notifyJobSQL is the payload of job j (a row of jobs) for CreateJob, built
@@ -102,8 +104,28 @@ func (s *Store) listenOnce(ctx context.Context, up func(), fn func(store.QueueEv
 			continue
 		}
 		s.notes.Add(1)
+		if note.Changed {
+			fn(store.QueueEvent{JobID: note.ID, Changed: true})
+			continue
+		}
 		fn(store.QueueEvent{JobID: note.ID, Tags: note.Tags, Image: note.Image, Services: note.Services})
 	}
 }
 
-var _ store.QueueListener = (*Store)(nil)
+// AnnounceJobChange implements store.JobAnnouncer on the queue channel.
+func (s *Store) AnnounceJobChange(ctx context.Context, id int64) error {
+	b, err := json.Marshal(queueNote{Origin: s.origin, ID: id, Changed: true})
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, queueChannel, string(b))
+	if err != nil {
+		return s.fail(ctx, "announce job change", err)
+	}
+	return nil
+}
+
+var (
+	_ store.QueueListener = (*Store)(nil)
+	_ store.JobAnnouncer  = (*Store)(nil)
+)

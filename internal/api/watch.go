@@ -1,0 +1,60 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// HeaderJobWatch is drover's extension on the job answers of the runner
+// API (jobs/request, PUT, PATCH): the coordinator serves POST
+// jobs/watch, and holds such a request at most this many seconds. A
+// coordinator that does not send it (GitLab) has no such endpoint.
+const HeaderJobWatch = "X-Drover-Job-Watch"
+
+// WatchedJob is one job of a watch request: its token and the Job-Status
+// the runner last saw ("pending" before a two-phase accept, "running",
+// "canceling").
+type WatchedJob struct {
+	ID        int64  `json:"id"`
+	Token     string `json:"token"`
+	JobStatus string `json:"job_status"`
+}
+
+// WatchRequest is the body of POST jobs/watch: answer when the status of
+// one of Jobs is no longer the one given, or after Timeout seconds.
+type WatchRequest struct {
+	Jobs    []WatchedJob `json:"jobs"`
+	Timeout float64      `json:"timeout,omitempty"`
+}
+
+// JobChange is one changed job in a watch answer: the status code and
+// Job-Status that a PUT with its token would have been answered with now.
+type JobChange struct {
+	ID         int64  `json:"id"`
+	StatusCode int    `json:"status_code"`
+	JobStatus  string `json:"job_status,omitempty"`
+}
+
+// WatchResponse is the 200 answer of POST jobs/watch; Jobs is empty when
+// the wait ended with nothing changed.
+type WatchResponse struct {
+	Jobs []JobChange `json:"jobs"`
+}
+
+// WatchJobs calls POST jobs/watch (drover's coordinator only; see
+// HeaderJobWatch). It blocks until a job changes, the coordinator's wait
+// ends or ctx is done.
+func (c *Client) WatchJobs(ctx context.Context, req WatchRequest) (*WatchResponse, *Response, error) {
+	var out WatchResponse
+	r, err := c.doJSON(ctx, http.MethodPost, "jobs/watch", nil, req, http.StatusOK, &out)
+	if err != nil || r.StatusCode != http.StatusOK {
+		return nil, r, err
+	}
+	return &out, r, nil
+}
+
+// watchWait parses HeaderJobWatch: the longest hold in seconds, or 0.
+func watchWait(s string) time.Duration {
+	return parseSeconds(s)
+}
