@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -109,8 +110,22 @@ func loadConfigFile(cmd *cobra.Command, path string) (*config.Config, error) {
 	if err := checkDefaultConfig(cmd, path); err != nil {
 		return nil, err
 	}
-	cfg, err := loadConfig(nil, path)
+	cfg, err := loadManagedConfig(cmd.ErrOrStderr(), path)
 	return cfg, configError(path, err)
+}
+
+// loadManagedConfig reads config.toml for a command that manages its
+// runners: a runner whose executor this build lacks is a warning, so that
+// a GitLab Runner config.toml can still be listed and its runners removed.
+func loadManagedConfig(stderr io.Writer, path string) (*config.Config, error) {
+	cfg, warns, err := config.LoadWith(path, config.ParseOptions{KeepUnavailable: true})
+	for _, w := range warns {
+		fmt.Fprintln(stderr, "warning:", w.String())
+	}
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return cfg, nil
 }
 
 // systemIDFor returns the system id kept next to the config file.

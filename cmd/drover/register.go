@@ -305,7 +305,7 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 func (o *registerOptions) prepareFile(cmd *cobra.Command) (int, error) {
 	concurrent := config.DefaultConcurrent
 	if _, err := os.Stat(o.cfgPath); err == nil {
-		cfg, err := loadConfig(nil, o.cfgPath)
+		cfg, err := loadManagedConfig(cmd.ErrOrStderr(), o.cfgPath)
 		if err != nil {
 			return 0, configError(o.cfgPath, err)
 		}

@@ -453,6 +453,29 @@ func TestList(t *testing.T) {
 
 // TestConfigErrorsNameTheFile: whatever goes wrong with the config file,
 // every command's error names the one in use.
+// TestListKeepsUnavailableExecutors: a GitLab Runner config.toml with a
+// runner of an executor this build lacks can be listed (with a warning
+// naming its line); drover run refuses it.
+func TestListKeepsUnavailableExecutors(t *testing.T) {
+	clearRegisterEnv(t)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	writeTestFile(t, cfg, `[[runners]]
+  name = "kube"
+  url = "https://gitlab.example.com"
+  token = "glrt-kubekubekube"
+  executor = "kubernetes"
+`)
+	out, code, err := drover(t, "list", "-c", cfg)
+	if code != 0 || !strings.Contains(out, "kube") || !strings.Contains(out, "Executor=kubernetes") ||
+		!strings.Contains(out, cfg+`:5: runners[0].executor: "kubernetes" is not available in this build of drover`) {
+		t.Errorf("list = exit %d (%v), want 0 with the runner and a warning at line 5:\n%s", code, err, out)
+	}
+	out, code, err = drover(t, "run", "-c", cfg)
+	if code != 2 || err == nil || !strings.Contains(err.Error(), cfg+`:5: runners[0].executor: "kubernetes" is not available`) {
+		t.Errorf("run = exit %d (%v), want 2 naming the executor's line:\n%s", code, err, out)
+	}
+}
+
 func TestConfigErrorsNameTheFile(t *testing.T) {
 	clearRegisterEnv(t)
 	_, url := testCoordinator(t)

@@ -21,6 +21,22 @@ import (
 // file gives an *Error that wraps the cause (errors.Is(err,
 // fs.ErrNotExist) works).
 func Load(path string) (*Config, []Warning, error) {
+	return LoadWith(path, ParseOptions{})
+}
+
+// ParseOptions changes what Parse accepts.
+type ParseOptions struct {
+	// KeepUnavailable makes a runner whose executor GitLab Runner has and
+	// this build of drover lacks (kubernetes, custom, ...) a warning
+	// instead of an error: for the commands that manage the file's runners
+	// (list, register, unregister, verify), which must work on a GitLab
+	// Runner config.toml that drover cannot run all of. drover run keeps
+	// it an error.
+	KeepUnavailable bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(path string, o ParseOptions) (*Config, []Warning, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		cause := err
@@ -30,7 +46,7 @@ func Load(path string) (*Config, []Warning, error) {
 		}
 		return nil, nil, &Error{File: path, Msg: "cannot read config: " + cause.Error(), err: err}
 	}
-	return Parse(path, data)
+	return ParseWith(path, data, o)
 }
 
 // Parse decodes a config.toml, fills in defaults and validates it.
@@ -41,6 +57,11 @@ func Load(path string) (*Config, []Warning, error) {
 // (unknown keys, keys drover does not act on, an empty [[runners]] list,
 // ...) are returned sorted by line, also on failure.
 func Parse(filename string, data []byte) (*Config, []Warning, error) {
+	return ParseWith(filename, data, ParseOptions{})
+}
+
+// ParseWith is Parse with options.
+func ParseWith(filename string, data []byte, o ParseOptions) (*Config, []Warning, error) {
 	src := string(data)
 	var raw map[string]any
 	if _, err := toml.Decode(src, &raw); err != nil {
@@ -51,7 +72,7 @@ func Parse(filename string, data []byte) (*Config, []Warning, error) {
 		return nil, nil, &Error{File: filename, Msg: err.Error(), err: err}
 	}
 	normalize(raw)
-	d := &decoder{file: filename, lines: indexLines(src)}
+	d := &decoder{file: filename, lines: indexLines(src), opts: o}
 	c := d.config(raw)
 	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].Line < d.warnings[j].Line })
 	if len(d.errs) > 0 {
@@ -82,6 +103,7 @@ type decoder struct {
 	lines    lineIndex
 	warnings []Warning
 	errs     []*Error
+	opts     ParseOptions
 }
 
 func (d *decoder) fail(p keyPath, format string, args ...any) {
@@ -382,6 +404,8 @@ func (d *decoder) checkRunner(p keyPath, r *RunnerConfig, set map[string]bool) {
 	case r.Executor == "":
 		d.fail(p.key("executor"), "missing: want one of %s", strings.Join(available, ", "))
 	case slices.Contains(available, r.Executor):
+	case gitLabOnlyExecutor(r.Executor) && d.opts.KeepUnavailable:
+		d.warn(p.key("executor"), "%q is not available in this build of drover (available: %s); drover run refuses this runner", r.Executor, strings.Join(available, ", "))
 	case gitLabOnlyExecutor(r.Executor):
 		d.fail(p.key("executor"), "%q is not available in this build of drover (available: %s)", r.Executor, strings.Join(available, ", "))
 	default:
