@@ -137,8 +137,10 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		cfg.MaxProvisioningRetries = 0
 	}
 	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("coordinator: data dir: %w", err)
+	if tightened, err := store.PrivateDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	} else if tightened {
+		logger.Warn("the data directory gave other users access; it is now private (0700)", "data_dir", cfg.DataDir)
 	}
 	c := &Coordinator{
 		log:        logger,

@@ -223,8 +223,8 @@ func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
 	if j.Project == "" {
 		j.Project = "default/default"
 	}
-	if len(j.Project) > 255 || !projectRE.MatchString(j.Project) {
-		return j, invalid("project", "project must be a path like group/project")
+	if len(j.Project) > 255 || !projectRE.MatchString(j.Project) || dotSegment(j.Project) {
+		return j, invalid("project", "project must be a path like group/project (no empty, . or .. segments)")
 	}
 	if j.Stage == "" {
 		j.Stage = "test"
@@ -583,4 +583,15 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, http.StatusConflict, "job changed state during cancel, try again", "")
+}
+
+// dotSegment reports whether path has a "." or ".." segment: the project
+// path becomes CI_PROJECT_PATH and part of the build directory.
+func dotSegment(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }

@@ -272,7 +272,8 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error(), "Content-Range")
 		return
 	}
-	if r.ContentLength > maxTracePart || end-start+1 > maxTracePart {
+	// end-start, not end-start+1: that overflows for 0-MaxInt64.
+	if r.ContentLength > maxTracePart || end-start >= maxTracePart {
 		setJobHeaders(w, j.Status)
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
 		return

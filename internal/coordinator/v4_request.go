@@ -45,6 +45,10 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, e)
 		return
 	}
+	if e := validSystemID(req.SystemID); e != nil {
+		writeBad(w, e)
+		return
+	}
 	ctx := r.Context()
 	rn, ok := c.authRunner(ctx, w, runnerToken(r, req.Token))
 	if !ok {

@@ -65,6 +65,10 @@ func (c *Coordinator) handleVerify(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, e)
 		return
 	}
+	if e := validSystemID(req.SystemID); e != nil {
+		writeBad(w, e)
+		return
+	}
 	tok := runnerToken(r, req.Token)
 	rn, ok := c.authRunner(r.Context(), w, tok)
 	if !ok {
@@ -141,6 +145,10 @@ func (c *Coordinator) handleUnregister(w http.ResponseWriter, r *http.Request) {
 func (c *Coordinator) handleUnregisterManager(w http.ResponseWriter, r *http.Request) {
 	var req api.UnregisterRequest
 	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		writeBad(w, e)
+		return
+	}
+	if e := validSystemID(req.SystemID); e != nil {
 		writeBad(w, e)
 		return
 	}
@@ -269,4 +277,16 @@ func (c *Coordinator) createRunner(ctx context.Context, s runnerSpec) (store.Run
 	}
 	c.log.Info("runner created", "runner_id", rn.ID, "tags", rn.Tags)
 	return rn, tok, nil
+}
+
+// maxSystemID is the longest system_id taken, as GitLab's.
+const maxSystemID = 64
+
+// validSystemID checks a runner manager's system_id: it is stored, logged
+// and shown, so it is short and printable.
+func validSystemID(id string) *badRequest {
+	if len(id) > maxSystemID || hasControl(id) {
+		return invalid("system_id", "system_id must be at most %d printable characters", maxSystemID)
+	}
+	return nil
 }

@@ -182,8 +182,10 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Router, error) 
 	}
 	p := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/ci")
 	u.Path, u.RawQuery, u.Fragment = p+"/api/v4/", "", ""
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("router: data dir: %w", err)
+	if tightened, err := store.PrivateDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	} else if tightened {
+		logger.Warn("the data directory gave other users access; it is now private (0700)", "data_dir", cfg.DataDir)
 	}
 	if cfg.SystemID == "" {
 		if cfg.SystemID, err = config.LoadOrCreateSystemID(filepath.Join(cfg.DataDir, "config.toml")); err != nil {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -28,8 +30,13 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the database file at path and applies
-// pending migrations.
+// pending migrations. The file holds every job's variables, masked ones
+// included: it is created 0600, and an existing one (and its -wal and
+// -shm files) readable by others is made 0600.
 func Open(ctx context.Context, path string) (*Store, error) {
+	if err := private(path); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -637,4 +644,33 @@ func (s *Store) CountJobs(ctx context.Context) (map[store.Status]int64, error) {
 		out[store.Status(st)] = n
 	}
 	return out, rows.Err()
+}
+
+// private creates the database file at path with mode 0600 when it does
+// not exist (SQLite creates its -wal and -shm files with the database
+// file's mode), and takes group and other access away from the database
+// and those files when they have it.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		return f.Close()
+	case !errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+				return fmt.Errorf("make %s private (it holds job variables): %w", p, err)
+			}
+		}
+	}
+	return nil
 }

@@ -2,6 +2,9 @@ package sqlite_test
 
 import (
 	"database/sql"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -88,5 +91,43 @@ func TestOldJobSpec(t *testing.T) {
 	want := store.JobSpec{Script: []string{"echo hi"}, Services: []store.ImageSpec{{Name: "redis:7"}, {Name: "postgres:17"}}}
 	if d := cmp.Diff(want, got.Spec); d != "" || got.Image != "alpine" {
 		t.Errorf("old spec: image %q (-want +got):\n%s", got.Image, d)
+	}
+}
+
+// TestFilesArePrivate: the database and its -wal and -shm files hold job
+// variables: a new database is created 0600 (whatever the umask), and an
+// existing one readable by others is made 0600.
+func TestFilesArePrivate(t *testing.T) {
+	for _, existing := range []bool{false, true} {
+		p := filepath.Join(t.TempDir(), "db.sqlite")
+		if existing {
+			s, err := sqlite.Open(t.Context(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			for _, f := range []string{p, p + "-wal", p + "-shm"} {
+				if err := os.Chmod(f, 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					t.Fatal(err)
+				}
+			}
+		}
+		s, err := sqlite.Open(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateJob(t.Context(), store.Job{Name: "secret", Project: "a/b", Status: store.StatusPending}); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{p, p + "-wal", p + "-shm"} {
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatalf("existing %v: %v", existing, err)
+			}
+			if perm := fi.Mode().Perm(); perm != 0o600 {
+				t.Errorf("existing %v: %s mode %o, want 600", existing, filepath.Base(f), perm)
+			}
+		}
+		s.Close()
 	}
 }

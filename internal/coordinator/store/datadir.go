@@ -1,0 +1,27 @@
+package store
+
+import (
+	"fmt"
+	"os"
+)
+
+// PrivateDir makes the data directory dir (creating it 0700 if needed)
+// reachable by its owner only: it holds the tokens, the job logs and the
+// database with every job's variables. A directory that gave group or
+// other any access is tightened; tightened says so, for the log.
+func PrivateDir(dir string) (tightened bool, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false, fmt.Errorf("data dir: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return false, nil
+	}
+	if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
+		return false, fmt.Errorf("data dir %s gives others access and cannot be made private (chmod 700 it): %w", dir, err)
+	}
+	return true, nil
+}
