@@ -3,6 +3,7 @@ package coordinator
 import (
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,5 +75,48 @@ func TestInputLimits(t *testing.T) {
 	resp := e.patch(jr.ID, jr.Token, "0-9223372036854775807", []byte("x"))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("PATCH 0-MaxInt64 = %d, want 413", resp.StatusCode)
+	}
+}
+
+// TestReadyFailsOnFullDisk: /health/ready says 503, naming the cause,
+// while the data directory's disk is full (every submission would fail),
+// and 200 again once there is room. A small tmpfs is the disk.
+func TestReadyFailsOnFullDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs to fill (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	e := openEnv(t, dir, nil)
+	ready := func() (int, string) {
+		resp, b := e.do("GET", "/health/ready", nil, nil)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := ready(); code != http.StatusOK {
+		t.Fatalf("ready = %d %s, want 200", code, body)
+	}
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break // full
+		}
+	}
+	f.Close()
+	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "no space left") {
+		t.Errorf("ready with a full disk = %d %q, want 503 naming the cause", code, body)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := ready(); code != http.StatusOK {
+		t.Errorf("ready after room was made = %d %s, want 200", code, body)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
 )
 
 // Header names of the runner API v4.
@@ -84,6 +86,15 @@ func (c *Coordinator) routes() http.Handler {
 		if err := c.st.Ping(r.Context()); err != nil {
 			http.Error(w, desc+": "+err.Error(), http.StatusServiceUnavailable)
 			return
+		}
+		if c.shared == nil {
+			// The database and the job logs are files in the data
+			// directory: a full disk or a read-only one fails every
+			// submission and trace, so the coordinator is not ready.
+			if err := store.CheckWritable(c.cfg.DataDir); err != nil {
+				http.Error(w, "data directory: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		io.WriteString(w, "ok\n"+desc+"\n")
 	})

@@ -687,11 +687,22 @@ func TestTwoPhaseConcurrency(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, func() bool { return open() == 0 })
-	close(stop)
-	wg.Wait()
-	close(stopClock)
-	bg.Wait()
+	// The workers stop first (a held request ends as the clock moves),
+	// then the clock: on every way out of the test, so that nothing races
+	// with the env's close.
+	stopAll := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+		close(stopClock)
+		bg.Wait()
+	})
+	defer stopAll()
+	// Every job ends: wait for that event however long a loaded machine
+	// takes (the test's own timeout is the bound), not for a deadline.
+	for open() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	stopAll()
 
 	for _, f := range failures {
 		t.Error(f)

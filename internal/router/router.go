@@ -373,6 +373,10 @@ func (r *Router) routes() http.Handler {
 			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if err := store.CheckWritable(r.cfg.DataDir); err != nil {
+			http.Error(w, "data directory: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		r.mu.Lock()
 		ok := r.upOK
 		r.mu.Unlock()

@@ -25,3 +25,25 @@ func PrivateDir(dir string) (tightened bool, err error) {
 	}
 	return true, nil
 }
+
+// CheckWritable writes, syncs and removes a small file in dir: it fails
+// when dir is read-only or its disk is full (an empty file can still be
+// made on a full disk, a byte of data cannot). Readiness checks use it.
+func CheckWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".ready-probe-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write([]byte("ok\n"))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, err)
+	}
+	return nil
+}
