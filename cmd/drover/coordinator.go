@@ -17,6 +17,7 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
+	"github.com/drover-ci/drover/internal/httpserver"
 )
 
 // openPostgres opens the PostgreSQL store; a URL that does not parse, a
@@ -107,7 +108,7 @@ checks the database and names it).`,
 			} else {
 				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
 			}
-			srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 30 * time.Second}
+			srv := httpserver.New(c.Handler(), httpserver.Options{})
 			go func() { _ = c.Run(ctx) }()
 			go func() {
 				<-ctx.Done()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/router"
 )
 
@@ -93,7 +94,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 			if err != nil {
 				return usageError(err)
 			}
-			srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 30 * time.Second}
+			srv := httpserver.New(r.Handler(), httpserver.Options{})
 			runDone := make(chan struct{})
 			go func() { defer close(runDone); _ = r.Run(ctx) }()
 			go func() {

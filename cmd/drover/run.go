@@ -27,6 +27,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/engine"
+	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/manager"
 	"github.com/drover-ci/drover/internal/sshx"
 )
@@ -361,7 +362,7 @@ func (ms *metricsServer) apply(addr string) error {
 		if err != nil {
 			return err
 		}
-		next = &http.Server{Handler: ms.handler, ReadHeaderTimeout: 10 * time.Second}
+		next = httpserver.New(ms.handler, httpserver.Options{})
 		go func() { _ = next.Serve(ln) }()
 		ms.log.Info("metrics and health listening", "addr", ln.Addr().String())
 	}

@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,7 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/docker"
+	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/manager"
 )
 
@@ -186,7 +186,7 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	srv := &http.Server{Handler: coord.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(coord.Handler(), httpserver.Options{})
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	go func() { _ = coord.Run(ctx) }()
