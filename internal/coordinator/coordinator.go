@@ -92,6 +92,13 @@ type Coordinator struct {
 
 	jobLocks [256]sync.Mutex // serialize PATCH/PUT/reaper per job (by id)
 
+	// online is the runners online, kept briefly: a stuck reason is
+	// asked for on every submission, and listing every runner manager
+	// for each one would cost a fleet of 10,000 a scan per job.
+	online onlineCache
+	// claims are the job versions being claimed or claimed here.
+	claims claimSet
+
 	contactMu   sync.Mutex
 	jobContact  map[int64]time.Time  // last contact written per job
 	mgrContact  map[mgrKey]time.Time // last contact written per runner manager
@@ -421,5 +428,10 @@ func (c *Coordinator) touchManager(ctx context.Context, r store.Runner, systemID
 	}
 	if err := c.st.UpsertRunnerManager(ctx, m); err != nil && !errors.Is(err, store.ErrNotFound) {
 		c.log.Warn("record runner manager", "runner_id", r.ID, "system_id", systemID, "err", err)
+	}
+	if !ok || now.Sub(last) >= onlineWindow {
+		// A manager new to this coordinator, or back online: once it is
+		// written, lists of the runners online must be read anew.
+		c.online.invalidate()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ type env struct {
 	c   *Coordinator
 	srv *httptest.Server
 	dir string
+	// errorLogs counts the coordinator's log records at level ERROR.
+	errorLogs *atomic.Int64
 }
 
 func newEnv(t testing.TB, mod func(*Config)) *env {
@@ -41,11 +44,13 @@ func openEnv(t testing.TB, dir string, mod func(*Config)) *env {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	errs := new(atomic.Int64)
+	logger = slog.New(errorCounter{logger.Handler(), errs})
 	c, err := New(t.Context(), logger, cfg)
 	if err != nil {
 		t.Fatalf("New = %v", err)
 	}
-	e := &env{t: t, c: c, srv: httptest.NewServer(c.Handler()), dir: dir}
+	e := &env{t: t, c: c, srv: httptest.NewServer(c.Handler()), dir: dir, errorLogs: errs}
 	t.Cleanup(e.close)
 	return e
 }
@@ -57,6 +62,34 @@ func (e *env) close() {
 		e.srv = nil
 		e.c.Close()
 	}
+}
+
+// errorCounter passes records on and counts those at level ERROR.
+type errorCounter struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (h errorCounter) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || h.Handler.Enabled(ctx, l)
+}
+
+func (h errorCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.n.Add(1)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h errorCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return errorCounter{h.Handler.WithAttrs(as), h.n}
+}
+
+func (h errorCounter) WithGroup(g string) slog.Handler {
+	return errorCounter{h.Handler.WithGroup(g), h.n}
 }
 
 type testWriter struct{ t testing.TB }

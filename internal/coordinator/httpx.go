@@ -129,7 +129,10 @@ func (c *Coordinator) instrument(endpoint string, next http.Handler) http.Handle
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		code := sw.code
-		if code == 0 {
+		switch {
+		case code == 0 && r.Context().Err() != nil:
+			code = statusClientClosed
+		case code == 0:
 			code = http.StatusOK
 		}
 		c.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,46 @@ type notifier struct {
 
 	mu       sync.Mutex
 	versions map[mgrKey]string
-	waiters  map[*waiter]struct{}
+	// waiters in the order they began to wait: a job goes to the one
+	// that has waited longest, so no runner is starved by luckier ones.
+	waiters waitList
+}
+
+// waitList is a doubly linked list of waiters: add, remove and walking in
+// order cost no allocation beyond the waiter.
+type waitList struct {
+	head, tail *waiter
+	n          int
+}
+
+func (l *waitList) push(w *waiter) {
+	w.prev, w.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	l.n++
+	w.listed = true
+}
+
+func (l *waitList) unlink(w *waiter) {
+	if !w.listed {
+		return
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next, w.listed = nil, nil, false
+	l.n--
 }
 
 // waiter is one held jobs/request.
@@ -52,10 +92,13 @@ type waiter struct {
 	// have been missed). Buffered 1: a wake never blocks; a waiter with a
 	// wake pending is not given another.
 	ch chan *store.Job
+
+	prev, next *waiter // in notifier.waiters, under notifier.mu
+	listed     bool
 }
 
 func newNotifier(g prometheus.Gauge, prefix string) *notifier {
-	n := &notifier{gauge: g, prefix: prefix, versions: map[mgrKey]string{}, waiters: map[*waiter]struct{}{}}
+	n := &notifier{gauge: g, prefix: prefix, versions: map[mgrKey]string{}}
 	// Start the sequence at the wall clock so versions from an earlier
 	// process never collide with this one's.
 	n.seq.Store(time.Now().UnixNano())
@@ -107,7 +150,7 @@ func (n *notifier) bump(k mgrKey) string {
 func (n *notifier) add(r store.Runner, f api.FeaturesInfo) *waiter {
 	w := &waiter{runner: r, features: f, ch: make(chan *store.Job, 1)}
 	n.mu.Lock()
-	n.waiters[w] = struct{}{}
+	n.waiters.push(w)
 	n.mu.Unlock()
 	n.gauge.Inc()
 	return w
@@ -117,7 +160,7 @@ func (n *notifier) add(r store.Runner, f api.FeaturesInfo) *waiter {
 // another waiter.
 func (n *notifier) remove(w *waiter) {
 	n.mu.Lock()
-	delete(n.waiters, w)
+	n.waiters.unlink(w)
 	n.mu.Unlock()
 	n.gauge.Dec()
 	select {
@@ -129,7 +172,8 @@ func (n *notifier) remove(w *waiter) {
 	}
 }
 
-// wake hands j to one waiter that could take it and has no wake pending.
+// wake hands j to the waiter that has waited longest among those that
+// could take it and have no wake pending.
 func (n *notifier) wake(j *store.Job) { n.wakeExcept(j, nil) }
 
 // wakeExcept is wake passing skip over; it reports whether a waiter was
@@ -137,7 +181,7 @@ func (n *notifier) wake(j *store.Job) { n.wakeExcept(j, nil) }
 func (n *notifier) wakeExcept(j *store.Job, skip *waiter) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for w := range n.waiters {
+	for w := n.waiters.head; w != nil; w = w.next {
 		if w == skip || !canRun(&w.runner, w.features, j) {
 			continue
 		}
@@ -155,7 +199,7 @@ func (n *notifier) wakeExcept(j *store.Job, skip *waiter) bool {
 func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for w := range n.waiters {
+	for w := n.waiters.head; w != nil; w = w.next {
 		select {
 		case w.ch <- nil:
 		default:
@@ -177,4 +221,65 @@ func canRun(r *store.Runner, f api.FeaturesInfo, j *store.Job) bool {
 		return false
 	}
 	return true
+}
+
+// claimKey is one state of a job: its id and version.
+type claimKey struct{ id, version int64 }
+
+// claimSet remembers the job states this coordinator is claiming or has
+// claimed. A claim is a conditional write of one job version; once a
+// version was claimed (or a claim of it failed on a newer version) every
+// other claim of it must fail, and while one claim of it is running the
+// others would wait for the writer only to lose. Requests woken together
+// and runners asking again after a hand-out read the queue before the
+// writes they race with commit: the set lets them skip those jobs without
+// a database write. The store still decides: the set only spares writes
+// that would have failed. A job back in the queue has a new version and is
+// claimable again.
+type claimSet struct {
+	mu   sync.Mutex
+	m    map[claimKey]time.Time // when the claim began; zero while running
+	ends int
+}
+
+// claimMemory is how long a claimed version is remembered: far longer than
+// a read of the queue takes.
+const claimMemory = time.Minute
+
+// begin reports whether the caller may claim (id, version); if so, it
+// must call end.
+func (c *claimSet) begin(id, version int64) bool {
+	k := claimKey{id, version}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[claimKey]time.Time{}
+	}
+	if _, ok := c.m[k]; ok {
+		return false
+	}
+	c.m[k] = time.Time{}
+	return true
+}
+
+// end records the outcome of a claim begun with begin: a version claimed
+// or found outdated stays taken; after any other error it may be tried
+// again.
+func (c *claimSet) end(id, version int64, err error, now time.Time) {
+	k := claimKey{id, version}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		delete(c.m, k)
+		return
+	}
+	c.m[k] = now
+	c.ends++
+	if c.ends%1024 == 0 {
+		for k, at := range c.m {
+			if !at.IsZero() && now.Sub(at) > claimMemory {
+				delete(c.m, k)
+			}
+		}
+	}
 }

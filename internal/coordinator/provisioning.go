@@ -70,7 +70,7 @@ func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request)
 		unlock()
 		var err error
 		if unlock, err = c.lockJobEverywhere(ctx, j.ID); err != nil {
-			c.internalError(w, "lock job", err)
+			c.internalError(r.Context(), w, "lock job", err)
 			return
 		}
 	}
@@ -120,7 +120,7 @@ func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if err != nil {
-		c.internalError(w, "runner provisioning", err)
+		c.internalError(r.Context(), w, "runner provisioning", err)
 		return
 	}
 	c.answerApplied(w, &got)

@@ -87,7 +87,7 @@ func cluster(t testing.TB, n int, url string, mod func(*Config)) []*env {
 func held(c *Coordinator) int {
 	c.poll.mu.Lock()
 	defer c.poll.mu.Unlock()
-	return len(c.poll.waiters)
+	return c.poll.waiters.n
 }
 
 // waitHeld waits until c holds n requests, or the request that should be

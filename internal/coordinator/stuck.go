@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drover-ci/drover/internal/coordinator/store"
@@ -21,13 +22,59 @@ type onlineRunner struct {
 	images bool
 }
 
-// onlineRunners lists the runners with a manager online now.
+// onlineTTL is how long a list of the runners online is used. Managers
+// coming online on this coordinator and runners or managers removed end it
+// at once; what changes only on another coordinator sharing the database
+// is seen within onlineTTL.
+const onlineTTL = 2 * time.Second
+
+// onlineCache holds the last list of runners online.
+type onlineCache struct {
+	mu   sync.Mutex
+	at   time.Time // zero: nothing held
+	gen  uint64    // bumped by invalidate
+	list []onlineRunner
+}
+
+func (o *onlineCache) invalidate() {
+	o.mu.Lock()
+	o.at = time.Time{}
+	o.gen++
+	o.mu.Unlock()
+}
+
+// onlineRunners lists the runners with a manager online now, from a list
+// at most onlineTTL old.
 func (c *Coordinator) onlineRunners(ctx context.Context) ([]onlineRunner, error) {
+	now := c.clock.Now()
+	o := &c.online
+	o.mu.Lock()
+	if !o.at.IsZero() && now.Sub(o.at) < onlineTTL && !now.Before(o.at) {
+		list := o.list
+		o.mu.Unlock()
+		return list, nil
+	}
+	gen := o.gen
+	o.mu.Unlock()
+	list, err := c.listOnlineRunners(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	if o.gen == gen {
+		// Nothing changed while the list was read: it may be kept.
+		o.at, o.list = now, list
+	}
+	o.mu.Unlock()
+	return list, nil
+}
+
+// listOnlineRunners reads the runners with a manager online at now.
+func (c *Coordinator) listOnlineRunners(ctx context.Context, now time.Time) ([]onlineRunner, error) {
 	rs, err := c.st.ListRunners(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now := c.clock.Now()
 	var out []onlineRunner
 	for _, r := range rs {
 		ms, err := c.st.ListRunnerManagers(ctx, r.ID)

@@ -107,7 +107,7 @@ func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request)
 	}
 	rn, tok, err := c.createRunner(r.Context(), spec)
 	if err != nil {
-		c.internalError(w, "create runner", err)
+		c.internalError(r.Context(), w, "create runner", err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, struct {
@@ -119,14 +119,14 @@ func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request)
 func (c *Coordinator) handleListRunners(w http.ResponseWriter, r *http.Request) {
 	rs, err := c.st.ListRunners(r.Context())
 	if err != nil {
-		c.internalError(w, "list runners", err)
+		c.internalError(r.Context(), w, "list runners", err)
 		return
 	}
 	out := []runnerView{}
 	for _, rn := range rs {
 		v, err := c.runnerView(r, rn)
 		if err != nil {
-			c.internalError(w, "list runners", err)
+			c.internalError(r.Context(), w, "list runners", err)
 			return
 		}
 		out = append(out, v)
@@ -146,12 +146,12 @@ func (c *Coordinator) handleGetRunner(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		c.internalError(w, "get runner", err)
+		c.internalError(r.Context(), w, "get runner", err)
 		return
 	}
 	v, err := c.runnerView(r, rn)
 	if err != nil {
-		c.internalError(w, "get runner", err)
+		c.internalError(r.Context(), w, "get runner", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -164,12 +164,13 @@ func (c *Coordinator) handleDeleteRunner(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	err := c.st.DeleteRunner(r.Context(), id)
+	c.online.invalidate()
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	if err != nil {
-		c.internalError(w, "delete runner", err)
+		c.internalError(r.Context(), w, "delete runner", err)
 		return
 	}
 	c.log.Info("runner deleted", "runner_id", id)
@@ -383,7 +384,7 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	j.Status, j.CreatedAt, j.QueuedAt, j.UpdatedAt = store.StatusPending, now, now, now
 	j, err := c.st.CreateJob(r.Context(), j)
 	if err != nil {
-		c.internalError(w, "submit job", err)
+		c.internalError(r.Context(), w, "submit job", err)
 		return
 	}
 	c.metrics.submitted.Inc()
@@ -437,7 +438,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs, err := c.st.ListJobs(r.Context(), f)
 	if err != nil {
-		c.internalError(w, "list jobs", err)
+		c.internalError(r.Context(), w, "list jobs", err)
 		return
 	}
 	if f.Project == "" {
@@ -445,7 +446,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		// "N more".
 		counts, err := c.st.CountJobs(r.Context())
 		if err != nil {
-			c.internalError(w, "count jobs", err)
+			c.internalError(r.Context(), w, "count jobs", err)
 			return
 		}
 		var total int64
@@ -477,7 +478,7 @@ func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job
 		return j, false
 	}
 	if err != nil {
-		c.internalError(w, "get job", err)
+		c.internalError(r.Context(), w, "get job", err)
 		return j, false
 	}
 	return j, true
@@ -509,13 +510,13 @@ func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 	}
 	size, err := c.traces.Size(r.Context(), j.ID)
 	if err != nil {
-		c.internalError(w, "trace size", err)
+		c.internalError(r.Context(), w, "trace size", err)
 		return
 	}
 	off = min(off, size)
 	rc, err := c.traces.Open(r.Context(), j.ID, off)
 	if err != nil {
-		c.internalError(w, "open trace", err)
+		c.internalError(r.Context(), w, "open trace", err)
 		return
 	}
 	defer rc.Close()
@@ -570,7 +571,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err != nil {
-			c.internalError(w, "cancel job", err)
+			c.internalError(r.Context(), w, "cancel job", err)
 			return
 		}
 		if got.Status.Finished() {

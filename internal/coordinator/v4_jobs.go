@@ -28,7 +28,7 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 		return j, "", false
 	}
 	if err != nil {
-		c.internalError(w, "load job", err)
+		c.internalError(r.Context(), w, "load job", err)
 		return j, "", false
 	}
 	tok := bodyToken
@@ -50,7 +50,7 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 	case err == nil || errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
 	default:
-		c.internalError(w, "look up job token", err)
+		c.internalError(r.Context(), w, "look up job token", err)
 	}
 	return j, hash, false
 }
@@ -81,7 +81,7 @@ func (c *Coordinator) lockedJobForRunner(w http.ResponseWriter, r *http.Request,
 func (c *Coordinator) reloadForRunner(w http.ResponseWriter, r *http.Request, id int64, hash string) (store.Job, bool) {
 	j, err := c.st.GetJob(r.Context(), id)
 	if err != nil {
-		c.internalError(w, "load job", err)
+		c.internalError(r.Context(), w, "load job", err)
 		return j, false
 	}
 	if j.TokenHash == "" || !tokenEqual(hash, j.TokenHash) {
@@ -159,7 +159,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			c.internalError(w, "update job", err)
+			c.internalError(r.Context(), w, "update job", err)
 			return
 		}
 		c.answerApplied(w, &got)
@@ -179,12 +179,12 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	if sum != "" {
 		have, err := c.traces.Checksum(ctx, j.ID)
 		if err != nil {
-			c.internalError(w, "trace checksum", err)
+			c.internalError(r.Context(), w, "trace checksum", err)
 			return
 		}
 		if !strings.EqualFold(have, sum) {
 			if err := c.traces.Truncate(ctx, j.ID, -1, 0); err != nil {
-				c.internalError(w, "reset trace", err)
+				c.internalError(r.Context(), w, "reset trace", err)
 				return
 			}
 			log.Warn("trace checksum mismatch, asking for the whole log", "have", have, "runner", sum)
@@ -233,7 +233,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		c.internalError(w, "finish job", err)
+		c.internalError(r.Context(), w, "finish job", err)
 		return
 	}
 	c.finished(&got)
@@ -304,7 +304,7 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		c.internalError(w, "append trace", err)
+		c.internalError(r.Context(), w, "append trace", err)
 		return
 	}
 	c.touchJob(ctx, j.ID)

@@ -74,7 +74,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, retryAt, err := c.claim(ctx, r, rn, req)
 	if err != nil {
-		c.internalError(w, "claim job", err)
+		c.internalError(r.Context(), w, "claim job", err)
 		return
 	}
 	if resp == nil && wt != nil {
@@ -119,7 +119,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 			}
 			woke = nil
 			if err != nil {
-				c.internalError(w, "claim job", err)
+				c.internalError(r.Context(), w, "claim job", err)
 				return
 			}
 		}
@@ -172,7 +172,11 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 			}
 			continue
 		}
+		if !c.claims.begin(j.ID, j.Version) {
+			continue // being claimed, or already taken: the read was old
+		}
 		resp, err := c.claimJob(ctx, r, rn, req, j)
+		c.claims.end(j.ID, j.Version, err, c.clock.Now())
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -207,7 +211,11 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 				}
 				continue
 			}
+			if !c.claims.begin(j.ID, j.Version) {
+				continue
+			}
 			resp, err := c.claimJob(ctx, r, rn, req, j)
+			c.claims.end(j.ID, j.Version, err, c.clock.Now())
 			if errors.Is(err, store.ErrConflict) {
 				// Another runner was faster. Many runners claiming at
 				// once walk the queue in the same order and keep

@@ -32,7 +32,7 @@ func (c *Coordinator) authRunner(ctx context.Context, w http.ResponseWriter, tok
 		return rn, false
 	}
 	if err != nil {
-		c.internalError(w, "look up runner", err)
+		c.internalError(ctx, w, "look up runner", err)
 		return rn, false
 	}
 	return rn, true
@@ -41,7 +41,15 @@ func (c *Coordinator) authRunner(ctx context.Context, w http.ResponseWriter, tok
 // A database that cannot be reached (store.ErrUnavailable) is answered 503
 // with Retry-After: nothing was changed, and the same request a moment
 // later, to this coordinator or another, may well succeed.
-func (c *Coordinator) internalError(w http.ResponseWriter, what string, err error) {
+func (c *Coordinator) internalError(ctx context.Context, w http.ResponseWriter, what string, err error) {
+	if ctx.Err() != nil {
+		// The client went away (a runner stopping, a held long poll it
+		// gave up on): an ordinary event, not a server error. Nobody
+		// reads the answer; the metrics count it as 499, as nginx does.
+		c.log.Debug(what+": client went away", "err", err)
+		w.WriteHeader(statusClientClosed)
+		return
+	}
 	if errors.Is(err, store.ErrUnavailable) {
 		c.log.Warn(what+": database unavailable", "err", err)
 		c.metrics.unavailable.Inc()
@@ -52,6 +60,10 @@ func (c *Coordinator) internalError(w http.ResponseWriter, what string, err erro
 	c.log.Error(what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+": internal error", "")
 }
+
+// statusClientClosed is recorded for a request whose client went away
+// before it was answered (nginx's 499).
+const statusClientClosed = 499
 
 // retryAfterUnavailable is the Retry-After (seconds) of a 503 for a
 // database that cannot be reached: a restart of PostgreSQL takes seconds.
@@ -115,7 +127,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	rn, token, err := c.createRunner(r.Context(), spec)
 	if err != nil {
-		c.internalError(w, "register runner", err)
+		c.internalError(r.Context(), w, "register runner", err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, api.VerifyResponse{ID: rn.ID, Token: token})
@@ -132,8 +144,10 @@ func (c *Coordinator) handleUnregister(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := c.st.DeleteRunner(r.Context(), rn.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		c.internalError(w, "unregister runner", err)
+	err := c.st.DeleteRunner(r.Context(), rn.ID)
+	c.online.invalidate()
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.internalError(r.Context(), w, "unregister runner", err)
 		return
 	}
 	c.log.Info("runner unregistered", "runner_id", rn.ID)
@@ -160,8 +174,10 @@ func (c *Coordinator) handleUnregisterManager(w http.ResponseWriter, r *http.Req
 		writeError(w, http.StatusBadRequest, "system_id is required", "system_id")
 		return
 	}
-	if err := c.st.DeleteRunnerManager(r.Context(), rn.ID, req.SystemID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		c.internalError(w, "unregister runner manager", err)
+	err := c.st.DeleteRunnerManager(r.Context(), rn.ID, req.SystemID)
+	c.online.invalidate()
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.internalError(r.Context(), w, "unregister runner manager", err)
 		return
 	}
 	c.contactMu.Lock()
@@ -186,7 +202,7 @@ func (c *Coordinator) handleResetToken(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := newRunnerToken()
 	if err := c.st.SetRunnerTokenHash(r.Context(), rn.ID, store.HashToken(tok)); err != nil {
-		c.internalError(w, "reset runner token", err)
+		c.internalError(r.Context(), w, "reset runner token", err)
 		return
 	}
 	c.log.Info("runner token reset", "runner_id", rn.ID)

@@ -160,7 +160,7 @@ func (c *Coordinator) handleWatchJobs(w http.ResponseWriter, r *http.Request) {
 		changes, err := c.watchedChanges(ctx, req.Jobs)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.internalError(w, "watch jobs", err)
+				c.internalError(r.Context(), w, "watch jobs", err)
 			}
 			return
 		}

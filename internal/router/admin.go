@@ -132,7 +132,7 @@ func (r *Router) handleCreateRunner(w http.ResponseWriter, req *http.Request) {
 		CreatedAt: r.clock.Now(),
 	})
 	if err != nil {
-		r.internalError(w, "create runner", err)
+		r.internalError(req.Context(), w, "create runner", err)
 		return
 	}
 	r.log.Info("runner created", "runner_id", rn.ID, "tags", rn.Tags)
@@ -145,14 +145,14 @@ func (r *Router) handleCreateRunner(w http.ResponseWriter, req *http.Request) {
 func (r *Router) handleListRunners(w http.ResponseWriter, req *http.Request) {
 	rs, err := r.st.ListRunners(req.Context())
 	if err != nil {
-		r.internalError(w, "list runners", err)
+		r.internalError(req.Context(), w, "list runners", err)
 		return
 	}
 	out := []runnerView{}
 	for _, rn := range rs {
 		v, err := r.runnerView(req, rn)
 		if err != nil {
-			r.internalError(w, "list runners", err)
+			r.internalError(req.Context(), w, "list runners", err)
 			return
 		}
 		out = append(out, v)
@@ -172,12 +172,12 @@ func (r *Router) handleGetRunner(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if err != nil {
-		r.internalError(w, "get runner", err)
+		r.internalError(req.Context(), w, "get runner", err)
 		return
 	}
 	v, err := r.runnerView(req, rn)
 	if err != nil {
-		r.internalError(w, "get runner", err)
+		r.internalError(req.Context(), w, "get runner", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -195,7 +195,7 @@ func (r *Router) handleDeleteRunner(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if err != nil {
-		r.internalError(w, "delete runner", err)
+		r.internalError(req.Context(), w, "delete runner", err)
 		return
 	}
 	r.mu.Lock()

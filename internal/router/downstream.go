@@ -43,7 +43,7 @@ func (r *Router) authRunner(ctx context.Context, w http.ResponseWriter, token st
 		return rn, false
 	}
 	if err != nil {
-		r.internalError(w, "look up runner", err)
+		r.internalError(ctx, w, "look up runner", err)
 		return rn, false
 	}
 	return rn, true
@@ -105,7 +105,7 @@ func (r *Router) handleUnregisterManager(w http.ResponseWriter, req *http.Reques
 		return
 	}
 	if err := r.st.DeleteRunnerManager(req.Context(), rn.ID, body.SystemID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		r.internalError(w, "unregister runner manager", err)
+		r.internalError(req.Context(), w, "unregister runner manager", err)
 		return
 	}
 	r.mu.Lock()

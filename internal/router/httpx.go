@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -71,7 +72,14 @@ func (r *Router) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (r *Router) internalError(w http.ResponseWriter, what string, err error) {
+// internalError answers 500, or nothing when the client went away (an
+// ordinary event: logged at debug).
+func (r *Router) internalError(ctx context.Context, w http.ResponseWriter, what string, err error) {
+	if ctx.Err() != nil {
+		r.log.Debug(what+": client went away", "err", err)
+		w.WriteHeader(499)
+		return
+	}
 	r.log.Error(what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+": internal error", "")
 }
