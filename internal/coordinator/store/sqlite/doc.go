@@ -15,6 +15,14 @@
 // the write returns; only a power loss or kernel crash can lose the last
 // transactions. That is the failure the coordinator is built to survive.
 //
+// # Checkpoints
+//
+// Commits never checkpoint (wal_autocheckpoint 0): the commit that crossed
+// the threshold would copy the WAL into the database and fsync it while
+// every other write waited, the long tail of submission times under a
+// burst. A goroutine of the store checkpoints PASSIVE once a second on a
+// connection of its own, beside the writer; Close checkpoints TRUNCATE.
+//
 // # Migrations
 //
 // The schema is a numbered list of migrations recorded in the

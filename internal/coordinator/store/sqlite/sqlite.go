@@ -25,6 +25,11 @@ type Store struct {
 	r      *sql.DB // read pool
 	ws, rs *stmts  // prepared statements of w and r
 	closed atomic.Bool
+	// ck runs the WAL checkpoints (one connection) in the background; the
+	// checkpointer goroutine ends when stop is closed.
+	ck      *sql.DB
+	stop    chan struct{}
+	stopped chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -43,6 +48,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// NORMAL is enough in WAL mode for kill -9 durability; see doc.go.
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(1)")
+	// No checkpoint at commit: the commit that crosses the threshold
+	// would copy the WAL into the database and fsync it while every other
+	// write waits. checkpointLoop does that beside the writer.
+	q.Add("_pragma", "wal_autocheckpoint(0)")
 	dsn := "file:" + path + "?" + q.Encode()
 
 	w, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
@@ -72,7 +81,38 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	ck, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	s.ck, s.stop, s.stopped = ck, make(chan struct{}), make(chan struct{})
+	go s.checkpointLoop()
 	return s, nil
+}
+
+// checkpointInterval is how often the WAL is copied into the database.
+const checkpointInterval = time.Second
+
+// checkpointLoop checkpoints the WAL every checkpointInterval, PASSIVE:
+// writers go on appending while it runs, and what readers still use
+// stays. The WAL is reused from its start once a checkpoint caught up.
+func (s *Store) checkpointLoop() {
+	defer close(s.stopped)
+	t := time.NewTicker(checkpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		// A checkpoint that fails (a full disk) leaves the WAL as it
+		// is; the next one tries again, and /health/ready reports the
+		// disk.
+		_, _ = s.ck.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+	}
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -113,6 +153,13 @@ func (s *Store) Close() error {
 		return nil
 	}
 	var errs []error
+	if s.ck != nil {
+		close(s.stop)
+		<-s.stopped
+		// Leave the database whole in its file, the WAL empty.
+		_, _ = s.ck.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+		errs = append(errs, s.ck.Close())
+	}
 	if s.ws != nil {
 		s.ws.close()
 		s.rs.close()

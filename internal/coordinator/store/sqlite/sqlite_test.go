@@ -3,10 +3,13 @@ package sqlite_test
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
@@ -129,5 +132,51 @@ func TestFilesArePrivate(t *testing.T) {
 			}
 		}
 		s.Close()
+	}
+}
+
+// TestCheckpointsInBackground: with commits no longer checkpointing, the
+// store's own checkpointer copies the WAL into the database file while
+// nothing is written, and Close leaves no WAL behind.
+func TestCheckpointsInBackground(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "db.sqlite")
+	s, err := sqlite.Open(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := func(name string) int64 {
+		fi, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0 // a WAL is removed when the last connection closes
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := size(p)
+	big := strings.Repeat("x", 4096)
+	for i := range 100 {
+		if _, err := s.CreateJob(t.Context(), store.Job{
+			Name: fmt.Sprintf("j%d", i), Project: "g/p", ProjectID: 1, Status: store.StatusPending, Tags: []string{},
+			Spec: store.JobSpec{Script: []string{big}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if size(p+"-wal") < 100*4096 {
+		t.Fatalf("WAL is %d bytes after 100 jobs of 4 KiB, want them in the WAL", size(p+"-wal"))
+	}
+	for deadline := time.Now().Add(2 * time.Minute); size(p) < before+100*4096; {
+		if time.Now().After(deadline) {
+			t.Fatalf("database file still %d bytes: the WAL was never checkpointed", size(p))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(p + "-wal"); n != 0 {
+		t.Errorf("WAL is %d bytes after Close, want 0", n)
 	}
 }
