@@ -12,12 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
-	"github.com/drover-ci/drover/internal/httpserver"
 )
 
 // openPostgres opens the PostgreSQL store; a URL that does not parse, a
@@ -39,7 +39,7 @@ func newCoordinatorCmd() *cobra.Command {
 		listen, data, publicURL, logLevel, logFormat string
 		databaseURL                                  string
 		longPoll, stale, grace, ack                  time.Duration
-		maxProvisioning                              int
+		maxProvisioning, maxConnsPerClient           int
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -61,12 +61,22 @@ On first start an admin token is written to DATA/admin-token (mode 0600;
 with PostgreSQL it is the database's, the same for every coordinator);
 DROVER_ADMIN_TOKEN overrides it. Metrics: /metrics (with PostgreSQL also
 pool use and query latency); health: /health/live, /health/ready (which
-checks the database and names it).`,
+checks the database and names it).
+
+Connections: a request must arrive whole within 60 s and its headers
+within 10 s (64 KiB at most); a held long poll's answer may take longer.
+A client address may hold --max-conns-per-client connections at once and
+all clients together three quarters of the open-file limit; connections
+over a cap are answered 429 or 503 at once and closed, logged once a minute
+per address and counted in drover_coordinator_connections_rejected_total.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
 			if err != nil {
 				return usageError(err)
+			}
+			if err := checkMaxConns(maxConnsPerClient); err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -80,6 +90,7 @@ checks the database and names it).`,
 				return usageError(fmt.Errorf("--listen %s: %w", listen, err))
 			}
 			defer ln.Close()
+			reg := prometheus.NewRegistry()
 			var st store.Store
 			if databaseURL != "" {
 				pg, err := openPostgres(ctx, logger, databaseURL)
@@ -98,6 +109,7 @@ checks the database and names it).`,
 				PublicURL:              publicURL,
 				AckTimeout:             ack,
 				MaxProvisioningRetries: maxProvisioning,
+				Registerer:             reg,
 			})
 			if err != nil {
 				return err
@@ -108,7 +120,10 @@ checks the database and names it).`,
 			} else {
 				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
 			}
-			srv := httpserver.New(c.Handler(), httpserver.Options{})
+			srv, err := apiServer(logger, reg, "coordinator", c.Handler(), maxConnsPerClient)
+			if err != nil {
+				return err
+			}
 			go func() { _ = c.Run(ctx) }()
 			go func() {
 				<-ctx.Done()
@@ -117,7 +132,7 @@ checks the database and names it).`,
 				defer cancel()
 				_ = srv.Shutdown(sctx)
 			}()
-			logger.Info("coordinator listening", "addr", "http://"+ln.Addr().String(), "data", data)
+			logger.Info("coordinator listening", append([]any{"addr", "http://" + ln.Addr().String(), "data", data}, listenAttrs(srv)...)...)
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -135,6 +150,7 @@ checks the database and names it).`,
 	f.DurationVar(&grace, "timeout-grace", 5*time.Minute, "extra time past a job's timeout before the coordinator fails it itself")
 	f.DurationVar(&ack, "ack-timeout", 60*time.Second, "two-phase start: a job handed to a runner that announces two_phase_job_commit goes back to the queue when the runner sends no keep-alive or accept for this long")
 	f.IntVar(&maxProvisioning, "max-provisioning-retries", 3, "two-phase start: after this many declines or expired deadlines a job fails with runner_provisioning_timeout")
+	maxConnsFlag(f, &maxConnsPerClient)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/router"
 )
 
@@ -20,7 +20,7 @@ func newRouterCmd() *cobra.Command {
 	var (
 		upstream, upstreamToken, listen, data, logLevel, logFormat string
 		ackTimeout, longPoll, noRunner                             time.Duration
-		prefetch                                                   int
+		prefetch, maxConnsPerClient                                int
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -53,7 +53,12 @@ same admin API as the coordinator's:
   curl -H "Authorization: Bearer $(cat DATA/admin-token)" \
        -d '{"description":"r1","tag_list":["linux"]}' http://ROUTER/api/v1/runners
 
-Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
+Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.
+
+Connections: as the coordinator's, a request must arrive whole within 60 s;
+a client address may hold --max-conns-per-client connections at once and
+all clients together three quarters of the open-file limit (429 or 503
+beyond, drover_router_connections_rejected_total).`,
 		Example: `  drover router --upstream https://gitlab.example.com --upstream-token glrt-xxxx \
     --listen 0.0.0.0:8090 --data /var/lib/drover-router`,
 		Args: cobra.NoArgs,
@@ -61,6 +66,9 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
 			if err != nil {
 				return usageError(err)
+			}
+			if err := checkMaxConns(maxConnsPerClient); err != nil {
+				return err
 			}
 			if upstreamToken == "" {
 				upstreamToken = os.Getenv("DROVER_UPSTREAM_TOKEN")
@@ -70,6 +78,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			reg := prometheus.NewRegistry()
 			r, err := router.New(ctx, logger, router.Config{
 				Upstream:        upstream,
 				UpstreamToken:   upstreamToken,
@@ -80,6 +89,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 				NoRunnerTimeout: noRunner,
 				Prefetch:        prefetch,
 				Version:         version,
+				Registerer:      reg,
 			})
 			if err != nil {
 				return usageError(err)
@@ -94,7 +104,11 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 			if err != nil {
 				return usageError(err)
 			}
-			srv := httpserver.New(r.Handler(), httpserver.Options{})
+			srv, err := apiServer(logger, reg, "router", r.Handler(), maxConnsPerClient)
+			if err != nil {
+				ln.Close()
+				return err
+			}
 			runDone := make(chan struct{})
 			go func() { defer close(runDone); _ = r.Run(ctx) }()
 			go func() {
@@ -104,7 +118,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 				defer cancel()
 				_ = srv.Shutdown(sctx)
 			}()
-			logger.Info("router listening", "addr", "http://"+ln.Addr().String(), "upstream", upstream, "data", data)
+			logger.Info("router listening", append([]any{"addr", "http://" + ln.Addr().String(), "upstream", upstream, "data", data}, listenAttrs(srv)...)...)
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -122,6 +136,7 @@ Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.`,
 	f.DurationVar(&longPoll, "long-poll-timeout", router.DefaultLongPollTimeout, "how long a runner's jobs/request is held waiting for a job")
 	f.DurationVar(&noRunner, "no-runner-timeout", router.DefaultNoRunnerTimeout, "decline a held job upstream when no runner behind the router could take it for this long")
 	f.IntVar(&prefetch, "prefetch", 0, "jobs the router may hold beyond its waiting runners (two-phase upstreams only, kept alive upstream), so its own fair share can reorder bursts; 0 = pull only for a waiting runner")
+	maxConnsFlag(f, &maxConnsPerClient)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -180,6 +180,10 @@ run started.`,
 				return err
 			}
 			reg := prometheus.NewRegistry()
+			connMetrics, err := httpserver.NewMetrics(reg, "manager")
+			if err != nil {
+				return err
+			}
 			dockers, engines := &docker.Runners{}, &docker.Clients{}
 			defer engines.Close()
 			if err := applyDocker(logger, dockers, cfgPath, cfg); err != nil {
@@ -223,7 +227,7 @@ run started.`,
 			if err := pools.Apply(cmd.Context(), cfg); err != nil {
 				return usageError(err)
 			}
-			err = runManager(cmd.Context(), logger, m, pools, dockers, cfgPath, cfg)
+			err = runManager(cmd.Context(), logger, m, connMetrics, pools, dockers, cfgPath, cfg)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
 			// Jobs' containers first: those on autoscaled instances need
@@ -256,11 +260,11 @@ run started.`,
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, pools *runnerpool.Set, dockers *docker.Runners, cfgPath string, cfg *config.Config) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, pools *runnerpool.Set, dockers *docker.Runners, cfgPath string, cfg *config.Config) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
-	ms := &metricsServer{log: logger, handler: m.Handler()}
+	ms := &metricsServer{log: logger, handler: m.Handler(), metrics: connMetrics}
 	if err := ms.apply(cfg.ListenAddress); err != nil {
 		return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
 	}
@@ -340,13 +344,23 @@ func modTime(path string) time.Time {
 	return st.ModTime()
 }
 
+// Connection caps of the manager's listen_address: what reaches it is a
+// Prometheus scraper, health probes and someone with curl, a few
+// connections each; the manager's file descriptors are for its jobs.
+const (
+	listenMaxConnsPerClient = 32
+	listenMaxConns          = 256
+)
+
 // metricsServer serves the manager's listen_address (/metrics, health),
 // moved to a new address on reload.
 type metricsServer struct {
 	log     *slog.Logger
 	handler http.Handler
-	addr    string // as configured; "" = not serving
-	srv     *http.Server
+	metrics *httpserver.Metrics // shared by the servers that follow one another
+	addr    string              // as configured; "" = not serving
+	bound   net.Addr            // where it serves
+	srv     *httpserver.Server
 }
 
 // apply serves on addr ("" = nowhere) if that is not where it serves now:
@@ -356,21 +370,28 @@ func (ms *metricsServer) apply(addr string) error {
 	if addr == ms.addr {
 		return nil
 	}
-	var next *http.Server
+	var (
+		next  *httpserver.Server
+		bound net.Addr
+	)
 	if addr != "" {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return err
 		}
-		next = httpserver.New(ms.handler, httpserver.Options{})
+		next = httpserver.New(ms.handler, httpserver.Options{
+			MaxConnsPerClient: listenMaxConnsPerClient, MaxConns: listenMaxConns,
+			Logger: ms.log, Metrics: ms.metrics,
+		})
 		go func() { _ = next.Serve(ln) }()
-		ms.log.Info("metrics and health listening", "addr", ln.Addr().String())
+		bound = ln.Addr()
+		ms.log.Info("metrics and health listening", append([]any{"addr", bound.String()}, listenAttrs(next)...)...)
 	}
 	if ms.srv != nil {
 		ms.srv.Close()
 		ms.log.Info("metrics and health: stopped listening", "addr", ms.addr)
 	}
-	ms.addr, ms.srv = addr, next
+	ms.addr, ms.bound, ms.srv = addr, bound, next
 	return nil
 }
 

@@ -13,6 +13,14 @@ import (
 
 func serve(t *testing.T, h http.Handler, o Options) string {
 	t.Helper()
+	_, addr := start(t, h, o)
+	return addr
+}
+
+// start serves h with o on a loopback port and returns the server and its
+// address.
+func start(t *testing.T, h http.Handler, o Options) (*Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -20,7 +28,7 @@ func serve(t *testing.T, h http.Handler, o Options) string {
 	srv := New(h, o)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	return srv, ln.Addr().String()
 }
 
 // TestSlowBodyIsCut: a client that sends its headers and then trickles a

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/drover-ci/drover/internal/httpserver"
+)
+
+// maxConnsFlag adds --max-conns-per-client to f, for the daemons that
+// serve runners (coordinator, router).
+func maxConnsFlag(f *pflag.FlagSet, p *int) {
+	f.IntVar(p, "max-conns-per-client", httpserver.DefaultMaxConnsPerClient,
+		"connections one client address (an IPv4 address, an IPv6 /64) may hold open at once; more are answered 429 and closed "+
+			"without reading them. Behind a load balancer every client has the balancer's address, and a router's runners all have the router's: "+
+			"raise this past what it may open, or set 0 (no cap). "+
+			"Connections in all are capped at 3/4 of the process's open-file limit (ulimit -Hn), more answered 503")
+}
+
+// checkMaxConns refuses a --max-conns-per-client below 0, before the
+// daemon starts anything.
+func checkMaxConns(perClient int) error {
+	if perClient < 0 {
+		return usageError(fmt.Errorf("--max-conns-per-client %d: want 0 (no cap) or more", perClient))
+	}
+	return nil
+}
+
+// apiServer is the HTTP server of a daemon's API: httpserver's timeouts,
+// header cap and connection caps (perClient as --max-conns-per-client
+// takes it, 0 = none), its connection metrics registered with reg as
+// drover_<subsystem>_connections*.
+func apiServer(logger *slog.Logger, reg prometheus.Registerer, subsystem string, h http.Handler, perClient int) (*httpserver.Server, error) {
+	if perClient == 0 {
+		perClient = httpserver.NoCap
+	}
+	m, err := httpserver.NewMetrics(reg, subsystem)
+	if err != nil {
+		return nil, err
+	}
+	return httpserver.New(h, httpserver.Options{MaxConnsPerClient: perClient, Logger: logger, Metrics: m}), nil
+}
+
+// listenAttrs are the log attributes of a server's connection caps.
+func listenAttrs(srv *httpserver.Server) []any {
+	perClient, total := srv.Limits()
+	return []any{"max_conns_per_client", perClient, "max_conns", total}
+}
