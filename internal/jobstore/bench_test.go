@@ -58,7 +58,7 @@ func BenchmarkFileSave(b *testing.B) {
 }
 
 func BenchmarkRedisSave(b *testing.B) {
-	srv := startRedis(b)
+	srv := storetest.StartRedis(b)
 	s, err := jobstore.Open(b.Context(), redisConfig(srv, "bench:"), jobstore.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -17,10 +17,21 @@
 //     a second Open fails with ErrLocked naming them. The kernel releases
 //     the lock when the holder dies, however it dies.
 //   - redis: one hash per job under a key prefix, a set of all job ids and
-//     a sorted set of running jobs by health time. Save, Heartbeat and the
-//     claim of a stale job are Lua scripts that compare and set the owner
-//     and health time atomically, so several managers can share one store
-//     and every stale job is claimed by exactly one of them.
+//     a sorted set of running and delivering jobs by health time. Save,
+//     Heartbeat and the claim of a stale job are Lua scripts that compare
+//     and set the owner and health time atomically, so several managers
+//     can share one store and every stale job is claimed by exactly one of
+//     them.
+//
+// # States
+//
+// A record is running (StateRunning) while its job runs: it holds what
+// resuming the job needs. Once the job ended, a record whose final update
+// has not reached the coordinator yet is delivering (StateDelivering): it
+// holds the job's outcome and the log the coordinator lacks, and the
+// manager keeps its health while it retries the delivery; it is claimed
+// like a running one, but never run again. A finished record
+// (StateFinished) is only waiting for Cleanup.
 //
 // # Ownership
 //

@@ -335,7 +335,7 @@ func (s *fileStore) ClaimStale(ctx context.Context, owner string, healthTimeout 
 	cutoff := now.Add(-healthTimeout)
 	var claimed []*Record
 	for _, r := range all {
-		if r.State != StateRunning || !r.HealthAt.Before(cutoff) {
+		if !claimable(r.State) || !r.HealthAt.Before(cutoff) {
 			continue
 		}
 		r.Owner, r.HealthAt, r.UpdatedAt = owner, now, now

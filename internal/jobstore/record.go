@@ -12,9 +12,20 @@ import (
 const (
 	// StateRunning is a job the manager is running or must resume.
 	StateRunning = "running"
+	// StateDelivering is a job that ended whose final update the
+	// coordinator has not received yet: the manager keeps its health and
+	// retries the delivery, and ClaimStale hands it to another manager as
+	// it does a running one. Such a job is never run again.
+	StateDelivering = "delivering"
 	// StateFinished is a job that ended; Cleanup removes it.
 	StateFinished = "finished"
 )
+
+// claimable reports whether records in state have a health time that
+// ClaimStale looks at.
+func claimable(state string) bool {
+	return state == StateRunning || state == StateDelivering
+}
 
 // Record is everything a manager needs to resume one job.
 type Record struct {
@@ -39,8 +50,9 @@ type Record struct {
 	TraceOffset int64
 	// Retries counts resume attempts; ClaimStale increments it.
 	Retries int
-	// State is StateRunning or StateFinished. Only running records have
-	// a health time that ClaimStale looks at.
+	// State is StateRunning, StateDelivering or StateFinished. Only
+	// running and delivering records have a health time that ClaimStale
+	// looks at.
 	State string
 	// StartedAt is set by the first Save when zero. UpdatedAt is set by
 	// Save and ClaimStale, HealthAt by Save, Heartbeat and ClaimStale.

@@ -21,7 +21,8 @@ import (
 //	                   version, state, retries, health, health_ms,
 //	                   updated, updated_ms
 //	<prefix>jobs       set of every job id with a record
-//	<prefix>health     sorted set of running job ids by health_ms
+//	<prefix>health     sorted set of running and delivering job ids by
+//	                   health_ms
 //
 // Times are RFC 3339 strings with nanoseconds, and Unix milliseconds where
 // a script compares them (Lua numbers are doubles: milliseconds fit
@@ -43,7 +44,7 @@ ver = ver + 1
 redis.call('HSET', KEYS[1], 'data', ARGV[4], 'owner', ARGV[2], 'version', ver, 'state', ARGV[5],
   'health', ARGV[6], 'health_ms', ARGV[7], 'updated', ARGV[8], 'updated_ms', ARGV[9], 'retries', ARGV[10])
 redis.call('SADD', KEYS[2], ARGV[1])
-if ARGV[5] == 'running' then
+if ARGV[5] == 'running' or ARGV[5] == 'delivering' then
   redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 else
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -59,19 +60,21 @@ if t ~= 'hash' then return {'wrongtype', t} end
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'state')
 if cur[1] ~= ARGV[2] then return {'notowner', tostring(cur[1])} end
 redis.call('HSET', KEYS[1], 'health', ARGV[3], 'health_ms', ARGV[4])
-if cur[2] == 'running' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1]) end
+if cur[2] == 'running' or cur[2] == 'delivering' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1]) end
 return {'ok', ''}
 `
 
-// claimScript takes one job if it is still running and its health is
-// still older than the cutoff, and returns the claimed hash (HGETALL
-// form) or an empty array. Two managers racing for a job both run it; the
-// second finds the health the first just wrote and gets nothing.
+// claimScript takes one job if it is still running (or delivering its
+// final update) and its health is still older than the cutoff, and
+// returns the claimed hash (HGETALL form) or an empty array. Two managers
+// racing for a job both run it; the second finds the health the first
+// just wrote and gets nothing.
 const claimScript = `
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score then return {} end
 if tonumber(score) >= tonumber(ARGV[3]) then return {} end
-if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HGET', KEYS[1], 'state') ~= 'running' then
+local state = redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'delivering' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return {}
 end

@@ -18,7 +18,7 @@ import (
 
 // redisHarness gives every store a prefix of its own on one server.
 type redisHarness struct {
-	srv    *redisServer
+	srv    *storetest.RedisServer
 	client *redis.Client
 	n      atomic.Int64
 
@@ -27,8 +27,8 @@ type redisHarness struct {
 }
 
 func newRedisHarness(t *testing.T) *redisHarness {
-	srv := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	srv := storetest.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
 	return &redisHarness{srv: srv, client: c, prefixes: map[jobstore.Store]string{}}
 }
@@ -93,8 +93,8 @@ func (h *redisHarness) Corrupt(t *testing.T, s jobstore.Store, jobID int64, kind
 	return key
 }
 
-func redisConfig(srv *redisServer, prefix string) *jobstore.Config {
-	return &jobstore.Config{Name: jobstore.NameRedis, Redis: jobstore.RedisConfig{URL: srv.url(), Prefix: prefix}}
+func redisConfig(srv *storetest.RedisServer, prefix string) *jobstore.Config {
+	return &jobstore.Config{Name: jobstore.NameRedis, Redis: jobstore.RedisConfig{URL: srv.URL(), Prefix: prefix}}
 }
 
 func TestRedisConformance(t *testing.T) {
@@ -199,7 +199,7 @@ func TestRedisManagersClaimOnce(t *testing.T) {
 }
 
 func TestRedisDownThenUp(t *testing.T) {
-	srv := startRedis(t)
+	srv := storetest.StartRedis(t)
 	ctx := t.Context()
 	s, err := jobstore.Open(ctx, redisConfig(srv, "d:"), jobstore.Options{Timeout: 500 * time.Millisecond})
 	if err != nil {
@@ -211,7 +211,7 @@ func TestRedisDownThenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv.kill()
+	srv.Kill()
 	for name, op := range map[string]func() error{
 		"Save":       func() error { return s.Save(ctx, r) },
 		"Heartbeat":  func() error { return s.Heartbeat(ctx, 1, "m", time.Now()) },
@@ -238,7 +238,7 @@ func TestRedisDownThenUp(t *testing.T) {
 		})
 	}()
 	time.Sleep(300 * time.Millisecond)
-	srv.start(t)
+	srv.Start(t)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -253,15 +253,15 @@ func TestRedisDownThenUp(t *testing.T) {
 }
 
 func TestRedisOpenUnreachable(t *testing.T) {
-	srv := startRedis(t)
-	srv.kill()
+	srv := storetest.StartRedis(t)
+	srv.Kill()
 	start := time.Now()
 	_, err := jobstore.Open(t.Context(), redisConfig(srv, "x:"), jobstore.Options{Timeout: 300 * time.Millisecond})
 	if err == nil || !jobstore.IsRetryable(err) {
 		t.Fatalf("Open with Redis down = %v, want a retryable error", err)
 	}
-	if !strings.Contains(err.Error(), srv.addr) {
-		t.Errorf("Open error %q does not name %s", err, srv.addr)
+	if !strings.Contains(err.Error(), srv.Addr) {
+		t.Errorf("Open error %q does not name %s", err, srv.Addr)
 	}
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("Open took %v", took)

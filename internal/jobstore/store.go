@@ -33,9 +33,10 @@ type Store interface {
 	Get(ctx context.Context, jobID int64) (*Record, error)
 	// List returns every readable record, by job id.
 	List(ctx context.Context) ([]*Record, error)
-	// ClaimStale atomically takes every running record whose HealthAt is
-	// older than now-healthTimeout for owner (Owner=owner, HealthAt and
-	// UpdatedAt now, Retries and Version incremented) and returns the
+	// ClaimStale atomically takes every running or delivering record
+	// whose HealthAt is older than now-healthTimeout for owner
+	// (Owner=owner, HealthAt and UpdatedAt now, Retries and Version
+	// incremented) and returns the
 	// claimed records by job id. With several managers on one store each
 	// stale record is claimed by exactly one of them. When it fails part
 	// way, the records claimed so far are returned with the error: they
@@ -166,8 +167,8 @@ func (s *checked) Save(ctx context.Context, r *Record) (err error) {
 		return s.wrap("save", 0, invalidf("job id %d is not positive", r.JobID))
 	case r.Owner == "":
 		return s.wrap("save", r.JobID, invalidf("owner is empty"))
-	case r.State != "" && r.State != StateRunning && r.State != StateFinished:
-		return s.wrap("save", r.JobID, invalidf("state %q is neither %q nor %q", r.State, StateRunning, StateFinished))
+	case r.State != "" && !claimable(r.State) && r.State != StateFinished:
+		return s.wrap("save", r.JobID, invalidf("state %q is none of %q, %q, %q", r.State, StateRunning, StateDelivering, StateFinished))
 	case r.Retries < 0 || r.TraceOffset < 0:
 		return s.wrap("save", r.JobID, invalidf("negative retries or trace offset"))
 	}

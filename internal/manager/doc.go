@@ -20,11 +20,22 @@
 // it (no final update); 409 or Job-Status canceled/failed drops it. See
 // provision.go.
 //
+// # Final updates
+//
+// Without a job store a job's final update is tried
+// job_status_final_update_retry_limit times (backoff 1 s → 60 s), then
+// given up. With one, the job's record keeps the update from the job's
+// end (state delivering) and it is retried beyond that budget, in the
+// background and across restarts of the manager, until the coordinator
+// takes or refuses it or stale_timeout passes since it last answered about
+// the job. See deliver.go.
+//
 // # Shutdown
 //
 // Two different stops, never confused: Drain (SIGQUIT) stops asking for
 // jobs and waits for the running ones; cancelling the context given to Run
 // (SIGTERM/SIGINT) aborts running jobs, which are reported failed with
 // runner_interrupted within shutdown_timeout (a two-phase job not yet
-// accepted is declined with reason runner_interrupted instead).
+// accepted is declined with reason runner_interrupted instead). Neither
+// waits for final updates a job store keeps: they stay in it.
 package manager

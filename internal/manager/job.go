@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -127,7 +128,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 
 	st := &streamer{
 		m: m, r: r, client: client, job: job, info: info, buf: buf, log: log,
-		interval: 3 * time.Second, lastPatch: m.clock.Now(),
+		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(),
 		onCanceling: jr.cancelGracefully, onAbort: jr.abortJob,
 	}
 	st.setInterval(firstInterval)
@@ -210,10 +211,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		m.metrics.jobFinished(r, outcomeDeclined, m.clock.Now().Sub(started))
 		return
 	}
-	m.finishJob(ctx, log, r, client, job, info, st, buf, jr, res, started)
-	if pers != nil {
-		pers.remove(context.WithoutCancel(ctx))
-	}
+	m.finishJob(ctx, log, r, client, job, info, st, buf, jr, res, started, pers)
 }
 
 // newJobLog makes a job's log buffer. A resumed job's log continues at
@@ -230,11 +228,17 @@ func newJobLog(job *api.JobResponse, r *config.RunnerConfig, base, skip int64) (
 }
 
 // finishJob reports a build's end: the final update with the whole log.
+// With a job store (pers), the job's record keeps the update until the
+// coordinator has it (see deliverKept); without, it is sent within the
+// retry budget.
 func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.RunnerConfig, client *api.Client, job *api.JobResponse,
-	info api.VersionInfo, st *streamer, buf *trace.Buffer, jr *jobRun, res build.Result, started time.Time) {
+	info api.VersionInfo, st *streamer, buf *trace.Buffer, jr *jobRun, res build.Result, started time.Time, pers *persister) {
 	if jr.isAborted() {
 		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
 		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))
+		if pers != nil {
+			pers.remove(context.WithoutCancel(ctx))
+		}
 		return
 	}
 	state, reason := res.State, res.FailureReason
@@ -259,7 +263,14 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.Run
 		finalCtx, cancel = context.WithTimeout(finalCtx, m.Config().ShutdownTimeoutDuration())
 		defer cancel()
 	}
-	m.sendFinal(finalCtx, log, client, job, info, st, state, reason, code)
+	if d := m.keepFinal(ctx, log, r, pers, st, state, reason, code); d != nil {
+		m.deliverKept(ctx, finalCtx, d, client, job, info, st)
+	} else {
+		m.sendFinal(finalCtx, log, client, job, info, st, state, reason, code)
+		if pers != nil {
+			pers.remove(context.WithoutCancel(ctx))
+		}
+	}
 	elapsed := m.clock.Now().Sub(started)
 	m.metrics.jobFinished(r, string(state), elapsed)
 	if state == api.StateFailed {
@@ -345,81 +356,187 @@ func mapFailureReason(reason api.FailureReason, supported []api.FailureReason) a
 	return api.UnknownFailure
 }
 
-// sendFinal flushes the log and reports the final state.
-//
-// Retry policy: up to job_status_final_update_retry_limit (default 10)
-// rounds of {flush the whole remaining log; PUT the final state}, with
-// exponential backoff 1 s → 60 s between failed rounds. A 202 answer (the
-// coordinator is still finishing the log) waits the update interval and
-// sends again; a 412 (checksum mismatch) resends the whole log from offset
-// 0. 403, 404 or Job-Status canceled stop at once. Neither 202 nor 412
-// counts as a failed round, but both are bounded by 100 answers.
-func (m *Manager) sendFinal(ctx context.Context, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-	Error(string, ...any)
-}, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
-	state api.JobState, reason api.FailureReason, code *int) {
+// finalOutcome is how an attempt to deliver a final update ended.
+type finalOutcome int
+
+const (
+	// finalDelivered: the coordinator has the job's end.
+	finalDelivered finalOutcome = iota
+	// finalRefused: it takes no more updates for the job (403, 404, 409,
+	// Job-Status canceled or failed).
+	finalRefused
+	// finalExhausted: the retry budget is used up.
+	finalExhausted
+	// finalStopped: the manager stops (or lost the job's record) first.
+	finalStopped
+	// finalExpired: stale_timeout passed since the coordinator last
+	// answered about the job.
+	finalExpired
+)
+
+// finalUpdate is one job's final update and how it is retried.
+type finalUpdate struct {
+	client *api.Client
+	job    *api.JobResponse
+	st     *streamer // the job's log; nil: there is none to send
+	req    api.UpdateJobRequest
+	log    *slog.Logger
+	// limit is the number of failed rounds before giving up; 0: none.
+	limit int
+	// hold, when done, stops the retries between rounds (the manager
+	// stops while a job store keeps the update); nil: the ctx given to
+	// deliverFinal does.
+	hold context.Context
+	// expired reports that retrying is pointless now; nil: never.
+	expired func() bool
+	// backoff is the wait after the next failed round.
+	backoff time.Duration
+	// noLog: the log cannot be sent any more (see resendLog).
+	noLog bool
+	// err is why the last round failed.
+	err error
+}
+
+// newFinalUpdate prepares the final update of a job whose log st holds
+// (Finish was called: its size and checksum do not change any more).
+func (m *Manager) newFinalUpdate(log *slog.Logger, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
+	state api.JobState, reason api.FailureReason, code *int) *finalUpdate {
 	req := api.UpdateJobRequest{Info: info, Token: job.Token, State: state, ExitCode: code}
 	if state == api.StateFailed {
 		req.FailureReason = mapFailureReason(reason, job.Features.FailureReasons)
 	}
-	limit := 10
-	if st != nil && st.r.JobStatusFinalUpdateRetryLimit > 0 {
-		limit = st.r.JobStatusFinalUpdateRetryLimit
+	limit := config.DefaultJobStatusFinalUpdateRetryLimit
+	if st != nil {
+		req.Output = api.JobOutput{Checksum: st.buf.Checksum(), Bytesize: st.buf.Size()}
+		req.Checksum = req.Output.Checksum
+		if st.r.JobStatusFinalUpdateRetryLimit > 0 {
+			limit = st.r.JobStatusFinalUpdateRetryLimit
+		}
 	}
 	backoff := m.opts.RetryBackoff
 	if backoff <= 0 {
 		backoff = time.Second
 	}
+	return &finalUpdate{client: client, job: job, st: st, req: req, log: log, limit: limit, backoff: backoff}
+}
+
+// sendFinal flushes the log and reports the final state, within the
+// retry budget: what happens without a job store, or when the store
+// cannot keep the update (see deliverFinal for the policy).
+func (m *Manager) sendFinal(ctx context.Context, log *slog.Logger, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
+	state api.JobState, reason api.FailureReason, code *int) finalOutcome {
+	fu := m.newFinalUpdate(log, client, job, info, st, state, reason, code)
+	out := m.deliverFinal(ctx, fu)
+	switch out {
+	case finalExhausted:
+		log.Error("final update failed; giving up: the coordinator keeps the job running until its stale timeout", "rounds", fu.limit, "err", fu.err)
+		m.metrics.finalAbandoned(abandonedRetryLimit)
+	case finalStopped:
+		log.Error("final update abandoned", "err", ctx.Err())
+	}
+	return out
+}
+
+// deliverFinal sends a final update until it is delivered, refused, or
+// the policy of fu ends it.
+//
+// Retry policy: rounds of {flush the whole remaining log; PUT the final
+// state}, at most fu.limit failed ones when it is set
+// (job_status_final_update_retry_limit, default 10), with exponential
+// backoff 1 s → 60 s between failed rounds. A 202 answer (the coordinator
+// is still finishing the log) waits the update interval and sends again; a
+// 412 (checksum mismatch) resends the whole log from offset 0. 403, 404,
+// 409 or Job-Status canceled stop at once. Neither 202 nor 412 counts as a
+// failed round, but both are bounded by 100 answers.
+func (m *Manager) deliverFinal(ctx context.Context, fu *finalUpdate) finalOutcome {
+	hold := fu.hold
+	if hold == nil {
+		hold = ctx
+	}
 	soft := 0
-	for round := 0; round < limit; {
-		if ctx.Err() != nil {
-			log.Error("final update abandoned", "err", ctx.Err())
-			return
+	for round := 0; fu.limit == 0 || round < fu.limit; {
+		switch {
+		case ctx.Err() != nil:
+			return finalStopped
+		case fu.expired != nil && fu.expired():
+			return finalExpired
 		}
 		var failed error
-		if st != nil {
-			if err := st.flushAll(ctx); err != nil {
+		if fu.st != nil && !fu.noLog {
+			if err := fu.st.flushAll(ctx); errors.Is(err, errAborted) {
+				return finalRefused
+			} else if err != nil {
 				failed = err
 			}
-			req.Output = api.JobOutput{Checksum: st.buf.Checksum(), Bytesize: st.buf.Size()}
-			req.Checksum = req.Output.Checksum
 		}
 		if failed == nil {
-			resp, err := client.UpdateJob(ctx, job.ID, req)
+			resp, err := fu.client.UpdateJob(ctx, fu.job.ID, fu.req)
 			m.metrics.apiRequest(nil, "update_job", http.MethodPut, statusOf(resp))
+			if fu.st != nil {
+				fu.st.noteAnswer(resp)
+			}
 			switch {
 			case err != nil:
 				failed = err
 			case resp.StatusCode == http.StatusOK:
-				return
+				return finalDelivered
 			case remoteAbort(resp):
-				log.Warn("coordinator no longer accepts updates for this job", "status", resp.StatusCode, "job_status", resp.JobStatus)
-				return
+				fu.log.Warn("coordinator no longer accepts updates for this job", "status", resp.StatusCode, "job_status", resp.JobStatus)
+				return finalRefused
 			case resp.StatusCode == http.StatusAccepted && soft < 100:
 				soft++
 				wait := time.Second
-				if st != nil {
-					wait = st.currentInterval()
+				if fu.st != nil {
+					wait = fu.st.currentInterval()
 				}
-				sleep(ctx, m.clock, min(wait, 3*time.Second))
+				sleep(hold, m.clock, min(wait, 3*time.Second))
+				if hold.Err() != nil {
+					return finalStopped
+				}
 				continue
-			case resp.StatusCode == http.StatusPreconditionFailed && st != nil && soft < 100:
+			case resp.StatusCode == http.StatusPreconditionFailed && fu.st != nil && soft < 100:
 				soft++
-				log.Warn("coordinator's copy of the log differs; resending the whole log")
-				st.resetOffset(0)
+				fu.resendLog()
 				continue
 			default:
 				failed = fmt.Errorf("final update: status %d", resp.StatusCode)
 			}
 		}
 		round++
-		log.Warn("final update failed; retrying", "err", failed, "round", round, "limit", limit, "backoff", backoff)
-		sleep(ctx, m.clock, backoff)
-		backoff = min(backoff*2, time.Minute)
+		fu.err = failed
+		if fu.limit > 0 && round >= fu.limit {
+			break
+		}
+		if hold.Err() == nil {
+			attrs := []any{"err", failed, "round", round, "backoff", fu.backoff}
+			if fu.limit > 0 {
+				attrs = append(attrs, "limit", fu.limit)
+			}
+			fu.log.Warn("final update failed; retrying", attrs...)
+			sleep(hold, m.clock, fu.backoff)
+			fu.backoff = min(fu.backoff*2, time.Minute)
+		}
+		if hold.Err() != nil {
+			return finalStopped
+		}
 	}
-	log.Error("final update failed; giving up", "rounds", limit)
+	return finalExhausted
+}
+
+// resendLog answers a 412: the coordinator dropped its copy of the log and
+// wants all of it. When this manager holds only the end of the log (a
+// resumed job, or a final update kept in a job store), the rest cannot be
+// sent again: the final state goes without a checksum, so that at least
+// the job's outcome is right.
+func (fu *finalUpdate) resendLog() {
+	if base := fu.st.buf.Base(); base > 0 {
+		fu.log.Error("the coordinator lost the job's log and this manager holds only its end; sending the final state without the log", "held_from", base)
+		fu.req.Output.Checksum, fu.req.Checksum = "", ""
+		fu.noLog = true
+		return
+	}
+	fu.log.Warn("coordinator's copy of the log differs; resending the whole log")
+	fu.st.resetOffset(0)
 }
 
 func sleep(ctx context.Context, c interface {

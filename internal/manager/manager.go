@@ -70,7 +70,10 @@ type Manager struct {
 	stores       map[string]*openStore // job stores by storeKey
 	runnerStores map[string]*openStore // by runner token
 	resuming     sync.WaitGroup        // resumed jobs
-	ownerID      string                // this process in job records
+	delivering   sync.WaitGroup        // final updates retried in the background (deliver.go)
+	// stop is done when Run drains or aborts (see stopContext).
+	stop    context.Context
+	ownerID string // this process in job records
 
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
@@ -195,6 +198,17 @@ func (m *Manager) runningIDs() []int64 {
 	return ids
 }
 
+// stopContext is done when the manager drains or aborts: the final
+// updates a job store keeps are then left to the next manager on it.
+func (m *Manager) stopContext() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stop == nil {
+		return context.Background() // not running
+	}
+	return m.stop
+}
+
 // RunningJobs returns the number of jobs being run.
 func (m *Manager) RunningJobs() int {
 	m.mu.Lock()
@@ -215,6 +229,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer cancelReq()
 	m.mu.Lock()
 	m.started = m.clock.Now()
+	m.stop = reqCtx
 	m.mu.Unlock()
 	go func() {
 		select {
@@ -241,6 +256,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}()
 	wg.Go(func() { m.watchStores(ctx, reqCtx) })
 	defer m.resuming.Wait()
+	defer m.delivering.Wait()
 	spawn := func() {
 		cfg := m.Config()
 		m.mu.Lock()

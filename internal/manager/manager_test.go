@@ -34,6 +34,25 @@ func startManagerWith(t testing.TB, url string, p executor.Provider, tweak func(
 // startManagerOpts is startManagerWith with the manager's options tweaked.
 func startManagerOpts(t testing.TB, url string, p executor.Provider, tweak func(*config.Config), opts func(*Options)) (*Manager, context.CancelFunc, chan error) {
 	t.Helper()
+	m := newTestManager(t, discard(), url, p, tweak, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("manager did not stop")
+		}
+	})
+	return m, cancel, done
+}
+
+// newTestManager makes a manager logging to log, with one runner of
+// provider p against url, its configuration and options tweaked.
+func newTestManager(t testing.TB, log *slog.Logger, url string, p executor.Provider, tweak func(*config.Config), opts func(*Options)) *Manager {
+	t.Helper()
 	cfg := &config.Config{
 		Concurrent:      2,
 		CheckInterval:   1,
@@ -54,22 +73,11 @@ func startManagerOpts(t testing.TB, url string, p executor.Provider, tweak func(
 	if opts != nil {
 		opts(&o)
 	}
-	m, err := New(discard(), o)
+	m, err := New(log, o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("manager did not stop")
-		}
-	})
-	return m, cancel, done
+	return m
 }
 
 func waitFinal(t *testing.T, f *fakeCoordinator) api.UpdateJobRequest {

@@ -24,8 +24,20 @@ type metrics struct {
 	provisionT  *prometheus.HistogramVec
 	storeOps    *prometheus.CounterVec
 	resumed     *prometheus.CounterVec
+	pending     *prometheus.GaugeVec
+	abandoned   *prometheus.CounterVec
 	systemID    string
 }
+
+// Why a final update was given up (drover_runner_final_updates_abandoned_total).
+const (
+	// abandonedRetryLimit: no job store keeps it, and
+	// job_status_final_update_retry_limit rounds failed.
+	abandonedRetryLimit = "retry_limit"
+	// abandonedStaleTimeout: a job store kept it, but the coordinator did
+	// not answer about the job for stale_timeout.
+	abandonedStaleTimeout = "stale_timeout"
+)
 
 func newMetrics(reg prometheus.Registerer, systemID string) *metrics {
 	m := &metrics{
@@ -73,7 +85,18 @@ func newMetrics(reg prometheus.Registerer, systemID string) *metrics {
 		Name: "drover_runner_jobs_resumed_total",
 		Help: "Jobs resumed from the job store after a manager stopped.",
 	}, []string{"runner"})
-	reg.MustRegister(m.provision, m.provisionT, m.storeOps, m.resumed)
+	m.pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drover_runner_final_updates_pending",
+		Help: "Jobs that ended whose final update the coordinator has not received yet, kept in the job store while this manager retries it.",
+	}, []string{"runner"})
+	m.abandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "drover_runner_final_updates_abandoned_total",
+		Help: "Final updates given up: retry_limit (no job store, job_status_final_update_retry_limit rounds failed), stale_timeout (kept in the job store, but the coordinator did not answer about the job for stale_timeout).",
+	}, []string{"reason"})
+	for _, r := range []string{abandonedRetryLimit, abandonedStaleTimeout} {
+		m.abandoned.WithLabelValues(r) // present from the start, at 0
+	}
+	reg.MustRegister(m.provision, m.provisionT, m.storeOps, m.resumed, m.pending, m.abandoned)
 	reg.MustRegister(m.jobs, m.jobsTotal, m.failedTotal, m.duration, m.concurrent, m.limit, m.apiStatuses)
 	return m
 }
@@ -129,4 +152,15 @@ func (m *metrics) storeOp(op string, ok bool) {
 
 func (m *metrics) jobResumed(r *config.RunnerConfig) {
 	m.resumed.WithLabelValues(api.ShortToken(r.Token)).Inc()
+}
+
+// finalPending counts final updates of runner r that a job store keeps
+// (delta 1) and their end (delta -1).
+func (m *metrics) finalPending(r *config.RunnerConfig, delta float64) {
+	t, _ := labelsOf(r)
+	m.pending.WithLabelValues(t).Add(delta)
+}
+
+func (m *metrics) finalAbandoned(reason string) {
+	m.abandoned.WithLabelValues(reason).Inc()
 }

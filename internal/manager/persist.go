@@ -25,6 +25,9 @@ type envelope struct {
 	Slot      int             `json:"slot"`
 	Accepted  time.Time       `json:"accepted"`
 	Executor  json.RawMessage `json:"executor,omitempty"`
+	// Final is the outcome of a job that ended, kept in a delivering
+	// record until the coordinator has it.
+	Final *finalRecord `json:"final,omitempty"`
 }
 
 // syncPoint is a checkpoint and the log size it corresponds to.

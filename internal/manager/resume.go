@@ -175,7 +175,7 @@ func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore) {
 			first = false
 			backoff = st.cfg.HealthInterval
 			for _, rec := range recs {
-				m.logger.Info("job store: resuming a job of a stopped manager", "job_id", rec.JobID, "previous_owner_retries", rec.Retries, "stage", rec.Stage)
+				m.logger.Info("job store: resuming a job of a stopped manager", "job_id", rec.JobID, "previous_owner_retries", rec.Retries, "stage", rec.Stage, "state", rec.State)
 				m.resuming.Go(func() { m.resume(ctx, resumeTask{store: st, rec: rec}) })
 			}
 		}
@@ -231,6 +231,10 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	client, err := m.client(r.URL)
 	if err != nil || p == nil {
 		log.Error("job store: cannot reach the record's coordinator or executor", "err", err, "executor", r.Executor)
+		return
+	}
+	if rec.State == jobstore.StateDelivering {
+		m.resumeDelivery(log, t, r, client, &job, m.versionInfo(r, p), env)
 		return
 	}
 	rs := m.runnerState(r)
@@ -334,8 +338,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	if errors.Is(res.Err, executor.ErrStageVanished) {
 		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: the job's processes ended while the runner manager was down, without an exit code\x1b[0;m\n")
 	}
-	m.finishJob(ctx, log, r, client, &job, info, st, buf, jr, res, started)
-	pers.remove(context.WithoutCancel(ctx))
+	m.finishJob(ctx, log, r, client, &job, info, st, buf, jr, res, started, pers)
 }
 
 // resumeBuffer makes the log buffer of a resumed job (newJobLog), or logs
@@ -355,7 +358,7 @@ func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job
 	}
 	st := &streamer{
 		m: m, r: r, client: client, job: job, info: info, buf: buf, log: m.logger.With("job_id", job.ID),
-		interval: 3 * time.Second, lastPatch: m.clock.Now(), sent: sent, firstWait: 50 * time.Millisecond,
+		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(), sent: sent, firstWait: 50 * time.Millisecond,
 		onCanceling: func() {}, onAbort: func() {},
 	}
 	return st

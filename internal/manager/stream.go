@@ -42,6 +42,28 @@ type streamer struct {
 	interval  time.Duration
 	lastPatch time.Time
 	patchBuf  []byte
+	// contact is when the coordinator last answered a call about the job
+	// (with anything but a 5xx, which a proxy in front of an unreachable
+	// coordinator gives): a job store gives its final update up
+	// stale_timeout after it.
+	contact time.Time
+}
+
+// noteAnswer records the coordinator's answer to a call about the job.
+func (s *streamer) noteAnswer(r *api.Response) {
+	if r == nil || r.StatusCode >= http.StatusInternalServerError {
+		return
+	}
+	s.mu.Lock()
+	s.contact = s.m.clock.Now()
+	s.mu.Unlock()
+}
+
+// lastContact is when the coordinator last answered (see contact).
+func (s *streamer) lastContact() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.contact
 }
 
 func (s *streamer) setInterval(d time.Duration) {
@@ -117,6 +139,7 @@ func (s *streamer) patchOnce(ctx context.Context) (bool, error) {
 	}
 	resp, err := s.client.PatchTrace(ctx, s.job.ID, s.job.Token, off, p)
 	s.m.metrics.apiRequest(s.r, "patch_trace", http.MethodPatch, statusOf(resp))
+	s.noteAnswer(resp)
 	if err != nil {
 		return false, err
 	}
@@ -205,6 +228,7 @@ func (s *streamer) watch(ctx context.Context) {
 				Output: api.JobOutput{Checksum: s.buf.Checksum(), Bytesize: s.buf.Size()},
 			})
 			s.m.metrics.apiRequest(s.r, "update_job", http.MethodPut, statusOf(resp))
+			s.noteAnswer(resp)
 			if err == nil {
 				s.mu.Lock()
 				s.lastPatch = s.m.clock.Now()

@@ -38,6 +38,9 @@ func TestBaseAndSkip(t *testing.T) {
 	if _, err := b.ReadAt(make([]byte, 1), base-1); err == nil {
 		t.Fatal("ReadAt before the base succeeded")
 	}
+	if b.Base() != base {
+		t.Fatalf("Base = %d, want %d", b.Base(), base)
+	}
 	if b.Checksum() != "" {
 		t.Fatalf("Checksum of a partial log = %q, want empty", b.Checksum())
 	}

@@ -254,6 +254,10 @@ func (b *Buffer) Checksum() string {
 	return fmt.Sprintf("crc32:%08x", b.state.crc)
 }
 
+// Base returns the log offset of the first byte this Buffer holds
+// (Options.Base): ReadAt cannot read before it.
+func (b *Buffer) Base() int64 { return b.base }
+
 // Settled returns the log size and whether every byte written so far is
 // stored (none is held back by masking or still to be skipped): only then
 // does the size correspond exactly to what was written, which is what a

@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimStaleConcurrent", testClaimStaleConcurrent},
 		{"Remove", testRemove},
 		{"Cleanup", testCleanup},
+		{"Delivering", testDelivering},
 		{"Reopen", testReopen},
 		{"Corrupt", testCorrupt},
 		{"Closed", testClosed},
@@ -467,6 +468,78 @@ func testCleanup(t *testing.T, h Harness) {
 	}
 	if n, err := e.s.Cleanup(ctx, staleTimeout, now); err != nil || n != 0 {
 		t.Errorf("second Cleanup = %d, %v, want 0, nil", n, err)
+	}
+}
+
+// testDelivering: a job that ended but whose final update is still to be
+// delivered is kept like a running one (claimed when its health is stale,
+// kept by Cleanup while it is not), unlike a finished one.
+func testDelivering(t *testing.T, h Harness) {
+	e := open(t, h, jobstore.Options{})
+	ctx := t.Context()
+	const healthTimeout, staleTimeout = 30 * time.Second, 3 * time.Hour
+
+	// A running record turns delivering with a Save of its own version; the
+	// manager's state it carries then holds the log the coordinator lacks,
+	// which can be large.
+	r := Record(1, "m1", 300)
+	mustSave(t, e.s, r)
+	r.State = jobstore.StateDelivering
+	r.ExecutorState = json.RawMessage(fmt.Sprintf(`{"final":{"state":"success","log":%q}}`, strings.Repeat("log line\n", 100000)))
+	r.TraceOffset = 4321
+	mustSave(t, e.s, r)
+	if diff := cmp.Diff(r, mustGet(t, e.s, 1), cmpRecord); diff != "" {
+		t.Fatalf("Get of a delivering record (-saved +got):\n%s", diff)
+	}
+	abandoned := Record(2, "m1", 300) // its manager died long ago
+	abandoned.State = jobstore.StateDelivering
+	mustSave(t, e.s, abandoned)
+
+	// Heartbeats keep it from being claimed; without them it is claimed
+	// and stays delivering.
+	e.clk.Advance(20 * time.Second)
+	if err := e.s.Heartbeat(ctx, 1, "m1", e.clk.Now()); err != nil {
+		t.Fatalf("Heartbeat of a delivering record = %v", err)
+	}
+	now := T0.Add(40 * time.Second)
+	claimed, err := e.s.ClaimStale(ctx, "m2", healthTimeout, now)
+	if err != nil || !cmp.Equal(ids(claimed), []int64{2}) {
+		t.Fatalf("ClaimStale with job 1 heartbeated = %v, %v, want [2]", ids(claimed), err)
+	}
+	if c := claimed[0]; c.State != jobstore.StateDelivering || c.Owner != "m2" || c.Retries != 1 {
+		t.Errorf("claimed delivering record: state %q owner %q retries %d, want delivering m2 1", c.State, c.Owner, c.Retries)
+	}
+	now = now.Add(healthTimeout)
+	claimed, err = e.s.ClaimStale(ctx, "m2", healthTimeout, now)
+	if err != nil || !cmp.Equal(ids(claimed), []int64{1}) {
+		t.Fatalf("ClaimStale once job 1's health is stale = %v, %v, want [1]", ids(claimed), err)
+	}
+	if diff := cmp.Diff(string(r.ExecutorState), string(claimed[0].ExecutorState)); claimed[0].State != jobstore.StateDelivering || diff != "" {
+		t.Errorf("claimed record: state %q, state data changed (-saved +claimed):\n%s", claimed[0].State, diff)
+	}
+
+	// Cleanup keeps delivering records while they are fresh, not once
+	// they are stale.
+	if n, err := e.s.Cleanup(ctx, staleTimeout, now); err != nil || n != 0 {
+		t.Errorf("Cleanup of fresh delivering records = %d, %v, want 0, nil", n, err)
+	}
+	if err := e.s.Heartbeat(ctx, 1, "m2", now.Add(staleTimeout)); err != nil {
+		t.Fatalf("Heartbeat = %v", err)
+	}
+	if n, err := e.s.Cleanup(ctx, staleTimeout, now.Add(staleTimeout+time.Minute)); err != nil || n != 1 {
+		t.Errorf("Cleanup with job 2 stale = %d, %v, want 1, nil", n, err)
+	}
+
+	// Delivered: finished, never claimed again, removed by Cleanup.
+	c := mustGet(t, e.s, 1)
+	c.State = jobstore.StateFinished
+	mustSave(t, e.s, c)
+	later := now.Add(time.Hour)
+	if again, err := e.s.ClaimStale(ctx, "m3", healthTimeout, later); err != nil || len(again) != 0 {
+		t.Errorf("ClaimStale of a finished record = %v, %v, want nothing", ids(again), err)
+	}
+	if n, err := e.s.Cleanup(ctx, staleTimeout, later); err != nil || n != 1 {
+		t.Errorf("Cleanup of the finished record = %d, %v, want 1, nil", n, err)
 	}
 }
 
