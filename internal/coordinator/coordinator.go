@@ -98,6 +98,9 @@ type Coordinator struct {
 	online onlineCache
 	// claims are the job versions being claimed or claimed here.
 	claims claimSet
+	// upSince is when this coordinator started: runners are not blamed
+	// for silence while it was not there to hear them.
+	upSince time.Time
 
 	contactMu   sync.Mutex
 	jobContact  map[int64]time.Time  // last contact written per job
@@ -170,6 +173,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	}
 	c.st = st
 	c.listening = make(chan struct{})
+	c.upSince = c.clock.Now()
 	if err := c.open(ctx); err != nil {
 		st.Close()
 		return nil, err

@@ -13,8 +13,9 @@ import (
 // reapOnce ends the jobs whose runner let them down, once:
 //   - running or canceling for longer than their timeout + TimeoutGrace →
 //     failed, job_execution_timeout;
-//   - no PUT/PATCH from the runner for StaleTimeout → failed,
-//     runner_system_failure (a canceling job becomes canceled);
+//   - no PUT/PATCH from the runner for StaleTimeout, counted from this
+//     coordinator's start at the earliest → failed, runner_system_failure
+//     (a canceling job becomes canceled);
 //   - waiting_for_runner_ack past its ack deadline → back to pending, or
 //     failed with runner_provisioning_timeout once MaxProvisioningRetries
 //     returns are used up (giveBack).
@@ -78,10 +79,18 @@ func (c *Coordinator) reapVerdict(j *store.Job, now time.Time) (to store.Status,
 	if j.RunTimeout <= 0 {
 		timeout = time.Duration(api.DefaultJobTimeout) * time.Second
 	}
+	// A runner that could not reach this coordinator because it was not
+	// running is given the whole StaleTimeout from its start: a manager
+	// holding a finished job's final update in its store delivers it when
+	// the coordinator is back, however long it was away.
+	heard := j.ContactedAt
+	if heard.Before(c.upSince) {
+		heard = c.upSince
+	}
 	switch {
 	case !j.StartedAt.IsZero() && now.Sub(j.StartedAt) > timeout+c.cfg.TimeoutGrace:
 		return store.StatusFailed, api.JobExecutionTimeout, fmt.Sprintf("ERROR: Job failed: execution took longer than %s (coordinator)", timeout)
-	case !j.ContactedAt.IsZero() && now.Sub(j.ContactedAt) > c.cfg.StaleTimeout:
+	case !j.ContactedAt.IsZero() && now.Sub(heard) > c.cfg.StaleTimeout:
 		if j.Status == store.StatusCanceling {
 			return store.StatusCanceled, "", "Job canceled: the runner stopped answering while canceling (coordinator)"
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/clock"
 )
 
 // TestRestartedManagerEndsLostJobs: a runner manager without a job store
@@ -66,5 +67,43 @@ func TestRestartedManagerEndsLostJobs(t *testing.T) {
 	}
 	if g := e.job(other.ID); g.Status != "running" {
 		t.Fatalf("another manager's job = %s, want running", g.Status)
+	}
+}
+
+// TestReaperGraceAfterDowntime: a coordinator that was down longer than
+// the stale timeout does not fail the jobs whose runners could not reach
+// it: they get the stale timeout from its start to get through (a
+// manager delivering a finished job's final state from its store), and
+// are reaped when they stay silent past that.
+func TestReaperGraceAfterDowntime(t *testing.T) {
+	fc := clock.NewFake(fakeStart)
+	dir := t.TempDir()
+	cfg := func(c *Config) { c.Clock = fc; c.StaleTimeout = 10 * time.Minute }
+	e := openEnv(t, dir, cfg)
+	_, tok := e.runner(nil)
+	e.submit(nil)
+	e.submit(nil)
+	delivered, silent := e.take(tok), e.take(tok)
+	e.close()
+
+	fc.Advance(30 * time.Minute) // the coordinator is down
+	e = openEnv(t, dir, cfg)
+	e.c.reapOnce(t.Context())
+	for _, id := range []int64{delivered.ID, silent.ID} {
+		if g := e.job(id); g.Status != "running" {
+			t.Fatalf("job %d right after the restart = %s, want running", id, g.Status)
+		}
+	}
+	fc.Advance(5 * time.Minute)
+	if resp, b := e.put(delivered.ID, delivered.Token, api.UpdateJobRequest{State: "success"}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("final update 35 min after the last contact = %d %s", resp.StatusCode, b)
+	}
+	fc.Advance(6 * time.Minute) // 11 min since the restart
+	e.c.reapOnce(t.Context())
+	if g := e.job(delivered.ID); g.Status != "success" {
+		t.Errorf("delivered job = %s, want success", g.Status)
+	}
+	if g := e.job(silent.ID); g.Status != "failed" || g.FailureReason != string(api.RunnerSystemFailure) {
+		t.Errorf("silent job = %s (%s), want failed (runner_system_failure)", g.Status, g.FailureReason)
 	}
 }
