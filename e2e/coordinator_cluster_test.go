@@ -138,7 +138,8 @@ func TestCoordinatorClusterFailover(t *testing.T) {
 	for i := range 4 {
 		addr := "127.0.0.1:" + freePort(t)
 		c := startCoordinatorAt(t, filepath.Join(dir, fmt.Sprintf("coord%d", i)), addr,
-			"--database-url", dbURL, "--long-poll-timeout", "60s", "--ack-timeout", "5s")
+			"--database-url", dbURL, "--long-poll-timeout", "60s", "--ack-timeout", "5s",
+			"--secret-key-file", filepath.Join(dir, "secret-key")) // one key for all: the first creates it
 		coords = append(coords, c)
 		addrs = append(addrs, addr)
 	}

@@ -49,7 +49,9 @@ func TestCoordinatorPostgres(t *testing.T) {
 	// A second coordinator on the same database, with a data directory of
 	// its own, sees the same queue: the runner's token works there and the
 	// jobs are listed with their results.
-	c2 := startCoordinator(t, filepath.Join(dir, "coord2"), "--database-url", url)
+	// It needs the first one's secret key (the database records its id).
+	c2 := startCoordinator(t, filepath.Join(dir, "coord2"), "--database-url", url,
+		"--secret-key-file", filepath.Join(dir, "coord1", "secret-key"))
 	c2.waitLog(`job store: PostgreSQL`, 10*time.Second)
 	c2cl := c2.client()
 	for _, id := range ids {

@@ -18,6 +18,7 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
+	"github.com/drover-ci/drover/internal/secretbox"
 )
 
 // openPostgres opens the PostgreSQL store; a URL that does not parse, a
@@ -34,10 +35,25 @@ func openPostgres(ctx context.Context, logger *slog.Logger, url string) (store.S
 	return st, nil
 }
 
+// envSecretKey returns the key in environment variable name, or nil when it
+// is unset or empty; a value that is not a key is a usage error naming the
+// variable (and never quoting it).
+func envSecretKey(name string) (*secretbox.Key, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return nil, nil
+	}
+	k, err := secretbox.ParseKey(v)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("%s: %w", name, err))
+	}
+	return k, nil
+}
+
 func newCoordinatorCmd() *cobra.Command {
 	var (
 		listen, data, publicURL, logLevel, logFormat string
-		databaseURL                                  string
+		databaseURL, secretKeyFile                   string
 		longPoll, stale, grace, ack                  time.Duration
 		maxProvisioning, maxConnsPerClient           int
 	)
@@ -68,7 +84,17 @@ within 10 s (64 KiB at most); a held long poll's answer may take longer.
 A client address may hold --max-conns-per-client connections at once and
 all clients together three quarters of the open-file limit; connections
 over a cap are answered 429 or 503 at once and closed, logged once a minute
-per address and counted in drover_coordinator_connections_rejected_total.`,
+per address and counted in drover_coordinator_connections_rejected_total.
+
+Job variables are sealed (AES-256-GCM) before they are stored, so a copy
+of the database reveals none of them. The key is DROVER_SECRET_KEY (32
+bytes as base64 or hex), else the file --secret-key-file (default
+DATA/secret-key, created with a random key, mode 0600, on first start).
+The database records the key's id: a coordinator with another key refuses
+to start, so coordinators sharing a PostgreSQL database need the same key.
+To change keys, start with the new key and the old one as
+DROVER_SECRET_KEY_OLD (or in the key file's name + ".old"): values sealed
+with the old key still open, new ones are sealed with the new key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -91,6 +117,18 @@ per address and counted in drover_coordinator_connections_rejected_total.`,
 			}
 			defer ln.Close()
 			reg := prometheus.NewRegistry()
+			key, err := envSecretKey("DROVER_SECRET_KEY")
+			if err != nil {
+				return err
+			}
+			oldKey, err := envSecretKey("DROVER_SECRET_KEY_OLD")
+			if err != nil {
+				return err
+			}
+			var oldKeys []*secretbox.Key
+			if oldKey != nil {
+				oldKeys = []*secretbox.Key{oldKey}
+			}
 			var st store.Store
 			if databaseURL != "" {
 				pg, err := openPostgres(ctx, logger, databaseURL)
@@ -110,6 +148,9 @@ per address and counted in drover_coordinator_connections_rejected_total.`,
 				AckTimeout:             ack,
 				MaxProvisioningRetries: maxProvisioning,
 				Registerer:             reg,
+				SecretKey:              key,
+				SecretKeyFile:          secretKeyFile,
+				OldSecretKeys:          oldKeys,
 			})
 			if err != nil {
 				return err
@@ -144,6 +185,7 @@ per address and counted in drover_coordinator_connections_rejected_total.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port)")
 	f.StringVar(&data, "data", "./.drover", "data directory (SQLite database, job logs, admin token)")
 	f.StringVar(&databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db) to keep the queue in instead of SQLite; default $DROVER_DATABASE_URL")
+	f.StringVar(&secretKeyFile, "secret-key-file", "", "file holding the key that seals job variables at rest, created on first start (default DATA/secret-key); $DROVER_SECRET_KEY overrides it")
 	f.StringVar(&publicURL, "public-url", "", "URL runners and users reach this coordinator at (default: taken from each request's Host)")
 	f.DurationVar(&longPoll, "long-poll-timeout", 50*time.Second, "how long a jobs/request with a current last_update is held waiting for a job")
 	f.DurationVar(&stale, "stale-timeout", 10*time.Minute, "a running job whose runner has been silent this long fails with runner_system_failure")

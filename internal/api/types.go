@@ -46,6 +46,10 @@ const (
 	JobCanceled                     FailureReason = "job_canceled"
 	RunnerProvisioningTimeout       FailureReason = "runner_provisioning_timeout"
 	StaleRunner                     FailureReason = "stale_runner" // coordinator-side: the runner went silent
+	// DataIntegrityFailure is coordinator-side (GitLab has it too): the
+	// job's stored data cannot be read, e.g. its variables were sealed with
+	// a key the coordinator does not have.
+	DataIntegrityFailure FailureReason = "data_integrity_failure"
 )
 
 // AllFailureReasons is the list the coordinator advertises in features.failure_reasons.
@@ -60,7 +64,7 @@ func (r FailureReason) Valid() bool {
 	switch r {
 	case ScriptFailure, RunnerSystemFailure, JobExecutionTimeout, ImagePullFailure,
 		RunnerConfigurationError, RunnerExternalDependencyFailure, RunnerInterrupted,
-		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner:
+		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner, DataIntegrityFailure:
 		return true
 	}
 	return false

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/secretbox"
 )
 
 // BenchmarkSubmitToClaim is one admin submit plus one jobs/request that
@@ -23,6 +25,53 @@ func BenchmarkSubmitToClaim(b *testing.B) {
 			b.Fatalf("jobs/request = %d", resp.StatusCode)
 		}
 	}
+}
+
+// BenchmarkSubmitToClaimWithVariables is BenchmarkSubmitToClaim with ten
+// job variables and a service with two: every job's variables are sealed
+// at submit and opened for its payload.
+func BenchmarkSubmitToClaimWithVariables(b *testing.B) {
+	e := newEnv(b, nil)
+	_, tok := e.runner(nil)
+	vars, svc := benchVariables()
+	var svcVars []map[string]string // a service's variables are key and value only
+	for _, v := range svc {
+		svcVars = append(svcVars, map[string]string{"key": v.Key, "value": v.Value})
+	}
+	spec := map[string]any{"variables": vars, "services": []any{map[string]any{"name": "postgres:17", "variables": svcVars}}}
+	for b.Loop() {
+		e.submit(spec)
+		if resp, jr := e.request(tok, "", api.FeaturesInfo{Services: true}); resp.StatusCode != http.StatusCreated || jr.Variables.Get("VAR_9") == "" {
+			b.Fatalf("jobs/request = %d, or VAR_9 missing", resp.StatusCode)
+		}
+	}
+}
+
+// BenchmarkSealJobVariables is the cost of secrets at rest per job alone:
+// sealing the variables of a job (ten of its own, two of a service) when it
+// is stored, and opening them for its payload.
+func BenchmarkSealJobVariables(b *testing.B) {
+	key, _ := secretbox.NewRandomKey()
+	box := secretbox.NewBox(key)
+	vars, svc := benchVariables()
+	spec := store.JobSpec{Script: []string{"make test"}, Variables: vars, Services: []store.ImageSpec{{Name: "redis:7"}, {Name: "postgres:17", Variables: svc}}}
+	for b.Loop() {
+		s := spec
+		sealVariables(box, &s)
+		if err := openVariables(box, &s); err != nil || len(s.Variables) != len(vars) {
+			b.Fatalf("open = %v, %d variables", err, len(s.Variables))
+		}
+	}
+}
+
+// benchVariables are ten job variables (32-character values, every other
+// one masked) and two service variables.
+func benchVariables() (job, service []api.Variable) {
+	for i := range 10 {
+		job = append(job, api.Variable{Key: fmt.Sprintf("VAR_%d", i), Value: strings.Repeat(string(rune('a'+i)), 32), Masked: i%2 == 0})
+	}
+	service = []api.Variable{{Key: "POSTGRES_PASSWORD", Value: "s3cret-s3cret"}, {Key: "PGDATA", Value: "/tmp/pg"}}
+	return job, service
 }
 
 // BenchmarkTracePatch appends 1 MiB trace patches over loopback HTTP.

@@ -19,6 +19,7 @@ import (
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
+	"github.com/drover-ci/drover/internal/secretbox"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -47,6 +48,18 @@ type Config struct {
 	// Store is the job store; nil = SQLite in DataDir/coordinator.db. The
 	// coordinator closes it.
 	Store store.Store
+	// SecretKey seals job variables at rest (secrets.go); nil = the key in
+	// SecretKeyFile, created (random, mode 0600) on first start. cmd/drover
+	// sets it from DROVER_SECRET_KEY.
+	SecretKey *secretbox.Key
+	// SecretKeyFile is where the key is kept when SecretKey is nil; "" =
+	// DataDir/secret-key.
+	SecretKeyFile string
+	// OldSecretKeys are keys SecretKey replaced, kept to open what they
+	// sealed; nil = the key in the key file's name + ".old"
+	// (DataDir/secret-key.old by default), if there is such a file; empty
+	// and not nil = none. cmd/drover sets it from DROVER_SECRET_KEY_OLD.
+	OldSecretKeys []*secretbox.Key
 }
 
 // Defaults of Config.
@@ -69,9 +82,15 @@ type Coordinator struct {
 	clock  clock.Clock
 	st     store.Store
 	traces store.Traces
-	// shared is the store as store.Settings when several coordinators may
-	// share it, else nil.
+	// settings is the store as store.Settings, or nil for a store that
+	// keeps none.
+	settings store.Settings
+	// shared is settings when several coordinators may share the store
+	// (it is a store.QueueListener), else nil.
 	shared store.Settings
+	// box seals job variables before they are stored and opens them for
+	// the payload (secrets.go).
+	box *secretbox.Box
 	// listening is closed when Run listens for other coordinators' jobs.
 	listening chan struct{}
 	poll      *notifier
@@ -183,15 +202,22 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	return c, nil
 }
 
-// open sets up what lives beside the store: tokens, traces, metrics and
-// the long-poll notifier. A store shared by several coordinators (one
-// implementing store.Settings) keeps the tokens, and one implementing
-// store.TraceKeeper keeps the traces, so that every coordinator on it
-// serves the same runners and logs.
+// open sets up what lives beside the store: the secret key, tokens,
+// traces, metrics and the long-poll notifier. A store shared by several
+// coordinators (one implementing store.QueueListener and store.Settings)
+// keeps the tokens, and one implementing store.TraceKeeper keeps the
+// traces, so that every coordinator on it serves the same runners and
+// logs.
 func (c *Coordinator) open(ctx context.Context) error {
 	cfg := c.cfg
-	c.shared, _ = c.st.(store.Settings)
+	c.settings, _ = c.st.(store.Settings)
+	if _, ok := c.st.(store.QueueListener); ok {
+		c.shared = c.settings
+	}
 	var err error
+	if err := c.openSecrets(ctx); err != nil {
+		return err
+	}
 	versionPrefix := ""
 	if c.shared != nil {
 		// Long-poll versions issued by any coordinator on the database are

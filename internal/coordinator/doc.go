@@ -19,6 +19,10 @@
 //     keep-alive and give-back shared with PUT and the reaper).
 //   - Reaper: reaper.go, run by Run: job timeouts, silent runners, ack
 //     deadlines.
+//   - Secrets at rest: secrets.go. Job variables are sealed (package
+//     secretbox) before a job is stored and opened only for its payload;
+//     the store records the key's id, and a coordinator with another key
+//     refuses to start.
 //
 // Persistence is behind package store; New opens the SQLite backend in
 // DataDir.

@@ -10,8 +10,8 @@ import (
 )
 
 // TestDataIsPrivate: a data directory others could read is made 0700,
-// and the database holding job variables, its -wal and -shm files and the
-// tokens are 0600.
+// and the database, its -wal and -shm files, the tokens and the secret key
+// are 0600.
 func TestDataIsPrivate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -25,7 +25,7 @@ func TestDataIsPrivate(t *testing.T) {
 	e.submit(map[string]any{"variables": []map[string]any{{"key": "SECRET", "value": "s3cr3t-value", "masked": true}}})
 	want := map[string]os.FileMode{
 		dir: 0o700, "coordinator.db": 0o600, "coordinator.db-wal": 0o600, "coordinator.db-shm": 0o600,
-		"admin-token": 0o600, "registration-token": 0o600,
+		"admin-token": 0o600, "registration-token": 0o600, "secret-key": 0o600,
 	}
 	for name, mode := range want {
 		p := name

@@ -21,6 +21,7 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/secretbox"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -52,10 +53,12 @@ func TestTraceDirConformance(t *testing.T) {
 
 // cluster is n coordinators on one PostgreSQL database, each with its own
 // data directory and HTTP server, each running (reapers, the queue
-// listener) and listening before cluster returns.
+// listener) and listening before cluster returns. They share a secret key,
+// as coordinators on one database must.
 func cluster(t testing.TB, n int, url string, mod func(*Config)) []*env {
 	t.Helper()
 	envs := make([]*env, n)
+	key, _ := secretbox.NewRandomKey()
 	for i := range envs {
 		st, err := postgres.Open(t.Context(), url)
 		if err != nil {
@@ -63,6 +66,7 @@ func cluster(t testing.TB, n int, url string, mod func(*Config)) []*env {
 		}
 		envs[i] = newEnv(t, func(c *Config) {
 			c.Store = st
+			c.SecretKey = key
 			c.LongPollTimeout = 5 * time.Minute // held requests end by events here, never by time
 			if mod != nil {
 				mod(c)

@@ -382,7 +382,7 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.clock.Now()
 	j.Status, j.CreatedAt, j.QueuedAt, j.UpdatedAt = store.StatusPending, now, now, now
-	j, err := c.st.CreateJob(r.Context(), j)
+	j, err := c.createJob(r.Context(), j)
 	if err != nil {
 		c.internalError(r.Context(), w, "submit job", err)
 		return

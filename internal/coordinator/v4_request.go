@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -238,6 +239,14 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 }
 
 func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest, j *store.Job) (*api.JobResponse, error) {
+	// The variables are opened for the payload, and only for it (see
+	// secrets.go). Opened before the claim, a job whose variables do not
+	// open fails from the queue instead of reaching a runner without them.
+	spec := j.Spec
+	if err := openVariables(c.box, &spec); err != nil {
+		c.failUnopenable(ctx, j, err)
+		return nil, fmt.Errorf("job %d left the queue: %w", j.ID, store.ErrConflict)
+	}
 	now := c.clock.Now()
 	token := randomToken(api.JobTokenPrefix, 18)
 	hash := store.HashToken(token)
@@ -282,6 +291,7 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 	c.metrics.queueWait.Observe(wait.Seconds())
 	c.log.Info("job handed out", "job_id", got.ID, "runner_id", rn.ID, "system_id", sys, "queued", wait,
 		"two_phase", twoPhase, "attempt", got.ProvisioningAttempts)
+	got.Spec = spec // the stored spec, which no transition changes, opened
 	resp := c.payload(r, rn, &got, token, wait.Seconds())
 	resp.Features.TwoPhaseJobCommit = twoPhase
 	return resp, nil

@@ -6,8 +6,8 @@ import (
 )
 
 // PrivateDir makes the data directory dir (creating it 0700 if needed)
-// reachable by its owner only: it holds the tokens, the job logs and the
-// database with every job's variables. A directory that gave group or
+// reachable by its owner only: it holds the tokens, the secret key that
+// seals job variables, the job logs and the database. A directory that gave group or
 // other any access is tightened; tightened says so, for the log.
 func PrivateDir(dir string) (tightened bool, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {

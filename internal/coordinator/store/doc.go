@@ -15,6 +15,12 @@
 // Tokens are never stored: callers hash them with [HashToken] and the store
 // keeps and looks up the hex SHA-256 only.
 //
+// # Job variables
+//
+// The coordinator seals a job's variables into JobSpec.Sealed before
+// CreateJob; backends keep the spec as an opaque document and never see
+// the variables in the clear.
+//
 // # Time
 //
 // Times are stored with nanosecond precision as integers (UTC); the zero

@@ -57,14 +57,20 @@ type TraceKeeper interface {
 	Traces() Traces
 }
 
-// Settings is implemented by stores shared by several coordinators: small
-// values every coordinator on the database must agree on (the admin and
-// registration tokens, the long-poll version prefix).
+// Settings is implemented by stores that keep small named values. Every
+// coordinator records there the id (never the key itself) of the key that
+// seals job variables, so that one started with another key is refused.
+// Coordinators sharing a store (a [QueueListener]) also keep there what
+// they must agree on: the admin and registration tokens, the long-poll
+// version prefix.
 type Settings interface {
 	// SettingOrInit returns the value of key; a key with none is given
 	// init first. Of several concurrent callers the first write wins and
 	// all return it.
 	SettingOrInit(ctx context.Context, key, init string) (string, error)
+	// SwapSetting sets key to new if its value is old, and reports
+	// whether it did (false when the value is another, or there is none).
+	SwapSetting(ctx context.Context, key, old, new string) (bool, error)
 }
 
 // QueueEvent says a job entered the queue (was submitted, or came back),

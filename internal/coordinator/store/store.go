@@ -157,6 +157,12 @@ type JobSpec struct {
 	Image    ImageSpec   `json:"image,omitzero"`
 	Services []ImageSpec `json:"services,omitempty"`
 	Git      GitSpec     `json:"git"`
+	// Sealed is the variables of the job, of its image and of each of its
+	// services, sealed by the coordinator (package secretbox) before the
+	// job is stored; those Variables fields are then empty. Records from
+	// before variables were sealed have none and their variables in the
+	// clear.
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // Job is one job and its lifecycle record.

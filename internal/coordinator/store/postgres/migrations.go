@@ -99,4 +99,10 @@ CREATE TABLE trace_chunks (
 	PRIMARY KEY (job_id, attempt, start)
 );
 `,
+	// 3: job variables are sealed into the spec's "sealed" member. A drover
+	// from before would hand such jobs out without their variables: this
+	// version makes it refuse the database instead.
+	`
+COMMENT ON COLUMN jobs.spec IS 'the job spec, JSON; its variables sealed (AES-256-GCM) in "sealed", opened only by a coordinator with the key whose id is settings.secret_key_id';
+`,
 }

@@ -216,6 +216,18 @@ func (s *Store) SettingOrInit(ctx context.Context, key, init string) (string, er
 	return v, nil
 }
 
+// SwapSetting implements store.Settings.
+func (s *Store) SwapSetting(ctx context.Context, key, old, new string) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE settings SET value = $3 WHERE key = $1 AND value = $2`, key, old, new)
+	if err != nil {
+		return false, s.fail(ctx, fmt.Sprintf("swap setting %q", key), err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 var _ store.Settings = (*Store)(nil)
 
 // LockJob implements store.JobLocker with a session advisory lock (key:

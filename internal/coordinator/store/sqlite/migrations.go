@@ -81,4 +81,14 @@ CREATE TABLE retired_job_tokens (
 CREATE INDEX jobs_status_project_id ON jobs(status, project_id, id);
 CREATE INDEX jobs_project_status ON jobs(project_id, status);
 `,
+	// 4: small named values (the id of the key sealing job variables, which
+	// are sealed in the spec from this version on: a drover from before,
+	// which would hand such jobs out without their variables, refuses the
+	// database).
+	`
+CREATE TABLE settings (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+`,
 }

@@ -35,9 +35,10 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the database file at path and applies
-// pending migrations. The file holds every job's variables, masked ones
-// included: it is created 0600, and an existing one (and its -wal and
-// -shm files) readable by others is made 0600.
+// pending migrations. The file holds the jobs (their variables sealed by
+// the coordinator, the rest in the clear): it is created 0600, and an
+// existing one (and its -wal and -shm files) readable by others is made
+// 0600.
 func Open(ctx context.Context, path string) (*Store, error) {
 	if err := private(path); err != nil {
 		return nil, err
@@ -715,7 +716,7 @@ func private(path string) error {
 		}
 		if fi.Mode().Perm()&0o077 != 0 {
 			if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
-				return fmt.Errorf("make %s private (it holds job variables): %w", p, err)
+				return fmt.Errorf("make %s private (it holds the jobs): %w", p, err)
 			}
 		}
 	}

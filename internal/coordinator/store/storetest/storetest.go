@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 		{"RetiredTokens", testRetiredTokens},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
+		{"Settings", testSettings},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
@@ -232,6 +233,7 @@ func testImageSpecs(t *testing.T, h Harness) {
 			Variables: []api.Variable{{Key: "POSTGRES_PASSWORD", Value: "pw"}, {Key: "PGDATA", Value: "/tmp/pg"}},
 		},
 	}
+	in.Spec.Sealed = "sealed:v1:0123456789abcdef:b3BhcXVl"
 	j, err := s.CreateJob(ctx, in)
 	if err != nil {
 		t.Fatalf("CreateJob = %v", err)
@@ -615,4 +617,56 @@ func equal(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// testSettings checks store.Settings, for stores that keep settings: the
+// first value written wins, also among concurrent writers; a swap applies
+// only to the value it expects; values survive a reopen.
+func testSettings(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.Open(t)
+	st, ok := s.(store.Settings)
+	if !ok {
+		s.Close()
+		t.Skip("the store keeps no settings")
+	}
+	const n = 8
+	got := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { got[i], errs[i] = st.SettingOrInit(ctx, "k", string(rune('a'+i))) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || got[i] != got[0] {
+			t.Fatalf("concurrent SettingOrInit = %q, %v; want all %q", got[i], errs[i], got[0])
+		}
+	}
+	first := got[0]
+	if v, err := st.SettingOrInit(ctx, "k", "other"); v != first || err != nil {
+		t.Errorf("SettingOrInit of a set key = %q, %v; want %q", v, err, first)
+	}
+	tests := []struct {
+		name, key, old, new string
+		want                bool
+	}{
+		{"wrong old value", "k", "not it", "x", false},
+		{"no such key", "none", "", "x", false},
+		{"expected value", "k", first, "swapped", true},
+		{"swapped already", "k", first, "again", false},
+	}
+	for _, tt := range tests {
+		if ok, err := st.SwapSetting(ctx, tt.key, tt.old, tt.new); ok != tt.want || err != nil {
+			t.Errorf("%s: SwapSetting(%q, %q, %q) = %v, %v; want %v", tt.name, tt.key, tt.old, tt.new, ok, err, tt.want)
+		}
+	}
+	s = h.Reopen(t, s)
+	defer s.Close()
+	if v, err := s.(store.Settings).SettingOrInit(ctx, "k", "init"); v != "swapped" || err != nil {
+		t.Errorf("after reopen SettingOrInit = %q, %v; want %q", v, err, "swapped")
+	}
+	if v, err := s.(store.Settings).SettingOrInit(ctx, "none", "init"); v != "init" || err != nil {
+		t.Errorf("SettingOrInit of a new key = %q, %v; want %q", v, err, "init")
+	}
 }
