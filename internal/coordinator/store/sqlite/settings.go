@@ -14,6 +14,11 @@ func (s *Store) SettingOrInit(ctx context.Context, key, init string) (string, er
 	if err := s.check(); err != nil {
 		return "", err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer done()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return "", fmt.Errorf("setting %q: %w", key, err)
@@ -37,6 +42,11 @@ func (s *Store) SwapSetting(ctx context.Context, key, old, new string) (bool, er
 	if err := s.check(); err != nil {
 		return false, err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer done()
 	res, err := s.w.ExecContext(ctx, `UPDATE settings SET value = ? WHERE key = ? AND value = ?`, new, key, old)
 	if err != nil {
 		return false, fmt.Errorf("swap setting %q: %w", key, err)

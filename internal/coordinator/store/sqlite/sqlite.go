@@ -30,6 +30,22 @@ type Store struct {
 	ck      *sql.DB
 	stop    chan struct{}
 	stopped chan struct{}
+	// wq admits one write at a time to w, in arrival order. database/sql
+	// hands a released connection to a random waiter: under a burst of
+	// submissions and claims that gave some writes a long tail of waits.
+	// Goroutines blocked sending on a channel are served first come,
+	// first served.
+	wq chan struct{}
+}
+
+// enterWrite waits for the turn of a write; done ends it.
+func (s *Store) enterWrite(ctx context.Context) (done func(), err error) {
+	select {
+	case s.wq <- struct{}{}:
+		return func() { <-s.wq }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -63,7 +79,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	s := &Store{w: w}
+	s := &Store{w: w, wq: make(chan struct{}, 1)}
 	if err := s.migrate(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -245,6 +261,11 @@ func (s *Store) CreateRunner(ctx context.Context, r store.Runner) (store.Runner,
 	if err := s.check(); err != nil {
 		return r, err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return r, err
+	}
+	defer done()
 	row := s.ws.QueryRowContext(ctx, `INSERT INTO runners (token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runnerCols,
 		r.TokenHash, r.Description, tagsText(r.Tags), b2i(r.RunUntagged), b2i(r.Locked), b2i(r.Paused), r.MaximumTimeout, store.Nanos(r.CreatedAt), store.Nanos(r.ContactedAt))
@@ -298,6 +319,11 @@ func (s *Store) execOne(ctx context.Context, what string, id any, query string, 
 	if err := s.check(); err != nil {
 		return err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	res, err := s.ws.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s %v: %w", what, id, err)
@@ -327,6 +353,11 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 	if err := s.check(); err != nil {
 		return err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	s.ws.warm(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -427,6 +458,11 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if err := s.check(); err != nil {
 		return j, err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return j, err
+	}
+	defer done()
 	s.ws.warm(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -559,6 +595,11 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	if err := s.check(); err != nil {
 		return store.Job{}, err
 	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return store.Job{}, err
+	}
+	defer done()
 	if len(from) == 0 || !ch.Status.Valid() || ch.At.IsZero() {
 		return store.Job{}, fmt.Errorf("transition job %d: bad arguments (from %v, to %q)", id, from, ch.Status)
 	}
