@@ -36,7 +36,14 @@ type Store struct {
 	// Goroutines blocked sending on a channel are served first come,
 	// first served.
 	wq chan struct{}
+	// projects maps project paths to their ids, for the projects created
+	// or seen by CreateJob (projects are never deleted); CreateJob holds
+	// the write turn while it reads or fills it.
+	projects map[string]int64
 }
+
+// maxCachedProjects bounds Store.projects.
+const maxCachedProjects = 100_000
 
 // enterWrite waits for the turn of a write; done ends it.
 func (s *Store) enterWrite(ctx context.Context) (done func(), err error) {
@@ -79,7 +86,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	s := &Store{w: w, wq: make(chan struct{}, 1)}
+	s := &Store{w: w, wq: make(chan struct{}, 1), projects: map[string]int64{}}
 	if err := s.migrate(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -469,12 +476,14 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		return j, err
 	}
 	defer tx.Rollback()
-	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, j.Project); err != nil {
-		return j, fmt.Errorf("create job: project: %w", err)
-	}
-	var pid int64
-	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, j.Project).Scan(&pid); err != nil {
-		return j, fmt.Errorf("create job: project: %w", err)
+	pid, known := s.projects[j.Project]
+	if !known {
+		if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, j.Project); err != nil {
+			return j, fmt.Errorf("create job: project: %w", err)
+		}
+		if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, j.Project).Scan(&pid); err != nil {
+			return j, fmt.Errorf("create job: project: %w", err)
+		}
 	}
 	var exit any
 	if j.ExitCode != nil {
@@ -495,7 +504,13 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if err != nil {
 		return j, fmt.Errorf("create job: %w", err)
 	}
-	return out, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return out, err
+	}
+	if !known && len(s.projects) < maxCachedProjects {
+		s.projects[j.Project] = pid // committed: the id is the project's for good
+	}
+	return out, nil
 }
 
 // GetJob implements store.Store.
