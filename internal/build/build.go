@@ -157,6 +157,10 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		}
 	}()
 
+	if b.resume != nil && b.resume.Stage == executor.StageFinished && b.resume.Outcome != nil {
+		return b.finishResumed(ctx)
+	}
+
 	var err error
 	if b.resume != nil {
 		err = b.restore(jobCtx)
@@ -164,6 +168,7 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		err = b.prepare(jobCtx)
 	}
 	prepared := err == nil
+	started := false // the job is the runner's and its stages began
 	if b.resume != nil {
 		// A resumed job was accepted by the process that started it.
 	} else if aerr := b.accept(jobCtx, err, timer, timeout); aerr != nil {
@@ -175,6 +180,7 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 			// manager's death starts at prepare_script at the earliest.
 			b.checkpoint(executor.StagePrepareScript, false, 0, true)
 		}
+		started = true
 		err = b.scripts(jobCtx)
 		switch {
 		case ctx.Err() != nil:
@@ -187,6 +193,14 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	}
 	res := b.result(ctx, jobCtx, err, timeout)
 	cancelJob(nil)
+	color, footer := b.footerLine(res, timeout)
+	if started && ctx.Err() == nil {
+		// The result is known: a manager that dies during the cleanup
+		// below is resumed here (finishResumed), not in a stage whose
+		// containers the cleanup may have removed already.
+		b.finishedCheckpoint(&Outcome{State: res.State, FailureReason: res.FailureReason, ExitCode: res.ExitCode,
+			HasExitCode: res.HasExitCode, Canceled: res.Canceled, Footer: footer, FooterColor: color})
+	}
 
 	// File variables hold secrets and the executor may hold machines: both
 	// are cleaned up even when ctx was cancelled to abort the build, so this
@@ -199,8 +213,42 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	b.exec.SetCurrentStage(executor.StageFinished)
 	b.exec.Finish(res.Err)
 	b.exec.Cleanup(cleanupCtx)
-	b.footer(res, timeout)
+	b.trace.line(color, footer)
 	return res
+}
+
+// finishResumed ends a build resumed at its finished checkpoint: the
+// executor is restored only to be cleaned up, and the result is the one
+// the checkpoint kept.
+func (b *build) finishResumed(ctx context.Context) Result {
+	o := b.resume.Outcome
+	res := o.result()
+	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := b.restore(cleanupCtx); err != nil {
+		// Nothing to clean up through it; the executor's start-up sweep
+		// removes what is left once the job is over.
+		b.log.Warn("resume at the end of the build: the executor could not be restored for its cleanup", "err", err)
+	} else {
+		b.cleanupFileVariables(cleanupCtx)
+		b.exec.SetCurrentStage(executor.StageFinished)
+		b.exec.Finish(res.Err)
+		b.exec.Cleanup(cleanupCtx)
+	}
+	b.trace.line(o.FooterColor, o.Footer)
+	return res
+}
+
+// finishedCheckpoint takes the checkpoint of a build whose result is
+// known, before the executor's cleanup.
+func (b *build) finishedCheckpoint(o *Outcome) {
+	if b.opts.Checkpoint == nil {
+		return
+	}
+	b.trace.mu.Lock()
+	cp := Checkpoint{Stage: executor.StageFinished, MidLine: b.trace.midLine, Outcome: o}
+	b.trace.mu.Unlock()
+	b.opts.Checkpoint(cp, true)
 }
 
 // accept runs Options.Accept when the build may start its scripts, or
@@ -574,16 +622,16 @@ func (b *build) result(ctx, jobCtx context.Context, err error, timeout time.Dura
 	}
 }
 
-// footer writes the build's last line.
-func (b *build) footer(res Result, timeout time.Duration) {
+// footerLine is the build's last line and its colour.
+func (b *build) footerLine(res Result, timeout time.Duration) (color, line string) {
 	var be *executor.BuildError
 	switch {
 	case res.State == api.StateSuccess:
-		b.trace.line(ansiBoldGreen, "Job succeeded")
+		return ansiBoldGreen, "Job succeeded"
 	case res.FailureReason == api.JobExecutionTimeout:
-		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: execution took longer than %d seconds", int(timeout/time.Second)))
+		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: execution took longer than %d seconds", int(timeout/time.Second))
 	case res.Canceled:
-		b.trace.line(ansiBoldRed, "ERROR: Job failed: canceled")
+		return ansiBoldRed, "ERROR: Job failed: canceled"
 	case errors.As(res.Err, &be) && be.Inner == nil:
 		// GitLab Runner says "exit status N" for scripts of the shell
 		// executors and "exit code N" for containers'.
@@ -591,10 +639,10 @@ func (b *build) footer(res Result, timeout time.Duration) {
 		if w, ok := b.opts.Executor.(interface{ ExitWording() string }); ok {
 			wording = w.ExitWording()
 		}
-		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %s %d", wording, be.ExitCode))
+		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %s %d", wording, be.ExitCode)
 	case res.FailureReason == api.RunnerSystemFailure:
-		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed (system failure): %v", res.Err))
+		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed (system failure): %v", res.Err)
 	default:
-		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %v", res.Err))
+		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %v", res.Err)
 	}
 }

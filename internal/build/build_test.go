@@ -3,6 +3,7 @@ package build
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -552,4 +553,76 @@ func TestAccept(t *testing.T) {
 		}()
 		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
 	})
+}
+
+// TestResumeAtFinished: once the result is known the build takes a
+// checkpoint at StageFinished, before the executor's cleanup, holding the
+// result and the log's last line. A build resumed there runs no stage: it
+// restores the executor to clean it up, writes that last line and returns
+// that result (a manager killed during a job's cleanup does not resume a
+// stage whose processes or containers are gone).
+func TestResumeAtFinished(t *testing.T) {
+	f := newFixture(t, "bash", job([]string{"echo doing", "exit 3"}, nil))
+	f.opts.Settings.Resumable = true
+	var finished *Checkpoint
+	var state []byte
+	var cleanedBefore bool
+	f.opts.Checkpoint = func(cp Checkpoint, sync bool) {
+		if !sync || cp.Stage != executor.StageFinished {
+			return
+		}
+		f.rec.mu.Lock()
+		cleanedBefore = f.rec.cleanedUp
+		f.rec.mu.Unlock()
+		s, err := f.rec.Executor.(executor.Stateful).State()
+		if err != nil {
+			t.Errorf("State at the finished checkpoint: %v", err)
+		}
+		finished, state = &cp, s
+	}
+	want := Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3, HasExitCode: true}
+	checkResult(t, f.run(t.Context(), nil), want)
+	if finished == nil || finished.Outcome == nil {
+		t.Fatalf("no finished checkpoint with an outcome: %+v", finished)
+	}
+	if cleanedBefore {
+		t.Error("the finished checkpoint came after the executor's cleanup")
+	}
+	o := finished.Outcome
+	if o.State != api.StateFailed || o.FailureReason != api.ScriptFailure || o.ExitCode != 3 || !o.HasExitCode ||
+		o.Footer != "ERROR: Job failed: exit code 3" {
+		t.Errorf("outcome = %+v", o)
+	}
+
+	r := newFixture(t, "bash", job([]string{"echo doing", "exit 3"}, nil))
+	r.opts.Settings = f.opts.Settings
+	r.opts.Resume = &Resume{Checkpoint: *finished, ExecutorState: state}
+	r.opts.Executor = statefulRecorder{r.rec}
+	checkResult(t, r.run(t.Context(), nil), want)
+	if got := r.trace.String(); got != ansiBoldRed+"ERROR: Job failed: exit code 3"+ansiReset+"\n" {
+		t.Errorf("resumed log = %q, want the last line only", got)
+	}
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	ranStage := slices.ContainsFunc(r.rec.stages, func(s executor.Stage) bool {
+		return s != executor.StageFinished && s != executor.StageCleanupFileVariables
+	})
+	if !r.rec.cleanedUp || ranStage {
+		t.Errorf("resumed build: cleaned up %v, stages %v; want a cleanup and no script stage", r.rec.cleanedUp, r.rec.stages)
+	}
+}
+
+// statefulRecorder is a recorder of a stateful executor.
+type statefulRecorder struct{ *recorder }
+
+func (s statefulRecorder) State() (json.RawMessage, error) {
+	return s.Executor.(executor.Stateful).State()
+}
+
+func (s statefulRecorder) Restore(ctx context.Context, opts executor.PrepareOptions, state json.RawMessage) error {
+	return s.Executor.(executor.Stateful).Restore(ctx, opts, state)
+}
+
+func (s statefulRecorder) Resume(ctx context.Context, cmd executor.Command, from int64) error {
+	return s.Executor.(executor.Stateful).Resume(ctx, cmd, from)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
 )
 
@@ -28,6 +29,33 @@ type Checkpoint struct {
 	// later steps run by their when: rules and after_script sees it.
 	Failed   bool `json:"failed,omitempty"`
 	ExitCode int  `json:"exit_code,omitempty"`
+	// Outcome is set on the checkpoint taken when the build's result is
+	// known and the executor's cleanup is about to start (Stage
+	// executor.StageFinished): a build resumed there does not run or
+	// re-attach anything, it cleans up and reports this result.
+	Outcome *Outcome `json:"outcome,omitempty"`
+}
+
+// Outcome is a finished build's result as a checkpoint keeps it.
+type Outcome struct {
+	State         api.JobState      `json:"state"`
+	FailureReason api.FailureReason `json:"failure_reason,omitempty"`
+	ExitCode      int               `json:"exit_code,omitempty"`
+	HasExitCode   bool              `json:"has_exit_code,omitempty"`
+	Canceled      bool              `json:"canceled,omitempty"`
+	// Footer is the log's last line ("Job succeeded", "ERROR: Job
+	// failed: …") and FooterColor its ANSI colour.
+	Footer      string `json:"footer"`
+	FooterColor string `json:"footer_color,omitempty"`
+}
+
+// result is the Result an outcome stands for.
+func (o *Outcome) result() Result {
+	r := Result{State: o.State, FailureReason: o.FailureReason, ExitCode: o.ExitCode, HasExitCode: o.HasExitCode, Canceled: o.Canceled}
+	if o.State != api.StateSuccess {
+		r.Err = errors.New(o.Footer)
+	}
+	return r
 }
 
 // Resume is what Options needs to continue a build in a new process.

@@ -108,7 +108,14 @@ func (p *persister) checkpoint(cp build.Checkpoint, sync bool) {
 	// that the record's log offset is one it has.
 	p.saveMu.Lock()
 	defer p.saveMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wait := 30 * time.Second
+	if cp.Stage == executor.StageFinished {
+		// The build's end: with the coordinator unreachable, the final
+		// update's own record (keepFinal) keeps the log; the job is not
+		// held up for long here.
+		wait = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if !p.flushed(ctx) {
 		p.log.Warn("job store: the log could not be sent before a stage; keeping the previous checkpoint", "stage", cp.Stage)
