@@ -126,7 +126,7 @@
 //     equilibrium 4% of the jobs miss the target (one point inside the
 //     p95, as margin for the loop's lag), whatever the bias of the model
 //     on the load at hand.
-//  4. Buffer (AdaptiveIdleSlots): k = ⌊z·σ·g⌋ with z = 2.5. A buffer in
+//  4. Buffer (AdaptiveIdleSlots): k = ⌊z·σ·g⌋ with z = 3. A buffer in
 //     proportion to σ at every load minimises the idle time for a given
 //     share of late jobs over a day (each slot then saves the same misses
 //     per second at peak and at night; the rule before issue 19 allowed a
