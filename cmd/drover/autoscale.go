@@ -40,6 +40,7 @@ func newAutoscaleCmd() *cobra.Command {
 type simFlags struct {
 	cfgPath, tracePath, runner string
 	boot, spread, duration     time.Duration
+	poll                       time.Duration
 	seed                       uint64
 	logLevel                   string
 	start                      string
@@ -54,6 +55,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.spread, "boot-spread", 5*time.Second, "boot times spread uniformly over boot-time ± this")
 	fs.DurationVar(&f.duration, "duration", simulate.DefaultDuration, "simulated span; jobs arriving later are left out")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the boot time spread")
+	fs.DurationVar(&f.poll, "poll-interval", 0, "the manager's check_interval: queued jobs are requested only this often (0 = the moment they are queued)")
 	fs.StringVar(&f.start, "start", simulate.DefaultStart.Format(time.RFC3339), "virtual time of the trace's second 0 (RFC 3339); decides which policy periods apply")
 	fs.StringVar(&f.logLevel, "log-level", "", "log the pool's decisions to stderr at this level (debug or info; default: no log)")
 }
@@ -64,8 +66,8 @@ func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, 
 	if f.cfgPath == "" || f.tracePath == "" {
 		return nil, nil, usageError(errors.New("--config and --trace are required"))
 	}
-	if f.boot < 0 || f.spread < 0 || f.duration <= 0 {
-		return nil, nil, usageError(errors.New("--boot-time and --boot-spread must not be negative, --duration must be positive"))
+	if f.boot < 0 || f.spread < 0 || f.poll < 0 || f.duration <= 0 {
+		return nil, nil, usageError(errors.New("--boot-time, --boot-spread and --poll-interval must not be negative, --duration must be positive"))
 	}
 	cfg, err := loadConfig(nil, f.cfgPath)
 	if err != nil {
@@ -98,7 +100,7 @@ func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, 
 }
 
 func (f *simFlags) options(cmd *cobra.Command, pol *autoscale.Policy) (simulate.Options, error) {
-	o := simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed}
+	o := simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed, PollInterval: f.poll}
 	start, err := time.Parse(time.RFC3339, f.start)
 	if err != nil {
 		return o, usageError(fmt.Errorf("--start %q: want an RFC 3339 time such as 2026-01-05T08:00:00Z", f.start))
@@ -210,23 +212,46 @@ Exit codes: 0 done, 1 failure, 2 bad flags, config or trace.`,
 
 func newAutoscaleSweepCmd() *cobra.Command {
 	var sf simFlags
-	var counts string
+	var counts, idleTimes, preemptive string
 	var target time.Duration
+	var adaptive bool
 	cmd := &cobra.Command{
-		Use:   "sweep --config config.toml --trace jobs.csv --idle-counts 0-40 --target-p95 30s",
-		Short: "Find the cheapest static idle_count that meets a p95 queue-wait target",
-		Long: `Simulates the runner's policy once per idle count (every period set to it,
-adaptive sizing off) and prints each run's p95 wait and idle instance time,
-then the idle count with the least idle time whose p95 wait meets
---target-p95. This is the baseline an adaptive policy is measured against.
+		Use:   "sweep --config config.toml --trace jobs.csv --idle-counts 0-32 --idle-times 30s,1m,2m,5m,10m,20m --preemptive both",
+		Short: "Find the cheapest static configuration that meets a p95 queue-wait target, and compare the adaptive policy with it",
+		Long: `Simulates the runner's policy once per static configuration of the grid
+--idle-counts × --idle-times × --preemptive (every period set to it,
+adaptive sizing and scale_factor off) and prints each run's p95 wait and
+idle instance time, then the configuration with the least idle time whose
+p95 wait meets --target-p95: the best an operator can tune by hand.
 
-Exit codes: 0 a count meets the target, 1 none does or failure, 2 bad
-flags, config or trace.`,
+With --adaptive (the default) it then simulates the adaptive policy on the
+same trace and fleet (adaptive = true, target_wait = --target-p95, no
+idle_count floor, non-preemptive, the configured idle_time as its upper
+bound on keeping an idle instance) and prints its row beside the best
+static one, with the ratio of their idle instance time.
+
+--preemptive is default (on when idle_count > 0, as the config reader
+has it), off, on or both. --idle-times empty keeps the configured
+idle_time.
+
+Exit codes: 0 a configuration meets the target, 1 none does or failure, 2
+bad flags, config or trace.`,
+		Example: `  drover autoscale trace --shape bursty --seed 13 --out bursty.csv
+  drover autoscale sweep -c config.toml -t bursty.csv --boot-time 2m --boot-spread 20s --poll-interval 3s \
+    --idle-counts 0-32 --idle-times 30s,1m,2m,5m,10m,20m --preemptive both`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			list, err := parseCounts(counts)
 			if err != nil {
 				return usageError(fmt.Errorf("--idle-counts: %w", err))
+			}
+			times, err := parseDurations(idleTimes)
+			if err != nil {
+				return usageError(fmt.Errorf("--idle-times: %w", err))
+			}
+			modes, err := simulate.ParsePreemptiveModes(preemptive)
+			if err != nil {
+				return usageError(fmt.Errorf("--preemptive: %w", err))
 			}
 			pol, jobs, err := sf.load(cmd)
 			if err != nil {
@@ -236,15 +261,30 @@ flags, config or trace.`,
 			if err != nil {
 				return err
 			}
-			best, all, err := simulate.SweepIdleCount(cmd.Context(), o, jobs, list, target)
-			if err != nil {
+			grid := simulate.Grid{IdleCounts: list, IdleTimes: times, Preemptive: modes}
+			var best *simulate.SweepResult
+			var all []simulate.SweepResult
+			var cmp *simulate.Comparison
+			if adaptive {
+				o.Policy = simulate.AdaptiveOf(pol, target)
+				if cmp, err = simulate.Compare(cmd.Context(), o, jobs, grid, target); err != nil {
+					return err
+				}
+				best, all = cmp.BestStatic, cmp.Static
+			} else if best, all, err = simulate.SweepGrid(cmd.Context(), o, jobs, grid, target); err != nil {
 				return err
 			}
-			if err := simulate.WriteSweepText(cmd.OutOrStdout(), all, best); err != nil {
+			out := cmd.OutOrStdout()
+			if err := simulate.WriteSweepText(out, all, best); err != nil {
 				return err
+			}
+			if cmp != nil {
+				if err := simulate.WriteComparisonText(out, cmp); err != nil {
+					return err
+				}
 			}
 			if best == nil {
-				err := fmt.Errorf("no idle count meets p95 wait %s", target)
+				err := fmt.Errorf("no static configuration meets p95 wait %s", target)
 				if pol.CapWarning("") != "" {
 					err = fmt.Errorf("%w; concurrent or the runner's limit keeps the pool from filling (see the warning above)", err)
 				}
@@ -256,8 +296,30 @@ flags, config or trace.`,
 	sf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&counts, "idle-counts", "0-20", "idle counts to try: a list (0,2,4) and/or ranges (0-40 or 0-40:5 with a step)")
+	f.StringVar(&idleTimes, "idle-times", "", "idle_time values to try, a list of Go durations (30s,1m,20m); empty = as configured")
+	f.StringVar(&preemptive, "preemptive", "default", "preemptive_mode to try: default (on when idle_count > 0), off, on or both")
 	f.DurationVar(&target, "target-p95", 30*time.Second, "p95 queue-wait target")
+	f.BoolVar(&adaptive, "adaptive", true, "also simulate the adaptive policy and print it beside the best static configuration")
 	return cmd
+}
+
+// parseDurations parses "30s,1m,20m"; "" is none.
+func parseDurations(s string) ([]time.Duration, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []time.Duration
+	for part := range strings.SplitSeq(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q: want a non-negative Go duration such as 30s or 5m", part)
+		}
+		out = append(out, d)
+		if len(out) > 100 {
+			return nil, errors.New("more than 100 idle times")
+		}
+	}
+	return out, nil
 }
 
 // parseCounts parses "0,2,5-10,20-40:5".
@@ -300,7 +362,7 @@ func parseCounts(s string) ([]int, error) {
 func newAutoscaleTraceCmd() *cobra.Command {
 	var o tracegen.Options
 	var hours float64
-	var out string
+	var out, shape string
 	cmd := &cobra.Command{
 		Use:   "trace --seed N --jobs N [--hours 24] --out jobs.csv",
 		Short: "Generate a synthetic job trace for 'drover autoscale simulate'",
@@ -314,6 +376,11 @@ trace.`,
   drover autoscale trace --seed 1 --jobs 500 --hours 2 --pipeline-fanout 1 --peak-ratio 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if shape != "" {
+				if err := applyShape(cmd, shape, &o); err != nil {
+					return usageError(err)
+				}
+			}
 			if hours <= 0 || hours > 24*366 {
 				return usageError(errors.New("--hours must be between 0 and 8784"))
 			}
@@ -337,7 +404,36 @@ trace.`,
 	f.DurationVar(&o.MedianDuration, "median-duration", 5*time.Minute, "median job duration")
 	f.Float64Var(&o.Sigma, "sigma", 0.8, "log-normal shape of job durations")
 	f.StringVar(&out, "out", "-", "output file ('-' = stdout)")
+	f.StringVar(&shape, "shape", "", "a named day: "+shapeNames()+"; sets --jobs, --peak-ratio and --pipeline-fanout unless given")
 	return cmd
+}
+
+func shapeNames() string {
+	var names []string
+	for _, s := range tracegen.Shapes() {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// applyShape sets the options of the named day shape that the command
+// line did not set.
+func applyShape(cmd *cobra.Command, name string, o *tracegen.Options) error {
+	s, err := tracegen.ShapeNamed(name)
+	if err != nil {
+		return err
+	}
+	f := cmd.Flags()
+	if !f.Changed("jobs") {
+		o.Jobs = s.Options.Jobs
+	}
+	if !f.Changed("peak-ratio") {
+		o.PeakRatio = s.Options.PeakRatio
+	}
+	if !f.Changed("pipeline-fanout") {
+		o.Fanout = s.Options.Fanout
+	}
+	return nil
 }
 
 // writeFile writes path through fn, reporting close errors.

@@ -116,6 +116,25 @@ func TestAutoscaleCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "best: idle_count") {
 		t.Errorf("sweep: code %d\n%s", code, out)
 	}
+	// The full grid's axes, and the adaptive row beside the best static
+	// one with the ratio.
+	out, code, _ = drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "3h", "--poll-interval", "3s",
+		"--idle-counts", "0,2", "--idle-times", "30s,5m", "--preemptive", "both", "--target-p95", "10m")
+	for _, want := range []string{"idle_time", " 5m0s ", "best: idle_count", "adaptive  p95 wait", "static    p95 wait", "adaptive idle / best static idle = "} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("sweep over the grid: code %d, output lacks %q\n%s", code, want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 1+6+1+3 {
+		t.Errorf("sweep over the grid: %d lines, want header, 6 runs (count 0 non-preemptive only), best, 3 comparison lines\n%s", n, out)
+	}
+	shaped := filepath.Join(dir, "weekend.csv")
+	if out, code, err := drover(t, "autoscale", "trace", "--shape", "weekend", "--jobs", "50", "--out", shaped); code != 0 {
+		t.Fatalf("trace --shape: code %d, %v\n%s", code, err, out)
+	}
+	if data, err := os.ReadFile(shaped); err != nil || strings.Count(string(data), "\n") != 51 {
+		t.Errorf("trace --shape weekend --jobs 50: %v, %d lines, want the header and 50 jobs", err, strings.Count(string(data), "\n"))
+	}
 
 	bad := filepath.Join(dir, "bad.csv")
 	os.WriteFile(bad, []byte("0,1\n2,x\n"), 0o600)
@@ -133,6 +152,10 @@ func TestAutoscaleCLI(t *testing.T) {
 		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--start", "monday"}, "--start"},
 		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--log-level", "loud"}, "log level"},
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-counts", "5-1"}, "--idle-counts"},
+		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-times", "1m,soon"}, "--idle-times"},
+		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--preemptive", "maybe"}, "--preemptive"},
+		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--poll-interval", "-1s"}, "--poll-interval"},
+		{[]string{"autoscale", "trace", "--shape", "holiday"}, "unknown day shape"},
 	} {
 		_, code, err := drover(t, tc.args...)
 		if code != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {

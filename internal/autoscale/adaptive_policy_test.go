@@ -15,8 +15,8 @@ func TestAdaptiveIdleTime(t *testing.T) {
 		boot     time.Duration
 		want     time.Duration
 	}{
-		{"boot time below idle_time", 10 * time.Minute, 30 * time.Second, 30 * time.Second},
-		{"idle_time bounds it", 20 * time.Second, 30 * time.Second, 20 * time.Second},
+		{"half the boot time below idle_time", 10 * time.Minute, 30 * time.Second, 15 * time.Second},
+		{"idle_time bounds it", 10 * time.Second, 30 * time.Second, 10 * time.Second},
 		{"no boot observed yet", 10 * time.Minute, 0, 10 * time.Minute},
 		{"idle_time 0", 0, 30 * time.Second, 0},
 	} {
@@ -30,10 +30,10 @@ func TestAdaptiveIdleTime(t *testing.T) {
 }
 
 // An adaptive schedule removes idle instances beyond what the demand and
-// its idle target need once they have idled one boot time; a static one
+// its idle target need once they have idled half a boot time; a static one
 // with the same idle_time keeps them for idle_time; the instances the
 // target needs stay either way.
-func TestDecideAdaptiveRemovesSurplusAfterBootTime(t *testing.T) {
+func TestDecideAdaptiveRemovesSurplusAfterHalfABoot(t *testing.T) {
 	o := Observed{ArrivalRate: 0.01, MeanDuration: 5 * time.Minute, BootTime: 30 * time.Second}
 	// A target of one minute with 30 s boots: no buffer ahead.
 	if k := AdaptiveIdleSlots(o, time.Minute); k != 0 {
@@ -42,16 +42,16 @@ func TestDecideAdaptiveRemovesSurplusAfterBootTime(t *testing.T) {
 	idle := func(id string, since time.Duration) Instance {
 		return Instance{ID: id, State: StateIdle, Created: t0.Add(-time.Hour), Ready: t0.Add(-time.Hour), LastUsed: t0.Add(-since), UseCount: 1}
 	}
-	insts := []Instance{idle("a", 40*time.Second), idle("b", 20*time.Second), idle("c", 5*time.Minute)}
+	insts := []Instance{idle("a", 40*time.Second), idle("b", 10*time.Second), idle("c", 5*time.Minute)}
 	for _, tc := range []struct {
 		name     string
 		s        Schedule
 		demand   Demand
 		wantGone []string
 	}{
-		{"adaptive: idle beyond one boot time go", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Observed: o}, []string{"a", "c"}},
+		{"adaptive: idle beyond half a boot time go", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Observed: o}, []string{"a", "c"}},
 		{"adaptive: a waiting job keeps the first", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Waiting: 1, Observed: o}, []string{"c"}},
-		{"adaptive: idle_time is the bound", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Second}, Demand{Observed: o}, []string{"a", "b", "c"}},
+		{"adaptive: idle_time is the bound", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 5 * time.Second}, Demand{Observed: o}, []string{"a", "b", "c"}},
 		{"static keeps idle_time", Schedule{IdleTime: 10 * time.Minute}, Demand{Observed: o}, nil},
 		{"static past idle_time", Schedule{IdleTime: time.Minute}, Demand{Observed: o}, []string{"c"}},
 	} {
@@ -71,7 +71,7 @@ func TestDecideAdaptiveRemovesSurplusAfterBootTime(t *testing.T) {
 				}
 			}
 			if tc.s.Adaptive && len(dec.Remove) > 0 && tc.s.IdleTime > o.BootTime {
-				if r := dec.Remove[0].Reason; !strings.Contains(r, "adaptive hold 30s") {
+				if r := dec.Remove[0].Reason; !strings.Contains(r, "adaptive hold 15s") {
 					t.Errorf("reason %q does not name the adaptive hold", r)
 				}
 			}
@@ -174,7 +174,7 @@ func TestDispersionEstimator(t *testing.T) {
 // empty bucket.
 func TestDispersionEstimatorQuiet(t *testing.T) {
 	var e dispersionEstimator
-	for i := range 100 {
+	for i := range 400 {
 		for range 5 {
 			e.add(t0.Add(time.Duration(i) * 30 * time.Second))
 		}

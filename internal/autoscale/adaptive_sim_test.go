@@ -18,7 +18,8 @@ func simulate(t *testing.T, p *Policy, lambda float64, mean, boot, d time.Durati
 
 // simulateRate is simulate with an arrival rate that changes over time
 // (thinning a Poisson process of rate peak); the policy observes the true
-// current rate when observe is set.
+// current rate when observe is set, and the gain of a feedback loop fed
+// every job's wait, as the pool's.
 func simulateRate(t *testing.T, p *Policy, rate func(since time.Duration) float64, peak float64, mean, boot, d time.Duration, observe bool) (p95 time.Duration, idleSeconds int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -29,11 +30,15 @@ func simulateRate(t *testing.T, p *Policy, rate func(since time.Duration) float6
 	next := f.clk.Now().Add(time.Duration(rng.ExpFloat64() / lambda * float64(time.Second)))
 	warm := f.clk.Now().Add(30 * time.Minute)
 	end := f.clk.Now().Add(d)
-	counted := 0
+	counted, fed := 0, 0
+	var fb waitFeedback // the pool's loop, fed the waits as the pool feeds them
 	for f.clk.Now().Before(end) {
 		now := f.clk.Now()
 		if observe {
-			f.observed = Observed{ArrivalRate: rate(now.Sub(start)), MeanDuration: mean, BootTime: boot}
+			for ; fed < len(f.waits); fed++ {
+				fb.note(f.waits[fed], p.Base.TargetWait)
+			}
+			f.observed = Observed{ArrivalRate: rate(now.Sub(start)), MeanDuration: mean, BootTime: boot, BufferGain: fb.gain()}
 		}
 		for !next.After(now) {
 			if rng.Float64()*peak < rate(next.Sub(start)) {

@@ -10,10 +10,15 @@ import (
 // runner within a few polls, so within one bucket.
 const dispersionBucket = 10 * time.Second
 
+// dispersionWindow is the time constant of the dispersion's moments: an
+// hour, since counts of pipeline fan-outs are heavy-tailed and a shorter
+// window made the buffer swing with every large pipeline.
+const dispersionWindow = time.Hour
+
 // dispersionEstimator measures the index of dispersion of job arrivals,
 // Var(N)/E(N) of the count N of arrivals per dispersionBucket, with
-// exponentially weighted moments over about poolStatsWindow (each bucket,
-// empty ones included, weighs dispersionBucket/poolStatsWindow). Poisson
+// exponentially weighted moments over about dispersionWindow (each
+// bucket, empty ones included, weighs dispersionBucket/dispersionWindow). Poisson
 // arrivals give 1; arrivals in batches of size K give about E[K²]/E[K]
 // (compound Poisson), which is the factor by which the variance of the
 // arrivals over any window exceeds their mean.
@@ -39,7 +44,7 @@ func (e *dispersionEstimator) roll(now time.Time) {
 	if n <= 0 {
 		return
 	}
-	const alpha = float64(dispersionBucket) / float64(poolStatsWindow)
+	const alpha = float64(dispersionBucket) / float64(dispersionWindow)
 	if e.have {
 		e.m += alpha * (e.count - e.m)
 		e.s2 += alpha * (e.count*e.count - e.s2)
@@ -77,9 +82,9 @@ func (e *dispersionEstimator) index() float64 {
 // gets wrong on the load at hand (a lumpy low load needs more than the
 // normal approximation says, a steady high one less).
 const (
-	feedbackStep    = 0.02 // change of ln(gain) per job, times (miss − goal)
-	feedbackGoal    = 0.04 // share of jobs allowed to wait longer than the target
-	feedbackMaxGain = 32   // the gain stays within [1/32, 32]
+	feedbackStep    = 0.015 // change of ln(gain) per job, times (miss − goal)
+	feedbackGoal    = 0.04  // share of jobs allowed to wait longer than the target
+	feedbackMaxGain = 32    // the gain stays within [1/32, 32]
 )
 
 // waitFeedback is the state of that loop: ln of the gain.

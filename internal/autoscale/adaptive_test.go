@@ -78,23 +78,22 @@ func TestAdaptiveSlots(t *testing.T) {
 	o := Observed{ArrivalRate: 1, MeanDuration: time.Minute, BootTime: time.Minute}
 	tw := 30 * time.Second
 	got := AdaptiveSlots(o, tw)
-	// Exposure 45 s: p = 1 − e^−0.75, X ~ N(0, 60p(2−p)), shortfall
-	// allowed 5% of the 60 arrivals in one boot.
+	// Exposure 45 s: p = 1 − e^−0.75, X ~ N(0, 60p(2−p)); the buffer is
+	// ⌊3σ⌋ before feedback.
 	k := got - 60
 	p := -math.Expm1(-0.75)
 	sd := math.Sqrt(60*p + 60*p*(1-p))
-	if expectedShortfall(0, sd, float64(k)) > 0.05*60 || expectedShortfall(0, sd, float64(k-1)) <= 0.05*60 {
-		t.Fatalf("buffer %d is not the least with E[(X−k)+] <= 3 (sd %.2f)", k, sd)
+	if want := int(math.Floor(3 * sd)); k != want {
+		t.Fatalf("buffer %d, want ⌊3σ⌋ = %d (σ %.2f)", k, want, sd)
 	}
-	if k < 0 || k > BurstSlots(o, tw) {
-		t.Errorf("buffer %d outside [0, burst bound %d]", k, BurstSlots(o, tw))
+	// The feedback scales it: a gain of ½ halves σ.
+	half := o
+	half.BufferGain = 0.5
+	if want := int(math.Floor(3 * sd / 2)); AdaptiveIdleSlots(half, tw) != want {
+		t.Errorf("gain ½: buffer %d, want %d", AdaptiveIdleSlots(half, tw), want)
 	}
 	if burst := BurstSlots(o, tw); burst != 11 { // Poisson(45): 95% at 56
 		t.Errorf("burst bound %d, want 11", burst)
-	}
-	// The elastic pool needs less than a fixed one.
-	if e := ErlangSlots(o, tw); got >= e {
-		t.Errorf("adaptive %d >= fixed-pool Erlang %d", got, e)
 	}
 	// More load needs more slots; a looser target fewer.
 	if AdaptiveSlots(Observed{ArrivalRate: 2, MeanDuration: time.Minute, BootTime: time.Minute}, tw) <= got {
@@ -122,19 +121,20 @@ func TestAdaptiveSlots(t *testing.T) {
 func TestAdaptivePolicy(t *testing.T) {
 	s := Schedule{Adaptive: true, TargetWait: 30 * time.Second, IdleCount: 1, Preemptive: true}
 	p := slotPolicy(4, 0, 0, s)
-	// 3 jobs a minute of 10 minutes each, 5-minute boots: a buffer of 3.
+	// 3 jobs a minute of 10 minutes each, 5-minute boots: W = 285 s,
+	// p = 1 − e^−0.475, σ = √(30p(2−p)) = 4.29, a buffer of ⌊3σ⌋ = 12.
 	o := Observed{ArrivalRate: 0.05, MeanDuration: 10 * time.Minute, BootTime: 5 * time.Minute}
 	need := AdaptiveIdleSlots(o, 30*time.Second)
-	if need != 3 {
-		t.Fatalf("buffer %d, want 3", need)
+	if need != 12 {
+		t.Fatalf("buffer %d, want 12", need)
 	}
 	if got := SlotIdleTarget(p, &p.Base, 10, o); got != need {
 		t.Errorf("idle target %d, want %d", got, need)
 	}
 	// idle_count is a floor.
-	p.Base.IdleCount = 5
-	if got := SlotIdleTarget(p, &p.Base, 10, o); got != 5 {
-		t.Errorf("idle_count 5: %d", got)
+	p.Base.IdleCount = 15
+	if got := SlotIdleTarget(p, &p.Base, 10, o); got != 15 {
+		t.Errorf("idle_count 15: %d", got)
 	}
 	p.Base.IdleCount = 1
 	// max_instances a ceiling: 1 instance × 4 slots, 2 busy.
@@ -151,7 +151,7 @@ func TestAdaptivePolicy(t *testing.T) {
 	// Decide creates for it.
 	p.MaxInstances = 0
 	dec := Decide(p, t0, nil, Demand{Observed: o})
-	if dec.Create != 1 || dec.IdleTarget != 3 {
-		t.Errorf("create %d (target %d), want 1 instance of 4 slots for 3", dec.Create, dec.IdleTarget)
+	if dec.Create != 3 || dec.IdleTarget != 12 {
+		t.Errorf("create %d (target %d), want 3 instances of 4 slots for 12", dec.Create, dec.IdleTarget)
 	}
 }

@@ -60,8 +60,13 @@ const (
 	poolMaxCreateBackoff = 5 * time.Minute
 	// poolStatsWindow is the time constant of the arrival-rate EWMA.
 	poolStatsWindow = 10 * time.Minute
-	// poolStatsAlpha is the weight of a new sample in the duration EWMAs.
+	// poolStatsAlpha is the weight of a new sample in the boot time EWMA.
 	poolStatsAlpha = 0.1
+	// poolDurationAlpha is the weight of a job's run time in the mean
+	// duration (about the last 100 jobs): durations are log-normal with a
+	// long tail, and the last ten made the offered load, and with it the
+	// adaptive buffer, swing by a fifth.
+	poolDurationAlpha = 0.01
 )
 
 // Removal reasons of the pool's own (the policy gives its own texts).
@@ -116,10 +121,11 @@ type PoolOptions struct {
 // Reservation is a slot promised to a job that is being requested or was
 // received but is not on an instance yet.
 type Reservation struct {
-	waiting bool      // in Acquire: counted as Demand.Waiting instead of Reserved
-	arrived bool      // counted as an arrival
-	since   time.Time // when the job was queued (SetQueuedAt), else its first acquire
-	done    bool      // acquired or unreserved
+	waiting bool          // in Acquire: counted as Demand.Waiting instead of Reserved
+	arrived bool          // counted as an arrival
+	since   time.Time     // when the job was queued (SetQueuedAt), else its first acquire
+	inQueue time.Duration // the job's wait at the coordinator before it was received (SetTimeInQueue)
+	done    bool          // acquired or unreserved
 }
 
 // SetQueuedAt tells when the reservation's job was queued (at the
@@ -129,6 +135,19 @@ type Reservation struct {
 func (r *Reservation) SetQueuedAt(t time.Time) {
 	if r != nil {
 		r.since = t
+	}
+}
+
+// SetTimeInQueue tells how long the reservation's job had been queued at
+// the coordinator when the runner received it (the job payload's
+// job_info.time_in_queue_seconds), for callers that know that wait but
+// not the coordinator's clock: the pool counts the job as queued d before
+// its first Acquire or TryAcquire, so that the adaptive policy's feedback
+// measures the job's whole queue wait. SetQueuedAt, when called, wins.
+// Call it before the first Acquire or TryAcquire; d <= 0 is ignored.
+func (r *Reservation) SetTimeInQueue(d time.Duration) {
+	if r != nil && d > 0 {
+		r.inQueue = d
 	}
 }
 
@@ -419,7 +438,7 @@ func (p *Pool) TryAcquire(r *Reservation) (*Acquisition, error) {
 	if !r.arrived {
 		r.arrived = true
 		if r.since.IsZero() || r.since.After(now) {
-			r.since = now
+			r.since = now.Add(-r.inQueue)
 		}
 		p.noteArrivalLocked(now)
 	}
@@ -550,7 +569,11 @@ func (p *Pool) noteWaitLocked(now time.Time, wait time.Duration) {
 }
 
 func (p *Pool) noteDurationLocked(d time.Duration) {
-	p.meanDur, p.haveDur = poolEWMA(p.meanDur, d.Seconds(), p.haveDur), true
+	if !p.haveDur {
+		p.meanDur, p.haveDur = d.Seconds(), true
+		return
+	}
+	p.meanDur += poolDurationAlpha * (d.Seconds() - p.meanDur)
 }
 
 func (p *Pool) noteBootLocked(d time.Duration) {

@@ -768,6 +768,41 @@ func TestPoolAdaptiveFeedback(t *testing.T) {
 	}
 }
 
+// A job's wait at the coordinator (SetTimeInQueue, from the job payload)
+// counts in the feedback: served at once from an idle instance after 40 s
+// in the coordinator's queue is a miss of a 30 s target, after 10 s a hit.
+func TestPoolAdaptiveFeedbackTimeInQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inQueue  time.Duration
+		wantMiss bool
+	}{
+		{"40 s at the coordinator", 40 * time.Second, true},
+		{"10 s at the coordinator", 10 * time.Second, false},
+		{"not told", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 10,
+				Base: Schedule{Adaptive: true, IdleCount: 1, TargetWait: 30 * time.Second, IdleTime: time.Hour}}
+			h := newPoolHarness(t, pol, sim.Options{BootTime: 30 * time.Second}, nil)
+			h.pool.Tick(t.Context())
+			h.advance(31 * time.Second) // the idle_count floor's instance is ready
+			r, err := h.pool.Reserve()
+			if err != nil {
+				t.Fatalf("Reserve = %v", err)
+			}
+			r.SetTimeInQueue(tc.inQueue)
+			a, err := h.pool.TryAcquire(r)
+			if err != nil || a == nil {
+				t.Fatalf("TryAcquire with an idle instance = %v, %v", a, err)
+			}
+			if g := h.pool.Observed().BufferGain; (g > 1) != tc.wantMiss {
+				t.Errorf("gain %v after one job; a miss: %v", g, tc.wantMiss)
+			}
+		})
+	}
+}
+
 // TestPoolShutdownRecordsPendingCreations: instances asked for and not yet
 // seen when the pool shuts down (keeping instances) are in the state file,
 // so the next start adopts them instead of leaving them orphaned.

@@ -3,6 +3,7 @@ package simulate
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -24,25 +25,59 @@ instances         peak %d  final %d  created %d  removed %d
 	return nil
 }
 
-// WriteSweepText writes the results of SweepIdleCount for people: one row
-// per idle count (p95 and longest wait, idle and busy instance-hours),
-// then the best one when there is one. Waits are written as in WriteText.
+// WriteSweepText writes the results of a sweep for people: one row per
+// configuration (idle_count, idle_time, preemptive mode; p95 and longest
+// wait, idle and busy instance-hours), then the best one when there is
+// one. Waits are written as in WriteText.
 func WriteSweepText(w io.Writer, all []SweepResult, best *SweepResult) error {
-	if _, err := fmt.Fprintf(w, "%10s %12s %12s %12s %12s\n", "idle_count", "p95_wait", "max_wait", "idle_inst_h", "busy_inst_h"); err != nil {
+	if _, err := fmt.Fprintf(w, "%10s %9s %10s %12s %12s %12s %12s\n", "idle_count", "idle_time", "preemptive", "p95_wait", "max_wait", "idle_inst_h", "busy_inst_h"); err != nil {
 		return fmt.Errorf("write sweep: %w", err)
 	}
 	for _, r := range all {
-		if _, err := fmt.Fprintf(w, "%10d %12s %12s %12.1f %12.1f\n", r.IdleCount, formatWait(r.Report.WaitP95), formatWait(r.Report.WaitMax), r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600); err != nil {
+		if _, err := fmt.Fprintf(w, "%10d %9s %10s %12s %12s %12.1f %12.1f\n", r.IdleCount, r.IdleTime, onOff(r.Preemptive), formatWait(r.Report.WaitP95), formatWait(r.Report.WaitMax), r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600); err != nil {
 			return fmt.Errorf("write sweep: %w", err)
 		}
 	}
 	if best == nil {
 		return nil
 	}
-	if _, err := fmt.Fprintf(w, "best: idle_count %d (p95 wait %s, idle %.1f instance-hours)\n", best.IdleCount, formatWait(best.Report.WaitP95), best.Report.IdleInstanceS/3600); err != nil {
+	if _, err := fmt.Fprintf(w, "best: %s (p95 wait %s, idle %.1f instance-hours)\n", best.Setting(), formatWait(best.Report.WaitP95), best.Report.IdleInstanceS/3600); err != nil {
 		return fmt.Errorf("write sweep: %w", err)
 	}
 	return nil
+}
+
+// WriteComparisonText writes the policy's row (the adaptive one) beside
+// the best static configuration of c, and the ratio of their idle
+// instance time: what `drover autoscale sweep` ends with.
+func WriteComparisonText(w io.Writer, c *Comparison) error {
+	row := func(name string, r *Report) string {
+		return fmt.Sprintf("%-9s p95 wait %-8s idle %7.1f h  booting %6.1f h  busy %7.1f h", name,
+			formatWait(r.WaitP95), r.IdleInstanceS/3600, r.CreatingInstanceS/3600, r.BusyInstanceS/3600)
+	}
+	var b strings.Builder
+	fmt.Fprintln(&b, row("adaptive", &c.Policy))
+	if c.BestStatic == nil {
+		fmt.Fprintf(&b, "static    no configuration meets p95 wait %s\n", c.TargetP95)
+	} else {
+		fmt.Fprintf(&b, "%s  (%s)\n", row("static", &c.BestStatic.Report), c.BestStatic.Setting())
+		verdict := "meets"
+		if !c.PolicyMeetsTarget {
+			verdict = "MISSES"
+		}
+		fmt.Fprintf(&b, "ratio     adaptive idle / best static idle = %.2f (adaptive %s p95 wait %s)\n", c.IdleRatio(), verdict, c.TargetP95)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write comparison: %w", err)
+	}
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // formatWait is the one way the text reports of simulate and sweep write

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/drover-ci/drover/internal/autoscale"
 	"github.com/drover-ci/drover/internal/autoscale/simulate"
@@ -337,7 +340,7 @@ func TestReportsShareWaitFormat(t *testing.T) {
 	if err := r.WriteText(&sim); err != nil {
 		t.Fatal(err)
 	}
-	all := []simulate.SweepResult{{IdleCount: 3, Report: r}}
+	all := []simulate.SweepResult{{IdleCount: 3, IdleTime: time.Minute, Report: r}}
 	if err := simulate.WriteSweepText(&sw, all, &all[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -350,10 +353,96 @@ func TestReportsShareWaitFormat(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("sweep table: %d lines, want header, one row, best:\n%s", len(lines), sw.String())
 	}
-	if got, want := strings.Fields(lines[1]), []string{"3", "28.3s", "4m27.7s", "0.0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
+	if got, want := strings.Fields(lines[1]), []string{"3", "1m0s", "off", "28.3s", "4m27.7s", "0.0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("sweep row %q, want fields %q", lines[1], want)
 	}
-	if want := "best: idle_count 3 (p95 wait 28.3s, idle 0.0 instance-hours)"; lines[2] != want {
+	if want := "best: idle_count 3, idle_time 1m0s, preemptive off (p95 wait 28.3s, idle 0.0 instance-hours)"; lines[2] != want {
 		t.Errorf("sweep best line %q, want %q", lines[2], want)
+	}
+}
+
+// SweepGrid runs every idle count × idle time × preemptive mode, in that
+// order (count 0 only non-preemptive), each with the idle_time it names,
+// and picks the cheapest that meets the target.
+func TestSweepGrid(t *testing.T) {
+	tr := dayTrace(t, 1500)
+	o := simulate.Options{Policy: dayPolicy(), BootTime: 30 * time.Second, PollInterval: 3 * time.Second}
+	g := simulate.Grid{IdleCounts: []int{0, 3}, IdleTimes: []time.Duration{30 * time.Second, 10 * time.Minute}, Preemptive: simulate.PreemptiveBoth}
+	best, all, err := simulate.SweepGrid(t.Context(), o, tr, g, time.Minute)
+	if err != nil {
+		t.Fatalf("SweepGrid = %v", err)
+	}
+	type key struct {
+		count      int
+		idleTime   time.Duration
+		preemptive bool
+	}
+	want := []key{
+		{0, 30 * time.Second, false}, {0, 10 * time.Minute, false},
+		{3, 30 * time.Second, false}, {3, 30 * time.Second, true}, {3, 10 * time.Minute, false}, {3, 10 * time.Minute, true},
+	}
+	var got []key
+	for _, r := range all {
+		got = append(got, key{r.IdleCount, r.IdleTime, r.Preemptive})
+	}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(key{})); d != "" {
+		t.Fatalf("grid order (-want +got):\n%s", d)
+	}
+	// A longer idle_time keeps more idle capacity with the same count.
+	if all[0].Report.IdleInstanceS >= all[1].Report.IdleInstanceS {
+		t.Errorf("idle_count 0: idle %v h with idle_time 30s, not below %v h with 10m", all[0].Report.IdleInstanceS/3600, all[1].Report.IdleInstanceS/3600)
+	}
+	if best == nil {
+		t.Fatal("nothing meets p95 1 min")
+	}
+	for _, r := range all {
+		if r.Report.WaitP95 <= 60 && r.Report.IdleInstanceS < best.Report.IdleInstanceS {
+			t.Errorf("%s is cheaper than the best %s", r.Setting(), best.Setting())
+		}
+	}
+	if pol := dayPolicy(); pol.Base.IdleTime != 20*time.Minute || pol.Base.IdleCount != 20 {
+		t.Error("the sweep changed the caller's policy")
+	}
+}
+
+func TestParsePreemptiveModes(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    simulate.PreemptiveModes
+		wantErr bool
+	}{
+		{"default", simulate.PreemptiveDefault, false},
+		{"off", simulate.PreemptiveOff, false},
+		{"on", simulate.PreemptiveOn, false},
+		{"both", simulate.PreemptiveBoth, false},
+		{"sometimes", 0, true},
+	} {
+		got, err := simulate.ParsePreemptiveModes(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParsePreemptiveModes(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// The comparison's text puts the adaptive row beside the best static one,
+// with the ratio of their idle time.
+func TestWriteComparisonText(t *testing.T) {
+	c := &simulate.Comparison{
+		Policy:            simulate.Report{WaitP95: 29, IdleInstanceS: 3600 * 70},
+		BestStatic:        &simulate.SweepResult{IdleCount: 2, IdleTime: time.Minute, Preemptive: true, Report: simulate.Report{WaitP95: 25, IdleInstanceS: 3600 * 100}},
+		TargetP95:         30 * time.Second,
+		PolicyMeetsTarget: true,
+	}
+	var b bytes.Buffer
+	if err := simulate.WriteComparisonText(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"adaptive  p95 wait 29s", "idle    70.0 h", "(idle_count 2, idle_time 1m0s, preemptive on)", "= 0.70 (adaptive meets p95 wait 30s)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("comparison lacks %q:\n%s", want, b.String())
+		}
+	}
+	if got := c.IdleRatio(); math.Abs(got-0.7) > 1e-9 {
+		t.Errorf("IdleRatio() = %v, want 0.7", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -11,11 +12,90 @@ import (
 	"github.com/drover-ci/drover/internal/autoscale"
 )
 
-// SweepResult is the report of one static idle_count.
+// SweepResult is the report of one static configuration.
 type SweepResult struct {
 	IdleCount  int
-	Preemptive bool // preemptive_mode of the run
+	IdleTime   time.Duration // idle_time of the run (every schedule)
+	Preemptive bool          // preemptive_mode of the run
 	Report     Report
+}
+
+// Setting describes the configuration of r as an operator writes it:
+// "idle_count 3, idle_time 1m0s, preemptive off".
+func (r *SweepResult) Setting() string {
+	mode := "off"
+	if r.Preemptive {
+		mode = "on"
+	}
+	return fmt.Sprintf("idle_count %d, idle_time %s, preemptive %s", r.IdleCount, r.IdleTime, mode)
+}
+
+// PreemptiveModes says which preemptive_mode values a sweep tries for each
+// idle count.
+type PreemptiveModes int
+
+const (
+	// PreemptiveDefault is the mode the configuration defaults give: on
+	// when idle_count is above zero.
+	PreemptiveDefault PreemptiveModes = iota
+	// PreemptiveOff runs every count with preemptive_mode = false.
+	PreemptiveOff
+	// PreemptiveOn runs every count above zero with preemptive_mode =
+	// true (a preemptive pool with no idle slot never takes a job, so
+	// count 0 runs non-preemptive).
+	PreemptiveOn
+	// PreemptiveBoth runs each count off, then on when it is above zero.
+	PreemptiveBoth
+)
+
+// ParsePreemptiveModes reads "default", "off", "on" or "both".
+func ParsePreemptiveModes(s string) (PreemptiveModes, error) {
+	switch s {
+	case "default":
+		return PreemptiveDefault, nil
+	case "off", "false":
+		return PreemptiveOff, nil
+	case "on", "true":
+		return PreemptiveOn, nil
+	case "both":
+		return PreemptiveBoth, nil
+	}
+	return 0, fmt.Errorf("preemptive mode %q: want default, off, on or both", s)
+}
+
+// modes is the preemptive_mode values tried with idle count c.
+func (m PreemptiveModes) modes(c int) []bool {
+	switch {
+	case m == PreemptiveOff || c == 0:
+		return []bool{false}
+	case m == PreemptiveOn || m == PreemptiveDefault:
+		return []bool{true}
+	}
+	return []bool{false, true}
+}
+
+// Grid is the set of static configurations a sweep tries: every idle
+// count with every idle time and the preemptive modes asked for.
+type Grid struct {
+	IdleCounts []int
+	// IdleTimes are the idle_time values; none = the idle_time each
+	// schedule of the policy has.
+	IdleTimes  []time.Duration
+	Preemptive PreemptiveModes
+}
+
+// FullGrid is the whole grid an operator can tune, as issue 19 defines
+// it: idle_count 0–32 × idle_time 30 s, 1, 2, 5, 10 and 20 min ×
+// preemptive_mode off and on.
+func FullGrid() Grid {
+	g := Grid{
+		IdleTimes:  []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute},
+		Preemptive: PreemptiveBoth,
+	}
+	for c := 0; c <= 32; c++ {
+		g.IdleCounts = append(g.IdleCounts, c)
+	}
+	return g
 }
 
 // SweepIdleCount simulates o with each static idle count in counts (the
@@ -26,7 +106,7 @@ type SweepResult struct {
 // It answers "what does the best hand-tuned idle_count cost?", the
 // baseline the adaptive policy is measured against.
 func SweepIdleCount(ctx context.Context, o Options, jobs []Job, counts []int, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
-	return sweep(ctx, o, jobs, counts, false, targetP95)
+	return SweepGrid(ctx, o, jobs, Grid{IdleCounts: counts}, targetP95)
 }
 
 // SweepIdleCountBothModes is SweepIdleCount with each count run in both
@@ -36,27 +116,30 @@ func SweepIdleCount(ctx context.Context, o Options, jobs []Job, counts []int, ta
 // target, so the baseline is the best hand-tuned static configuration
 // whichever mode an operator would pick.
 func SweepIdleCountBothModes(ctx context.Context, o Options, jobs []Job, counts []int, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
-	return sweep(ctx, o, jobs, counts, true, targetP95)
+	return SweepGrid(ctx, o, jobs, Grid{IdleCounts: counts, Preemptive: PreemptiveBoth}, targetP95)
 }
 
-func sweep(ctx context.Context, o Options, jobs []Job, counts []int, both bool, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
+// SweepGrid simulates o once per static configuration of g (idle count
+// major, then idle time, then preemptive mode; adaptive sizing and the
+// scale factor off in every schedule) and returns every result plus the
+// one with the least idle instance time whose p95 wait is at most
+// targetP95 (nil when none meets it). The runs are spread over GOMAXPROCS
+// goroutines; the results do not depend on how many.
+func SweepGrid(ctx context.Context, o Options, jobs []Job, g Grid, targetP95 time.Duration) (best *SweepResult, all []SweepResult, err error) {
 	if o.Policy == nil {
-		return nil, nil, fmt.Errorf("sweep idle_count: no policy")
+		return nil, nil, fmt.Errorf("sweep: no policy")
 	}
 	o.Samples = -1
-	type config struct {
-		count      int
-		preemptive bool
+	idleTimes := g.IdleTimes
+	if len(idleTimes) == 0 {
+		idleTimes = []time.Duration{-1} // as configured
 	}
-	var cfgs []config
-	for _, c := range counts {
-		switch {
-		case !both:
-			cfgs = append(cfgs, config{c, c > 0})
-		case c > 0:
-			cfgs = append(cfgs, config{c, false}, config{c, true})
-		default:
-			cfgs = append(cfgs, config{c, false})
+	var cfgs []SweepResult
+	for _, c := range g.IdleCounts {
+		for _, it := range idleTimes {
+			for _, pre := range g.Preemptive.modes(c) {
+				cfgs = append(cfgs, SweepResult{IdleCount: c, IdleTime: it, Preemptive: pre})
+			}
 		}
 	}
 	// The runs are independent: spread them over the CPUs.
@@ -68,16 +151,22 @@ func sweep(ctx context.Context, o Options, jobs []Job, counts []int, both bool, 
 		wg.Go(func() {
 			for i := range next {
 				c := cfgs[i]
-				pol := StaticIdle(o.Policy, c.count)
-				setPreemptive(pol, c.preemptive)
+				pol := StaticIdle(o.Policy, c.IdleCount)
+				setPreemptive(pol, c.Preemptive)
+				if c.IdleTime >= 0 {
+					setIdleTime(pol, c.IdleTime)
+				} else {
+					c.IdleTime = pol.Base.IdleTime
+				}
 				oc := o
 				oc.Policy = pol
 				res, err := Run(ctx, oc, jobs)
 				if err != nil {
-					errs[i] = fmt.Errorf("sweep idle_count %d (preemptive %v): %w", c.count, c.preemptive, err)
+					errs[i] = fmt.Errorf("sweep idle_count %d (idle_time %s, preemptive %v): %w", c.IdleCount, c.IdleTime, c.Preemptive, err)
 					continue
 				}
-				all[i] = SweepResult{IdleCount: c.count, Preemptive: c.preemptive, Report: res.Report}
+				c.Report = res.Report
+				all[i] = c
 			}
 		})
 	}
@@ -96,6 +185,13 @@ func sweep(ctx context.Context, o Options, jobs []Job, counts []int, both bool, 
 		}
 	}
 	return best, all, nil
+}
+
+func setIdleTime(pol *autoscale.Policy, d time.Duration) {
+	pol.Base.IdleTime = d
+	for i := range pol.Schedules {
+		pol.Schedules[i].IdleTime = d
+	}
 }
 
 func setPreemptive(pol *autoscale.Policy, preemptive bool) {
@@ -123,6 +219,29 @@ func StaticIdle(pol *autoscale.Policy, idle int) *autoscale.Policy {
 	return &cp
 }
 
+// AdaptiveOf returns a copy of pol whose schedules all use the adaptive
+// policy with p95 wait target targetWait: adaptive on, no idle_count floor,
+// no scale factor, non-preemptive (as the config reader defaults an
+// adaptive policy); idle_time stays as configured (the adaptive policy's
+// upper bound on keeping an idle instance). It is the adaptive row a sweep
+// prints beside the best static configuration.
+func AdaptiveOf(pol *autoscale.Policy, targetWait time.Duration) *autoscale.Policy {
+	cp := *pol
+	set := func(s *autoscale.Schedule) {
+		s.IdleCount = 0
+		s.Adaptive = true
+		s.TargetWait = targetWait
+		s.ScaleFactor = 0
+		s.Preemptive = false
+	}
+	set(&cp.Base)
+	cp.Schedules = append([]autoscale.Schedule(nil), pol.Schedules...)
+	for i := range cp.Schedules {
+		set(&cp.Schedules[i])
+	}
+	return &cp
+}
+
 // Comparison is a policy's simulation against the best static idle_count
 // that meets the same p95 target.
 type Comparison struct {
@@ -138,20 +257,29 @@ type Comparison struct {
 	IdleSaving float64
 }
 
-// Compare simulates o.Policy as it is and the static idle counts in
-// counts in both preemptive modes (SweepIdleCountBothModes), with every
-// other setting, idle_time included, as o.Policy has them, and compares
-// the idle instance time of the policy with that of the cheapest static
-// configuration meeting targetP95. It is the measurement of "adaptive vs
-// best static".
-func Compare(ctx context.Context, o Options, jobs []Job, counts []int, targetP95 time.Duration) (*Comparison, error) {
+// IdleRatio is the policy's idle instance time over the best static
+// one's (0.7 = 30 % less); NaN when there is no best static or it has no
+// idle time.
+func (c *Comparison) IdleRatio() float64 {
+	if c.BestStatic == nil || !(c.BestStatic.Report.IdleInstanceS > 0) {
+		return math.NaN()
+	}
+	return c.Policy.IdleInstanceS / c.BestStatic.Report.IdleInstanceS
+}
+
+// Compare simulates o.Policy as it is and the static configurations of
+// grid (SweepGrid), with every other setting as o.Policy has them, and
+// compares the idle instance time of the policy with that of the cheapest
+// static configuration meeting targetP95. It is the measurement of
+// "adaptive vs best static".
+func Compare(ctx context.Context, o Options, jobs []Job, grid Grid, targetP95 time.Duration) (*Comparison, error) {
 	po := o
 	po.Samples = -1
 	res, err := Run(ctx, po, jobs)
 	if err != nil {
 		return nil, fmt.Errorf("compare: policy: %w", err)
 	}
-	best, all, err := SweepIdleCountBothModes(ctx, o, jobs, counts, targetP95)
+	best, all, err := SweepGrid(ctx, o, jobs, grid, targetP95)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}

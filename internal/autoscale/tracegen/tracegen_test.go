@@ -82,3 +82,29 @@ func TestGenerateErrors(t *testing.T) {
 		}
 	}
 }
+
+// Each named shape gives its number of jobs, the same day for the same
+// seed, and another day for another seed.
+func TestShapes(t *testing.T) {
+	for _, s := range Shapes() {
+		t.Run(s.Name, func(t *testing.T) {
+			a, err := Day(s.Name, 7)
+			if err != nil {
+				t.Fatalf("Day(%q, 7) = %v", s.Name, err)
+			}
+			if len(a) != s.Options.Jobs {
+				t.Errorf("%d jobs, want %d", len(a), s.Options.Jobs)
+			}
+			b, _ := Day(s.Name, 7)
+			if !cmp.Equal(a, b) {
+				t.Error("same seed, different days")
+			}
+			if c, _ := Day(s.Name, 8); cmp.Equal(a, c) {
+				t.Error("different seeds, same day")
+			}
+		})
+	}
+	if _, err := Day("holiday", 1); err == nil {
+		t.Error(`Day("holiday") = nil error, want unknown shape`)
+	}
+}

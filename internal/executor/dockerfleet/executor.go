@@ -74,6 +74,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		e.p.noteImages(opts.Settings.ShortToken, cfg.Image, opts.Job)
 	}
 	fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
+	l.SetTimeInQueue(instance.TimeInQueue(opts.Job))
 	acq, err := l.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire a slot on an instance: %w", err)

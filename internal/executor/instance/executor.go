@@ -130,6 +130,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 
 	fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
+	l.SetTimeInQueue(TimeInQueue(opts.Job))
 	acq, err := l.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire a slot on an instance: %w", err)

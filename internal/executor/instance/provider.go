@@ -221,6 +221,27 @@ func (l *Lease) Acquire(ctx context.Context) (Acquired, error) {
 	return acq, nil
 }
 
+// SetTimeInQueue tells the pool, before Acquire, how long the job had
+// waited at the coordinator when it was received, so that the pool's
+// adaptive feedback sees the job's whole queue wait; a no-op for pools
+// whose reservations do not take it, after Acquire, and for d <= 0.
+func (l *Lease) SetTimeInQueue(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.res.(interface{ SetTimeInQueue(time.Duration) }); ok && l.state == leaseReserved {
+		r.SetTimeInQueue(d)
+	}
+}
+
+// TimeInQueue is how long job had waited at the coordinator when it was
+// received (job_info.time_in_queue_seconds), 0 when unknown.
+func TimeInQueue(job *api.JobResponse) time.Duration {
+	if job == nil || !(job.JobInfo.TimeInQueueSeconds > 0) {
+		return 0
+	}
+	return time.Duration(job.JobInfo.TimeInQueueSeconds * float64(time.Second))
+}
+
 // Release gives back the slot, if one was acquired and not yet released.
 func (l *Lease) Release() {
 	l.mu.Lock()
