@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/build"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/trace"
 )
 
@@ -154,7 +154,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		accept = prov.accept
 	}
 	var pers *persister
-	var checkpoint func(build.Checkpoint, bool)
+	var checkpoint func(jobrun.Checkpoint, bool)
 	stopPersist := func() {}
 	if store := m.storeFor(r); store != nil {
 		if pers, err = newPersister(m, store, log, job, r.Token, buf, exec, settings.ConcurrentID, m.clock.Now()); err != nil {
@@ -183,7 +183,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		}()
 		stopPersist = func() { cancel(); <-done }
 	}
-	res := build.Run(jobCtx, jr.graceful, build.Options{
+	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
 		Checkpoint: checkpoint,
 		Accept:     accept,
 		Job:        job,
@@ -232,7 +232,7 @@ func newJobLog(job *api.JobResponse, r *config.RunnerConfig, base, skip int64) (
 // coordinator has it (see deliverKept); without, it is sent within the
 // retry budget.
 func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.RunnerConfig, client *api.Client, job *api.JobResponse,
-	info api.VersionInfo, st *streamer, buf *trace.Buffer, jr *jobRun, res build.Result, started time.Time, pers *persister) {
+	info api.VersionInfo, st *streamer, buf *trace.Buffer, jr *jobRun, res jobrun.Result, started time.Time, pers *persister) {
 	if jr.isAborted() {
 		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
 		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))
@@ -289,7 +289,7 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.Run
 // answer shows that an accept landed after all (an accept whose answer was
 // lost): then the job is ours and gets a final update as failed.
 func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, client *api.Client, job *api.JobResponse,
-	info api.VersionInfo, prov *provisioner, jr *jobRun, st *streamer, res build.Result) {
+	info api.VersionInfo, prov *provisioner, jr *jobRun, st *streamer, res jobrun.Result) {
 	reason := string(api.RunnerSystemFailure)
 	switch {
 	case ctx.Err() != nil:

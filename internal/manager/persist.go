@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/build"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/jobstore"
 	"github.com/drover-ci/drover/internal/trace"
 )
@@ -18,7 +18,7 @@ import (
 // envelope is what the manager keeps in a job record's ExecutorState: the
 // executor's own state and the build checkpoint it belongs to.
 type envelope struct {
-	Checkpoint build.Checkpoint `json:"checkpoint"`
+	Checkpoint jobrun.Checkpoint `json:"checkpoint"`
 	// LogOffset is the size of the job log at the checkpoint; the
 	// coordinator had at least that much when the record was written.
 	LogOffset int64           `json:"log_offset"`
@@ -33,7 +33,7 @@ type envelope struct {
 // syncPoint is a checkpoint and the log size it corresponds to.
 type syncPoint struct {
 	size int64
-	cp   build.Checkpoint
+	cp   jobrun.Checkpoint
 }
 
 // persister keeps the job store's record of one running job up to date.
@@ -58,11 +58,11 @@ type persister struct {
 	stream   *streamer
 	rec      *jobstore.Record
 	env      envelope
-	last     build.Checkpoint // the newest checkpoint of a stage's output
-	saved    int64            // log offset of the saved checkpoint
-	failures int              // consecutive store errors
-	skip     int              // ticks to skip (backoff after errors)
-	live     bool             // a record exists in the store
+	last     jobrun.Checkpoint // the newest checkpoint of a stage's output
+	saved    int64             // log offset of the saved checkpoint
+	failures int               // consecutive store errors
+	skip     int               // ticks to skip (backoff after errors)
+	live     bool              // a record exists in the store
 }
 
 func newPersister(m *Manager, st *openStore, log *slog.Logger, job *api.JobResponse, runnerToken string, buf *trace.Buffer, exec executor.Executor, slot int, accepted time.Time) (*persister, error) {
@@ -96,8 +96,8 @@ func (p *persister) setAccepted(t time.Time) {
 	p.mu.Unlock()
 }
 
-// checkpoint is build.Options.Checkpoint.
-func (p *persister) checkpoint(cp build.Checkpoint, sync bool) {
+// checkpoint is jobrun.Options.Checkpoint.
+func (p *persister) checkpoint(cp jobrun.Checkpoint, sync bool) {
 	if !sync {
 		p.mu.Lock()
 		p.last = cp

@@ -238,7 +238,7 @@ func (p *provisioner) stopKeepAlive() {
 	<-p.done
 }
 
-// accept tells the coordinator the job starts now; it is build.Options'
+// accept tells the coordinator the job starts now; it is jobrun.Options'
 // Accept. Retry policy: up to acceptAttempts calls, 1 s, 2 s, … apart, on
 // transport errors and 5xx/408/429 answers; a job runs only once accepted.
 // Other 4xx answers stop at once. A drop (409, 403, Job-Status

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/build"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/jobstore"
 	"github.com/drover-ci/drover/internal/trace"
 )
@@ -321,7 +321,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	wg.Go(func() { st.watch(streamCtx) })
 	wg.Go(func() { pers.run(streamCtx, t.store.cfg.HealthInterval) })
 
-	res := build.Run(jobCtx, jr.graceful, build.Options{
+	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
 		Job:        &job,
 		Provider:   p,
 		Executor:   exec,
@@ -331,7 +331,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		Clock:      m.opts.Clock,
 		Version:    m.opts.Version,
 		Checkpoint: pers.checkpoint,
-		Resume:     &build.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
+		Resume:     &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
 	})
 	stopStream()
 	wg.Wait()

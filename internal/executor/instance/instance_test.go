@@ -18,10 +18,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/build"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/sshx"
 	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
@@ -182,16 +182,16 @@ func newFixtureOn(t testing.TB, sh string, srv *sshxtest.Server) *fixture {
 	return f
 }
 
-// run runs job through internal/build on a fresh executor, as the manager
-// does: Acquire, build.Run, Release.
-func (f *fixture) run(t testing.TB, ctx context.Context, graceful <-chan struct{}, j *api.JobResponse) build.Result {
+// run runs job through internal/jobrun on a fresh executor, as the manager
+// does: Acquire, jobrun.Run, Release.
+func (f *fixture) run(t testing.TB, ctx context.Context, graceful <-chan struct{}, j *api.JobResponse) jobrun.Result {
 	t.Helper()
 	d, err := f.provider.Acquire(ctx, f.settings)
 	if err != nil {
 		t.Fatalf("Acquire() = %v, want nil", err)
 	}
 	defer f.provider.Release(context.Background(), f.settings, d)
-	return build.Run(ctx, graceful, build.Options{
+	return jobrun.Run(ctx, graceful, jobrun.Options{
 		Job: j, Provider: f.provider, Executor: f.provider.Create(), Data: d,
 		Settings: f.settings, Trace: f.trace, Version: "test",
 	})
@@ -220,7 +220,7 @@ func (f *fixture) projectDir(slot int) string {
 	return filepath.Join(f.settings.BuildsDir, "abcdefghi", strconv.Itoa(slot), "group", "project")
 }
 
-func checkResult(t *testing.T, got, want build.Result) {
+func checkResult(t *testing.T, got, want jobrun.Result) {
 	t.Helper()
 	got.Err = nil
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -254,7 +254,7 @@ func TestJob(t *testing.T) {
 				`echo "pwd=$(pwd)"`, `echo "project=$CI_PROJECT_DIR builds=$CI_BUILDS_DIR"`,
 			}, []string{`echo "after=$CI_JOB_STATUS"`})
 			res := f.run(t, t.Context(), nil, j)
-			checkResult(t, res, build.Result{State: api.StateSuccess})
+			checkResult(t, res, jobrun.Result{State: api.StateSuccess})
 			dir := f.projectDir(0)
 			inOrder(t, f.trace.String(),
 				"Running with drover test\n  on tester abcdefghi\n",
@@ -285,7 +285,7 @@ func TestJobFailure(t *testing.T) {
 			f := newFixture(t, sh)
 			j := newJob([]string{"echo one", "exit 3", "echo two"}, []string{`echo "after=$CI_JOB_STATUS"`})
 			res := f.run(t, t.Context(), nil, j)
-			checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3, HasExitCode: true})
+			checkResult(t, res, jobrun.Result{State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: 3, HasExitCode: true})
 			tr := f.trace.String()
 			inOrder(t, tr, "one\n", ":after_script\r", "after=failed\n", "ERROR: Job failed: exit status 3")
 			if strings.Contains(tr, "two\n") {
@@ -302,7 +302,7 @@ func TestFileVariables(t *testing.T) {
 	j := newJob([]string{`cat "$SECRET"`, `echo "path=$SECRET"`, `ls -l "$SECRET" | cut -c1-10`}, nil,
 		api.Variable{Key: "SECRET", Value: content, File: true, Raw: true})
 	res := f.run(t, t.Context(), nil, j)
-	checkResult(t, res, build.Result{State: api.StateSuccess})
+	checkResult(t, res, jobrun.Result{State: api.StateSuccess})
 	path := filepath.Join(f.projectDir(0)+".tmp", "SECRET")
 	inOrder(t, f.trace.String(), content, "path="+path+"\n", "-rw-------\n", ":cleanup_file_variables\r")
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
@@ -339,7 +339,7 @@ func TestGitClone(t *testing.T) {
 	j.Variables = nil
 	j.GitInfo = api.GitInfo{RepoURL: "file://" + repo, Ref: "main", Sha: sha, RefType: "branch", Depth: 1}
 	res := f.run(t, t.Context(), nil, j)
-	checkResult(t, res, build.Result{State: api.StateSuccess})
+	checkResult(t, res, jobrun.Result{State: api.StateSuccess})
 	inOrder(t, f.trace.String(), ":get_sources\r", "Checking out "+sha[:8], "section_end:", "from the repository\n", sha+"\n")
 	if _, err := os.Stat(filepath.Join(f.projectDir(0), ".git")); err != nil {
 		t.Errorf("no checkout in the project directory: %v", err)
@@ -396,12 +396,12 @@ func TestGracefulCancel(t *testing.T) {
 	j := newJob([]string{"sleep 300 &", "echo $! > " + dir + "/bg", "echo $$ > " + dir + "/sh", "sleep 300"},
 		[]string{`echo "after=$CI_JOB_STATUS"`})
 	graceful := make(chan struct{})
-	resc := make(chan build.Result, 1)
+	resc := make(chan jobrun.Result, 1)
 	go func() { resc <- f.run(t, t.Context(), graceful, j) }()
 	bg, sh := waitFile(t, dir+"/bg"), waitFile(t, dir+"/sh")
 	start := time.Now()
 	close(graceful)
-	var res build.Result
+	var res jobrun.Result
 	select {
 	case res = <-resc:
 	case <-time.After(20 * time.Second):
@@ -410,7 +410,7 @@ func TestGracefulCancel(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the build took %v after the cancel", d)
 	}
-	checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.JobCanceled, Canceled: true})
+	checkResult(t, res, jobrun.Result{State: api.StateFailed, FailureReason: api.JobCanceled, Canceled: true})
 	inOrder(t, f.trace.String(), ":after_script\r", "after=canceled\n")
 	for _, pid := range []string{bg, sh} {
 		if !waitDead(t, pid) {
@@ -551,11 +551,11 @@ func TestInstanceLost(t *testing.T) {
 	f := newFixture(t, "bash")
 	dir := t.TempDir()
 	j := newJob([]string{"echo $$ > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
-	resc := make(chan build.Result, 1)
+	resc := make(chan jobrun.Result, 1)
 	go func() { resc <- f.run(t, t.Context(), nil, j) }()
 	killGroup(t, waitFile(t, dir+"/started"))
 	close(f.slots.lost)
-	var res build.Result
+	var res jobrun.Result
 	select {
 	case res = <-resc:
 	case <-time.After(10 * time.Second):
@@ -564,7 +564,7 @@ func TestInstanceLost(t *testing.T) {
 	if !errors.Is(res.Err, ErrInstanceLost) {
 		t.Errorf("Result.Err = %v, want ErrInstanceLost", res.Err)
 	}
-	checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+	checkResult(t, res, jobrun.Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
 	if tr := f.trace.String(); strings.Contains(tr, "not-reached") || !strings.Contains(tr, "system failure") {
 		t.Errorf("trace:\n%s", tr)
 	}
@@ -797,7 +797,7 @@ func BenchmarkStage(b *testing.B) {
 	}
 }
 
-// BenchmarkJob measures a whole trivial job through internal/build:
+// BenchmarkJob measures a whole trivial job through internal/jobrun:
 // acquire, connect, prepare, five stages, cleanup.
 func BenchmarkJob(b *testing.B) {
 	f := newFixture(b, "sh")
@@ -824,7 +824,7 @@ func TestConnectionLost(t *testing.T) {
 			f.runner.Connector = fleet.ConnectorConfig{Keepalive: 100 * time.Millisecond, Timeout: 500 * time.Millisecond}
 			dir := t.TempDir()
 			j := newJob([]string{"echo $$ > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
-			resc := make(chan build.Result, 1)
+			resc := make(chan jobrun.Result, 1)
 			go func() { resc <- f.run(t, t.Context(), nil, j) }()
 			killGroup(t, waitFile(t, dir+"/started"))
 			if how == "cut" {
@@ -832,7 +832,7 @@ func TestConnectionLost(t *testing.T) {
 			} else {
 				px.Freeze()
 			}
-			var res build.Result
+			var res jobrun.Result
 			select {
 			case res = <-resc:
 			case <-time.After(15 * time.Second):
@@ -841,7 +841,7 @@ func TestConnectionLost(t *testing.T) {
 			if !errors.Is(res.Err, ErrInstanceLost) {
 				t.Errorf("Result.Err = %v, want ErrInstanceLost", res.Err)
 			}
-			checkResult(t, res, build.Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
+			checkResult(t, res, jobrun.Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
 			if _, acq, _, rel := f.slots.counts(); acq != 0 || rel != 1 {
 				t.Errorf("acquired, releases = %d, %d; want 0, 1", acq, rel)
 			}

@@ -1,4 +1,4 @@
-// Package build runs one job through an executor: it prepares the
+// Package jobrun runs one job through an executor: it prepares the
 // executor, generates each stage script with package shell, runs the
 // stages in GitLab Runner's order, enforces the job timeout, and turns the
 // outcome into a job state and failure reason.
@@ -29,4 +29,4 @@
 // and after_script is skipped. Closing the graceful channel stops the
 // running stage but still runs after_script. The job timeout behaves like a
 // graceful cancel with its own failure reason.
-package build
+package jobrun
