@@ -68,11 +68,29 @@ func remoteAbort(r *api.Response) bool {
 		r.JobStatus == api.RemoteCanceled || r.JobStatus == api.RemoteFailed
 }
 
+// jobStart is what a job is run with: the job, and the runner, the
+// coordinator client and the executor capacity it came through.
+type jobStart struct {
+	runner   *config.RunnerConfig
+	provider executor.Provider
+	client   *api.Client
+	settings executor.Settings
+	// data is what provider.Acquire returned for the job; nil for a
+	// resumed job.
+	data executor.Data
+	job  *api.JobResponse
+	// info is the version information sent with each call about the job.
+	info api.VersionInfo
+	// ackTimeout is the coordinator's acknowledgement timeout of a
+	// two-phase start (0: its default).
+	ackTimeout time.Duration
+}
+
 // runJob runs one received job to its end and reports it. ctx is the
 // manager's abort context.
-func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor.Provider, client *api.Client,
-	settings executor.Settings, data executor.Data, job *api.JobResponse, info api.VersionInfo, ackTimeout time.Duration) {
-	log := m.logger.With("job_id", job.ID, "runner", settings.ShortToken, "project", job.JobInfo.ProjectFullPath)
+func (m *Manager) runJob(ctx context.Context, js *jobStart) {
+	r, client, job, info := js.runner, js.client, js.job, js.info
+	log := m.logger.With("job_id", job.ID, "runner", js.settings.ShortToken, "project", job.JobInfo.ProjectFullPath)
 	log.Info("job received", "name", job.JobInfo.Name)
 	m.metrics.jobStarted(r)
 	started := m.clock.Now()
@@ -87,8 +105,8 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 
 	jobCtx, abort := context.WithCancel(ctx)
 	defer abort()
-	exec := p.Create()
-	jr := &jobRun{id: job.ID, runner: settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
+	exec := js.provider.Create()
+	jr := &jobRun{id: job.ID, runner: js.settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
 	m.mu.Lock()
 	m.jobs[job.ID] = jr
 	m.mu.Unlock()
@@ -103,7 +121,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	if job.Features.TwoPhaseJobCommit {
 		// Two-phase start: the job stays the coordinator's until we accept
 		// it, right before the first script stage; until then keep it alive.
-		prov = newProvisioner(m, r, client, job, info, log, ackTimeout, started, jr.abortJob, jr.cancelGracefully)
+		prov = newProvisioner(m, js, log, started, jr.abortJob, jr.cancelGracefully)
 		go prov.keepAlive(jobCtx)
 		defer prov.stopKeepAlive()
 	} else {
@@ -157,7 +175,7 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 	var checkpoint func(jobrun.Checkpoint, bool)
 	stopPersist := func() {}
 	if store := m.storeFor(r); store != nil {
-		if pers, err = newPersister(m, store, log, job, r.Token, buf, exec, settings.ConcurrentID, m.clock.Now()); err != nil {
+		if pers, err = newPersister(m, store, log, job, r.Token, buf, exec, js.settings.ConcurrentID, m.clock.Now()); err != nil {
 			log.Error("job store: the job will not be resumable", "err", err)
 			pers = nil
 		}
@@ -187,10 +205,10 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 		Checkpoint: checkpoint,
 		Accept:     accept,
 		Job:        job,
-		Provider:   p,
+		Provider:   js.provider,
 		Executor:   exec,
-		Data:       data,
-		Settings:   settings,
+		Data:       js.data,
+		Settings:   js.settings,
 		Trace:      buf,
 		Logger:     log,
 		Clock:      m.opts.Clock,
@@ -207,11 +225,11 @@ func (m *Manager) runJob(ctx context.Context, r *config.RunnerConfig, p executor
 			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
 			return
 		}
-		m.declineJob(ctx, log, client, job, info, prov, jr, st, res)
+		m.declineJob(ctx, log, js, prov, jr, st, res)
 		m.metrics.jobFinished(r, outcomeDeclined, m.clock.Now().Sub(started))
 		return
 	}
-	m.finishJob(ctx, log, r, client, job, info, st, buf, jr, res, started, pers)
+	m.finishJob(ctx, log, js, st, buf, jr, res, started, pers)
 }
 
 // newJobLog makes a job's log buffer. A resumed job's log continues at
@@ -231,8 +249,9 @@ func newJobLog(job *api.JobResponse, r *config.RunnerConfig, base, skip int64) (
 // With a job store (pers), the job's record keeps the update until the
 // coordinator has it (see deliverKept); without, it is sent within the
 // retry budget.
-func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.RunnerConfig, client *api.Client, job *api.JobResponse,
-	info api.VersionInfo, st *streamer, buf *trace.Buffer, jr *jobRun, res jobrun.Result, started time.Time, pers *persister) {
+func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, js *jobStart, st *streamer, buf *trace.Buffer, jr *jobRun,
+	res jobrun.Result, started time.Time, pers *persister) {
+	r := js.runner
 	if jr.isAborted() {
 		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
 		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))
@@ -264,9 +283,9 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.Run
 		defer cancel()
 	}
 	if d := m.keepFinal(ctx, log, r, pers, st, state, reason, code); d != nil {
-		m.deliverKept(ctx, finalCtx, d, client, job, info, st)
+		m.deliverKept(ctx, finalCtx, d, js.client, js.job, js.info, st)
 	} else {
-		m.sendFinal(finalCtx, log, client, job, info, st, state, reason, code)
+		m.sendFinal(finalCtx, log, js.client, js.job, js.info, st, state, reason, code)
 		if pers != nil {
 			pers.remove(context.WithoutCancel(ctx))
 		}
@@ -288,8 +307,8 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, r *config.Run
 // stopped (SIGTERM: runner_interrupted). Nothing else is sent, unless the
 // answer shows that an accept landed after all (an accept whose answer was
 // lost): then the job is ours and gets a final update as failed.
-func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, client *api.Client, job *api.JobResponse,
-	info api.VersionInfo, prov *provisioner, jr *jobRun, st *streamer, res jobrun.Result) {
+func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, js *jobStart, prov *provisioner, jr *jobRun,
+	st *streamer, res jobrun.Result) {
 	reason := string(api.RunnerSystemFailure)
 	switch {
 	case ctx.Err() != nil:
@@ -312,7 +331,7 @@ func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, client *api.
 			failure = api.RunnerInterrupted
 		}
 		st.buf.Finish()
-		m.sendFinal(dctx, log, client, job, info, st, api.StateFailed, failure, nil)
+		m.sendFinal(dctx, log, js.client, js.job, js.info, st, api.StateFailed, failure, nil)
 	}
 }
 

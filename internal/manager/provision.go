@@ -92,12 +92,11 @@ type provisioner struct {
 	noEndpoint bool
 }
 
-func newProvisioner(m *Manager, r *config.RunnerConfig, client *api.Client, job *api.JobResponse, info api.VersionInfo,
-	log *slog.Logger, ackTimeout time.Duration, started time.Time, onDrop, onCanceling func()) *provisioner {
+func newProvisioner(m *Manager, js *jobStart, log *slog.Logger, started time.Time, onDrop, onCanceling func()) *provisioner {
 	return &provisioner{
-		m: m, r: r, client: client, job: job, info: info, log: log,
+		m: m, r: js.runner, client: js.client, job: js.job, info: js.info, log: log,
 		onDrop: onDrop, onCanceling: onCanceling, started: started,
-		every: keepAliveEvery(ackTimeout),
+		every: keepAliveEvery(js.ackTimeout),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
 }

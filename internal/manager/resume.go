@@ -338,7 +338,8 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	if errors.Is(res.Err, executor.ErrStageVanished) {
 		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: the job's processes ended while the runner manager was down, without an exit code\x1b[0;m\n")
 	}
-	m.finishJob(ctx, log, r, client, &job, info, st, buf, jr, res, started, pers)
+	js := &jobStart{runner: r, provider: p, client: client, settings: settings, job: &job, info: info}
+	m.finishJob(ctx, log, js, st, buf, jr, res, started, pers)
 }
 
 // resumeBuffer makes the log buffer of a resumed job (newJobLog), or logs

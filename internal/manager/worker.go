@@ -237,7 +237,10 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		m.requeue(reqCtx, r)
 	}
 	settings.ConcurrentID = slot
-	m.runJob(ctx, r, p, client, settings, data, job, req.Info, resp.AckTimeout)
+	m.runJob(ctx, &jobStart{
+		runner: r, provider: p, client: client, settings: settings, data: data,
+		job: job, info: req.Info, ackTimeout: resp.AckTimeout,
+	})
 	rs.jobDone(slot)
 	p.Release(context.WithoutCancel(ctx), settings, data)
 }
