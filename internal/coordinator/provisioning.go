@@ -11,6 +11,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // Two-phase job start: a runner that announces two_phase_job_commit gets a
@@ -43,8 +44,8 @@ const maxReason = 1024
 // canceling).
 func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request) {
 	var req api.ProvisioningRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	j, hash, ok := c.jobForRunner(w, r, "")
@@ -55,7 +56,7 @@ func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request)
 	case provPending, provAccepted, provDeclined:
 	default:
 		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("status %q: want pending, accepted or declined", req.Status), "status")
+		runnerapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("status %q: want pending, accepted or declined", req.Status), "status")
 		return
 	}
 	reason := req.Reason
@@ -106,7 +107,7 @@ func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request)
 		}
 		if req.Status == provDeclined {
 			setJobHeaders(w, j.Status)
-			writeError(w, http.StatusBadRequest, "the job was accepted and is "+string(j.Status)+": report its end with PUT state=failed", "status")
+			runnerapi.WriteError(w, http.StatusBadRequest, "the job was accepted and is "+string(j.Status)+": report its end with PUT state=failed", "status")
 			return
 		}
 		got = j
@@ -134,7 +135,7 @@ func (c *Coordinator) answerApplied(w http.ResponseWriter, j *store.Job) {
 	if j.Status == store.StatusWaitingForRunnerAck {
 		w.Header().Set(hdrAckTimeout, formatSeconds(c.cfg.AckTimeout))
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 // answerInactive answers a runner whose token is the job's current one but
@@ -144,7 +145,7 @@ func (c *Coordinator) answerApplied(w http.ResponseWriter, j *store.Job) {
 func (c *Coordinator) answerInactive(w http.ResponseWriter, j *store.Job, state api.JobState) {
 	if j.Status.Finished() && sameFinal(state, j.Status) {
 		setJobHeaders(w, j.Status)
-		writeJSON(w, http.StatusOK, struct{}{})
+		runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 		return
 	}
 	if j.Status == store.StatusCanceled || !j.Status.Finished() {
@@ -152,14 +153,14 @@ func (c *Coordinator) answerInactive(w http.ResponseWriter, j *store.Job, state 
 		return
 	}
 	setJobHeaders(w, j.Status)
-	writeError(w, http.StatusForbidden, "403 Forbidden: job is "+string(j.Status), "")
+	runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: job is "+string(j.Status), "")
 }
 
 // writeGone answers 409: the job is no longer the caller's.
 func writeGone(w http.ResponseWriter, s store.Status) {
 	w.Header().Set(hdrJobStatus, goneStatus(s))
 	w.Header().Set(hdrUpdateInterval, traceUpdateInterval)
-	writeError(w, http.StatusConflict, "409 Conflict: the job is no longer assigned to this runner (job is "+string(s)+")", "")
+	runnerapi.WriteError(w, http.StatusConflict, "409 Conflict: the job is no longer assigned to this runner (job is "+string(s)+")", "")
 }
 
 func formatSeconds(d time.Duration) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // requestAs is jobs/request from runner manager systemID; twoPhase sets
@@ -95,7 +96,7 @@ func TestTwoPhaseHandOut(t *testing.T) {
 		g.ProvisioningAttempts != 1 || g.RunnerSystemID != "s_a" {
 		t.Errorf("job after two-phase hand-out = %+v", g)
 	}
-	if *g.AckDeadline != *rfc3339(fakeStart.Add(90 * time.Second)) {
+	if *g.AckDeadline != *runnerapi.RFC3339(fakeStart.Add(90 * time.Second)) {
 		t.Errorf("ack_deadline = %s, want now + 90s", *g.AckDeadline)
 	}
 	_, b := e.do("GET", "/metrics", nil, nil)
@@ -226,7 +227,7 @@ func TestPutRunningIsAccept(t *testing.T) {
 	fc.Advance(40 * time.Second)
 	resp, b := e.put(j.ID, jr.Token, api.UpdateJobRequest{State: "pending"})
 	wantAnswer(t, "PUT pending", resp, b, 200, "pending")
-	if g := e.job(j.ID); g.AckDeadline == nil || *g.AckDeadline != *rfc3339(fakeStart.Add(100 * time.Second)) {
+	if g := e.job(j.ID); g.AckDeadline == nil || *g.AckDeadline != *runnerapi.RFC3339(fakeStart.Add(100 * time.Second)) {
 		t.Errorf("ack_deadline after PUT pending = %v, want now + 60s", g.AckDeadline)
 	}
 	fc.Advance(40 * time.Second) // past the first deadline, before the second
@@ -234,7 +235,7 @@ func TestPutRunningIsAccept(t *testing.T) {
 	resp, b = e.put(j.ID, jr.Token, api.UpdateJobRequest{State: "running"})
 	wantAnswer(t, "PUT running (accept)", resp, b, 200, "running")
 	g := e.job(j.ID)
-	if g.Status != "running" || g.StartedAt == nil || *g.StartedAt != *rfc3339(fakeStart.Add(80 * time.Second)) || g.AcceptedAt == nil {
+	if g.Status != "running" || g.StartedAt == nil || *g.StartedAt != *runnerapi.RFC3339(fakeStart.Add(80 * time.Second)) || g.AcceptedAt == nil {
 		t.Errorf("job after accept = %+v", g)
 	}
 	if math.Abs(g.ProvisioningDuration-80) > 0.001 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // ---- runners ----
@@ -35,7 +36,7 @@ func (t *tagList) UnmarshalJSON(b []byte) error {
 	}
 	var ss []string
 	if err := json.Unmarshal(b, &ss); err != nil {
-		return &fieldError{field: "tag_list", msg: "want an array of strings or a comma-separated string"}
+		return runnerapi.NewFieldError("tag_list", "want an array of strings or a comma-separated string")
 	}
 	*t = ss
 	return nil
@@ -77,21 +78,21 @@ func (c *Coordinator) runnerView(r *http.Request, rn store.Runner) (runnerView, 
 	v := runnerView{
 		ID: rn.ID, Description: rn.Description, TagList: rn.Tags, RunUntagged: rn.RunUntagged,
 		Locked: rn.Locked, Paused: rn.Paused, MaximumTimeout: rn.MaximumTimeout,
-		ContactedAt: rfc3339(rn.ContactedAt), Managers: []managerView{},
+		ContactedAt: runnerapi.RFC3339(rn.ContactedAt), Managers: []managerView{},
 	}
 	if v.TagList == nil {
 		v.TagList = []string{}
 	}
 	for _, m := range ms {
-		v.Managers = append(v.Managers, managerView{SystemID: m.SystemID, ContactedAt: rfc3339(m.ContactedAt), Version: m.Version, Executor: m.Executor})
+		v.Managers = append(v.Managers, managerView{SystemID: m.SystemID, ContactedAt: runnerapi.RFC3339(m.ContactedAt), Version: m.Version, Executor: m.Executor})
 	}
 	return v, nil
 }
 
 func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request) {
 	var req createRunnerRequest
-	if e := decodeJSON(w, r, &req, maxV1Body, true); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV1Body, true); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	spec := runnerSpec{
@@ -102,7 +103,7 @@ func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request)
 		spec.RunUntagged = *req.RunUntagged
 	}
 	if e := spec.validate(); e != nil {
-		writeBad(w, e)
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	rn, tok, err := c.createRunner(r.Context(), spec)
@@ -110,7 +111,7 @@ func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request)
 		c.internalError(r.Context(), w, "create runner", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, struct {
+	runnerapi.WriteJSON(w, http.StatusCreated, struct {
 		ID    int64  `json:"id"`
 		Token string `json:"token"`
 	}{rn.ID, tok})
@@ -131,18 +132,18 @@ func (c *Coordinator) handleListRunners(w http.ResponseWriter, r *http.Request) 
 		}
 		out = append(out, v)
 	}
-	writeJSON(w, http.StatusOK, out)
+	runnerapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (c *Coordinator) handleGetRunner(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(r)
+	id, ok := runnerapi.PathID(r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	rn, err := c.st.GetRunner(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	if err != nil {
@@ -154,19 +155,19 @@ func (c *Coordinator) handleGetRunner(w http.ResponseWriter, r *http.Request) {
 		c.internalError(r.Context(), w, "get runner", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	runnerapi.WriteJSON(w, http.StatusOK, v)
 }
 
 func (c *Coordinator) handleDeleteRunner(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(r)
+	id, ok := runnerapi.PathID(r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	err := c.st.DeleteRunner(r.Context(), id)
 	c.online.invalidate()
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	if err != nil {
@@ -210,35 +211,35 @@ var (
 // overflow): 30 days.
 const maxJobTimeout = 30 * 24 * 3600
 
-func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
+func (req *submitJobRequest) toJob() (store.Job, *runnerapi.BadRequest) {
 	j := store.Job{
 		Name: strings.TrimSpace(req.Name), Project: req.Project, Stage: req.Stage,
 		Timeout: 3600, Tags: []string{},
 	}
 	if j.Name == "" {
-		return j, invalid("name", "name is required")
+		return j, runnerapi.Invalid("name", "name is required")
 	}
 	if len(j.Name) > 255 || hasControl(j.Name) {
-		return j, invalid("name", "name must be at most 255 printable characters")
+		return j, runnerapi.Invalid("name", "name must be at most 255 printable characters")
 	}
 	if j.Project == "" {
 		j.Project = "default/default"
 	}
 	if len(j.Project) > 255 || !projectRE.MatchString(j.Project) || dotSegment(j.Project) {
-		return j, invalid("project", "project must be a path like group/project (no empty, . or .. segments)")
+		return j, runnerapi.Invalid("project", "project must be a path like group/project (no empty, . or .. segments)")
 	}
 	if j.Stage == "" {
 		j.Stage = "test"
 	}
 	if len(j.Stage) > 255 || hasControl(j.Stage) {
-		return j, invalid("stage", "stage must be at most 255 printable characters")
+		return j, runnerapi.Invalid("stage", "stage must be at most 255 printable characters")
 	}
 	if len(req.Script) == 0 {
-		return j, invalid("script", "script is required and must not be empty")
+		return j, runnerapi.Invalid("script", "script is required and must not be empty")
 	}
 	if req.Timeout != nil {
 		if *req.Timeout <= 0 || *req.Timeout > maxJobTimeout {
-			return j, invalid("timeout", "timeout must be between 1 and %d seconds", maxJobTimeout)
+			return j, runnerapi.Invalid("timeout", "timeout must be between 1 and %d seconds", maxJobTimeout)
 		}
 		j.Timeout = *req.Timeout
 	}
@@ -262,25 +263,25 @@ func (req *submitJobRequest) toJob() (store.Job, *badRequest) {
 	}
 	for i, v := range req.Variables {
 		if !varKeyRE.MatchString(v.Key) {
-			return j, invalid(fmt.Sprintf("variables[%d].key", i), "variable key %q must match %s", v.Key, varKeyRE)
+			return j, runnerapi.Invalid(fmt.Sprintf("variables[%d].key", i), "variable key %q must match %s", v.Key, varKeyRE)
 		}
 		if v.Masked && len(v.Value) < 8 {
-			return j, invalid(fmt.Sprintf("variables[%d].value", i), "masked variable %s must be at least 8 characters", v.Key)
+			return j, runnerapi.Invalid(fmt.Sprintf("variables[%d].value", i), "masked variable %s must be at least 8 characters", v.Key)
 		}
 	}
 	j.Spec = store.JobSpec{Script: req.Script, AfterScript: req.AfterScript, Variables: req.Variables, Image: img, Services: services}
 	if g := req.Git; g != nil {
 		if g.RepoURL == "" && (g.Ref != "" || g.Sha != "") {
-			return j, invalid("git.repo_url", "git.repo_url is required with git.ref or git.sha")
+			return j, runnerapi.Invalid("git.repo_url", "git.repo_url is required with git.ref or git.sha")
 		}
 		if g.Sha != "" && !shaRE.MatchString(g.Sha) {
-			return j, invalid("git.sha", "git.sha must be a hex commit id")
+			return j, runnerapi.Invalid("git.sha", "git.sha must be a hex commit id")
 		}
 		if g.Depth < 0 {
-			return j, invalid("git.depth", "git.depth must not be negative")
+			return j, runnerapi.Invalid("git.depth", "git.depth must not be negative")
 		}
 		if hasControl(g.RepoURL) || hasControl(g.Ref) {
-			return j, invalid("git", "git fields must be printable")
+			return j, runnerapi.Invalid("git", "git fields must be printable")
 		}
 		j.Spec.Git = store.GitSpec{RepoURL: g.RepoURL, Ref: g.Ref, Sha: g.Sha, Depth: g.Depth}
 	}
@@ -338,9 +339,9 @@ func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
 		ID: j.ID, Name: j.Name, Project: j.Project, Stage: j.Stage, Status: string(j.Status),
 		FailureReason: j.FailureReason, ExitCode: j.ExitCode, RunnerID: j.RunnerID, RunnerSystemID: j.RunnerSystemID,
 		Tags: tags, Timeout: j.Timeout, Image: j.Image,
-		CreatedAt: rfc3339(j.CreatedAt), QueuedAt: rfc3339(j.QueuedAt), StartedAt: rfc3339(j.StartedAt),
-		FinishedAt: rfc3339(j.FinishedAt), UpdatedAt: rfc3339(j.UpdatedAt), TraceSize: size,
-		AcceptedAt: rfc3339(j.AcceptedAt), ProvisioningAttempts: j.ProvisioningAttempts,
+		CreatedAt: runnerapi.RFC3339(j.CreatedAt), QueuedAt: runnerapi.RFC3339(j.QueuedAt), StartedAt: runnerapi.RFC3339(j.StartedAt),
+		FinishedAt: runnerapi.RFC3339(j.FinishedAt), UpdatedAt: runnerapi.RFC3339(j.UpdatedAt), TraceSize: size,
+		AcceptedAt: runnerapi.RFC3339(j.AcceptedAt), ProvisioningAttempts: j.ProvisioningAttempts,
 	}
 	for _, s := range j.Spec.Services {
 		v.Services = append(v.Services, s.Name)
@@ -352,7 +353,7 @@ func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
 		queued += now.Sub(j.QueuedAt)
 	case store.StatusWaitingForRunnerAck:
 		prov += now.Sub(j.AssignedAt)
-		v.AckDeadline = rfc3339(j.AckDeadline)
+		v.AckDeadline = runnerapi.RFC3339(j.AckDeadline)
 	}
 	var running time.Duration
 	if !j.StartedAt.IsZero() {
@@ -371,13 +372,13 @@ func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
 // handleSubmitJob is POST /api/v1/jobs: 201 with the job, now pending.
 func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	var req submitJobRequest
-	if e := decodeJSON(w, r, &req, maxV1Body, true); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV1Body, true); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	j, e := req.toJob()
 	if e != nil {
-		writeBad(w, e)
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	now := c.clock.Now()
@@ -392,7 +393,7 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	c.poll.wake(&j)
 	views := []jobView{c.jobView(r.Context(), &j)}
 	c.markStuck(r.Context(), views, []store.Job{j})
-	writeJSON(w, http.StatusCreated, views[0])
+	runnerapi.WriteJSON(w, http.StatusCreated, views[0])
 }
 
 func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
@@ -401,7 +402,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("status"); s != "" {
 		for st := range strings.SplitSeq(s, ",") {
 			if !store.Status(st).Valid() {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown status %q", st), "status")
+				runnerapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown status %q", st), "status")
 				return
 			}
 			f.Statuses = append(f.Statuses, store.Status(st))
@@ -410,7 +411,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit must be between 1 and 1000", "limit")
+			runnerapi.WriteError(w, http.StatusBadRequest, "limit must be between 1 and 1000", "limit")
 			return
 		}
 		f.Limit = n
@@ -422,7 +423,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		if s := q.Get(p.name); s != "" {
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || n < 0 {
-				writeError(w, http.StatusBadRequest, p.name+" must be a non-negative integer", p.name)
+				runnerapi.WriteError(w, http.StatusBadRequest, p.name+" must be a non-negative integer", p.name)
 				return
 			}
 			*p.to = n
@@ -433,7 +434,7 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	case "newest":
 		f.Newest = true
 	default:
-		writeError(w, http.StatusBadRequest, "order must be oldest or newest", "order")
+		runnerapi.WriteError(w, http.StatusBadRequest, "order must be oldest or newest", "order")
 		return
 	}
 	jobs, err := c.st.ListJobs(r.Context(), f)
@@ -462,19 +463,19 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		out = append(out, c.jobView(r.Context(), &jobs[i]))
 	}
 	c.markStuck(r.Context(), out, jobs)
-	writeJSON(w, http.StatusOK, out)
+	runnerapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // loadJob loads job {id} for the admin API, writing 404/500 on failure.
 func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job, bool) {
-	id, ok := pathID(r)
+	id, ok := runnerapi.PathID(r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "job not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "job not found", "id")
 		return store.Job{}, false
 	}
 	j, err := c.st.GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "job not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "job not found", "id")
 		return j, false
 	}
 	if err != nil {
@@ -488,7 +489,7 @@ func (c *Coordinator) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if j, ok := c.loadJob(w, r); ok {
 		views := []jobView{c.jobView(r.Context(), &j)}
 		c.markStuck(r.Context(), views, []store.Job{j})
-		writeJSON(w, http.StatusOK, views[0])
+		runnerapi.WriteJSON(w, http.StatusOK, views[0])
 	}
 }
 
@@ -503,7 +504,7 @@ func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("offset"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "offset must be a non-negative integer", "offset")
+			runnerapi.WriteError(w, http.StatusBadRequest, "offset must be a non-negative integer", "offset")
 			return
 		}
 		off = n
@@ -546,10 +547,10 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		var err error
 		switch {
 		case j.Status.Finished():
-			writeError(w, http.StatusConflict, "job is already "+string(j.Status), "")
+			runnerapi.WriteError(w, http.StatusConflict, "job is already "+string(j.Status), "")
 			return
 		case j.Status == store.StatusCanceling:
-			writeJSON(w, http.StatusOK, c.jobView(r.Context(), &j))
+			runnerapi.WriteJSON(w, http.StatusOK, c.jobView(r.Context(), &j))
 			return
 		case isActive(j.Status):
 			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
@@ -580,10 +581,10 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		// The runner of a running job hears of it at once if it watches.
 		c.jobChanged(ctx, got.ID, true)
 		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
-		writeJSON(w, http.StatusOK, c.jobView(r.Context(), &got))
+		runnerapi.WriteJSON(w, http.StatusOK, c.jobView(r.Context(), &got))
 		return
 	}
-	writeError(w, http.StatusConflict, "job changed state during cancel, try again", "")
+	runnerapi.WriteError(w, http.StatusConflict, "job changed state during cancel, try again", "")
 }
 
 // dotSegment reports whether path has a "." or ".." segment: the project

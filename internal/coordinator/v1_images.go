@@ -12,6 +12,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // The image and services of POST /api/v1/jobs. Each is a JSON string (the
@@ -75,7 +76,7 @@ func isNull(raw json.RawMessage) bool {
 // decodeStrict decodes raw, a JSON value the request decoder already
 // accepted, into v rejecting unknown keys. Errors name field and the key
 // under it.
-func decodeStrict(raw json.RawMessage, v any, field string) *badRequest {
+func decodeStrict(raw json.RawMessage, v any, field string) *runnerapi.BadRequest {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
@@ -88,45 +89,45 @@ func decodeStrict(raw json.RawMessage, v any, field string) *badRequest {
 		if typeErr.Field != "" {
 			f += "." + typeErr.Field
 		}
-		return invalid(f, "field %q: want %s, not JSON %s", f, jsonKind(typeErr.Type), typeErr.Value)
+		return runnerapi.Invalid(f, "field %q: want %s, not JSON %s", f, runnerapi.JSONKind(typeErr.Type), typeErr.Value)
 	}
 	if k, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
 		f := field + "." + strings.TrimSuffix(k, `"`)
-		return invalid(f, "unknown field %q", f)
+		return runnerapi.Invalid(f, "unknown field %q", f)
 	}
-	return invalid(field, "%s: %v", field, err)
+	return runnerapi.Invalid(field, "%s: %v", field, err)
 }
 
 // stringOrObject tells the two forms apart: it returns the string of a
 // JSON string, or ok false for an object; anything else is an error.
-func stringOrObject(raw json.RawMessage, field string) (s string, isString bool, _ *badRequest) {
+func stringOrObject(raw json.RawMessage, field string) (s string, isString bool, _ *runnerapi.BadRequest) {
 	raw = bytes.TrimSpace(raw)
 	switch {
 	case len(raw) > 0 && raw[0] == '"':
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", false, invalid(field, "%s: %v", field, err)
+			return "", false, runnerapi.Invalid(field, "%s: %v", field, err)
 		}
 		return s, true, nil
 	case len(raw) > 0 && raw[0] == '{':
 		return "", false, nil
 	}
-	return "", false, invalid(field, "%s must be a string (the image name) or an object", field)
+	return "", false, runnerapi.Invalid(field, "%s must be a string (the image name) or an object", field)
 }
 
 // validImageName checks an image or service name.
-func validImageName(name, field string) *badRequest {
+func validImageName(name, field string) *runnerapi.BadRequest {
 	if name == "" {
-		return invalid(field, "%s: an image name is required", field)
+		return runnerapi.Invalid(field, "%s: an image name is required", field)
 	}
 	if len(name) > maxImageName || hasControl(name) || strings.TrimSpace(name) != name {
-		return invalid(field, "%s must be at most %d printable characters without leading or trailing spaces", field, maxImageName)
+		return runnerapi.Invalid(field, "%s must be at most %d printable characters without leading or trailing spaces", field, maxImageName)
 	}
 	return nil
 }
 
 // parsePullPolicy reads pull_policy: a string or an array of always,
 // if-not-present and never. Duplicates are dropped.
-func parsePullPolicy(raw json.RawMessage, field string) ([]string, *badRequest) {
+func parsePullPolicy(raw json.RawMessage, field string) ([]string, *runnerapi.BadRequest) {
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -139,14 +140,14 @@ func parsePullPolicy(raw json.RawMessage, field string) ([]string, *badRequest) 
 		err = json.Unmarshal(raw, &list)
 	}
 	if err != nil {
-		return nil, invalid(field, "%s must be a string or an array of strings", field)
+		return nil, runnerapi.Invalid(field, "%s must be a string or an array of strings", field)
 	}
 	var out []string
 	for _, p := range list {
 		switch p {
 		case api.PullAlways, api.PullIfNotPresent, api.PullNever:
 		default:
-			return nil, invalid(field, "%s: unknown pull policy %q, want %s, %s or %s", field, p, api.PullAlways, api.PullIfNotPresent, api.PullNever)
+			return nil, runnerapi.Invalid(field, "%s: unknown pull policy %q, want %s, %s or %s", field, p, api.PullAlways, api.PullIfNotPresent, api.PullNever)
 		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
@@ -157,10 +158,10 @@ func parsePullPolicy(raw json.RawMessage, field string) ([]string, *badRequest) 
 
 // checkArgs checks a command or an entrypoint: process arguments cannot
 // hold NUL.
-func checkArgs(args []string, field string) *badRequest {
+func checkArgs(args []string, field string) *runnerapi.BadRequest {
 	for i, a := range args {
 		if strings.IndexByte(a, 0) >= 0 {
-			return invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must not contain NUL", field, i)
+			return runnerapi.Invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must not contain NUL", field, i)
 		}
 	}
 	return nil
@@ -168,25 +169,25 @@ func checkArgs(args []string, field string) *badRequest {
 
 // parseImageUser reads image.docker.user: a user or uid, optionally with
 // :group, as a string or a non-negative integer.
-func parseImageUser(raw json.RawMessage, field string) (string, *badRequest) {
+func parseImageUser(raw json.RawMessage, field string) (string, *runnerapi.BadRequest) {
 	if isNull(raw) {
 		return "", nil
 	}
 	if raw = bytes.TrimSpace(raw); raw[0] == '-' {
-		return "", invalid(field, "%s must not be a negative number", field)
+		return "", runnerapi.Invalid(field, "%s must not be a negative number", field)
 	}
 	u, err := api.StringOrInt(raw)
 	if err != nil {
-		return "", invalid(field, "%s must be a string or an integer", field)
+		return "", runnerapi.Invalid(field, "%s must be a string or an integer", field)
 	}
 	if u == "" || len(u) > maxImageUser || hasControl(u) || strings.ContainsFunc(u, unicode.IsSpace) {
-		return "", invalid(field, "%s must be 1-%d printable characters without spaces", field, maxImageUser)
+		return "", runnerapi.Invalid(field, "%s must be 1-%d printable characters without spaces", field, maxImageUser)
 	}
 	return u, nil
 }
 
 // parseImage reads image. No image (absent, null or "") is the zero spec.
-func parseImage(raw json.RawMessage) (store.ImageSpec, *badRequest) {
+func parseImage(raw json.RawMessage) (store.ImageSpec, *runnerapi.BadRequest) {
 	const field = "image"
 	if isNull(raw) {
 		return store.ImageSpec{}, nil
@@ -226,7 +227,7 @@ func parseImage(raw json.RawMessage) (store.ImageSpec, *badRequest) {
 
 // imageBase checks what an image object and a service object share (the
 // object at field): its name, entrypoint and pull policy.
-func imageBase(field, name string, entrypoint []string, pullPolicy json.RawMessage) (store.ImageSpec, *badRequest) {
+func imageBase(field, name string, entrypoint []string, pullPolicy json.RawMessage) (store.ImageSpec, *runnerapi.BadRequest) {
 	if e := validImageName(name, field+".name"); e != nil {
 		return store.ImageSpec{}, e
 	}
@@ -241,9 +242,9 @@ func imageBase(field, name string, entrypoint []string, pullPolicy json.RawMessa
 }
 
 // parseServices reads services.
-func parseServices(raws []json.RawMessage) ([]store.ImageSpec, *badRequest) {
+func parseServices(raws []json.RawMessage) ([]store.ImageSpec, *runnerapi.BadRequest) {
 	if len(raws) > maxServices {
-		return nil, invalid("services", "at most %d services", maxServices)
+		return nil, runnerapi.Invalid("services", "at most %d services", maxServices)
 	}
 	var out []store.ImageSpec
 	for i, raw := range raws {
@@ -257,7 +258,7 @@ func parseServices(raws []json.RawMessage) ([]store.ImageSpec, *badRequest) {
 }
 
 // parseService reads one entry of services, field being its path.
-func parseService(raw json.RawMessage, field string) (store.ImageSpec, *badRequest) {
+func parseService(raw json.RawMessage, field string) (store.ImageSpec, *runnerapi.BadRequest) {
 	name, isString, e := stringOrObject(raw, field)
 	if e != nil {
 		return store.ImageSpec{}, e
@@ -287,16 +288,16 @@ func parseService(raw json.RawMessage, field string) (store.ImageSpec, *badReque
 		vf := fmt.Sprintf("%s.variables[%d]", field, k)
 		var v serviceVariable
 		if isNull(rv) {
-			return store.ImageSpec{}, invalid(vf, "%s must be an object with key and value", vf)
+			return store.ImageSpec{}, runnerapi.Invalid(vf, "%s must be an object with key and value", vf)
 		}
 		if e := decodeStrict(rv, &v, vf); e != nil {
 			return store.ImageSpec{}, e
 		}
 		if !varKeyRE.MatchString(v.Key) {
-			return store.ImageSpec{}, invalid(vf+".key", "variable key %q must match %s", v.Key, varKeyRE)
+			return store.ImageSpec{}, runnerapi.Invalid(vf+".key", "variable key %q must match %s", v.Key, varKeyRE)
 		}
 		if strings.IndexByte(v.Value, 0) >= 0 {
-			return store.ImageSpec{}, invalid(vf+".value", "variable %s must not contain NUL", v.Key)
+			return store.ImageSpec{}, runnerapi.Invalid(vf+".value", "variable %s must not contain NUL", v.Key)
 		}
 		s.Variables = append(s.Variables, api.Variable{Key: v.Key, Value: v.Value})
 	}
@@ -305,20 +306,20 @@ func parseService(raw json.RawMessage, field string) (store.ImageSpec, *badReque
 
 // validAliases checks a service's aliases: names of DNS characters
 // (letters, digits, '-', '.', '_') separated by spaces or commas.
-func validAliases(alias, field string) *badRequest {
+func validAliases(alias, field string) *runnerapi.BadRequest {
 	if alias == "" {
 		return nil
 	}
 	if len(alias) > maxAliases || !aliasRE.MatchString(alias) {
-		return invalid(field, "%s must be names of letters, digits, '-', '.' and '_' separated by spaces or commas (at most %d characters)", field, maxAliases)
+		return runnerapi.Invalid(field, "%s must be names of letters, digits, '-', '.' and '_' separated by spaces or commas (at most %d characters)", field, maxAliases)
 	}
 	names := splitAliases(alias)
 	if len(names) == 0 {
-		return invalid(field, "%s has no name between its separators", field)
+		return runnerapi.Invalid(field, "%s has no name between its separators", field)
 	}
 	for _, n := range names {
 		if len(n) > maxAlias {
-			return invalid(field, "%s: alias %q is longer than %d characters", field, n, maxAlias)
+			return runnerapi.Invalid(field, "%s: alias %q is longer than %d characters", field, n, maxAlias)
 		}
 	}
 	return nil

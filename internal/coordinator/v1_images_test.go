@@ -9,6 +9,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -129,7 +130,7 @@ func TestSubmitJobImageValidation(t *testing.T) {
 			if resp.StatusCode != 400 {
 				t.Fatalf("POST /api/v1/jobs = %d %s, want 400", resp.StatusCode, b)
 			}
-			var ae apiError
+			var ae runnerapi.APIError
 			e.decode(b, &ae)
 			if ae.Error == "" || ae.Field != tc.field {
 				t.Errorf("error body %s: want field %q", b, tc.field)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -69,7 +70,7 @@ func TestSubmitJobValidation(t *testing.T) {
 				t.Fatalf("POST /api/v1/jobs = %d %s, want %d", resp.StatusCode, b, tc.code)
 			}
 			if tc.code >= 400 {
-				var ae apiError
+				var ae runnerapi.APIError
 				e.decode(b, &ae)
 				if ae.Error == "" || ae.Field != tc.field {
 					t.Errorf("error body %s: want field %q", b, tc.field)
@@ -173,7 +174,7 @@ func TestAdminRunners(t *testing.T) {
 			continue
 		}
 		if tc.code != 201 {
-			var ae apiError
+			var ae runnerapi.APIError
 			e.decode(b, &ae)
 			if ae.Field != tc.field {
 				t.Errorf("POST /api/v1/runners %s: field %q, want %q", tc.body, ae.Field, tc.field)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // jobForRunner loads job {id} and checks that the job token is the one of
@@ -17,14 +18,14 @@ import (
 // written 404 (unknown job), 409 (the token belongs to an earlier
 // assignment of this job) or 403 (any other token), and ok is false.
 func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyToken string) (j store.Job, hash string, ok bool) {
-	id, ok := pathID(r)
+	id, ok := runnerapi.PathID(r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "404 Job Not Found", "id")
 		return store.Job{}, "", false
 	}
 	j, err := c.st.GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "404 Job Not Found", "id")
 		return j, "", false
 	}
 	if err != nil {
@@ -36,11 +37,11 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 		tok = r.Header.Get(hdrJobToken)
 	}
 	if tok == "" {
-		writeError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
 		return j, "", false
 	}
 	hash = store.HashToken(tok)
-	if j.TokenHash != "" && tokenEqual(hash, j.TokenHash) {
+	if j.TokenHash != "" && runnerapi.TokenEqual(hash, j.TokenHash) {
 		return j, hash, true
 	}
 	owner, err := c.st.RetiredJobToken(r.Context(), hash)
@@ -48,7 +49,7 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 	case err == nil && owner == j.ID:
 		writeGone(w, j.Status)
 	case err == nil || errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
 	default:
 		c.internalError(r.Context(), w, "look up job token", err)
 	}
@@ -61,9 +62,9 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 // caller releases the lock with unlock; on failure it is released and the
 // answer written.
 func (c *Coordinator) lockedJobForRunner(w http.ResponseWriter, r *http.Request, bodyToken string) (j store.Job, unlock func(), ok bool) {
-	id, ok := pathID(r)
+	id, ok := runnerapi.PathID(r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "404 Job Not Found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "404 Job Not Found", "id")
 		return store.Job{}, nil, false
 	}
 	unlock = c.lockJob(id)
@@ -84,7 +85,7 @@ func (c *Coordinator) reloadForRunner(w http.ResponseWriter, r *http.Request, id
 		c.internalError(r.Context(), w, "load job", err)
 		return j, false
 	}
-	if j.TokenHash == "" || !tokenEqual(hash, j.TokenHash) {
+	if j.TokenHash == "" || !runnerapi.TokenEqual(hash, j.TokenHash) {
 		writeGone(w, j.Status)
 		return j, false
 	}
@@ -121,8 +122,8 @@ func sameFinal(state api.JobState, s store.Status) bool {
 // Job-Status and X-GitLab-Trace-Update-Interval.
 func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	var req api.UpdateJobRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	j, unlock, ok := c.lockedJobForRunner(w, r, req.Token)
@@ -134,7 +135,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	case api.StateRunning, api.StatePending, api.StateSuccess, api.StateFailed:
 	default:
 		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q", req.State), "state")
+		runnerapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q", req.State), "state")
 		return
 	}
 	ctx := r.Context()
@@ -168,7 +169,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	c.touchJob(ctx, j.ID)
 	if req.State == api.StateRunning || req.State == api.StatePending {
 		setJobHeaders(w, j.Status)
-		writeJSON(w, http.StatusOK, struct{}{})
+		runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 		return
 	}
 
@@ -189,7 +190,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 			}
 			log.Warn("trace checksum mismatch, asking for the whole log", "have", have, "runner", sum)
 			setJobHeaders(w, j.Status)
-			writeError(w, http.StatusPreconditionFailed, "trace checksum mismatch: send the whole log again", "output.checksum")
+			runnerapi.WriteError(w, http.StatusPreconditionFailed, "trace checksum mismatch: send the whole log again", "output.checksum")
 			return
 		}
 	}
@@ -239,7 +240,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	c.finished(&got)
 	log.Info("job finished", "status", got.Status, "failure_reason", got.FailureReason)
 	setJobHeaders(w, got.Status)
-	writeJSON(w, http.StatusOK, struct{}{})
+	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 // finished does the bookkeeping of a job that reached a final state.
@@ -269,38 +270,38 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	start, end, err := api.ParseContentRange(r.Header.Get("Content-Range"))
 	if err != nil {
 		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusBadRequest, err.Error(), "Content-Range")
+		runnerapi.WriteError(w, http.StatusBadRequest, err.Error(), "Content-Range")
 		return
 	}
 	// end-start, not end-start+1: that overflows for 0-MaxInt64.
 	if r.ContentLength > maxTracePart || end-start >= maxTracePart {
 		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
+		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTracePart+1))
 	if err != nil {
 		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error(), "")
+		runnerapi.WriteError(w, http.StatusBadRequest, "read body: "+err.Error(), "")
 		return
 	}
 	if len(body) > maxTracePart {
 		setJobHeaders(w, j.Status)
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
+		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
 		return
 	}
 
 	ctx := r.Context()
 	setJobHeaders(w, j.Status)
 	if int64(len(body)) != end-start+1 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("body has %d bytes, Content-Range says %d", len(body), end-start+1), "Content-Range")
+		runnerapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("body has %d bytes, Content-Range says %d", len(body), end-start+1), "Content-Range")
 		return
 	}
 	size, err := c.traces.Append(ctx, j.ID, start, body)
 	var off *store.TraceOffsetError
 	if errors.As(err, &off) {
 		w.Header().Set("Range", api.FormatRange(off.Size))
-		writeError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, off.Size), "Content-Range")
+		runnerapi.WriteError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, off.Size), "Content-Range")
 		return
 	}
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // claimPage is how many pending jobs one claim attempt looks at per query.
@@ -42,12 +43,12 @@ var inProgress = []store.Status{store.StatusWaitingForRunnerAck, store.StatusRun
 // payload, and X-Drover-Ack-Timeout (seconds) on the 201.
 func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	var req api.JobRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	if e := validSystemID(req.SystemID); e != nil {
-		writeBad(w, e)
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	ctx := r.Context()
@@ -146,7 +147,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	if resp.Features.TwoPhaseJobCommit {
 		w.Header().Set(hdrAckTimeout, formatSeconds(c.cfg.AckTimeout))
 	}
-	writeJSON(w, http.StatusCreated, resp)
+	runnerapi.WriteJSON(w, http.StatusCreated, resp)
 }
 
 // claim hands the oldest pending job rn can run to it, or returns nil and,

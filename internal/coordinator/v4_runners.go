@@ -8,6 +8,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // runnerToken picks the runner token of a request: the body's token, else
@@ -23,12 +24,12 @@ func runnerToken(r *http.Request, body string) string {
 // been written) when there is none.
 func (c *Coordinator) authRunner(ctx context.Context, w http.ResponseWriter, token string) (store.Runner, bool) {
 	if token == "" {
-		writeError(w, http.StatusForbidden, "403 Forbidden: missing runner token", "token")
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: missing runner token", "token")
 		return store.Runner{}, false
 	}
 	rn, err := c.st.RunnerByTokenHash(ctx, store.HashToken(token))
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusForbidden, "403 Forbidden: invalid runner token", "token")
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid runner token", "token")
 		return rn, false
 	}
 	if err != nil {
@@ -47,23 +48,19 @@ func (c *Coordinator) internalError(ctx context.Context, w http.ResponseWriter, 
 		// gave up on): an ordinary event, not a server error. Nobody
 		// reads the answer; the metrics count it as 499, as nginx does.
 		c.log.Debug(what+": client went away", "err", err)
-		w.WriteHeader(statusClientClosed)
+		w.WriteHeader(runnerapi.StatusClientClosed)
 		return
 	}
 	if errors.Is(err, store.ErrUnavailable) {
 		c.log.Warn(what+": database unavailable", "err", err)
 		c.metrics.unavailable.Inc()
 		w.Header().Set("Retry-After", retryAfterUnavailable)
-		writeError(w, http.StatusServiceUnavailable, what+": database unavailable, retry later", "")
+		runnerapi.WriteError(w, http.StatusServiceUnavailable, what+": database unavailable, retry later", "")
 		return
 	}
 	c.log.Error(what, "err", err)
-	writeError(w, http.StatusInternalServerError, what+": internal error", "")
+	runnerapi.WriteError(w, http.StatusInternalServerError, what+": internal error", "")
 }
-
-// statusClientClosed is recorded for a request whose client went away
-// before it was answered (nginx's 499).
-const statusClientClosed = 499
 
 // retryAfterUnavailable is the Retry-After (seconds) of a 503 for a
 // database that cannot be reached: a restart of PostgreSQL takes seconds.
@@ -73,12 +70,12 @@ const retryAfterUnavailable = "2"
 // token; it records the runner manager.
 func (c *Coordinator) handleVerify(w http.ResponseWriter, r *http.Request) {
 	var req api.VerifyRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	if e := validSystemID(req.SystemID); e != nil {
-		writeBad(w, e)
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	tok := runnerToken(r, req.Token)
@@ -88,24 +85,24 @@ func (c *Coordinator) handleVerify(w http.ResponseWriter, r *http.Request) {
 	}
 	c.touchManager(r.Context(), rn, req.SystemID, req.Info, true)
 	c.log.Info("runner verified", "runner_id", rn.ID, "system_id", req.SystemID)
-	writeJSON(w, http.StatusOK, api.VerifyResponse{ID: rn.ID, Token: tok})
+	runnerapi.WriteJSON(w, http.StatusOK, api.VerifyResponse{ID: rn.ID, Token: tok})
 }
 
 // handleRegister is POST /api/v4/runners, the legacy registration with the
 // registration token: 201 with a new runner token, 403 for a bad token.
 func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 	var req api.RegisterRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	tok := runnerToken(r, req.Token)
-	if tok == "" || !tokenEqual(tok, c.regToken) {
-		writeError(w, http.StatusForbidden, "403 Forbidden: invalid registration token", "token")
+	if tok == "" || !runnerapi.TokenEqual(tok, c.regToken) {
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid registration token", "token")
 		return
 	}
 	if req.MaximumTimeout < 0 {
-		writeError(w, http.StatusBadRequest, "maximum_timeout must not be negative", "maximum_timeout")
+		runnerapi.WriteError(w, http.StatusBadRequest, "maximum_timeout must not be negative", "maximum_timeout")
 		return
 	}
 	spec := runnerSpec{
@@ -122,7 +119,7 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		spec.Paused = *req.Paused
 	}
 	if e := spec.validate(); e != nil {
-		writeBad(w, e)
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	rn, token, err := c.createRunner(r.Context(), spec)
@@ -130,14 +127,14 @@ func (c *Coordinator) handleRegister(w http.ResponseWriter, r *http.Request) {
 		c.internalError(r.Context(), w, "register runner", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, api.VerifyResponse{ID: rn.ID, Token: token})
+	runnerapi.WriteJSON(w, http.StatusCreated, api.VerifyResponse{ID: rn.ID, Token: token})
 }
 
 // handleUnregister is DELETE /api/v4/runners: removes the runner; 204.
 func (c *Coordinator) handleUnregister(w http.ResponseWriter, r *http.Request) {
 	var req api.UnregisterRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	rn, ok := c.authRunner(r.Context(), w, runnerToken(r, req.Token))
@@ -158,12 +155,12 @@ func (c *Coordinator) handleUnregister(w http.ResponseWriter, r *http.Request) {
 // runner manager (system_id) of a runner; 204, also when it was not known.
 func (c *Coordinator) handleUnregisterManager(w http.ResponseWriter, r *http.Request) {
 	var req api.UnregisterRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	if e := validSystemID(req.SystemID); e != nil {
-		writeBad(w, e)
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	rn, ok := c.authRunner(r.Context(), w, runnerToken(r, req.Token))
@@ -171,7 +168,7 @@ func (c *Coordinator) handleUnregisterManager(w http.ResponseWriter, r *http.Req
 		return
 	}
 	if req.SystemID == "" {
-		writeError(w, http.StatusBadRequest, "system_id is required", "system_id")
+		runnerapi.WriteError(w, http.StatusBadRequest, "system_id is required", "system_id")
 		return
 	}
 	err := c.st.DeleteRunnerManager(r.Context(), rn.ID, req.SystemID)
@@ -192,8 +189,8 @@ func (c *Coordinator) handleResetToken(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Token string `json:"token"`
 	}
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	rn, ok := c.authRunner(r.Context(), w, runnerToken(r, req.Token))
@@ -206,7 +203,7 @@ func (c *Coordinator) handleResetToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("runner token reset", "runner_id", rn.ID)
-	writeJSON(w, http.StatusCreated, struct {
+	runnerapi.WriteJSON(w, http.StatusCreated, struct {
 		Token          string `json:"token"`
 		TokenExpiresAt string `json:"token_expires_at,omitempty"`
 	}{Token: tok})
@@ -235,12 +232,12 @@ type runnerSpec struct {
 	MaximumTimeout int
 }
 
-func (s *runnerSpec) validate() *badRequest {
+func (s *runnerSpec) validate() *runnerapi.BadRequest {
 	if s.MaximumTimeout < 0 {
-		return invalid("maximum_timeout", "maximum_timeout must not be negative")
+		return runnerapi.Invalid("maximum_timeout", "maximum_timeout must not be negative")
 	}
 	if len(s.Description) > 1024 || hasControl(s.Description) {
-		return invalid("description", "description must be at most 1024 printable characters")
+		return runnerapi.Invalid("description", "description must be at most 1024 printable characters")
 	}
 	tags := make([]string, 0, len(s.Tags))
 	for _, t := range s.Tags {
@@ -256,9 +253,9 @@ func (s *runnerSpec) validate() *badRequest {
 	return nil
 }
 
-func validTag(t, field string) *badRequest {
+func validTag(t, field string) *runnerapi.BadRequest {
 	if t == "" || len(t) > 255 || strings.Contains(t, ",") || hasControl(t) {
-		return invalid(field, "invalid tag %q: want 1-255 printable characters without commas", t)
+		return runnerapi.Invalid(field, "invalid tag %q: want 1-255 printable characters without commas", t)
 	}
 	return nil
 }
@@ -300,9 +297,9 @@ const maxSystemID = 64
 
 // validSystemID checks a runner manager's system_id: it is stored, logged
 // and shown, so it is short and printable.
-func validSystemID(id string) *badRequest {
+func validSystemID(id string) *runnerapi.BadRequest {
 	if len(id) > maxSystemID || hasControl(id) {
-		return invalid("system_id", "system_id must be at most %d printable characters", maxSystemID)
+		return runnerapi.Invalid("system_id", "system_id must be at most %d printable characters", maxSystemID)
 	}
 	return nil
 }

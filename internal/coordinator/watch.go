@@ -9,6 +9,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // POST /api/v4/jobs/watch is drover's way to tell a runner manager at once
@@ -121,22 +122,22 @@ func (c *Coordinator) jobChanged(ctx context.Context, id int64, announce bool) {
 // runner acts on it as it would on that answer.
 func (c *Coordinator) handleWatchJobs(w http.ResponseWriter, r *http.Request) {
 	var req api.WatchRequest
-	if e := decodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	switch {
 	case len(req.Jobs) == 0:
-		writeError(w, http.StatusBadRequest, "jobs: at least one job to watch is needed", "jobs")
+		runnerapi.WriteError(w, http.StatusBadRequest, "jobs: at least one job to watch is needed", "jobs")
 		return
 	case len(req.Jobs) > maxWatchedJobs:
-		writeError(w, http.StatusBadRequest, "jobs: at most 5000 jobs per watch", "jobs")
+		runnerapi.WriteError(w, http.StatusBadRequest, "jobs: at most 5000 jobs per watch", "jobs")
 		return
 	}
 	ids := make([]int64, len(req.Jobs))
 	for i, j := range req.Jobs {
 		if j.ID <= 0 || j.Token == "" {
-			writeError(w, http.StatusBadRequest, "jobs: each job needs an id and its token", "jobs")
+			runnerapi.WriteError(w, http.StatusBadRequest, "jobs: each job needs an id and its token", "jobs")
 			return
 		}
 		ids[i] = j.ID
@@ -165,13 +166,13 @@ func (c *Coordinator) handleWatchJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(changes) > 0 {
-			writeJSON(w, http.StatusOK, api.WatchResponse{Jobs: changes})
+			runnerapi.WriteJSON(w, http.StatusOK, api.WatchResponse{Jobs: changes})
 			return
 		}
 		select {
 		case <-ch:
 		case <-timer.C():
-			writeJSON(w, http.StatusOK, api.WatchResponse{Jobs: []api.JobChange{}})
+			runnerapi.WriteJSON(w, http.StatusOK, api.WatchResponse{Jobs: []api.JobChange{}})
 			return
 		case <-ctx.Done():
 			return
@@ -206,7 +207,7 @@ func (c *Coordinator) jobAnswer(ctx context.Context, id int64, token string) (in
 		return 0, "", err
 	}
 	hash := store.HashToken(token)
-	if j.TokenHash == "" || !tokenEqual(hash, j.TokenHash) {
+	if j.TokenHash == "" || !runnerapi.TokenEqual(hash, j.TokenHash) {
 		owner, err := c.st.RetiredJobToken(ctx, hash)
 		switch {
 		case err == nil && owner == j.ID:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // The admin API v1 for the router's own runner tokens, the same shapes as
@@ -30,7 +31,7 @@ func (t *tagList) UnmarshalJSON(b []byte) error {
 	}
 	var ss []string
 	if err := json.Unmarshal(b, &ss); err != nil {
-		return &fieldError{field: "tag_list", msg: "want an array of strings or a comma-separated string"}
+		return runnerapi.NewFieldError("tag_list", "want an array of strings or a comma-separated string")
 	}
 	*t = ss
 	return nil
@@ -72,13 +73,13 @@ func (r *Router) runnerView(req *http.Request, rn store.Runner) (runnerView, err
 	v := runnerView{
 		ID: rn.ID, Description: rn.Description, TagList: rn.Tags, RunUntagged: rn.RunUntagged,
 		Locked: rn.Locked, Paused: rn.Paused, MaximumTimeout: rn.MaximumTimeout,
-		ContactedAt: rfc3339(rn.ContactedAt), Managers: []managerView{},
+		ContactedAt: runnerapi.RFC3339(rn.ContactedAt), Managers: []managerView{},
 	}
 	if v.TagList == nil {
 		v.TagList = []string{}
 	}
 	for _, m := range ms {
-		v.Managers = append(v.Managers, managerView{SystemID: m.SystemID, ContactedAt: rfc3339(m.ContactedAt), Version: m.Version, Executor: m.Executor})
+		v.Managers = append(v.Managers, managerView{SystemID: m.SystemID, ContactedAt: runnerapi.RFC3339(m.ContactedAt), Version: m.Version, Executor: m.Executor})
 	}
 	return v, nil
 }
@@ -98,23 +99,23 @@ func hasControl(s string) bool {
 
 func (r *Router) handleCreateRunner(w http.ResponseWriter, req *http.Request) {
 	var body createRunnerRequest
-	if e := decodeJSON(w, req, &body, maxV1Body, true); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, req, &body, maxV1Body, true); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	if body.MaximumTimeout < 0 {
-		writeBad(w, invalid("maximum_timeout", "maximum_timeout must not be negative"))
+		runnerapi.WriteBad(w, runnerapi.Invalid("maximum_timeout", "maximum_timeout must not be negative"))
 		return
 	}
 	if len(body.Description) > 1024 || hasControl(body.Description) {
-		writeBad(w, invalid("description", "description must be at most 1024 printable characters"))
+		runnerapi.WriteBad(w, runnerapi.Invalid("description", "description must be at most 1024 printable characters"))
 		return
 	}
 	tags := []string{}
 	for _, t := range body.TagList {
 		t = strings.TrimSpace(t)
 		if !validTag(t) {
-			writeBad(w, invalid("tag_list", "invalid tag %q: want 1-255 printable characters without commas", t))
+			runnerapi.WriteBad(w, runnerapi.Invalid("tag_list", "invalid tag %q: want 1-255 printable characters without commas", t))
 			return
 		}
 		if !slices.Contains(tags, t) {
@@ -136,7 +137,7 @@ func (r *Router) handleCreateRunner(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.log.Info("runner created", "runner_id", rn.ID, "tags", rn.Tags)
-	writeJSON(w, http.StatusCreated, struct {
+	runnerapi.WriteJSON(w, http.StatusCreated, struct {
 		ID    int64  `json:"id"`
 		Token string `json:"token"`
 	}{rn.ID, tok})
@@ -157,18 +158,18 @@ func (r *Router) handleListRunners(w http.ResponseWriter, req *http.Request) {
 		}
 		out = append(out, v)
 	}
-	writeJSON(w, http.StatusOK, out)
+	runnerapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (r *Router) handleGetRunner(w http.ResponseWriter, req *http.Request) {
-	id, ok := pathID(req)
+	id, ok := runnerapi.PathID(req)
 	if !ok {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	rn, err := r.st.GetRunner(req.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	if err != nil {
@@ -180,18 +181,18 @@ func (r *Router) handleGetRunner(w http.ResponseWriter, req *http.Request) {
 		r.internalError(req.Context(), w, "get runner", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	runnerapi.WriteJSON(w, http.StatusOK, v)
 }
 
 func (r *Router) handleDeleteRunner(w http.ResponseWriter, req *http.Request) {
-	id, ok := pathID(req)
+	id, ok := runnerapi.PathID(req)
 	if !ok {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	err := r.st.DeleteRunner(req.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "runner not found", "id")
+		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
 	if err != nil {

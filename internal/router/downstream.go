@@ -9,6 +9,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // waiter is one downstream jobs/request looking for a job.
@@ -34,12 +35,12 @@ func runnerToken(r *http.Request, body string) string {
 // been written.
 func (r *Router) authRunner(ctx context.Context, w http.ResponseWriter, token string) (store.Runner, bool) {
 	if token == "" {
-		writeError(w, http.StatusForbidden, "403 Forbidden: missing runner token", "token")
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: missing runner token", "token")
 		return store.Runner{}, false
 	}
 	rn, err := r.st.RunnerByTokenHash(ctx, store.HashToken(token))
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusForbidden, "403 Forbidden: invalid runner token", "token")
+		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid runner token", "token")
 		return rn, false
 	}
 	if err != nil {
@@ -75,8 +76,8 @@ func (r *Router) touchManager(ctx context.Context, rn store.Runner, sys string, 
 // and token, 403 for an unknown token.
 func (r *Router) handleVerify(w http.ResponseWriter, req *http.Request) {
 	var body api.VerifyRequest
-	if e := decodeJSON(w, req, &body, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, req, &body, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	tok := runnerToken(req, body.Token)
@@ -86,14 +87,14 @@ func (r *Router) handleVerify(w http.ResponseWriter, req *http.Request) {
 	}
 	r.touchManager(req.Context(), rn, body.SystemID, body.Info, true)
 	r.log.Info("runner verified", "runner_id", rn.ID, "system_id", body.SystemID)
-	writeJSON(w, http.StatusOK, api.VerifyResponse{ID: rn.ID, Token: tok})
+	runnerapi.WriteJSON(w, http.StatusOK, api.VerifyResponse{ID: rn.ID, Token: tok})
 }
 
 // handleUnregisterManager is DELETE /api/v4/runners/managers: 204.
 func (r *Router) handleUnregisterManager(w http.ResponseWriter, req *http.Request) {
 	var body api.UnregisterRequest
-	if e := decodeJSON(w, req, &body, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, req, &body, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	rn, ok := r.authRunner(req.Context(), w, runnerToken(req, body.Token))
@@ -101,7 +102,7 @@ func (r *Router) handleUnregisterManager(w http.ResponseWriter, req *http.Reques
 		return
 	}
 	if body.SystemID == "" {
-		writeError(w, http.StatusBadRequest, "system_id is required", "system_id")
+		runnerapi.WriteError(w, http.StatusBadRequest, "system_id is required", "system_id")
 		return
 	}
 	if err := r.st.DeleteRunnerManager(req.Context(), rn.ID, body.SystemID); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -134,8 +135,8 @@ func (r *Router) versionLocked(k mgrKey) string {
 // while it is held it counts as demand for the upstream poller.
 func (r *Router) handleJobRequest(w http.ResponseWriter, req *http.Request) {
 	var body api.JobRequest
-	if e := decodeJSON(w, req, &body, maxV4Body, false); e != nil {
-		writeBad(w, e)
+	if e := runnerapi.DecodeJSON(w, req, &body, maxV4Body, false); e != nil {
+		runnerapi.WriteBad(w, e)
 		return
 	}
 	ctx := req.Context()

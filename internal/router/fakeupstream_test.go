@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // fakeUpstream is a small coordinator with the two-phase job start, for
@@ -54,7 +55,7 @@ func newFakeUpstream(t testing.TB, ack time.Duration) *fakeUpstream {
 		jobs: map[int64]*fakeJob{}, wake: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v4/runners/verify", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, api.VerifyResponse{ID: 1, Token: r.Header.Get(api.HeaderRunnerToken)})
+		runnerapi.WriteJSON(w, http.StatusOK, api.VerifyResponse{ID: 1, Token: r.Header.Get(api.HeaderRunnerToken)})
 	})
 	mux.HandleFunc("POST /api/v4/jobs/request", f.request)
 	mux.HandleFunc("POST /api/v4/jobs/{id}/runner_provisioning", f.provisioning)
@@ -139,7 +140,7 @@ func (f *fakeUpstream) request(w http.ResponseWriter, r *http.Request) {
 			f.version++
 			w.Header().Set(api.HeaderLastUpdate, strconv.FormatInt(f.version, 10))
 			f.mu.Unlock()
-			writeJSON(w, http.StatusCreated, map[string]any{
+			runnerapi.WriteJSON(w, http.StatusCreated, map[string]any{
 				"id": id, "token": j.token,
 				"job_info":    map[string]any{"name": "j", "project_full_path": j.project},
 				"variables":   []api.Variable{{Key: "CI_JOB_ID", Value: strconv.FormatInt(id, 10)}},
@@ -180,7 +181,7 @@ func (f *fakeUpstream) ownedLocked(w http.ResponseWriter, r *http.Request, tok s
 	}
 	if j == nil || j.token == "" || j.token != tok {
 		w.Header().Set(api.HeaderJobStatus, api.RemoteCanceled)
-		writeError(w, http.StatusConflict, "not yours", "")
+		runnerapi.WriteError(w, http.StatusConflict, "not yours", "")
 		return nil
 	}
 	return j
@@ -197,7 +198,7 @@ func (f *fakeUpstream) provisioning(w http.ResponseWriter, r *http.Request) {
 	}
 	if j.state != "waiting" {
 		w.Header().Set(api.HeaderJobStatus, j.state)
-		writeError(w, http.StatusConflict, "job is "+j.state, "")
+		runnerapi.WriteError(w, http.StatusConflict, "job is "+j.state, "")
 		return
 	}
 	switch p.Status {
@@ -210,7 +211,7 @@ func (f *fakeUpstream) provisioning(w http.ResponseWriter, r *http.Request) {
 		f.declines.Add(1)
 		f.requeueLocked(j)
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 func (f *fakeUpstream) update(w http.ResponseWriter, r *http.Request) {
@@ -232,12 +233,12 @@ func (f *fakeUpstream) update(w http.ResponseWriter, r *http.Request) {
 	case j.state == "running" && u.State == api.StateRunning:
 	default:
 		w.Header().Set(api.HeaderJobStatus, j.state)
-		writeError(w, http.StatusConflict, "job is "+j.state, "")
+		runnerapi.WriteError(w, http.StatusConflict, "job is "+j.state, "")
 		return
 	}
 	w.Header().Set(api.HeaderJobStatus, api.RemoteRunning)
 	w.Header().Set(api.HeaderTraceUpdateInterval, "3")
-	writeJSON(w, http.StatusOK, struct{}{})
+	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 func (f *fakeUpstream) patch(w http.ResponseWriter, r *http.Request) {

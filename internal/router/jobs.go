@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // Calls about jobs from downstream runners.
@@ -42,7 +43,7 @@ func (r *Router) heldJob(req *http.Request, bodyToken string) *job {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	j := r.jobs[id]
-	if j == nil || tok == "" || !tokenEqual(tok, j.token) {
+	if j == nil || tok == "" || !runnerapi.TokenEqual(tok, j.token) {
 		return nil
 	}
 	return j
@@ -53,20 +54,20 @@ func (r *Router) heldJob(req *http.Request, bodyToken string) *job {
 // any runner drops it.
 func notYours(w http.ResponseWriter) {
 	w.Header().Set(api.HeaderJobStatus, api.RemoteCanceled)
-	writeError(w, http.StatusConflict, "409 Conflict: the job is no longer assigned to this runner", "")
+	runnerapi.WriteError(w, http.StatusConflict, "409 Conflict: the job is no longer assigned to this runner", "")
 }
 
 // okHeld answers a keep-alive of a held job.
 func okHeld(w http.ResponseWriter) {
 	w.Header().Set(api.HeaderTraceUpdateInterval, "3")
-	writeJSON(w, http.StatusOK, struct{}{})
+	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
 }
 
 // handleUpdateJob is PUT /api/v4/jobs/{id}.
 func (r *Router) handleUpdateJob(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxV4Body))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "body too large", "")
+		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, "body too large", "")
 		return
 	}
 	var upd struct {
@@ -108,12 +109,12 @@ func (r *Router) handleUpdateJob(w http.ResponseWriter, req *http.Request) {
 func (r *Router) handleProvisioning(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxV4Body))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "body too large", "")
+		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, "body too large", "")
 		return
 	}
 	var p api.ProvisioningRequest
 	if err := json.Unmarshal(body, &p); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed JSON body", "")
+		runnerapi.WriteError(w, http.StatusBadRequest, "malformed JSON body", "")
 		return
 	}
 	j := r.heldJob(req, "")
@@ -164,7 +165,7 @@ func (r *Router) handleProvisioning(w http.ResponseWriter, req *http.Request) {
 		okHeld(w)
 	default:
 		r.mu.Unlock()
-		writeError(w, http.StatusBadRequest, "status must be pending, accepted or declined", "status")
+		runnerapi.WriteError(w, http.StatusBadRequest, "status must be pending, accepted or declined", "status")
 	}
 }
 
@@ -239,7 +240,7 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body io.Reade
 	u.RawQuery = req.URL.RawQuery
 	out, err := http.NewRequestWithContext(req.Context(), req.Method, u.String(), body)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "forward: "+err.Error(), "")
+		runnerapi.WriteError(w, http.StatusBadGateway, "forward: "+err.Error(), "")
 		return http.StatusBadGateway, w.Header()
 	}
 	for k, vs := range req.Header {
@@ -261,7 +262,7 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body io.Reade
 		if req.Context().Err() == nil {
 			r.log.Warn("forward to upstream failed", "path", req.URL.Path, "err", err)
 		}
-		writeError(w, http.StatusBadGateway, "upstream unreachable", "")
+		runnerapi.WriteError(w, http.StatusBadGateway, "upstream unreachable", "")
 		return http.StatusBadGateway, w.Header()
 	}
 	defer resp.Body.Close()

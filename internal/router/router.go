@@ -25,6 +25,7 @@ import (
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // Config configures New. Zero values mean the documented defaults.
@@ -345,10 +346,10 @@ func readOrCreateToken(path, prefix string) (string, error) {
 func (r *Router) routes() http.Handler {
 	mux := http.NewServeMux()
 	h := func(pattern string, fn http.HandlerFunc) {
-		mux.Handle(pattern, r.instrument(pattern, fn))
+		mux.Handle(pattern, runnerapi.Instrument(r.metrics.requests, pattern, fn))
 	}
 	admin := func(pattern string, fn http.HandlerFunc) {
-		mux.Handle(pattern, r.instrument(pattern, r.requireAdmin(fn)))
+		mux.Handle(pattern, runnerapi.Instrument(r.metrics.requests, pattern, runnerapi.RequireAdmin(r.adminToken, fn)))
 	}
 	h("POST /api/v4/runners/verify", r.handleVerify)
 	h("DELETE /api/v4/runners/managers", r.handleUnregisterManager)
