@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,12 +21,7 @@ import (
 func TestCoordinatorOutagePastRetryBudget(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "coord")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	c := startCoordinator(t, data, "--listen", addr)
 	cl := c.client()
 	gate := filepath.Join(dir, "gate")

@@ -342,12 +342,7 @@ func redisTakeover(t *testing.T, writeCfg func(dir, url, token, store string) st
 func TestCoordinatorKilledDuringBurst(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "coord")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	// A job handed out in the instant of the kill never reached the
 	// manager: it comes back after the ack timeout (short here), and goes
 	// to the same manager after one more (it is the only one).
