@@ -43,23 +43,14 @@ func (c *Coordinator) authRunner(ctx context.Context, w http.ResponseWriter, tok
 // with Retry-After: nothing was changed, and the same request a moment
 // later, to this coordinator or another, may well succeed.
 func (c *Coordinator) internalError(ctx context.Context, w http.ResponseWriter, what string, err error) {
-	if ctx.Err() != nil {
-		// The client went away (a runner stopping, a held long poll it
-		// gave up on): an ordinary event, not a server error. Nobody
-		// reads the answer; the metrics count it as 499, as nginx does.
-		c.log.Debug(what+": client went away", "err", err)
-		w.WriteHeader(runnerapi.StatusClientClosed)
-		return
-	}
-	if errors.Is(err, store.ErrUnavailable) {
+	if ctx.Err() == nil && errors.Is(err, store.ErrUnavailable) {
 		c.log.Warn(what+": database unavailable", "err", err)
 		c.metrics.unavailable.Inc()
 		w.Header().Set("Retry-After", retryAfterUnavailable)
 		runnerapi.WriteError(w, http.StatusServiceUnavailable, what+": database unavailable, retry later", "")
 		return
 	}
-	c.log.Error(what, "err", err)
-	runnerapi.WriteError(w, http.StatusInternalServerError, what+": internal error", "")
+	runnerapi.InternalError(ctx, w, c.log, what, err)
 }
 
 // retryAfterUnavailable is the Retry-After (seconds) of a 503 for a

@@ -13,14 +13,7 @@ const (
 	maxV4Body = 1 << 20
 )
 
-// internalError answers 500, or nothing when the client went away (an
-// ordinary event: logged at debug).
+// internalError answers 500, or nothing when the client went away.
 func (r *Router) internalError(ctx context.Context, w http.ResponseWriter, what string, err error) {
-	if ctx.Err() != nil {
-		r.log.Debug(what+": client went away", "err", err)
-		w.WriteHeader(runnerapi.StatusClientClosed)
-		return
-	}
-	r.log.Error(what, "err", err)
-	runnerapi.WriteError(w, http.StatusInternalServerError, what+": internal error", "")
+	runnerapi.InternalError(ctx, w, r.log, what, err)
 }

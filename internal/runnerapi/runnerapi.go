@@ -7,11 +7,13 @@
 package runnerapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -63,6 +65,21 @@ func Instrument(requests *prometheus.CounterVec, endpoint string, next http.Hand
 		}
 		requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 	})
+}
+
+// InternalError answers a failure of the server's own: 500 naming what
+// failed, logged as an error. A client that went away meanwhile (a runner
+// stopping, a held long poll it gave up on) is an ordinary event, not a
+// server error: nobody reads the answer, it is logged at debug level and
+// Instrument counts it as StatusClientClosed.
+func InternalError(ctx context.Context, w http.ResponseWriter, log *slog.Logger, what string, err error) {
+	if ctx.Err() != nil {
+		log.Debug(what+": client went away", "err", err)
+		w.WriteHeader(StatusClientClosed)
+		return
+	}
+	log.Error(what, "err", err)
+	WriteError(w, http.StatusInternalServerError, what+": internal error", "")
 }
 
 // RequireAdmin checks Authorization: Bearer <token>: 401 when missing, 403

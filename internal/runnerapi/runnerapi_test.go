@@ -3,6 +3,8 @@ package runnerapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -138,4 +140,28 @@ func FuzzDecodeJSON(f *testing.F) {
 			t.Fatalf("DecodeJSON(%q) = %d %q", body, e.Code(), e.Error())
 		}
 	})
+}
+
+// TestInternalError: 500 naming what failed, unless the client went away
+// (499, no body).
+func TestInternalError(t *testing.T) {
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		code int
+		body string
+	}{
+		{"server fault", t.Context(), 500, "list runners: internal error"},
+		{"client gone", gone, StatusClientClosed, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			InternalError(tc.ctx, w, slog.New(slog.DiscardHandler), "list runners", errors.New("disk on fire"))
+			if w.Code != tc.code || !strings.Contains(w.Body.String(), tc.body) || (tc.body == "" && w.Body.Len() != 0) {
+				t.Errorf("answer = %d %q, want %d %q", w.Code, w.Body, tc.code, tc.body)
+			}
+		})
+	}
 }
