@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -156,29 +154,7 @@ with the old key still open, new ones are sealed with the new key.`,
 				return err
 			}
 			defer c.Close()
-			if p := c.AdminTokenPath(); p != "" {
-				logger.Info("admin token", "path", p)
-			} else {
-				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
-			}
-			srv, err := apiServer(logger, reg, "coordinator", c.Handler(), maxConnsPerClient)
-			if err != nil {
-				return err
-			}
-			go func() { _ = c.Run(ctx) }()
-			go func() {
-				<-ctx.Done()
-				// Held long polls end with the shutdown; give them a moment.
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(sctx)
-			}()
-			logger.Info("coordinator listening", append([]any{"addr", "http://" + ln.Addr().String(), "data", data}, listenAttrs(srv)...)...)
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			logger.Info("coordinator stopped")
-			return nil
+			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, "data", data)
 		},
 	}
 	f := cmd.Flags()

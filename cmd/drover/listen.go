@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
@@ -49,4 +53,43 @@ func apiServer(logger *slog.Logger, reg prometheus.Registerer, subsystem string,
 func listenAttrs(srv *httpserver.Server) []any {
 	perClient, total := srv.Limits()
 	return []any{"max_conns_per_client", perClient, "max_conns", total}
+}
+
+// runnerAPIDaemon is a daemon serving the runner API: the coordinator or
+// the router.
+type runnerAPIDaemon interface {
+	Handler() http.Handler
+	Run(ctx context.Context) error
+	AdminTokenPath() string
+}
+
+// serveRunnerAPI runs d (its Run loop and its API on ln, through
+// apiServer) until ctx is done, then shuts the server down, giving held
+// long polls a moment, and waits for Run to return. attrs are logged with
+// the address.
+func serveRunnerAPI(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer, name string, d runnerAPIDaemon, ln net.Listener, perClient int, attrs ...any) error {
+	if p := d.AdminTokenPath(); p != "" {
+		logger.Info("admin token", "path", p)
+	} else {
+		logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
+	}
+	srv, err := apiServer(logger, reg, name, d.Handler(), perClient)
+	if err != nil {
+		return err
+	}
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = d.Run(ctx) }()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	logger.Info(name+" listening", append(append([]any{"addr", "http://" + ln.Addr().String()}, attrs...), listenAttrs(srv)...)...)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	<-runDone
+	logger.Info(name + " stopped")
+	return nil
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -95,36 +93,12 @@ beyond, drover_router_connections_rejected_total).`,
 				return usageError(err)
 			}
 			defer r.Close()
-			if p := r.AdminTokenPath(); p != "" {
-				logger.Info("admin token", "path", p)
-			} else {
-				logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
-			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return usageError(err)
 			}
-			srv, err := apiServer(logger, reg, "router", r.Handler(), maxConnsPerClient)
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			runDone := make(chan struct{})
-			go func() { defer close(runDone); _ = r.Run(ctx) }()
-			go func() {
-				<-ctx.Done()
-				// Held long polls end with the shutdown; give them a moment.
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(sctx)
-			}()
-			logger.Info("router listening", append([]any{"addr", "http://" + ln.Addr().String(), "upstream", upstream, "data", data}, listenAttrs(srv)...)...)
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			<-runDone
-			logger.Info("router stopped")
-			return nil
+			defer ln.Close()
+			return serveRunnerAPI(ctx, logger, reg, "router", r, ln, maxConnsPerClient, "upstream", upstream, "data", data)
 		},
 	}
 	f := cmd.Flags()

@@ -482,3 +482,21 @@ func ShortToken(token string) string {
 	}
 	return token
 }
+
+// StringOrList decodes a JSON string or array of strings (b is one valid
+// JSON value, as UnmarshalJSON gets it): a string becomes split(s), an
+// array its elements. ok is false for any other value.
+func StringOrList(b []byte, split func(string) []string) (ss []string, ok bool) {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if json.Unmarshal(b, &s) != nil {
+			return nil, false
+		}
+		return split(s), true
+	}
+	if json.Unmarshal(b, &ss) != nil {
+		return nil, false
+	}
+	return ss, true
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,5 +60,26 @@ func TestImageJSON(t *testing.T) {
 	}
 	if b, _ := json.Marshal(Image{Name: "alpine"}); string(b) != `{"name":"alpine"}` {
 		t.Errorf("Marshal name only = %s", b)
+	}
+}
+
+func TestStringOrList(t *testing.T) {
+	split := func(s string) []string { return strings.Split(s, ",") }
+	for _, tc := range []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{`"a,b"`, []string{"a", "b"}, true},
+		{` ["x", "y"] `, []string{"x", "y"}, true},
+		{`[]`, []string{}, true},
+		{`5`, nil, false},
+		{`{"a":1}`, nil, false},
+		{`[1]`, nil, false},
+	} {
+		got, ok := StringOrList([]byte(tc.in), split)
+		if ok != tc.ok || strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("StringOrList(%s) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
 	}
 }

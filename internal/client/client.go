@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drover-ci/drover/internal/api"
 )
 
 // Client talks to a drover coordinator's /api/v1.
@@ -71,17 +73,8 @@ type PullPolicies []string
 
 // UnmarshalJSON decodes a string or an array of strings.
 func (p *PullPolicies) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*p = PullPolicies{s}
-		return nil
-	}
-	var ss []string
-	if err := json.Unmarshal(b, &ss); err != nil {
+	ss, ok := api.StringOrList(b, func(s string) []string { return []string{s} })
+	if !ok {
 		return errors.New("pull_policy: want a string or an array of strings")
 	}
 	*p = ss

@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -23,6 +24,22 @@ type Timer interface {
 	C() <-chan time.Time
 	Stop() bool
 	Reset(d time.Duration) bool
+}
+
+// Every calls fn every d on c (d after the previous call returned) until
+// ctx is done.
+func Every(ctx context.Context, c Clock, d time.Duration, fn func(context.Context)) {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			fn(ctx)
+			t.Reset(d)
+		}
+	}
 }
 
 // Real is the wall clock.

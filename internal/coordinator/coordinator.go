@@ -1,12 +1,9 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -15,10 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/drover-ci/drover/internal/secretbox"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -94,9 +91,14 @@ type Coordinator struct {
 	// listening is closed when Run listens for other coordinators' jobs.
 	listening chan struct{}
 	poll      *notifier
-	watch     *watchHub
-	metrics   *metrics
-	handler   http.Handler
+	// versions are the runner managers' long-poll versions.
+	versions *runnerapi.Versions
+	// runners serves runner tokens and managers (admin API v1 and the
+	// runner endpoints of API v4).
+	runners *runnerapi.Runners
+	watch   *watchHub
+	metrics *metrics
+	handler http.Handler
 
 	adminToken     string
 	adminTokenPath string
@@ -122,37 +124,21 @@ type Coordinator struct {
 	upSince time.Time
 
 	contactMu   sync.Mutex
-	jobContact  map[int64]time.Time  // last contact written per job
-	mgrContact  map[mgrKey]time.Time // last contact written per runner manager
-	mgrStarts   map[mgrKey]time.Time // process start a manager without a job store last sent
+	jobContact  map[int64]time.Time                // last contact written per job
+	mgrStarts   map[runnerapi.ManagerKey]time.Time // process start a manager without a job store last sent
 	contactStep time.Duration
-}
-
-type mgrKey struct {
-	runnerID int64
-	systemID string
 }
 
 // New opens (or creates) the coordinator's data directory and database.
 func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))
+	if err := runnerapi.PrepareDataDir(logger, cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	if cfg.DataDir == "" {
-		return nil, errors.New("coordinator: DataDir is required")
-	}
-	if cfg.LongPollTimeout <= 0 {
-		cfg.LongPollTimeout = DefaultLongPollTimeout
-	}
-	if cfg.StaleTimeout <= 0 {
-		cfg.StaleTimeout = DefaultStaleTimeout
-	}
-	if cfg.TimeoutGrace <= 0 {
-		cfg.TimeoutGrace = DefaultTimeoutGrace
-	}
-	if cfg.AckTimeout <= 0 {
-		cfg.AckTimeout = DefaultAckTimeout
-	}
+	cfg.LongPollTimeout = runnerapi.OrDefault(cfg.LongPollTimeout, DefaultLongPollTimeout)
+	cfg.StaleTimeout = runnerapi.OrDefault(cfg.StaleTimeout, DefaultStaleTimeout)
+	cfg.TimeoutGrace = runnerapi.OrDefault(cfg.TimeoutGrace, DefaultTimeoutGrace)
+	cfg.AckTimeout = runnerapi.OrDefault(cfg.AckTimeout, DefaultAckTimeout)
 	if cfg.ReapInterval <= 0 {
 		// Expired acknowledgement deadlines are found by the reaper: look
 		// often enough that a job is back in the queue soon after its
@@ -166,18 +152,12 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		cfg.MaxProvisioningRetries = 0
 	}
 	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
-	if tightened, err := store.PrivateDir(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
-	} else if tightened {
-		logger.Warn("the data directory gave other users access; it is now private (0700)", "data_dir", cfg.DataDir)
-	}
 	c := &Coordinator{
 		log:        logger,
 		cfg:        cfg,
 		clock:      clock.OrReal(cfg.Clock),
 		jobContact: map[int64]time.Time{},
-		mgrContact: map[mgrKey]time.Time{},
-		mgrStarts:  map[mgrKey]time.Time{},
+		mgrStarts:  map[runnerapi.ManagerKey]time.Time{},
 		// Contact times only need to be exact to a small part of the stale
 		// timeout; writing them at most this often keeps PATCH storms off
 		// the single writer.
@@ -222,7 +202,7 @@ func (c *Coordinator) open(ctx context.Context) error {
 	if c.shared != nil {
 		// Long-poll versions issued by any coordinator on the database are
 		// honoured by all (see notifier).
-		id, err := c.shared.SettingOrInit(ctx, "cluster_id", randomToken("", 6))
+		id, err := c.shared.SettingOrInit(ctx, "cluster_id", runnerapi.RandomToken("", 6))
 		if err != nil {
 			return fmt.Errorf("coordinator: cluster id: %w", err)
 		}
@@ -240,14 +220,16 @@ func (c *Coordinator) open(ctx context.Context) error {
 		}
 	default:
 		c.adminTokenPath = adminFile
-		if c.adminToken, err = readOrCreateToken(adminFile, "drover-admin-"); err != nil {
-			return err
+		if c.adminToken, err = runnerapi.ReadOrCreateToken(adminFile, "drover-admin-"); err != nil {
+			return fmt.Errorf("coordinator: admin token: %w", err)
 		}
 	}
 	if c.shared != nil {
 		c.regToken, err = c.sharedToken(ctx, "registration_token", regFile, "GR1348941")
 	} else {
-		c.regToken, err = readOrCreateToken(regFile, "GR1348941")
+		if c.regToken, err = runnerapi.ReadOrCreateToken(regFile, "GR1348941"); err != nil {
+			err = fmt.Errorf("coordinator: registration token: %w", err)
+		}
 	}
 	if err != nil {
 		return err
@@ -260,7 +242,25 @@ func (c *Coordinator) open(ctx context.Context) error {
 	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {
 		return err
 	}
-	c.poll = newNotifier(c.metrics.waiters, versionPrefix)
+	c.poll = newNotifier(c.metrics.waiters)
+	c.versions = runnerapi.NewVersions(versionPrefix)
+	c.runners = runnerapi.NewRunners(c.st, runnerapi.RunnersConfig{
+		Clock: c.clock, Log: c.log, RegistrationToken: c.regToken,
+		ContactStep: c.contactStep,
+		Fail:        c.internalError,
+		Hooks: runnerapi.Hooks{
+			ManagerContact: func(_ runnerapi.ManagerKey, last time.Time, known bool) {
+				if !known || c.clock.Now().Sub(last) >= onlineWindow {
+					// A manager new to this coordinator, or back
+					// online: once it is written, lists of the runners
+					// online must be read anew.
+					c.online.invalidate()
+				}
+			},
+			RunnerDeleted:  func(int64) { c.online.invalidate() },
+			ManagerDeleted: func(runnerapi.ManagerKey) { c.online.invalidate() },
+		},
+	})
 	c.watch = newWatchHub()
 	return nil
 }
@@ -269,15 +269,15 @@ func (c *Coordinator) open(ctx context.Context) error {
 // creating it (prefix + random) if the database has none, and writes it to
 // file (mode 0600) for the operator, as a coordinator on SQLite does.
 func (c *Coordinator) sharedToken(ctx context.Context, key, file, prefix string) (string, error) {
-	tok, err := c.shared.SettingOrInit(ctx, key, randomToken(prefix, 24))
+	tok, err := c.shared.SettingOrInit(ctx, key, runnerapi.RandomToken(prefix, 24))
 	if err != nil {
 		return "", fmt.Errorf("coordinator: %s from the database: %w", key, err)
 	}
 	if b, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(b)) == tok {
 		return tok, nil
 	}
-	if err := writeToken(file, tok); err != nil {
-		return "", err
+	if err := runnerapi.WriteToken(file, tok); err != nil {
+		return "", fmt.Errorf("coordinator: %w", err)
 	}
 	return tok, nil
 }
@@ -298,17 +298,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			l.ListenQueue(ctx, c.listening, c.queuedElsewhere)
 		}()
 	}
-	t := c.clock.NewTimer(c.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-			c.reapOnce(ctx)
-			t.Reset(c.cfg.ReapInterval)
-		}
-	}
+	clock.Every(ctx, c.clock, c.cfg.ReapInterval, c.reapOnce)
+	return nil
 }
 
 // queuedElsewhere wakes the requests held here that could take a job
@@ -354,42 +345,6 @@ func (c *Coordinator) AdminTokenPath() string { return c.adminTokenPath }
 // RegistrationToken returns the legacy registration token (POST
 // /api/v4/runners), kept in DataDir/registration-token.
 func (c *Coordinator) RegistrationToken() string { return c.regToken }
-
-// randomToken returns prefix + n random bytes, URL-safe base64.
-func randomToken(prefix string, n int) string {
-	b := make([]byte, n)
-	rand.Read(b) // never fails (crypto/rand since Go 1.24)
-	return prefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
-func readOrCreateToken(path, prefix string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if tok := strings.TrimSpace(string(b)); tok != "" {
-			return tok, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("coordinator: %w", err)
-	}
-	tok := randomToken(prefix, 24)
-	if err := writeToken(path, tok); err != nil {
-		return "", err
-	}
-	return tok, nil
-}
-
-// writeToken writes tok to path (mode 0600) through a temporary file and a
-// rename, so a crash never leaves half a token.
-func writeToken(path, tok string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	return nil
-}
 
 // lockJob serializes trace appends, final updates and reaping of one job.
 func (c *Coordinator) lockJob(id int64) func() {
@@ -437,31 +392,4 @@ func (c *Coordinator) forgetJob(id int64) {
 	c.contactMu.Lock()
 	delete(c.jobContact, id)
 	c.contactMu.Unlock()
-}
-
-// touchManager records a runner manager's contact, at most every
-// contactStep unless force is set (verify always records).
-func (c *Coordinator) touchManager(ctx context.Context, r store.Runner, systemID string, info api.VersionInfo, force bool) {
-	now := c.clock.Now()
-	k := mgrKey{r.ID, systemID}
-	c.contactMu.Lock()
-	last, ok := c.mgrContact[k]
-	if !force && ok && now.Sub(last) < c.contactStep {
-		c.contactMu.Unlock()
-		return
-	}
-	c.mgrContact[k] = now
-	c.contactMu.Unlock()
-	m := store.RunnerManager{
-		RunnerID: r.ID, SystemID: systemID, ContactedAt: now,
-		Version: info.Version, Executor: info.Executor, Platform: info.Platform, Arch: info.Architecture,
-	}
-	if err := c.st.UpsertRunnerManager(ctx, m); err != nil && !errors.Is(err, store.ErrNotFound) {
-		c.log.Warn("record runner manager", "runner_id", r.ID, "system_id", systemID, "err", err)
-	}
-	if !ok || now.Sub(last) >= onlineWindow {
-		// A manager new to this coordinator, or back online: once it is
-		// written, lists of the runners online must be read anew.
-		c.online.invalidate()
-	}
 }

@@ -5,10 +5,18 @@
 //
 // # Pieces
 //
-//   - HTTP handlers: v4_runners.go (verify, register, unregister, token
-//     reset), v4_request.go (jobs/request with long polling and the job
-//     payload), v4_jobs.go (PUT state updates and PATCH traces), v1.go
-//     (admin API).
+// What every server of the runner API does is package runnerapi's, shared
+// with the router: runner tokens and runner managers (verify, legacy
+// registration, unregister, token reset and the admin runner API, over
+// the job store as a runnerapi.Registry), request decoding and error
+// shapes, metrics, routes and health, long-poll versions. The coordinator
+// plugs in what is its own:
+//
+//   - HTTP handlers: httpx.go (the routes: runnerapi.Mux with the
+//     coordinator's runnerapi.JobHandlers), v4_request.go (jobs/request
+//     with long polling and the job payload), v4_jobs.go (PUT state
+//     updates and PATCH traces), v1.go and v1_images.go (admin API for
+//     jobs), errors.go (503 for a database that cannot be reached).
 //   - State machine: states.go.
 //   - Long-poll notifier: longpoll.go. A held jobs/request is one goroutine
 //     blocked on a channel; enqueueing a job wakes only the waiters whose

@@ -2,9 +2,7 @@ package coordinator
 
 import (
 	"errors"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -14,8 +12,9 @@ import (
 
 // notifier is the long-poll side of jobs/request.
 //
-// Each runner manager has a queue version, sent as X-GitLab-Last-Update.
-// A request that echoes the current version and finds no job is held: it
+// Each runner manager has a queue version (runnerapi.Versions), sent as
+// X-GitLab-Last-Update. A request that echoes the current version and
+// finds no job is held: it
 // registers a waiter and blocks on the waiter's channel, the request
 // context and a timer. Enqueueing a job calls wake, which signals one
 // waiter whose runner could take that job, handing it the job: a job wakes
@@ -26,9 +25,6 @@ import (
 // takes it. A held request costs one goroutine and one map entry; nothing
 // polls.
 //
-// Versions live in memory: after a restart every runner's echo is stale,
-// so its first request is answered at once, which is always correct.
-//
 // Coordinators sharing a database behind one address get a runner's
 // requests in turn. Their versions share a prefix (the database's cluster
 // id), and a request echoing a version with that prefix which this
@@ -36,12 +32,9 @@ import (
 // held request looks at the shared queue first, so holding it is always
 // safe, and a runner is not answered at once on every switch.
 type notifier struct {
-	gauge  prometheus.Gauge
-	seq    atomic.Int64
-	prefix string
+	gauge prometheus.Gauge
 
-	mu       sync.Mutex
-	versions map[mgrKey]string
+	mu sync.Mutex
 	// waiters in the order they began to wait: a job goes to the one
 	// that has waited longest, so no runner is starved by luckier ones.
 	waiters waitList
@@ -97,52 +90,8 @@ type waiter struct {
 	listed     bool
 }
 
-func newNotifier(g prometheus.Gauge, prefix string) *notifier {
-	n := &notifier{gauge: g, prefix: prefix, versions: map[mgrKey]string{}}
-	// Start the sequence at the wall clock so versions from an earlier
-	// process never collide with this one's.
-	n.seq.Store(time.Now().UnixNano())
-	return n
-}
-
-// version returns the current version of k, creating one if needed.
-func (n *notifier) version(k mgrKey) string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	v, ok := n.versions[k]
-	if !ok {
-		v = n.prefix + strconv.FormatInt(n.seq.Add(1), 36)
-		n.versions[k] = v
-	}
-	return v
-}
-
-// current reports whether echo, a runner's last_update, is k's current
-// version. With a prefix, a version of the same prefix issued by another
-// coordinator becomes k's version here and is current.
-func (n *notifier) current(k mgrKey, echo string) bool {
-	if echo == "" {
-		return false
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if v, ok := n.versions[k]; ok && v == echo {
-		return true
-	}
-	if n.prefix == "" || len(echo) <= len(n.prefix) || echo[:len(n.prefix)] != n.prefix {
-		return false
-	}
-	n.versions[k] = echo
-	return true
-}
-
-// bump gives k a fresh version and returns it.
-func (n *notifier) bump(k mgrKey) string {
-	v := n.prefix + strconv.FormatInt(n.seq.Add(1), 36)
-	n.mu.Lock()
-	n.versions[k] = v
-	n.mu.Unlock()
-	return v
+func newNotifier(g prometheus.Gauge) *notifier {
+	return &notifier{gauge: g}
 }
 
 // add registers a waiter. Register before looking at the queue, so a job

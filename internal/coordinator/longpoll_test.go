@@ -96,7 +96,7 @@ func TestLongPollClientGone(t *testing.T) {
 // one waiter per job, and a waiter handed a wake is passed over until it
 // has taken it.
 func TestWakeOrder(t *testing.T) {
-	n := newNotifier(prometheus.NewGauge(prometheus.GaugeOpts{Name: "w"}), "")
+	n := newNotifier(prometheus.NewGauge(prometheus.GaugeOpts{Name: "w"}))
 	untagged := store.Runner{RunUntagged: true}
 	tagged := store.Runner{Tags: []string{"gpu"}}
 	a := n.add(untagged, api.FeaturesInfo{})

@@ -3,12 +3,11 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 const metricPrefix = "drover_coordinator_"
@@ -19,14 +18,14 @@ type metrics struct {
 	queueWait prometheus.Histogram
 	waiters   prometheus.Gauge
 	watches   prometheus.Gauge
-	requests  *prometheus.CounterVec
+	// api counts requests by endpoint and status, and serves /metrics.
+	api *runnerapi.Metrics
 	// provisioning counts how two-phase hand-outs ended: accepted,
 	// declined, expired.
 	provisioning *prometheus.CounterVec
 	// unavailable counts requests answered 503 because the database could
 	// not be reached.
 	unavailable prometheus.Counter
-	handler     http.Handler
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -76,9 +75,6 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		watches: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: metricPrefix + "job_watches", Help: "jobs/watch calls currently held (drover managers waiting to hear of cancels).",
 		}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricPrefix + "api_requests_total", Help: "API requests by endpoint and status code.",
-		}, []string{"endpoint", "code"}),
 		provisioning: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPrefix + "provisioning_total",
 			Help: "Two-phase hand-outs by outcome: accepted, declined, expired (ack deadline passed).",
@@ -93,29 +89,14 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	}
 	jobs := jobsCollector{c: c, desc: prometheus.NewDesc(metricPrefix+"jobs", "Jobs by status.", []string{"status"}, nil)}
 
-	var gatherer prometheus.Gatherer
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, gatherer = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		gatherer = g
-	}
-	for _, col := range []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.requests, m.provisioning, m.unavailable, jobs} {
-		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("coordinator: register metrics: %w", err)
-		}
-	}
+	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable, jobs}
 	if sc, ok := c.st.(interface{ Collector() prometheus.Collector }); ok {
 		// The store's own: a database pool and query latency.
-		if err := reg.Register(sc.Collector()); err != nil {
-			return nil, fmt.Errorf("coordinator: register store metrics: %w", err)
-		}
+		cs = append(cs, sc.Collector())
 	}
-	if gatherer != nil {
-		m.handler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
-	} else {
-		// The embedding program serves its own registry.
-		m.handler = http.NotFoundHandler()
+	var err error
+	if m.api, err = runnerapi.NewMetrics(reg, metricPrefix, cs...); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	return m, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // clockSkewMargin is how far a runner manager's clock may run ahead of the
@@ -26,7 +27,7 @@ var lostStatuses = []store.Status{store.StatusWaitingForRunnerAck, store.StatusR
 // the queue. Without this they would wait for the silent-runner reaper
 // (--stale-timeout). Each start is handled once per coordinator.
 func (c *Coordinator) endLostJobs(ctx context.Context, rn store.Runner, systemID string, start time.Time) {
-	k := mgrKey{rn.ID, systemID}
+	k := runnerapi.ManagerKey{RunnerID: rn.ID, SystemID: systemID}
 	c.contactMu.Lock()
 	seen := c.mgrStarts[k].Equal(start)
 	c.mgrStarts[k] = start

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,165 +17,6 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
 )
-
-// ---- runners ----
-
-// tagList accepts a JSON array of strings or a comma-separated string.
-type tagList []string
-
-func (t *tagList) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*t = splitTags(s)
-		return nil
-	}
-	var ss []string
-	if err := json.Unmarshal(b, &ss); err != nil {
-		return runnerapi.NewFieldError("tag_list", "want an array of strings or a comma-separated string")
-	}
-	*t = ss
-	return nil
-}
-
-type createRunnerRequest struct {
-	Description    string  `json:"description"`
-	TagList        tagList `json:"tag_list"`
-	RunUntagged    *bool   `json:"run_untagged"`
-	Locked         bool    `json:"locked"`
-	Paused         bool    `json:"paused"`
-	MaximumTimeout int     `json:"maximum_timeout"`
-}
-
-type managerView struct {
-	SystemID    string  `json:"system_id"`
-	ContactedAt *string `json:"contacted_at"`
-	Version     string  `json:"version"`
-	Executor    string  `json:"executor"`
-}
-
-type runnerView struct {
-	ID             int64         `json:"id"`
-	Description    string        `json:"description"`
-	TagList        []string      `json:"tag_list"`
-	RunUntagged    bool          `json:"run_untagged"`
-	Locked         bool          `json:"locked"`
-	Paused         bool          `json:"paused"`
-	MaximumTimeout int           `json:"maximum_timeout"`
-	ContactedAt    *string       `json:"contacted_at"`
-	Managers       []managerView `json:"managers"`
-}
-
-func (c *Coordinator) runnerView(r *http.Request, rn store.Runner) (runnerView, error) {
-	ms, err := c.st.ListRunnerManagers(r.Context(), rn.ID)
-	if err != nil {
-		return runnerView{}, err
-	}
-	v := runnerView{
-		ID: rn.ID, Description: rn.Description, TagList: rn.Tags, RunUntagged: rn.RunUntagged,
-		Locked: rn.Locked, Paused: rn.Paused, MaximumTimeout: rn.MaximumTimeout,
-		ContactedAt: runnerapi.RFC3339(rn.ContactedAt), Managers: []managerView{},
-	}
-	if v.TagList == nil {
-		v.TagList = []string{}
-	}
-	for _, m := range ms {
-		v.Managers = append(v.Managers, managerView{SystemID: m.SystemID, ContactedAt: runnerapi.RFC3339(m.ContactedAt), Version: m.Version, Executor: m.Executor})
-	}
-	return v, nil
-}
-
-func (c *Coordinator) handleCreateRunner(w http.ResponseWriter, r *http.Request) {
-	var req createRunnerRequest
-	if e := runnerapi.DecodeJSON(w, r, &req, maxV1Body, true); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	spec := runnerSpec{
-		Description: req.Description, Tags: req.TagList, RunUntagged: len(req.TagList) == 0, // as GitLab: untagged jobs only for runners without tags, unless asked
-		Locked: req.Locked, Paused: req.Paused, MaximumTimeout: req.MaximumTimeout,
-	}
-	if req.RunUntagged != nil {
-		spec.RunUntagged = *req.RunUntagged
-	}
-	if e := spec.validate(); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	rn, tok, err := c.createRunner(r.Context(), spec)
-	if err != nil {
-		c.internalError(r.Context(), w, "create runner", err)
-		return
-	}
-	runnerapi.WriteJSON(w, http.StatusCreated, struct {
-		ID    int64  `json:"id"`
-		Token string `json:"token"`
-	}{rn.ID, tok})
-}
-
-func (c *Coordinator) handleListRunners(w http.ResponseWriter, r *http.Request) {
-	rs, err := c.st.ListRunners(r.Context())
-	if err != nil {
-		c.internalError(r.Context(), w, "list runners", err)
-		return
-	}
-	out := []runnerView{}
-	for _, rn := range rs {
-		v, err := c.runnerView(r, rn)
-		if err != nil {
-			c.internalError(r.Context(), w, "list runners", err)
-			return
-		}
-		out = append(out, v)
-	}
-	runnerapi.WriteJSON(w, http.StatusOK, out)
-}
-
-func (c *Coordinator) handleGetRunner(w http.ResponseWriter, r *http.Request) {
-	id, ok := runnerapi.PathID(r)
-	if !ok {
-		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
-		return
-	}
-	rn, err := c.st.GetRunner(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
-		return
-	}
-	if err != nil {
-		c.internalError(r.Context(), w, "get runner", err)
-		return
-	}
-	v, err := c.runnerView(r, rn)
-	if err != nil {
-		c.internalError(r.Context(), w, "get runner", err)
-		return
-	}
-	runnerapi.WriteJSON(w, http.StatusOK, v)
-}
-
-func (c *Coordinator) handleDeleteRunner(w http.ResponseWriter, r *http.Request) {
-	id, ok := runnerapi.PathID(r)
-	if !ok {
-		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
-		return
-	}
-	err := c.st.DeleteRunner(r.Context(), id)
-	c.online.invalidate()
-	if errors.Is(err, store.ErrNotFound) {
-		runnerapi.WriteError(w, http.StatusNotFound, "runner not found", "id")
-		return
-	}
-	if err != nil {
-		c.internalError(r.Context(), w, "delete runner", err)
-		return
-	}
-	c.log.Info("runner deleted", "runner_id", id)
-	w.WriteHeader(http.StatusNoContent)
-}
 
 // ---- jobs ----
 
@@ -219,7 +59,7 @@ func (req *submitJobRequest) toJob() (store.Job, *runnerapi.BadRequest) {
 	if j.Name == "" {
 		return j, runnerapi.Invalid("name", "name is required")
 	}
-	if len(j.Name) > 255 || hasControl(j.Name) {
+	if len(j.Name) > 255 || runnerapi.HasControl(j.Name) {
 		return j, runnerapi.Invalid("name", "name must be at most 255 printable characters")
 	}
 	if j.Project == "" {
@@ -231,7 +71,7 @@ func (req *submitJobRequest) toJob() (store.Job, *runnerapi.BadRequest) {
 	if j.Stage == "" {
 		j.Stage = "test"
 	}
-	if len(j.Stage) > 255 || hasControl(j.Stage) {
+	if len(j.Stage) > 255 || runnerapi.HasControl(j.Stage) {
 		return j, runnerapi.Invalid("stage", "stage must be at most 255 printable characters")
 	}
 	if len(req.Script) == 0 {
@@ -245,10 +85,10 @@ func (req *submitJobRequest) toJob() (store.Job, *runnerapi.BadRequest) {
 	}
 	for _, t := range req.Tags {
 		t = strings.TrimSpace(t)
-		if e := validTag(t, "tags"); e != nil {
+		if e := runnerapi.ValidTag(t, "tags"); e != nil {
 			return j, e
 		}
-		if !containsStr(j.Tags, t) {
+		if !slices.Contains(j.Tags, t) {
 			j.Tags = append(j.Tags, t)
 		}
 	}
@@ -280,7 +120,7 @@ func (req *submitJobRequest) toJob() (store.Job, *runnerapi.BadRequest) {
 		if g.Depth < 0 {
 			return j, runnerapi.Invalid("git.depth", "git.depth must not be negative")
 		}
-		if hasControl(g.RepoURL) || hasControl(g.Ref) {
+		if runnerapi.HasControl(g.RepoURL) || runnerapi.HasControl(g.Ref) {
 			return j, runnerapi.Invalid("git", "git fields must be printable")
 		}
 		j.Spec.Git = store.GitSpec{RepoURL: g.RepoURL, Ref: g.Ref, Sha: g.Sha, Depth: g.Depth}

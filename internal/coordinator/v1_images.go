@@ -119,7 +119,7 @@ func validImageName(name, field string) *runnerapi.BadRequest {
 	if name == "" {
 		return runnerapi.Invalid(field, "%s: an image name is required", field)
 	}
-	if len(name) > maxImageName || hasControl(name) || strings.TrimSpace(name) != name {
+	if len(name) > maxImageName || runnerapi.HasControl(name) || strings.TrimSpace(name) != name {
 		return runnerapi.Invalid(field, "%s must be at most %d printable characters without leading or trailing spaces", field, maxImageName)
 	}
 	return nil
@@ -180,7 +180,7 @@ func parseImageUser(raw json.RawMessage, field string) (string, *runnerapi.BadRe
 	if err != nil {
 		return "", runnerapi.Invalid(field, "%s must be a string or an integer", field)
 	}
-	if u == "" || len(u) > maxImageUser || hasControl(u) || strings.ContainsFunc(u, unicode.IsSpace) {
+	if u == "" || len(u) > maxImageUser || runnerapi.HasControl(u) || strings.ContainsFunc(u, unicode.IsSpace) {
 		return "", runnerapi.Invalid(field, "%s must be 1-%d printable characters without spaces", field, maxImageUser)
 	}
 	return u, nil

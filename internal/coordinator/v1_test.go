@@ -182,7 +182,7 @@ func TestAdminRunners(t *testing.T) {
 		}
 	}
 	resp, b := e.admin("GET", "/api/v1/runners", nil)
-	var rs []runnerView
+	var rs []runnerapi.RunnerView
 	e.decode(b, &rs)
 	if resp.StatusCode != 200 || len(rs) != 3 {
 		t.Fatalf("GET runners = %d %s", resp.StatusCode, b)

@@ -32,10 +32,7 @@ func (c *Coordinator) jobForRunner(w http.ResponseWriter, r *http.Request, bodyT
 		c.internalError(r.Context(), w, "load job", err)
 		return j, "", false
 	}
-	tok := bodyToken
-	if tok == "" {
-		tok = r.Header.Get(hdrJobToken)
-	}
+	tok := runnerapi.JobToken(r, bodyToken)
 	if tok == "" {
 		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid job token", "token")
 		return j, "", false
@@ -145,7 +142,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		c.answerInactive(w, &j, req.State)
 		return
 	}
-	c.touchManager(ctx, store.Runner{ID: j.RunnerID}, j.RunnerSystemID, req.Info, false)
+	c.runners.Touch(ctx, store.Runner{ID: j.RunnerID}, j.RunnerSystemID, req.Info, false)
 	if j.Status == store.StatusWaitingForRunnerAck && (req.State == api.StateRunning || req.State == api.StatePending) {
 		now := c.clock.Now()
 		var got store.Job

@@ -43,26 +43,18 @@ var inProgress = []store.Status{store.StatusWaitingForRunnerAck, store.StatusRun
 // payload, and X-Drover-Ack-Timeout (seconds) on the 201.
 func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	var req api.JobRequest
-	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	if e := validSystemID(req.SystemID); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	ctx := r.Context()
-	rn, ok := c.authRunner(ctx, w, runnerToken(r, req.Token))
+	rn, ok := c.runners.DecodeRunnerRequest(w, r, &req, func() (string, string) { return req.Token, req.SystemID })
 	if !ok {
 		return
 	}
-	c.touchManager(ctx, rn, req.SystemID, req.Info, false)
+	ctx := r.Context()
+	c.runners.Touch(ctx, rn, req.SystemID, req.Info, false)
 	if req.ManagerStart != nil && req.SystemID != "" {
 		c.endLostJobs(ctx, rn, req.SystemID, *req.ManagerStart)
 	}
-	key := mgrKey{rn.ID, req.SystemID}
-	hold := c.poll.current(key, req.LastUpdate)
-	version := c.poll.version(key)
+	key := runnerapi.ManagerKey{RunnerID: rn.ID, SystemID: req.SystemID}
+	hold := c.versions.Current(key, req.LastUpdate)
+	version := c.versions.Get(key)
 	if rn.Paused {
 		w.Header().Set(hdrLastUpdate, version)
 		w.WriteHeader(http.StatusNoContent)
@@ -108,7 +100,7 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 			case <-ctx.Done():
 				return // the runner went away; nobody reads an answer
 			case <-timer.C():
-				version = c.poll.bump(key)
+				version = c.versions.Bump(key)
 				break wait
 			case woke = <-wt.ch:
 			case <-retryC:
@@ -249,7 +241,7 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 		return nil, fmt.Errorf("job %d left the queue: %w", j.ID, store.ErrConflict)
 	}
 	now := c.clock.Now()
-	token := randomToken(api.JobTokenPrefix, 18)
+	token := runnerapi.RandomToken(api.JobTokenPrefix, 18)
 	hash := store.HashToken(token)
 	timeout := j.Timeout
 	if rn.MaximumTimeout > 0 && (timeout <= 0 || rn.MaximumTimeout < timeout) {

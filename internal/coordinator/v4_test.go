@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -66,7 +67,7 @@ func TestRunnerEndpoints(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("get runner = %d", resp.StatusCode)
 	}
-	var rv runnerView
+	var rv runnerapi.RunnerView
 	e.decode(b, &rv)
 	if len(rv.Managers) != 1 || rv.Managers[0].SystemID != "s_2" || rv.ContactedAt == nil {
 		t.Errorf("runner after verify: %+v", rv)

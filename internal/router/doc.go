@@ -5,9 +5,16 @@
 //
 // # Pieces
 //
-//   - router.go: Config, New, Run, Close, the HTTP routes.
-//   - downstream.go: what the router's own runners call: verify and
-//     jobs/request with long polling; waiters and dispatch.
+// The router serves its runners with package runnerapi, as the
+// coordinator does: its own runner tokens and managers (runnerapi.Runners
+// over the router's database: verify, unregister, token reset, the admin
+// API v1 for runner tokens), decoding, error shapes, metrics, routes,
+// health and long-poll versions. What is the router's own:
+//
+//   - router.go: Config, New, Run, Close, the HTTP routes (runnerapi.Mux
+//     with the router's runnerapi.JobHandlers).
+//   - downstream.go: jobs/request from the router's own runners, with long
+//     polling; waiters and dispatch.
 //   - jobs.go: PUT jobs/:id, PATCH trace, runner_provisioning and
 //     artifacts from downstream runners: handled locally while the router
 //     holds a job, forwarded verbatim to the upstream otherwise.
@@ -17,7 +24,6 @@
 //     then by project, FIFO within a project).
 //   - health.go: placement: runner managers that declined or went silent
 //     are tried last.
-//   - admin.go: the admin API v1 for the router's runner tokens.
 //
 // # Job life at the router
 //

@@ -1,8 +1,6 @@
 package router
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -14,117 +12,12 @@ import (
 
 // waiter is one downstream jobs/request looking for a job.
 type waiter struct {
-	key      mgrKey
+	key      runnerapi.ManagerKey
 	runner   store.Runner
 	features api.FeaturesInfo
 	since    time.Time
 	held     bool      // a long poll: counts as demand upstream
 	ch       chan *job // buffered 1: dispatch never blocks
-}
-
-// runnerToken picks the runner token of a request: the body's token, else
-// the RUNNER-TOKEN header (runners send both).
-func runnerToken(r *http.Request, body string) string {
-	if body != "" {
-		return body
-	}
-	return r.Header.Get(api.HeaderRunnerToken)
-}
-
-// authRunner finds the runner of token; ok is false when a 403 or 500 has
-// been written.
-func (r *Router) authRunner(ctx context.Context, w http.ResponseWriter, token string) (store.Runner, bool) {
-	if token == "" {
-		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: missing runner token", "token")
-		return store.Runner{}, false
-	}
-	rn, err := r.st.RunnerByTokenHash(ctx, store.HashToken(token))
-	if errors.Is(err, store.ErrNotFound) {
-		runnerapi.WriteError(w, http.StatusForbidden, "403 Forbidden: invalid runner token", "token")
-		return rn, false
-	}
-	if err != nil {
-		r.internalError(ctx, w, "look up runner", err)
-		return rn, false
-	}
-	return rn, true
-}
-
-// touchManager records a runner manager's contact in the store, at most
-// every few seconds per manager unless force is set.
-func (r *Router) touchManager(ctx context.Context, rn store.Runner, sys string, info api.VersionInfo, force bool) {
-	now := r.clock.Now()
-	k := mgrKey{rn.ID, sys}
-	r.mu.Lock()
-	last, ok := r.contactSeen[k]
-	if !force && ok && now.Sub(last) < 5*time.Second {
-		r.mu.Unlock()
-		return
-	}
-	r.contactSeen[k] = now
-	r.mu.Unlock()
-	m := store.RunnerManager{
-		RunnerID: rn.ID, SystemID: sys, ContactedAt: now,
-		Version: info.Version, Executor: info.Executor, Platform: info.Platform, Arch: info.Architecture,
-	}
-	if err := r.st.UpsertRunnerManager(ctx, m); err != nil && !errors.Is(err, store.ErrNotFound) {
-		r.log.Warn("record runner manager", "runner_id", rn.ID, "system_id", sys, "err", err)
-	}
-}
-
-// handleVerify is POST /api/v4/runners/verify: 200 with the runner's id
-// and token, 403 for an unknown token.
-func (r *Router) handleVerify(w http.ResponseWriter, req *http.Request) {
-	var body api.VerifyRequest
-	if e := runnerapi.DecodeJSON(w, req, &body, maxV4Body, false); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	tok := runnerToken(req, body.Token)
-	rn, ok := r.authRunner(req.Context(), w, tok)
-	if !ok {
-		return
-	}
-	r.touchManager(req.Context(), rn, body.SystemID, body.Info, true)
-	r.log.Info("runner verified", "runner_id", rn.ID, "system_id", body.SystemID)
-	runnerapi.WriteJSON(w, http.StatusOK, api.VerifyResponse{ID: rn.ID, Token: tok})
-}
-
-// handleUnregisterManager is DELETE /api/v4/runners/managers: 204.
-func (r *Router) handleUnregisterManager(w http.ResponseWriter, req *http.Request) {
-	var body api.UnregisterRequest
-	if e := runnerapi.DecodeJSON(w, req, &body, maxV4Body, false); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	rn, ok := r.authRunner(req.Context(), w, runnerToken(req, body.Token))
-	if !ok {
-		return
-	}
-	if body.SystemID == "" {
-		runnerapi.WriteError(w, http.StatusBadRequest, "system_id is required", "system_id")
-		return
-	}
-	if err := r.st.DeleteRunnerManager(req.Context(), rn.ID, body.SystemID); err != nil && !errors.Is(err, store.ErrNotFound) {
-		r.internalError(req.Context(), w, "unregister runner manager", err)
-		return
-	}
-	r.mu.Lock()
-	delete(r.managers, mgrKey{rn.ID, body.SystemID})
-	delete(r.contactSeen, mgrKey{rn.ID, body.SystemID})
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// versionLocked returns the current queue version of k.
-func (r *Router) versionLocked(k mgrKey) string {
-	v, ok := r.versions[k]
-	if !ok {
-		r.seq++
-		v = strconv.FormatInt(r.seq, 36)
-		r.versions[k] = v
-	}
-	return v
 }
 
 // handleJobRequest is POST /api/v4/jobs/request.
@@ -135,22 +28,19 @@ func (r *Router) versionLocked(k mgrKey) string {
 // while it is held it counts as demand for the upstream poller.
 func (r *Router) handleJobRequest(w http.ResponseWriter, req *http.Request) {
 	var body api.JobRequest
-	if e := runnerapi.DecodeJSON(w, req, &body, maxV4Body, false); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	ctx := req.Context()
-	rn, ok := r.authRunner(ctx, w, runnerToken(req, body.Token))
+	rn, ok := r.runners.DecodeRunnerRequest(w, req, &body, func() (string, string) { return body.Token, body.SystemID })
 	if !ok {
 		return
 	}
-	r.touchManager(ctx, rn, body.SystemID, body.Info, false)
-	key := mgrKey{rn.ID, body.SystemID}
+	ctx := req.Context()
+	r.runners.Touch(ctx, rn, body.SystemID, body.Info, false)
+	key := runnerapi.ManagerKey{RunnerID: rn.ID, SystemID: body.SystemID}
 	now := r.clock.Now()
+	current := r.versions.Current(key, body.LastUpdate)
+	version := r.versions.Get(key)
 
 	r.mu.Lock()
 	r.managers[key] = &mgrSeen{runner: rn, features: body.Info.Features, lastSeen: now}
-	version := r.versionLocked(key)
 	if rn.Paused {
 		r.mu.Unlock()
 		w.Header().Set(api.HeaderLastUpdate, version)
@@ -159,7 +49,7 @@ func (r *Router) handleJobRequest(w http.ResponseWriter, req *http.Request) {
 	}
 	wt := &waiter{
 		key: key, runner: rn, features: body.Info.Features, since: now,
-		held: body.LastUpdate != "" && body.LastUpdate == version,
+		held: current,
 		ch:   make(chan *job, 1),
 	}
 	r.waiters[wt] = struct{}{}
@@ -192,12 +82,10 @@ func (r *Router) handleJobRequest(w http.ResponseWriter, req *http.Request) {
 			r.mu.Unlock()
 			return
 		}
-		if j == nil {
-			r.seq++
-			version = strconv.FormatInt(r.seq, 36)
-			r.versions[key] = version
-		}
 		r.mu.Unlock()
+		if j == nil {
+			version = r.versions.Bump(key)
+		}
 	}
 	w.Header().Set(api.HeaderLastUpdate, version)
 	if j == nil {
@@ -240,7 +128,7 @@ func (r *Router) dispatchLocked(now time.Time) {
 		}
 		delete(r.waiters, best)
 		j.state = jobOffered
-		j.sysID = best.key.systemID
+		j.sysID = best.key.SystemID
 		j.runnerID = best.runner.ID
 		j.twoPhaseDown = best.features.TwoPhaseJobCommit
 		j.deadline = now.Add(r.cfg.AckTimeout)
@@ -260,10 +148,10 @@ func (r *Router) bestWaiterLocked(j *job, now time.Time) *waiter {
 		if !canRun(&w.runner, &w.features, j) {
 			continue
 		}
-		if t, ok := j.declinedBy[w.key.systemID]; ok && now.Sub(t) < declineCooldown {
+		if t, ok := j.declinedBy[w.key.SystemID]; ok && now.Sub(t) < declineCooldown {
 			continue
 		}
-		bad := r.unhealthyLocked(w.key.systemID, now)
+		bad := r.unhealthyLocked(w.key.SystemID, now)
 		if best == nil || (bestBad && !bad) || (bad == bestBad && w.since.Before(best.since)) {
 			best, bestBad = w, bad
 		}

@@ -10,12 +10,6 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator/store"
 )
 
-// mgrKey names one runner manager: a runner token's id and a system_id.
-type mgrKey struct {
-	runnerID int64
-	systemID string
-}
-
 // mgrSeen is what the router last saw of a downstream runner manager.
 type mgrSeen struct {
 	runner   store.Runner

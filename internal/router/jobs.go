@@ -65,7 +65,7 @@ func okHeld(w http.ResponseWriter) {
 
 // handleUpdateJob is PUT /api/v4/jobs/{id}.
 func (r *Router) handleUpdateJob(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxV4Body))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, runnerapi.MaxRunnerBody))
 	if err != nil {
 		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, "body too large", "")
 		return
@@ -107,7 +107,7 @@ func (r *Router) handleUpdateJob(w http.ResponseWriter, req *http.Request) {
 
 // handleProvisioning is POST /api/v4/jobs/{id}/runner_provisioning.
 func (r *Router) handleProvisioning(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxV4Body))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, runnerapi.MaxRunnerBody))
 	if err != nil {
 		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, "body too large", "")
 		return

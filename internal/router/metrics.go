@@ -2,10 +2,9 @@ package router
 
 import (
 	"fmt"
-	"net/http"
 
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 const metricPrefix = "drover_router_"
@@ -16,8 +15,8 @@ type metrics struct {
 	handedOut prometheus.Counter
 	routed    prometheus.Counter
 	declines  *prometheus.CounterVec
-	requests  *prometheus.CounterVec
-	handler   http.Handler
+	// api counts requests by endpoint and status, and serves /metrics.
+	api *runnerapi.Metrics
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
@@ -37,9 +36,6 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		declines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricPrefix + "declines_total", Help: "Offers that came back: downstream (a runner declined), expired (a runner went silent), router (declined upstream: no runner for it).",
 		}, []string{"source"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricPrefix + "api_requests_total", Help: "Requests served by the router, by endpoint and status code.",
-		}, []string{"endpoint", "code"}),
 	}
 	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: metricPrefix + "queue_size", Help: "Jobs queued at the router, waiting for a downstream runner.",
@@ -55,22 +51,9 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		Name: metricPrefix + "waiting_requests", Help: "Downstream jobs/request calls held right now.",
 	}, func() float64 { return float64(r.Waiting()) })
 
-	var gatherer prometheus.Gatherer
-	if reg == nil {
-		pr := prometheus.NewRegistry()
-		reg, gatherer = pr, pr
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		gatherer = g
-	}
-	for _, c := range []prometheus.Collector{m.upstream, m.pulled, m.handedOut, m.routed, m.declines, m.requests, queue, held, waiting} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("router: register metrics: %w", err)
-		}
-	}
-	if gatherer != nil {
-		m.handler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
-	} else {
-		m.handler = http.NotFoundHandler()
+	var err error
+	if m.api, err = runnerapi.NewMetrics(reg, metricPrefix, m.upstream, m.pulled, m.handedOut, m.routed, m.declines, queue, held, waiting); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
 	}
 	return m, nil
 }

@@ -1,17 +1,13 @@
 package router
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -128,6 +124,11 @@ type Router struct {
 	ua      string
 	metrics *metrics
 	handler http.Handler
+	// runners serves the router's own runner tokens and managers (admin
+	// API v1 and the runner endpoints of API v4).
+	runners *runnerapi.Runners
+	// versions are the downstream runner managers' long-poll versions.
+	versions *runnerapi.Versions
 
 	adminToken     string
 	adminTokenPath string
@@ -136,58 +137,40 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu          sync.Mutex
-	jobs        map[int64]*job
-	queue       *fairQueue
-	waiters     map[*waiter]struct{}
-	versions    map[mgrKey]string
-	seq         int64
-	managers    map[mgrKey]*mgrSeen
-	health      map[string]*health // by system_id
-	upClassic   bool               // the last job from the upstream was classic
-	upOK        bool               // the last upstream exchange worked
-	pollKick    chan struct{}
-	lastUpdate  string // upstream X-GitLab-Last-Update
-	contactSeen map[mgrKey]time.Time
+	mu         sync.Mutex
+	jobs       map[int64]*job
+	queue      *fairQueue
+	waiters    map[*waiter]struct{}
+	managers   map[runnerapi.ManagerKey]*mgrSeen
+	health     map[string]*health // by system_id
+	upClassic  bool               // the last job from the upstream was classic
+	upOK       bool               // the last upstream exchange worked
+	pollKick   chan struct{}
+	lastUpdate string // upstream X-GitLab-Last-Update
 }
 
 // New opens (or creates) the router's data directory.
 func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Router, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger = cmp.Or(logger, slog.New(slog.DiscardHandler))
 	if cfg.Upstream == "" {
 		return nil, errors.New("router: Upstream is required")
 	}
 	if cfg.UpstreamToken == "" {
 		return nil, errors.New("router: UpstreamToken is required")
 	}
-	if cfg.DataDir == "" {
-		return nil, errors.New("router: DataDir is required")
+	if err := runnerapi.PrepareDataDir(logger, cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
 	}
-	if cfg.AckTimeout <= 0 {
-		cfg.AckTimeout = DefaultAckTimeout
-	}
-	if cfg.LongPollTimeout <= 0 {
-		cfg.LongPollTimeout = DefaultLongPollTimeout
-	}
-	if cfg.NoRunnerTimeout <= 0 {
-		cfg.NoRunnerTimeout = DefaultNoRunnerTimeout
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
-	}
+	cfg.AckTimeout = runnerapi.OrDefault(cfg.AckTimeout, DefaultAckTimeout)
+	cfg.LongPollTimeout = runnerapi.OrDefault(cfg.LongPollTimeout, DefaultLongPollTimeout)
+	cfg.NoRunnerTimeout = runnerapi.OrDefault(cfg.NoRunnerTimeout, DefaultNoRunnerTimeout)
+	cfg.Version = cmp.Or(cfg.Version, "dev")
 	u, err := url.Parse(strings.TrimSpace(cfg.Upstream))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("router: upstream url %q: want http(s)://host[/path]", cfg.Upstream)
 	}
 	p := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/ci")
 	u.Path, u.RawQuery, u.Fragment = p+"/api/v4/", "", ""
-	if tightened, err := store.PrivateDir(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("router: %w", err)
-	} else if tightened {
-		logger.Warn("the data directory gave other users access; it is now private (0700)", "data_dir", cfg.DataDir)
-	}
 	if cfg.SystemID == "" {
 		if cfg.SystemID, err = config.LoadOrCreateSystemID(filepath.Join(cfg.DataDir, "config.toml")); err != nil {
 			return nil, fmt.Errorf("router: %w", err)
@@ -206,31 +189,29 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Router, error) 
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Router{
-		log:         logger,
-		cfg:         cfg,
-		clock:       clock.OrReal(cfg.Clock),
-		http:        hc,
-		upBase:      u,
-		ua:          fmt.Sprintf("drover-router %s (%s; %s; %s/%s)", cfg.Version, "main", runtime.Version(), runtime.GOOS, runtime.GOARCH),
-		ctx:         rctx,
-		cancel:      cancel,
-		jobs:        map[int64]*job{},
-		queue:       newFairQueue(),
-		waiters:     map[*waiter]struct{}{},
-		versions:    map[mgrKey]string{},
-		seq:         time.Now().UnixNano(), // versions never collide with an earlier process's
-		managers:    map[mgrKey]*mgrSeen{},
-		health:      map[string]*health{},
-		pollKick:    make(chan struct{}, 1),
-		contactSeen: map[mgrKey]time.Time{},
+		log:      logger,
+		cfg:      cfg,
+		clock:    clock.OrReal(cfg.Clock),
+		http:     hc,
+		upBase:   u,
+		ua:       fmt.Sprintf("drover-router %s (%s; %s; %s/%s)", cfg.Version, "main", runtime.Version(), runtime.GOOS, runtime.GOARCH),
+		ctx:      rctx,
+		cancel:   cancel,
+		jobs:     map[int64]*job{},
+		queue:    newFairQueue(),
+		waiters:  map[*waiter]struct{}{},
+		versions: runnerapi.NewVersions(""),
+		managers: map[runnerapi.ManagerKey]*mgrSeen{},
+		health:   map[string]*health{},
+		pollKick: make(chan struct{}, 1),
 	}
 	if cfg.AdminToken != "" {
 		r.adminToken = cfg.AdminToken
 	} else {
 		r.adminTokenPath = filepath.Join(cfg.DataDir, "admin-token")
-		if r.adminToken, err = readOrCreateToken(r.adminTokenPath, "drover-admin-"); err != nil {
+		if r.adminToken, err = runnerapi.ReadOrCreateToken(r.adminTokenPath, "drover-admin-"); err != nil {
 			cancel()
-			return nil, err
+			return nil, fmt.Errorf("router: admin token: %w", err)
 		}
 	}
 	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "router.db"))
@@ -239,6 +220,25 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Router, error) 
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	r.st = st
+	r.runners = runnerapi.NewRunners(st, runnerapi.RunnersConfig{
+		Clock: r.clock, Log: logger,
+		Hooks: runnerapi.Hooks{
+			RunnerDeleted: func(id int64) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				for k := range r.managers {
+					if k.RunnerID == id {
+						delete(r.managers, k)
+					}
+				}
+			},
+			ManagerDeleted: func(k runnerapi.ManagerKey) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				delete(r.managers, k)
+			},
+		},
+	})
 	if r.metrics, err = newMetrics(cfg.Registerer, r); err != nil {
 		cancel()
 		st.Close()
@@ -278,18 +278,8 @@ func (r *Router) Run(ctx context.Context) error {
 	}()
 	// Keep-alives are due every upstream ack timeout / 3 (seconds at
 	// least); a quarter-second tick keeps them well inside it.
-	tick := min(r.cfg.AckTimeout/6, 250*time.Millisecond)
-	t := r.clock.NewTimer(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-			r.tick(ctx)
-			t.Reset(tick)
-		}
-	}
+	clock.Every(ctx, r.clock, min(r.cfg.AckTimeout/6, 250*time.Millisecond), r.tick)
+	return nil
 }
 
 // Close stops the poller and keep-alives and closes the database. Held
@@ -315,79 +305,29 @@ func (r *Router) Waiting() int {
 	return len(r.waiters)
 }
 
-// randomToken returns prefix + n random bytes, URL-safe base64.
-func randomToken(prefix string, n int) string {
-	b := make([]byte, n)
-	rand.Read(b) // never fails (crypto/rand since Go 1.24)
-	return prefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
-func readOrCreateToken(path, prefix string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if tok := strings.TrimSpace(string(b)); tok != "" {
-			return tok, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("router: %w", err)
-	}
-	tok := randomToken(prefix, 24)
-	// Write to a temp file and rename, so a crash never leaves a half token.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("router: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("router: %w", err)
-	}
-	return tok, nil
-}
-
 func (r *Router) routes() http.Handler {
-	mux := http.NewServeMux()
-	h := func(pattern string, fn http.HandlerFunc) {
-		mux.Handle(pattern, runnerapi.Instrument(r.metrics.requests, pattern, fn))
-	}
-	admin := func(pattern string, fn http.HandlerFunc) {
-		mux.Handle(pattern, runnerapi.Instrument(r.metrics.requests, pattern, runnerapi.RequireAdmin(r.adminToken, fn)))
-	}
-	h("POST /api/v4/runners/verify", r.handleVerify)
-	h("DELETE /api/v4/runners/managers", r.handleUnregisterManager)
-	h("POST /api/v4/jobs/request", r.handleJobRequest)
-	h("PUT /api/v4/jobs/{id}", r.handleUpdateJob)
-	h("PATCH /api/v4/jobs/{id}/trace", r.handlePatchTrace)
-	h("POST /api/v4/jobs/{id}/runner_provisioning", r.handleProvisioning)
-	h("POST /api/v4/jobs/{id}/artifacts", r.handleForward)
-	h("GET /api/v4/jobs/{id}/artifacts", r.handleForward)
-
-	admin("POST /api/v1/runners", r.handleCreateRunner)
-	admin("GET /api/v1/runners", r.handleListRunners)
-	admin("GET /api/v1/runners/{id}", r.handleGetRunner)
-	admin("DELETE /api/v1/runners/{id}", r.handleDeleteRunner)
-
-	mux.Handle("GET /metrics", r.metrics.handler)
-	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
-		io.WriteString(w, "ok\n")
+	// The router's own runner tokens and managers: verify, unregister,
+	// reset token, and the admin runner API. It has no registration
+	// token: legacy registration is answered 403.
+	m := runnerapi.NewMux(r.metrics.api, r.adminToken, r.runners)
+	// Jobs come from the upstream through the router's queue; reports
+	// go upstream; artifacts are forwarded as they are.
+	m.Jobs(runnerapi.JobHandlers{
+		Request: r.handleJobRequest, Update: r.handleUpdateJob, Trace: r.handlePatchTrace,
+		Provisioning: r.handleProvisioning, Artifacts: r.handleForward,
 	})
-	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, req *http.Request) {
-		if err := r.st.Ping(req.Context()); err != nil {
-			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if err := store.CheckWritable(r.cfg.DataDir); err != nil {
-			http.Error(w, "data directory: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		r.mu.Lock()
-		ok := r.upOK
-		r.mu.Unlock()
-		if !ok {
-			http.Error(w, "upstream not reachable (or the router's token was rejected)", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ok\n")
-	})
-	return mux
+	m.Ready("", runnerapi.PingCheck("store", r.st), runnerapi.DirCheck(r.cfg.DataDir), r.upstreamReady)
+	return m
+}
+
+// upstreamReady is ready while the last exchange with the upstream worked.
+func (r *Router) upstreamReady(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.upOK {
+		return errors.New("upstream not reachable (or the router's token was rejected)")
+	}
+	return nil
 }
 
 // runnerInfo is the info object the router sends upstream.

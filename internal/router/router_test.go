@@ -12,6 +12,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // TestCoordinatorRouterThreeManagers: coordinator ← router ← three real
@@ -43,7 +44,7 @@ func TestCoordinatorRouterThreeManagers(t *testing.T) {
 		}
 	}
 	// Every manager announced itself; the router's admin API lists them.
-	var runners []runnerView
+	var runners []runnerapi.RunnerView
 	adminCall(t, x.srv.URL, x.r.AdminToken(), http.MethodGet, "/api/v1/runners", nil, &runners)
 	if len(runners) != 3 {
 		t.Fatalf("GET /api/v1/runners: %d runners, want 3", len(runners))

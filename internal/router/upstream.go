@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
 // The upstream side: one poller with at most one jobs/request in flight,
@@ -35,7 +36,7 @@ func (r *Router) upstreamCall(ctx context.Context, method, rel string, hdr http.
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", r.ua)
-	req.Header.Set(api.HeaderRequestID, randomToken("", 12))
+	req.Header.Set(api.HeaderRequestID, runnerapi.RandomToken("", 12))
 	resp, err := r.http.Do(req)
 	if err != nil {
 		r.metrics.upstream.WithLabelValues(endpoint, "error").Inc()

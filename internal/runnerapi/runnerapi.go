@@ -1,9 +1,32 @@
-// Package runnerapi is the server side of the runner API that drover's
-// coordinator and its router share: request decoding with body limits and
-// field errors, the JSON error shape of both APIs, admin-token checks in
-// constant time, and request instrumentation (endpoint × status code, a
-// client that went away counted as 499). Each daemon keeps what differs:
-// its routes, where jobs come from and what a state change does.
+// Package runnerapi is the server side of GitLab's runner API v4 and of
+// drover's admin runner API, shared by the two daemons that serve runners:
+// the coordinator and the router ("a coordinator to its runners").
+//
+// It holds everything a server of runners does whatever its jobs are:
+//
+//   - Runners: runner tokens and runner managers over a small Registry
+//     (the coordinator's job database, the router's own): runners/verify,
+//     legacy registration, unregister (runner and manager),
+//     reset_authentication_token, POST/GET /api/v1/runners and
+//     GET/DELETE /api/v1/runners/{id}; Auth for a runner token, Touch for
+//     a manager's contact, Hooks telling the daemon what changed.
+//   - Mux: the routes, with request instrumentation (endpoint × status
+//     code, a client gone counted as 499), admin endpoints behind the
+//     admin token (constant-time compare), /metrics, /health/live and
+//     /health/ready from a list of Checks; Metrics builds the registry.
+//   - Decoding with body limits and field errors (DecodeJSON, BadRequest),
+//     the JSON error shape (APIError, WriteError), InternalError.
+//   - Long-poll plumbing: Versions, the X-GitLab-Last-Update of each
+//     runner manager.
+//   - Tokens: RandomToken, ReadOrCreateToken, WriteToken; and the daemons'
+//     start-up (PrepareDataDir, OrDefault).
+//
+// Each daemon plugs in what differs through JobHandlers — where jobs come
+// from (jobs/request) and what a runner's report does (PUT jobs/:id,
+// PATCH trace, runner_provisioning) — and through Hooks and the Fail
+// function of RunnersConfig. Neither keeps a copy of the rest. The
+// contract test (contract_test.go) runs one table of requests, status
+// codes, error fields and headers against both.
 package runnerapi
 
 import (
