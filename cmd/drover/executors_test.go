@@ -14,7 +14,7 @@ import (
 // config.Executors is what config.toml may name; providers is what runs
 // them. They must be the same set.
 func TestProvidersAreConfigExecutors(t *testing.T) {
-	got := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil, nil, nil)))
+	got := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil)))
 	if want := config.Executors(); !slices.Equal(got, want) {
 		t.Errorf("providers() = %q, config.Executors() = %q: keep them in step", got, want)
 	}

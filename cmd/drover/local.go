@@ -45,7 +45,7 @@ skipped, with the reason, and do not make the command fail.`,
 			ok, err := local.Run(ctx, local.Options{
 				DataDir: data, Examples: examples.FS, Concurrent: concurrent,
 				Out: cmd.OutOrStdout(), Logger: logger, Quiet: quiet,
-				Providers: providers(nil, nil, nil, nil, nil, nil), Version: version,
+				Providers: providers(nil, nil, nil, nil), Version: version,
 			})
 			if err != nil {
 				return err

@@ -18,11 +18,12 @@ import (
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/executor/sshexec"
 )
 
 func runnerInfo(executorName, shell string) api.VersionInfo {
 	info := api.VersionInfo{Name: "drover", Version: version, Revision: "main", Platform: runtime.GOOS, Architecture: runtime.GOARCH, Executor: executorName, Shell: shell}
-	if p, ok := providers(nil, nil, nil, nil, nil, nil)[executorName]; ok {
+	if p, ok := providers(nil, nil, nil, nil)[executorName]; ok {
 		p.Features(&info.Features)
 		if info.Shell == "" {
 			info.Shell = p.DefaultShell()
@@ -94,7 +95,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	} {
 		envFlag(f, name, env)
 	}
-	for _, d := range dockerFlags() {
+	for _, d := range append(dockerFlags(), sshFlags()...) {
 		switch d.kind {
 		case kindString:
 			f.String(d.flag, "", d.usage)
@@ -170,7 +171,7 @@ func (o *registerOptions) run(cmd *cobra.Command) error {
 	if o.accessLevel != "" && o.accessLevel != "not_protected" && o.accessLevel != "ref_protected" {
 		return usageError(fmt.Errorf("--access-level %q: want not_protected or ref_protected", o.accessLevel))
 	}
-	if _, ok := providers(nil, nil, nil, nil, nil, nil)[o.executor]; !ok {
+	if _, ok := providers(nil, nil, nil, nil)[o.executor]; !ok {
 		return usageError(fmt.Errorf("--executor %q: not available in this build (available: %s)", o.executor, providerNames()))
 	}
 	rc, err := o.runner(cmd)
@@ -251,6 +252,19 @@ func (o *registerOptions) run(cmd *cobra.Command) error {
 		fmt.Fprintf(out, "Executor %q needs a [runners.autoscaler] table (plugin = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", o.executor)
 	case docker.NameMachine:
 		fmt.Fprintf(out, "Executor %q needs a [runners.machine] table (MachineDriver = \"docker\", \"static\" or a fleet plugin) in this runner before drover run.\n", o.executor)
+	case sshexec.Name:
+		var missing []string
+		for _, k := range []string{"host", "user"} {
+			if rc.SSH[k] == nil {
+				missing = append(missing, k)
+			}
+		}
+		if len(missing) > 0 {
+			fmt.Fprintf(out, "Executor %q needs %s in the [runners.ssh] table of this runner before drover run (--ssh-host, --ssh-user).\n", o.executor, strings.Join(missing, " and "))
+		}
+		if rc.SSH["disable_strict_host_key_checking"] != true {
+			fmt.Fprintf(out, "The host's key must be in ~/.ssh/known_hosts (or known_hosts_file) of the user running drover run: ssh-keyscan -p PORT HOST >> ~/.ssh/known_hosts\n")
+		}
 	}
 	return nil
 }
@@ -295,6 +309,13 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 		rc.Docker = table
 	} else if len(set) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.docker]\n", strings.Join(set, ", "), o.executor)
+	}
+	sshT, sshSet := flagTable(cmd.Flags(), sshFlags())
+	switch {
+	case o.executor == sshexec.Name:
+		rc.SSH = sshT
+	case len(sshSet) > 0:
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.ssh]\n", strings.Join(sshSet, ", "), o.executor)
 	}
 	return rc, nil
 }
@@ -402,10 +423,12 @@ func flagProblem(err error) error {
 	if name := runnerKeyFlag(top); name != "" {
 		return fmt.Errorf("--%s: %s", name, ce.Msg)
 	}
-	if dk, ok := strings.CutPrefix(top, "docker."); ok {
-		for _, d := range dockerFlags() {
-			if d.key == dk {
-				return fmt.Errorf("--%s: %s", d.flag, ce.Msg)
+	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags()} {
+		if dk, ok := strings.CutPrefix(top, prefix); ok {
+			for _, d := range flags {
+				if d.key == dk {
+					return fmt.Errorf("--%s: %s", d.flag, ce.Msg)
+				}
 			}
 		}
 	}
@@ -468,12 +491,32 @@ func dockerFlags() []dockerFlag {
 	}
 }
 
+// sshFlags are the --ssh-* flags of register, as gitlab-runner spells
+// them, for [runners.ssh].
+func sshFlags() []dockerFlag {
+	return []dockerFlag{
+		{"ssh-host", "host", "SSH_HOST", kindString, "host the ssh executor runs jobs on (required with --executor ssh)"},
+		{"ssh-port", "port", "SSH_PORT", kindString, "its SSH port (default 22)"},
+		{"ssh-user", "user", "SSH_USER", kindString, "user to log in as (required with --executor ssh)"},
+		{"ssh-password", "password", "SSH_PASSWORD", kindString, "password of that user"},
+		{"ssh-identity-file", "identity_file", "SSH_IDENTITY_FILE", kindString, "private key file to log in with"},
+		{"ssh-disable-strict-host-key-checking", "disable_strict_host_key_checking", "SSH_DISABLE_STRICT_HOST_KEY_CHECKING", kindBool,
+			"accept a host that is not in known_hosts, trusting its first key (default: the host must be in ~/.ssh/known_hosts)"},
+		{"ssh-known-hosts-file", "known_hosts_file", "SSH_KNOWN_HOSTS_FILE", kindString, "known_hosts file to check the host's key in (default ~/.ssh/known_hosts)"},
+	}
+}
+
 // dockerTable returns the [runners.docker] table the --docker-* flags
 // give, and the flags given.
 func dockerTable(f *pflag.FlagSet) (map[string]any, []string) {
+	return flagTable(f, dockerFlags())
+}
+
+// flagTable returns the table the given flags set, and the flags given.
+func flagTable(f *pflag.FlagSet, flags []dockerFlag) (map[string]any, []string) {
 	table := map[string]any{}
 	var set []string
-	for _, d := range dockerFlags() {
+	for _, d := range flags {
 		if !f.Changed(d.flag) {
 			continue
 		}

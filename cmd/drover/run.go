@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/shell"
+	"github.com/drover-ci/drover/internal/executor/sshexec"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/engine"
 	"github.com/drover-ci/drover/internal/httpserver"
@@ -32,20 +34,55 @@ import (
 	"github.com/drover-ci/drover/internal/sshx"
 )
 
-// providers lists the executors this build offers. runners holds the
-// autoscaler pools of the runners with executor "instance",
-// "docker-autoscaler" or "docker+machine" (nil: none, so such a runner
-// gets no job); hostKeys is shared with their instance_ready_command;
-// dockers holds the [runners.docker] of the docker runners (nil: none);
-// engines dials the engines of docker runners, fleetEngines those of
-// autoscaled instances (nil: one of its own).
-func providers(logger *slog.Logger, runners *instance.Runners, hostKeys *sshx.TOFU, dockers *docker.Runners, engines docker.Dialer, fleetEngines *engine.Pool) map[string]executor.Provider {
-	if runners == nil {
-		runners = &instance.Runners{}
+// tables are the per-runner executor settings drover run keeps in step
+// with config.toml.
+type tables struct {
+	// runners holds the autoscaler pools of the runners with executor
+	// "instance", "docker-autoscaler" or "docker+machine" (none: such a
+	// runner gets no job).
+	runners *instance.Runners
+	// hostKeys are the autoscaled instances' host keys, shared with their
+	// instance_ready_command.
+	hostKeys *sshx.TOFU
+	// dockers holds the [runners.docker] of the docker runners.
+	dockers *docker.Runners
+	// ssh holds the [runners.ssh] of the ssh runners.
+	ssh *sshexec.Runners
+}
+
+// newTables returns empty tables; with dir set the host keys learnt on
+// first use are kept in files there, so they survive a restart.
+func newTables(dir string) *tables {
+	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}}
+	if dir != "" {
+		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
+		t.ssh.HostKeys.Path = filepath.Join(dir, ".drover-ssh-host-keys")
 	}
-	if dockers == nil {
-		dockers = &docker.Runners{}
+	return t
+}
+
+// apply reads the executor sections of cfg ([runners.docker],
+// [runners.ssh]) into t, logging their warnings; its errors are the
+// configuration's (exit code 2).
+func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) error {
+	warns, err := t.dockers.Apply(path, cfg)
+	logWarnings(logger, warns)
+	if err != nil {
+		return err
 	}
+	warns, err = t.ssh.Apply(path, cfg)
+	logWarnings(logger, warns)
+	return err
+}
+
+// providers lists the executors this build offers, over t (nil: empty
+// tables); engines dials the engines of docker runners, fleetEngines
+// those of autoscaled instances (nil: one of its own).
+func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngines *engine.Pool) map[string]executor.Provider {
+	if t == nil {
+		t = newTables("")
+	}
+	runners, hostKeys, dockers := t.runners, t.hostKeys, t.dockers
 	if fleetEngines == nil {
 		fleetEngines = engine.New(hostKeys, nil, logger)
 	}
@@ -61,6 +98,7 @@ func providers(logger *slog.Logger, runners *instance.Runners, hostKeys *sshx.TO
 		"shell":       shell.NewProvider(),
 		instance.Name: inst,
 		docker.Name:   dock,
+		sshexec.Name:  sshexec.NewProvider(t.ssh),
 	}
 	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
 		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{
@@ -97,17 +135,9 @@ func fleetHooks(o *runnerpool.Options, provs map[string]executor.Provider) {
 	}
 }
 
-// applyDocker reads the [runners.docker] of cfg into dockers, logging its
-// warnings; its errors are the configuration's (exit code 2).
-func applyDocker(logger *slog.Logger, dockers *docker.Runners, path string, cfg *config.Config) error {
-	warns, err := dockers.Apply(path, cfg)
-	logWarnings(logger, warns)
-	return err
-}
-
 // providerNames lists the executors this build offers, sorted.
 func providerNames() string {
-	names := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil, nil, nil)))
+	names := slices.Sorted(maps.Keys(providers(nil, nil, nil, nil)))
 	return strings.Join(names, ", ")
 }
 
@@ -184,9 +214,10 @@ run started.`,
 			if err != nil {
 				return err
 			}
-			dockers, engines := &docker.Runners{}, &docker.Clients{}
+			t := newTables(filepath.Dir(cfgPath))
+			dockers, engines := t.dockers, &docker.Clients{}
 			defer engines.Close()
-			if err := applyDocker(logger, dockers, cfgPath, cfg); err != nil {
+			if err := t.apply(logger, cfgPath, cfg); err != nil {
 				return usageError(err)
 			}
 			// A runner whose Docker engine does not answer is not started.
@@ -196,10 +227,10 @@ run started.`,
 			if err := dockerfleet.Check(cfgPath, cfg, dockers); err != nil {
 				return usageError(err)
 			}
-			runners, hostKeys := &instance.Runners{}, &sshx.TOFU{}
+			runners, hostKeys := t.runners, t.hostKeys
 			fleetEngines := engine.New(hostKeys, nil, logger)
 			defer fleetEngines.Close()
-			provs := providers(logger, runners, hostKeys, dockers, engines, fleetEngines)
+			provs := providers(logger, t, engines, fleetEngines)
 			po := runnerpool.Options{
 				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
 			}
@@ -227,7 +258,7 @@ run started.`,
 			if err := pools.Apply(cmd.Context(), cfg); err != nil {
 				return usageError(err)
 			}
-			err = runManager(cmd.Context(), logger, m, connMetrics, pools, dockers, cfgPath, cfg)
+			err = runManager(cmd.Context(), logger, m, connMetrics, pools, t, cfgPath, cfg)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
 			// Jobs' containers first: those on autoscaled instances need
@@ -260,7 +291,7 @@ run started.`,
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, pools *runnerpool.Set, dockers *docker.Runners, cfgPath string, cfg *config.Config) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
@@ -279,9 +310,9 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
 			return
 		}
-		// The pools and docker settings first: a new runner must have them
-		// before the manager asks for its jobs.
-		if err := applyDocker(logger, dockers, cfgPath, next); err != nil {
+		// The pools and executor settings first: a new runner must have
+		// them before the manager asks for its jobs.
+		if err := t.apply(logger, cfgPath, next); err != nil {
 			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
 			return
 		}

@@ -12,8 +12,9 @@
 // Fleet instances are created on demand and their host keys are not known
 // in advance, so a [TOFU] store accepts the first key an instance presents
 // and from then on rejects any other key for the same instance id. The
-// record lives in memory: it is lost with the process, and a replaced
-// instance has a new id. Call Forget when an instance is deleted.
+// record lives in memory and, with TOFU.Path, in a file that survives a
+// restart; a replaced instance has a new id. Call Forget when an instance
+// is deleted.
 //
 // # Keep-alive
 //
@@ -28,8 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -310,10 +315,18 @@ func (c *Client) Output(ctx context.Context, cmd string, stdin io.Reader) ([]byt
 var ErrUnreachable = errors.New("unreachable")
 
 // TOFU is a trust-on-first-use host key store keyed by instance id. The
-// zero value is ready to use; it is safe for concurrent use.
+// zero value keeps the keys in memory; with Path set they are kept in
+// that file too, so a restarted manager still refuses a changed key. It
+// is safe for concurrent use.
 type TOFU struct {
-	mu   sync.Mutex
-	keys map[string][]byte // instance id -> marshalled public key
+	// Path is the file the keys are kept in: one line per id, the
+	// URL-escaped id, a space and the key in authorized_keys form. Set it
+	// before first use.
+	Path string
+
+	mu     sync.Mutex
+	keys   map[string][]byte // instance id -> marshalled public key
+	loaded bool
 }
 
 // ErrHostKeyMismatch is returned (wrapped) by a TOFU callback when an
@@ -326,33 +339,124 @@ func (t *TOFU) Callback(id string) ssh.HostKeyCallback {
 	return func(host string, remote net.Addr, key ssh.PublicKey) error {
 		t.mu.Lock()
 		defer t.mu.Unlock()
+		if err := t.loadLocked(); err != nil {
+			return err
+		}
 		got := key.Marshal()
 		if known, ok := t.keys[id]; ok {
 			if !bytes.Equal(known, got) {
-				return fmt.Errorf("%w: instance %s (%s) presented %s %s, not the key it presented first",
-					ErrHostKeyMismatch, id, host, key.Type(), ssh.FingerprintSHA256(key))
+				was := "?"
+				if k, err := ssh.ParsePublicKey(known); err == nil {
+					was = k.Type() + " " + ssh.FingerprintSHA256(k)
+				}
+				return fmt.Errorf("%w: %s (%s) presented %s %s, not the key it presented first (%s)",
+					ErrHostKeyMismatch, id, host, key.Type(), ssh.FingerprintSHA256(key), was)
 			}
 			return nil
 		}
-		if t.keys == nil {
-			t.keys = make(map[string][]byte)
+		if t.Path != "" {
+			line := url.QueryEscape(id) + " " + string(ssh.MarshalAuthorizedKey(key))
+			if err := appendSync(t.Path, line); err != nil {
+				return fmt.Errorf("remember the host key of %s: %w", id, err)
+			}
 		}
 		t.keys[id] = got
 		return nil
 	}
 }
 
-// Forget drops the key remembered for instance id (the instance is gone).
+// loadLocked reads Path once; a file that does not exist yet is empty.
+func (t *TOFU) loadLocked() error {
+	if t.loaded {
+		return nil
+	}
+	if t.keys == nil {
+		t.keys = make(map[string][]byte)
+	}
+	if t.Path == "" {
+		t.loaded = true
+		return nil
+	}
+	b, err := os.ReadFile(t.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.loaded = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("host keys: %w", err)
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		esc, rest, ok := strings.Cut(line, " ")
+		id, err := url.QueryUnescape(esc)
+		if !ok || err != nil {
+			return fmt.Errorf("host keys %s:%d: want an id and a key", t.Path, i+1)
+		}
+		key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(rest))
+		if err != nil {
+			return fmt.Errorf("host keys %s:%d: %w", t.Path, i+1, err)
+		}
+		t.keys[id] = key.Marshal()
+	}
+	t.loaded = true
+	return nil
+}
+
+// appendSync appends line to the file at path (created 0600) and syncs it.
+func appendSync(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Forget drops the key remembered for instance id (the instance is gone),
+// from Path too.
 func (t *TOFU) Forget(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.loadLocked(); err != nil {
+		return
+	}
+	if _, ok := t.keys[id]; !ok {
+		return
+	}
 	delete(t.keys, id)
+	if t.Path == "" {
+		return
+	}
+	var buf strings.Builder
+	for k, v := range t.keys {
+		key, err := ssh.ParsePublicKey(v)
+		if err != nil {
+			continue
+		}
+		buf.WriteString(url.QueryEscape(k) + " " + string(ssh.MarshalAuthorizedKey(key)))
+	}
+	tmp := t.Path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(buf.String()), 0o600); err == nil {
+		os.Rename(tmp, t.Path)
+	}
 }
 
 // Known reports whether a key is remembered for instance id.
 func (t *TOFU) Known(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.loadLocked() != nil {
+		return false
+	}
 	_, ok := t.keys[id]
 	return ok
 }

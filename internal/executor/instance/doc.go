@@ -76,6 +76,9 @@
 // # Host keys
 //
 // Instances are trusted on first use: the first host key an instance id
-// presents is remembered (in memory, see sshx.TOFU) and a different key
-// later is refused.
+// presents is remembered (sshx.TOFU; drover run keeps it in
+// .drover-instance-host-keys next to config.toml, so a restart does not
+// forget it) and a different key later is refused. A Runner may bring its
+// own check (Runner.HostKey): the ssh executor, stacked on this one with
+// one fixed host, checks known_hosts.
 package instance

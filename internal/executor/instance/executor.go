@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,24 +113,30 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 	e.clock = clock.OrReal(e.clock)
 	e.mu.Unlock()
-	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"instance\" executor\033[0;m\n")
+	l, ok := opts.Data.(*Lease)
+	if !ok || l == nil {
+		return errors.New("instance executor: the job has no reservation (Provider.Acquire was not called)")
+	}
+	rn := l.runner
+	if rn.Executor == "" {
+		rn.Executor = Name
+	}
+	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the %q executor\033[0;m\n", rn.Executor)
 
 	sh := opts.Settings.Shell
 	if sh == "" {
 		sh = e.Shell()
 	}
 	if sh != "bash" && sh != "sh" {
-		return fmt.Errorf("shell %q is not supported by the instance executor (bash or sh)", sh)
-	}
-	l, ok := opts.Data.(*Lease)
-	if !ok || l == nil {
-		return errors.New("instance executor: the job has no reservation (Provider.Acquire was not called)")
+		return fmt.Errorf("shell %q is not supported by the %s executor (bash or sh)", sh, rn.Executor)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 
-	fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
+	if rn.Executor == Name {
+		fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
+	}
 	l.SetTimeInQueue(TimeInQueue(opts.Job))
 	acq, err := l.Acquire(ctx)
 	if err != nil {
@@ -140,18 +147,25 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Unlock()
 	id := acq.InstanceID()
 	logger = logger.With("instance", id, "slot", acq.Slot())
-	fmt.Fprintf(trace, "Acquired slot %d on instance %s\n", acq.Slot(), id)
+	if rn.Executor == Name {
+		fmt.Fprintf(trace, "Acquired slot %d on instance %s\n", acq.Slot(), id)
+	} else {
+		fmt.Fprintf(trace, "Connecting to %s\n", id)
+	}
 	select {
 	case <-acq.Lost():
 		return fmt.Errorf("instance %s: %w before the job started", id, ErrInstanceLost)
 	default:
 	}
 
-	cfg, err := sshConfig(acq.ConnectInfo(), l.runner.Connector)
+	cfg, err := sshConfig(acq.ConnectInfo(), rn.Connector)
 	if err != nil {
 		return fmt.Errorf("instance %s: %w", id, err)
 	}
 	cfg.HostKey = e.hostKeys.Callback(id)
+	if rn.HostKey != nil {
+		cfg.HostKey = rn.HostKey(id)
+	}
 	cfg.Clock, cfg.Logger = e.clock, logger
 	client, err := e.dial(ctx, cfg, trace)
 	if err != nil {
@@ -164,13 +178,8 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.stopLostFn = afterClose(acq.Lost(), func() { client.Close() })
 	e.mu.Unlock()
 
-	builds, cache := opts.Settings.BuildsDir, opts.Settings.CacheDir
-	if builds == "" {
-		builds = DefaultBuildsDir
-	}
-	if cache == "" {
-		cache = DefaultCacheDir
-	}
+	builds := cmp.Or(opts.Settings.BuildsDir, rn.BuildsDir, DefaultBuildsDir)
+	cache := cmp.Or(opts.Settings.CacheDir, rn.CacheDir, DefaultCacheDir)
 	out, err := client.Output(ctx, shCommand(prepareScript(sh, builds, cache)), nil)
 	if err != nil {
 		return fmt.Errorf("instance %s: prepare: %w", id, describePrepare(err, sh))
@@ -180,7 +189,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return fmt.Errorf("instance %s: prepare: %w", id, err)
 	}
 	concurrentID := acq.Slot()
-	if l.runner.UseCommonBuildDir {
+	if rn.UseCommonBuildDir {
 		concurrentID = opts.Settings.ConcurrentID
 	}
 	paths := executor.Paths{
@@ -192,7 +201,11 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.shell, e.paths, e.scriptDir, e.hostname = sh, paths, pr.scriptDir, pr.hostname
 	e.mu.Unlock()
 	logger.Debug("instance prepared", "host", pr.hostname, "project_dir", paths.ProjectDir)
-	fmt.Fprintf(trace, "Using Instance (%s) executor on %s...\n", sh, pr.hostname)
+	if rn.Executor == Name {
+		fmt.Fprintf(trace, "Using Instance (%s) executor on %s...\n", sh, pr.hostname)
+	} else {
+		fmt.Fprintf(trace, "Using %s (%s) executor on %s...\n", strings.ToUpper(rn.Executor), sh, pr.hostname)
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/sshx"
+	"golang.org/x/crypto/ssh"
 )
 
 // Name is the executor's name in config.toml.
@@ -65,6 +66,18 @@ type Runner struct {
 	Connector fleet.ConnectorConfig
 	// UseCommonBuildDir is [runners.instance] use_common_build_dir.
 	UseCommonBuildDir bool
+
+	// For executors stacked on this one with a host of their own (the ssh
+	// executor); zero values are the instance executor's.
+
+	// Executor names the executor in the job log ("instance").
+	Executor string
+	// HostKey checks the host key of instance id; nil: the provider's
+	// trust-on-first-use store.
+	HostKey func(id string) ssh.HostKeyCallback
+	// BuildsDir and CacheDir are the defaults of builds_dir and cache_dir
+	// (DefaultBuildsDir, DefaultCacheDir).
+	BuildsDir, CacheDir string
 }
 
 // Options configure the provider. Lookup is required.

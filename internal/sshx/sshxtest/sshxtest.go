@@ -230,6 +230,13 @@ func newKey(t testing.TB) (ssh.PublicKey, []byte) {
 	return sp, pem.EncodeToMemory(block)
 }
 
+// NewPublicKey returns a fresh public key that no server has (a host key
+// to tell apart from a server's).
+func NewPublicKey(t testing.TB) ssh.PublicKey {
+	k, _ := newKey(t)
+	return k
+}
+
 // NewKey returns a fresh private key (PEM) that no server authorizes.
 func NewKey(t testing.TB) []byte {
 	_, k := newKey(t)

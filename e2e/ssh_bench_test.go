@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/shell"
+	"github.com/drover-ci/drover/internal/executor/sshexec"
+	"github.com/drover-ci/drover/internal/sshx"
+	"github.com/drover-ci/drover/internal/sshx/sshxtest"
+)
+
+// BenchmarkSSHExecutorOverhead measures one trivial job, submit to success,
+// with the ssh executor on a real sshd on loopback and, in the same run,
+// with the shell executor (the baseline): the difference is what running
+// a job over SSH costs (one connection per job, a session per stage).
+//
+//	go test -run '^$' -bench SSHExecutorOverhead -benchtime 200x ./e2e/
+func BenchmarkSSHExecutorOverhead(b *testing.B) {
+	b.Run("shell", func(b *testing.B) {
+		s := newStackWith(b, 1, config.RunnerConfig{Executor: "shell", BuildsDir: filepath.Join(b.TempDir(), "builds")},
+			map[string]executor.Provider{"shell": shell.NewProvider()}, nil)
+		defer s.stop()
+		benchTrivial(b, s)
+	})
+	b.Run("ssh", func(b *testing.B) {
+		srv := sshxtest.Start(b)
+		dir := b.TempDir()
+		key := filepath.Join(dir, "id")
+		if err := os.WriteFile(key, srv.Key, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		host, port, _ := strings.Cut(srv.Addr, ":")
+		rs := &sshexec.Runners{HostKeys: &sshx.TOFU{Path: filepath.Join(dir, "host-keys")}}
+		rc := config.RunnerConfig{Executor: sshexec.Name, BuildsDir: filepath.Join(dir, "builds"), SSH: map[string]any{
+			"host": host, "port": port, "user": srv.User, "identity_file": key, "disable_strict_host_key_checking": true,
+		}}
+		s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: sshexec.NewProvider(rs)}, func(cfg *config.Config) error {
+			_, err := rs.Apply("bench", cfg)
+			return err
+		})
+		defer s.stop()
+		benchTrivial(b, s)
+	})
+}
+
+// benchTrivial runs trivial jobs on s and reports their latency.
+func benchTrivial(b *testing.B, s *stack) {
+	ctx := context.Background()
+	runTrivial(b, s, ctx) // warm up: the first request is not held
+	var lat []float64
+	for b.Loop() {
+		lat = append(lat, float64(runTrivial(b, s, ctx).Microseconds())/1000)
+	}
+	b.StopTimer()
+	sortFloats(lat)
+	b.ReportMetric(lat[len(lat)/2], "p50-ms")
+	b.ReportMetric(lat[min(len(lat)-1, len(lat)*95/100)], "p95-ms")
+}
+
+func sortFloats(f []float64) {
+	for i := 1; i < len(f); i++ {
+		for j := i; j > 0 && f[j] < f[j-1]; j-- {
+			f[j], f[j-1] = f[j-1], f[j]
+		}
+	}
+}
