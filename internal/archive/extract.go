@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/drover-ci/drover/internal/ctxio"
 )
 
 // ErrUnsafe is wrapped by the errors of [Extract] for an entry it refuses
@@ -341,7 +343,7 @@ func placeFile(ctx context.Context, root *os.Root, e plannedEntry) (n int64, err
 			_ = root.Remove(tmp)
 		}
 	}()
-	n, err = io.Copy(out, ctxReader{ctx, rc})
+	n, err = io.Copy(out, ctxio.Reader(ctx, rc))
 	if err != nil {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
@@ -369,19 +371,6 @@ func placeFile(ctx context.Context, root *os.Root, e plannedEntry) (n int64, err
 	return n, nil
 }
 
-// ctxReader stops a copy when ctx is cancelled.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
 // ExtractReader is [Extract] for a stream that cannot be read at random:
 // it spools r to a temporary file in tempDir (the system's when empty),
 // which it removes before returning.
@@ -392,7 +381,7 @@ func ExtractReader(ctx context.Context, r io.Reader, tempDir, dest string, opts 
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	size, err := io.Copy(f, ctxReader{ctx, r})
+	size, err := io.Copy(f, ctxio.Reader(ctx, r))
 	if err != nil {
 		return Stats{}, fmt.Errorf("extract: spooling the archive: %w", err)
 	}
