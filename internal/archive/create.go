@@ -3,7 +3,6 @@ package archive
 import (
 	"archive/zip"
 	"bytes"
-	"compress/flate"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/flate"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 )
@@ -27,13 +27,15 @@ import (
 // and ARTIFACT_COMPRESSION_LEVEL values are.
 type Level int
 
-// The levels. The zero value is LevelDefault, the level `zip` uses.
+// The levels, as levels of github.com/klauspost/compress/flate (a faster
+// deflate than compress/flate, writing the same format). The zero value
+// is LevelDefault.
 const (
-	LevelDefault Level = iota // deflate level 6
-	LevelFastest              // deflate level 1
-	LevelFast                 // deflate level 3
-	LevelSlow                 // deflate level 7
-	LevelSlowest              // deflate level 9
+	LevelDefault Level = iota // flate.DefaultCompression
+	LevelFastest              // level 1
+	LevelFast                 // level 3
+	LevelSlow                 // level 7
+	LevelSlowest              // level 9
 )
 
 // ParseLevel reads a level name: fastest, fast, default, slow, slowest, or
@@ -123,6 +125,8 @@ type chunk struct {
 	size  int64  // bytes of the whole file so far (final when last)
 	link  string // symlink target
 	gone  bool   // the file vanished before it could be read: skip it
+	grew  bool   // the file grew after selection: only its first size bytes are kept
+	path  string // a small file the worker reads itself
 	cost  int64  // weight held on the memory semaphore
 	done  chan struct{}
 }
@@ -188,8 +192,15 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 	for range workers {
 		g.Go(func() error {
 			for c := range work {
-				if err := compress(c, opts.Level.flate(), &comps); err != nil {
-					return err
+				if c.path != "" {
+					if err := readSmall(c); err != nil {
+						return err
+					}
+				}
+				if !c.gone {
+					if err := compress(c, opts.Level.flate(), &comps); err != nil {
+						return err
+					}
 				}
 				close(c.done)
 			}
@@ -214,6 +225,9 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 				log.Warn("file vanished before it could be archived", "path", c.entry.Name)
 				mem.Release(c.cost)
 				continue
+			}
+			if c.grew {
+				log.Warn("file grew while being archived: only its size at selection time is kept", "path", c.entry.Name, "bytes", c.size)
 			}
 			var err error
 			if c.first {
@@ -244,7 +258,12 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 				fh.CRC32 = c.crc
 				fh.UncompressedSize64 = uint64(c.size)
 				fh.CompressedSize64 = uint64(compressed)
+				// CreateRaw copied the 32-bit sizes when the entry
+				// started; the central directory of a small entry
+				// uses them, so they must follow.
+				//lint:ignore SA1019 read by zip.Writer for entries made with CreateRaw
 				fh.UncompressedSize = uint32(min(fh.UncompressedSize64, math.MaxUint32))
+				//lint:ignore SA1019 read by zip.Writer for entries made with CreateRaw
 				fh.CompressedSize = uint32(min(fh.CompressedSize64, math.MaxUint32))
 				st.Bytes += c.size
 			}
@@ -307,7 +326,9 @@ func header(c *chunk) (*zip.FileHeader, error) {
 func setModified(fh *zip.FileHeader, mtime time.Time) {
 	fh.Modified = mtime
 	if y := mtime.Year(); y >= 1980 && y <= 2107 {
+		//lint:ignore SA1019 CreateRaw writes these, it does not derive them from Modified
 		fh.ModifiedDate = uint16(mtime.Day() + int(mtime.Month())<<5 + (y-1980)<<9)
+		//lint:ignore SA1019 CreateRaw writes these, it does not derive them from Modified
 		fh.ModifiedTime = uint16(mtime.Second()/2 + mtime.Minute()<<5 + mtime.Hour()<<11)
 	}
 	secs := mtime.Unix()
@@ -362,6 +383,15 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 		// Sockets, devices, FIFOs: GitLab's archiver skips them too.
 		return nil
 	}
+	if size := e.Info.Size(); size < int64(chunkSize) {
+		// A small file is read by the worker that compresses it, so
+		// that the opens and reads of many small files overlap.
+		cost := 2*(size+1) + 1024
+		if err := mem.Acquire(ctx, cost); err != nil {
+			return err
+		}
+		return send(&chunk{entry: e, first: true, last: true, path: p, cost: cost, done: make(chan struct{})}, true)
+	}
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return send(&chunk{entry: e, first: true, last: true, gone: true, done: make(chan struct{})}, false)
@@ -400,6 +430,32 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 			return nil
 		}
 	}
+}
+
+// readSmall reads the small file of c, up to its size at selection time.
+func readSmall(c *chunk) error {
+	f, err := os.Open(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		c.gone = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("archive entry %q: %w", c.entry.Name, err)
+	}
+	defer f.Close()
+	want := c.entry.Info.Size()
+	buf := make([]byte, want+1)
+	got, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("archive entry %q: read: %w", c.entry.Name, err)
+	}
+	if int64(got) > want {
+		got, c.grew = int(want), true
+	}
+	c.raw = buf[:got]
+	c.crc = crc32.ChecksumIEEE(c.raw)
+	c.size = int64(got)
+	return nil
 }
 
 // compress deflates c.raw into c.out: a complete stream for a file's last
