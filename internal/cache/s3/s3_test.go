@@ -242,3 +242,16 @@ func TestUploadOver5GiBRefused(t *testing.T) {
 		t.Errorf("Upload(5 GiB + 1) = %v, want ErrTooLarge mentioning 5 GiB", err)
 	}
 }
+
+// TestMissingBucketIsNotAMiss: a bucket that does not exist is a
+// configuration error to report, not a cache miss to pass over quietly.
+func TestMissingBucketIsNotAMiss(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	cfg := srv.Config()
+	cfg.BucketName = "no-such-bucket"
+	_, err := newStore(t, cfg).Download(t.Context(), "x", io.Discard)
+	if err == nil || errors.Is(err, cache.ErrNotFound) || !strings.Contains(err.Error(), "NoSuchBucket") {
+		t.Errorf("Download from a missing bucket = %v, want a NoSuchBucket error that is not ErrNotFound", err)
+	}
+}
