@@ -231,11 +231,8 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 			}
 			var err error
 			if c.first {
-				fh, err = header(c)
-				if err == nil {
-					dst, err = zw.CreateRaw(fh)
-				}
-				if err != nil {
+				fh = header(c)
+				if dst, err = zw.CreateRaw(fh); err != nil {
 					return fmt.Errorf("archive entry %q: %w", c.entry.Name, err)
 				}
 				compressed = 0
@@ -292,7 +289,7 @@ func countEntry(st *Stats, mode fs.FileMode) {
 // header is the zip header of c's entry. A regular file whose content
 // fits in one chunk gets its sizes and CRC up front; a longer one gets
 // them in a data descriptor after its data.
-func header(c *chunk) (*zip.FileHeader, error) {
+func header(c *chunk) *zip.FileHeader {
 	info := c.entry.Info
 	fh := &zip.FileHeader{Name: c.entry.Name}
 	setModified(fh, info.ModTime())
@@ -316,7 +313,7 @@ func header(c *chunk) (*zip.FileHeader, error) {
 			fh.Flags |= 0x8 // data descriptor
 		}
 	}
-	return fh, nil
+	return fh
 }
 
 // setModified records mtime in fh the way zip.Writer.CreateHeader does
