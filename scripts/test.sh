@@ -2,8 +2,9 @@
 # Runs every check and test of drover. Installs what the tests need first
 # (git, bash, redis-server, PostgreSQL's server, OpenSSH's sshd,
 # busybox-static, debootstrap for the Debian root of the dind instance image,
-# nginx (the load balancer in front of several coordinators),
-# staticcheck), so
+# nginx (the load balancer in front of several coordinators), zip and
+# unzip (the format checks and the baseline of the archive benchmarks),
+# versitygw (the S3 server of the cache tests), staticcheck), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
 set -euo pipefail
@@ -20,7 +21,7 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx; do
+for tool in git bash procps:ps redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done
@@ -40,6 +41,12 @@ DROVER_BIN=${DROVER_CACHE_DIR:-$HOME/.cache/drover}/bin
 if [ ! -x "$DROVER_BIN/registry" ]; then
   echo "== installing distribution's registry"
   GOBIN="$DROVER_BIN" go install github.com/distribution/distribution/v3/cmd/registry@latest
+fi
+# versitygw, the real S3 server internal/cache/s3test starts for the cache
+# tests (about 6 minutes to build the first time).
+if [ ! -x "$DROVER_BIN/versitygw" ]; then
+  echo "== installing versitygw"
+  GOBIN="$DROVER_BIN" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 fi
 
 echo "== gofmt"
