@@ -1,7 +1,11 @@
 // Package helper is what runs inside the docker executor's helper
-// container as `drover helper …`: it follows a detached stage's output
-// file for the manager (so that a stage survives the manager and its log
-// can be continued from any byte), and waits for services' TCP ports.
+// container as `drover helper …` (and, for the cache, wherever a job's
+// stages run): it follows a detached stage's output file for the manager
+// (so that a stage survives the manager and its log can be continued from
+// any byte), waits for services' TCP ports, and makes and restores a
+// job's cache (cache-archiver, cache-extractor: a GitLab-compatible zip
+// archive, kept locally and, through pre-signed URLs that carry no
+// credentials, in the shared S3 cache).
 //
 // The helper talks to the manager only through its standard streams:
 // stdout carries the stage's output bytes exactly, stderr one final status

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -14,6 +15,12 @@ import (
 //
 //	follow --log F --exit F [--gone F] [--from N] [--claim DIR] [--probe]
 //	wait --timeout D host:port...
+//	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
+//	cache-extractor --file F [--url U] [--timeout D]
+//
+// The cache commands exit 0 when done, 1 when the cache could not be
+// made or restored (the job goes on: the cache is best effort; the reason
+// is on stderr) and 2 for bad flags.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: drover helper follow|wait [flags]")
@@ -56,7 +63,71 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "cache-archiver", "cache-extractor":
+		return cacheMain(ctx, args[0], args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "drover helper: unknown command %q\n", args[0])
 	return 2
+}
+
+// cacheMain runs cache-archiver or cache-extractor.
+func cacheMain(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var paths, excludes, headers listFlag
+	file := fs.String("file", "", "the local cache archive (required)")
+	u := fs.String("url", "", "pre-signed URL of the shared cache (GET to extract, PUT to archive)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long the whole command may take")
+	root := fs.String("root", "", "the project directory (default: the working directory)")
+	var untracked bool
+	var maxSize int64
+	if name == "cache-archiver" {
+		fs.Var(&paths, "path", "a path or pattern to cache (repeatable)")
+		fs.Var(&excludes, "exclude", "a pattern to leave out (repeatable)")
+		fs.Var(&headers, "header", "Name: value sent with the upload (repeatable)")
+		fs.BoolVar(&untracked, "untracked", false, "add the files git does not track")
+		fs.Int64Var(&maxSize, "max-size", 0, "do not upload an archive over this many bytes (0: no cap)")
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *file == "" {
+		fmt.Fprintf(stderr, "%s: --file is required\n", name)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var err error
+	if name == "cache-archiver" {
+		h := http.Header{}
+		for _, kv := range headers {
+			k, v, ok := strings.Cut(kv, ":")
+			if !ok {
+				fmt.Fprintf(stderr, "%s: --header %q: want Name: value\n", name, kv)
+				return 2
+			}
+			h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+		err = ArchiveCache(ctx, CacheArchiveOptions{
+			Root: *root, File: *file, Paths: paths, Exclude: excludes, Untracked: untracked,
+			URL: *u, Header: h, MaxSize: maxSize,
+		}, stdout)
+	} else {
+		err = ExtractCache(ctx, CacheExtractOptions{Root: *root, File: *file, URL: *u}, stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, s)
+	return nil
 }
