@@ -117,8 +117,7 @@ func (d *artifactDir) write(ctx context.Context, src io.Reader, max int64, name 
 			os.Remove(tmp.Name())
 		}
 	}()
-	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(tmp, h), &ctxReader{ctx: ctx, r: io.LimitReader(src, max+1)}, make([]byte, copyBufferSize))
+	n, sum, err := copyHashed(tmp, &ctxReader{ctx: ctx, r: io.LimitReader(src, max+1)})
 	if err != nil {
 		return n, "", err
 	}
@@ -138,6 +137,67 @@ func (d *artifactDir) write(ctx context.Context, src io.Reader, max int64, name 
 	if df, err := os.Open(d.dir); err == nil {
 		df.Sync()
 		df.Close()
+	}
+	return n, sum, nil
+}
+
+// copyHashed copies src to dst and returns the count and hex SHA-256 of
+// the bytes. Reading (the network) and writing plus hashing run side by
+// side on blocks of copyBufferSize: the upload is as fast as the slower
+// of the two, not their sum. At most copyBlocks blocks are in memory.
+func copyHashed(dst io.Writer, src io.Reader) (int64, string, error) {
+	const copyBlocks = 4
+	free := make(chan []byte, copyBlocks)
+	for range copyBlocks {
+		free <- make([]byte, copyBufferSize)
+	}
+	full := make(chan []byte, copyBlocks)
+	werr := make(chan error, 1)
+	failed := make(chan struct{}) // closed when a write fails: stop reading
+	h := sha256.New()
+	go func() {
+		var err error
+		for b := range full {
+			if err == nil {
+				h.Write(b)
+				if _, err = dst.Write(b); err != nil {
+					close(failed)
+				}
+			}
+			free <- b[:cap(b)]
+		}
+		werr <- err
+	}()
+	var n int64
+	var rerr error
+	for {
+		var b []byte
+		select {
+		case b = <-free:
+		case <-failed:
+		}
+		if b == nil {
+			break
+		}
+		k, err := io.ReadFull(src, b)
+		n += int64(k)
+		if k > 0 {
+			full <- b[:k]
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+	}
+	close(full)
+	if err := <-werr; err != nil {
+		return n, "", fmt.Errorf("write: %w", err)
+	}
+	if rerr != nil {
+		return n, "", rerr
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }

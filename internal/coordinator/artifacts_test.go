@@ -503,3 +503,30 @@ func TestArtifactsLeftoversRemoved(t *testing.T) {
 		t.Errorf("artifact files after start (-want +got):\n%s", d)
 	}
 }
+
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(b []byte) (int, error) {
+	if w.n++; w.n > 1 {
+		return 0, os.ErrClosed
+	}
+	return len(b), nil
+}
+
+// TestCopyHashed: the copy's digest is the bytes', and a write that fails
+// (a full disk) stops the reading instead of taking the rest of the body.
+func TestCopyHashed(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	n, sum, err := copyHashed(&buf, newPatternReader(3*copyBufferSize+5))
+	if err != nil || n != 3*copyBufferSize+5 || sum != sha(buf.Bytes()) {
+		t.Errorf("copyHashed = %d, %s, %v; want %d bytes and their digest", n, sum, err, 3*copyBufferSize+5)
+	}
+	src := newPatternReader(1 << 40)
+	if _, _, err := copyHashed(&failingWriter{}, src); err == nil {
+		t.Error("copyHashed into a failing writer = nil error")
+	}
+	if src.off > 16*copyBufferSize {
+		t.Errorf("copyHashed read %d bytes after the write failed, want a few blocks", src.off)
+	}
+}
