@@ -293,7 +293,7 @@ func (c *Coordinator) parseUploadParams(q map[string][]string, j *store.Job, now
 // base name; defaultName when it gave none.
 func artifactFilename(name, format string) string {
 	name = filepath.Base(strings.ReplaceAll(name, `\`, "/"))
-	if name == "." || name == "/" || name == "" || len(name) > 255 || runnerapi.HasControl(name) || strings.ContainsAny(name, `"`) {
+	if name == "." || name == ".." || name == "/" || name == "" || len(name) > 255 || runnerapi.HasControl(name) || strings.ContainsAny(name, `"`) {
 		switch format {
 		case "zip":
 			return "artifacts.zip"

@@ -10,6 +10,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -529,4 +531,36 @@ func TestCopyHashed(t *testing.T) {
 	if src.off > 16*copyBufferSize {
 		t.Errorf("copyHashed read %d bytes after the write failed, want a few blocks", src.off)
 	}
+}
+
+// FuzzUploadParams: the query of an upload and the file name a runner
+// gives never panic; what is accepted is a known format, a type that is
+// safe in a file name, an expiry in the future or none, and a plain file
+// name.
+func FuzzUploadParams(f *testing.F) {
+	f.Add("artifact_format=zip&artifact_type=archive&expire_in=1+week", "artifacts.zip")
+	f.Add("artifact_format=gzip&artifact_type=junit&expire_in=never", "../../etc/passwd")
+	f.Add("artifact_type=dotenv&artifact_format=raw", `a"b\c`)
+	f.Add("expire_in=3600", "")
+	c := &Coordinator{}
+	now := fakeStart
+	f.Fuzz(func(t *testing.T, query, filename string) {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		p, e := c.parseUploadParams(q, &store.Job{}, now)
+		if e == nil {
+			if _, ok := artifactContentTypes[p.format]; !ok || !artifactTypeRE.MatchString(p.typ) || strings.ContainsAny(p.typ, `/\.`) {
+				t.Fatalf("parseUploadParams(%q) = %+v", query, p)
+			}
+			if !p.expireAt.IsZero() && !p.expireAt.After(now) {
+				t.Fatalf("parseUploadParams(%q): expiry %v not after now", query, p.expireAt)
+			}
+		}
+		name := artifactFilename(filename, p.format)
+		if name == "" || strings.ContainsAny(name, `/\"`) || name == "." || name == ".." {
+			t.Fatalf("artifactFilename(%q) = %q", filename, name)
+		}
+	})
 }
