@@ -54,6 +54,7 @@ func newCoordinatorCmd() *cobra.Command {
 		databaseURL, secretKeyFile                   string
 		longPoll, stale, grace, ack                  time.Duration
 		maxProvisioning, maxConnsPerClient           int
+		maxArtifactSize                              int64
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -92,7 +93,13 @@ The database records the key's id: a coordinator with another key refuses
 to start, so coordinators sharing a PostgreSQL database need the same key.
 To change keys, start with the new key and the old one as
 DROVER_SECRET_KEY_OLD (or in the key file's name + ".old"): values sealed
-with the old key still open, new ones are sealed with the new key.`,
+with the old key still open, new ones are sealed with the new key.
+
+Artifacts that jobs upload (POST /api/v4/jobs/:id/artifacts) are kept in
+DATA/artifacts, up to --max-artifact-size each (larger uploads are answered
+413), until their expire_in passes (30 days unless the job says otherwise);
+download them with drover artifacts JOB_ID. Coordinators sharing a
+PostgreSQL database need DATA/artifacts on a shared file system.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -101,6 +108,9 @@ with the old key still open, new ones are sealed with the new key.`,
 			}
 			if err := checkMaxConns(maxConnsPerClient); err != nil {
 				return err
+			}
+			if maxArtifactSize <= 0 {
+				return usageError(fmt.Errorf("--max-artifact-size %d: want a positive number of bytes", maxArtifactSize))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -149,6 +159,7 @@ with the old key still open, new ones are sealed with the new key.`,
 				SecretKey:              key,
 				SecretKeyFile:          secretKeyFile,
 				OldSecretKeys:          oldKeys,
+				MaxArtifactSize:        maxArtifactSize,
 			})
 			if err != nil {
 				return err
@@ -168,6 +179,7 @@ with the old key still open, new ones are sealed with the new key.`,
 	f.DurationVar(&grace, "timeout-grace", 5*time.Minute, "extra time past a job's timeout before the coordinator fails it itself")
 	f.DurationVar(&ack, "ack-timeout", 60*time.Second, "two-phase start: a job handed to a runner that announces two_phase_job_commit goes back to the queue when the runner sends no keep-alive or accept for this long")
 	f.IntVar(&maxProvisioning, "max-provisioning-retries", 3, "two-phase start: after this many declines or expired deadlines a job fails with runner_provisioning_timeout")
+	f.Int64Var(&maxArtifactSize, "max-artifact-size", coordinator.DefaultMaxArtifactSize, "largest artifact a job may upload, in bytes (GitLab's default: 100 MiB); larger uploads are answered 413")
 	maxConnsFlag(f, &maxConnsPerClient)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

@@ -82,6 +82,8 @@ func newSubmitCmd() *cobra.Command {
 		image                  client.Image
 		imageUser              string
 		services               []string
+		artifacts              client.Artifacts
+		dependencies           []string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit",
@@ -138,6 +140,18 @@ func newSubmitCmd() *cobra.Command {
 				}
 				spec.Services = append(spec.Services, svc)
 			}
+			if len(artifacts.Paths) > 0 {
+				spec.Artifacts = &artifacts
+			} else if artifacts.ExpireIn != "" {
+				return usageError(errors.New("--artifacts-expire-in needs --artifact-path"))
+			}
+			for _, d := range dependencies {
+				if id, err := strconv.ParseInt(d, 10, 64); err == nil {
+					spec.Dependencies = append(spec.Dependencies, client.Dependency{ID: id})
+				} else {
+					spec.Dependencies = append(spec.Dependencies, client.Dependency{Name: d})
+				}
+			}
 			c, err := af.client()
 			if err != nil {
 				return err
@@ -191,6 +205,9 @@ func newSubmitCmd() *cobra.Command {
 	f.StringArrayVar(&services, "service", nil, `service container: an image name (redis:7) or a JSON object such as
 {"name":"redis:7","alias":"cache db","command":[..],"entrypoint":[..],"variables":[{"key":"K","value":"V"}],"pull_policy":"if-not-present"}
 (repeatable)`)
+	f.StringArrayVar(&artifacts.Paths, "artifact-path", nil, "keep this path (a glob, ** allowed) as the job's artifacts (repeatable); download them with drover artifacts")
+	f.StringVar(&artifacts.ExpireIn, "artifacts-expire-in", "", `how long the artifacts are kept: "1 week", "3 days", "never" (default 30 days)`)
+	f.StringArrayVar(&dependencies, "dependency", nil, "download the artifacts of this earlier job of the project before the script: a job id, or a name (the newest job of that name), which must have succeeded (repeatable)")
 	f.StringVar(&gitURL, "git-url", "", "repository to check out")
 	f.StringVar(&gitRef, "git-ref", "", "branch or tag to check out")
 	f.StringVar(&gitSha, "git-sha", "", "commit to check out")

@@ -23,7 +23,7 @@ func newRootCmd() *cobra.Command {
   drover local         one-command demo: coordinator + manager in one process running examples/
   drover register      adds a runner to config.toml (verifies a glrt- token)
   drover list          lists the runners of config.toml
-  drover submit/jobs/logs/cancel   use a drover coordinator's job API
+  drover submit/jobs/logs/cancel/artifacts   use a drover coordinator's job API
 
 config.toml is /etc/drover/config.toml for root, ~/.drover/config.toml for
 other users, or what --config (or $CONFIG_FILE) names.`,
@@ -51,6 +51,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newJobsCmd(),
 		newLogsCmd(),
 		newCancelCmd(),
+		newArtifactsCmd(),
 		newLocalCmd(),
 		newAutoscaleCmd(),
 		newHelperCmd(),

@@ -388,7 +388,12 @@ type Artifact struct {
 
 // Cache is one entry of cache.
 type Cache struct {
-	Key          string   `json:"key"`
+	Key string `json:"key"`
+	// KeyFiles and KeyPrefix are drover's extension (GitLab computes the
+	// key itself and sends it): a key made by the runner from these files'
+	// contents, KeyPrefix first. Key is then KeyPrefix, or "default".
+	KeyFiles     []string `json:"drover_key_files,omitempty"`
+	KeyPrefix    string   `json:"drover_key_prefix,omitempty"`
 	Untracked    bool     `json:"untracked"`
 	Policy       string   `json:"policy"`
 	Paths        []string `json:"paths"`
@@ -404,15 +409,21 @@ type Credentials struct {
 	Password string `json:"password"`
 }
 
-// Dependency is one entry of dependencies.
+// Dependency is one entry of dependencies: an earlier job whose
+// artifacts the job downloads (GET jobs/{ID}/artifacts with Token).
 type Dependency struct {
-	ID            int64  `json:"id"`
-	Token         string `json:"token"`
-	Name          string `json:"name"`
-	ArtifactsFile struct {
-		Filename string `json:"filename"`
-		Size     int64  `json:"size"`
-	} `json:"artifacts_file"`
+	ID    int64  `json:"id"`
+	Token string `json:"token"`
+	Name  string `json:"name"`
+	// ArtifactsFile is absent when the dependency has no artifacts (or
+	// they expired), as GitLab sends it.
+	ArtifactsFile *ArtifactsFile `json:"artifacts_file,omitempty"`
+}
+
+// ArtifactsFile is a dependency's artifacts archive.
+type ArtifactsFile struct {
+	Filename string `json:"filename"`
+	Size     int64  `json:"size"`
 }
 
 // Hook is one entry of hooks.

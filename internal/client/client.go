@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -65,6 +66,36 @@ type JobSpec struct {
 	Image       *Image     `json:"image,omitempty"`
 	Services    []Service  `json:"services,omitempty"`
 	Git         *Git       `json:"git,omitempty"`
+	// Cache is the job's cache entries, as GitLab's cache: (JSON objects).
+	Cache        []json.RawMessage `json:"cache,omitempty"`
+	Artifacts    *Artifacts        `json:"artifacts,omitempty"`
+	Dependencies []Dependency      `json:"dependencies,omitempty"`
+}
+
+// Artifacts is what a job keeps as artifacts (GitLab's artifacts:).
+type Artifacts struct {
+	Name      string              `json:"name,omitempty"`
+	Paths     []string            `json:"paths,omitempty"`
+	Exclude   []string            `json:"exclude,omitempty"`
+	Untracked bool                `json:"untracked,omitempty"`
+	When      string              `json:"when,omitempty"`
+	ExpireIn  string              `json:"expire_in,omitempty"`
+	Reports   map[string][]string `json:"reports,omitempty"`
+}
+
+// Dependency is an earlier job of the same project whose artifacts a job
+// downloads: by ID, or by Name (the newest job of that name).
+type Dependency struct {
+	ID   int64
+	Name string
+}
+
+// MarshalJSON sends the id as a number, else the name as a string.
+func (d Dependency) MarshalJSON() ([]byte, error) {
+	if d.ID != 0 {
+		return json.Marshal(d.ID)
+	}
+	return json.Marshal(d.Name)
 }
 
 // PullPolicies are an image's pull policies (always, if-not-present,
@@ -240,6 +271,22 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("coordinator answered %d: %s", e.Status, e.Msg)
 }
 
+// newAPIError is the error of an answer with status and body b: the
+// coordinator's {"error", "field"}, or the body's text.
+func newAPIError(status int, b []byte) *APIError {
+	e := &APIError{Status: status}
+	if json.Unmarshal(b, e) != nil || e.Msg == "" {
+		e.Msg = strings.TrimSpace(string(b))
+	}
+	return e
+}
+
+// readAPIError is newAPIError of resp, reading at most 64 KiB of its body.
+func readAPIError(resp *http.Response) *APIError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return newAPIError(resp.StatusCode, b)
+}
+
 func (c *Client) do(ctx context.Context, method, path string, in, out any, want int) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
@@ -263,12 +310,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, want 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != want {
-		e := &APIError{Status: resp.StatusCode}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		if json.Unmarshal(b, e) != nil || e.Msg == "" {
-			e.Msg = strings.TrimSpace(string(b))
-		}
-		return resp, e
+		return resp, readAPIError(resp)
 	}
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
@@ -382,11 +424,7 @@ func (c *Client) Trace(ctx context.Context, id, offset int64) ([]byte, string, e
 		return nil, "", fmt.Errorf("get trace of job %d: %w", id, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		e := &APIError{Status: resp.StatusCode}
-		if json.Unmarshal(b, e) != nil || e.Msg == "" {
-			e.Msg = strings.TrimSpace(string(b))
-		}
-		return nil, "", e
+		return nil, "", newAPIError(resp.StatusCode, b)
 	}
 	return b, resp.Header.Get("X-Job-Status"), nil
 }
@@ -421,4 +459,44 @@ func (c *Client) Follow(ctx context.Context, id int64, w io.Writer, poll time.Du
 			}
 		}
 	}
+}
+
+// Artifact is a job's artifact as Artifacts opens it: Body streams it.
+type Artifact struct {
+	Body     io.ReadCloser
+	Filename string // the name the job's runner gave it ("" when unsaid)
+	Size     int64  // -1 when the coordinator did not say
+	SHA256   string // hex, "" when the coordinator did not say
+}
+
+// Artifacts opens job id's artifact of type typ ("" is the archive; a
+// report kind such as "junit" for the others): GET
+// /api/v1/jobs/{id}/artifacts. The caller closes Body. The download is
+// bounded by ctx only, not by the client's timeout: an artifact may take
+// long to arrive.
+func (c *Client) Artifacts(ctx context.Context, id int64, typ string) (*Artifact, error) {
+	u := c.base + "/api/v1/jobs/" + strconv.FormatInt(id, 10) + "/artifacts"
+	if typ != "" {
+		u += "?" + url.Values{"artifact_type": {typ}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	hc := *c.http
+	hc.Timeout = 0
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get artifacts of job %d: %w", id, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, readAPIError(resp)
+	}
+	a := &Artifact{Body: resp.Body, Size: resp.ContentLength, SHA256: resp.Header.Get("X-Drover-Sha256")}
+	if _, params, err := mime.ParseMediaType(resp.Header.Get("Content-Disposition")); err == nil {
+		a.Filename = params["filename"]
+	}
+	return a, nil
 }

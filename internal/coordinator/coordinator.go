@@ -57,6 +57,9 @@ type Config struct {
 	// (DataDir/secret-key.old by default), if there is such a file; empty
 	// and not nil = none. cmd/drover sets it from DROVER_SECRET_KEY_OLD.
 	OldSecretKeys []*secretbox.Key
+	// MaxArtifactSize caps an uploaded artifact, in bytes; a larger one is
+	// answered 413. Default DefaultMaxArtifactSize (100 MiB, GitLab's).
+	MaxArtifactSize int64
 }
 
 // Defaults of Config.
@@ -79,6 +82,8 @@ type Coordinator struct {
 	clock  clock.Clock
 	st     store.Store
 	traces store.Traces
+	// artifacts keeps artifact files (artifacts.go).
+	artifacts *artifactDir
 	// settings is the store as store.Settings, or nil for a store that
 	// keeps none.
 	settings store.Settings
@@ -139,6 +144,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	cfg.StaleTimeout = runnerapi.OrDefault(cfg.StaleTimeout, DefaultStaleTimeout)
 	cfg.TimeoutGrace = runnerapi.OrDefault(cfg.TimeoutGrace, DefaultTimeoutGrace)
 	cfg.AckTimeout = runnerapi.OrDefault(cfg.AckTimeout, DefaultAckTimeout)
+	cfg.MaxArtifactSize = runnerapi.OrDefault(cfg.MaxArtifactSize, DefaultMaxArtifactSize)
 	if cfg.ReapInterval <= 0 {
 		// Expired acknowledgement deadlines are found by the reaper: look
 		// often enough that a job is back in the queue soon after its
@@ -237,6 +243,9 @@ func (c *Coordinator) open(ctx context.Context) error {
 	if tk, ok := c.st.(store.TraceKeeper); ok {
 		c.traces = tk.Traces()
 	} else if c.traces, err = newTraceDir(filepath.Join(cfg.DataDir, "traces")); err != nil {
+		return err
+	}
+	if c.artifacts, err = newArtifactDir(filepath.Join(cfg.DataDir, "artifacts")); err != nil {
 		return err
 	}
 	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {

@@ -23,10 +23,16 @@
 //     runner could take it.
 //   - Traces: trace.go, plain files DataDir/traces/<id>.log; the file size
 //     is the trace size.
+//   - Artifacts: artifacts.go (POST/GET /api/v4/jobs/{id}/artifacts, GET
+//     /api/v1/jobs/{id}/artifacts; files in DataDir/artifacts written
+//     through a temporary file, fsync and rename; records in the store;
+//     expiry by the reaper), expirein.go (expire_in as GitLab reads it),
+//     v1_artifacts.go (a job spec's cache, artifacts and dependencies, how
+//     dependency names resolve, and their payload).
 //   - Two-phase job start: provisioning.go (runner_provisioning; accept,
 //     keep-alive and give-back shared with PUT and the reaper).
 //   - Reaper: reaper.go, run by Run: job timeouts, silent runners, ack
-//     deadlines.
+//     deadlines, expired artifacts.
 //   - Secrets at rest: secrets.go. Job variables are sealed (package
 //     secretbox) before a job is stored and opened only for its payload;
 //     the store records the key's id, and a coordinator with another key

@@ -36,6 +36,7 @@ func (c *Coordinator) routes() http.Handler {
 	m.Jobs(runnerapi.JobHandlers{
 		Request: c.handleJobRequest, Update: c.handleUpdateJob, Trace: c.handlePatchTrace,
 		Provisioning: c.handleProvisioning, Watch: c.handleWatchJobs,
+		UploadArtifacts: c.handleUploadArtifacts, DownloadArtifacts: c.handleDownloadArtifacts,
 		// The job answers tell a runner that this coordinator serves
 		// jobs/watch (see watch.go).
 		Wrap: c.advertiseWatch,
@@ -47,6 +48,7 @@ func (c *Coordinator) routes() http.Handler {
 	m.Admin("GET /api/v1/jobs/{id}", c.handleGetJob)
 	m.Admin("GET /api/v1/jobs/{id}/trace", c.handleGetTrace)
 	m.Admin("POST /api/v1/jobs/{id}/cancel", c.handleCancelJob)
+	m.Admin("GET /api/v1/jobs/{id}/artifacts", c.handleAdminArtifacts)
 
 	desc := "store: sqlite"
 	if d, ok := c.st.(interface{ Describe() string }); ok {

@@ -26,6 +26,12 @@ type metrics struct {
 	// unavailable counts requests answered 503 because the database could
 	// not be reached.
 	unavailable prometheus.Counter
+	// Artifacts: bytes stored and served, uploads refused as too large,
+	// artifacts deleted on expiry.
+	artifactsUploaded   prometheus.Counter
+	artifactsDownloaded prometheus.Counter
+	artifactsTooLarge   prometheus.Counter
+	artifactsExpired    prometheus.Counter
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -83,13 +89,26 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: metricPrefix + "database_unavailable_total",
 			Help: "Requests answered 503 because the database could not be reached.",
 		}),
+		artifactsUploaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricPrefix + "artifacts_uploaded_bytes_total", Help: "Bytes of artifacts uploaded and stored.",
+		}),
+		artifactsDownloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricPrefix + "artifacts_downloaded_bytes_total", Help: "Bytes of artifacts served (runner and admin downloads).",
+		}),
+		artifactsTooLarge: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricPrefix + "artifacts_rejected_too_large_total", Help: "Artifact uploads answered 413: over --max-artifact-size.",
+		}),
+		artifactsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metricPrefix + "artifacts_expired_total", Help: "Artifacts deleted because they expired.",
+		}),
 	}
 	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeExpired} {
 		m.provisioning.WithLabelValues(o) // report zeros from the start
 	}
 	jobs := jobsCollector{c: c, desc: prometheus.NewDesc(metricPrefix+"jobs", "Jobs by status.", []string{"status"}, nil)}
 
-	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable, jobs}
+	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable,
+		m.artifactsUploaded, m.artifactsDownloaded, m.artifactsTooLarge, m.artifactsExpired, jobs}
 	if sc, ok := c.st.(interface{ Collector() prometheus.Collector }); ok {
 		// The store's own: a database pool and query latency.
 		cs = append(cs, sc.Collector())

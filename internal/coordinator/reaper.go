@@ -18,13 +18,15 @@ import (
 //     (a canceling job becomes canceled);
 //   - waiting_for_runner_ack past its ack deadline → back to pending, or
 //     failed with runner_provisioning_timeout once MaxProvisioningRetries
-//     returns are used up (giveBack).
+//     returns are used up (giveBack);
+//   - artifacts past their expire_at → deleted (expireArtifacts).
 //
 // A line saying why is appended to the job's trace before a final state is
 // committed.
 func (c *Coordinator) reapOnce(ctx context.Context) {
 	now := c.clock.Now()
 	c.expireOnce(ctx, now)
+	c.expireArtifacts(ctx, now)
 	var after int64
 	for {
 		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromActive, AfterID: after, Limit: 500})

@@ -157,7 +157,8 @@ func TestUpgradeFromPlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(t.Context(), `DROP TABLE settings; DELETE FROM schema_migrations WHERE version = 4`); err != nil {
+	if _, err := db.ExecContext(t.Context(), `DROP TABLE settings; DROP TABLE artifacts; DROP INDEX jobs_token_hash; DROP INDEX jobs_project_name;
+		DELETE FROM schema_migrations WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -33,7 +33,12 @@ type submitJobRequest struct {
 	// object; see parseImage and parseService.
 	Image    json.RawMessage   `json:"image"`
 	Services []json.RawMessage `json:"services"`
-	Git      *struct {
+	// Cache is an object or an array of them; Artifacts an object;
+	// Dependencies job names and ids. See v1_artifacts.go.
+	Cache        json.RawMessage   `json:"cache"`
+	Artifacts    json.RawMessage   `json:"artifacts"`
+	Dependencies []json.RawMessage `json:"dependencies"`
+	Git          *struct {
 		RepoURL string `json:"repo_url"`
 		Ref     string `json:"ref"`
 		Sha     string `json:"sha"`
@@ -124,6 +129,15 @@ func (req *submitJobRequest) toJob() (store.Job, *runnerapi.BadRequest) {
 			return j, runnerapi.Invalid("git", "git fields must be printable")
 		}
 		j.Spec.Git = store.GitSpec{RepoURL: g.RepoURL, Ref: g.Ref, Sha: g.Sha, Depth: g.Depth}
+	}
+	if j.Spec.Cache, e = parseCache(req.Cache); e != nil {
+		return j, e
+	}
+	if j.Spec.Artifacts, e = parseArtifacts(req.Artifacts); e != nil {
+		return j, e
+	}
+	if j.Spec.Dependencies, e = parseDependencies(req.Dependencies); e != nil {
+		return j, e
 	}
 	return j, nil
 }
@@ -221,9 +235,18 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 		runnerapi.WriteBad(w, e)
 		return
 	}
+	e, err := c.resolveDependencies(r.Context(), &j)
+	if err != nil {
+		c.internalError(r.Context(), w, "resolve dependencies", err)
+		return
+	}
+	if e != nil {
+		runnerapi.WriteBad(w, e)
+		return
+	}
 	now := c.clock.Now()
 	j.Status, j.CreatedAt, j.QueuedAt, j.UpdatedAt = store.StatusPending, now, now, now
-	j, err := c.createJob(r.Context(), j)
+	j, err = c.createJob(r.Context(), j)
 	if err != nil {
 		c.internalError(r.Context(), w, "submit job", err)
 		return

@@ -287,6 +287,7 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 	got.Spec = spec // the stored spec, which no transition changes, opened
 	resp := c.payload(r, rn, &got, token, wait.Seconds())
 	resp.Features.TwoPhaseJobCommit = twoPhase
+	resp.Dependencies = c.payloadDependencies(ctx, &got, token)
 	return resp, nil
 }
 
@@ -414,8 +415,8 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 		Steps:        steps,
 		Image:        payloadImage(img),
 		Services:     services,
-		Artifacts:    []api.Artifact{},
-		Cache:        []api.Cache{},
+		Artifacts:    payloadArtifacts(j.Spec.Artifacts),
+		Cache:        payloadCache(j.Spec.Cache),
 		Credentials:  []api.Credentials{},
 		Dependencies: []api.Dependency{},
 		Features: api.JobFeatures{

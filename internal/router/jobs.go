@@ -225,8 +225,19 @@ func (r *Router) handlePatchTrace(w http.ResponseWriter, req *http.Request) {
 	r.forward(w, req, req.Body)
 }
 
-// handleForward forwards a request as it is (artifacts).
+// handleForward forwards a request as it is (artifacts downloads).
 func (r *Router) handleForward(w http.ResponseWriter, req *http.Request) {
+	r.forward(w, req, req.Body)
+}
+
+// maxForwardedArtifact sizes the read deadline of an artifact upload the
+// router streams upstream; the upstream enforces its own size cap.
+const maxForwardedArtifact = 1 << 30
+
+// handleUploadArtifacts forwards an artifact upload as it is, streaming:
+// the body goes upstream as it arrives, never held by the router.
+func (r *Router) handleUploadArtifacts(w http.ResponseWriter, req *http.Request) {
+	runnerapi.AllowSlowBody(w, req, maxForwardedArtifact)
 	r.forward(w, req, req.Body)
 }
 

@@ -314,7 +314,8 @@ func (r *Router) routes() http.Handler {
 	// go upstream; artifacts are forwarded as they are.
 	m.Jobs(runnerapi.JobHandlers{
 		Request: r.handleJobRequest, Update: r.handleUpdateJob, Trace: r.handlePatchTrace,
-		Provisioning: r.handleProvisioning, Artifacts: r.handleForward,
+		Provisioning:    r.handleProvisioning,
+		UploadArtifacts: r.handleUploadArtifacts, DownloadArtifacts: r.handleForward,
 	})
 	m.Ready("", runnerapi.PingCheck("store", r.st), runnerapi.DirCheck(r.cfg.DataDir), r.upstreamReady)
 	return m

@@ -175,6 +175,9 @@ func TestContract(t *testing.T) {
 			{method: "POST", path: "/api/v4/runners/verify", body: `{"token":"{token}"}`, code: 403, field: "token"},
 		}},
 		{"update unknown job", []step{{method: "PUT", path: "/api/v4/jobs/999999", body: `{"token":"glcbt-nope","state":"running"}`, code: 404, field: "id"}}},
+		{"upload artifacts, unknown job", []step{{method: "POST", path: "/api/v4/jobs/999999/artifacts", header: map[string]string{"JOB-TOKEN": "glcbt-nope"}, code: 404, field: "id"}}},
+		{"download artifacts without credentials", []step{{method: "GET", path: "/api/v4/jobs/999999/artifacts", code: 401, field: "token", has: map[string]string{"WWW-Authenticate": `Bearer realm="drover"`}}}},
+		{"download artifacts, unknown job token", []step{{method: "GET", path: "/api/v4/jobs/1/artifacts", header: map[string]string{"JOB-TOKEN": "glcbt-nope"}, code: 403, field: "token"}}},
 	}
 	for _, d := range daemons {
 		t.Run(d.name, func(t *testing.T) {

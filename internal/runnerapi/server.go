@@ -66,8 +66,11 @@ type JobHandlers struct {
 	Trace        http.HandlerFunc // PATCH /api/v4/jobs/{id}/trace
 	Provisioning http.HandlerFunc // POST /api/v4/jobs/{id}/runner_provisioning
 	Watch        http.HandlerFunc // POST /api/v4/jobs/watch (drover's)
-	// Artifacts serves POST and GET /api/v4/jobs/{id}/artifacts.
-	Artifacts http.HandlerFunc
+	// UploadArtifacts serves POST /api/v4/jobs/{id}/artifacts (the job's
+	// own token) and DownloadArtifacts GET (a dependent job's token):
+	// two handlers because who may call them differs.
+	UploadArtifacts   http.HandlerFunc
+	DownloadArtifacts http.HandlerFunc
 	// Wrap, if set, wraps every handler above (the coordinator's
 	// advertises jobs/watch on every answer).
 	Wrap func(http.HandlerFunc) http.HandlerFunc
@@ -84,8 +87,8 @@ func (m *Mux) Jobs(h JobHandlers) {
 		{"PATCH /api/v4/jobs/{id}/trace", h.Trace},
 		{"POST /api/v4/jobs/{id}/runner_provisioning", h.Provisioning},
 		{"POST /api/v4/jobs/watch", h.Watch},
-		{"POST /api/v4/jobs/{id}/artifacts", h.Artifacts},
-		{"GET /api/v4/jobs/{id}/artifacts", h.Artifacts},
+		{"POST /api/v4/jobs/{id}/artifacts", h.UploadArtifacts},
+		{"GET /api/v4/jobs/{id}/artifacts", h.DownloadArtifacts},
 	} {
 		if e.fn == nil {
 			continue
@@ -95,6 +98,26 @@ func (m *Mux) Jobs(h JobHandlers) {
 		}
 		m.Runner(e.pattern, e.fn)
 	}
+}
+
+// MinBodyRate is the slowest, in bytes a second, that a large body (an
+// artifact upload) may arrive once AllowSlowBody lifted the read deadline.
+const MinBodyRate = 64 << 10
+
+// AllowSlowBody lifts the server's read deadline (httpserver's
+// ReadTimeout, sized for JSON and 1 MiB trace patches) for r, whose body
+// may be up to max bytes: its Content-Length when known, else max. The
+// body must then arrive within a minute plus its size at MinBodyRate
+// (100 MiB: about 27 minutes). The deadline is a socket's, so wall-clock.
+func AllowSlowBody(w http.ResponseWriter, r *http.Request, max int64) {
+	size := max
+	if r.ContentLength >= 0 && r.ContentLength < max {
+		size = r.ContentLength
+	}
+	d := time.Minute + time.Duration(size/MinBodyRate)*time.Second
+	// A server without deadlines (tests' httptest servers) has nothing
+	// to lift: ErrNotSupported is fine.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
 }
 
 // Check is one condition of readiness; its error says what is wrong.

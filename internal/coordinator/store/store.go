@@ -157,12 +157,73 @@ type JobSpec struct {
 	Image    ImageSpec   `json:"image,omitzero"`
 	Services []ImageSpec `json:"services,omitempty"`
 	Git      GitSpec     `json:"git"`
+	// Cache, Artifacts and Dependencies are the job's cache entries, what
+	// it keeps as artifacts, and the earlier jobs whose artifacts it
+	// downloads (resolved to ids when the job was submitted).
+	Cache        []CacheSpec      `json:"cache,omitempty"`
+	Artifacts    *ArtifactsSpec   `json:"artifacts,omitempty"`
+	Dependencies []DependencySpec `json:"dependencies,omitempty"`
 	// Sealed is the variables of the job, of its image and of each of its
 	// services, sealed by the coordinator (package secretbox) before the
 	// job is stored; those Variables fields are then empty. Records from
 	// before variables were sealed have none and their variables in the
 	// clear.
 	Sealed string `json:"sealed,omitempty"`
+}
+
+// CacheSpec is one cache entry of a job (GitLab's cache:). Its key is
+// Key, or, when KeyFiles is set, computed by the runner from those files
+// (KeyPrefix first).
+type CacheSpec struct {
+	Key          string   `json:"key,omitempty"`
+	KeyFiles     []string `json:"key_files,omitempty"`
+	KeyPrefix    string   `json:"key_prefix,omitempty"`
+	Paths        []string `json:"paths,omitempty"`
+	Untracked    bool     `json:"untracked,omitempty"`
+	Policy       string   `json:"policy,omitempty"` // pull, push, pull-push
+	When         string   `json:"when,omitempty"`   // on_success, on_failure, always
+	FallbackKeys []string `json:"fallback_keys,omitempty"`
+	Unprotect    bool     `json:"unprotect,omitempty"`
+}
+
+// ArtifactsSpec is what a job keeps as artifacts (GitLab's artifacts:):
+// an archive of Paths (and the untracked files) minus Exclude, and report
+// files by kind (junit, dotenv, ...).
+type ArtifactsSpec struct {
+	Name      string              `json:"name,omitempty"`
+	Paths     []string            `json:"paths,omitempty"`
+	Exclude   []string            `json:"exclude,omitempty"`
+	Untracked bool                `json:"untracked,omitempty"`
+	When      string              `json:"when,omitempty"`
+	ExpireIn  string              `json:"expire_in,omitempty"`
+	Reports   map[string][]string `json:"reports,omitempty"`
+}
+
+// DependencySpec is an earlier job whose artifacts a job downloads.
+type DependencySpec struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+}
+
+// Artifact is one file a job uploaded: its archive (Type "archive") or a
+// report (Type "junit", ...). A job has at most one of each type.
+type Artifact struct {
+	JobID    int64
+	Type     string // archive, junit, dotenv, ...
+	Format   string // zip, gzip, raw
+	Filename string // as the runner named it
+	// File is where the bytes are, relative to the coordinator's
+	// artifacts directory; a new upload of the same type gets a new File.
+	File      string
+	Size      int64
+	SHA256    string // hex
+	CreatedAt time.Time
+	ExpireAt  time.Time // zero: never
+}
+
+// Expired reports whether a is expired at now.
+func (a *Artifact) Expired(now time.Time) bool {
+	return !a.ExpireAt.IsZero() && !a.ExpireAt.After(now)
 }
 
 // Job is one job and its lifecycle record.
@@ -260,6 +321,7 @@ type JobChange struct {
 type JobFilter struct {
 	Statuses []Status // any of; empty = all
 	Project  string   // "" = all
+	Name     string   // "" = all
 	AfterID  int64    // only jobs with ID > AfterID
 	BeforeID int64    // when > 0, only jobs with ID < BeforeID
 	Newest   bool     // highest ID first (with Limit: the newest jobs)
@@ -313,6 +375,22 @@ type Store interface {
 	// CountJobs returns the number of jobs per status (statuses with no job
 	// may be missing).
 	CountJobs(ctx context.Context) (map[Status]int64, error)
+	// JobByTokenHash returns the job whose current assignment's token has
+	// this hash, or ErrNotFound ("" is never found).
+	JobByTokenHash(ctx context.Context, hash string) (Job, error)
+
+	// PutArtifact records a (replacing the job's artifact of the same
+	// type) and returns the one it replaced, or nil. The job must exist.
+	PutArtifact(ctx context.Context, a Artifact) (replaced *Artifact, err error)
+	// GetArtifact returns job jobID's artifact of type typ, expired or
+	// not, or ErrNotFound.
+	GetArtifact(ctx context.Context, jobID int64, typ string) (Artifact, error)
+	// ExpiredArtifacts returns at most limit artifacts whose ExpireAt is
+	// set and not after now, the earliest first.
+	ExpiredArtifacts(ctx context.Context, now time.Time, limit int) ([]Artifact, error)
+	// DeleteArtifact removes the record of a if it is still a (same job,
+	// type and File); otherwise (replaced, or gone) ErrNotFound.
+	DeleteArtifact(ctx context.Context, a Artifact) error
 
 	// Ping reports whether the store is usable.
 	Ping(ctx context.Context) error

@@ -149,6 +149,9 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if f.Project != "" {
 		q += ` AND p.path = ` + a.add(f.Project)
 	}
+	if f.Name != "" {
+		q += ` AND j.name = ` + a.add(f.Name)
+	}
 	if f.BeforeID > 0 {
 		q += ` AND j.id < ` + a.add(f.BeforeID)
 	}

@@ -105,4 +105,24 @@ CREATE TABLE trace_chunks (
 	`
 COMMENT ON COLUMN jobs.spec IS 'the job spec, JSON; its variables sealed (AES-256-GCM) in "sealed", opened only by a coordinator with the key whose id is settings.secret_key_id';
 `,
+	// 4: artifacts (the files are in the coordinators' data directory;
+	// these rows say what and where), and the lookup of a running job by
+	// its token (a dependent job downloading artifacts).
+	`
+CREATE TABLE artifacts (
+	job_id        BIGINT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+	artifact_type TEXT NOT NULL,
+	format        TEXT NOT NULL,
+	filename      TEXT NOT NULL,
+	file          TEXT NOT NULL,
+	size          BIGINT NOT NULL,
+	sha256        TEXT NOT NULL,
+	created_at    BIGINT NOT NULL DEFAULT 0,
+	expire_at     BIGINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (job_id, artifact_type)
+);
+CREATE INDEX artifacts_expire_at ON artifacts (expire_at) WHERE expire_at > 0;
+CREATE INDEX jobs_token_hash ON jobs (token_hash) WHERE token_hash <> '';
+CREATE INDEX jobs_project_name ON jobs (project_id, name, id);
+`,
 }

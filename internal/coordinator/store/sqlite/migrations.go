@@ -91,4 +91,24 @@ CREATE TABLE settings (
 	value TEXT NOT NULL
 );
 `,
+	// 5: artifacts (the files are in the coordinator's data directory;
+	// these rows say what and where), and the lookup of a running job by
+	// its token (a dependent job downloading artifacts).
+	`
+CREATE TABLE artifacts (
+	job_id        INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+	artifact_type TEXT NOT NULL,
+	format        TEXT NOT NULL,
+	filename      TEXT NOT NULL,
+	file          TEXT NOT NULL,
+	size          INTEGER NOT NULL,
+	sha256        TEXT NOT NULL,
+	created_at    INTEGER NOT NULL DEFAULT 0,
+	expire_at     INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job_id, artifact_type)
+);
+CREATE INDEX artifacts_expire_at ON artifacts(expire_at) WHERE expire_at > 0;
+CREATE INDEX jobs_token_hash ON jobs(token_hash) WHERE token_hash != '';
+CREATE INDEX jobs_project_name ON jobs(project_id, name, id);
+`,
 }

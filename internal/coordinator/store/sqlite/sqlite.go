@@ -543,6 +543,10 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 		q += ` AND p.path = ?`
 		args = append(args, f.Project)
 	}
+	if f.Name != "" {
+		q += ` AND j.name = ?`
+		args = append(args, f.Name)
+	}
 	if f.BeforeID > 0 {
 		q += ` AND j.id < ?`
 		args = append(args, f.BeforeID)

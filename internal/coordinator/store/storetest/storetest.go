@@ -45,6 +45,11 @@ func Run(t *testing.T, h Harness) {
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
 		{"Settings", testSettings},
+		{"ArtifactSpecs", testArtifactSpecs},
+		{"JobByName", testJobByName},
+		{"JobByTokenHash", testJobByTokenHash},
+		{"Artifacts", testArtifacts},
+		{"ArtifactExpiry", testArtifactExpiry},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })

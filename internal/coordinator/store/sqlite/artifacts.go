@@ -1,0 +1,116 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
+)
+
+// JobByTokenHash implements store.Store.
+func (s *Store) JobByTokenHash(ctx context.Context, hash string) (store.Job, error) {
+	if err := s.check(); err != nil {
+		return store.Job{}, err
+	}
+	if hash == "" {
+		return store.Job{}, fmt.Errorf("job by token: %w", store.ErrNotFound)
+	}
+	j, err := scanJob(s.rs.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.token_hash = ? LIMIT 1`, hash))
+	return j, notFound(err, "job with token", "")
+}
+
+const artifactCols = `job_id, artifact_type, format, filename, file, size, sha256, created_at, expire_at`
+
+func scanArtifact(sc scanner) (store.Artifact, error) {
+	var a store.Artifact
+	var created, expire int64
+	err := sc.Scan(&a.JobID, &a.Type, &a.Format, &a.Filename, &a.File, &a.Size, &a.SHA256, &created, &expire)
+	a.CreatedAt, a.ExpireAt = store.FromNanos(created), store.FromNanos(expire)
+	return a, err
+}
+
+// PutArtifact implements store.Store.
+func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artifact, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	done, err := s.enterWrite(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
+	}
+	defer tx.Rollback()
+	var prev *store.Artifact
+	old, err := scanArtifact(tx.QueryRowContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, a.JobID, a.Type))
+	switch {
+	case err == nil:
+		prev = &old
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (job_id, artifact_type) DO UPDATE SET format = excluded.format, filename = excluded.filename,
+		file = excluded.file, size = excluded.size, sha256 = excluded.sha256, created_at = excluded.created_at,
+		expire_at = excluded.expire_at`,
+		a.JobID, a.Type, a.Format, a.Filename, a.File, a.Size, a.SHA256, store.Nanos(a.CreatedAt), store.Nanos(a.ExpireAt))
+	if err != nil {
+		if isForeignKey(err) {
+			return nil, fmt.Errorf("put artifact: job %d: %w", a.JobID, store.ErrNotFound)
+		}
+		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
+	}
+	return prev, nil
+}
+
+// isForeignKey reports whether err is SQLite's foreign key violation.
+func isForeignKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "FOREIGN KEY constraint failed")
+}
+
+// GetArtifact implements store.Store.
+func (s *Store) GetArtifact(ctx context.Context, jobID int64, typ string) (store.Artifact, error) {
+	if err := s.check(); err != nil {
+		return store.Artifact{}, err
+	}
+	a, err := scanArtifact(s.rs.QueryRowContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, jobID, typ))
+	return a, notFound(err, "artifact of job", jobID)
+}
+
+// ExpiredArtifacts implements store.Store.
+func (s *Store) ExpiredArtifacts(ctx context.Context, now time.Time, limit int) ([]store.Artifact, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.rs.QueryContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= ?
+		ORDER BY expire_at, job_id, artifact_type LIMIT ?`, store.Nanos(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("expired artifacts: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Artifact{}
+	for rows.Next() {
+		a, err := scanArtifact(rows)
+		if err != nil {
+			return nil, fmt.Errorf("expired artifacts: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// DeleteArtifact implements store.Store.
+func (s *Store) DeleteArtifact(ctx context.Context, a store.Artifact) error {
+	return s.execOne(ctx, "delete artifact of job", a.JobID,
+		`DELETE FROM artifacts WHERE job_id = ? AND artifact_type = ? AND file = ?`, a.JobID, a.Type, a.File)
+}

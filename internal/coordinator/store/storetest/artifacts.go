@@ -1,0 +1,215 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/google/go-cmp/cmp"
+)
+
+// testArtifactSpecs checks that a job's cache, artifacts and dependencies
+// come back as stored, from GetJob and after a transition.
+func testArtifactSpecs(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	in := sampleJob("test", "g/p")
+	in.Spec.Cache = []store.CacheSpec{
+		{Key: "deps", Paths: []string{"vendor/"}, Policy: "pull", When: "always", FallbackKeys: []string{"main"}, Unprotect: true},
+		{KeyFiles: []string{"go.sum"}, KeyPrefix: "go", Paths: []string{".cache/"}, Untracked: true, Policy: "pull-push", When: "on_success"},
+	}
+	in.Spec.Artifacts = &store.ArtifactsSpec{
+		Name: "bin", Paths: []string{"bin/"}, Exclude: []string{"bin/*.o"}, Untracked: true, When: "on_failure",
+		ExpireIn: "1 week", Reports: map[string][]string{"junit": {"report.xml"}, "dotenv": {"build.env"}},
+	}
+	in.Spec.Dependencies = []store.DependencySpec{{ID: 7, Name: "build"}}
+	j, err := s.CreateJob(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetJob(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(in.Spec, got.Spec); d != "" {
+		t.Errorf("GetJob spec (-want +got):\n%s", d)
+	}
+	moved, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(in.Spec, moved.Spec); d != "" {
+		t.Errorf("TransitionJob spec (-want +got):\n%s", d)
+	}
+}
+
+// testJobByName checks ListJobs' Name filter: the newest job of a name in
+// a project is one query.
+func testJobByName(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	a, _ := s.CreateJob(ctx, sampleJob("build", "g/p"))
+	s.CreateJob(ctx, sampleJob("test", "g/p"))
+	b, _ := s.CreateJob(ctx, sampleJob("build", "g/p"))
+	s.CreateJob(ctx, sampleJob("build", "g/q"))
+	got, err := s.ListJobs(ctx, store.JobFilter{Project: "g/p", Name: "build", Newest: true, Limit: 1})
+	if err != nil || len(got) != 1 || got[0].ID != b.ID {
+		t.Errorf("ListJobs(newest build in g/p) = %v, %v; want job %d", idsOf(got), err, b.ID)
+	}
+	got, err = s.ListJobs(ctx, store.JobFilter{Project: "g/p", Name: "build"})
+	if err != nil || !equal(idsOf(got), []int64{a.ID, b.ID}) {
+		t.Errorf("ListJobs(build in g/p) = %v, %v; want %v", idsOf(got), err, []int64{a.ID, b.ID})
+	}
+	if got, err := s.ListJobs(ctx, store.JobFilter{Name: "nope"}); err != nil || len(got) != 0 {
+		t.Errorf("ListJobs(unknown name) = %v, %v; want none", idsOf(got), err)
+	}
+}
+
+func testJobByTokenHash(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	s.CreateJob(ctx, sampleJob("k", "a/b"))
+	if _, err := s.JobByTokenHash(ctx, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf(`JobByTokenHash("") = %v, want ErrNotFound`, err)
+	}
+	h1 := store.HashToken("glcbt-1")
+	if _, err := s.JobByTokenHash(ctx, h1); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("JobByTokenHash(unknown) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, TokenHash: &h1, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.JobByTokenHash(ctx, h1)
+	if err != nil || got.ID != j.ID || got.Status != store.StatusRunning {
+		t.Errorf("JobByTokenHash = job %d (%s), %v; want job %d running", got.ID, got.Status, err, j.ID)
+	}
+	// A new assignment's token replaces it.
+	h2 := store.HashToken("glcbt-2")
+	if _, err := s.TransitionJob(ctx, j.ID, []store.Status{store.StatusRunning}, store.JobChange{Status: store.StatusPending, TokenHash: &h2, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.JobByTokenHash(ctx, h1); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("JobByTokenHash(replaced) = %v, want ErrNotFound", err)
+	}
+}
+
+func sampleArtifact(jobID int64, typ, file string) store.Artifact {
+	return store.Artifact{
+		JobID: jobID, Type: typ, Format: "zip", Filename: "artifacts.zip", File: file,
+		Size: 1234, SHA256: "ab12", CreatedAt: t0, ExpireAt: t0.Add(time.Hour),
+	}
+}
+
+func testArtifacts(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	if _, err := s.GetArtifact(ctx, j.ID, "archive"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetArtifact(none) = %v, want ErrNotFound", err)
+	}
+	a := sampleArtifact(j.ID, "archive", "1.archive.a")
+	prev, err := s.PutArtifact(ctx, a)
+	if err != nil || prev != nil {
+		t.Fatalf("PutArtifact = %v, %v; want nil, nil", prev, err)
+	}
+	got, err := s.GetArtifact(ctx, j.ID, "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(a, got); d != "" {
+		t.Errorf("GetArtifact (-want +got):\n%s", d)
+	}
+	junit := sampleArtifact(j.ID, "junit", "1.junit.a")
+	junit.Format, junit.ExpireAt = "gzip", time.Time{}
+	if prev, err := s.PutArtifact(ctx, junit); err != nil || prev != nil {
+		t.Fatalf("PutArtifact(junit) = %v, %v; want nil, nil", prev, err)
+	}
+	if got, err := s.GetArtifact(ctx, j.ID, "junit"); err != nil || !got.ExpireAt.IsZero() || got.Format != "gzip" {
+		t.Errorf("GetArtifact(junit) = %+v, %v; want gzip, never expiring", got, err)
+	}
+
+	// A new upload of a type replaces the old one and returns it.
+	b := a
+	b.File, b.Size, b.SHA256 = "1.archive.b", 99, "cd34"
+	prev, err = s.PutArtifact(ctx, b)
+	if err != nil || prev == nil {
+		t.Fatalf("PutArtifact(replace) = %v, %v; want the old one", prev, err)
+	}
+	if d := cmp.Diff(a, *prev); d != "" {
+		t.Errorf("PutArtifact replaced (-want +got):\n%s", d)
+	}
+	if got, _ := s.GetArtifact(ctx, j.ID, "archive"); got.File != b.File || got.Size != 99 {
+		t.Errorf("GetArtifact after replace = %+v, want %+v", got, b)
+	}
+	// Deleting the replaced one is a no-op: the current one stays.
+	if err := s.DeleteArtifact(ctx, a); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteArtifact(replaced) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetArtifact(ctx, j.ID, "archive"); err != nil {
+		t.Errorf("GetArtifact after deleting the replaced one = %v", err)
+	}
+	if err := s.DeleteArtifact(ctx, b); err != nil {
+		t.Errorf("DeleteArtifact = %v", err)
+	}
+	if _, err := s.GetArtifact(ctx, j.ID, "archive"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetArtifact(deleted) = %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteArtifact(ctx, b); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteArtifact(deleted) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.PutArtifact(ctx, sampleArtifact(12345, "archive", "x")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("PutArtifact(unknown job) = %v, want ErrNotFound", err)
+	}
+	// Artifacts outlive a reopen.
+	s = h.Reopen(t, s)
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.GetArtifact(ctx, j.ID, "junit"); err != nil {
+		t.Errorf("GetArtifact after reopen = %v", err)
+	}
+}
+
+func testArtifactExpiry(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	k, _ := s.CreateJob(ctx, sampleJob("k", "a/b"))
+	late := sampleArtifact(j.ID, "archive", "j.archive")
+	late.ExpireAt = t0.Add(2 * time.Hour)
+	early := sampleArtifact(k.ID, "archive", "k.archive")
+	early.ExpireAt = t0.Add(time.Hour)
+	never := sampleArtifact(k.ID, "junit", "k.junit")
+	never.ExpireAt = time.Time{}
+	for _, a := range []store.Artifact{late, early, never} {
+		if _, err := s.PutArtifact(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := func(as []store.Artifact) []string {
+		out := []string{}
+		for _, a := range as {
+			out = append(out, a.File)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		now   time.Time
+		limit int
+		want  []string
+	}{
+		{t0, 10, []string{}},
+		{t0.Add(time.Hour), 10, []string{"k.archive"}}, // ExpireAt == now is expired
+		{t0.Add(3 * time.Hour), 10, []string{"k.archive", "j.archive"}},
+		{t0.Add(3 * time.Hour), 1, []string{"k.archive"}},
+		{t0.Add(1000 * time.Hour), 10, []string{"k.archive", "j.archive"}}, // never is never
+	} {
+		got, err := s.ExpiredArtifacts(ctx, tc.now, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(tc.want, files(got)); d != "" {
+			t.Errorf("ExpiredArtifacts(%v, %d) (-want +got):\n%s", tc.now.Sub(t0), tc.limit, d)
+		}
+	}
+}
