@@ -215,7 +215,9 @@ func testOfferComesBack(t *testing.T, u upstreamUnderTest, mode string) {
 // them to the same runners (same tokens), no manual steps.
 func TestRouterRestart(t *testing.T) {
 	t.Parallel()
-	for name, mk := range upstreams(t, time.Second) {
+	// An ack timeout of 3 s: the router's keep-alives (every second) stay
+	// well inside it on a loaded 2-core machine.
+	for name, mk := range upstreams(t, 3*time.Second) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			testRouterRestart(t, mk())
@@ -244,7 +246,7 @@ func testRouterRestart(t *testing.T, u upstreamUnderTest) {
 	}
 	waitFor(t, 10*time.Second, "jobs held by the first router", func() bool { return x1.r.QueueLen() == 3 && held() })
 	// Held longer than the upstream ack timeout: the router keeps them alive.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	if !held() {
 		t.Fatal("jobs left waiting_for_runner_ack upstream while the router kept them alive")
 	}
