@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 )
@@ -17,6 +18,8 @@ import (
 //	wait --timeout D host:port...
 //	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
 //	cache-extractor --file F [--url U] [--timeout D]
+//	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--expire-in E]
+//	artifacts-downloader --url U --id N --token T
 //
 // The cache commands exit 0 when done, 1 when the cache could not be
 // made or restored (the job goes on: the cache is best effort; the reason
@@ -65,6 +68,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "cache-archiver", "cache-extractor":
 		return cacheMain(ctx, args[0], args[1:], stdout, stderr)
+	case "artifacts-uploader", "artifacts-downloader":
+		return artifactsMain(ctx, args[0], args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "drover helper: unknown command %q\n", args[0])
 	return 2
@@ -130,4 +135,53 @@ func (l *listFlag) String() string { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error {
 	*l = append(*l, s)
 	return nil
+}
+
+// artifactsMain runs artifacts-uploader or artifacts-downloader. Both exit
+// 1 when they fail: a job's artifacts are not best effort.
+func artifactsMain(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", "", "the coordinator's URL (required)")
+	id := fs.Int64("id", 0, "the job's id (the dependency's, to download) (required)")
+	token := fs.String("token", "", "the job token (required; default $CI_JOB_TOKEN)")
+	root := fs.String("root", "", "the project directory (default: the working directory)")
+	timeout := fs.Duration("timeout", time.Hour, "how long the whole command may take")
+	var paths, excludes listFlag
+	var untracked bool
+	var aname, atype, expire string
+	if name == "artifacts-uploader" {
+		fs.Var(&paths, "path", "a path or pattern to upload (repeatable)")
+		fs.Var(&excludes, "exclude", "a pattern to leave out (repeatable)")
+		fs.BoolVar(&untracked, "untracked", false, "add the files git does not track")
+		fs.StringVar(&aname, "name", "", "the archive's name (default artifacts)")
+		fs.StringVar(&atype, "artifact-type", "", "archive (default), junit, ...")
+		fs.StringVar(&expire, "expire-in", "", "how long the coordinator keeps them (default: the job's)")
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *token == "" {
+		*token = os.Getenv("CI_JOB_TOKEN")
+	}
+	if *base == "" || *id <= 0 || *token == "" {
+		fmt.Fprintf(stderr, "%s: --url, --id and --token are required\n", name)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var err error
+	if name == "artifacts-uploader" {
+		err = UploadArtifacts(ctx, ArtifactsUploadOptions{
+			URL: *base, ID: *id, Token: *token, Root: *root, Paths: paths, Exclude: excludes, Untracked: untracked,
+			Name: aname, Type: atype, ExpireIn: expire,
+		}, stdout)
+	} else {
+		err = DownloadArtifacts(ctx, ArtifactsDownloadOptions{URL: *base, ID: *id, Token: *token, Root: *root}, stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
 }

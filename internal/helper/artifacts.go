@@ -1,0 +1,287 @@
+package helper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/archive"
+)
+
+// ArtifactsUploadOptions are `drover helper artifacts-uploader`'s: a job's
+// artifacts and where they go (the coordinator's API v4).
+type ArtifactsUploadOptions struct {
+	// URL is the coordinator's base URL; ID and Token the job's id and
+	// job token.
+	URL   string
+	ID    int64
+	Token string
+	// Root is the directory the paths are relative to (the project
+	// directory); "" is the working directory.
+	Root string
+	// Paths, Exclude and Untracked select the files, as the cache's.
+	Paths, Exclude []string
+	Untracked      bool
+	// Name is the archive's name (default "artifacts"); Type its
+	// artifact_type (default "archive"); ExpireIn its expire_in ("":
+	// the job's).
+	Name, Type, ExpireIn string
+	// TempDir holds the archive while it is uploaded ("": the system's).
+	TempDir string
+	// Client makes the requests (nil: a default one); Backoff is the wait
+	// before the second attempt (0: 1 s), doubled for each later one.
+	Client  *http.Client
+	Backoff time.Duration
+}
+
+// ErrArtifactsTooLarge is returned (wrapped) when the coordinator refuses
+// the archive as too large (413).
+var ErrArtifactsTooLarge = errors.New("artifacts too large")
+
+// UploadArtifacts archives the job's artifacts and uploads them as GitLab
+// Runner does: POST jobs/:id/artifacts with JOB-TOKEN, the archive in a
+// multipart field "file", expire_in, artifact_format and artifact_type in
+// the query. 201 is done; 403 and 413 are not retried; 503 is retried up
+// to 6 times and other failures up to 3. The archive is spooled to a
+// temporary file first, so a retry sends the same bytes and the size is
+// known (a coordinator refuses an archive over its cap before reading
+// it). An archive with nothing in it is not uploaded.
+func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Writer) error {
+	if o.URL == "" || o.ID <= 0 || o.Token == "" {
+		return errors.New("artifacts-uploader: --url, --id and --token are required")
+	}
+	root, err := rootDir(o.Root)
+	if err != nil {
+		return err
+	}
+	var extra []string
+	if o.Untracked {
+		if extra, err = untracked(ctx, root); err != nil {
+			return fmt.Errorf("artifacts-uploader: untracked files: %w", err)
+		}
+	}
+	f, err := os.CreateTemp(o.TempDir, "drover-artifacts-*.zip")
+	if err != nil {
+		return fmt.Errorf("artifacts-uploader: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	st, err := archive.Create(ctx, f, root, o.Paths, archive.CreateOptions{Exclude: o.Exclude, Extra: extra})
+	if err != nil {
+		return fmt.Errorf("artifacts-uploader: %w", err)
+	}
+	for _, p := range st.Found {
+		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Count)
+	}
+	for _, p := range st.Excluded {
+		fmt.Fprintf(out, "%s: excluded %d files\n", p.Pattern, p.Count)
+	}
+	if st.Entries() == 0 {
+		fmt.Fprintln(out, "WARNING: no files to upload")
+		return nil
+	}
+	name := o.Name
+	if name == "" {
+		name = "artifacts"
+	}
+	typ := o.Type
+	if typ == "" {
+		typ = "archive"
+	}
+	q := url.Values{"artifact_format": {"zip"}, "artifact_type": {typ}}
+	if o.ExpireIn != "" {
+		q.Set("expire_in", o.ExpireIn)
+	}
+	target := strings.TrimSuffix(o.URL, "/") + "/api/v4/jobs/" + strconv.FormatInt(o.ID, 10) + "/artifacts?" + q.Encode()
+	fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... (%d files, %d bytes)\n", typ, st.Files, st.ArchiveBytes)
+	return retryHTTP(ctx, o.Backoff, func() (retry bool, err error) {
+		code, msg, err := postArchive(ctx, httpClient(o.Client), target, o.Token, name+".zip", f, st.ArchiveBytes)
+		switch {
+		case err != nil:
+			return true, fmt.Errorf("artifacts-uploader: %w", err)
+		case code == http.StatusCreated:
+			fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... 201 Created  id=%d\n", typ, o.ID)
+			return false, nil
+		case code == http.StatusRequestEntityTooLarge:
+			return false, fmt.Errorf("artifacts-uploader: the coordinator refused %d bytes: %s: %w", st.ArchiveBytes, msg, ErrArtifactsTooLarge)
+		case code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusConflict:
+			return false, fmt.Errorf("artifacts-uploader: %d: %s", code, msg)
+		case code == http.StatusServiceUnavailable:
+			return true, errRetry6{fmt.Errorf("artifacts-uploader: %d: %s", code, msg)}
+		}
+		return true, fmt.Errorf("artifacts-uploader: %d: %s", code, msg)
+	})
+}
+
+// errRetry6 marks a failure retried up to 6 times (503), not 3.
+type errRetry6 struct{ error }
+
+func (e errRetry6) Unwrap() error { return e.error }
+
+// retryHTTP runs attempt until it succeeds or fails for good: 3 attempts
+// in all, 6 while the failures are 503s.
+func retryHTTP(ctx context.Context, backoff time.Duration, attempt func() (bool, error)) error {
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	for n := 1; ; n++ {
+		again, err := attempt()
+		limit := 3
+		if errors.As(err, new(errRetry6)) {
+			limit = 6
+		}
+		if err == nil || !again || n >= limit {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (after %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+// postArchive sends size bytes of f as the multipart field "file" and
+// returns the status code and the answer's message.
+func postArchive(ctx context.Context, c *http.Client, target, token, filename string, f *os.File, size int64) (int, string, error) {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	head := &strings.Builder{}
+	hw := multipart.NewWriter(head)
+	if err := hw.SetBoundary(mw.Boundary()); err != nil {
+		return 0, "", err
+	}
+	if _, err := hw.CreateFormFile("file", filename); err != nil {
+		return 0, "", err
+	}
+	// The body's length: the part header, the file and the closing
+	// boundary, so the coordinator knows the size before reading.
+	length := int64(head.Len()) + size + int64(len("\r\n--"+mw.Boundary()+"--\r\n"))
+	go func() {
+		part, err := mw.CreateFormFile("file", filename)
+		if err == nil {
+			_, err = io.Copy(part, io.NewSectionReader(f, 0, size))
+		}
+		if err == nil {
+			err = mw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, pr)
+	if err != nil {
+		pr.Close()
+		return 0, "", err
+	}
+	req.ContentLength = length
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set(api.HeaderJobToken, token)
+	resp, err := c.Do(req)
+	pr.Close()
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+}
+
+// ArtifactsDownloadOptions are `drover helper artifacts-downloader`'s: one
+// dependency's artifacts, fetched with the job's token and extracted into
+// the project directory.
+type ArtifactsDownloadOptions struct {
+	URL   string // the coordinator's base URL
+	ID    int64  // the dependency's job id
+	Token string // the token the payload gave for it (the running job's)
+	// Root is where the archive is extracted; "" is the working
+	// directory. TempDir holds the download ("": the system's).
+	Root, TempDir string
+	Client        *http.Client
+	Backoff       time.Duration
+}
+
+// ErrArtifactsDenied is returned (wrapped) for a 401, 403 or 404 answer:
+// not retried, the job fails.
+var ErrArtifactsDenied = errors.New("artifacts not available")
+
+// DownloadArtifacts fetches GET jobs/:id/artifacts with JOB-TOKEN and
+// extracts it safely; 401, 403 and 404 are not retried, other failures up
+// to 3 times.
+func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.Writer) error {
+	if o.URL == "" || o.ID <= 0 || o.Token == "" {
+		return errors.New("artifacts-downloader: --url, --id and --token are required")
+	}
+	root, err := rootDir(o.Root)
+	if err != nil {
+		return err
+	}
+	target := strings.TrimSuffix(o.URL, "/") + "/api/v4/jobs/" + strconv.FormatInt(o.ID, 10) + "/artifacts"
+	fmt.Fprintf(out, "Downloading artifacts for job %d...\n", o.ID)
+	f, err := os.CreateTemp(o.TempDir, "drover-artifacts-*.zip")
+	if err != nil {
+		return fmt.Errorf("artifacts-downloader: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	var size int64
+	err = retryHTTP(ctx, o.Backoff, func() (bool, error) {
+		if err := f.Truncate(0); err != nil {
+			return false, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return false, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return false, err
+		}
+		req.Header.Set(api.HeaderJobToken, o.Token)
+		resp, err := httpClient(o.Client).Do(req)
+		if err != nil {
+			return true, fmt.Errorf("artifacts-downloader: %w", err)
+		}
+		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return false, fmt.Errorf("artifacts-downloader: job %d: %d: %s: %w", o.ID, resp.StatusCode, strings.TrimSpace(string(b)), ErrArtifactsDenied)
+		default:
+			return true, fmt.Errorf("artifacts-downloader: job %d: %s", o.ID, resp.Status)
+		}
+		if size, err = io.Copy(f, resp.Body); err != nil {
+			return true, fmt.Errorf("artifacts-downloader: job %d: after %d bytes: %w", o.ID, size, err)
+		}
+		if resp.ContentLength >= 0 && size != resp.ContentLength {
+			return true, fmt.Errorf("artifacts-downloader: job %d: %d of %d bytes", o.ID, size, resp.ContentLength)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	st, err := archive.Extract(ctx, f, size, root, archive.ExtractOptions{})
+	if err != nil {
+		return fmt.Errorf("artifacts-downloader: job %d: %w", o.ID, err)
+	}
+	fmt.Fprintf(out, "Downloading artifacts for job %d... ok (%d files, %d bytes)\n", o.ID, st.Files, st.Bytes)
+	return nil
+}
+
+func httpClient(c *http.Client) *http.Client {
+	if c == nil {
+		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 10 * time.Minute}}
+	}
+	return c
+}
