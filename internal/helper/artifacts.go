@@ -63,27 +63,15 @@ func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Write
 	if err != nil {
 		return err
 	}
-	var extra []string
-	if o.Untracked {
-		if extra, err = untracked(ctx, root); err != nil {
-			return fmt.Errorf("artifacts-uploader: untracked files: %w", err)
-		}
-	}
 	f, err := os.CreateTemp(o.TempDir, "drover-artifacts-*.zip")
 	if err != nil {
 		return fmt.Errorf("artifacts-uploader: %w", err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	st, err := archive.Create(ctx, f, root, o.Paths, archive.CreateOptions{Exclude: o.Exclude, Extra: extra})
+	st, err := makeArchive(ctx, f, root, selection{o.Paths, o.Exclude, o.Untracked}, out)
 	if err != nil {
 		return fmt.Errorf("artifacts-uploader: %w", err)
-	}
-	for _, p := range st.Found {
-		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Count)
-	}
-	for _, p := range st.Excluded {
-		fmt.Fprintf(out, "%s: excluded %d files\n", p.Pattern, p.Count)
 	}
 	if st.Entries() == 0 {
 		fmt.Fprintln(out, "WARNING: no files to upload")

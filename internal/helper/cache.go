@@ -52,12 +52,6 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	if err != nil {
 		return err
 	}
-	var extra []string
-	if o.Untracked {
-		if extra, err = untracked(ctx, root); err != nil {
-			return fmt.Errorf("cache-archiver: untracked files: %w", err)
-		}
-	}
 	if err := os.MkdirAll(filepath.Dir(o.File), 0o755); err != nil {
 		return fmt.Errorf("cache-archiver: %w", err)
 	}
@@ -67,15 +61,9 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	st, err := archive.Create(ctx, tmp, root, o.Paths, archive.CreateOptions{Exclude: o.Exclude, Extra: extra})
+	st, err := makeArchive(ctx, tmp, root, selection{o.Paths, o.Exclude, o.Untracked}, out)
 	if err != nil {
 		return fmt.Errorf("cache-archiver: %w", err)
-	}
-	for _, p := range st.Found {
-		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Count)
-	}
-	if o.Untracked {
-		fmt.Fprintf(out, "untracked: found %d files\n", len(extra))
 	}
 	if st.Entries() == 0 {
 		fmt.Fprintln(out, "WARNING: no files to cache; the cache is not saved")
@@ -159,6 +147,40 @@ func ExtractCache(ctx context.Context, o CacheExtractOptions, out io.Writer) err
 	}
 	fmt.Fprintf(out, "Successfully extracted cache (%d files, %d bytes)\n", st.Files, st.Bytes)
 	return nil
+}
+
+// selection is what goes into an archive: paths and exclude patterns
+// (doublestar, as GitLab's) relative to the project directory, and
+// whether the files git does not track go too.
+type selection struct {
+	paths, exclude []string
+	untracked      bool
+}
+
+// makeArchive writes the archive of sel under root to w and GitLab's
+// lines about what it found to out.
+func makeArchive(ctx context.Context, w io.Writer, root string, sel selection, out io.Writer) (archive.Stats, error) {
+	var extra []string
+	if sel.untracked {
+		var err error
+		if extra, err = untracked(ctx, root); err != nil {
+			return archive.Stats{}, fmt.Errorf("untracked files: %w", err)
+		}
+	}
+	st, err := archive.Create(ctx, w, root, sel.paths, archive.CreateOptions{Exclude: sel.exclude, Extra: extra})
+	if err != nil {
+		return st, err
+	}
+	for _, p := range st.Found {
+		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Count)
+	}
+	for _, p := range st.Excluded {
+		fmt.Fprintf(out, "%s: excluded %d files\n", p.Pattern, p.Count)
+	}
+	if sel.untracked {
+		fmt.Fprintf(out, "untracked: found %d files\n", len(extra))
+	}
+	return st, nil
 }
 
 // download writes the object at u to file through a temporary file, so a
