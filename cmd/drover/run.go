@@ -250,7 +250,10 @@ run started.`,
 				Providers:  provs,
 				SystemID:   systemID,
 				Version:    version,
-				Registry:   reg,
+				// The cache and artifact stages of the shell executor run
+				// this very binary's helper.
+				HelperCommand: helperCommand(),
+				Registry:      reg,
 			})
 			if err != nil {
 				return usageError(err)
@@ -430,4 +433,14 @@ func (ms *metricsServer) close() {
 	if ms.srv != nil {
 		ms.srv.Close()
 	}
+}
+
+// helperCommand is the shell words that run this binary's `drover
+// helper`, or "" when its path is unknown.
+func helperCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return "'" + strings.ReplaceAll(exe, "'", `'\''`) + "' helper"
 }

@@ -37,6 +37,7 @@ const (
 	StageStepScript           Stage = "step_script"
 	StageAfterScript          Stage = "after_script"
 	StageArchiveCache         Stage = "archive_cache"
+	StageArchiveCacheFail     Stage = "archive_cache_on_failure"
 	StageUploadArtifacts      Stage = "upload_artifacts_on_success"
 	StageUploadArtifactsFail  Stage = "upload_artifacts_on_failure"
 	StageCleanupFileVariables Stage = "cleanup_file_variables"

@@ -36,6 +36,14 @@ type Options struct {
 	Logger   *slog.Logger // the manager's log; nil discards
 	Clock    clock.Clock  // nil = real
 	Version  string       // shown in "Running with drover <version>"
+	// Helper is the shell words that run `drover helper` on the manager's
+	// host, for the cache and artifact stages of executors whose scripts
+	// run there (executor.Local); "" (or another executor) skips those
+	// stages with a warning in the log.
+	Helper string
+	// ServerURL is the coordinator's URL (the runner's url) the artifact
+	// stages upload to and download from.
+	ServerURL string
 	// Accept, when set, is the two-phase job start: Run calls it once,
 	// after the executor is prepared and right before the first script
 	// stage (prepare_script). Until it returns nil the job is not the
@@ -189,6 +197,7 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 			b.trace.line(ansiYellow, "WARNING: step_script could not run to completion: the job timeout was exceeded; after_script is not run")
 		default:
 			err = b.afterScript(ctx, jobCtx, err)
+			err = b.saveStages(jobCtx, err)
 		}
 	}
 	res := b.result(ctx, jobCtx, err, timeout)
@@ -338,6 +347,10 @@ func (b *build) setup(settings executor.Settings) error {
 		Variables:  b.vars,
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
+		Transfers:  shell.Transfers{CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL},
+	}
+	if _, local := b.exec.(executor.Local); local {
+		b.info.Transfers.Helper = b.opts.Helper
 	}
 	return nil
 }
@@ -351,6 +364,17 @@ func (b *build) scripts(ctx context.Context) error {
 		return err
 	}
 	if err := b.stage(ctx, executor.StageGetSources, "Getting source from Git repository", b.info); err != nil {
+		return err
+	}
+	if err := b.stage(ctx, executor.StageRestoreCache, "Restoring cache", b.info); err != nil {
+		return err
+	}
+	if err := b.stage(ctx, executor.StageDownloadArtifacts, "Downloading artifacts", b.info); err != nil {
+		// The job's dependencies could not be had: not the script's
+		// fault, a system failure.
+		if be := (*executor.BuildError)(nil); errors.As(err, &be) {
+			return fmt.Errorf("download artifacts: %s", be.Error())
+		}
 		return err
 	}
 	first := b.first
@@ -426,6 +450,30 @@ func (b *build) afterScript(ctx, jobCtx context.Context, err error) error {
 		return aerr
 	default:
 		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: after_script failed, but job will continue unaffected: %v", aerr))
+	}
+	return err
+}
+
+// saveStages saves the cache and uploads the artifacts whose when matches
+// the job's result err, unless the job was cancelled or timed out. An
+// artifact upload that fails fails a job that had succeeded.
+func (b *build) saveStages(jobCtx context.Context, err error) error {
+	if jobCtx.Err() != nil {
+		return err
+	}
+	info := b.info
+	info.JobStatus = jobStatus(jobCtx, err)
+	archive, upload := executor.StageArchiveCache, executor.StageUploadArtifacts
+	if err != nil {
+		archive, upload = executor.StageArchiveCacheFail, executor.StageUploadArtifactsFail
+	}
+	if cerr := b.stage(jobCtx, archive, "Saving cache", info); cerr != nil {
+		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: saving the cache failed: %v", cerr))
+	}
+	uerr := b.stage(jobCtx, upload, "Uploading artifacts", info)
+	if uerr != nil && err == nil {
+		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: uploading artifacts failed: %v", uerr))
+		return uerr
 	}
 	return err
 }

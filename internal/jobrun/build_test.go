@@ -186,7 +186,10 @@ func TestStagesAndCleanup(t *testing.T) {
 	f.run(t.Context(), nil)
 	want := []executor.Stage{
 		executor.StagePrepareExecutor, executor.StagePrepareScript, executor.StageGetSources,
-		executor.StageStepScript, executor.StageAfterScript, executor.StageCleanupFileVariables, executor.StageFinished,
+		executor.StageRestoreCache, executor.StageDownloadArtifacts,
+		executor.StageStepScript, executor.StageAfterScript,
+		executor.StageArchiveCache, executor.StageUploadArtifacts,
+		executor.StageCleanupFileVariables, executor.StageFinished,
 	}
 	if diff := cmp.Diff(want, f.rec.stages); diff != "" {
 		t.Errorf("stages (-want +got):\n%s", diff)

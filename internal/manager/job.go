@@ -213,6 +213,8 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		Logger:     log,
 		Clock:      m.opts.Clock,
 		Version:    m.opts.Version,
+		Helper:     m.opts.HelperCommand,
+		ServerURL:  js.runner.URL,
 	})
 	stopStream()
 	streamWG.Wait()

@@ -31,7 +31,11 @@ type Options struct {
 	Providers map[string]executor.Provider
 	SystemID  string
 	Version   string
-	Clock     clock.Clock // nil = real
+	// HelperCommand is the shell words that run `drover helper` on this
+	// host (the drover binary), for the cache and artifact stages of the
+	// shell executor; "" skips those stages with a warning.
+	HelperCommand string
+	Clock         clock.Clock // nil = real
 	// Registry receives the manager's metrics; nil = a new registry.
 	Registry *prometheus.Registry
 	// HTTPClient is used for every coordinator call; nil = default.

@@ -330,6 +330,8 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		Logger:     log,
 		Clock:      m.opts.Clock,
 		Version:    m.opts.Version,
+		Helper:     m.opts.HelperCommand,
+		ServerURL:  r.URL,
 		Checkpoint: pers.checkpoint,
 		Resume:     &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
 	})

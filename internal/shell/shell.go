@@ -49,6 +49,9 @@ type Info struct {
 	// LookupEnv resolves names that no variable defines while expanding
 	// values; nil means os.LookupEnv (the runner's environment).
 	LookupEnv func(string) (string, bool)
+	// Transfers say how the cache and artifact stages reach drover's
+	// helper and where local caches are kept.
+	Transfers Transfers
 }
 
 func (info Info) tmpDir() string {
@@ -95,6 +98,15 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		w.prelude(info, vars)
 		w.cdProject(info)
 		w.commands(step.Script)
+	case executor.StageRestoreCache, executor.StageArchiveCache, executor.StageArchiveCacheFail,
+		executor.StageDownloadArtifacts, executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
+		body, err := transferStage(stage, info)
+		if err != nil || body == "" {
+			return "", err
+		}
+		w.prelude(info, vars)
+		w.cdProject(info)
+		w.WriteString(body)
 	case executor.StageCleanupFileVariables:
 		var paths []string
 		for _, v := range vars {

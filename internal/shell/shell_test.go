@@ -184,12 +184,13 @@ func TestAfterScript(t *testing.T) {
 
 func TestGenerateNothingToDo(t *testing.T) {
 	info := testInfo(t, Bash, scriptJob([]string{"echo x"}, nil))
-	for _, stage := range []executor.Stage{executor.StageAfterScript, executor.StageCleanupFileVariables} {
+	for _, stage := range []executor.Stage{executor.StageAfterScript, executor.StageCleanupFileVariables,
+		executor.StageRestoreCache, executor.StageArchiveCache, executor.StageDownloadArtifacts, executor.StageUploadArtifacts} {
 		if got := generate(t, stage, info); got != "" {
 			t.Errorf("Generate(%s) = %q, want empty", stage, got)
 		}
 	}
-	for _, stage := range []executor.Stage{"step_missing", "step_after_script", executor.StageArchiveCache} {
+	for _, stage := range []executor.Stage{"step_missing", "step_after_script", "restore_caches"} {
 		if _, err := Generate(stage, info); !errors.Is(err, ErrUnsupportedStage) {
 			t.Errorf("Generate(%s) error = %v, want ErrUnsupportedStage", stage, err)
 		}

@@ -1,0 +1,211 @@
+package shell
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/cache"
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Transfers are what the cache and artifact stages need beyond the job.
+type Transfers struct {
+	// Helper is the shell words that run `drover helper` where the
+	// stages run ("" when the executor has none there: the stages then
+	// only say that they are skipped).
+	Helper string
+	// CacheDir keeps local caches: <CacheDir>/<project path>/<key>/cache.zip.
+	CacheDir string
+	// ServerURL is the coordinator's URL the artifacts go to and come
+	// from (the runner's url).
+	ServerURL string
+}
+
+// ansiYellow colours warnings, as GitLab Runner does.
+const ansiYellow = "\033[0;33m"
+
+// When values of cache and artifacts entries.
+const (
+	whenOnSuccess = "on_success"
+	whenOnFailure = "on_failure"
+	whenAlways    = "always"
+)
+
+// runsOn reports whether an entry with when runs after a job that
+// failed (or succeeded).
+func runsOn(when string, failed bool) bool {
+	switch when {
+	case whenAlways:
+		return true
+	case whenOnFailure:
+		return failed
+	default:
+		return !failed
+	}
+}
+
+// transferStage is the body of a cache or artifacts stage (after the
+// prelude, in the project directory), "" when the stage has nothing to do.
+func transferStage(stage executor.Stage, info Info) (string, error) {
+	job := info.Job
+	w := &writer{}
+	t := info.Transfers
+	skip := func(what string) (string, error) {
+		w.echo(ansiYellow, "WARNING: "+what+" skipped: drover's helper is not available on this executor yet")
+		return w.String(), nil
+	}
+	switch stage {
+	case executor.StageRestoreCache:
+		var entries []api.Cache
+		for _, c := range job.Cache {
+			if c.Policy != "push" && len(c.Paths) > 0 || c.Policy != "push" && c.Untracked {
+				entries = append(entries, c)
+			}
+		}
+		if len(entries) == 0 {
+			return "", nil
+		}
+		if t.Helper == "" {
+			return skip("restoring the cache")
+		}
+		for _, c := range entries {
+			keys := append([]string{c.Key}, c.FallbackKeys...)
+			first := true
+			for _, raw := range keys {
+				key, file, ok := cacheFile(w, info, raw)
+				if !ok {
+					continue
+				}
+				if first {
+					w.echo(ansiBoldGreen, "Checking cache for "+key+"...")
+					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + "; then :")
+					first = false
+				} else {
+					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + "; then :")
+				}
+			}
+			if !first {
+				w.raw("else printf '" + `\033[0;33m` + "%s" + `\033[0;m\n` + "' 'WARNING: Failed to extract cache'")
+				w.raw("fi")
+			}
+		}
+	case executor.StageArchiveCache, executor.StageArchiveCacheFail:
+		failed := stage == executor.StageArchiveCacheFail
+		var entries []api.Cache
+		for _, c := range job.Cache {
+			if c.Policy != "pull" && (len(c.Paths) > 0 || c.Untracked) && runsOn(c.When, failed) {
+				entries = append(entries, c)
+			}
+		}
+		if len(entries) == 0 {
+			return "", nil
+		}
+		if t.Helper == "" {
+			return skip("saving the cache")
+		}
+		for _, c := range entries {
+			key, file, ok := cacheFile(w, info, c.Key)
+			if !ok {
+				continue
+			}
+			w.echo(ansiBoldGreen, "Creating cache "+key+"...")
+			args := []string{"cache-archiver", "--file", quote(file), "--root", quote(info.ProjectDir)}
+			for _, p := range c.Paths {
+				args = append(args, "--path", quote(p))
+			}
+			if c.Untracked {
+				args = append(args, "--untracked")
+			}
+			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + "; then :")
+			w.raw("else printf '" + `\033[0;33m` + "%s" + `\033[0;m\n` + "' 'WARNING: Failed to create cache'")
+			w.raw("fi")
+		}
+	case executor.StageDownloadArtifacts:
+		var deps []api.Dependency
+		for _, d := range job.Dependencies {
+			if d.ArtifactsFile != nil {
+				deps = append(deps, d)
+			}
+		}
+		if len(deps) == 0 {
+			return "", nil
+		}
+		if t.Helper == "" {
+			return skip("downloading artifacts")
+		}
+		for _, d := range deps {
+			// The payload's token is the running job's own, which the
+			// prelude exported as CI_JOB_TOKEN: it stays out of the script.
+			w.raw(t.Helper + " artifacts-downloader --url " + quote(t.ServerURL) + " --id " + strconv.FormatInt(d.ID, 10) + ` --token "$CI_JOB_TOKEN" --root ` + quote(info.ProjectDir))
+		}
+	case executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
+		failed := stage == executor.StageUploadArtifactsFail
+		var arts []api.Artifact
+		for _, a := range job.Artifacts {
+			if (len(a.Paths) > 0 || a.Untracked) && runsOn(a.When, failed) {
+				arts = append(arts, a)
+			}
+		}
+		if len(arts) == 0 {
+			return "", nil
+		}
+		if t.Helper == "" {
+			return skip("uploading artifacts")
+		}
+		for _, a := range arts {
+			args := []string{"artifacts-uploader", "--url", quote(t.ServerURL), "--id", strconv.FormatInt(job.ID, 10), `--token "$CI_JOB_TOKEN"`, "--root", quote(info.ProjectDir)}
+			for _, p := range a.Paths {
+				args = append(args, "--path", quote(p))
+			}
+			for _, p := range a.Exclude {
+				args = append(args, "--exclude", quote(p))
+			}
+			if a.Untracked {
+				args = append(args, "--untracked")
+			}
+			if a.Name != "" {
+				args = append(args, "--name", quote(a.Name))
+			}
+			if a.Type != "" {
+				args = append(args, "--artifact-type", quote(a.Type))
+			}
+			if a.ExpireIn != "" {
+				args = append(args, "--expire-in", quote(a.ExpireIn))
+			}
+			w.raw(t.Helper + " " + strings.Join(args, " "))
+		}
+	default:
+		return "", fmt.Errorf("%w: %s", ErrUnsupportedStage, stage)
+	}
+	return w.String(), nil
+}
+
+// cacheFile sanitises a cache key as GitLab does and returns it with its
+// local archive; a key that cannot be used is reported in the script and
+// ok is false.
+func cacheFile(w *writer, info Info, raw string) (key, file string, ok bool) {
+	if raw == "" {
+		raw = "default"
+	}
+	key, warning, err := cache.SanitizeKey(raw)
+	if err != nil {
+		w.echo(ansiYellow, fmt.Sprintf("WARNING: cache key %q cannot be used: %v", raw, err))
+		return "", "", false
+	}
+	if warning != "" {
+		w.echo(ansiYellow, "WARNING: "+warning)
+	}
+	project := info.Variables.Get("CI_PROJECT_PATH")
+	if project == "" {
+		project = "project-" + strconv.FormatInt(info.Job.JobInfo.ProjectID, 10)
+	}
+	file, err = cache.LocalPath(info.Transfers.CacheDir, project, key)
+	if err != nil {
+		w.echo(ansiYellow, fmt.Sprintf("WARNING: cache %q: %v", key, err))
+		return "", "", false
+	}
+	return key, filepath.Clean(file), true
+}
