@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/dockerimage"
 )
 
 // customDriver writes an executable shell script for the custom executor.
@@ -329,4 +331,47 @@ func TestRegisterCustomExecutor(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "runners[0].custom: run_exec is required") {
 		t.Errorf("run = exit %d, want 2 naming the missing run_exec:\n%s", code, out)
 	}
+}
+
+// TestCustomExecutorDockerDriver: examples/custom-executor/docker runs a
+// job in a container of the job's image through the docker CLI, a
+// failing script fails the job with its exit code, and the container is
+// gone after each job.
+func TestCustomExecutorDockerDriver(t *testing.T) {
+	needDockerImages(t)
+	dir := t.TempDir()
+	d, err := filepath.Abs("../examples/custom-executor/docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := writeRunnerConfig(t, dir, c.url, c.runnerToken(t), 1, "custom", fmt.Sprintf(`  [runners.custom]
+    config_exec = %q
+    prepare_exec = %q
+    run_exec = %q
+    cleanup_exec = %q
+`, d+"/config.sh", d+"/prepare.sh", d+"/run.sh", d+"/cleanup.sh"))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	cl := c.client()
+	image := &client.Image{Name: dockerimage.TestImageBash}
+	ok := submitJob(t, cl, client.JobSpec{Name: "in docker", Image: image, Script: []string{"test -f /.dockerenv && echo in-a-container at $PWD"}})
+	j := waitJob(t, cl, ok, 120*time.Second, finished)
+	if log := trace(t, cl, ok); j.Status != "success" || !strings.Contains(log, "in-a-container at /builds/") {
+		t.Errorf("job = %s (%s), want success in a container:\n%s", j.Status, j.FailureReason, log)
+	}
+	bad := submitJob(t, cl, client.JobSpec{Name: "fails", Image: image, Script: []string{"exit 4"}})
+	j = waitJob(t, cl, bad, 120*time.Second, finished)
+	if log := trace(t, cl, bad); j.Status != "failed" || j.FailureReason != "script_failure" || !strings.Contains(log, "exit status 4") {
+		t.Errorf("job = %s (%s), want failed (script_failure) with exit status 4:\n%s", j.Status, j.FailureReason, log)
+	}
+	for _, id := range []int64{ok, bad} {
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", fmt.Sprintf("label=drover-custom-job=%d", id)).Output()
+		if s := strings.TrimSpace(string(out)); s != "" {
+			t.Errorf("job %d's container %s is left", id, s)
+			_ = exec.Command("docker", "rm", "-f", s).Run()
+		}
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(20 * time.Second)
 }

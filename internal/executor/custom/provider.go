@@ -52,8 +52,16 @@ func (p *Provider) Acquire(ctx context.Context, s executor.Settings) (executor.D
 // Release does nothing.
 func (p *Provider) Release(ctx context.Context, s executor.Settings, d executor.Data) {}
 
-// Features sets what drover's bash/sh stage scripts support.
-func (p *Provider) Features(f *api.FeaturesInfo) { executor.ScriptFeatures(f) }
+// Features sets what drover's bash/sh stage scripts support, and image
+// and services: drivers get them (CUSTOM_ENV_CI_JOB_IMAGE,
+// CUSTOM_ENV_CI_JOB_SERVICES) and a container driver uses them, so the
+// coordinator may hand such jobs to a custom runner; a driver that does
+// not run containers ignores them, as the shell executor does.
+func (p *Provider) Features(f *api.FeaturesInfo) {
+	executor.ScriptFeatures(f)
+	f.Image = true
+	f.Services = true
+}
 
 // ConfigInfo returns nil: the custom executor reports no configuration.
 func (p *Provider) ConfigInfo(s executor.Settings) map[string]any { return nil }
