@@ -158,9 +158,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return nil
 	}
 	e.mu.Lock()
-	env := e.env
+	env, kill := e.env, e.kill
 	e.mu.Unlock()
-	code, err := e.kill.run(ctx, call{
+	code, err := kill.run(ctx, call{
 		what: "prepare_exec", path: cfg.PrepareExec, args: cfg.PrepareArgs, env: env, dir: tmp,
 		stdout: trace, timeout: cfg.PrepareExecTimeout,
 	})
@@ -173,11 +173,11 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 // configExec runs config_exec and reads its output.
 func (e *Executor) configExec(ctx context.Context) (ConfigOutput, error) {
 	e.mu.Lock()
-	cfg, tmp, trace := e.cfg, e.tmpDir, e.trace
+	cfg, tmp, trace, kill := e.cfg, e.tmpDir, e.trace, e.kill
 	env := e.environ(executor.Paths{BuildsDir: e.settings.BuildsDir, CacheDir: e.settings.CacheDir}, nil)
 	e.mu.Unlock()
 	var stdout bytes.Buffer
-	code, err := e.kill.run(ctx, call{
+	code, err := kill.run(ctx, call{
 		what: "config_exec", path: cfg.ConfigExec, args: cfg.ConfigArgs, env: env, dir: tmp,
 		stdout: &limitWriter{w: &stdout, n: maxConfigOutput + 1}, stderr: trace, timeout: cfg.ConfigExecTimeout,
 	})
@@ -452,7 +452,7 @@ const maxCleanupOutput = 64 << 10
 // Runner does: the job's result is known by then and it never changes.
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.mu.Lock()
-	cfg, tmp, env, logger := e.cfg, e.tmpDir, e.env, e.logger
+	cfg, tmp, env, logger, kill := e.cfg, e.tmpDir, e.env, e.logger, e.kill
 	if env == nil && tmp != "" {
 		env = e.environ(executor.Paths{BuildsDir: e.settings.BuildsDir, CacheDir: e.settings.CacheDir}, nil)
 	}
@@ -466,7 +466,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		return
 	}
 	var stdout, stderr bytes.Buffer
-	code, err := e.kill.run(ctx, call{
+	code, err := kill.run(ctx, call{
 		what: "cleanup_exec", path: cfg.CleanupExec, args: cfg.CleanupArgs, env: env, dir: tmp,
 		stdout: &limitWriter{w: &stdout, n: maxCleanupOutput}, stderr: &limitWriter{w: &stderr, n: maxCleanupOutput},
 		timeout: cfg.CleanupExecTimeout,
