@@ -22,12 +22,7 @@ import (
 //
 //	go test -run '^$' -bench SSHExecutorOverhead -benchtime 200x ./e2e/
 func BenchmarkSSHExecutorOverhead(b *testing.B) {
-	b.Run("shell", func(b *testing.B) {
-		s := newStackWith(b, 1, config.RunnerConfig{Executor: "shell", BuildsDir: filepath.Join(b.TempDir(), "builds")},
-			map[string]executor.Provider{"shell": shell.NewProvider()}, nil)
-		defer s.stop()
-		benchTrivial(b, s)
-	})
+	b.Run("shell", benchShellBaseline)
 	b.Run("ssh", func(b *testing.B) {
 		srv := sshxtest.Start(b)
 		dir := b.TempDir()
@@ -47,6 +42,15 @@ func BenchmarkSSHExecutorOverhead(b *testing.B) {
 		defer s.stop()
 		benchTrivial(b, s)
 	})
+}
+
+// benchShellBaseline is benchTrivial with the shell executor: the
+// baseline of the executor overhead benchmarks.
+func benchShellBaseline(b *testing.B) {
+	s := newStackWith(b, 1, config.RunnerConfig{Executor: "shell", BuildsDir: filepath.Join(b.TempDir(), "builds")},
+		map[string]executor.Provider{"shell": shell.NewProvider()}, nil)
+	defer s.stop()
+	benchTrivial(b, s)
 }
 
 // benchTrivial runs trivial jobs on s and reports their latency.

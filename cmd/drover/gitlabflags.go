@@ -45,7 +45,6 @@ func registerOnlyFlags() []gitlabFlag {
 	inFile := "write it in [runners.docker] of config.toml after registering"
 	fs := []gitlabFlag{
 		noExecutor("kubernetes-", "kubernetes"),
-		noExecutor("custom-", "custom"),
 		noExecutor("ssh-", "ssh"),
 		noExecutor("parallels-", "parallels"),
 		noExecutor("virtualbox-", "virtualbox"),

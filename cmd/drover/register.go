@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor/custom"
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
@@ -95,7 +97,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	} {
 		envFlag(f, name, env)
 	}
-	for _, d := range append(dockerFlags(), sshFlags()...) {
+	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags()) {
 		switch d.kind {
 		case kindString:
 			f.String(d.flag, "", d.usage)
@@ -265,6 +267,13 @@ func (o *registerOptions) run(cmd *cobra.Command) error {
 		if rc.SSH["disable_strict_host_key_checking"] != true {
 			fmt.Fprintf(out, "The host's key must be in ~/.ssh/known_hosts (or known_hosts_file) of the user running drover run: ssh-keyscan -p PORT HOST >> ~/.ssh/known_hosts\n")
 		}
+	case custom.Name:
+		if rc.Custom["run_exec"] == nil {
+			fmt.Fprintf(out, "Executor %q needs run_exec (the driver that runs each stage script) in the [runners.custom] table of this runner before drover run (--custom-run-exec); config_exec, prepare_exec and cleanup_exec are optional.\n", o.executor)
+		}
+		if rc.Custom["config_exec"] == nil && (rc.BuildsDir == "" || rc.CacheDir == "") {
+			fmt.Fprintf(out, "Without a config_exec that prints them, executor %q needs builds_dir and cache_dir in this runner (--builds-dir, --cache-dir).\n", o.executor)
+		}
 	}
 	return nil
 }
@@ -310,12 +319,18 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 	} else if len(set) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.docker]\n", strings.Join(set, ", "), o.executor)
 	}
-	sshT, sshSet := flagTable(cmd.Flags(), sshFlags())
-	switch {
-	case o.executor == sshexec.Name:
-		rc.SSH = sshT
-	case len(sshSet) > 0:
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.ssh]\n", strings.Join(sshSet, ", "), o.executor)
+	for _, sec := range []struct {
+		executor, table string
+		flags           []dockerFlag
+		dst             *map[string]any
+	}{{sshexec.Name, "ssh", sshFlags(), &rc.SSH}, {custom.Name, "custom", customFlags(), &rc.Custom}} {
+		t, set := flagTable(cmd.Flags(), sec.flags)
+		switch {
+		case o.executor == sec.executor:
+			*sec.dst = t
+		case len(set) > 0:
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.%s]\n", strings.Join(set, ", "), o.executor, sec.table)
+		}
 	}
 	return rc, nil
 }
@@ -423,7 +438,7 @@ func flagProblem(err error) error {
 	if name := runnerKeyFlag(top); name != "" {
 		return fmt.Errorf("--%s: %s", name, ce.Msg)
 	}
-	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags()} {
+	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags(), "custom.": customFlags()} {
 		if dk, ok := strings.CutPrefix(top, prefix); ok {
 			for _, d := range flags {
 				if d.key == dk {
@@ -504,6 +519,30 @@ func sshFlags() []dockerFlag {
 			"accept a host that is not in known_hosts, trusting its first key (default: the host must be in ~/.ssh/known_hosts)"},
 		{"ssh-known-hosts-file", "known_hosts_file", "SSH_KNOWN_HOSTS_FILE", kindString, "known_hosts file to check the host's key in (default ~/.ssh/known_hosts)"},
 	}
+}
+
+// customFlags are the --custom-* flags of register, as gitlab-runner
+// spells them, for [runners.custom].
+func customFlags() []dockerFlag {
+	var fs []dockerFlag
+	for _, d := range []struct{ name, what string }{
+		{"config", "prints the job's configuration as JSON"},
+		{"prepare", "prepares the job's environment"},
+		{"run", "runs each stage script (required with --executor custom)"},
+		{"cleanup", "cleans up after the job, always"},
+	} {
+		up := strings.ToUpper(d.name)
+		fs = append(fs,
+			dockerFlag{"custom-" + d.name + "-exec", d.name + "_exec", "CUSTOM_" + up + "_EXEC", kindString, "driver that " + d.what},
+			dockerFlag{"custom-" + d.name + "-args", d.name + "_args", "CUSTOM_" + up + "_ARGS", kindList, "argument of the " + d.name + " driver"})
+		if d.name != "run" {
+			fs = append(fs, dockerFlag{"custom-" + d.name + "-exec-timeout", d.name + "_exec_timeout", "CUSTOM_" + up + "_EXEC_TIMEOUT", kindInt,
+				"seconds the " + d.name + " driver may take (default 3600)"})
+		}
+	}
+	return append(fs,
+		dockerFlag{"custom-graceful-kill-timeout", "graceful_kill_timeout", "CUSTOM_GRACEFUL_KILL_TIMEOUT", kindInt, "seconds between SIGTERM and SIGKILL to a driver that is stopped (default 600)"},
+		dockerFlag{"custom-force-kill-timeout", "force_kill_timeout", "CUSTOM_FORCE_KILL_TIMEOUT", kindInt, "seconds to wait for a driver after SIGKILL (default 10)"})
 }
 
 // dockerTable returns the [runners.docker] table the --docker-* flags

@@ -22,6 +22,7 @@ import (
 	"github.com/drover-ci/drover/internal/autoscale/runnerpool"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/custom"
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
@@ -48,12 +49,14 @@ type tables struct {
 	dockers *docker.Runners
 	// ssh holds the [runners.ssh] of the ssh runners.
 	ssh *sshexec.Runners
+	// custom holds the [runners.custom] of the custom runners.
+	custom *custom.Runners
 }
 
 // newTables returns empty tables; with dir set the host keys learnt on
 // first use are kept in files there, so they survive a restart.
 func newTables(dir string) *tables {
-	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}}
+	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}}
 	if dir != "" {
 		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
 		t.ssh.HostKeys.Path = filepath.Join(dir, ".drover-ssh-host-keys")
@@ -62,7 +65,7 @@ func newTables(dir string) *tables {
 }
 
 // apply reads the executor sections of cfg ([runners.docker],
-// [runners.ssh]) into t, logging their warnings; its errors are the
+// [runners.ssh], [runners.custom]) into t, logging their warnings; its errors are the
 // configuration's (exit code 2).
 func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) error {
 	warns, err := t.dockers.Apply(path, cfg)
@@ -72,7 +75,10 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 	}
 	warns, err = t.ssh.Apply(path, cfg)
 	logWarnings(logger, warns)
-	return err
+	if err != nil {
+		return err
+	}
+	return t.custom.Apply(path, cfg)
 }
 
 // providers lists the executors this build offers, over t (nil: empty
@@ -94,7 +100,12 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
+	cust, err := custom.NewProvider(custom.Options{Lookup: t.custom.Lookup})
+	if err != nil {
+		panic(err) // only for a nil Lookup
+	}
 	provs := map[string]executor.Provider{
+		custom.Name:   cust,
 		"shell":       shell.NewProvider(),
 		instance.Name: inst,
 		docker.Name:   dock,

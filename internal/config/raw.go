@@ -78,6 +78,21 @@ type RawReader struct {
 // OK reports whether no error was found.
 func (rd *RawReader) OK() bool { return len(rd.Errs) == 0 }
 
+// Err returns the error with the lowest line (the same on every run,
+// whatever the order a map was read in), or nil when there is none.
+func (rd *RawReader) Err() error {
+	if len(rd.Errs) == 0 {
+		return nil
+	}
+	best := rd.Errs[0]
+	for _, e := range rd.Errs[1:] {
+		if e.Line < best.Line || (e.Line == best.Line && e.Key < best.Key) {
+			best = e
+		}
+	}
+	return best
+}
+
 // Fail records an error about key.
 func (rd *RawReader) Fail(key, format string, args ...any) {
 	path, line := rd.Lines(key)

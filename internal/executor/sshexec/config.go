@@ -102,21 +102,9 @@ func ParseConfig(file string, r *config.RunnerConfig) (Config, []config.Warning,
 		rd.Warn("ssh.disable_strict_host_key_checking", "host keys of %s are not checked against known hosts: drover trusts the first key it sees and refuses a changed one, but the first connection is open to a man in the middle", c.Addr())
 	}
 	if !rd.OK() {
-		return c, rd.Warnings, firstError(rd.Errs)
+		return c, rd.Warnings, rd.Err()
 	}
 	return c, rd.Warnings, nil
-}
-
-// firstError is the error with the lowest line (the same on every run,
-// whatever the map order).
-func firstError(errs []*config.Error) error {
-	best := errs[0]
-	for _, e := range errs[1:] {
-		if e.Line < best.Line || (e.Line == best.Line && e.Key < best.Key) {
-			best = e
-		}
-	}
-	return best
 }
 
 func readable(path string) error {
