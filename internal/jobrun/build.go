@@ -44,6 +44,9 @@ type Options struct {
 	// ServerURL is the coordinator's URL (the runner's url) the artifact
 	// stages upload to and download from.
 	ServerURL string
+	// SharedCache signs the shared cache's URLs of a cache key (nil: the
+	// runner's caches are local only); see shell.Transfers.
+	SharedCache func(key string) (shell.SharedCacheURLs, bool)
 	// Accept, when set, is the two-phase job start: Run calls it once,
 	// after the executor is prepared and right before the first script
 	// stage (prepare_script). Until it returns nil the job is not the
@@ -347,7 +350,7 @@ func (b *build) setup(settings executor.Settings) error {
 		Variables:  b.vars,
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
-		Transfers:  shell.Transfers{CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL},
+		Transfers:  shell.Transfers{CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache},
 	}
 	if _, local := b.exec.(executor.Local); local {
 		b.info.Transfers.Helper = b.opts.Helper

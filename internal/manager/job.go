@@ -202,19 +202,20 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		stopPersist = func() { cancel(); <-done }
 	}
 	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
-		Checkpoint: checkpoint,
-		Accept:     accept,
-		Job:        job,
-		Provider:   js.provider,
-		Executor:   exec,
-		Data:       js.data,
-		Settings:   js.settings,
-		Trace:      buf,
-		Logger:     log,
-		Clock:      m.opts.Clock,
-		Version:    m.opts.Version,
-		Helper:     m.opts.HelperCommand,
-		ServerURL:  js.runner.URL,
+		Checkpoint:  checkpoint,
+		Accept:      accept,
+		Job:         job,
+		Provider:    js.provider,
+		Executor:    exec,
+		Data:        js.data,
+		Settings:    js.settings,
+		Trace:       buf,
+		Logger:      log,
+		Clock:       m.opts.Clock,
+		Version:     m.opts.Version,
+		Helper:      m.opts.HelperCommand,
+		ServerURL:   js.runner.URL,
+		SharedCache: m.sharedCache(js.runner, job, log),
 	})
 	stopStream()
 	streamWG.Wait()

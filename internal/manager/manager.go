@@ -131,6 +131,9 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 	if err := m.checkStores(opts.Config); err != nil {
 		return nil, err
 	}
+	if err := m.checkCaches(opts.Config); err != nil {
+		return nil, err
+	}
 	m.metrics = newMetrics(opts.Registry, opts.SystemID)
 	m.metrics.setConfig(opts.Config)
 	return m, nil
@@ -166,6 +169,9 @@ func (m *Manager) Config() *config.Config {
 // started with; new requests use the new ones.
 func (m *Manager) Reload(cfg *config.Config) error {
 	if err := checkExecutors(m.opts.ConfigPath, cfg, m.opts.Providers); err != nil {
+		return err
+	}
+	if err := m.checkCaches(cfg); err != nil {
 		return err
 	}
 	m.mu.Lock()

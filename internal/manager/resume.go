@@ -322,18 +322,19 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	wg.Go(func() { pers.run(streamCtx, t.store.cfg.HealthInterval) })
 
 	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
-		Job:        &job,
-		Provider:   p,
-		Executor:   exec,
-		Settings:   settings,
-		Trace:      buf,
-		Logger:     log,
-		Clock:      m.opts.Clock,
-		Version:    m.opts.Version,
-		Helper:     m.opts.HelperCommand,
-		ServerURL:  r.URL,
-		Checkpoint: pers.checkpoint,
-		Resume:     &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
+		Job:         &job,
+		Provider:    p,
+		Executor:    exec,
+		Settings:    settings,
+		Trace:       buf,
+		Logger:      log,
+		Clock:       m.opts.Clock,
+		Version:     m.opts.Version,
+		Helper:      m.opts.HelperCommand,
+		ServerURL:   r.URL,
+		SharedCache: m.sharedCache(r, &job, log),
+		Checkpoint:  pers.checkpoint,
+		Resume:      &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
 	})
 	stopStream()
 	wg.Wait()

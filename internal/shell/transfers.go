@@ -2,7 +2,9 @@ package shell
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -22,6 +24,57 @@ type Transfers struct {
 	// ServerURL is the coordinator's URL the artifacts go to and come
 	// from (the runner's url).
 	ServerURL string
+	// SharedCache, when set, returns the shared cache's pre-signed URLs of
+	// a (sanitised) cache key; ok false keeps that key local only.
+	SharedCache func(key string) (urls SharedCacheURLs, ok bool)
+}
+
+// SharedCacheURLs are one cache key's pre-signed URLs in the shared
+// cache: they carry their own signature, never the credentials.
+type SharedCacheURLs struct {
+	Get, Put string
+	// Header goes with the PUT: the headers its signature covers.
+	Header http.Header
+	// MaxSize refuses an upload over this many bytes (0: no cap).
+	MaxSize int64
+}
+
+// sharedGet is the --url of the extractor for key, or "".
+func (t Transfers) sharedGet(key string) string {
+	if t.SharedCache == nil {
+		return ""
+	}
+	if u, ok := t.SharedCache(key); ok {
+		return " --url " + quote(u.Get)
+	}
+	return ""
+}
+
+// sharedPut is the --url, --header and --max-size of the archiver for
+// key, or "".
+func (t Transfers) sharedPut(key string) string {
+	if t.SharedCache == nil {
+		return ""
+	}
+	u, ok := t.SharedCache(key)
+	if !ok {
+		return ""
+	}
+	s := " --url " + quote(u.Put)
+	names := make([]string, 0, len(u.Header))
+	for k := range u.Header {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		for _, v := range u.Header[k] {
+			s += " --header " + quote(k+": "+v)
+		}
+	}
+	if u.MaxSize > 0 {
+		s += " --max-size " + strconv.FormatInt(u.MaxSize, 10)
+	}
+	return s
 }
 
 // ansiYellow colours warnings, as GitLab Runner does.
@@ -81,10 +134,10 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 				}
 				if first {
 					w.echo(ansiBoldGreen, "Checking cache for "+key+"...")
-					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + "; then :")
+					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.sharedGet(key) + "; then :")
 					first = false
 				} else {
-					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + "; then :")
+					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.sharedGet(key) + "; then :")
 				}
 			}
 			if !first {
@@ -119,7 +172,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if c.Untracked {
 				args = append(args, "--untracked")
 			}
-			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + "; then :")
+			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + t.sharedPut(key) + "; then :")
 			w.raw("else printf '" + `\033[0;33m` + "%s" + `\033[0;m\n` + "' 'WARNING: Failed to create cache'")
 			w.raw("fi")
 		}

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/cache"
+	"github.com/drover-ci/drover/internal/cache/s3test"
+	"github.com/drover-ci/drover/internal/client"
+)
+
+// TestSharedCacheS3 runs the shell executor of a real drover run with
+// [runners.cache] Type = "s3" on a real S3 server (versitygw): a job's
+// cache lands at GitLab's object name (with the runner's namespace, and
+// without it when Shared = true), and a job on a machine without the local
+// archive restores it from the bucket. The job environment never sees the
+// bucket's credentials.
+func TestSharedCacheS3(t *testing.T) {
+	srv := s3test.Start(t)
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			dir := t.TempDir()
+			c := startCoordinator(t, filepath.Join(dir, "coord"))
+			token := c.runnerToken(t)
+			cacheDir := filepath.Join(dir, "cache")
+			cfg := writeConfig(t, dir, c.url, token, 1, fmt.Sprintf(`  cache_dir = %q
+  [runners.cache]
+    Type = "s3"
+    Path = "ci"
+    Shared = %v
+    [runners.cache.s3]
+      ServerAddress = %q
+      AccessKey = %q
+      SecretKey = %q
+      BucketName = %q
+      BucketLocation = "us-east-1"
+      Insecure = true
+`, cacheDir, shared, srv.Addr, srv.AccessKey, srv.SecretKey, srv.Bucket))
+			m := start(t, dir, "run", "--config", cfg)
+			m.waitLog("runner manager started", 10*time.Second)
+			cl := c.client()
+			ctx := context.Background()
+			repo, shas := gitRepo(t)
+			key := fmt.Sprintf("deps-%v", shared)
+			spec := func(name string, script ...string) client.JobSpec {
+				return client.JobSpec{
+					Name: name, Project: "g/p", Script: script,
+					Variables: []client.Variable{{Key: "GIT_STRATEGY", Value: "clone"}},
+					Git:       &client.Git{RepoURL: "file://" + repo, Ref: "main", Sha: shas[1]},
+					Cache:     []json.RawMessage{json.RawMessage(`{"key":"` + key + `","paths":["deps/"]}`)},
+				}
+			}
+			run := func(s client.JobSpec) string {
+				t.Helper()
+				j, err := cl.Submit(ctx, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := waitJob(t, cl, j.ID, 60*time.Second, finished)
+				log := trace(t, cl, j.ID)
+				if got.Status != "success" {
+					t.Fatalf("job %s = %s (%s):\n%s", s.Name, got.Status, got.FailureReason, log)
+				}
+				return log
+			}
+			log := run(spec("fill", "test ! -e deps/lib.txt", "mkdir -p deps", "echo from-s3 > deps/lib.txt", "! env | grep -qF "+srv.SecretKey))
+			if !strings.Contains(log, "Uploading cache.zip to http://"+srv.Addr) || !strings.Contains(log, "Created cache") {
+				t.Errorf("fill job's log lacks the upload:\n%s", log)
+			}
+			keys, err := srv.Keys(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix := "ci/runner/" + cache.ShortToken(token) + "/project/"
+			if shared {
+				prefix = "ci/project/"
+			}
+			var found string
+			for _, k := range keys {
+				if strings.HasPrefix(k, prefix) && strings.HasSuffix(k, "/"+key) && strings.Count(k[len(prefix):], "/") == 1 {
+					found = k
+				}
+			}
+			if found == "" {
+				t.Fatalf("bucket keys %q: none is %s<project id>/%s", keys, prefix, key)
+			}
+
+			// Another machine: no local archive.
+			if err := os.RemoveAll(cacheDir); err != nil {
+				t.Fatal(err)
+			}
+			log = run(spec("use", "cat deps/lib.txt"))
+			if !strings.Contains(log, "from-s3") || !strings.Contains(log, "Downloading cache.zip from http://"+srv.Addr) {
+				t.Errorf("use job did not restore from the bucket:\n%s", log)
+			}
+			m.signal(syscall.SIGTERM)
+			m.wait(20 * time.Second)
+		})
+	}
+}

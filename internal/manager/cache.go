@@ -1,0 +1,70 @@
+package manager
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/cache"
+	"github.com/drover-ci/drover/internal/cache/s3"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/shell"
+)
+
+// checkCaches parses every runner's [runners.cache], for errors at start
+// and on reload.
+func (m *Manager) checkCaches(cfg *config.Config) error {
+	for i := range cfg.Runners {
+		c, err := cache.ParseRunner(m.opts.ConfigPath, &cfg.Runners[i])
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			if _, err := s3.New(c.S3); err != nil {
+				path, line := cfg.Runners[i].KeyLine("cache.s3")
+				return &config.Error{File: m.opts.ConfigPath, Line: line, Key: path, Msg: err.Error()}
+			}
+		}
+	}
+	return nil
+}
+
+// sharedCache returns the signer of the shared cache's URLs for job's
+// cache keys on runner r, or nil when r keeps its caches locally. The
+// URLs live as long as the job may (its timeout) and an hour more; the
+// helper that uses them never sees the bucket's credentials.
+func (m *Manager) sharedCache(r *config.RunnerConfig, job *api.JobResponse, log *slog.Logger) func(string) (shell.SharedCacheURLs, bool) {
+	c, err := cache.ParseRunner(m.opts.ConfigPath, r)
+	if err != nil || c == nil {
+		return nil // an error was reported at start or reload
+	}
+	p, err := s3.New(c.S3)
+	if err != nil {
+		log.Warn("shared cache not used", "err", err)
+		return nil
+	}
+	short := cache.ShortToken(r.Token)
+	expiry := time.Duration(job.TimeoutSeconds())*time.Second + time.Hour
+	return func(key string) (shell.SharedCacheURLs, bool) {
+		name, err := cache.ObjectName(*c, short, job.JobInfo.ProjectID, key)
+		if err != nil {
+			log.Warn("shared cache: no object name", "key", key, "err", err)
+			return shell.SharedCacheURLs{}, false
+		}
+		// Signing is local: no request reaches the server here.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		get, err := p.GetURL(ctx, name, expiry)
+		if err != nil {
+			log.Warn("shared cache: signing", "object", name, "err", err)
+			return shell.SharedCacheURLs{}, false
+		}
+		put, hdr, err := p.PutURL(ctx, name, expiry)
+		if err != nil {
+			log.Warn("shared cache: signing", "object", name, "err", err)
+			return shell.SharedCacheURLs{}, false
+		}
+		return shell.SharedCacheURLs{Get: get.String(), Put: put.String(), Header: hdr, MaxSize: c.MaxUploadedArchiveSize}, true
+	}
+}
