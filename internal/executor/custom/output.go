@@ -64,6 +64,9 @@ func ParseConfigOutput(b []byte) (ConfigOutput, error) {
 	if err := out.validate(); err != nil {
 		return ConfigOutput{}, err
 	}
+	if len(out.JobEnv) == 0 {
+		out.JobEnv = nil // "job_env": {} adds nothing, as no job_env
+	}
 	return out, nil
 }
 
