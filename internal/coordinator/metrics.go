@@ -89,18 +89,18 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: metricPrefix + "database_unavailable_total",
 			Help: "Requests answered 503 because the database could not be reached.",
 		}),
-		artifactsUploaded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metricPrefix + "artifacts_uploaded_bytes_total", Help: "Bytes of artifacts uploaded and stored.",
-		}),
-		artifactsDownloaded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metricPrefix + "artifacts_downloaded_bytes_total", Help: "Bytes of artifacts served (runner and admin downloads).",
-		}),
-		artifactsTooLarge: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metricPrefix + "artifacts_rejected_too_large_total", Help: "Artifact uploads answered 413: over --max-artifact-size.",
-		}),
-		artifactsExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metricPrefix + "artifacts_expired_total", Help: "Artifacts deleted because they expired.",
-		}),
+	}
+	// The artifact counters, by name and help.
+	for _, a := range []struct {
+		counter    *prometheus.Counter
+		name, help string
+	}{
+		{&m.artifactsUploaded, "artifacts_uploaded_bytes_total", "Bytes of artifacts uploaded and stored."},
+		{&m.artifactsDownloaded, "artifacts_downloaded_bytes_total", "Bytes of artifacts served (runner and admin downloads)."},
+		{&m.artifactsTooLarge, "artifacts_rejected_too_large_total", "Artifact uploads answered 413: over --max-artifact-size."},
+		{&m.artifactsExpired, "artifacts_expired_total", "Artifacts deleted because they expired."},
+	} {
+		*a.counter = prometheus.NewCounter(prometheus.CounterOpts{Name: metricPrefix + a.name, Help: a.help})
 	}
 	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeExpired} {
 		m.provisioning.WithLabelValues(o) // report zeros from the start
