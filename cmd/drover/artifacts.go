@@ -37,11 +37,7 @@ directory; -o - writes to standard output.`,
   drover artifacts 42 -o - | unzip -l /dev/stdin`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := af.client()
+			id, c, err := af.job(args[0])
 			if err != nil {
 				return err
 			}

@@ -29,6 +29,16 @@ func (a *apiFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.data, "data", "./.drover", "coordinator data directory to read the admin token from")
 }
 
+// job parses a JOB_ID argument and returns it with the admin API client.
+func (a *apiFlags) job(arg string) (int64, *client.Client, error) {
+	id, err := parseID(arg)
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := a.client()
+	return id, c, err
+}
+
 func (a *apiFlags) client() (*client.Client, error) {
 	tok := a.token
 	if tok == "" {
@@ -329,11 +339,7 @@ func newLogsCmd() *cobra.Command {
 		Short: "Print a job's log (-f follows it until the job ends)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := af.client()
+			id, c, err := af.job(args[0])
 			if err != nil {
 				return err
 			}
@@ -364,11 +370,7 @@ func newCancelCmd() *cobra.Command {
 		Short: "Cancel a job (a running job gets its after_script)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := af.client()
+			id, c, err := af.job(args[0])
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -54,6 +55,12 @@ func Sinks(opts PrepareOptions) (io.Writer, *slog.Logger) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &SyncWriter{W: trace}, logger
+}
+
+// PrepareHeader writes the first line of prepare_executor to trace, as
+// GitLab Runner words it: Preparing the "<name>" executor.
+func PrepareHeader(trace io.Writer, name string) {
+	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the %q executor\033[0;m\n", name)
 }
 
 // ScriptFeatures sets the features of drover's bash/sh stage scripts and

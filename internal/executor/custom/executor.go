@@ -113,7 +113,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return err
 	}
 	trace, logger := executor.Sinks(opts)
-	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"custom\" executor\033[0;m\n")
+	executor.PrepareHeader(trace, Name)
 	cfg, err := e.lookup(opts.Settings)
 	if err != nil {
 		return err

@@ -171,7 +171,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if img == "" {
 		img = cfg.Image
 	}
-	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"docker\" executor\033[0;m\n")
+	executor.PrepareHeader(trace, Name)
 	if img == "" {
 		return refuse(api.RunnerConfigurationError, "the job names no image and the runner has no default image ([runners.docker] image)")
 	}

@@ -69,7 +69,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if !ok || l == nil {
 		return fmt.Errorf("%s executor: the job has no reservation (Provider.Acquire was not called)", e.p.name)
 	}
-	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the %q executor\033[0;m\n", e.p.name)
+	executor.PrepareHeader(trace, e.p.name)
 	if cfg, err := e.p.o.Configs(opts.Settings); err == nil && cfg.PrepullRecent > 0 {
 		e.p.noteImages(opts.Settings.ShortToken, cfg.Image, opts.Job)
 	}

@@ -121,7 +121,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if rn.Executor == "" {
 		rn.Executor = Name
 	}
-	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the %q executor\033[0;m\n", rn.Executor)
+	executor.PrepareHeader(trace, rn.Executor)
 
 	sh := opts.Settings.Shell
 	if sh == "" {

@@ -98,7 +98,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return err
 	}
 	trace, logger := executor.Sinks(opts)
-	fmt.Fprintf(trace, "\033[0K\033[36;1mPreparing the \"shell\" executor\033[0;m\n")
+	executor.PrepareHeader(trace, "shell")
 
 	sh := opts.Settings.Shell
 	if sh == "" {
