@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"encoding/json"
+	"mime/multipart"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,3 +86,102 @@ func TestCacheAndArtifactsShell(t *testing.T) {
 func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestArtifactsRefusedShell: with the shell executor of a real drover
+// run and a real coordinator, an artifact over --max-artifact-size is
+// answered 413 and the job's log says so (the job fails), and a dependency
+// whose artifact escapes the build directory (zip slip, planted with the
+// job's own token while it ran) fails the dependent job with
+// runner_system_failure, naming the entry, and writes nothing outside.
+func TestArtifactsRefusedShell(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--max-artifact-size", "4096")
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	cl := c.client()
+	ctx := context.Background()
+
+	// Over the cap: 64 KiB of random bytes do not compress under 4 KiB.
+	big, err := cl.Submit(ctx, client.JobSpec{
+		Name: "big", Project: "g/p",
+		Script:    []string{"mkdir -p out", "head -c 65536 /dev/urandom > out/blob"},
+		Artifacts: &client.Artifacts{Paths: []string{"out/"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, cl, big.ID, 60*time.Second, finished)
+	log := trace(t, cl, big.ID)
+	if j.Status != "failed" || !strings.Contains(log, "413 Request Entity Too Large") || !strings.Contains(log, "artifact larger than 4096 bytes") {
+		t.Errorf("oversize artifact: job = %s (%s), want failed with the 413 in the log:\n%s", j.Status, j.FailureReason, log)
+	}
+
+	// A job that hands its token to the test and waits: the test uploads
+	// a zip-slip archive as its artifact.
+	tokenFile := filepath.Join(dir, "job-token")
+	goFile := filepath.Join(dir, "go")
+	evilJob, err := cl.Submit(ctx, client.JobSpec{
+		Name: "evil", Project: "g/p",
+		Script: []string{"printf %s \"$CI_JOB_TOKEN\" > " + tokenFile + ".tmp && mv " + tokenFile + ".tmp " + tokenFile,
+			"until [ -e " + goFile + " ]; do sleep 0.1; done"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token []byte
+	for deadline := time.Now().Add(60 * time.Second); len(token) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the evil job never wrote its token:\n%s", trace(t, cl, evilJob.ID))
+		}
+		token, _ = os.ReadFile(tokenFile)
+		time.Sleep(50 * time.Millisecond)
+	}
+	var zbuf bytes.Buffer
+	zw := zip.NewWriter(&zbuf)
+	w, _ := zw.Create("../../../escaped-artifact.txt")
+	_, _ = w.Write([]byte("must not be written\n"))
+	_ = zw.Close()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, _ := mw.CreateFormFile("file", "artifacts.zip")
+	_, _ = fw.Write(zbuf.Bytes())
+	_ = mw.Close()
+	req, _ := http.NewRequest(http.MethodPost, c.url+"/api/v4/jobs/"+jsonInt(evilJob.ID)+"/artifacts?artifact_format=zip&artifact_type=archive", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("JOB-TOKEN", string(token))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("planting the artifact: %s", resp.Status)
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if j := waitJob(t, cl, evilJob.ID, 60*time.Second, finished); j.Status != "success" {
+		t.Fatalf("evil job = %s:\n%s", j.Status, trace(t, cl, evilJob.ID))
+	}
+
+	victim, err := cl.Submit(ctx, client.JobSpec{
+		Name: "victim", Project: "g/p", Dependencies: []client.Dependency{{ID: evilJob.ID}},
+		Script: []string{"echo must not run"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitJob(t, cl, victim.ID, 60*time.Second, finished)
+	log = trace(t, cl, victim.ID)
+	if j.Status != "failed" || j.FailureReason != "runner_system_failure" ||
+		!strings.Contains(log, `archive entry "../../../escaped-artifact.txt": path leaves the destination`) || strings.Contains(log, "must not run\n") {
+		t.Errorf("victim = %s (%s), want runner_system_failure naming the entry, no script:\n%s", j.Status, j.FailureReason, log)
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "**", "escaped-artifact.txt"))
+	if _, err := os.Stat(filepath.Join(dir, "escaped-artifact.txt")); err == nil || len(matches) > 0 {
+		t.Errorf("the zip-slip entry was written: %v", matches)
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(20 * time.Second)
+}

@@ -59,15 +59,7 @@ func TestSharedCacheS3(t *testing.T) {
 			}
 			run := func(s client.JobSpec) string {
 				t.Helper()
-				j, err := cl.Submit(ctx, s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := waitJob(t, cl, j.ID, 60*time.Second, finished)
-				log := trace(t, cl, j.ID)
-				if got.Status != "success" {
-					t.Fatalf("job %s = %s (%s):\n%s", s.Name, got.Status, got.FailureReason, log)
-				}
+				_, log := runSuccess(t, cl, s, 60*time.Second)
 				return log
 			}
 			log := run(spec("fill", "test ! -e deps/lib.txt", "mkdir -p deps", "echo from-s3 > deps/lib.txt", "! env | grep -qF "+srv.SecretKey))

@@ -326,3 +326,19 @@ func pidAlive(pid int) bool {
 	f := strings.Fields(s.Text())
 	return len(f) > 2 && f[2] != "Z"
 }
+
+// runSuccess submits spec, waits (at most d) for the job to end, fails
+// the test unless it succeeded, and returns its id and log.
+func runSuccess(t testing.TB, cl *client.Client, spec client.JobSpec, d time.Duration) (int64, string) {
+	t.Helper()
+	j, err := cl.Submit(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, cl, j.ID, d, finished)
+	log := trace(t, cl, j.ID)
+	if got.Status != "success" {
+		t.Fatalf("job %s = %s (%s):\n%s", spec.Name, got.Status, got.FailureReason, log)
+	}
+	return j.ID, log
+}

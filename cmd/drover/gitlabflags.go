@@ -45,11 +45,13 @@ func registerOnlyFlags() []gitlabFlag {
 	inFile := "write it in [runners.docker] of config.toml after registering"
 	fs := []gitlabFlag{
 		noExecutor("kubernetes-", "kubernetes"),
-		noExecutor("ssh-", "ssh"),
 		noExecutor("parallels-", "parallels"),
+		{name: "ssh-", why: "not a flag of drover register: write it in [runners.ssh] of config.toml after registering"},
 		noExecutor("virtualbox-", "virtualbox"),
 		{name: "machine-", why: "write [runners.machine] in config.toml after registering"},
-		{name: "cache-", why: "drover has no shared (distributed) cache yet"},
+		{name: "cache-gcs-", why: "drover's shared cache supports s3 only yet"},
+		{name: "cache-azure-", why: "drover's shared cache supports s3 only yet"},
+		{name: "cache-s3-", why: "drover does not act on this [runners.cache.s3] key yet"},
 		{name: "custom_build_dir-", why: "drover has no custom build directories yet"},
 		{name: "referees-", why: "drover has no referees"},
 		{name: "template-config", why: "drover has no configuration templates; edit config.toml after registering"},

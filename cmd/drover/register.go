@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/cache"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor/custom"
 	"github.com/drover-ci/drover/internal/executor/docker"
@@ -97,7 +98,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	} {
 		envFlag(f, name, env)
 	}
-	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags()) {
+	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), cacheFlags()) {
 		switch d.kind {
 		case kindString:
 			f.String(d.flag, "", d.usage)
@@ -332,7 +333,52 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.%s]\n", strings.Join(set, ", "), o.executor, sec.table)
 		}
 	}
+	if t, _ := flagTable(cmd.Flags(), cacheFlags()); len(t) > 0 {
+		rc.Cache = nestCacheTable(t)
+	}
 	return rc, nil
+}
+
+// cacheFlags are the --cache-* flags of register, as gitlab-runner spells
+// them, for [runners.cache] and, for keys starting "s3.", its
+// [runners.cache.s3].
+func cacheFlags() []dockerFlag {
+	return []dockerFlag{
+		{"cache-type", "Type", "CACHE_TYPE", kindString, "shared cache: s3 (gcs and azure are not supported yet); none keeps caches on the machine"},
+		{"cache-path", "Path", "CACHE_PATH", kindString, "prefix of the cache objects in the bucket"},
+		{"cache-shared", "Shared", "CACHE_SHARED", kindBool, "share the caches between runners (no runner/<token>/ in the object names)"},
+		{"cache-max_uploaded_archive_size", "MaxUploadedArchiveSize", "CACHE_MAXIMUM_UPLOADED_ARCHIVE_SIZE", kindInt, "bytes: a larger cache archive is not uploaded (0: no limit)"},
+		{"cache-s3-server-address", "s3.ServerAddress", "CACHE_S3_SERVER_ADDRESS", kindString, "host:port of the S3 server"},
+		{"cache-s3-access-key", "s3.AccessKey", "CACHE_S3_ACCESS_KEY", kindString, "S3 access key"},
+		{"cache-s3-secret-key", "s3.SecretKey", "CACHE_S3_SECRET_KEY", kindString, "S3 secret key"},
+		{"cache-s3-session-token", "s3.SessionToken", "CACHE_S3_SESSION_TOKEN", kindString, "S3 session token of temporary credentials"},
+		{"cache-s3-bucket-name", "s3.BucketName", "CACHE_S3_BUCKET_NAME", kindString, "bucket of the caches"},
+		{"cache-s3-bucket-location", "s3.BucketLocation", "CACHE_S3_BUCKET_LOCATION", kindString, "region of the bucket"},
+		{"cache-s3-insecure", "s3.Insecure", "CACHE_S3_INSECURE", kindBool, "plain HTTP to the S3 server"},
+		{"cache-s3-authentication_type", "s3.AuthenticationType", "CACHE_S3_AUTHENTICATION_TYPE", kindString, "access-key or iam"},
+		{"cache-s3-path-style", "s3.PathStyle", "CACHE_S3_PATH_STYLE", kindBool, "path-style bucket URLs (host/bucket/object)"},
+		{"cache-s3-server-side-encryption", "s3.ServerSideEncryption", "CACHE_S3_SERVER_SIDE_ENCRYPTION", kindString, "S3 or KMS"},
+		{"cache-s3-server-side-encryption-key-id", "s3.ServerSideEncryptionKeyID", "CACHE_S3_SERVER_SIDE_ENCRYPTION_KEY_ID", kindString, "KMS key of ServerSideEncryption = KMS"},
+	}
+}
+
+// nestCacheTable moves the "s3." keys of the --cache-* flags' table into
+// its s3 table.
+func nestCacheTable(t map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range t {
+		if sub, ok := strings.CutPrefix(k, "s3."); ok {
+			s3, _ := out["s3"].(map[string]any)
+			if s3 == nil {
+				s3 = map[string]any{}
+				out["s3"] = s3
+			}
+			s3[sub] = v
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // prepareFile checks an existing config file (a broken one is not added
@@ -406,6 +452,9 @@ func checkRunner(path string, rc config.RunnerConfig) error {
 			return usageError(flagProblem(err))
 		}
 	}
+	if _, err := cache.ParseRunner(path, &rc); err != nil {
+		return usageError(flagProblem(err))
+	}
 	return nil
 }
 
@@ -438,7 +487,11 @@ func flagProblem(err error) error {
 	if name := runnerKeyFlag(top); name != "" {
 		return fmt.Errorf("--%s: %s", name, ce.Msg)
 	}
-	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags(), "custom.": customFlags()} {
+	if top == "cache" {
+		// The shared cache's checks span its keys ("s3 needs BucketName").
+		return fmt.Errorf("the --cache-* flags: %s", ce.Msg)
+	}
+	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags(), "custom.": customFlags(), "cache.": cacheFlags()} {
 		if dk, ok := strings.CutPrefix(top, prefix); ok {
 			for _, d := range flags {
 				if d.key == dk {

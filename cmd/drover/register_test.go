@@ -111,7 +111,9 @@ func TestRegisterGitlabFlags(t *testing.T) {
 		"--docker-volumes", "/cache", "--docker-volumes", "/srv:/srv:ro", "--docker-memory", "512m",
 		"--docker-pull-policy", "if-not-present", "--docker-shm-size", "1024",
 		"--limit", "2", "--concurrent", "4", "--request-concurrency", "3", "--output-limit", "8192",
-		"--env", "A=1", "--env", "B=2", "--builds-dir", "/b")
+		"--env", "A=1", "--env", "B=2", "--builds-dir", "/b",
+		"--cache-type", "s3", "--cache-path", "ci", "--cache-shared", "--cache-s3-server-address", "s3.example:9000",
+		"--cache-s3-bucket-name", "runner-cache", "--cache-s3-access-key", "AK", "--cache-s3-secret-key", "SK", "--cache-s3-insecure")
 	if code != 0 {
 		t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
 	}
@@ -142,6 +144,13 @@ func TestRegisterGitlabFlags(t *testing.T) {
 	if diff := cmp.Diff(wantDocker, r.Docker); diff != "" {
 		t.Errorf("[runners.docker] (-want +got):\n%s", diff)
 	}
+	wantCache := map[string]any{
+		"Type": "s3", "Path": "ci", "Shared": true,
+		"s3": map[string]any{"ServerAddress": "s3.example:9000", "BucketName": "runner-cache", "AccessKey": "AK", "SecretKey": "SK", "Insecure": true},
+	}
+	if diff := cmp.Diff(wantCache, r.Cache); diff != "" {
+		t.Errorf("[runners.cache] (-want +got):\n%s", diff)
+	}
 	// Only what was given: drover run fills in the rest.
 	for _, key := range []string{"unhealthy_interval", "check_interval", "job_status_final_update_retry_limit", "unhealthy_requests_limit", "shutdown_timeout"} {
 		if strings.Contains(text, key) {
@@ -166,6 +175,9 @@ func TestRegisterEnvironment(t *testing.T) {
 	t.Setenv("DOCKER_IMAGE", "busybox")
 	t.Setenv("DOCKER_VOLUMES", "/cache,/data")
 	t.Setenv("RUNNER_LIMIT", "1")
+	t.Setenv("CACHE_TYPE", "s3")
+	t.Setenv("CACHE_S3_BUCKET_NAME", "from-env")
+	t.Setenv("CACHE_S3_SERVER_ADDRESS", "s3.example")
 	out, code, err := drover(t, "register", "--non-interactive", "--docker-image", "alpine")
 	if code != 0 {
 		t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
@@ -180,7 +192,8 @@ func TestRegisterEnvironment(t *testing.T) {
 	}
 	r := loaded.Runners[0]
 	if r.Name != "from-env" || r.Executor != "docker" || r.Limit != 1 || r.Docker["image"] != "alpine" ||
-		!cmp.Equal(r.Docker["volumes"], []any{"/cache", "/data"}) {
+		!cmp.Equal(r.Docker["volumes"], []any{"/cache", "/data"}) ||
+		!cmp.Equal(r.Cache, map[string]any{"Type": "s3", "s3": map[string]any{"BucketName": "from-env", "ServerAddress": "s3.example"}}) {
 		t.Errorf("config.toml:\n%s", readFile(t, cfg))
 	}
 
@@ -224,6 +237,9 @@ func TestRegisterRefuses(t *testing.T) {
 		{"docker table", append(base, "--docker-sysctls", "{}"), "write it in [runners.docker] of config.toml"},
 		{"scripts", append(base, "--pre-build-script", "x"), "drover does not run the runner's own scripts"},
 		{"not a gitlab flag", append(base, "--nope"), "unknown flag: --nope"},
+		{"cache type not supported", append(base, "--cache-type", "gcs"), `the --cache-* flags: [runners.cache] Type = "gcs": not supported yet`},
+		{"cache s3 without a bucket", append(base, "--cache-type", "s3", "--cache-s3-server-address", "h"), "BucketName"},
+		{"gcs cache flag", append(base, "--cache-gcs-bucket-name", "b"), "flag --cache-gcs-bucket-name is a gitlab-runner flag drover does not support (yet): drover's shared cache supports s3 only yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code, err := drover(t, tc.args...)

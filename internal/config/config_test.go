@@ -337,7 +337,6 @@ connection_max_age = "15m"
 	checkMessages(t, "Parse() warnings", warningStrings(warnings, ""), []string{
 		"config.toml:5: session_server: not acted on: ...",
 		`config.toml:42: runners[0].custom: ignored: executor "docker-autoscaler" does not use [runners.custom]; ...`,
-		"config.toml:44: runners[0].cache: not acted on: ...",
 		`config.toml:48: runners[0].kubernetes: ignored: executor "docker-autoscaler" does not use [runners.kubernetes]; ...`,
 		`config.toml:50: runners[0].ssh: ignored: executor "docker-autoscaler" does not use [runners.ssh]; ...`,
 		`config.toml:54: runners[0].parallels: ignored: executor "docker-autoscaler" does not use [runners.parallels]; ...`,

@@ -24,7 +24,6 @@ type notActedOn struct {
 func notActedOnKeys() []notActedOn {
 	return []notActedOn{
 		{key: "session_server", why: "drover has no session server (interactive web terminal) yet"},
-		{key: "cache", runner: true, why: "drover has no shared (distributed) cache yet"},
 		{key: "clone_url", runner: true, why: "drover does not rewrite the clone URL yet; jobs fetch from the repository URL GitLab sends"},
 	}
 }

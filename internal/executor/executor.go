@@ -188,6 +188,16 @@ type Local interface {
 	Hostname() string
 }
 
+// HelperHost is implemented by executors whose cache and artifact stages
+// run where drover's helper is installed though the scripts do not run on
+// the manager's host (the docker executor's helper container). Those
+// stages then call it instead of the manager's own binary.
+type HelperHost interface {
+	// HelperCommand is the shell words that run `drover helper` where
+	// the cache and artifact stages run.
+	HelperCommand() string
+}
+
 // ScriptHost is implemented by executors whose scripts run on a host they
 // can name without running a script (a container), and whose stages
 // create the project directory themselves. The build runner then writes

@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +101,7 @@ func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Write
 			fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... 201 Created  id=%d\n", typ, o.ID)
 			return false, nil
 		case code == http.StatusRequestEntityTooLarge:
+			fmt.Fprintf(out, "ERROR: Uploading artifacts as %q to coordinator... 413 Request Entity Too Large  id=%d: %s\n", typ, o.ID, msg)
 			return false, fmt.Errorf("artifacts-uploader: the coordinator refused %d bytes: %s: %w", st.ArchiveBytes, msg, ErrArtifactsTooLarge)
 		case code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusConflict:
 			return false, fmt.Errorf("artifacts-uploader: %d: %s", code, msg)
@@ -182,7 +184,25 @@ func postArchive(ctx context.Context, c *http.Client, target, token, filename st
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+	return resp.StatusCode, answerMessage(b), nil
+}
+
+// answerMessage is the message of an error answer: its JSON "error" or
+// "message" (drover's and GitLab's shapes), else its text.
+func answerMessage(b []byte) string {
+	var e struct {
+		Error   string `json:"error"`
+		Message any    `json:"message"`
+	}
+	if json.Unmarshal(b, &e) == nil {
+		if e.Error != "" {
+			return e.Error
+		}
+		if m, ok := e.Message.(string); ok && m != "" {
+			return m
+		}
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ArtifactsDownloadOptions are `drover helper artifacts-downloader`'s: one

@@ -78,6 +78,7 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	fmt.Fprintf(out, "Archive is %d bytes (%d files, %d bytes uncompressed)\n", st.ArchiveBytes, st.Files, st.Bytes)
 	if o.URL == "" {
 		fmt.Fprintln(out, "No URL provided, cache will be not uploaded to shared cache server. Cache will be stored only locally.")
+		fmt.Fprintln(out, "Created cache")
 		return nil
 	}
 	if o.MaxSize > 0 && st.ArchiveBytes > o.MaxSize {

@@ -38,8 +38,8 @@ type Options struct {
 	Version  string       // shown in "Running with drover <version>"
 	// Helper is the shell words that run `drover helper` on the manager's
 	// host, for the cache and artifact stages of executors whose scripts
-	// run there (executor.Local); "" (or another executor) skips those
-	// stages with a warning in the log.
+	// run there (executor.Local); "" skips those stages with a warning in
+	// the log. An executor.HelperHost brings its own.
 	Helper string
 	// ServerURL is the coordinator's URL (the runner's url) the artifact
 	// stages upload to and download from.
@@ -352,7 +352,9 @@ func (b *build) setup(settings executor.Settings) error {
 		BuildsDir:  paths.BuildsDir,
 		Transfers:  shell.Transfers{CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache},
 	}
-	if _, local := b.exec.(executor.Local); local {
+	if h, ok := b.exec.(executor.HelperHost); ok {
+		b.info.Transfers.Helper = h.HelperCommand()
+	} else if _, local := b.exec.(executor.Local); local {
 		b.info.Transfers.Helper = b.opts.Helper
 	}
 	return nil

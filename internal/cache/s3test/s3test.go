@@ -74,9 +74,16 @@ type Server struct {
 	stopOnce sync.Once
 }
 
-// Start starts a server for t, with a bucket, and stops it when t ends. It
-// skips t when the binary is not installed.
+// Start starts a server for t on 127.0.0.1, with a bucket, and stops it
+// when t ends. It skips t when the binary is not installed.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartAt(t, "127.0.0.1")
+}
+
+// StartAt is Start on the address host (an IP of this machine: the
+// docker bridge's, for containers to reach it).
+func StartAt(t testing.TB, host string) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
@@ -84,7 +91,7 @@ func Start(t testing.TB) *Server {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	s, err := start(ctx, bin, t.TempDir())
+	s, err := start(ctx, bin, t.TempDir(), host)
 	if err != nil {
 		t.Fatalf("s3test: %v", err)
 	}
@@ -98,12 +105,12 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func start(ctx context.Context, bin, dir string) (*Server, error) {
+func start(ctx context.Context, bin, dir, host string) (*Server, error) {
 	// A port picked this way may be taken before the server binds it:
 	// the server then exits and the start is retried on another.
 	var lastErr error
 	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("picking a port: %w", err)
 		}

@@ -21,6 +21,10 @@ import (
 	"github.com/drover-ci/drover/internal/shell"
 )
 
+// helperCommand runs drover's helper in the helper container (the image
+// has drover as /usr/bin/drover).
+const helperCommand = "drover helper"
+
 // How long a stopped stage's output stream may take to end after its
 // container was stopped, before it is abandoned.
 const drainTimeout = 10 * time.Second
@@ -87,7 +91,7 @@ func (e *Executor) run(ctx context.Context, cmd executor.Command, from int64, mu
 // stageContainer returns the container a stage runs in, with the shell
 // and user to run it as.
 func (e *Executor) stageContainer(ctx context.Context, stage executor.Stage) (id, shellPath, user string, err error) {
-	if stage == executor.StageGetSources && e.needsGit() {
+	if stage == executor.StageGetSources && e.needsGit() || transferStage(stage) {
 		id, err := e.ensureHelper(ctx)
 		return id, "sh", "", err
 	}
@@ -105,6 +109,22 @@ func (e *Executor) stageContainer(ctx context.Context, stage executor.Stage) (id
 	}
 	return id, shellPath, user, nil
 }
+
+// transferStage reports whether stage moves caches or artifacts: it runs
+// in the helper container, which has drover's helper (see HelperCommand).
+func transferStage(stage executor.Stage) bool {
+	switch stage {
+	case executor.StageRestoreCache, executor.StageDownloadArtifacts,
+		executor.StageArchiveCache, executor.StageArchiveCacheFail,
+		executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
+		return true
+	}
+	return false
+}
+
+// HelperCommand is how the cache and artifact stages, which run in the
+// helper container, call drover's helper (executor.HelperHost).
+func (e *Executor) HelperCommand() string { return helperCommand }
 
 // needsGit reports whether get_sources has a repository to fetch: then it
 // runs in the helper container, which has git; else in the build
