@@ -1,6 +1,7 @@
 // Package examples embeds the example jobs that `drover local` runs. Each
-// *.toml file is one job: its name, script lines, variables and what it is
-// expected to end as.
+// *.toml file is one job: its name, script lines, variables, cache,
+// artifacts, the earlier examples it needs and what it is expected to end
+// as (see local.Example).
 package examples
 
 import "embed"

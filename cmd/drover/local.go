@@ -25,6 +25,11 @@ their logs with a progress line and prints a summary. One example fails on
 purpose and one times out on purpose; the command exits 0 when every job
 ended the way its example file expects.
 
+Two pairs of examples show the cache and artifacts: the second job of each
+needs the first, so it is submitted once the first succeeded; it restores
+the cache the first saved, or downloads the artifact the first uploaded.
+Their cache and artifact stages run this binary's ` + "`drover helper`" + `.
+
 The container examples (an image, a service reached by its alias) run on a
 second runner with the docker executor when a Docker engine answers
 (DOCKER_HOST, else the local socket); their images are built from this
@@ -46,6 +51,9 @@ skipped, with the reason, and do not make the command fail.`,
 				DataDir: data, Examples: examples.FS, Concurrent: concurrent,
 				Out: cmd.OutOrStdout(), Logger: logger, Quiet: quiet,
 				Providers: providers(nil, nil, nil, nil), Version: version,
+				// As in drover run: the shell executor's cache and artifact
+				// stages run this very binary's helper.
+				HelperCommand: helperCommand(),
 			})
 			if err != nil {
 				return err

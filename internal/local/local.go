@@ -3,12 +3,14 @@
 // executor (and the docker executor when a Docker engine answers), the
 // example jobs submitted through the public API, their logs streamed with
 // a progress line, and a summary of how each job ended against how it was
-// expected to end.
+// expected to end. An example that needs others is submitted once their
+// jobs succeeded, with their artifacts (see Example.Needs).
 package local
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +59,10 @@ type Options struct {
 	// HelperBinary is the drover binary the docker executor copies into
 	// its helper image when it builds it ("" = this process's executable).
 	HelperBinary string
+	// HelperCommand is the shell words that run `drover helper` on this
+	// host, for the cache and artifact stages of the shell executor (see
+	// manager.Options); "" skips those stages with a warning in the log.
+	HelperCommand string
 }
 
 // Example is one example job file.
@@ -77,7 +83,37 @@ type Example struct {
 		Sha     string `toml:"sha"`
 		Depth   int    `toml:"depth"`
 	} `toml:"git"`
-	Expect Expect `toml:"expect"`
+	Cache     []ExampleCache    `toml:"cache"`
+	Artifacts *ExampleArtifacts `toml:"artifacts"`
+	// Needs names earlier examples (by name, in file order). The example's
+	// jobs are submitted once every job of those has ended: when they all
+	// succeeded, with them as dependencies, so that, as with GitLab's
+	// needs:, their artifacts are downloaded before the script; otherwise
+	// the example is skipped, with the reason.
+	Needs  []string `toml:"needs"`
+	Expect Expect   `toml:"expect"`
+}
+
+// ExampleCache is a cache entry of an example: GitLab's cache: with a
+// plain key, sent as the job spec's cache object.
+type ExampleCache struct {
+	Key          string   `toml:"key" json:"key,omitempty"`
+	Paths        []string `toml:"paths" json:"paths,omitempty"`
+	Untracked    bool     `toml:"untracked" json:"untracked,omitempty"`
+	Policy       string   `toml:"policy" json:"policy,omitempty"`
+	When         string   `toml:"when" json:"when,omitempty"`
+	FallbackKeys []string `toml:"fallback_keys" json:"fallback_keys,omitempty"`
+}
+
+// ExampleArtifacts is what an example keeps as artifacts: GitLab's
+// artifacts: without reports.
+type ExampleArtifacts struct {
+	Name      string   `toml:"name"`
+	Paths     []string `toml:"paths"`
+	Exclude   []string `toml:"exclude"`
+	Untracked bool     `toml:"untracked"`
+	When      string   `toml:"when"`
+	ExpireIn  string   `toml:"expire_in"`
 }
 
 // ExampleService is a service container of a container example, reached
@@ -99,7 +135,8 @@ type Expect struct {
 	ExitCode      *int   `toml:"exit_code"`
 }
 
-// LoadExamples reads every *.toml of fsys, sorted by file name.
+// LoadExamples reads every *.toml of fsys, sorted by file name. Example
+// names are unique, and an example needs only earlier ones.
 func LoadExamples(fsys fs.FS) ([]Example, error) {
 	names, err := fs.Glob(fsys, "*.toml")
 	if err != nil {
@@ -107,6 +144,7 @@ func LoadExamples(fsys fs.FS) ([]Example, error) {
 	}
 	sort.Strings(names)
 	var out []Example
+	files := map[string]string{} // example name -> its file
 	for _, n := range names {
 		b, err := fs.ReadFile(fsys, n)
 		if err != nil {
@@ -128,18 +166,30 @@ func LoadExamples(fsys fs.FS) ([]Example, error) {
 				return nil, fmt.Errorf("example %s: services[%d]: name is required", n, i)
 			}
 		}
+		if f, ok := files[e.Name]; ok {
+			return nil, fmt.Errorf("example %s: name %q is already that of %s", n, e.Name, f)
+		}
+		for _, need := range e.Needs {
+			if _, ok := files[need]; !ok {
+				return nil, fmt.Errorf("example %s: needs %q: no earlier example has that name", n, need)
+			}
+		}
 		if e.Expect.Status == "" {
 			e.Expect.Status = "success"
 		}
 		e.File = n
+		files[e.Name] = n
 		out = append(out, e)
 	}
 	return out, nil
 }
 
 type tracked struct {
-	ex      *Example
-	name    string
+	ex   *Example
+	name string
+	// held is the job's spec while it waits for the jobs its example
+	// needs (see release); nil once submitted or skipped.
+	held    *client.JobSpec
 	id      int64
 	sent    int64
 	partial []byte
@@ -231,8 +281,12 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 			executors = "the shell and docker executors"
 		}
 	}
+	// The shell runner's cache and artifact stages run opts.HelperCommand:
+	// caches go to the runner's cache_dir, artifacts to the runner's url,
+	// this coordinator.
 	m, err := manager.New(logger.With("component", "manager"), manager.Options{
 		Config: cfg, ConfigPath: "(drover local)", Providers: providers, SystemID: "s_local", Version: opts.Version,
+		HelperCommand: opts.HelperCommand,
 	})
 	if err != nil {
 		return false, err
@@ -263,17 +317,24 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 			jobs = append(jobs, &tracked{ex: ex, name: ex.Name, skipped: dockerSkip})
 			continue
 		}
-		specs, skip := specsFor(ex, opts.RepoDir)
+		specs, skip, err := specsFor(ex, opts.RepoDir)
+		if err != nil {
+			return false, fmt.Errorf("example %s: %w", ex.File, err)
+		}
 		if skip != "" {
 			jobs = append(jobs, &tracked{ex: ex, name: ex.Name, skipped: skip})
 			continue
 		}
 		for _, spec := range specs {
-			j, err := api.Submit(ctx, spec)
-			if err != nil {
-				return false, fmt.Errorf("submit %s (%s): %w", spec.Name, ex.File, err)
+			t := &tracked{ex: ex, name: spec.Name}
+			jobs = append(jobs, t)
+			if len(ex.Needs) > 0 {
+				t.held = &spec
+				continue
 			}
-			jobs = append(jobs, &tracked{ex: ex, name: spec.Name, id: j.ID, started: time.Now()})
+			if err := submit(ctx, api, t, spec); err != nil {
+				return false, err
+			}
 		}
 	}
 	if err := follow(ctx, api, jobs, out, opts.Quiet); err != nil {
@@ -282,18 +343,90 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 	return summary(out, jobs), nil
 }
 
-// specsFor turns an example into job submissions (several for parallel).
-func specsFor(ex *Example, repoDir string) ([]client.JobSpec, string) {
+// submit submits t's job, spec.
+func submit(ctx context.Context, api *client.Client, t *tracked, spec client.JobSpec) error {
+	j, err := api.Submit(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("submit %s (%s): %w", spec.Name, t.ex.File, err)
+	}
+	t.id, t.started = j.ID, time.Now()
+	return nil
+}
+
+// release submits the held jobs whose needs have all ended, each with
+// the needed jobs as its dependencies, or skips them when one of those
+// was skipped or did not succeed.
+func release(ctx context.Context, api *client.Client, jobs []*tracked) error {
+	for _, t := range jobs {
+		if t.held == nil {
+			continue
+		}
+		deps, skip, ready := needsOf(t.ex, jobs)
+		switch {
+		case skip != "":
+			t.held, t.skipped = nil, skip
+		case ready:
+			spec := *t.held
+			spec.Dependencies = deps
+			t.held = nil
+			if err := submit(ctx, api, t, spec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// needsOf reports whether the jobs ex needs have all ended (ready), with
+// them as dependencies when they all succeeded, else the reason to skip
+// ex as soon as one was skipped or ended otherwise.
+func needsOf(ex *Example, jobs []*tracked) (deps []client.Dependency, skip string, ready bool) {
+	ready = true
+	for _, need := range ex.Needs {
+		for _, n := range jobs {
+			if n.ex.Name != need {
+				continue
+			}
+			switch {
+			case n.skipped != "":
+				return nil, fmt.Sprintf("needs %s, which was skipped", n.name), false
+			case n.job == nil || !n.job.Finished():
+				ready = false
+			case n.job.Status != "success":
+				return nil, fmt.Sprintf("needs %s, which ended %s", n.name, n.job.Status), false
+			default:
+				deps = append(deps, client.Dependency{ID: n.id})
+			}
+		}
+	}
+	return deps, "", ready
+}
+
+// specsFor turns an example into job submissions (several for parallel),
+// or says why it is skipped here.
+func specsFor(ex *Example, repoDir string) (specs []client.JobSpec, skip string, err error) {
 	spec := client.JobSpec{
 		Name: ex.Name, Project: "examples/local", Script: ex.Script, AfterScript: ex.AfterScript,
 		Variables: ex.Variables, Timeout: ex.Timeout, Tags: ex.Tags,
+	}
+	for i, c := range ex.Cache {
+		raw, err := json.Marshal(c)
+		if err != nil {
+			return nil, "", fmt.Errorf("cache[%d]: %w", i, err)
+		}
+		spec.Cache = append(spec.Cache, raw)
+	}
+	if a := ex.Artifacts; a != nil {
+		spec.Artifacts = &client.Artifacts{
+			Name: a.Name, Paths: a.Paths, Exclude: a.Exclude, Untracked: a.Untracked, When: a.When, ExpireIn: a.ExpireIn,
+		}
 	}
 	if ex.Git != nil {
 		g := &client.Git{RepoURL: ex.Git.RepoURL, Ref: ex.Git.Ref, Sha: ex.Git.Sha, Depth: ex.Git.Depth}
 		if g.RepoURL == "." {
 			root, sha, ref, err := gitHead(repoDir)
 			if err != nil {
-				return nil, "no git repository here (" + err.Error() + ")"
+				return nil, "no git repository here (" + err.Error() + ")", nil
 			}
 			g.RepoURL = "file://" + root
 			if g.Sha == "" {
@@ -315,18 +448,17 @@ func specsFor(ex *Example, repoDir string) ([]client.JobSpec, string) {
 		spec.Tags = containerTags(ex.Tags)
 	}
 	if ex.Parallel <= 1 {
-		return []client.JobSpec{spec}, ""
+		return []client.JobSpec{spec}, "", nil
 	}
-	var out []client.JobSpec
 	for i := 1; i <= ex.Parallel; i++ {
 		s := spec
 		s.Name = fmt.Sprintf("%s %d/%d", ex.Name, i, ex.Parallel)
 		s.Variables = append(append([]client.Variable(nil), spec.Variables...),
 			client.Variable{Key: "CI_NODE_INDEX", Value: strconv.Itoa(i)},
 			client.Variable{Key: "CI_NODE_TOTAL", Value: strconv.Itoa(ex.Parallel)})
-		out = append(out, s)
+		specs = append(specs, s)
 	}
-	return out, ""
+	return specs, "", nil
 }
 
 // gitHead finds the repository at dir and its HEAD commit and branch.
@@ -365,10 +497,17 @@ func follow(ctx context.Context, api *client.Client, jobs []*tracked, out io.Wri
 	var mu sync.Mutex
 	lastProgress := ""
 	for {
+		if err := release(ctx, api, jobs); err != nil {
+			return err
+		}
 		done, running, pending := 0, 0, 0
 		for _, t := range jobs {
 			if t.skipped != "" {
 				done++
+				continue
+			}
+			if t.held != nil {
+				pending++
 				continue
 			}
 			if t.job != nil && t.job.Finished() && t.sent >= t.job.TraceSize {

@@ -81,9 +81,9 @@ func TestLoadExamplesContainerKeys(t *testing.T) {
 func TestSpecsForContainer(t *testing.T) {
 	ex := &Example{Name: "svc", Script: []string{"true"}, Image: "img:1", Tags: []string{"local"},
 		Services: []ExampleService{{Name: "db:1", Alias: "db"}}}
-	specs, skip := specsFor(ex, "")
-	if skip != "" || len(specs) != 1 {
-		t.Fatalf("specs %+v, skip %q", specs, skip)
+	specs, skip, err := specsFor(ex, "")
+	if err != nil || skip != "" || len(specs) != 1 {
+		t.Fatalf("specs %+v, skip %q, err %v", specs, skip, err)
 	}
 	s := specs[0]
 	if s.Image == nil || s.Image.Name != "img:1" || !reflect.DeepEqual(s.Services, []client.Service{{Name: "db:1", Alias: "db"}}) ||
@@ -93,9 +93,160 @@ func TestSpecsForContainer(t *testing.T) {
 	if len(ex.Tags) != 1 {
 		t.Errorf("the example's tags changed: %q", ex.Tags)
 	}
-	specs, _ = specsFor(&Example{Name: "sh", Script: []string{"true"}}, "")
+	specs, _, _ = specsFor(&Example{Name: "sh", Script: []string{"true"}}, "")
 	if s := specs[0]; s.Image != nil || s.Services != nil || s.Tags != nil {
 		t.Errorf("shell example spec %+v", s)
+	}
+}
+
+func TestLoadExamplesNeeds(t *testing.T) {
+	exs, err := LoadExamples(examples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Example{}
+	for _, e := range exs {
+		byName[e.Name] = e
+	}
+	for name, need := range map[string]string{"cache-restore": "cache-fill", "artifact-use": "artifact-build"} {
+		if e := byName[name]; !slices.Equal(e.Needs, []string{need}) || e.Container() {
+			t.Errorf("example %s: needs %q, container %v", name, e.Needs, e.Container())
+		}
+	}
+
+	job := func(name string, extra string) *fstest.MapFile {
+		return &fstest.MapFile{Data: []byte("name = \"" + name + "\"\nscript = [\"true\"]\n" + extra)}
+	}
+	for _, c := range []struct {
+		fsys fstest.MapFS
+		want string
+	}{
+		{fstest.MapFS{"1.toml": job("a", ""), "2.toml": job("b", "needs = [\"c\"]\n")}, `example 2.toml: needs "c": no earlier example has that name`},
+		{fstest.MapFS{"1.toml": job("a", "needs = [\"b\"]\n"), "2.toml": job("b", "")}, `example 1.toml: needs "b": no earlier example has that name`},
+		{fstest.MapFS{"1.toml": job("a", "needs = [\"a\"]\n")}, `example 1.toml: needs "a": no earlier example has that name`},
+		{fstest.MapFS{"1.toml": job("a", ""), "2.toml": job("a", "")}, `example 2.toml: name "a" is already that of 1.toml`},
+		{fstest.MapFS{"1.toml": job("a", "[[cache]]\nkey = \"k\"\npaths = [\"p\"]\npolicy = \"pull\"\nkye = \"x\"\n")}, `example 1.toml: unknown key cache.kye`},
+	} {
+		if _, err := LoadExamples(c.fsys); err == nil || err.Error() != c.want {
+			t.Errorf("LoadExamples = %v, want %s", err, c.want)
+		}
+	}
+}
+
+func TestSpecsForCacheAndArtifacts(t *testing.T) {
+	exs, err := LoadExamples(subset(t, "09-cache-fill.toml", "11-artifact-build.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, skip, err := specsFor(&exs[0], "")
+	if err != nil || skip != "" || len(specs) != 1 {
+		t.Fatalf("cache-fill: specs %+v, skip %q, err %v", specs, skip, err)
+	}
+	if c, want := specs[0].Cache, `{"key":"local-demo","paths":[".cache-demo/"],"policy":"push"}`; len(c) != 1 || string(c[0]) != want {
+		t.Errorf("cache-fill's cache %s, want [%s]", c, want)
+	}
+	if specs[0].Artifacts != nil || specs[0].Dependencies != nil {
+		t.Errorf("cache-fill's spec %+v", specs[0])
+	}
+	specs, _, _ = specsFor(&exs[1], "")
+	if want := (&client.Artifacts{Paths: []string{"dist/"}, ExpireIn: "1 day"}); !reflect.DeepEqual(specs[0].Artifacts, want) || specs[0].Cache != nil {
+		t.Errorf("artifact-build's artifacts %+v, cache %s", specs[0].Artifacts, specs[0].Cache)
+	}
+}
+
+// jobID returns the job ID of name's summary row.
+func jobID(t *testing.T, out, name string) string {
+	t.Helper()
+	id := strings.Fields(summaryRow(t, out, name))[1]
+	if id == "-" {
+		t.Fatalf("%s was not submitted:\n%s", name, out)
+	}
+	return id
+}
+
+// TestRunCacheAndArtifactExamples runs the cache and artifact examples
+// with a real drover helper: the second job of each pair starts once the
+// first succeeded and gets the first's files, restored from the cache or
+// downloaded as its artifacts. The helper's lines are the proof: both jobs
+// may run in one project directory, where the first left its files.
+func TestRunCacheAndArtifactExamples(t *testing.T) {
+	bin := buildDrover(t)
+	data := t.TempDir()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	ok, err := Run(ctx, Options{
+		DataDir:       data,
+		Examples:      subset(t, "09-cache-fill.toml", "10-cache-restore.toml", "11-artifact-build.toml", "12-artifact-use.toml"),
+		Out:           &out,
+		Providers:     shellProviders(),
+		HelperCommand: "'" + bin + "' helper",
+	})
+	s := out.String()
+	if err != nil || !ok {
+		t.Fatalf("Run = %v, %v:\n%s", ok, err, s)
+	}
+	for _, name := range []string{"cache-fill", "cache-restore", "artifact-build", "artifact-use"} {
+		if row := summaryRow(t, s, name); !strings.Contains(row, "success") || !strings.HasSuffix(row, " ok") {
+			t.Errorf("summary row of %s: %q", name, row)
+		}
+	}
+	fill, build := jobID(t, s, "cache-fill"), jobID(t, s, "artifact-build")
+	plain := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(s, "")
+	for _, want := range []string{
+		"cache-fill     │ cached by job " + fill + "\n",
+		"cache-fill     │ Creating cache local-demo...",
+		"cache-restore  │ Checking cache for local-demo...",
+		"cache-restore  │ Successfully extracted cache (1 files, ",
+		"cache-restore  │ cached by job " + fill + "\n",
+		"artifact-build │ built by job " + build + "\n",
+		"artifact-build │ Uploading artifacts as \"archive\" to coordinator... 201 Created",
+		"artifact-use   │ Downloading artifacts for job " + build + "... ok (1 files, ",
+		"artifact-use   │ built by job " + build + "\n",
+		"every job ended as expected",
+	} {
+		if !strings.Contains(plain, want) {
+			t.Errorf("output lacks %q:\n%s", want, plain)
+		}
+	}
+	if strings.Contains(plain, "skipped: drover's helper is not available") {
+		t.Errorf("a cache or artifact stage was skipped:\n%s", s)
+	}
+	// The local cache is in the runner's cache_dir, under the project.
+	if _, err := os.Stat(filepath.Join(data, "cache", "examples", "local", "local-demo", "cache.zip")); err != nil {
+		t.Errorf("the cache archive: %v", err)
+	}
+}
+
+// TestRunNeedsSkipped: an example whose need did not succeed (or was
+// skipped) is skipped with the reason, and is no failure of its own.
+func TestRunNeedsSkipped(t *testing.T) {
+	fsys := fstest.MapFS{
+		"1.toml": {Data: []byte("name = \"breaks\"\nscript = [\"exit 2\"]\n[expect]\nstatus = \"failed\"\n")},
+		"2.toml": {Data: []byte("name = \"after-breaks\"\nneeds = [\"breaks\"]\nscript = [\"true\"]\n")},
+		"3.toml": {Data: []byte("name = \"in-container\"\nimage = \"img:1\"\nscript = [\"true\"]\n")},
+		"4.toml": {Data: []byte("name = \"after-container\"\nneeds = [\"in-container\"]\nscript = [\"true\"]\n")},
+		"5.toml": {Data: []byte("name = \"after-both\"\nneeds = [\"after-breaks\", \"breaks\"]\nscript = [\"true\"]\n")},
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ok, err := Run(ctx, Options{
+		DataDir: t.TempDir(), Examples: fsys, Out: &out, Quiet: true, Providers: shellProviders(),
+		DockerCheck: func(context.Context) error { return errors.New("no engine here") },
+	})
+	s := out.String()
+	if err != nil || !ok {
+		t.Fatalf("Run = %v, %v:\n%s", ok, err, s)
+	}
+	for name, reason := range map[string]string{
+		"after-breaks":    "needs breaks, which ended failed",
+		"after-container": "needs in-container, which was skipped",
+		"after-both":      "needs after-breaks, which was skipped",
+	} {
+		if row := summaryRow(t, s, name); !strings.Contains(row, " - ") || !strings.HasSuffix(row, "skipped: "+reason) {
+			t.Errorf("summary row of %s: %q, want skipped: %s", name, row, reason)
+		}
 	}
 }
 
