@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"mime/multipart"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
 
 // TestCacheAndArtifactsShell: with the shell executor of a real drover
@@ -181,6 +183,66 @@ func TestArtifactsRefusedShell(t *testing.T) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "**", "escaped-artifact.txt"))
 	if _, err := os.Stat(filepath.Join(dir, "escaped-artifact.txt")); err == nil || len(matches) > 0 {
 		t.Errorf("the zip-slip entry was written: %v", matches)
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(20 * time.Second)
+}
+
+// TestCacheAndArtifactsSSH: the ssh executor (the instance executor's
+// code on a fixed host) installs drover's own binary on the host once, by
+// its hash, and runs the cache and artifact stages with it: a cache saved
+// by one job is restored by the next, and an artifact reaches its
+// dependent job.
+func TestCacheAndArtifactsSSH(t *testing.T) {
+	srv := sshxtest.Start(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	kh := knownHosts(t, dir, srv, srv.HostKey)
+	cacheDir := filepath.Join(dir, "host-cache")
+	cfg := sshRunner(t, dir, c.url, c.runnerToken(t), srv, fmt.Sprintf("    known_hosts_file = %q\n", kh))
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), "  builds_dir = ", "  cache_dir = "+jsonQuote(cacheDir)+"\n  builds_dir = ", 1)
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, dir, "run", "--config", cfgPath)
+	m.waitLog("runner manager started", 10*time.Second)
+	cl := c.client()
+	cache := []json.RawMessage{json.RawMessage(`{"key":"deps","paths":["deps/"]}`)}
+	// A fresh clone for each job: the second finds only what the cache
+	// and the artifacts bring back.
+	repo, shas := gitRepo(t)
+	git := &client.Git{RepoURL: "file://" + repo, Ref: "main", Sha: shas[1]}
+	clone := []client.Variable{{Key: "GIT_STRATEGY", Value: "clone"}}
+
+	fillID, log := runSuccess(t, cl, client.JobSpec{
+		Name: "fill", Project: "g/p", Variables: clone, Cache: cache, Git: git,
+		Script:    []string{"test ! -e deps", "mkdir deps dist", "echo over-ssh > deps/lib.txt", "echo built-$CI_JOB_ID > dist/app.txt"},
+		Artifacts: &client.Artifacts{Paths: []string{"dist/"}},
+	}, 60*time.Second)
+	for _, want := range []string{"Installing drover's helper on the host", "Creating cache deps...", "Created cache", "201 Created"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("fill job's log lacks %q:\n%s", want, log)
+		}
+	}
+	if bins, _ := filepath.Glob(filepath.Join(cacheDir, ".drover-helper", "drover-*")); len(bins) != 1 {
+		t.Errorf("helper binaries on the host: %v, want one", bins)
+	}
+	_, log = runSuccess(t, cl, client.JobSpec{
+		Name: "check", Project: "g/p", Variables: clone, Cache: cache, Git: git, Dependencies: []client.Dependency{{ID: fillID}},
+		Script: []string{"cat deps/lib.txt", "cat dist/app.txt"},
+	}, 60*time.Second)
+	for _, want := range []string{"Successfully extracted cache", "over-ssh", "built-" + jsonInt(fillID), "Downloading artifacts for job " + jsonInt(fillID) + "... ok"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("check job's log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "Installing drover's helper") {
+		t.Errorf("the helper was installed again:\n%s", log)
 	}
 	m.signal(syscall.SIGTERM)
 	m.wait(20 * time.Second)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -171,6 +172,25 @@ func TestCacheAndArtifactsDocker(t *testing.T) {
 			}
 			_, log = run(spec("after push", `{"key":"deps-v1","paths":["deps/"],"policy":"pull"}`, "grep -x v2 deps/lib.txt"))
 			has("after push", log, "Successfully extracted cache")
+
+			// A key from files (drover's cache:key:files): computed from
+			// file.txt as checked out, kept though the script changes it.
+			wantKey, err := cache.FilesKey("lock", []string{"file.txt"}, func(string) (io.ReadCloser, error) {
+				return io.NopCloser(strings.NewReader("version 2\n")), nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			filesCache := `{"key":{"files":["file.txt"],"prefix":"lock"},"paths":["deps/"]}`
+			_, log = run(spec("files key fill", filesCache, "mkdir deps", "echo locked > deps/lib.txt", "echo version 3 > file.txt"))
+			has("files key fill", log, "Creating cache "+wantKey+"...", "Created cache")
+			_, log = run(spec("files key use", filesCache, "grep -x locked deps/lib.txt"))
+			has("files key use", log, "Checking cache for "+wantKey+"...", "Successfully extracted cache")
+			if shared {
+				if _, err := srv.Client().StatObject(ctx, srv.Bucket, projectPrefix+wantKey, minio.StatObjectOptions{}); err != nil {
+					t.Errorf("no object %s%s: %v", projectPrefix, wantKey, err)
+				}
+			}
 
 			if !shared {
 				m.signal(syscall.SIGTERM)

@@ -1,11 +1,16 @@
 package cache
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -128,4 +133,54 @@ func LocalPath(cacheDir, projectDir, key string) (string, error) {
 		return "", fmt.Errorf("cache key %q in %q: computed cache path outside of the cache directory", key, projectDir)
 	}
 	return full, nil
+}
+
+// FilesKey is the key of a cache keyed by files (drover's cache:key:files,
+// which GitLab computes on its side): prefix, a dash and the first 40 hex
+// digits of a SHA-256 over the files' names and contents (in the order of
+// their names, whatever the order given), or just the digest without a
+// prefix. Files that do not exist are
+// left out; when none exists the key is prefix-default (or "default"), as
+// GitLab's. open opens a file by its name, relative to the project
+// directory; it returns an error wrapping fs.ErrNotExist for a missing
+// one. A name that leaves the project directory is an error.
+func FilesKey(prefix string, files []string, open func(name string) (io.ReadCloser, error)) (string, error) {
+	names := make([]string, 0, len(files))
+	for _, name := range files {
+		slash := filepath.ToSlash(name)
+		clean := path.Clean(slash)
+		if name == "" || path.IsAbs(slash) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+			return "", fmt.Errorf("cache key file %q: must be a file inside the project directory", name)
+		}
+		names = append(names, clean)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	h := sha256.New()
+	found := 0
+	for _, name := range names {
+		rc, err := open(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("cache key file %q: %w", name, err)
+		}
+		fmt.Fprintf(h, "%s\x00", name)
+		_, err = io.Copy(h, rc)
+		rc.Close()
+		if err != nil {
+			return "", fmt.Errorf("cache key file %q: %w", name, err)
+		}
+		h.Write([]byte{0})
+		found++
+	}
+	sum := "default"
+	if found > 0 {
+		sum = hex.EncodeToString(h.Sum(nil))[:40]
+	}
+	if prefix == "" {
+		return sum, nil
+	}
+	return prefix + "-" + sum, nil
 }

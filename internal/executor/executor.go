@@ -198,6 +198,16 @@ type HelperHost interface {
 	HelperCommand() string
 }
 
+// FileOpener is implemented by executors that can read a file of the
+// job's project directory without running a script, for what the build
+// runner computes from the sources (cache keys from files). Executors
+// that are Local need not: the runner opens the file itself.
+type FileOpener interface {
+	// OpenProjectFile opens name, relative to the project directory. A
+	// missing file is an error wrapping fs.ErrNotExist.
+	OpenProjectFile(ctx context.Context, name string) (io.ReadCloser, error)
+}
+
 // ScriptHost is implemented by executors whose scripts run on a host they
 // can name without running a script (a container), and whose stages
 // create the project directory themselves. The build runner then writes

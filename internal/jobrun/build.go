@@ -134,8 +134,9 @@ type build struct {
 	vars  api.Variables
 	info  shell.Info
 
-	resume *Checkpoint // until the checkpoint's stage is reached
-	first  error       // the first failed step, for checkpoints
+	resume *Checkpoint      // until the checkpoint's stage is reached
+	first  error            // the first failed step, for checkpoints
+	keyed  *api.JobResponse // the job with its cache keys from files (see cacheKeyed)
 }
 
 func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
@@ -514,10 +515,16 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 			return nil // done before the checkpoint
 		}
 		b.resume = nil
+		if cacheStage(stage) {
+			info.Job = b.cacheKeyed(ctx, info.Job)
+		}
 		if cp.Started || !b.localStage(stage, info) {
 			return b.resumeStage(ctx, stage, header, info, cp)
 		}
 		// A stage the build writes itself: simply written again.
+	}
+	if cacheStage(stage) {
+		info.Job = b.cacheKeyed(ctx, info.Job)
 	}
 	if host, local, ok := b.scriptless(); ok {
 		// Stages with nothing to run on a local executor (or one that can

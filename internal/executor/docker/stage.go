@@ -1,16 +1,20 @@
 package docker
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -571,4 +575,40 @@ func demux(stdout, stderr io.Writer, r io.Reader) (int64, error) {
 // quote returns s as one single-quoted sh word.
 func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// OpenProjectFile opens a file of the project directory, in the job's
+// builds volume, by copying it out of the build (or helper) container: no
+// script runs (executor.FileOpener).
+func (e *Executor) OpenProjectFile(ctx context.Context, name string) (io.ReadCloser, error) {
+	e.mu.Lock()
+	cid, pd := e.build, e.paths.ProjectDir
+	if cid == "" {
+		cid = e.helper
+	}
+	eng := e.eng
+	e.mu.Unlock()
+	if eng == nil || cid == "" {
+		return nil, errNotPrepared
+	}
+	rc, st, err := eng.CopyFromContainer(ctx, cid, path.Join(pd, name))
+	if cerrdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("copy %s out of the container: %w", name, err)
+	}
+	if !st.Mode.IsRegular() {
+		rc.Close()
+		return nil, fmt.Errorf("%s: not a regular file (%v)", name, st.Mode)
+	}
+	tr := tar.NewReader(rc)
+	if _, err := tr.Next(); err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("copy %s out of the container: %w", name, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{tr, rc}, nil
 }

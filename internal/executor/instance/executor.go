@@ -42,8 +42,9 @@ type Executor struct {
 	// cancelled; zero means DefaultGracePeriod. Set it before Prepare.
 	GracePeriod time.Duration
 
-	hostKeys *sshx.TOFU
-	clock    clock.Clock
+	hostKeys  *sshx.TOFU
+	clock     clock.Clock
+	helperBin *helperBinary
 
 	executor.StageRecorder
 
@@ -57,6 +58,7 @@ type Executor struct {
 	client     *sshx.Client
 	scriptDir  string // on the instance
 	hostname   string
+	helper     string // shell words running drover's helper on the host
 	runs       int
 	finished   error
 	cleanedUp  bool
@@ -197,8 +199,12 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		CacheDir:   pr.cacheDir,
 		ProjectDir: executor.ProjectDir(pr.buildsDir, opts.Settings.ShortToken, concurrentID, opts.Job),
 	}
+	var helper string
+	if needsHelper(opts.Job) {
+		helper = e.installHelper(ctx, client, pr.cacheDir, trace)
+	}
 	e.mu.Lock()
-	e.shell, e.paths, e.scriptDir, e.hostname = sh, paths, pr.scriptDir, pr.hostname
+	e.shell, e.paths, e.scriptDir, e.hostname, e.helper = sh, paths, pr.scriptDir, pr.hostname, helper
 	e.mu.Unlock()
 	logger.Debug("instance prepared", "host", pr.hostname, "project_dir", paths.ProjectDir)
 	if rn.Executor == Name {

@@ -95,12 +95,17 @@ type Options struct {
 	HostKeys *sshx.TOFU
 	// Clock times the grace period and the keep-alives; nil = real.
 	Clock clock.Clock
+	// HelperBinary is the drover binary installed on the hosts for the
+	// cache and artifact stages ("" = this process's executable). It must
+	// be built for the hosts' OS and architecture.
+	HelperBinary string
 }
 
 // Provider creates instance executors and reserves their capacity in the
 // runners' pools.
 type Provider struct {
-	opts Options
+	opts   Options
+	helper *helperBinary
 }
 
 var _ executor.Provider = (*Provider)(nil)
@@ -117,7 +122,7 @@ func NewProvider(o Options) (*Provider, error) {
 		o.HostKeys = &sshx.TOFU{}
 	}
 	o.Clock = clock.OrReal(o.Clock)
-	return &Provider{opts: o}, nil
+	return &Provider{opts: o, helper: &helperBinary{path: o.HelperBinary}}, nil
 }
 
 // CanCreate reports true: whether a runner has a pool is decided per job.
@@ -125,7 +130,7 @@ func (p *Provider) CanCreate() bool { return true }
 
 // Create returns a new, unprepared executor.
 func (p *Provider) Create() executor.Executor {
-	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock}
+	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock, helperBin: p.helper}
 }
 
 // Acquire reserves a slot in the runner's pool. It never blocks: when the
