@@ -18,7 +18,8 @@ import (
 // BenchmarkSSHExecutorOverhead measures one trivial job, submit to success,
 // with the ssh executor on a real sshd on loopback and, in the same run,
 // with the shell executor (the baseline): the difference is what running
-// a job over SSH costs (one connection per job, a session per stage).
+// a job over SSH costs (a session per stage, on a connection kept from
+// the previous job).
 //
 //	go test -run '^$' -bench SSHExecutorOverhead -benchtime 200x ./e2e/
 func BenchmarkSSHExecutorOverhead(b *testing.B) {
@@ -35,7 +36,9 @@ func BenchmarkSSHExecutorOverhead(b *testing.B) {
 		rc := config.RunnerConfig{Executor: sshexec.Name, BuildsDir: filepath.Join(dir, "builds"), SSH: map[string]any{
 			"host": host, "port": port, "user": srv.User, "identity_file": key, "disable_strict_host_key_checking": true,
 		}}
-		s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: sshexec.NewProvider(rs)}, func(cfg *config.Config) error {
+		prov := sshexec.NewProvider(rs)
+		defer prov.Close()
+		s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: prov}, func(cfg *config.Config) error {
 			_, err := rs.Apply("bench", cfg)
 			return err
 		})

@@ -45,6 +45,7 @@ type Executor struct {
 	hostKeys  *sshx.TOFU
 	clock     clock.Clock
 	helperBin *helperBinary
+	conns     *connPool
 
 	executor.StageRecorder
 
@@ -59,6 +60,7 @@ type Executor struct {
 	scriptDir  string // on the instance
 	hostname   string
 	helper     string // shell words running drover's helper on the host
+	connKey    string // the connection's key in conns
 	runs       int
 	finished   error
 	cleanedUp  bool
@@ -169,12 +171,15 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		cfg.HostKey = rn.HostKey(id)
 	}
 	cfg.Clock, cfg.Logger = e.clock, logger
-	client, err := e.dial(ctx, cfg, trace)
-	if err != nil {
+	key := poolKey(id, cfg)
+	client := e.conns.get(key)
+	if client != nil {
+		logger.Debug("reusing an SSH connection")
+	} else if client, err = e.dial(ctx, cfg, trace); err != nil {
 		return fmt.Errorf("instance %s: connect: %w", id, err)
 	}
 	e.mu.Lock()
-	e.client = client
+	e.client, e.connKey = client, key
 	// A lost instance ends the connection, which fails the running session
 	// at once; Run tells it apart from a network error by Lost.
 	e.stopLostFn = afterClose(acq.Lost(), func() { client.Close() })
@@ -484,8 +489,9 @@ func (e *Executor) Finish(err error) {
 	e.finished = err
 }
 
-// Cleanup removes the job's scripts from the instance, closes the
-// connection and gives the slot back. The project directory stays, so
+// Cleanup removes the job's scripts from the instance, keeps the
+// connection for the host's next job (or closes it) and gives the slot
+// back. The project directory stays, so
 // that the fetch strategy can reuse the checkout. It is safe after a failed
 // or skipped Prepare, and more than once.
 func (e *Executor) Cleanup(ctx context.Context) {
@@ -495,10 +501,18 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		return
 	}
 	e.cleanedUp = true
-	client, dir, l, stopLost, logger := e.client, e.scriptDir, e.lease, e.stopLostFn, e.logger
+	client, dir, l, stopLost, logger, key, acq := e.client, e.scriptDir, e.lease, e.stopLostFn, e.logger, e.connKey, e.acq
 	e.mu.Unlock()
 	if stopLost != nil {
 		stopLost()
+	}
+	lost := false
+	if acq != nil {
+		select {
+		case <-acq.Lost():
+			lost = true // its connection is closed, or about to be
+		default:
+		}
 	}
 	if client != nil {
 		if dir != "" && client.Err() == nil {
@@ -508,7 +522,12 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			}
 			cancel()
 		}
-		client.Close()
+		if lost || dir == "" {
+			client.Close()
+		} else {
+			// The next job on this host skips the connect.
+			e.conns.put(key, client)
+		}
 	}
 	if l != nil {
 		l.Release()

@@ -99,6 +99,11 @@ type Options struct {
 	// cache and artifact stages ("" = this process's executable). It must
 	// be built for the hosts' OS and architecture.
 	HelperBinary string
+	// KeepConnections keeps a finished job's SSH connection for the next
+	// job on the same host (a few per host, for a few minutes): the ssh
+	// executor's fixed host. Autoscaled instances come and go, and each
+	// job connects anew. Close closes the idle ones.
+	KeepConnections bool
 }
 
 // Provider creates instance executors and reserves their capacity in the
@@ -106,6 +111,7 @@ type Options struct {
 type Provider struct {
 	opts   Options
 	helper *helperBinary
+	conns  *connPool
 }
 
 var _ executor.Provider = (*Provider)(nil)
@@ -122,7 +128,18 @@ func NewProvider(o Options) (*Provider, error) {
 		o.HostKeys = &sshx.TOFU{}
 	}
 	o.Clock = clock.OrReal(o.Clock)
-	return &Provider{opts: o, helper: &helperBinary{path: o.HelperBinary}}, nil
+	p := &Provider{opts: o, helper: &helperBinary{path: o.HelperBinary}}
+	if o.KeepConnections {
+		p.conns = newConnPool(o.Clock)
+	}
+	return p, nil
+}
+
+// Close closes the SSH connections kept for later jobs.
+func (p *Provider) Close() {
+	if p.conns != nil {
+		p.conns.closeAll()
+	}
 }
 
 // CanCreate reports true: whether a runner has a pool is decided per job.
@@ -130,7 +147,7 @@ func (p *Provider) CanCreate() bool { return true }
 
 // Create returns a new, unprepared executor.
 func (p *Provider) Create() executor.Executor {
-	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock, helperBin: p.helper}
+	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock, helperBin: p.helper, conns: p.conns}
 }
 
 // Acquire reserves a slot in the runner's pool. It never blocks: when the

@@ -125,9 +125,10 @@ func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
 }
 
 // NewProvider returns the ssh executor's provider: the instance
-// executor's over rs.
+// executor's over rs, keeping each finished job's connection for the
+// host's next job (Close the provider to close them).
 func NewProvider(rs *Runners) *instance.Provider {
-	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys})
+	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys, KeepConnections: true})
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
