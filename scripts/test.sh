@@ -3,7 +3,8 @@
 # (git, bash, redis-server, PostgreSQL's server, OpenSSH's sshd,
 # busybox-static, debootstrap for the Debian root of the dind instance image,
 # nginx (the load balancer in front of several coordinators), zip and
-# unzip (the format checks and the baseline of the archive benchmarks),
+# unzip (the format checks and the baseline of the archive benchmarks), GNU
+# time (the peak RSS the archive and helper cache benchmarks report),
 # versitygw (the S3 server of the cache tests), staticcheck), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
@@ -21,7 +22,7 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip; do
+for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done

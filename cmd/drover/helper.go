@@ -16,6 +16,7 @@ func newHelperCmd() *cobra.Command {
 		// The helper parses its own flags: drover's would only get in the way.
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			helper.LimitMemory()
 			if code := helper.Main(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
 				os.Exit(code)
 			}

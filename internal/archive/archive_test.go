@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,5 +405,47 @@ func TestExtractReaderSpoolsAndCleansUp(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(spool); len(left) != 0 {
 		t.Errorf("spool directory holds %d files after ExtractReader, want none", len(left))
+	}
+}
+
+// TestCompressFitsDeflateBound checks that no chunk's compressed output
+// outgrows deflateBound, the room compress makes for it up front and what
+// the memory semaphore accounts, so its buffer is never reallocated:
+// incompressible data, text and zeros, whole files (closed) and inner
+// chunks (flushed), at every level.
+func TestCompressFitsDeflateBound(t *testing.T) {
+	random := make([]byte, 1<<20)
+	_, _ = rand.Read(random)
+	text := bytes.Repeat([]byte("module.exports = function () { return this.value }\n"), 1<<20/52)
+	for _, data := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"one byte", random[:1]},
+		{"random 1000", random[:1000]},
+		{"random 65535", random[:65535]},
+		{"random 65536", random[:65536]},
+		{"random 1 MiB", random},
+		{"text", text},
+		{"zeros", make([]byte, 1<<20)},
+	} {
+		for _, level := range []Level{LevelDefault, LevelFastest, LevelFast, LevelSlow, LevelSlowest} {
+			for _, last := range []bool{true, false} {
+				var pool sync.Pool
+				c := &chunk{entry: &Entry{Name: "f"}, raw: data.b, last: last}
+				if err := compress(c, level.flate(), &pool); err != nil {
+					t.Fatal(err)
+				}
+				if got, bound := c.out.Len(), deflateBound(len(data.b)); got > bound {
+					t.Errorf("%s, level %d, last %v: %d bytes compressed, over the bound of %d", data.name, level, last, got, bound)
+				}
+				var once bytes.Buffer
+				once.Grow(deflateBound(len(data.b)))
+				if c.out.Cap() != once.Cap() {
+					t.Errorf("%s, level %d, last %v: the output buffer was reallocated: capacity %d, want %d", data.name, level, last, c.out.Cap(), once.Cap())
+				}
+			}
+		}
 	}
 }

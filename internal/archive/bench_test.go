@@ -3,7 +3,6 @@ package archive
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,10 +10,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/drover-ci/drover/internal/archive/archivetest"
 )
 
-// The benchmarks archive and extract two trees, each also with Info-ZIP's
-// zip and unzip as the floor, in the same run:
+// The benchmarks archive and extract two trees (see archivetest), each
+// also with Info-ZIP's zip and unzip as the floor, in the same run:
 //
 //   - small: 20,000 files of 200 B to 6 KiB of JavaScript-like text in a
 //     node_modules-like tree (1,000 packages of 20 files);
@@ -26,81 +27,6 @@ import (
 // peak-rss-MiB of the child. Run with:
 //
 //	go test -run '^$' -bench . -benchtime 3x ./internal/archive
-
-var words = []string{"function", "return", "const", "module", "exports", "require", "this", "value", "undefined", "=>", "{", "}", "(", ")", ";", "\n", "  ", "if", "else", "for", "let", "async", "await", "Promise"}
-
-// writeText writes n bytes of JavaScript-like text to w.
-func writeText(w *bufio.Writer, rng *rand.Rand, n int) {
-	for n > 0 {
-		word := words[rng.IntN(len(words))]
-		if len(word) > n {
-			word = word[:n]
-		}
-		_, _ = w.WriteString(word)
-		n -= len(word)
-		if n > 0 {
-			_ = w.WriteByte(' ')
-			n--
-		}
-	}
-}
-
-func writeFile(tb testing.TB, p string, fill func(*bufio.Writer)) {
-	f, err := os.Create(p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	fill(w)
-	if err := w.Flush(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// smallTree makes the node_modules-like tree and returns its data size.
-func smallTree(tb testing.TB, dir string) int64 {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var total int64
-	for pkg := range 1000 {
-		pdir := filepath.Join(dir, "node_modules", fmt.Sprintf("pkg-%04d", pkg), "lib")
-		if err := os.MkdirAll(pdir, 0o755); err != nil {
-			tb.Fatal(err)
-		}
-		for i := range 20 {
-			n := 200 + rng.IntN(6*1024-200)
-			total += int64(n)
-			writeFile(tb, filepath.Join(pdir, fmt.Sprintf("file-%02d.js", i)), func(w *bufio.Writer) { writeText(w, rng, n) })
-		}
-	}
-	return total
-}
-
-// largeFile makes the large file, written in pieces so that making it
-// does not raise the process's memory.
-func largeFile(tb testing.TB, dir string) int64 {
-	size := int64(256 << 20)
-	if os.Getenv("DROVER_BENCH_BIG") == "1" {
-		size = 1 << 30
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	writeFile(tb, filepath.Join(dir, "large.bin"), func(w *bufio.Writer) {
-		buf := make([]byte, 1<<20)
-		for off := int64(0); off < size; off += int64(len(buf)) {
-			if (off>>20)%4 == 0 {
-				for i := range buf {
-					buf[i] = byte(rng.Uint32())
-				}
-				_, _ = w.Write(buf)
-			} else {
-				writeText(w, rng, len(buf))
-			}
-		}
-	})
-	return size
-}
 
 // heapPeak samples the Go heap until stop is called, and returns the
 // highest value seen in MiB.
@@ -134,8 +60,8 @@ func BenchmarkArchive(b *testing.B) {
 		name string
 		make func(testing.TB, string) int64
 	}{
-		{"small-20000-files", smallTree},
-		{"large-file", largeFile},
+		{"small-20000-files", archivetest.SmallTree},
+		{"large-file", archivetest.LargeFile},
 	} {
 		b.Run(tree.name, func(b *testing.B) {
 			src := b.TempDir()

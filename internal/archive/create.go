@@ -163,13 +163,11 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 	if chunkSize <= 0 {
 		chunkSize = 1 << 20
 	}
-	// A chunk costs its raw bytes plus at most as much compressed output
-	// (deflate's overhead on incompressible data is far below that).
 	limit := opts.MemoryLimit
 	if limit <= 0 {
 		limit = 32 << 20
 	}
-	limit = max(limit, int64(workers+1)*2*int64(chunkSize))
+	limit = max(limit, int64(workers+1)*chunkCost(int64(chunkSize)))
 	mem := semaphore.NewWeighted(limit)
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -383,7 +381,7 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 	if size := e.Info.Size(); size < int64(chunkSize) {
 		// A small file is read by the worker that compresses it, so
 		// that the opens and reads of many small files overlap.
-		cost := 2*(size+1) + 1024
+		cost := chunkCost(size + 1)
 		if err := mem.Acquire(ctx, cost); err != nil {
 			return err
 		}
@@ -406,7 +404,7 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 		if rest := e.Info.Size() - size + 1; rest > 0 && rest < n {
 			n = rest
 		}
-		cost := 2*n + 1024
+		cost := chunkCost(n)
 		if err := mem.Acquire(ctx, cost); err != nil {
 			return err
 		}
@@ -469,7 +467,7 @@ func compress(c *chunk, level int, pool *sync.Pool) error {
 		fw.Reset(&c.out)
 	}
 	defer pool.Put(fw)
-	c.out.Grow(len(c.raw)/2 + 64)
+	c.out.Grow(deflateBound(len(c.raw)))
 	if _, err := fw.Write(c.raw); err != nil {
 		return fmt.Errorf("archive entry %q: compress: %w", c.entry.Name, err)
 	}
@@ -484,6 +482,24 @@ func compress(c *chunk, level int, pool *sync.Pool) error {
 	}
 	c.raw = nil // the memory is accounted until the writer releases it
 	return nil
+}
+
+// deflateBound is the most a deflate stream of n bytes takes, flushed or
+// closed: incompressible data goes into stored blocks of at most 65,535
+// bytes with 5 bytes of header each, and the flush or final block adds a
+// few bytes. compress makes room for that much up front, so the output
+// buffer is allocated once, at the size chunkCost accounts for (growing it
+// by doubling would allocate up to twice the data for a random chunk and
+// hold more than the memory limit allows).
+func deflateBound(n int) int {
+	return n + n/8192 + 64
+}
+
+// chunkCost is the weight a chunk of n bytes of file data holds on the
+// memory semaphore: its data, its compressed output at the most, and its
+// bookkeeping.
+func chunkCost(n int64) int64 {
+	return n + int64(deflateBound(int(n))) + 1024
 }
 
 type countingWriter struct {

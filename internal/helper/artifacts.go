@@ -279,7 +279,7 @@ func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.W
 	if err != nil {
 		return err
 	}
-	st, err := archive.Extract(ctx, f, size, root, archive.ExtractOptions{})
+	st, err := archive.Extract(ctx, f, size, root, archive.ExtractOptions{Workers: extractWorkers})
 	if err != nil {
 		return fmt.Errorf("artifacts-downloader: job %d: %w", o.ID, err)
 	}

@@ -142,7 +142,7 @@ func ExtractCache(ctx context.Context, o CacheExtractOptions, out io.Writer) err
 	if err != nil {
 		return fmt.Errorf("cache-extractor: %w", err)
 	}
-	st, err := archive.Extract(ctx, f, fi.Size(), root, archive.ExtractOptions{})
+	st, err := archive.Extract(ctx, f, fi.Size(), root, archive.ExtractOptions{Workers: extractWorkers})
 	if err != nil {
 		return fmt.Errorf("cache-extractor: %w", err)
 	}
@@ -168,7 +168,10 @@ func makeArchive(ctx context.Context, w io.Writer, root string, sel selection, o
 			return archive.Stats{}, fmt.Errorf("untracked files: %w", err)
 		}
 	}
-	st, err := archive.Create(ctx, w, root, sel.paths, archive.CreateOptions{Exclude: sel.exclude, Extra: extra})
+	st, err := archive.Create(ctx, w, root, sel.paths, archive.CreateOptions{
+		Exclude: sel.exclude, Extra: extra,
+		Workers: archiveWorkers(), MemoryLimit: archiveMemory,
+	})
 	if err != nil {
 		return st, err
 	}
