@@ -3,11 +3,14 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,12 +21,15 @@ func newArtifactsCmd() *cobra.Command {
 	var (
 		af        apiFlags
 		out, kind string
+		list      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "artifacts JOB_ID",
-		Short: "Download a job's artifacts from a drover coordinator",
+		Short: "Download a job's artifacts from a drover coordinator (--list lists them)",
 		Long: `Downloads the artifacts a job uploaded: its archive (the zip of its
 artifacts:paths), or with --type one of its reports (junit, dotenv, ...).
+With --list, prints what the job has instead: type, format, size in bytes,
+file name and expiry of each artifact that has not expired.
 
 The file is written as it arrives to a temporary file beside the target,
 checked against the SHA-256 the coordinator recorded at upload, and renamed
@@ -34,12 +40,23 @@ directory; -o - writes to standard output.`,
 		Example: `  drover artifacts 42                  # ./artifacts.zip (or the name the runner gave it)
   drover artifacts 42 -o build.zip
   drover artifacts 42 --type junit -o report.xml.gz
-  drover artifacts 42 -o - | unzip -l /dev/stdin`,
+  drover artifacts 42 -o - | unzip -l /dev/stdin
+  drover artifacts 42 --list`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if list && (out != "" || kind != "") {
+				return usageError(errors.New("--list prints the job's artifacts: no --output or --type with it"))
+			}
 			id, c, err := af.job(args[0])
 			if err != nil {
 				return err
+			}
+			if list {
+				j, err := c.Job(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				return printArtifacts(cmd.OutOrStdout(), j)
 			}
 			a, err := c.Artifacts(cmd.Context(), id, kind)
 			if err != nil {
@@ -63,7 +80,27 @@ directory; -o - writes to standard output.`,
 	af.add(cmd)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write (default: the artifact's own file name; - for standard output)")
 	cmd.Flags().StringVar(&kind, "type", "", "artifact type: archive (default) or a report kind (junit, dotenv, ...)")
+	cmd.Flags().BoolVar(&list, "list", false, "list the job's artifacts (type, format, size, file name, expiry) instead of downloading one")
 	return cmd
+}
+
+// printArtifacts writes job j's artifacts as a table, expiry in local
+// time as drover jobs shows times.
+func printArtifacts(w io.Writer, j *client.Job) error {
+	if len(j.Artifacts) == 0 {
+		_, err := fmt.Fprintf(w, "job %d has no artifacts\n", j.ID)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tFORMAT\tSIZE\tFILENAME\tEXPIRES")
+	for _, a := range j.Artifacts {
+		expires := "never"
+		if a.ExpireAt != nil {
+			expires = a.ExpireAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.FileType, a.FileFormat, a.Size, a.Filename, expires)
+	}
+	return tw.Flush()
 }
 
 // defaultArtifactName is name reduced to a plain file name in the current

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
@@ -83,6 +84,26 @@ func TestArtifactsCommand(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "junit.gz")); err == nil {
 		t.Error("junit.gz written for a 404")
+	}
+	// --list: what the job has, from its view.
+	jv, err := cl.Job(t.Context(), j.ID)
+	if err != nil || len(jv.Artifacts) != 1 || jv.Artifacts[0].ExpireAt == nil || jv.ArtifactsExpireAt == nil {
+		t.Fatalf("job view = %+v, %v; want one artifact, expiring", jv, err)
+	}
+	want := fmt.Sprintf("TYPE     FORMAT  SIZE    FILENAME          EXPIRES\narchive  zip     %d  build-output.zip  %s\n",
+		len(data), jv.Artifacts[0].ExpireAt.Local().Format(time.DateTime))
+	if stdout, _, code, err := droverSplit(t, append(base, "--list")...); code != 0 || stdout != want {
+		t.Errorf("drover artifacts --list: exit %d (%v):\n%s\nwant:\n%s", code, err, stdout, want)
+	}
+	other, err := cl.Submit(t.Context(), client.JobSpec{Name: "other", Script: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout, _, code, err := droverSplit(t, "artifacts", "--url", srv.URL, "--token", c.AdminToken(), "--list", fmt.Sprint(other.ID)); code != 0 || stdout != fmt.Sprintf("job %d has no artifacts\n", other.ID) {
+		t.Errorf("drover artifacts --list of a job without: exit %d (%v): %q", code, err, stdout)
+	}
+	if out, code, _ := drover(t, append(base, "--list", "-o", "x.zip")...); code != 2 {
+		t.Errorf("drover artifacts --list -o: exit %d, want 2 (usage): %s", code, out)
 	}
 	if out, code, _ := drover(t, "artifacts", "--help"); code != 0 || !strings.Contains(out, "drover artifacts 42 -o build.zip") {
 		t.Errorf("drover artifacts --help: exit %d, no example:\n%s", code, out)

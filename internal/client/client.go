@@ -230,6 +230,20 @@ type Job struct {
 	QueuedDuration       float64 `json:"queued_duration"`
 	ProvisioningDuration float64 `json:"provisioning_duration"`
 	RunningDuration      float64 `json:"running_duration"`
+	// Artifacts are the job's artifacts that have not expired: its
+	// archive and its reports. ArtifactsExpireAt is when the archive
+	// expires (nil: never, or no archive).
+	Artifacts         []JobArtifact `json:"artifacts,omitempty"`
+	ArtifactsExpireAt *time.Time    `json:"artifacts_expire_at,omitempty"`
+}
+
+// JobArtifact is one of a job's artifacts, named with GitLab's fields.
+type JobArtifact struct {
+	FileType   string     `json:"file_type"` // archive, junit, dotenv, ...
+	Size       int64      `json:"size"`
+	Filename   string     `json:"filename"`
+	FileFormat string     `json:"file_format"` // zip, gzip, raw
+	ExpireAt   *time.Time `json:"expire_at"`   // nil: never
 }
 
 // Finished reports whether the job reached a final status.

@@ -35,7 +35,8 @@ import (
 // artifact of each type (archive, junit, ...); a new upload of a type
 // replaces the old one (a runner retrying an upload whose answer it lost
 // succeeds). Leftover temporary files (a coordinator killed mid-upload)
-// are removed at start.
+// are removed at start when the store is not shared; files no record
+// names, by the reaper's sweep (orphans.go).
 //
 // Who may: the upload needs the token of the job's current assignment
 // while the job runs (running or canceling); a token of an earlier
@@ -84,11 +85,15 @@ type artifactDir struct{ dir string }
 
 const uploadPrefix = ".upload-"
 
-// newArtifactDir creates dir and removes what uploads cut off by a crash
-// left in it.
-func newArtifactDir(dir string) (*artifactDir, error) {
+// newArtifactDir creates dir and, with removeTemps, removes the
+// temporary files uploads cut off by a crash left in it: only for a
+// directory no other coordinator writes to, before serving.
+func newArtifactDir(dir string, removeTemps bool) (*artifactDir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("coordinator: artifacts dir: %w", err)
+	}
+	if !removeTemps {
+		return &artifactDir{dir: dir}, nil
 	}
 	leftovers, err := filepath.Glob(filepath.Join(dir, uploadPrefix+"*"))
 	if err != nil {

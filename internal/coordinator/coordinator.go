@@ -82,8 +82,10 @@ type Coordinator struct {
 	clock  clock.Clock
 	st     store.Store
 	traces store.Traces
-	// artifacts keeps artifact files (artifacts.go).
+	// artifacts keeps artifact files (artifacts.go); sweeps says when the
+	// reaper next removes the files no record names (orphans.go).
 	artifacts *artifactDir
+	sweeps    sweepSchedule
 	// settings is the store as store.Settings, or nil for a store that
 	// keeps none.
 	settings store.Settings
@@ -245,7 +247,10 @@ func (c *Coordinator) open(ctx context.Context) error {
 	} else if c.traces, err = newTraceDir(filepath.Join(cfg.DataDir, "traces")); err != nil {
 		return err
 	}
-	if c.artifacts, err = newArtifactDir(filepath.Join(cfg.DataDir, "artifacts")); err != nil {
+	// Temporary files are removed at once only when no other coordinator
+	// can be writing them; on a shared store, the reaper's sweep removes
+	// them once they are old enough.
+	if c.artifacts, err = newArtifactDir(filepath.Join(cfg.DataDir, "artifacts"), c.shared == nil); err != nil {
 		return err
 	}
 	if c.metrics, err = newMetrics(cfg.Registerer, c); err != nil {

@@ -26,13 +26,14 @@
 //   - Artifacts: artifacts.go (POST/GET /api/v4/jobs/{id}/artifacts, GET
 //     /api/v1/jobs/{id}/artifacts; files in DataDir/artifacts written
 //     through a temporary file, fsync and rename; records in the store;
-//     expiry by the reaper), expirein.go (expire_in as GitLab reads it),
+//     expiry by the reaper), orphans.go (the reaper's sweep of files no
+//     record names), expirein.go (expire_in as GitLab reads it),
 //     v1_artifacts.go (a job spec's cache, artifacts and dependencies, how
 //     dependency names resolve, and their payload).
 //   - Two-phase job start: provisioning.go (runner_provisioning; accept,
 //     keep-alive and give-back shared with PUT and the reaper).
 //   - Reaper: reaper.go, run by Run: job timeouts, silent runners, ack
-//     deadlines, expired artifacts.
+//     deadlines, expired artifacts, orphaned artifact files.
 //   - Secrets at rest: secrets.go. Job variables are sealed (package
 //     secretbox) before a job is stored and opened only for its payload;
 //     the store records the key's id, and a coordinator with another key

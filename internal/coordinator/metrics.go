@@ -27,11 +27,12 @@ type metrics struct {
 	// not be reached.
 	unavailable prometheus.Counter
 	// Artifacts: bytes stored and served, uploads refused as too large,
-	// artifacts deleted on expiry.
+	// artifacts deleted on expiry, files no record named removed.
 	artifactsUploaded   prometheus.Counter
 	artifactsDownloaded prometheus.Counter
 	artifactsTooLarge   prometheus.Counter
 	artifactsExpired    prometheus.Counter
+	artifactsOrphaned   prometheus.Counter
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -99,6 +100,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		{&m.artifactsDownloaded, "artifacts_downloaded_bytes_total", "Bytes of artifacts served (runner and admin downloads)."},
 		{&m.artifactsTooLarge, "artifacts_rejected_too_large_total", "Artifact uploads answered 413: over --max-artifact-size."},
 		{&m.artifactsExpired, "artifacts_expired_total", "Artifacts deleted because they expired."},
+		{&m.artifactsOrphaned, "artifacts_orphaned_files_removed_total", "Files of the artifacts directory that no record named (left by a crash), removed by the reaper."},
 	} {
 		*a.counter = prometheus.NewCounter(prometheus.CounterOpts{Name: metricPrefix + a.name, Help: a.help})
 	}
@@ -108,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	jobs := jobsCollector{c: c, desc: prometheus.NewDesc(metricPrefix+"jobs", "Jobs by status.", []string{"status"}, nil)}
 
 	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable,
-		m.artifactsUploaded, m.artifactsDownloaded, m.artifactsTooLarge, m.artifactsExpired, jobs}
+		m.artifactsUploaded, m.artifactsDownloaded, m.artifactsTooLarge, m.artifactsExpired, m.artifactsOrphaned, jobs}
 	if sc, ok := c.st.(interface{ Collector() prometheus.Collector }); ok {
 		// The store's own: a database pool and query latency.
 		cs = append(cs, sc.Collector())

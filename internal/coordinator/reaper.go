@@ -19,7 +19,9 @@ import (
 //   - waiting_for_runner_ack past its ack deadline → back to pending, or
 //     failed with runner_provisioning_timeout once MaxProvisioningRetries
 //     returns are used up (giveBack);
-//   - artifacts past their expire_at → deleted (expireArtifacts).
+//   - artifacts past their expire_at → deleted (expireArtifacts);
+//   - on the first pass and then every orphanSweepInterval, files of the
+//     artifacts directory that no record names → removed (sweepOrphans).
 //
 // A line saying why is appended to the job's trace before a final state is
 // committed.
@@ -27,6 +29,9 @@ func (c *Coordinator) reapOnce(ctx context.Context) {
 	now := c.clock.Now()
 	c.expireOnce(ctx, now)
 	c.expireArtifacts(ctx, now)
+	if c.sweeps.due(now) {
+		c.sweepOrphans(ctx, now)
+	}
 	var after int64
 	for {
 		jobs, err := c.st.ListJobs(ctx, store.JobFilter{Statuses: fromActive, AfterID: after, Limit: 500})

@@ -181,6 +181,24 @@ type jobView struct {
 	RunningDuration      float64 `json:"running_duration"`
 	// ProvisioningAttempts counts hand-outs to two-phase runners.
 	ProvisioningAttempts int `json:"provisioning_attempts"`
+
+	// Artifacts are the job's artifacts that have not expired, its
+	// archive and its reports, as GitLab's jobs API lists them;
+	// ArtifactsExpireAt is when the archive expires (absent: never, or no
+	// archive). Filled by listArtifacts: the answer of a submission has
+	// none.
+	Artifacts         []jobArtifactView `json:"artifacts"`
+	ArtifactsExpireAt *string           `json:"artifacts_expire_at,omitempty"`
+}
+
+// jobArtifactView is one of a job view's artifacts: GitLab's fields, and
+// drover's expire_at (null: never).
+type jobArtifactView struct {
+	FileType   string  `json:"file_type"`
+	Size       int64   `json:"size"`
+	Filename   string  `json:"filename"`
+	FileFormat string  `json:"file_format"`
+	ExpireAt   *string `json:"expire_at"`
 }
 
 func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
@@ -196,6 +214,7 @@ func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
 		CreatedAt: runnerapi.RFC3339(j.CreatedAt), QueuedAt: runnerapi.RFC3339(j.QueuedAt), StartedAt: runnerapi.RFC3339(j.StartedAt),
 		FinishedAt: runnerapi.RFC3339(j.FinishedAt), UpdatedAt: runnerapi.RFC3339(j.UpdatedAt), TraceSize: size,
 		AcceptedAt: runnerapi.RFC3339(j.AcceptedAt), ProvisioningAttempts: j.ProvisioningAttempts,
+		Artifacts: []jobArtifactView{},
 	}
 	for _, s := range j.Spec.Services {
 		v.Services = append(v.Services, s.Name)
@@ -221,6 +240,52 @@ func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
 	v.ProvisioningDuration = max(0, prov.Seconds())
 	v.RunningDuration = max(0, running.Seconds())
 	return v
+}
+
+// listArtifacts fills in the artifacts of views, those of a page of jobs
+// read with one query (JobArtifacts), not one per job.
+func (c *Coordinator) listArtifacts(ctx context.Context, views []jobView) error {
+	if len(views) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(views))
+	byID := make(map[int64]*jobView, len(views))
+	for i := range views {
+		ids[i] = views[i].ID
+		byID[views[i].ID] = &views[i]
+	}
+	as, err := c.st.JobArtifacts(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("list artifacts: %w", err)
+	}
+	now := c.clock.Now()
+	for i := range as {
+		a := &as[i]
+		v := byID[a.JobID]
+		if v == nil || a.Expired(now) {
+			continue
+		}
+		expire := runnerapi.RFC3339(a.ExpireAt)
+		v.Artifacts = append(v.Artifacts, jobArtifactView{
+			FileType: a.Type, Size: a.Size, Filename: a.Filename, FileFormat: a.Format, ExpireAt: expire,
+		})
+		if a.Type == artifactTypeArchive {
+			v.ArtifactsExpireAt = expire
+		}
+	}
+	return nil
+}
+
+// writeJob answers with job j's view: its runner, stuck reason and
+// artifacts filled in.
+func (c *Coordinator) writeJob(w http.ResponseWriter, r *http.Request, j *store.Job) {
+	views := []jobView{c.jobView(r.Context(), j)}
+	c.markStuck(r.Context(), views, []store.Job{*j})
+	if err := c.listArtifacts(r.Context(), views); err != nil {
+		c.internalError(r.Context(), w, "job view", err)
+		return
+	}
+	runnerapi.WriteJSON(w, http.StatusOK, views[0])
 }
 
 // handleSubmitJob is POST /api/v1/jobs: 201 with the job, now pending.
@@ -259,6 +324,11 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	runnerapi.WriteJSON(w, http.StatusCreated, views[0])
 }
 
+// handleListJobs is GET /api/v1/jobs?status=&project=&limit=&after_id=&
+// before_id=&order=: a page of job views, with X-Total-Count. Every view
+// lists its job's artifacts, as GET /api/v1/jobs/{id} does: those of the
+// whole page are read with one query, so a page of 1000 jobs costs one
+// more query, not 1000.
 func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.JobFilter{Project: q.Get("project"), Limit: 100}
@@ -326,6 +396,10 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		out = append(out, c.jobView(r.Context(), &jobs[i]))
 	}
 	c.markStuck(r.Context(), out, jobs)
+	if err := c.listArtifacts(r.Context(), out); err != nil {
+		c.internalError(r.Context(), w, "list jobs", err)
+		return
+	}
 	runnerapi.WriteJSON(w, http.StatusOK, out)
 }
 
@@ -350,9 +424,7 @@ func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job
 
 func (c *Coordinator) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if j, ok := c.loadJob(w, r); ok {
-		views := []jobView{c.jobView(r.Context(), &j)}
-		c.markStuck(r.Context(), views, []store.Job{j})
-		runnerapi.WriteJSON(w, http.StatusOK, views[0])
+		c.writeJob(w, r, &j)
 	}
 }
 
@@ -413,7 +485,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 			runnerapi.WriteError(w, http.StatusConflict, "job is already "+string(j.Status), "")
 			return
 		case j.Status == store.StatusCanceling:
-			runnerapi.WriteJSON(w, http.StatusOK, c.jobView(r.Context(), &j))
+			c.writeJob(w, r, &j)
 			return
 		case isActive(j.Status):
 			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
@@ -444,7 +516,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		// The runner of a running job hears of it at once if it watches.
 		c.jobChanged(ctx, got.ID, true)
 		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
-		runnerapi.WriteJSON(w, http.StatusOK, c.jobView(r.Context(), &got))
+		c.writeJob(w, r, &got)
 		return
 	}
 	runnerapi.WriteError(w, http.StatusConflict, "job changed state during cancel, try again", "")

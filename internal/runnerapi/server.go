@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -104,6 +105,13 @@ func (m *Mux) Jobs(h JobHandlers) {
 // artifact upload) may arrive once AllowSlowBody lifted the read deadline.
 const MinBodyRate = 64 << 10
 
+// SlowBodyTimeout is how long AllowSlowBody gives a body of size bytes:
+// a minute plus its size at MinBodyRate.
+func SlowBodyTimeout(size int64) time.Duration {
+	const maxSecs = int64(math.MaxInt64/time.Second) - 60
+	return time.Minute + time.Duration(min(max(size, 0)/MinBodyRate, maxSecs))*time.Second
+}
+
 // AllowSlowBody lifts the server's read deadline (httpserver's
 // ReadTimeout, sized for JSON and 1 MiB trace patches) for r, whose body
 // may be up to max bytes: its Content-Length when known, else max. The
@@ -114,7 +122,7 @@ func AllowSlowBody(w http.ResponseWriter, r *http.Request, max int64) {
 	if r.ContentLength >= 0 && r.ContentLength < max {
 		size = r.ContentLength
 	}
-	d := time.Minute + time.Duration(size/MinBodyRate)*time.Second
+	d := SlowBodyTimeout(size)
 	// A server without deadlines (tests' httptest servers) has nothing
 	// to lift: ErrNotSupported is fine.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))

@@ -385,6 +385,10 @@ type Store interface {
 	// GetArtifact returns job jobID's artifact of type typ, expired or
 	// not, or ErrNotFound.
 	GetArtifact(ctx context.Context, jobID int64, typ string) (Artifact, error)
+	// JobArtifacts returns the artifacts of the jobs jobIDs, expired or
+	// not, ordered by job id, then type: one query for a page of jobs.
+	// Unknown ids have none.
+	JobArtifacts(ctx context.Context, jobIDs []int64) ([]Artifact, error)
 	// ExpiredArtifacts returns at most limit artifacts whose ExpireAt is
 	// set and not after now, the earliest first.
 	ExpiredArtifacts(ctx context.Context, now time.Time, limit int) ([]Artifact, error)

@@ -84,19 +84,37 @@ func (s *Store) GetArtifact(ctx context.Context, jobID int64, typ string) (store
 	return a, nil
 }
 
+// JobArtifacts implements store.Store.
+func (s *Store) JobArtifacts(ctx context.Context, jobIDs []int64) ([]store.Artifact, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(jobIDs) == 0 {
+		return []store.Artifact{}, nil
+	}
+	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+artifactCols+` FROM artifacts
+		WHERE job_id = ANY($1) ORDER BY job_id, artifact_type`, jobIDs)
+}
+
 // ExpiredArtifacts implements store.Store.
 func (s *Store) ExpiredArtifacts(ctx context.Context, now time.Time, limit int) ([]store.Artifact, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= $1
+	return s.queryArtifacts(ctx, "expired artifacts", `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= $1
 		ORDER BY expire_at, job_id, artifact_type LIMIT $2`, store.Nanos(now), limit)
+}
+
+// queryArtifacts runs q and returns the artifacts it selects (artifactCols);
+// op names it in errors.
+func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) ([]store.Artifact, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, s.fail(ctx, "expired artifacts", err)
+		return nil, s.fail(ctx, op, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Artifact, error) { return scanArtifact(row) })
 	if err != nil {
-		return nil, s.fail(ctx, "expired artifacts", err)
+		return nil, s.fail(ctx, op, err)
 	}
 	return out, nil
 }

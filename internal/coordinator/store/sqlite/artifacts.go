@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -87,26 +88,53 @@ func (s *Store) GetArtifact(ctx context.Context, jobID int64, typ string) (store
 	return a, notFound(err, "artifact of job", jobID)
 }
 
+// JobArtifacts implements store.Store. The ids go in as one JSON array,
+// so that a page of jobs is one statement of one shape (and one cached
+// prepared statement), whatever its length.
+func (s *Store) JobArtifacts(ctx context.Context, jobIDs []int64) ([]store.Artifact, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(jobIDs) == 0 {
+		return []store.Artifact{}, nil
+	}
+	ids, err := json.Marshal(jobIDs)
+	if err != nil {
+		return nil, fmt.Errorf("artifacts of jobs: %w", err)
+	}
+	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+artifactCols+` FROM artifacts
+		WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, artifact_type`, string(ids))
+}
+
 // ExpiredArtifacts implements store.Store.
 func (s *Store) ExpiredArtifacts(ctx context.Context, now time.Time, limit int) ([]store.Artifact, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.rs.QueryContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= ?
+	return s.queryArtifacts(ctx, "expired artifacts", `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= ?
 		ORDER BY expire_at, job_id, artifact_type LIMIT ?`, store.Nanos(now), limit)
+}
+
+// queryArtifacts runs q and returns the artifacts it selects (artifactCols);
+// op names it in errors.
+func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) ([]store.Artifact, error) {
+	rows, err := s.rs.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("expired artifacts: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer rows.Close()
 	out := []store.Artifact{}
 	for rows.Next() {
 		a, err := scanArtifact(rows)
 		if err != nil {
-			return nil, fmt.Errorf("expired artifacts: %w", err)
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		out = append(out, a)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
 }
 
 // DeleteArtifact implements store.Store.

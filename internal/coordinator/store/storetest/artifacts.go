@@ -7,6 +7,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // testArtifactSpecs checks that a job's cache, artifacts and dependencies
@@ -211,5 +212,53 @@ func testArtifactExpiry(t *testing.T, h Harness) {
 		if d := cmp.Diff(tc.want, files(got)); d != "" {
 			t.Errorf("ExpiredArtifacts(%v, %d) (-want +got):\n%s", tc.now.Sub(t0), tc.limit, d)
 		}
+	}
+}
+
+// testJobArtifacts checks JobArtifacts: every artifact of the jobs asked
+// for, expired or not, by job id then type; nothing of the others.
+func testJobArtifacts(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	k, _ := s.CreateJob(ctx, sampleJob("k", "a/b"))
+	other, _ := s.CreateJob(ctx, sampleJob("other", "a/b"))
+	bare, _ := s.CreateJob(ctx, sampleJob("bare", "a/b"))
+	kJunit := sampleArtifact(k.ID, "junit", "k.junit")
+	kJunit.Format, kJunit.ExpireAt = "gzip", time.Time{}
+	kArchive := sampleArtifact(k.ID, "archive", "k.archive")
+	jArchive := sampleArtifact(j.ID, "archive", "j.archive")
+	jArchive.ExpireAt = t0.Add(-time.Hour) // expired: still listed
+	for _, a := range []store.Artifact{kJunit, kArchive, jArchive, sampleArtifact(other.ID, "archive", "other.archive")} {
+		if _, err := s.PutArtifact(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		ids  []int64
+		want []store.Artifact
+	}{
+		{"none asked", nil, nil},
+		{"one job", []int64{k.ID}, []store.Artifact{kArchive, kJunit}},
+		{"a page, any order", []int64{bare.ID, k.ID, 999999, j.ID}, []store.Artifact{jArchive, kArchive, kJunit}},
+		{"without any", []int64{bare.ID}, nil},
+	} {
+		got, err := s.JobArtifacts(ctx, tc.ids)
+		if err != nil {
+			t.Fatalf("JobArtifacts(%s) = %v", tc.name, err)
+		}
+		if d := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("JobArtifacts(%s) (-want +got):\n%s", tc.name, d)
+		}
+	}
+	// A page as long as the admin API's longest.
+	page := make([]int64, 1000)
+	for i := range page {
+		page[i] = int64(i + 1)
+	}
+	page[999] = other.ID
+	if got, err := s.JobArtifacts(ctx, page); err != nil || len(got) == 0 || got[len(got)-1].File != "other.archive" {
+		t.Errorf("JobArtifacts(1000 ids) = %d artifacts, %v; want the last one other.archive", len(got), err)
 	}
 }

@@ -50,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 		{"JobByTokenHash", testJobByTokenHash},
 		{"Artifacts", testArtifacts},
 		{"ArtifactExpiry", testArtifactExpiry},
+		{"JobArtifacts", testJobArtifacts},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
