@@ -1,22 +1,18 @@
 package archive
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/klauspost/compress/flate"
 	"golang.org/x/sync/errgroup"
@@ -90,6 +86,11 @@ type CreateOptions struct {
 	// zero means 1 MiB. Smaller chunks spread a large file over more
 	// workers and cost a little compression ratio.
 	ChunkSize int
+	// TempDir is where the central directory of an archive of many
+	// entries is spooled until the end (the system's temporary
+	// directory when empty); what is held in memory does not grow with
+	// the number of entries.
+	TempDir string
 	// Logger receives warnings (a file that vanished between selection
 	// and reading, a pattern that matched nothing); nil discards them.
 	Logger *slog.Logger
@@ -208,10 +209,8 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 	// Writer: the zip, in order.
 	var st Stats
 	g.Go(func() error {
-		cw := &countingWriter{w: w}
-		zw := zip.NewWriter(cw)
-		var fh *zip.FileHeader
-		var dst io.Writer
+		zw := newZipWriter(w, opts.TempDir)
+		defer zw.cd.discard()
 		var compressed int64
 		for c := range order {
 			select {
@@ -228,45 +227,39 @@ func write(ctx context.Context, w io.Writer, root string, entries []Entry, opts 
 				log.Warn("file grew while being archived: only its size at selection time is kept", "path", c.entry.Name, "bytes", c.size)
 			}
 			var err error
+			mode := c.entry.Mode
 			if c.first {
-				fh = header(c)
-				if dst, err = zw.CreateRaw(fh); err != nil {
+				if err = zw.begin(header(c)); err != nil {
+					mem.Release(c.cost)
 					return fmt.Errorf("archive entry %q: %w", c.entry.Name, err)
 				}
 				compressed = 0
-				countEntry(&st, c.entry.Info.Mode())
+				countEntry(&st, mode)
 			}
 			if c.link != "" {
-				_, err = io.WriteString(dst, c.link)
-			} else if c.entry.Info.Mode().IsRegular() {
-				var n int64
-				n, err = c.out.WriteTo(dst)
-				compressed += n
+				err = zw.writeString(c.link)
+			} else if mode.IsRegular() {
+				compressed += int64(c.out.Len())
+				err = zw.write(c.out.Bytes())
 			}
 			mem.Release(c.cost)
+			if err == nil && c.last {
+				// The data descriptor of a file of several chunks, and
+				// the central directory record, take the final values.
+				err = zw.finish(c.crc, uint64(compressed), uint64(c.size))
+				if mode.IsRegular() {
+					st.Bytes += c.size
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("archive entry %q: %w", c.entry.Name, err)
 			}
-			if c.last && c.entry.Info.Mode().IsRegular() {
-				// The data descriptor and the central directory take
-				// the final values from fh when the next entry starts.
-				fh.CRC32 = c.crc
-				fh.UncompressedSize64 = uint64(c.size)
-				fh.CompressedSize64 = uint64(compressed)
-				// CreateRaw copied the 32-bit sizes when the entry
-				// started; the central directory of a small entry
-				// uses them, so they must follow.
-				//lint:ignore SA1019 read by zip.Writer for entries made with CreateRaw
-				fh.UncompressedSize = uint32(min(fh.UncompressedSize64, math.MaxUint32))
-				//lint:ignore SA1019 read by zip.Writer for entries made with CreateRaw
-				fh.CompressedSize = uint32(min(fh.CompressedSize64, math.MaxUint32))
-				st.Bytes += c.size
-			}
 		}
-		if err := zw.Close(); err != nil {
+		n, err := zw.close()
+		if err != nil {
 			return fmt.Errorf("archive: finish: %w", err)
 		}
-		st.ArchiveBytes = cw.n
+		st.ArchiveBytes = n
 		return nil
 	})
 	err := g.Wait()
@@ -286,56 +279,33 @@ func countEntry(st *Stats, mode fs.FileMode) {
 
 // header is the zip header of c's entry. A regular file whose content
 // fits in one chunk gets its sizes and CRC up front; a longer one gets
-// them in a data descriptor after its data.
-func header(c *chunk) *zip.FileHeader {
-	info := c.entry.Info
-	fh := &zip.FileHeader{Name: c.entry.Name}
-	setModified(fh, info.ModTime())
-	fh.SetMode(info.Mode())
+// them in a data descriptor after its data. The modification time is
+// written as zip.Writer.CreateHeader does: as an MS-DOS date and time for
+// old readers and as an extended timestamp extra field (0x5455, Unix
+// seconds) which Info-ZIP, GitLab Runner and archive/zip read first.
+func header(c *chunk) entryHeader {
+	e := c.entry
+	h := entryHeader{name: e.Name, mode: e.Mode, mtime: e.ModTime()}
 	switch {
-	case info.IsDir():
-		fh.Name += "/"
-		fh.Method = zip.Store
-	case info.Mode()&fs.ModeSymlink != 0:
-		fh.Method = zip.Store
-		fh.CRC32 = crc32.ChecksumIEEE([]byte(c.link))
-		fh.UncompressedSize64 = uint64(len(c.link))
-		fh.CompressedSize64 = fh.UncompressedSize64
+	case e.Mode.IsDir():
+		h.name += "/"
+		h.method = methodStore
+	case e.Mode&fs.ModeSymlink != 0:
+		h.method = methodStore
+		h.crc = crc32.ChecksumIEEE([]byte(c.link))
+		h.usize = uint64(len(c.link))
+		h.csize = h.usize
 	default:
-		fh.Method = zip.Deflate
+		h.method = methodDeflate
 		if c.last {
-			fh.CRC32 = c.crc
-			fh.UncompressedSize64 = uint64(c.size)
-			fh.CompressedSize64 = uint64(c.out.Len())
+			h.crc = c.crc
+			h.usize = uint64(c.size)
+			h.csize = uint64(c.out.Len())
 		} else {
-			fh.Flags |= 0x8 // data descriptor
+			h.flags |= flagDataDescriptor
 		}
 	}
-	return fh
-}
-
-// setModified records mtime in fh the way zip.Writer.CreateHeader does
-// (CreateRaw leaves it to the caller): as an MS-DOS date and time for old
-// readers and as an extended timestamp extra field (0x5455, Unix seconds)
-// which Info-ZIP, GitLab Runner and archive/zip read first.
-func setModified(fh *zip.FileHeader, mtime time.Time) {
-	fh.Modified = mtime
-	if y := mtime.Year(); y >= 1980 && y <= 2107 {
-		//lint:ignore SA1019 CreateRaw writes these, it does not derive them from Modified
-		fh.ModifiedDate = uint16(mtime.Day() + int(mtime.Month())<<5 + (y-1980)<<9)
-		//lint:ignore SA1019 CreateRaw writes these, it does not derive them from Modified
-		fh.ModifiedTime = uint16(mtime.Second()/2 + mtime.Minute()<<5 + mtime.Hour()<<11)
-	}
-	secs := mtime.Unix()
-	if secs < 0 || secs > math.MaxUint32 {
-		return
-	}
-	var extra [9]byte
-	binary.LittleEndian.PutUint16(extra[0:], 0x5455) // extended timestamp
-	binary.LittleEndian.PutUint16(extra[2:], 5)      // size of what follows
-	extra[4] = 1                                     // flags: mtime only
-	binary.LittleEndian.PutUint32(extra[5:], uint32(secs))
-	fh.Extra = append(fh.Extra, extra[:]...)
+	return h
 }
 
 // readEntry queues the chunks of one entry: a single one for a directory
@@ -361,7 +331,7 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 		}
 	}
 	p := filepath.Join(root, filepath.FromSlash(e.Name))
-	mode := e.Info.Mode()
+	mode := e.Mode
 	switch {
 	case mode.IsDir():
 		return send(&chunk{entry: e, first: true, last: true, done: make(chan struct{})}, false)
@@ -378,7 +348,7 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 		// Sockets, devices, FIFOs: GitLab's archiver skips them too.
 		return nil
 	}
-	if size := e.Info.Size(); size < int64(chunkSize) {
+	if size := e.Size; size < int64(chunkSize) {
 		// A small file is read by the worker that compresses it, so
 		// that the opens and reads of many small files overlap.
 		cost := chunkCost(size + 1)
@@ -401,7 +371,7 @@ func readEntry(ctx context.Context, root string, e *Entry, chunkSize int, mem *s
 		// A buffer just over the size seen at selection time finds the
 		// end of a small file with one read.
 		n := int64(chunkSize)
-		if rest := e.Info.Size() - size + 1; rest > 0 && rest < n {
+		if rest := e.Size - size + 1; rest > 0 && rest < n {
 			n = rest
 		}
 		cost := chunkCost(n)
@@ -438,7 +408,7 @@ func readSmall(c *chunk) error {
 		return fmt.Errorf("archive entry %q: %w", c.entry.Name, err)
 	}
 	defer f.Close()
-	want := c.entry.Info.Size()
+	want := c.entry.Size
 	buf := make([]byte, want+1)
 	got, err := io.ReadFull(f, buf)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {

@@ -114,7 +114,7 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 	// klauspost's inflate reads the same streams as compress/flate,
 	// about twice as fast.
 	zr.RegisterDecompressor(zip.Deflate, func(r io.Reader) io.ReadCloser { return flate.NewReader(r) })
-	entries, err := plan(zr, log)
+	names, links, err := plan(zr, log)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -144,10 +144,16 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 	}
 	g.SetLimit(workers)
 	defer func() { _ = g.Wait() }() // on an early return, let writers finish
-	for _, e := range entries {
+	for i, f := range zr.File {
 		if gctx.Err() != nil {
 			break // a writer failed, or ctx ended: g.Wait says which
 		}
+		if names[i] == "" {
+			continue
+		}
+		e := plannedEntry{f: f, name: names[i], mode: f.Mode(), link: links[i]}
+		// What is done with is left to the collector as extraction goes.
+		zr.File[i], names[i] = nil, ""
 		if err := checkParents(root, e.name, known); err != nil {
 			_ = g.Wait()
 			return st, err
@@ -209,59 +215,71 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 	return st, nil
 }
 
-// plan checks every entry of zr and returns those to extract, in archive
-// order.
-func plan(zr *zip.Reader, log *slog.Logger) ([]plannedEntry, error) {
-	var out []plannedEntry
-	links := map[string]bool{}
-	for _, f := range zr.File {
+// plan checks every entry of zr and says which to extract, in archive
+// order: names[i] is the cleaned name of zr.File[i], or "" for an entry
+// to skip (the archive's root, a kind that is not extracted, or a name
+// that a later entry replaces); links holds the targets of the symlinks.
+// It keeps about 20 bytes per entry besides zr's own: a string header
+// per name (the names are zr's own strings when already clean) and an
+// index while sorting.
+func plan(zr *zip.Reader, log *slog.Logger) (names []string, links map[int]string, err error) {
+	names = make([]string, len(zr.File))
+	links = map[int]string{}
+	linkNames := map[string]bool{} // symlinks of the archive so far
+	for i, f := range zr.File {
 		name, err := entryName(f.Name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if name == "." {
 			continue // the archive's root: dest itself
 		}
 		mode := f.Mode()
-		e := plannedEntry{f: f, name: name, mode: mode}
+		link := ""
 		switch {
 		case mode.IsDir(), mode.IsRegular():
 		case mode&fs.ModeSymlink != 0:
-			if e.link, err = readLink(f); err != nil {
-				return nil, err
+			if link, err = readLink(f); err != nil {
+				return nil, nil, err
 			}
-			if err := checkLink(name, e.link); err != nil {
-				return nil, err
+			if err := checkLink(name, link); err != nil {
+				return nil, nil, err
 			}
 		default:
 			log.Warn("archive entry of an unsupported kind skipped", "entry", f.Name, "mode", mode.String())
 			continue
 		}
 		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			if links[dir] {
-				return nil, &entryError{name: f.Name, reason: fmt.Sprintf("would be written through the symlink %q of the archive", dir), kind: ErrUnsafe}
+			if linkNames[dir] {
+				return nil, nil, &entryError{name: f.Name, reason: fmt.Sprintf("would be written through the symlink %q of the archive", dir), kind: ErrUnsafe}
 			}
 		}
-		if e.link != "" {
-			links[name] = true
+		if link != "" {
+			linkNames[name] = true
+			links[i] = link
 		} else {
-			delete(links, name)
+			delete(linkNames, name)
 		}
-		out = append(out, e)
+		names[i] = name
 	}
 	// A later entry of the same name replaces an earlier one, as it
-	// would when written in order: keep only the last.
-	last := make(map[string]int, len(out))
-	for i, e := range out {
-		last[e.name] = i
-	}
-	kept := out[:0]
-	for i, e := range out {
-		if last[e.name] == i {
-			kept = append(kept, e)
+	// would when written in order: keep only the last. The indices
+	// sorted by name (stably: in archive order within one name) put
+	// the entries of one name together, the last one last.
+	order := make([]int32, 0, len(names))
+	for i, n := range names {
+		if n != "" {
+			order = append(order, int32(i))
 		}
 	}
-	return kept, nil
+	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(names[a], names[b]) })
+	for k := 0; k+1 < len(order); k++ {
+		if i := order[k]; names[i] == names[order[k+1]] {
+			names[i] = ""
+			delete(links, int(i))
+		}
+	}
+	return names, links, nil
 }
 
 // entryName validates an entry's name and returns it cleaned.

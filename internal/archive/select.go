@@ -10,19 +10,39 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
 )
 
 // Entry is one path of a selection: a regular file, a directory or a
-// symlink under the selection's root.
+// symlink under the selection's root, with its lstat information at
+// selection time. It is kept small (about 40 bytes besides the name): a
+// selection holds one per path of the tree for the whole of an archive.
 type Entry struct {
 	// Name is the path relative to the root, with forward slashes and
 	// without a trailing slash.
 	Name string
-	// Info is the entry's lstat information at selection time.
-	Info fs.FileInfo
+	// Size is the size in bytes of a regular file (or what lstat says of
+	// another kind of entry).
+	Size int64
+	// mtime and mnsec are the modification time as Unix seconds and
+	// nanoseconds.
+	mtime int64
+	mnsec int32
+	// Mode is the type and permission bits.
+	Mode fs.FileMode
 }
+
+// newEntry is the entry named name with the information of info.
+func newEntry(name string, info fs.FileInfo) Entry {
+	t := info.ModTime()
+	return Entry{Name: name, Size: info.Size(), mtime: t.Unix(), mnsec: int32(t.Nanosecond()), Mode: info.Mode()}
+}
+
+// ModTime is the modification time at selection time, in the local time
+// zone.
+func (e Entry) ModTime() time.Time { return time.Unix(e.mtime, int64(e.mnsec)) }
 
 // PatternCount is how many paths one pattern selected or excluded, for the
 // job log ("node_modules/: found 1234 matching artifact files and
@@ -75,7 +95,8 @@ func Select(root string, paths, exclude, extra []string) (*Selection, error) {
 	for i, p := range exclude {
 		sel.Excluded[i].Pattern = p
 	}
-	picked := map[string]fs.FileInfo{}
+	// The entries go straight into a slice, sorted and deduplicated at
+	// the end: no map of names nor fs.FileInfo is held per path.
 	add := func(name string, info fs.FileInfo) {
 		for i, ex := range excl {
 			if ok, _ := doublestar.Match(ex, name); ok {
@@ -83,7 +104,7 @@ func Select(root string, paths, exclude, extra []string) (*Selection, error) {
 				return
 			}
 		}
-		picked[name] = info
+		sel.Entries = append(sel.Entries, newEntry(name, info))
 	}
 	for i, p := range paths {
 		sel.Found[i].Pattern = p
@@ -117,11 +138,19 @@ func Select(root string, paths, exclude, extra []string) (*Selection, error) {
 		}
 		add(rel, info)
 	}
-	sel.Entries = make([]Entry, 0, len(picked))
-	for name, info := range picked {
-		sel.Entries = append(sel.Entries, Entry{Name: name, Info: info})
+	// A path selected twice keeps its last lstat, as a map would: the
+	// stable sort keeps the order of equal names, and the last of each
+	// run is kept.
+	slices.SortStableFunc(sel.Entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	kept := sel.Entries[:0]
+	for i, e := range sel.Entries {
+		if i+1 < len(sel.Entries) && sel.Entries[i+1].Name == e.Name {
+			continue
+		}
+		kept = append(kept, e)
 	}
-	slices.SortFunc(sel.Entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	clear(sel.Entries[len(kept):])
+	sel.Entries = slices.Clip(kept)
 	return sel, nil
 }
 

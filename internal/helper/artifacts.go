@@ -70,7 +70,7 @@ func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Write
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	st, err := makeArchive(ctx, f, root, selection{o.Paths, o.Exclude, o.Untracked}, out)
+	st, err := makeArchive(ctx, f, o.TempDir, root, selection{o.Paths, o.Exclude, o.Untracked}, out)
 	if err != nil {
 		return fmt.Errorf("artifacts-uploader: %w", err)
 	}

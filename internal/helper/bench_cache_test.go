@@ -2,6 +2,7 @@ package helper
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -27,7 +28,8 @@ const helperRSSLimit = 64 << 20
 // pre-signed PUT URL (`drover helper cache-archiver --url`), then, the
 // tree removed, downloads it through a pre-signed GET URL and extracts it
 // (`drover helper cache-extractor --url`). The trees are archivetest's:
-// 20,000 small files (about 63 MB), and one file of 256 MiB (1 GiB with
+// 20,000 small files (about 63 MB; another number, a multiple of 20, with
+// DROVER_BENCH_FILES=N), and one file of 256 MiB (1 GiB with
 // DROVER_BENCH_BIG=1). The object is at GitLab's layout
 // (cache.ObjectName: runner/<short token>/project/<id>/<key>).
 //
@@ -74,12 +76,19 @@ func BenchmarkHelperCacheS3(b *testing.B) {
 		b.Fatal(err)
 	}
 	transfer := &cache.Transfer{}
+	files := archivetest.SmallTreeFiles
+	if v := os.Getenv("DROVER_BENCH_FILES"); v != "" {
+		if files, err = strconv.Atoi(v); err != nil || files < 20 || files%20 != 0 {
+			b.Fatalf("DROVER_BENCH_FILES=%q: want a multiple of 20", v)
+		}
+	}
+	small := func(tb testing.TB, dir string) int64 { return archivetest.SmallTreeOf(tb, dir, files) }
 	for _, tree := range []struct {
 		name string
 		path string // the cache's path, relative to the project directory
 		make func(testing.TB, string) int64
 	}{
-		{"small-20000-files", archivetest.SmallTreeDir, archivetest.SmallTree},
+		{fmt.Sprintf("small-%d-files", files), archivetest.SmallTreeDir, small},
 		{"large-file", archivetest.LargeFileName, archivetest.LargeFile},
 	} {
 		b.Run(tree.name, func(b *testing.B) {

@@ -61,7 +61,7 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	st, err := makeArchive(ctx, tmp, root, selection{o.Paths, o.Exclude, o.Untracked}, out)
+	st, err := makeArchive(ctx, tmp, filepath.Dir(o.File), root, selection{o.Paths, o.Exclude, o.Untracked}, out)
 	if err != nil {
 		return fmt.Errorf("cache-archiver: %w", err)
 	}
@@ -159,8 +159,9 @@ type selection struct {
 }
 
 // makeArchive writes the archive of sel under root to w and GitLab's
-// lines about what it found to out.
-func makeArchive(ctx context.Context, w io.Writer, root string, sel selection, out io.Writer) (archive.Stats, error) {
+// lines about what it found to out. The central directory of a large
+// archive is spooled in tempDir, next to the archive.
+func makeArchive(ctx context.Context, w io.Writer, tempDir, root string, sel selection, out io.Writer) (archive.Stats, error) {
 	var extra []string
 	if sel.untracked {
 		var err error
@@ -169,7 +170,7 @@ func makeArchive(ctx context.Context, w io.Writer, root string, sel selection, o
 		}
 	}
 	st, err := archive.Create(ctx, w, root, sel.paths, archive.CreateOptions{
-		Exclude: sel.exclude, Extra: extra,
+		Exclude: sel.exclude, Extra: extra, TempDir: tempDir,
 		Workers: archiveWorkers(), MemoryLimit: archiveMemory,
 	})
 	if err != nil {

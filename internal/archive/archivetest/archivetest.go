@@ -76,15 +76,22 @@ func writeFile(tb testing.TB, p string, fill func(*bufio.Writer)) {
 // dir/node_modules) and returns its data size.
 func SmallTree(tb testing.TB, dir string) int64 {
 	tb.Helper()
+	return SmallTreeOf(tb, dir, SmallTreeFiles)
+}
+
+// SmallTreeOf is SmallTree with files files (a multiple of 20) in
+// packages of 20.
+func SmallTreeOf(tb testing.TB, dir string, files int) int64 {
+	tb.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var total int64
-	const pkgs = 1000
+	pkgs := files / 20
 	for pkg := range pkgs {
 		pdir := filepath.Join(dir, SmallTreeDir, fmt.Sprintf("pkg-%04d", pkg), "lib")
 		if err := os.MkdirAll(pdir, 0o755); err != nil {
 			tb.Fatal(err)
 		}
-		for i := range SmallTreeFiles / pkgs {
+		for i := range 20 {
 			n := 200 + rng.IntN(6*1024-200)
 			total += int64(n)
 			writeFile(tb, filepath.Join(pdir, fmt.Sprintf("file-%02d.js", i)), func(w *bufio.Writer) { writeText(w, rng, n) })
