@@ -99,7 +99,13 @@ Artifacts that jobs upload (POST /api/v4/jobs/:id/artifacts) are kept in
 DATA/artifacts, up to --max-artifact-size each (larger uploads are answered
 413), until their expire_in passes (30 days unless the job says otherwise);
 download them with drover artifacts JOB_ID. Coordinators sharing a
-PostgreSQL database need DATA/artifacts on a shared file system.`,
+PostgreSQL database need DATA/artifacts on a shared file system.
+
+The web UI is served at / on the same address: the jobs, filtered by
+status and project, and each job's log as it runs, its timeline, cancel
+and downloads. Sign in with the admin token (the form at /login, or a link
+/login?token=ADMIN_TOKEN&next=/jobs); scripts may send it as
+Authorization: Bearer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -165,6 +171,7 @@ PostgreSQL database need DATA/artifacts on a shared file system.`,
 				return err
 			}
 			defer c.Close()
+			logger.Info("web UI", "url", "http://"+ln.Addr().String()+"/", "sign_in", "with the admin token, or open /login?token=ADMIN_TOKEN")
 			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, "data", data)
 		},
 	}

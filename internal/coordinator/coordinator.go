@@ -104,6 +104,9 @@ type Coordinator struct {
 	// runner endpoints of API v4).
 	runners *runnerapi.Runners
 	watch   *watchHub
+	// pages wakes the web UI's live logs: a job's trace grew or its
+	// status changed.
+	pages   *watchHub
 	metrics *metrics
 	handler http.Handler
 
@@ -185,7 +188,12 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		st.Close()
 		return nil, err
 	}
-	c.handler = c.routes()
+	handler, err := c.routes()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	c.handler = handler
 	logger.Info("coordinator ready", "data_dir", cfg.DataDir, "shared_store", c.shared != nil)
 	return c, nil
 }
@@ -276,6 +284,7 @@ func (c *Coordinator) open(ctx context.Context) error {
 		},
 	})
 	c.watch = newWatchHub()
+	c.pages = newWatchHub()
 	return nil
 }
 
@@ -297,7 +306,8 @@ func (c *Coordinator) sharedToken(ctx context.Context, key, file, prefix string)
 }
 
 // Handler serves every API: /api/v4/..., /api/v1/..., /metrics,
-// /health/live and /health/ready.
+// /health/live and /health/ready; and the web UI (package web): /,
+// /login, /jobs... and /static/.
 func (c *Coordinator) Handler() http.Handler { return c.handler }
 
 // Run runs the reapers until ctx is done, then returns nil. With a store

@@ -29,7 +29,7 @@ const (
 	maxTracePart = 1 << 20 // one trace PATCH
 )
 
-func (c *Coordinator) routes() http.Handler {
+func (c *Coordinator) routes() (http.Handler, error) {
 	// Runner tokens and managers (verify, registration, unregister, reset
 	// token, the admin runner API) are c.runners'.
 	m := runnerapi.NewMux(c.metrics.api, c.adminToken, c.runners)
@@ -60,5 +60,12 @@ func (c *Coordinator) routes() http.Handler {
 		checks = append(checks, runnerapi.DirCheck(c.cfg.DataDir))
 	}
 	m.Ready(desc+"\n", checks...)
-	return m
+
+	// The web UI: /, /login, /jobs..., /static/ (webui.go).
+	ui, err := c.webUI()
+	if err != nil {
+		return nil, err
+	}
+	ui.Mount(m)
+	return m, nil
 }

@@ -276,12 +276,24 @@ func (c *Coordinator) listArtifacts(ctx context.Context, views []jobView) error 
 	return nil
 }
 
-// writeJob answers with job j's view: its runner, stuck reason and
+// jobViews returns the views of jobs: their runners, stuck reasons and
 // artifacts filled in.
+func (c *Coordinator) jobViews(ctx context.Context, jobs []store.Job) ([]jobView, error) {
+	out := make([]jobView, 0, len(jobs))
+	for i := range jobs {
+		out = append(out, c.jobView(ctx, &jobs[i]))
+	}
+	c.markStuck(ctx, out, jobs)
+	if err := c.listArtifacts(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// writeJob answers with job j's view.
 func (c *Coordinator) writeJob(w http.ResponseWriter, r *http.Request, j *store.Job) {
-	views := []jobView{c.jobView(r.Context(), j)}
-	c.markStuck(r.Context(), views, []store.Job{*j})
-	if err := c.listArtifacts(r.Context(), views); err != nil {
+	views, err := c.jobViews(r.Context(), []store.Job{*j})
+	if err != nil {
 		c.internalError(r.Context(), w, "job view", err)
 		return
 	}
@@ -391,12 +403,8 @@ func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("X-Total-Count", strconv.FormatInt(total, 10))
 	}
-	out := make([]jobView, 0, len(jobs))
-	for i := range jobs {
-		out = append(out, c.jobView(r.Context(), &jobs[i]))
-	}
-	c.markStuck(r.Context(), out, jobs)
-	if err := c.listArtifacts(r.Context(), out); err != nil {
+	out, err := c.jobViews(r.Context(), jobs)
+	if err != nil {
 		c.internalError(r.Context(), w, "list jobs", err)
 		return
 	}
@@ -465,28 +473,48 @@ func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 	io.CopyN(w, rc, size-off)
 }
 
-// handleCancelJob is POST /api/v1/jobs/{id}/cancel: pending → canceled at
-// once; waiting_for_runner_ack → canceled at once, the job token retired
-// (the runner's next call gets 409, Job-Status canceled); running →
-// canceling (the runner learns it from Job-Status on its next PUT/PATCH);
-// finished → 409.
+// handleCancelJob is POST /api/v1/jobs/{id}/cancel: the job as
+// cancelJob left it, or 409 when it cannot be canceled.
 func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := c.loadJob(w, r)
 	if !ok {
 		return
 	}
-	ctx := r.Context()
+	got, err := c.cancelJob(r.Context(), j)
+	var ce *cancelConflict
+	if errors.As(err, &ce) {
+		runnerapi.WriteError(w, http.StatusConflict, ce.msg, "")
+		return
+	}
+	if err != nil {
+		c.internalError(r.Context(), w, "cancel job", err)
+		return
+	}
+	c.writeJob(w, r, &got)
+}
+
+// cancelConflict is a cancel refused: the job is finished, or kept
+// changing under the cancel.
+type cancelConflict struct{ msg string }
+
+func (e *cancelConflict) Error() string { return e.msg }
+
+// cancelJob cancels job j (as read): pending → canceled at once;
+// waiting_for_runner_ack → canceled at once, the job token retired (the
+// runner's next call gets 409, Job-Status canceled); running → canceling
+// (the runner learns it from Job-Status on its next PUT/PATCH, or at once
+// from its watch); canceling stays; finished → a *cancelConflict. It
+// returns the job as it left it.
+func (c *Coordinator) cancelJob(ctx context.Context, j store.Job) (store.Job, error) {
 	now := c.clock.Now()
 	for range 3 { // retry when the job moved between our read and our write
 		var got store.Job
 		var err error
 		switch {
 		case j.Status.Finished():
-			runnerapi.WriteError(w, http.StatusConflict, "job is already "+string(j.Status), "")
-			return
+			return j, &cancelConflict{"job is already " + string(j.Status)}
 		case j.Status == store.StatusCanceling:
-			c.writeJob(w, r, &j)
-			return
+			return j, nil
 		case isActive(j.Status):
 			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
 		case j.Status == store.StatusWaitingForRunnerAck:
@@ -507,8 +535,7 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err != nil {
-			c.internalError(r.Context(), w, "cancel job", err)
-			return
+			return j, fmt.Errorf("cancel job %d: %w", j.ID, err)
 		}
 		if got.Status.Finished() {
 			c.finished(&got)
@@ -516,10 +543,9 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 		// The runner of a running job hears of it at once if it watches.
 		c.jobChanged(ctx, got.ID, true)
 		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
-		c.writeJob(w, r, &got)
-		return
+		return got, nil
 	}
-	runnerapi.WriteError(w, http.StatusConflict, "job changed state during cancel, try again", "")
+	return j, &cancelConflict{"job changed state during cancel, try again"}
 }
 
 // dotSegment reports whether path has a "." or ".." segment: the project

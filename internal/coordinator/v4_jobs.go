@@ -305,6 +305,7 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		c.internalError(r.Context(), w, "append trace", err)
 		return
 	}
+	c.pages.changed(j.ID) // live logs in the web UI
 	c.touchJob(ctx, j.ID)
 	w.Header().Set("Range", api.FormatRange(size))
 	w.WriteHeader(http.StatusAccepted)

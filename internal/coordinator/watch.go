@@ -101,6 +101,7 @@ func (h *watchHub) changedAll() {
 // shared store, that its status changed.
 func (c *Coordinator) jobChanged(ctx context.Context, id int64, announce bool) {
 	c.watch.changed(id)
+	c.pages.changed(id)
 	if !announce {
 		return
 	}

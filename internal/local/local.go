@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,6 +244,10 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 	url := "http://" + ln.Addr().String()
 	api := client.New(url, coord.AdminToken(), nil)
 	fmt.Fprintf(out, "drover local: coordinator on %s, data in %s\n", url, dir)
+	// The admin token in a link is this demo coordinator's, which lives
+	// only as long as this command.
+	fmt.Fprintf(out, "drover local: web UI while this runs: %s/login?%s\n", url,
+		neturl.Values{"token": {coord.AdminToken()}, "next": {"/jobs"}}.Encode())
 
 	yes := true
 	runner, err := api.CreateRunner(ctx, client.RunnerSpec{Description: "local shell runner", RunUntagged: &yes, TagList: []string{"local", "shell"}})

@@ -58,6 +58,12 @@ func (m *Mux) Admin(pattern string, fn http.HandlerFunc) {
 	m.mux.Handle(pattern, Instrument(m.requests, pattern, RequireAdmin(m.adminToken, fn)))
 }
 
+// Handle serves pattern with h, counted by Instrument: routes of the
+// daemon's own that take care of their authentication (the web pages).
+func (m *Mux) Handle(pattern string, h http.Handler) {
+	m.mux.Handle(pattern, Instrument(m.requests, pattern, h))
+}
+
 // JobHandlers are what a daemon plugs into the job endpoints of API v4:
 // where jobs come from (Request) and what a runner's report does (Update,
 // Trace, Provisioning). Nil ones are not served.

@@ -1,0 +1,137 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/web"
+)
+
+// The web UI (package web) reads jobs and logs through webSource, and the
+// pages authenticate with the admin token. Its live logs are woken by
+// c.pages, which PATCHed traces and status changes signal here; changes
+// through another coordinator on a shared store reach them by the
+// pages' periodic check.
+
+func (c *Coordinator) webUI() (*web.UI, error) {
+	src := webSource{c}
+	ui, err := web.New(c.log.With("component", "web"), web.Config{
+		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken,
+		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	return ui, nil
+}
+
+// webSource is the coordinator as the web UI's Jobs, Logs and Notifier.
+type webSource struct{ c *Coordinator }
+
+var (
+	_ web.Jobs     = webSource{}
+	_ web.Logs     = webSource{}
+	_ web.Notifier = webSource{}
+)
+
+func (s webSource) ListJobs(ctx context.Context, q web.Query) ([]web.Job, error) {
+	f := store.JobFilter{Project: q.Project, AfterID: q.AfterID, BeforeID: q.BeforeID, Newest: q.Newest, Limit: q.Limit}
+	for _, st := range q.Statuses {
+		f.Statuses = append(f.Statuses, store.Status(st))
+	}
+	jobs, err := s.c.st.ListJobs(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	views, err := s.c.jobViews(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]web.Job, len(jobs))
+	for i := range jobs {
+		out[i] = webJob(&jobs[i], &views[i])
+	}
+	return out, nil
+}
+
+func (s webSource) Job(ctx context.Context, id int64) (web.Job, error) {
+	j, err := s.c.st.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return web.Job{}, web.ErrNotFound
+	}
+	if err != nil {
+		return web.Job{}, fmt.Errorf("get job %d: %w", id, err)
+	}
+	views, err := s.c.jobViews(ctx, []store.Job{j})
+	if err != nil {
+		return web.Job{}, err
+	}
+	out := webJob(&j, &views[0])
+	out.Variables = s.variableNames(&j)
+	return out, nil
+}
+
+// variableNames returns the names of job j's own variables; their values
+// are opened with them and dropped here.
+func (s webSource) variableNames(j *store.Job) []string {
+	spec := j.Spec
+	if err := openVariables(s.c.box, &spec); err != nil {
+		s.c.log.Warn("web: job variables cannot be opened", "job_id", j.ID, "err", err)
+		return nil
+	}
+	names := make([]string, 0, len(spec.Variables))
+	for _, v := range spec.Variables {
+		names = append(names, v.Key)
+	}
+	return names
+}
+
+func (s webSource) CancelJob(ctx context.Context, id int64) error {
+	j, err := s.c.st.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return web.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("get job %d: %w", id, err)
+	}
+	_, err = s.c.cancelJob(ctx, j)
+	var ce *cancelConflict
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %s", web.ErrConflict, ce.msg)
+	}
+	return err
+}
+
+func (s webSource) LogSize(ctx context.Context, id int64) (int64, error) {
+	return s.c.traces.Size(ctx, id)
+}
+
+func (s webSource) OpenLog(ctx context.Context, id, offset int64) (io.ReadCloser, error) {
+	return s.c.traces.Open(ctx, id, offset)
+}
+
+func (s webSource) Subscribe(id int64) (<-chan struct{}, func()) {
+	return s.c.pages.subscribe([]int64{id})
+}
+
+// webJob is job j, whose view is v, as the pages show it.
+func webJob(j *store.Job, v *jobView) web.Job {
+	secs := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	out := web.Job{
+		ID: j.ID, Name: j.Name, Project: j.Project, Stage: j.Stage, Status: string(j.Status),
+		FailureReason: j.FailureReason, StuckReason: v.StuckReason, ExitCode: j.ExitCode,
+		RunnerID: j.RunnerID, Runner: v.RunnerDescription, Image: j.Image, Tags: v.Tags,
+		CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt, StartedAt: j.StartedAt, AcceptedAt: j.AcceptedAt, FinishedAt: j.FinishedAt,
+		Queued: secs(v.QueuedDuration), Provisioning: secs(v.ProvisioningDuration), Running: secs(v.RunningDuration),
+		ProvisioningAttempts: j.ProvisioningAttempts, LogSize: v.TraceSize,
+	}
+	for _, a := range v.Artifacts {
+		out.Artifacts = append(out.Artifacts, web.Artifact{Type: a.FileType, Filename: a.Filename, Size: a.Size})
+	}
+	return out
+}
