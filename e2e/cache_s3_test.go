@@ -97,3 +97,47 @@ func TestSharedCacheS3(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedCacheWrongCredentials: with a secret key the S3 server does
+// not know, the signed URLs are refused: the job's log warns that the
+// cache could not be saved or restored, and the job succeeds (the cache
+// is best effort).
+func TestSharedCacheWrongCredentials(t *testing.T) {
+	srv := s3test.Start(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fmt.Sprintf(`  cache_dir = %q
+  [runners.cache]
+    Type = "s3"
+    [runners.cache.s3]
+      ServerAddress = %q
+      AccessKey = %q
+      SecretKey = "not-the-secret"
+      BucketName = %q
+      BucketLocation = "us-east-1"
+      Insecure = true
+`, filepath.Join(dir, "cache"), srv.Addr, srv.AccessKey, srv.Bucket))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 10*time.Second)
+	cl := c.client()
+	spec := client.JobSpec{
+		Name: "wrong key", Project: "g/p", Script: []string{"mkdir -p deps", "echo x > deps/x"},
+		Variables: []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}},
+		Cache:     []json.RawMessage{json.RawMessage(`{"key":"k","paths":["deps/"]}`)},
+	}
+	_, log := runSuccess(t, cl, spec, 60*time.Second)
+	for _, want := range []string{"Uploading cache.zip to http://" + srv.Addr, "403", "WARNING: Failed to create cache"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if keys, err := srv.Keys(context.Background()); err != nil || len(keys) != 0 {
+		t.Errorf("bucket keys = %q, %v; want none", keys, err)
+	}
+	_, log = runSuccess(t, cl, spec, 60*time.Second)
+	if !strings.Contains(log, "Checking cache for k...") || !strings.Contains(log, "403") {
+		t.Errorf("restore with the wrong key did not report the refusal:\n%s", log)
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(20 * time.Second)
+}
