@@ -15,21 +15,13 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
-	"github.com/drover-ci/drover/internal/coordinator"
 )
 
 // TestArtifactsCommand: `drover artifacts` against a real coordinator
 // writes what a runner uploaded, under the runner's name or -o, and to
 // stdout with -o -.
 func TestArtifactsCommand(t *testing.T) {
-	c, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
-	cl := client.New(srv.URL, c.AdminToken(), nil)
+	srvURL, adminToken, cl := adminServer(t)
 	rn, err := cl.CreateRunner(t.Context(), client.RunnerSpec{})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +31,7 @@ func TestArtifactsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, _ := api.NewClient(srv.URL, api.ClientOptions{})
+	rc, _ := api.NewClient(srvURL, api.ClientOptions{})
 	job, _, err := rc.RequestJob(t.Context(), api.JobRequest{Token: rn.Token})
 	if err != nil || job == nil || job.ID != j.ID {
 		t.Fatalf("jobs/request = %v, %v", job, err)
@@ -50,7 +42,7 @@ func TestArtifactsCommand(t *testing.T) {
 	fw, _ := mw.CreateFormFile("file", "build-output.zip")
 	fw.Write(data)
 	mw.Close()
-	req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v4/jobs/%d/artifacts", srv.URL, job.ID), &body)
+	req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v4/jobs/%d/artifacts", srvURL, job.ID), &body)
 	req.Header.Set(api.HeaderJobToken, job.Token)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	resp, err := http.DefaultClient.Do(req)
@@ -61,7 +53,7 @@ func TestArtifactsCommand(t *testing.T) {
 
 	dir := t.TempDir()
 	t.Chdir(dir)
-	base := []string{"artifacts", "--url", srv.URL, "--token", c.AdminToken(), fmt.Sprint(j.ID)}
+	base := []string{"artifacts", "--url", srvURL, "--token", adminToken, fmt.Sprint(j.ID)}
 	if out, code, err := drover(t, base...); code != 0 {
 		t.Fatalf("drover artifacts: exit %d (%v): %s", code, err, out)
 	}
@@ -99,7 +91,7 @@ func TestArtifactsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stdout, _, code, err := droverSplit(t, "artifacts", "--url", srv.URL, "--token", c.AdminToken(), "--list", fmt.Sprint(other.ID)); code != 0 || stdout != fmt.Sprintf("job %d has no artifacts\n", other.ID) {
+	if stdout, _, code, err := droverSplit(t, "artifacts", "--url", srvURL, "--token", adminToken, "--list", fmt.Sprint(other.ID)); code != 0 || stdout != fmt.Sprintf("job %d has no artifacts\n", other.ID) {
 		t.Errorf("drover artifacts --list of a job without: exit %d (%v): %q", code, err, stdout)
 	}
 	if out, code, _ := drover(t, append(base, "--list", "-o", "x.zip")...); code != 2 {

@@ -364,21 +364,45 @@ func newLogsCmd() *cobra.Command {
 }
 
 func newCancelCmd() *cobra.Command {
+	return jobActionCmd("cancel JOB_ID", "Cancel a job (a running job gets its after_script)",
+		func(ctx context.Context, c *client.Client, id int64) (string, error) {
+			j, err := c.Cancel(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("job %d: %s", j.ID, j.Status), nil
+		})
+}
+
+func newRetryCmd() *cobra.Command {
+	return jobActionCmd("retry JOB_ID", "Queue a finished job again, as a new job with the same spec",
+		func(ctx context.Context, c *client.Client, id int64) (string, error) {
+			j, err := c.Retry(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("job %d: %s (retry of job %d)", j.ID, j.Status, id), nil
+		})
+}
+
+// jobActionCmd is a command acting on one job through the admin API; act
+// returns the line to print.
+func jobActionCmd(use, short string, act func(ctx context.Context, c *client.Client, id int64) (string, error)) *cobra.Command {
 	var af apiFlags
 	cmd := &cobra.Command{
-		Use:   "cancel JOB_ID",
-		Short: "Cancel a job (a running job gets its after_script)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, c, err := af.job(args[0])
 			if err != nil {
 				return err
 			}
-			j, err := c.Cancel(cmd.Context(), id)
+			line, err := act(cmd.Context(), c, id)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %d: %s\n", j.ID, j.Status)
+			fmt.Fprintln(cmd.OutOrStdout(), line)
 			return nil
 		},
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/drover-ci/drover/internal/client"
-	"github.com/drover-ci/drover/internal/coordinator"
 )
 
 // fakeSubmit is a coordinator that records the body of POST /api/v1/jobs.
@@ -95,20 +94,13 @@ func TestSubmitRejected(t *testing.T) {
 // lists the newest jobs first, says how many more there are and how to see
 // them, and that command shows the next page.
 func TestJobsNewestFirstAndPaging(t *testing.T) {
-	c, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
-	cl := client.New(srv.URL, c.AdminToken(), nil)
+	srvURL, adminToken, cl := adminServer(t)
 	for i := range 5 {
 		if _, err := cl.Submit(t.Context(), client.JobSpec{Name: fmt.Sprintf("job-%d", i+1), Script: []string{"true"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	base := []string{"jobs", "--url", srv.URL, "--token", c.AdminToken()}
+	base := []string{"jobs", "--url", srvURL, "--token", adminToken}
 	ids := func(out string) []string {
 		var got []string
 		for _, l := range strings.Split(out, "\n")[1:] {

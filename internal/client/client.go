@@ -411,6 +411,15 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*Job, error) {
 	return &j, nil
 }
 
+// Retry queues a new job with finished job id's spec and returns it.
+func (c *Client) Retry(ctx context.Context, id int64) (*Job, error) {
+	var j Job
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/retry", nil, &j, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
 // CreateRunner creates a runner and returns its glrt- token.
 func (c *Client) CreateRunner(ctx context.Context, spec RunnerSpec) (*CreatedRunner, error) {
 	var r CreatedRunner

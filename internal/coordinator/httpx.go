@@ -48,6 +48,7 @@ func (c *Coordinator) routes() (http.Handler, error) {
 	m.Admin("GET /api/v1/jobs/{id}", c.handleGetJob)
 	m.Admin("GET /api/v1/jobs/{id}/trace", c.handleGetTrace)
 	m.Admin("POST /api/v1/jobs/{id}/cancel", c.handleCancelJob)
+	m.Admin("POST /api/v1/jobs/{id}/retry", c.handleRetryJob)
 	m.Admin("GET /api/v1/jobs/{id}/artifacts", c.handleAdminArtifacts)
 
 	desc := "store: sqlite"

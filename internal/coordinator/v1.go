@@ -493,8 +493,54 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 	c.writeJob(w, r, &got)
 }
 
-// cancelConflict is a cancel refused: the job is finished, or kept
-// changing under the cancel.
+// handleRetryJob is POST /api/v1/jobs/{id}/retry: as GitLab's retry, a
+// new pending job with the finished job's name, project, stage, tags,
+// timeout, image and spec (its variables still sealed, its dependencies the
+// same jobs): 201 with the new job, 409 while the job has not finished.
+func (c *Coordinator) handleRetryJob(w http.ResponseWriter, r *http.Request) {
+	j, ok := c.loadJob(w, r)
+	if !ok {
+		return
+	}
+	n, err := c.retryJob(r.Context(), j)
+	var ce *cancelConflict
+	if errors.As(err, &ce) {
+		runnerapi.WriteError(w, http.StatusConflict, ce.msg, "")
+		return
+	}
+	if err != nil {
+		c.internalError(r.Context(), w, "retry job", err)
+		return
+	}
+	views := []jobView{c.jobView(r.Context(), &n)}
+	c.markStuck(r.Context(), views, []store.Job{n})
+	runnerapi.WriteJSON(w, http.StatusCreated, views[0])
+}
+
+// retryJob queues a new job made from finished job j; a job not finished
+// is a *cancelConflict.
+func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, error) {
+	if !j.Status.Finished() {
+		return store.Job{}, &cancelConflict{"job is " + string(j.Status) + ": only a finished job can be retried"}
+	}
+	now := c.clock.Now()
+	n := store.Job{
+		Name: j.Name, Project: j.Project, Stage: j.Stage, Tags: slices.Clone(j.Tags), Timeout: j.Timeout,
+		Image: j.Image, Spec: j.Spec,
+		Status: store.StatusPending, CreatedAt: now, QueuedAt: now, UpdatedAt: now,
+	}
+	n, err := c.createJob(ctx, n)
+	if err != nil {
+		return store.Job{}, err
+	}
+	c.metrics.submitted.Inc()
+	c.log.Info("job retried", "job_id", n.ID, "retry_of", j.ID, "project", n.Project)
+	c.poll.wake(&n)
+	return n, nil
+}
+
+// cancelConflict is a cancel refused (the job is finished, or kept
+// changing under the cancel) or a retry refused (not finished yet).
 type cancelConflict struct{ msg string }
 
 func (e *cancelConflict) Error() string { return e.msg }

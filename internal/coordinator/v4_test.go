@@ -696,3 +696,46 @@ func TestRegisterRunUntaggedDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestRetry: a finished job is queued again as a new job with the same
+// spec, its secret variables included (sealed, opened for the runner);
+// a job not finished and an unknown one are refused.
+func TestRetry(t *testing.T) {
+	e := newEnv(t, nil)
+	_, tok := e.runner(nil)
+	orig := e.submit(map[string]any{"name": "build", "project": "g/p", "stage": "build", "tags": []string{}, "timeout": 600,
+		"script":    []string{"echo again"},
+		"variables": []map[string]any{{"key": "SECRET", "value": "s3cr3t-value", "masked": true}}})
+	if resp, _ := e.admin("POST", fmt.Sprintf("/api/v1/jobs/%d/retry", orig.ID), nil); resp.StatusCode != 409 {
+		t.Errorf("retry of a pending job = %d, want 409", resp.StatusCode)
+	}
+	jr := e.take(tok)
+	if resp, _ := e.put(jr.ID, jr.Token, api.UpdateJobRequest{State: "failed", FailureReason: "script_failure", ExitCode: ptr(1)}); resp.StatusCode != 200 {
+		t.Fatalf("finish = %d", resp.StatusCode)
+	}
+	resp, b := e.admin("POST", fmt.Sprintf("/api/v1/jobs/%d/retry", orig.ID), nil)
+	var v jobView
+	e.decode(b, &v)
+	if resp.StatusCode != 201 || v.ID == orig.ID || v.Status != "pending" || v.Name != "build" || v.Project != "g/p" || v.Stage != "build" || v.Timeout != 600 {
+		t.Fatalf("retry = %d %+v", resp.StatusCode, v)
+	}
+	again := e.take(tok)
+	if again.ID != v.ID {
+		t.Fatalf("handed out job %d, want the retry %d", again.ID, v.ID)
+	}
+	var secret string
+	for _, vr := range again.Variables {
+		if vr.Key == "SECRET" {
+			secret = vr.Value
+		}
+	}
+	if secret != "s3cr3t-value" || len(again.Steps) == 0 || again.Steps[0].Script[0] != "echo again" {
+		t.Errorf("the retry's payload lost the spec: SECRET=%q steps=%+v", secret, again.Steps)
+	}
+	if g := e.job(orig.ID); g.Status != "failed" {
+		t.Errorf("the original job changed: %+v", g)
+	}
+	if resp, _ := e.admin("POST", "/api/v1/jobs/9999/retry", nil); resp.StatusCode != 404 {
+		t.Errorf("retry unknown = %d, want 404", resp.StatusCode)
+	}
+}
