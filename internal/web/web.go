@@ -175,6 +175,7 @@ type base struct {
 	Title    string
 	SignedIn bool
 	CSRF     string // of the session; "" for bearer requests
+	Home     string // where the brand links; "" = /jobs
 }
 
 func (u *UI) base(title string, cr credentials) base {
