@@ -309,7 +309,11 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
-	ms := &metricsServer{log: logger, handler: m.Handler(), metrics: connMetrics}
+	handler, err := listenHandler(logger, m, pools)
+	if err != nil {
+		return err
+	}
+	ms := &metricsServer{log: logger, handler: handler, metrics: connMetrics}
 	if err := ms.apply(cfg.ListenAddress); err != nil {
 		return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
 	}
@@ -374,7 +378,7 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 			}
 		}
 	}()
-	err := m.Run(ctx)
+	err = m.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

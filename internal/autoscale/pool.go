@@ -241,6 +241,10 @@ type Pool struct {
 	bursts   dispersionEstimator
 	feedback waitFeedback
 	snapBuf  []Instance
+
+	// What Status shows (pool_status.go).
+	lastDecision DecisionStatus
+	history      history
 }
 
 // NewPool checks the options, fills in defaults and reads the state file

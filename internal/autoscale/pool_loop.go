@@ -79,6 +79,7 @@ func (p *Pool) Tick(ctx context.Context) time.Time {
 	p.flushState()
 	p.mu.Lock()
 	p.updateGaugesLocked()
+	p.recordSampleLocked(now)
 	p.mu.Unlock()
 	return p.nextTick(now)
 }
@@ -377,6 +378,7 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 		// would neither record nor delete.
 		create = 0
 	}
+	p.recordDecisionLocked(now, pol, &dec, create)
 	p.mu.Unlock()
 	if create <= 0 {
 		return

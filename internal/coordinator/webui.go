@@ -22,7 +22,7 @@ func (c *Coordinator) webUI() (*web.UI, error) {
 	src := webSource{c}
 	ui, err := web.New(c.log.With("component", "web"), web.Config{
 		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken,
-		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock,
+		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)

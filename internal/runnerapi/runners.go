@@ -500,7 +500,7 @@ func (s *Runners) Delete(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
 	}
-	err := s.reg.DeleteRunner(r.Context(), id)
+	err := s.DeleteRunner(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		WriteError(w, http.StatusNotFound, "runner not found", "id")
 		return
@@ -509,9 +509,19 @@ func (s *Runners) Delete(w http.ResponseWriter, r *http.Request) {
 		s.fail(r.Context(), w, "delete runner", err)
 		return
 	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// DeleteRunner removes runner id and its managers, as DELETE
+// /api/v1/runners/{id} does; store.ErrNotFound (wrapped) when there is
+// none.
+func (s *Runners) DeleteRunner(ctx context.Context, id int64) error {
+	if err := s.reg.DeleteRunner(ctx, id); err != nil {
+		return err
+	}
 	s.forgetRunner(id)
 	s.log.Info("runner deleted", "runner_id", id)
-	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // ---- runner specs ----

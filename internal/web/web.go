@@ -34,6 +34,9 @@ type Config struct {
 	Clock     clock.Clock   // nil = real
 	Poll      time.Duration // how often live pages check for changes; default 2s
 	PageSize  int           // jobs a page; default 50
+
+	// Runners, if set, serves the runners page (/runners).
+	Runners Runners
 }
 
 // UI is the web interface. Create it with New and Mount it.
@@ -72,7 +75,8 @@ type Mounter interface {
 	Handle(pattern string, h http.Handler)
 }
 
-// Mount registers the pages on m: /, /login, /logout, /jobs..., /static/.
+// Mount registers the pages on m: /, /login, /logout, /jobs...,
+// /runners..., /static/.
 func (u *UI) Mount(m Mounter) {
 	for _, r := range []struct {
 		pattern string
@@ -95,6 +99,7 @@ func (u *UI) Mount(m Mounter) {
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
+	u.mountRunners(m)
 }
 
 // secure sets the headers of every answer: a strict
@@ -170,6 +175,7 @@ type base struct {
 	Title    string
 	SignedIn bool
 	CSRF     string // of the session; "" for bearer requests
+	Home     string // where the brand links; "" = /jobs
 }
 
 func (u *UI) base(title string, cr credentials) base {

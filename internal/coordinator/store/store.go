@@ -339,6 +339,9 @@ type Store interface {
 	// DeleteRunner removes the runner and its managers.
 	DeleteRunner(ctx context.Context, id int64) error
 	SetRunnerTokenHash(ctx context.Context, id int64, hash string) error
+	// SetRunnerPaused pauses or resumes runner id (ErrNotFound when there
+	// is none): a paused runner is given no jobs.
+	SetRunnerPaused(ctx context.Context, id int64, paused bool) error
 	// UpsertRunnerManager records a manager's details and contact time, and
 	// the runner's contact time. Empty detail fields (Version, Executor,
 	// Platform, Arch) keep what is stored. An unknown runner is ErrNotFound.

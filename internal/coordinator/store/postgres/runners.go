@@ -102,6 +102,11 @@ func (s *Store) SetRunnerTokenHash(ctx context.Context, id int64, hash string) e
 	return s.execOne(ctx, fmt.Sprintf("set token of runner %d", id), `UPDATE runners SET token_hash = $2 WHERE id = $1`, id, hash)
 }
 
+// SetRunnerPaused implements store.Store.
+func (s *Store) SetRunnerPaused(ctx context.Context, id int64, paused bool) error {
+	return s.execOne(ctx, fmt.Sprintf("pause or resume runner %d", id), `UPDATE runners SET paused = $2 WHERE id = $1`, id, paused)
+}
+
 // UpsertRunnerManager implements store.Store. One statement updates the
 // runner's contact time and upserts the manager; a missing runner makes
 // the update, hence the insert, empty.

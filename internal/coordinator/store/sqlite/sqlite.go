@@ -355,6 +355,11 @@ func (s *Store) SetRunnerTokenHash(ctx context.Context, id int64, hash string) e
 	return s.execOne(ctx, "set token of runner", id, `UPDATE runners SET token_hash = ? WHERE id = ?`, hash, id)
 }
 
+// SetRunnerPaused implements store.Store.
+func (s *Store) SetRunnerPaused(ctx context.Context, id int64, paused bool) error {
+	return s.execOne(ctx, "pause or resume runner", id, `UPDATE runners SET paused = ? WHERE id = ?`, b2i(paused), id)
+}
+
 // UpsertRunnerManager implements store.Store.
 func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) error {
 	if err := s.check(); err != nil {

@@ -95,6 +95,17 @@ func testRunners(t *testing.T, h Harness) {
 	if len(list) == 2 && list[1].Tags == nil {
 		t.Errorf("ListRunners: nil tags, want empty")
 	}
+	for _, paused := range []bool{false, true} {
+		if err := s.SetRunnerPaused(ctx, r.ID, paused); err != nil {
+			t.Fatalf("SetRunnerPaused(%v) = %v", paused, err)
+		}
+		if got, err := s.GetRunner(ctx, r.ID); err != nil || got.Paused != paused {
+			t.Errorf("after SetRunnerPaused(%v): paused %v, %v", paused, got.Paused, err)
+		}
+	}
+	if err := s.SetRunnerPaused(ctx, 1<<40, true); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("SetRunnerPaused(unknown) = %v, want ErrNotFound", err)
+	}
 	if err := s.SetRunnerTokenHash(ctx, r.ID, "new"); err != nil {
 		t.Fatal(err)
 	}

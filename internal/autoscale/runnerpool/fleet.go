@@ -1,0 +1,31 @@
+package runnerpool
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/drover-ci/drover/internal/web"
+)
+
+var _ web.Fleet = (*Set)(nil)
+
+// FleetRunners returns every pool's status, by runner name, for the
+// runner manager's fleet page (web.Fleet).
+func (s *Set) FleetRunners() []web.FleetRunner {
+	s.mu.Lock()
+	rps := make([]*runnerPool, 0, len(s.pools))
+	for _, rp := range s.pools {
+		rps = append(rps, rp)
+	}
+	s.mu.Unlock()
+	out := make([]web.FleetRunner, 0, len(rps))
+	for _, rp := range rps {
+		out = append(out, web.FleetRunner{
+			Name: rp.spec.Name, ShortToken: rp.spec.ShortToken, Plugin: rp.spec.Plugin, Status: rp.pool.Status(),
+		})
+	}
+	slices.SortFunc(out, func(a, b web.FleetRunner) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ShortToken, b.ShortToken))
+	})
+	return out
+}
