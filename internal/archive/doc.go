@@ -35,6 +35,11 @@
 // the destination, entries that would be written through a symlink, and
 // truncated or corrupt archives. Every file is written under a temporary
 // name and renamed into place once complete, so no half-written file is
-// ever visible under its real name. [ExtractReader] does the same for a
-// non-seekable stream by spooling it to a temporary file first.
+// ever visible under its real name. The central directory is read as a
+// stream, a record at a time, once to check every entry before anything
+// is written, once to write them and once for the directories' modes and
+// times, so that memory does not grow with the number of entries (but
+// for 16 bytes per entry during the check, to find repeated names).
+// [ExtractReader] does the same for a non-seekable stream by spooling it
+// to a temporary file first.
 package archive

@@ -1,12 +1,13 @@
 package archive
 
 import (
-	"archive/zip"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -20,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/klauspost/compress/flate"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/drover-ci/drover/internal/ctxio"
@@ -74,12 +74,180 @@ func (e *entryError) Unwrap() []error {
 	return errs
 }
 
-// plannedEntry is an archive entry that passed the checks of plan.
-type plannedEntry struct {
-	f    *zip.File
-	name string // cleaned, relative, slash-separated
-	mode fs.FileMode
-	link string // symlink target
+// Kinds of archive entries, as Extract treats them.
+const (
+	kindSkip    = iota // the archive's root, or a kind that is not extracted
+	kindDir            // a directory
+	kindFile           // a regular file
+	kindSymlink        // a symlink
+)
+
+// maxKnownDirs bounds the cache of directories known to be real ones
+// during an extraction; past it, the cache starts over.
+const maxKnownDirs = 4096
+
+// extraction is the state of one Extract, which reads the central
+// directory of the archive three times, one record at a time: to check
+// every entry before anything is written, to write the entries, and to
+// give the directories their modes and times. What it holds per entry
+// between the passes is skip; during the first, 16 bytes per entry (a
+// hash of its name and its position) to find the names that repeat.
+type extraction struct {
+	z     *zipArchive
+	log   *slog.Logger
+	seed  maphash.Seed
+	flate inflaters
+	// skip holds, in increasing order, the positions of the entries that
+	// a later entry of the same name replaces, as it would when written
+	// in order: they are not extracted.
+	skip []uint32
+}
+
+// dirError is a malformed or truncated central directory.
+func dirError(err error) error {
+	return fmt.Errorf("%w: reading the central directory (truncated or not a zip archive?): %w", ErrCorrupt, err)
+}
+
+// classify checks the name of the entry of c and says what is done with
+// it: its cleaned name and mode, and its kind (kindSkip for the
+// archive's root and for kinds that are not extracted).
+func classify(c *centralRecord) (name string, mode fs.FileMode, kind int, err error) {
+	name, err = entryName(c.name)
+	if err != nil {
+		return "", 0, kindSkip, err
+	}
+	mode = c.mode()
+	switch {
+	case name == ".":
+		return name, mode, kindSkip, nil // the archive's root: dest itself
+	case mode.IsDir():
+		return name, mode, kindDir, nil
+	case mode.IsRegular():
+		return name, mode, kindFile, nil
+	case mode&fs.ModeSymlink != 0:
+		return name, mode, kindSymlink, nil
+	}
+	return name, mode, kindSkip, nil
+}
+
+// hash is the hash of a cleaned name, for finding the names that repeat.
+func (x *extraction) hash(name string) uint64 { return maphash.String(x.seed, name) }
+
+// checkData refuses, before any I/O, a file or symlink entry whose data
+// cannot be read: encrypted, compressed by an unsupported method, or out
+// of the archive.
+func (x *extraction) checkData(c *centralRecord) error {
+	if err := x.z.checkData(c); err != nil {
+		return &entryError{name: c.name, reason: "unreadable data", kind: ErrCorrupt, err: err}
+	}
+	return nil
+}
+
+// validate is the first pass: it checks every entry, refusing the
+// archive on the first that is unsafe or unreadable, and sets x.skip.
+func (x *extraction) validate() error {
+	type named struct {
+		hash  uint64
+		index uint32
+	}
+	var all []named
+	// links holds the hashes of the names of the symlinks of the archive
+	// so far. A collision of two names' hashes (about 2⁻⁶⁴ a pair, the
+	// seed being random) could refuse an archive that is safe; an unsafe
+	// one is also refused by checkParents while writing.
+	links := map[uint64]struct{}{}
+	d := x.z.directory()
+	var c centralRecord
+	for {
+		err := d.next(&c)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return dirError(err)
+		}
+		name, mode, kind, err := classify(&c)
+		if err != nil {
+			return err
+		}
+		switch kind {
+		case kindSkip:
+			if name != "." {
+				x.log.Warn("archive entry of an unsupported kind skipped", "entry", c.name, "mode", mode.String())
+			}
+			continue
+		case kindFile:
+			if err := x.checkData(&c); err != nil {
+				return err
+			}
+		case kindSymlink:
+			link, err := x.readLink(&c)
+			if err != nil {
+				return err
+			}
+			if err := checkLink(name, link); err != nil {
+				return err
+			}
+		}
+		if len(links) > 0 {
+			for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+				if _, ok := links[x.hash(dir)]; ok {
+					return &entryError{name: c.name, reason: fmt.Sprintf("would be written through the symlink %q of the archive", dir), kind: ErrUnsafe}
+				}
+			}
+		}
+		h := x.hash(name)
+		if kind == kindSymlink {
+			links[h] = struct{}{}
+		} else {
+			delete(links, h)
+		}
+		all = append(all, named{h, c.index})
+	}
+	// The entries whose hash is another's: sorted by hash, they are
+	// together.
+	slices.SortFunc(all, func(a, b named) int { return cmp.Compare(a.hash, b.hash) })
+	var dups []uint32
+	for i := 0; i < len(all); {
+		j := i + 1
+		for j < len(all) && all[j].hash == all[i].hash {
+			j++
+		}
+		if j-i > 1 {
+			for _, e := range all[i:j] {
+				dups = append(dups, e.index)
+			}
+		}
+		i = j
+	}
+	if len(dups) == 0 {
+		return nil
+	}
+	// Their names, exactly: of each name, the last entry is extracted.
+	slices.Sort(dups)
+	names := make([]string, 0, len(dups))
+	last := map[string]uint32{}
+	d = x.z.directory()
+	for len(names) < len(dups) {
+		if err := d.next(&c); err != nil {
+			return dirError(noEOF(err))
+		}
+		if c.index != dups[len(names)] {
+			continue
+		}
+		name, _, _, err := classify(&c)
+		if err != nil {
+			return err
+		}
+		names = append(names, name)
+		last[name] = c.index
+	}
+	for i, name := range names {
+		if last[name] != dups[i] {
+			x.skip = append(x.skip, dups[i])
+		}
+	}
+	return nil
 }
 
 // Extract restores the zip archive of size bytes read from r under dest,
@@ -102,20 +270,22 @@ type plannedEntry struct {
 // Modes (permission bits) and modification times are restored;
 // directories get theirs once all their content is written. Entries that
 // are neither files, directories nor symlinks are skipped with a warning.
+//
+// The central directory is read as a stream, one record at a time, so
+// the memory Extract needs does not grow with the number of entries but
+// for 16 bytes per entry while it checks them, and 4 per entry that a
+// later one of the same name replaces.
 func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts ExtractOptions) (Stats, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	zr, err := zip.NewReader(r, size)
+	z, err := openZip(r, size)
 	if err != nil {
-		return Stats{}, fmt.Errorf("%w: reading the central directory (truncated or not a zip archive?): %w", ErrCorrupt, err)
+		return Stats{}, dirError(err)
 	}
-	// klauspost's inflate reads the same streams as compress/flate,
-	// about twice as fast.
-	zr.RegisterDecompressor(zip.Deflate, func(r io.Reader) io.ReadCloser { return flate.NewReader(r) })
-	names, links, err := plan(zr, log)
-	if err != nil {
+	x := &extraction{z: z, log: log, seed: maphash.MakeSeed()}
+	if err := x.validate(); err != nil {
 		return Stats{}, err
 	}
 	root, err := os.OpenRoot(dest)
@@ -123,14 +293,27 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 		return Stats{}, fmt.Errorf("extract: destination: %w", err)
 	}
 	defer root.Close()
-
-	st := Stats{ArchiveBytes: size}
-	type dirTime struct {
-		name  string
-		mode  fs.FileMode
-		mtime time.Time
+	st, err := x.write(ctx, root, opts.Workers)
+	if err != nil {
+		return st, err
 	}
-	var dirs []dirTime
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	return st, x.finishDirs(ctx, root)
+}
+
+// fileEntry is a file for a writer.
+type fileEntry struct {
+	c    centralRecord
+	name string // cleaned, relative, slash-separated
+	mode fs.FileMode
+}
+
+// write is the second pass: it makes the directories and symlinks and
+// has workers write the files.
+func (x *extraction) write(ctx context.Context, root *os.Root, workers int) (Stats, error) {
+	st := Stats{ArchiveBytes: x.z.size}
 	var mu sync.Mutex // guards st while file writers run
 	// known are the directories seen to be real directories (checked or
 	// made by us): their checks are not repeated for every file in them.
@@ -138,51 +321,76 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 	// they stay directories.
 	known := map[string]bool{".": true}
 	g, gctx := errgroup.WithContext(ctx)
-	workers := opts.Workers
 	if workers <= 0 {
 		workers = max(4, runtime.GOMAXPROCS(0))
 	}
 	g.SetLimit(workers)
 	defer func() { _ = g.Wait() }() // on an early return, let writers finish
-	for i, f := range zr.File {
-		if gctx.Err() != nil {
-			break // a writer failed, or ctx ended: g.Wait says which
+	skip := x.skip
+	d := x.z.directory()
+	var c centralRecord
+	for gctx.Err() == nil { // else a writer failed, or ctx ended: g.Wait says which
+		err := d.next(&c)
+		if err == io.EOF {
+			break
 		}
-		if names[i] == "" {
+		if err != nil {
+			_ = g.Wait()
+			return st, dirError(err)
+		}
+		if len(skip) > 0 && skip[0] == c.index {
+			skip = skip[1:]
 			continue
 		}
-		e := plannedEntry{f: f, name: names[i], mode: f.Mode(), link: links[i]}
-		// What is done with is left to the collector as extraction goes.
-		zr.File[i], names[i] = nil, ""
-		if err := checkParents(root, e.name, known); err != nil {
+		name, mode, kind, err := classify(&c)
+		if err != nil {
 			_ = g.Wait()
 			return st, err
 		}
-		switch {
-		case e.mode.IsDir():
-			if err := mkdir(root, e.name, known); err != nil {
+		if kind == kindSkip {
+			continue
+		}
+		if len(known) > maxKnownDirs {
+			clear(known)
+			known["."] = true
+		}
+		if err := checkParents(root, name, known); err != nil {
+			_ = g.Wait()
+			return st, err
+		}
+		switch kind {
+		case kindDir:
+			if err := mkdir(root, name, known); err != nil {
 				_ = g.Wait()
 				return st, err
 			}
-			dirs = append(dirs, dirTime{e.name, e.mode, e.f.Modified})
 			st.Dirs++
-		case e.mode&fs.ModeSymlink != 0:
-			if err := mkdir(root, path.Dir(e.name), known); err != nil {
+		case kindSymlink:
+			link, err := x.readLink(&c)
+			if err == nil {
+				err = checkLink(name, link)
+			}
+			if err != nil {
+				_ = g.Wait()
 				return st, err
 			}
-			if err := placeSymlink(root, e); err != nil {
+			if err := mkdir(root, path.Dir(name), known); err != nil {
+				return st, err
+			}
+			if err := placeSymlink(root, c.name, name, link); err != nil {
 				return st, err
 			}
 			st.Symlinks++
 		default:
-			if err := mkdir(root, path.Dir(e.name), known); err != nil {
+			if err := mkdir(root, path.Dir(name), known); err != nil {
 				return st, err
 			}
 			// Files are written concurrently: with many small files the
-			// time goes to system calls, which overlap. plan left one
+			// time goes to system calls, which overlap. validate left one
 			// entry per name, so no two writers share a path.
+			e := fileEntry{c: c, name: name, mode: mode}
 			g.Go(func() error {
-				n, err := placeFile(gctx, root, e)
+				n, err := x.placeFile(gctx, root, &e)
 				if err != nil {
 					return err
 				}
@@ -194,92 +402,73 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 			})
 		}
 	}
-	if err := g.Wait(); err != nil {
-		return st, err
+	return st, g.Wait()
+}
+
+// finishDirs is the third pass: it gives the directories their modes and
+// times, once all their content is written. Those whose mode keeps their
+// owner from entering them are done last, deepest first, so that their
+// subdirectories can be reached before.
+func (x *extraction) finishDirs(ctx context.Context, root *os.Root) error {
+	type dirMeta struct {
+		name  string
+		mode  fs.FileMode
+		mtime time.Time
 	}
-	if err := ctx.Err(); err != nil {
-		return st, err
-	}
-	// Deepest first, so that setting a directory's time is not undone by
-	// setting its children's.
-	for _, d := range slices.Backward(dirs) {
+	set := func(d dirMeta) error {
 		if err := root.Chmod(d.name, d.mode.Perm()); err != nil {
-			return st, fmt.Errorf("archive entry %q: set mode: %w", d.name+"/", err)
+			return fmt.Errorf("archive entry %q: set mode: %w", d.name+"/", err)
 		}
 		if !d.mtime.IsZero() {
 			if err := root.Chtimes(d.name, d.mtime, d.mtime); err != nil {
-				return st, fmt.Errorf("archive entry %q: set time: %w", d.name+"/", err)
+				return fmt.Errorf("archive entry %q: set time: %w", d.name+"/", err)
 			}
 		}
+		return nil
 	}
-	return st, nil
-}
-
-// plan checks every entry of zr and says which to extract, in archive
-// order: names[i] is the cleaned name of zr.File[i], or "" for an entry
-// to skip (the archive's root, a kind that is not extracted, or a name
-// that a later entry replaces); links holds the targets of the symlinks.
-// It keeps about 20 bytes per entry besides zr's own: a string header
-// per name (the names are zr's own strings when already clean) and an
-// index while sorting.
-func plan(zr *zip.Reader, log *slog.Logger) (names []string, links map[int]string, err error) {
-	names = make([]string, len(zr.File))
-	links = map[int]string{}
-	linkNames := map[string]bool{} // symlinks of the archive so far
-	for i, f := range zr.File {
-		name, err := entryName(f.Name)
+	var closed []dirMeta
+	skip := x.skip
+	d := x.z.directory()
+	var c centralRecord
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := d.next(&c)
+		if err == io.EOF {
+			break
+		}
 		if err != nil {
-			return nil, nil, err
+			return dirError(err)
 		}
-		if name == "." {
-			continue // the archive's root: dest itself
-		}
-		mode := f.Mode()
-		link := ""
-		switch {
-		case mode.IsDir(), mode.IsRegular():
-		case mode&fs.ModeSymlink != 0:
-			if link, err = readLink(f); err != nil {
-				return nil, nil, err
-			}
-			if err := checkLink(name, link); err != nil {
-				return nil, nil, err
-			}
-		default:
-			log.Warn("archive entry of an unsupported kind skipped", "entry", f.Name, "mode", mode.String())
+		if len(skip) > 0 && skip[0] == c.index {
+			skip = skip[1:]
 			continue
 		}
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			if linkNames[dir] {
-				return nil, nil, &entryError{name: f.Name, reason: fmt.Sprintf("would be written through the symlink %q of the archive", dir), kind: ErrUnsafe}
-			}
+		name, mode, kind, err := classify(&c)
+		if err != nil {
+			return err
 		}
-		if link != "" {
-			linkNames[name] = true
-			links[i] = link
-		} else {
-			delete(linkNames, name)
+		if kind != kindDir {
+			continue
 		}
-		names[i] = name
-	}
-	// A later entry of the same name replaces an earlier one, as it
-	// would when written in order: keep only the last. The indices
-	// sorted by name (stably: in archive order within one name) put
-	// the entries of one name together, the last one last.
-	order := make([]int32, 0, len(names))
-	for i, n := range names {
-		if n != "" {
-			order = append(order, int32(i))
+		if mode&0o100 == 0 {
+			closed = append(closed, dirMeta{name, mode, c.modified})
+			continue
+		}
+		if err := set(dirMeta{name, mode, c.modified}); err != nil {
+			return err
 		}
 	}
-	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(names[a], names[b]) })
-	for k := 0; k+1 < len(order); k++ {
-		if i := order[k]; names[i] == names[order[k+1]] {
-			names[i] = ""
-			delete(links, int(i))
+	slices.SortStableFunc(closed, func(a, b dirMeta) int {
+		return cmp.Compare(strings.Count(b.name, "/"), strings.Count(a.name, "/"))
+	})
+	for _, d := range closed {
+		if err := set(d); err != nil {
+			return err
 		}
 	}
-	return names, links, nil
+	return nil
 }
 
 // entryName validates an entry's name and returns it cleaned.
@@ -304,21 +493,21 @@ func entryName(raw string) (string, error) {
 }
 
 // readLink reads the target of a symlink entry.
-func readLink(f *zip.File) (string, error) {
-	if f.UncompressedSize64 > maxLinkTarget {
-		return "", &entryError{name: f.Name, reason: fmt.Sprintf("symlink target longer than %d bytes", maxLinkTarget), kind: ErrCorrupt}
+func (x *extraction) readLink(c *centralRecord) (string, error) {
+	if c.usize > maxLinkTarget {
+		return "", &entryError{name: c.name, reason: fmt.Sprintf("symlink target longer than %d bytes", maxLinkTarget), kind: ErrCorrupt}
 	}
-	rc, err := f.Open()
+	rc, err := x.z.openEntry(c, &x.flate)
 	if err != nil {
-		return "", &entryError{name: f.Name, reason: "reading symlink target", kind: ErrCorrupt, err: err}
+		return "", &entryError{name: c.name, reason: "reading symlink target", kind: ErrCorrupt, err: err}
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, maxLinkTarget+1))
 	if err != nil {
-		return "", &entryError{name: f.Name, reason: "reading symlink target", kind: ErrCorrupt, err: err}
+		return "", &entryError{name: c.name, reason: "reading symlink target", kind: ErrCorrupt, err: err}
 	}
 	if len(b) == 0 || len(b) > maxLinkTarget {
-		return "", &entryError{name: f.Name, reason: "symlink target empty or too long", kind: ErrCorrupt}
+		return "", &entryError{name: c.name, reason: "symlink target empty or too long", kind: ErrCorrupt}
 	}
 	return string(b), nil
 }
@@ -389,30 +578,32 @@ func tempName(name string) string {
 	return path.Join(path.Dir(name), ".drover-extract-"+hex.EncodeToString(b[:])+"-"+path.Base(name))
 }
 
-func placeSymlink(root *os.Root, e plannedEntry) error {
-	tmp := tempName(e.name)
-	if err := root.Symlink(e.link, tmp); err != nil {
-		return fmt.Errorf("archive entry %q: create symlink: %w", e.f.Name, err)
+// placeSymlink makes the symlink name (cleaned) of the entry raw, to
+// link.
+func placeSymlink(root *os.Root, raw, name, link string) error {
+	tmp := tempName(name)
+	if err := root.Symlink(link, tmp); err != nil {
+		return fmt.Errorf("archive entry %q: create symlink: %w", raw, err)
 	}
-	if err := root.Rename(tmp, e.name); err != nil {
+	if err := root.Rename(tmp, name); err != nil {
 		_ = root.Remove(tmp)
-		return fmt.Errorf("archive entry %q: create symlink: %w", e.f.Name, err)
+		return fmt.Errorf("archive entry %q: create symlink: %w", raw, err)
 	}
 	return nil
 }
 
 // placeFile writes a regular file entry under a temporary name and
 // renames it into place, and returns its size.
-func placeFile(ctx context.Context, root *os.Root, e plannedEntry) (n int64, err error) {
-	rc, err := e.f.Open()
+func (x *extraction) placeFile(ctx context.Context, root *os.Root, e *fileEntry) (n int64, err error) {
+	rc, err := x.z.openEntry(&e.c, &x.flate)
 	if err != nil {
-		return 0, &entryError{name: e.f.Name, reason: "open", kind: ErrCorrupt, err: err}
+		return 0, &entryError{name: e.c.name, reason: "open", kind: ErrCorrupt, err: err}
 	}
 	defer rc.Close()
 	tmp := tempName(e.name)
 	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("archive entry %q: create: %w", e.f.Name, err)
+		return 0, fmt.Errorf("archive entry %q: create: %w", e.c.name, err)
 	}
 	defer func() {
 		if err != nil {
@@ -427,23 +618,23 @@ func placeFile(ctx context.Context, root *os.Root, e plannedEntry) (n int64, err
 		}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
-			return n, fmt.Errorf("archive entry %q: write: %w", e.f.Name, err)
+			return n, fmt.Errorf("archive entry %q: write: %w", e.c.name, err)
 		}
-		return n, &entryError{name: e.f.Name, reason: "data truncated or corrupt", kind: ErrCorrupt, err: err}
+		return n, &entryError{name: e.c.name, reason: "data truncated or corrupt", kind: ErrCorrupt, err: err}
 	}
 	if err = out.Chmod(e.mode.Perm()); err != nil {
-		return n, fmt.Errorf("archive entry %q: set mode: %w", e.f.Name, err)
+		return n, fmt.Errorf("archive entry %q: set mode: %w", e.c.name, err)
 	}
-	if !e.f.Modified.IsZero() {
-		if err = setTimes(out, e.f.Modified); err != nil {
-			return n, fmt.Errorf("archive entry %q: set time: %w", e.f.Name, err)
+	if !e.c.modified.IsZero() {
+		if err = setTimes(out, e.c.modified); err != nil {
+			return n, fmt.Errorf("archive entry %q: set time: %w", e.c.name, err)
 		}
 	}
 	if err = out.Close(); err != nil {
-		return n, fmt.Errorf("archive entry %q: write: %w", e.f.Name, err)
+		return n, fmt.Errorf("archive entry %q: write: %w", e.c.name, err)
 	}
 	if err = root.Rename(tmp, e.name); err != nil {
-		return n, fmt.Errorf("archive entry %q: rename into place: %w", e.f.Name, err)
+		return n, fmt.Errorf("archive entry %q: rename into place: %w", e.c.name, err)
 	}
 	return n, nil
 }

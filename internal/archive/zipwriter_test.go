@@ -93,18 +93,12 @@ func TestCreateWritesWhatArchiveZipWrote(t *testing.T) {
 	}
 }
 
-// TestZipWriterManyEntries writes more entries than the end record's
-// 16-bit count holds, so that the zip64 end records are needed, and more
-// than the central directory's in-memory part holds, so that it is
-// spooled to a file. archive/zip and Info-ZIP read the archive, which is
-// what archive/zip writes of the same entries, and the spool file is gone.
-func TestZipWriterManyEntries(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes 70,000 entries")
-	}
-	t.Parallel()
-	const n = 70000
-	spoolDir := t.TempDir()
+// manyEntries is an archive of n entries written by zipWriter, spooling
+// its central directory in spoolDir: a directory dNNN/ per 1,000
+// entries, and empty deflated files in them, every third one with a
+// data descriptor.
+func manyEntries(t testing.TB, n int, spoolDir string) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	zw := newZipWriter(&buf, spoolDir)
 	mtime := time.Date(2024, 5, 6, 7, 8, 10, 0, time.UTC)
@@ -138,10 +132,25 @@ func TestZipWriterManyEntries(t *testing.T) {
 	if size != int64(buf.Len()) {
 		t.Errorf("close = %d bytes, wrote %d", size, buf.Len())
 	}
+	return buf.Bytes()
+}
+
+// TestZipWriterManyEntries writes more entries than the end record's
+// 16-bit count holds, so that the zip64 end records are needed, and more
+// than the central directory's in-memory part holds, so that it is
+// spooled to a file. archive/zip and Info-ZIP read the archive, which is
+// what archive/zip writes of the same entries, and the spool file is gone.
+func TestZipWriterManyEntries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 70,000 entries")
+	}
+	t.Parallel()
+	const n = 70000
+	spoolDir := t.TempDir()
+	data := manyEntries(t, n, spoolDir)
 	if left, _ := os.ReadDir(spoolDir); len(left) != 0 {
 		t.Errorf("spool files left behind: %v", left)
 	}
-	data := buf.Bytes()
 	if got := binary.LittleEndian.Uint16(data[len(data)-endLen+8:]); got != math.MaxUint16 {
 		t.Errorf("end record's entry count = %d, want 0xffff (the count in the zip64 end record)", got)
 	}
