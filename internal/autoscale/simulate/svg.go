@@ -38,7 +38,7 @@ func WriteSVG(w io.Writer, r *Result) error {
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, plotBottom, plotW, plotBottom)
 	fmt.Fprintf(bw, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(bw, `<text x="%d" y="25" font-size="16">Autoscaling simulation: %d jobs, p95 wait %s, idle %.1f instance-hours</text>`+"\n",
-		plotLeft, r.Jobs, html.EscapeString(formatWait(r.WaitP95)), r.IdleInstanceS/3600)
+		plotLeft, r.Jobs, html.EscapeString(FormatWait(r.WaitP95)), r.IdleInstanceS/3600)
 	hours := r.Duration.Hours()
 	if hours <= 0 {
 		hours = 1
