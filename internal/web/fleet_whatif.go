@@ -194,6 +194,9 @@ func (f *FleetPage) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 			}
 			runs, err := f.whatIf(r.Context(), tr, since, jobs, form)
 			f.doneSimulating()
+			if err != nil && r.Context().Err() != nil {
+				return // the client went away: nobody to answer
+			}
 			if err != nil {
 				code := http.StatusInternalServerError
 				if errors.Is(err, context.DeadlineExceeded) {

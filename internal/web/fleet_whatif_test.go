@@ -40,6 +40,11 @@ func (f *traceFleet) FleetTrace(token string) (autoscale.JobTrace, bool) {
 // the working hours (an hour of 5 min jobs each), policy idle_count 1.
 func newTraceFleet(t *testing.T, hook func(context.Context)) (*httptest.Server, *traceFleet) {
 	t.Helper()
+	return newTraceFleetConfig(t, hook, web.FleetConfig{})
+}
+
+func newTraceFleetConfig(t *testing.T, hook func(context.Context), cfg web.FleetConfig) (*httptest.Server, *traceFleet) {
+	t.Helper()
 	now := time.Date(2026, 3, 3, 0, 0, 0, 0, time.UTC)
 	f := &traceFleet{now: now, pol: &autoscale.Policy{
 		Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 20,
@@ -49,7 +54,8 @@ func newTraceFleet(t *testing.T, hook func(context.Context)) (*httptest.Server, 
 	for at := day.Add(8 * time.Hour); at.Before(day.Add(18 * time.Hour)); at = at.Add(4 * time.Minute) {
 		f.jobs = append(f.jobs, autoscale.JobRecord{Arrival: at, Duration: 5 * time.Minute})
 	}
-	page, err := web.NewFleetPage(nil, web.FleetConfig{Fleet: f})
+	cfg.Fleet = f
+	page, err := web.NewFleetPage(nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,5 +261,22 @@ func TestWhatIfOneAtATime(t *testing.T) {
 	}
 	if code, _ := getStatus(t, whatIfURL(srv, nil)); code != http.StatusOK {
 		t.Errorf("what-if after the first = %d", code)
+	}
+}
+
+// TestWhatIfBounds: the trace is cut to WhatIfMaxJobs, the latest; the
+// simulations stop at WhatIfTimeout (the hook outwaits it) with 503.
+func TestWhatIfBounds(t *testing.T) {
+	t.Parallel()
+	srv, _ := newTraceFleetConfig(t, nil, web.FleetConfig{WhatIfMaxJobs: 100})
+	code, page := getStatus(t, whatIfURL(srv, nil))
+	if code != http.StatusOK || strings.Count(page, `<td class="r-jobs">100</td>`) != 2 || !strings.Contains(page, "The 50 oldest jobs were left out.") {
+		t.Errorf("capped what-if = %d:\n%s", code, page)
+	}
+
+	srv, _ = newTraceFleetConfig(t, func(ctx context.Context) { <-ctx.Done() }, web.FleetConfig{WhatIfTimeout: time.Millisecond})
+	code, page = getStatus(t, whatIfURL(srv, nil))
+	if code != http.StatusServiceUnavailable || !strings.Contains(page, "longer than 1ms") {
+		t.Errorf("timed out what-if = %d: %s", code, page)
 	}
 }
