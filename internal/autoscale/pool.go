@@ -18,6 +18,7 @@ package autoscale
 // provider reports them gone.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,6 +116,10 @@ type PoolOptions struct {
 	DeletionRetryInterval       time.Duration
 	ShutdownDeletionInterval    time.Duration
 
+	// JobLogSize is the most served jobs JobTrace keeps (pool_jobs.go);
+	// 0 = DefaultJobLogSize, negative = none.
+	JobLogSize int
+
 	Metrics *PoolMetrics
 }
 
@@ -160,6 +165,7 @@ type Acquisition struct {
 	Lost <-chan struct{}
 
 	start    time.Time
+	arrival  time.Time // the job's queue time (zero for a Claim)
 	released bool
 }
 
@@ -245,6 +251,7 @@ type Pool struct {
 	// What Status shows (pool_status.go).
 	lastDecision DecisionStatus
 	history      history
+	jobs         jobLog // served jobs, for JobTrace (pool_jobs.go)
 }
 
 // NewPool checks the options, fills in defaults and reads the state file
@@ -289,6 +296,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		slotFree: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		closedCh: make(chan struct{}),
+		jobs:     jobLog{size: cmp.Or(o.JobLogSize, DefaultJobLogSize)},
 	}
 	if o.StateFile != "" {
 		st, err := readPoolState(o.StateFile)
@@ -447,6 +455,7 @@ func (p *Pool) TryAcquire(r *Reservation) (*Acquisition, error) {
 		p.noteArrivalLocked(now)
 	}
 	if a := p.takeSlotLocked(now); a != nil {
+		a.arrival = r.since
 		p.noteWaitLocked(now, now.Sub(r.since))
 		p.dropReservationLocked(r)
 		p.dirty = true
@@ -534,6 +543,7 @@ func (p *Pool) Release(a *Acquisition) {
 	a.released = true
 	now := p.clk.Now()
 	p.noteDurationLocked(now.Sub(a.start))
+	p.recordJobLocked(a, now)
 	in := p.byID[a.InstanceID]
 	if in == nil {
 		return

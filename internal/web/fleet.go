@@ -28,6 +28,10 @@ import (
 type Fleet interface {
 	// FleetRunners returns each autoscaled runner with its pool's status.
 	FleetRunners() []FleetRunner
+	// FleetTrace returns the jobs the pool of the runner with short token
+	// shortToken served in the last day, for the what-if page
+	// (fleet_whatif.go); false when there is no such runner.
+	FleetTrace(shortToken string) (autoscale.JobTrace, bool)
 }
 
 // FleetRunner is one autoscaled runner.
@@ -43,6 +47,12 @@ type FleetConfig struct {
 	Fleet Fleet         // required
 	Clock clock.Clock   // nil = real
 	Poll  time.Duration // how often the live page checks; default 2s
+	// WhatIfTimeout bounds a what-if's simulations; 0 =
+	// DefaultWhatIfTimeout.
+	WhatIfTimeout time.Duration
+	// WhatIfMaxJobs is the most jobs (the latest) a what-if replays; 0 =
+	// DefaultWhatIfMaxJobs.
+	WhatIfMaxJobs int
 }
 
 // FleetPage serves the fleet page. Create it with NewFleetPage and Mount
@@ -51,6 +61,11 @@ type FleetPage struct {
 	log  *slog.Logger
 	cfg  FleetConfig
 	tmpl *template.Template
+	// simulating holds the one what-if running at a time.
+	simulating chan struct{}
+	// whatIfHook, when set (tests), runs before a what-if's simulations
+	// with their context, its turn taken.
+	whatIfHook func(ctx context.Context)
 }
 
 // NewFleetPage returns the fleet page of cfg.
@@ -62,17 +77,25 @@ func NewFleetPage(logger *slog.Logger, cfg FleetConfig) (*FleetPage, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 2 * time.Second
 	}
+	if cfg.WhatIfTimeout <= 0 {
+		cfg.WhatIfTimeout = DefaultWhatIfTimeout
+	}
+	if cfg.WhatIfMaxJobs <= 0 {
+		cfg.WhatIfMaxJobs = DefaultWhatIfMaxJobs
+	}
 	t, err := parseTemplates()
 	if err != nil {
 		return nil, err
 	}
-	return &FleetPage{log: cmp.Or(logger, slog.New(slog.DiscardHandler)), cfg: cfg, tmpl: t}, nil
+	return &FleetPage{log: cmp.Or(logger, slog.New(slog.DiscardHandler)), cfg: cfg, tmpl: t, simulating: make(chan struct{}, 1)}, nil
 }
 
-// Mount registers GET /fleet, GET /fleet/events and GET /static/ on m.
+// Mount registers GET /fleet, GET /fleet/events, GET /fleet/whatif and
+// GET /static/ on m.
 func (f *FleetPage) Mount(m Mounter) {
 	m.Handle("GET /fleet", secure(f.handlePage))
 	m.Handle("GET /fleet/events", secure(f.handleEvents))
+	m.Handle("GET /fleet/whatif", secure(f.handleWhatIf))
 	m.Handle("GET /static/", secure(http.StripPrefix("/static/", http.FileServerFS(assets())).ServeHTTP))
 }
 

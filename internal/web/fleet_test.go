@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"encoding/xml"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -27,6 +26,8 @@ type simFleet struct {
 func (f *simFleet) FleetRunners() []web.FleetRunner {
 	return []web.FleetRunner{{Name: f.name, ShortToken: "abc123", Plugin: "sim", Status: f.pool.Status()}}
 }
+
+func (f *simFleet) FleetTrace(string) (autoscale.JobTrace, bool) { return f.pool.JobTrace(), true }
 
 func newSimFleet(t *testing.T, name string) (*simFleet, *httptest.Server) {
 	t.Helper()
@@ -67,16 +68,11 @@ func (f *simFleet) advance(t *testing.T, d time.Duration) {
 
 func get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
+	code, body := getStatus(t, url)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s = %d", url, code)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s = %d, %v", url, resp.StatusCode, err)
-	}
-	return string(b)
+	return body
 }
 
 var countRE = regexp.MustCompile(`class="count-(\w+)">(\d+)<`)

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/drover-ci/drover/internal/autoscale"
+
 	"github.com/drover-ci/drover/internal/web"
 )
 
@@ -28,4 +30,17 @@ func (s *Set) FleetRunners() []web.FleetRunner {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ShortToken, b.ShortToken))
 	})
 	return out
+}
+
+// FleetTrace returns the jobs the pool of the runner with short token
+// shortToken served in the last day (autoscale.Pool.JobTrace), for the
+// fleet page's what-if (web.Fleet).
+func (s *Set) FleetTrace(shortToken string) (autoscale.JobTrace, bool) {
+	s.mu.Lock()
+	rp := s.pools[shortToken]
+	s.mu.Unlock()
+	if rp == nil {
+		return autoscale.JobTrace{}, false
+	}
+	return rp.pool.JobTrace(), true
 }

@@ -40,4 +40,26 @@ func TestFleetRunners(t *testing.T) {
 	if rs[0].ShortToken != "runneraxx" || rs[1].ShortToken != "runnerbxx" || rs[0].Plugin != PluginSim || rs[0].Status.LastDecision.At.IsZero() {
 		t.Errorf("FleetRunners = %+v", rs)
 	}
+
+	// The what-if's trace: a job served through the instance executor's
+	// Slots is in it once its slot is released.
+	if _, ok := set.FleetTrace("nope"); ok {
+		t.Error("FleetTrace of an unknown runner is ok")
+	}
+	set.mu.Lock()
+	slots := Slots{set.pools["runneraxx"].pool}
+	set.mu.Unlock()
+	r, err := slots.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := slots.Acquire(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots.Release(a)
+	tr, ok := set.FleetTrace("runneraxx")
+	if !ok || tr.Policy == nil || len(tr.Jobs) != 1 || tr.Jobs[0].Arrival.After(tr.Now) {
+		t.Errorf("FleetTrace = %+v, %v; want the one job", tr, ok)
+	}
 }

@@ -16,7 +16,7 @@ instance time     busy %s  idle %s  creating %s  removing %s
 instances         peak %d  final %d  created %d  removed %d
 `,
 		r.Jobs, r.Unstarted,
-		formatWait(r.WaitP50), formatWait(r.WaitP95), formatWait(r.WaitP99), formatWait(r.WaitMax),
+		FormatWait(r.WaitP50), FormatWait(r.WaitP95), FormatWait(r.WaitP99), FormatWait(r.WaitMax),
 		h(r.BusyInstanceS), h(r.IdleInstanceS), h(r.CreatingInstanceS), h(r.RemovingInstanceS),
 		r.PeakInstances, r.FinalInstances, r.Created, r.Removed)
 	if err != nil {
@@ -34,14 +34,14 @@ func WriteSweepText(w io.Writer, all []SweepResult, best *SweepResult) error {
 		return fmt.Errorf("write sweep: %w", err)
 	}
 	for _, r := range all {
-		if _, err := fmt.Fprintf(w, "%10d %9s %10s %12s %12s %12.1f %12.1f\n", r.IdleCount, r.IdleTime, onOff(r.Preemptive), formatWait(r.Report.WaitP95), formatWait(r.Report.WaitMax), r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600); err != nil {
+		if _, err := fmt.Fprintf(w, "%10d %9s %10s %12s %12s %12.1f %12.1f\n", r.IdleCount, r.IdleTime, onOff(r.Preemptive), FormatWait(r.Report.WaitP95), FormatWait(r.Report.WaitMax), r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600); err != nil {
 			return fmt.Errorf("write sweep: %w", err)
 		}
 	}
 	if best == nil {
 		return nil
 	}
-	if _, err := fmt.Fprintf(w, "best: %s (p95 wait %s, idle %.1f instance-hours)\n", best.Setting(), formatWait(best.Report.WaitP95), best.Report.IdleInstanceS/3600); err != nil {
+	if _, err := fmt.Fprintf(w, "best: %s (p95 wait %s, idle %.1f instance-hours)\n", best.Setting(), FormatWait(best.Report.WaitP95), best.Report.IdleInstanceS/3600); err != nil {
 		return fmt.Errorf("write sweep: %w", err)
 	}
 	return nil
@@ -53,7 +53,7 @@ func WriteSweepText(w io.Writer, all []SweepResult, best *SweepResult) error {
 func WriteComparisonText(w io.Writer, c *Comparison) error {
 	row := func(name string, r *Report) string {
 		return fmt.Sprintf("%-9s p95 wait %-8s idle %7.1f h  booting %6.1f h  busy %7.1f h", name,
-			formatWait(r.WaitP95), r.IdleInstanceS/3600, r.CreatingInstanceS/3600, r.BusyInstanceS/3600)
+			FormatWait(r.WaitP95), r.IdleInstanceS/3600, r.CreatingInstanceS/3600, r.BusyInstanceS/3600)
 	}
 	var b strings.Builder
 	fmt.Fprintln(&b, row("adaptive", &c.Policy))
@@ -80,9 +80,9 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// formatWait is the one way the text reports of simulate and sweep write
-// a wait of s seconds: a Go duration to the tenth of a second ("0s",
+// FormatWait is the one way the reports of simulate and sweep (and the
+// fleet page's what-if) write a wait of s seconds: a Go duration to the tenth of a second ("0s",
 // "28.3s", "4m27.7s"), the form --boot-time and --target-p95 take.
-func formatWait(s float64) string {
+func FormatWait(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Second / 10).String()
 }

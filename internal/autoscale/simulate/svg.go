@@ -3,6 +3,7 @@ package simulate
 import (
 	"bufio"
 	"fmt"
+	"html"
 	"io"
 	"math"
 	"strings"
@@ -30,13 +31,14 @@ var stateColors = []struct{ name, color string }{
 
 // WriteSVG plots the timeline: instances by state, stacked (busy, idle,
 // creating, removing), and below it the queued jobs, over hours since the
-// start.
+// start. The plot is well-formed XML and fit to embed in HTML: its text
+// is escaped and it has no script, style or id.
 func WriteSVG(w io.Writer, r *Result) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, plotBottom, plotW, plotBottom)
 	fmt.Fprintf(bw, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(bw, `<text x="%d" y="25" font-size="16">Autoscaling simulation: %d jobs, p95 wait %s, idle %.1f instance-hours</text>`+"\n",
-		plotLeft, r.Jobs, formatWait(r.WaitP95), r.IdleInstanceS/3600)
+		plotLeft, r.Jobs, html.EscapeString(FormatWait(r.WaitP95)), r.IdleInstanceS/3600)
 	hours := r.Duration.Hours()
 	if hours <= 0 {
 		hours = 1
@@ -76,7 +78,7 @@ func WriteSVG(w io.Writer, r *Result) error {
 			fmt.Fprintf(&b, " L%.1f,%.1f L%.1f,%.1f", x0, y, x1, y)
 		}
 		fmt.Fprintf(&b, " L%.1f,%.1f Z", x(hours), yInst(0))
-		fmt.Fprintf(bw, `<path d="%s" fill="%s" stroke="none"><title>%s</title></path>`+"\n", b.String(), stateColors[li].color, stateColors[li].name)
+		fmt.Fprintf(bw, `<path d="%s" fill="%s" stroke="none"><title>%s</title></path>`+"\n", b.String(), stateColors[li].color, html.EscapeString(stateColors[li].name))
 	}
 	// Queue line.
 	var q strings.Builder
@@ -101,7 +103,7 @@ func WriteSVG(w io.Writer, r *Result) error {
 	// Legend.
 	lx := float64(plotLeft + 10)
 	for _, c := range stateColors {
-		fmt.Fprintf(bw, `<rect x="%.0f" y="%d" width="12" height="12" fill="%s"/><text x="%.0f" y="%d">%s</text>`+"\n", lx, panelTop+5, c.color, lx+16, panelTop+15, c.name)
+		fmt.Fprintf(bw, `<rect x="%.0f" y="%d" width="12" height="12" fill="%s"/><text x="%.0f" y="%d">%s</text>`+"\n", lx, panelTop+5, c.color, lx+16, panelTop+15, html.EscapeString(c.name))
 		lx += 90
 	}
 	fmt.Fprintln(bw, "</svg>")
@@ -126,7 +128,7 @@ func axes(w io.Writer, x func(float64) float64, hours float64, top, height, ymax
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#dddddd"/><text x="%.1f" y="%.1f" text-anchor="end">%g</text>`+"\n",
 			x(0), y, x(hours), y, x(0)-6, y+4, v)
 	}
-	fmt.Fprintf(w, `<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", 18, top+height/2, label)
+	fmt.Fprintf(w, `<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", 18, top+height/2, html.EscapeString(label))
 }
 
 // niceStep returns a 1-2-5 step that cuts span into about n parts.

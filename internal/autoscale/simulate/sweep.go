@@ -204,19 +204,12 @@ func setPreemptive(pol *autoscale.Policy, preemptive bool) {
 // StaticIdle returns a copy of pol whose schedules all keep idle slots
 // idle count, with adaptive sizing off.
 func StaticIdle(pol *autoscale.Policy, idle int) *autoscale.Policy {
-	cp := *pol
-	set := func(s *autoscale.Schedule) {
+	return eachSchedule(pol, func(s *autoscale.Schedule) {
 		s.IdleCount = idle
 		s.Adaptive = false
 		s.ScaleFactor = 0
 		s.Preemptive = idle > 0
-	}
-	set(&cp.Base)
-	cp.Schedules = append([]autoscale.Schedule(nil), pol.Schedules...)
-	for i := range cp.Schedules {
-		set(&cp.Schedules[i])
-	}
-	return &cp
+	})
 }
 
 // AdaptiveOf returns a copy of pol whose schedules all use the adaptive
@@ -226,20 +219,13 @@ func StaticIdle(pol *autoscale.Policy, idle int) *autoscale.Policy {
 // upper bound on keeping an idle instance). It is the adaptive row a sweep
 // prints beside the best static configuration.
 func AdaptiveOf(pol *autoscale.Policy, targetWait time.Duration) *autoscale.Policy {
-	cp := *pol
-	set := func(s *autoscale.Schedule) {
+	return eachSchedule(pol, func(s *autoscale.Schedule) {
 		s.IdleCount = 0
 		s.Adaptive = true
 		s.TargetWait = targetWait
 		s.ScaleFactor = 0
 		s.Preemptive = false
-	}
-	set(&cp.Base)
-	cp.Schedules = append([]autoscale.Schedule(nil), pol.Schedules...)
-	for i := range cp.Schedules {
-		set(&cp.Schedules[i])
-	}
-	return &cp
+	})
 }
 
 // Comparison is a policy's simulation against the best static idle_count
