@@ -128,6 +128,28 @@ func (e *env) patch(id int64, token string, size int, b string) {
 	}
 }
 
+// finish has the runner report job id's final state u (its token set
+// here).
+func (e *env) finish(id int64, token string, u api.UpdateJobRequest) {
+	e.t.Helper()
+	u.Token = token
+	js, _ := json.Marshal(u)
+	resp, b := e.do(e.srv.Client(), "PUT", fmt.Sprintf("/api/v4/jobs/%d", id), map[string]string{"JOB-TOKEN": token, "Content-Type": "application/json"}, bytes.NewReader(js))
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("PUT job %d %s = %d %s", id, u.State, resp.StatusCode, b)
+	}
+}
+
+// status returns job id's status as the admin API tells it.
+func (e *env) status(id int64) string {
+	e.t.Helper()
+	var got struct {
+		Status string `json:"status"`
+	}
+	e.api("GET", fmt.Sprintf("/api/v1/jobs/%d", id), nil, &got)
+	return got.Status
+}
+
 // login signs a browser in through /login?token=.
 func (e *env) login() *http.Client {
 	e.t.Helper()
@@ -245,20 +267,15 @@ func TestCancelNeedsCSRF(t *testing.T) {
 	if resp, _ := e.do(e.client(), "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode())); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("POST cancel with a csrf token but no session = %d, want 401", resp.StatusCode)
 	}
-	var got struct {
-		Status string `json:"status"`
-	}
-	e.api("GET", fmt.Sprintf("/api/v1/jobs/%d", job.ID), nil, &got)
-	if got.Status != "pending" {
-		t.Fatalf("status after refused cancels = %q, want pending", got.Status)
+	if got := e.status(job.ID); got != "pending" {
+		t.Fatalf("status after refused cancels = %q, want pending", got)
 	}
 	resp, _ := e.do(c, "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("POST cancel with the csrf token = %d, want 303", resp.StatusCode)
 	}
-	e.api("GET", fmt.Sprintf("/api/v1/jobs/%d", job.ID), nil, &got)
-	if got.Status != "canceled" {
-		t.Errorf("status after cancel = %q, want canceled", got.Status)
+	if got := e.status(job.ID); got != "canceled" {
+		t.Errorf("status after cancel = %q, want canceled", got)
 	}
 }
 
@@ -345,10 +362,7 @@ func TestLiveLog(t *testing.T) {
 
 	// The job ends: its last line (no newline) and the end come.
 	e.patch(id, tok, len(first)+len(second), "Job succeeded")
-	js, _ := json.Marshal(api.UpdateJobRequest{Token: tok, State: "success"})
-	if resp, b := e.do(e.srv.Client(), "PUT", fmt.Sprintf("/api/v4/jobs/%d", id), map[string]string{"JOB-TOKEN": tok, "Content-Type": "application/json"}, bytes.NewReader(js)); resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT success = %d %s", resp.StatusCode, b)
-	}
+	e.finish(id, tok, api.UpdateJobRequest{State: "success"})
 	var sawLast bool
 	for ev := range events {
 		if ev.event == "log" && strings.Contains(ev.data, "Job succeeded") {
