@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/web"
 )
 
 // The pages in a real browser: headless Chromium driven over the DevTools
@@ -146,6 +148,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("Login", func(t *testing.T) { testBrowserLogin(t, browser) })
 	t.Run("LiveLog", func(t *testing.T) { testBrowserLiveLog(t, browser) })
 	t.Run("Sections", func(t *testing.T) { testBrowserSections(t, browser) })
+	t.Run("LoadEarlier", func(t *testing.T) { testBrowserLoadEarlier(t, browser) })
 	t.Run("Cancel", func(t *testing.T) { testBrowserCancel(t, browser) })
 	t.Run("XSS", func(t *testing.T) { testBrowserXSS(t, browser) })
 	t.Run("Screenshots", func(t *testing.T) { testBrowserScreenshots(t, browser) })
@@ -273,6 +276,48 @@ func testBrowserSections(t *testing.T, browser context.Context) {
 	all := `Array.from(document.querySelectorAll('#log details.sec')).every(d => d.open === %s)`
 	b.do("collapse all", chromedp.Click(chromedp.CSS("#collapse-all")), until(fmt.Sprintf(all, "false")))
 	b.do("expand all", chromedp.Click(chromedp.CSS("#expand-all")), until(fmt.Sprintf(all, "true")))
+}
+
+// testBrowserLoadEarlier: a log of three pieces opens at its tail; "load
+// earlier" brings the pieces before it, above, until its first line.
+func testBrowserLoadEarlier(t *testing.T, browser context.Context) {
+	e := newEnv(t)
+	id, tok := e.running(map[string]any{"name": "long", "script": []string{"true"}})
+	var log strings.Builder
+	n := 0
+	for ; log.Len() < 2*web.DefaultLogTail+web.DefaultLogTail/2; n++ {
+		fmt.Fprintf(&log, "line %06d %s\n", n, strings.Repeat("-", 60))
+	}
+	raw := log.String()
+	for off := 0; off < len(raw); off += 512 << 10 {
+		e.patch(id, tok, off, raw[off:min(off+512<<10, len(raw))])
+	}
+	e.finish(id, tok, api.UpdateJobRequest{State: "success"})
+
+	b := newTab(t, browser, e)
+	b.login()
+	lines := `document.querySelectorAll('#log .ln').length`
+	b.do("the job page", b.open(fmt.Sprintf("/jobs/%d", id)), until(logHas(fmt.Sprintf("line %06d ", n-1))))
+	if eval[bool](b, logHas("line 000000 ")) {
+		t.Fatal("the page shows the log's start")
+	}
+	shown := eval[int](b, lines)
+	for piece := 0; eval[int](b, `document.querySelectorAll('#log button[data-range]').length`) > 0; piece++ {
+		if piece == 3 {
+			t.Fatal("still a load earlier button after 3 pieces")
+		}
+		// A click from the page's script: once chromedp queried a node of
+		// #log (as its Click does), it mirrors every node inserted there,
+		// and thousands of them hold up its next calls for long.
+		b.do("load earlier",
+			script(`document.querySelector('#log button[data-range]').click()`),
+			until(fmt.Sprintf("%s > %d", lines, shown)),
+		)
+		shown = eval[int](b, lines)
+	}
+	if shown != n || !eval[bool](b, `document.querySelector('#log .ln').textContent.startsWith('line 000000 ')`) {
+		t.Errorf("after loading all pieces the log has %d lines, want %d from line 0", shown, n)
+	}
 }
 
 // testBrowserCancel: the cancel button cancels the job.

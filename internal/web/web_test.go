@@ -12,12 +12,14 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/web"
 )
 
 // env is a real coordinator on SQLite in a temporary directory, served
@@ -331,7 +333,7 @@ func TestLiveLog(t *testing.T) {
 		t.Fatalf("job page of a running job has no live log:\n%s", page)
 	}
 	stream := strings.ReplaceAll(m[1], "&amp;", "&")
-	if want := fmt.Sprintf("/jobs/%d/log?offset=%d", id, len(first)); stream != want {
+	if want := fmt.Sprintf("/jobs/%d/log?from=0&offset=%d", id, len(first)); stream != want {
 		t.Errorf("live log URL = %q, want %q", stream, want)
 	}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", e.srv.URL+stream, nil)
@@ -422,4 +424,126 @@ func next(t *testing.T, events <-chan sseEvent, name string) sseEvent {
 	}
 	t.Fatalf("the stream ended before a %s event", name)
 	return sseEvent{}
+}
+
+// TestLargeLog: a 20 MB log opens at its tail, the page bounded, and the
+// pieces before it come one by one through "load earlier" until the log's
+// start, each line once; the live log carries on from the tail.
+func TestLargeLog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, tok := e.running(map[string]any{"name": "big", "script": []string{"true"}})
+	var log strings.Builder
+	log.WriteString("section_start:1700000000:big_section\r\x1b[0Kthe whole job\n")
+	pad := strings.Repeat("x", 80)
+	var lines []string
+	for i := 0; log.Len() < 20<<20; i++ {
+		l := fmt.Sprintf("line %08d %s", i, pad)
+		lines = append(lines, l)
+		log.WriteString(l + "\n")
+	}
+	log.WriteString("section_end:1700000100:big_section\r\x1b[0K\n")
+	lines = append(lines, "the last line")
+	log.WriteString("the last line\n")
+	raw := log.String()
+	for off := 0; off < len(raw); off += 512 << 10 {
+		e.patch(id, tok, off, raw[off:min(off+512<<10, len(raw))])
+	}
+
+	c := e.login()
+	start := time.Now()
+	_, page := e.do(c, "GET", fmt.Sprintf("/jobs/%d", id), nil, nil)
+	t.Logf("the page of a %d-byte log: %d bytes in %v", len(raw), len(page), time.Since(start))
+	if len(page) > 1<<20 {
+		t.Errorf("the page is %d bytes, want under 1 MiB", len(page))
+	}
+	rangeRE := regexp.MustCompile(`data-range="/jobs/\d+/log/range\?to=(\d+)"`)
+	eventsRE := regexp.MustCompile(`data-events="/jobs/\d+/log\?from=(\d+)&(?:amp;)?offset=(\d+)"`)
+	m, ev := rangeRE.FindStringSubmatch(page), eventsRE.FindStringSubmatch(page)
+	if m == nil || ev == nil {
+		i := strings.Index(page, `id="log"`)
+		t.Fatalf("the page has no load earlier button or no live log:\n%.600s", page[max(i, 0):])
+	}
+	from, size := atoi(t, ev[1]), atoi(t, ev[2])
+	if atoi(t, m[1]) != from || size != len(raw) || from < len(raw)-web.DefaultLogTail || raw[from-1] != '\n' {
+		t.Errorf("the tail starts at %s, the live log at %d from %d: want a line start in the last %d bytes, the log's end", m[1], size, from, web.DefaultLogTail)
+	}
+	// A section that started before the tail is not one on the page.
+	if strings.Contains(page, `data-name="big_section"`) || strings.Contains(page, "line 00000000 ") {
+		t.Error("the page shows the log's start")
+	}
+
+	lineRE := regexp.MustCompile(`<div class="ln">([^<]*)</div>`)
+	var got []string
+	for _, m := range lineRE.FindAllStringSubmatch(page, -1) {
+		got = append(got, m[1])
+	}
+	to, pieces := from, 0
+	for to > 0 {
+		pieces++
+		resp, piece := e.do(c, "GET", fmt.Sprintf("/jobs/%d/log/range?to=%d", id, to), nil, nil)
+		if resp.StatusCode != http.StatusOK || len(piece) > 1<<20 {
+			t.Fatalf("range to %d = %d, %d bytes", to, resp.StatusCode, len(piece))
+		}
+		var before []string
+		for _, m := range lineRE.FindAllStringSubmatch(piece, -1) {
+			before = append(before, m[1])
+		}
+		got = append(before, got...)
+		m := rangeRE.FindStringSubmatch(piece)
+		if m == nil {
+			// The first piece: the section, which had not ended in it.
+			if !strings.Contains(piece, `<details class="sec" data-name="big_section" open><summary><span class="sec-head">the whole job</span><span class="sec-dur"></span>`) {
+				t.Errorf("the first piece does not show its unfinished section as such:\n%.500s", piece)
+			}
+			break
+		}
+		next := atoi(t, m[1])
+		if next >= to || to-next > web.DefaultLogTail || raw[next-1] != '\n' {
+			t.Fatalf("the piece before %d starts at %d: want a line start at most %d before", to, next, web.DefaultLogTail)
+		}
+		to = next
+	}
+	if want := len(raw)/web.DefaultLogTail + 1; pieces < want-1 || pieces > want+1 {
+		t.Errorf("%d pieces, want about %d", pieces, want)
+	}
+	if len(got) != len(lines) {
+		t.Fatalf("the pieces have %d lines, want %d", len(got), len(lines))
+	}
+	for i := range lines {
+		if got[i] != lines[i] {
+			t.Fatalf("line %d = %q, want %q", i, got[i], lines[i])
+		}
+	}
+
+	// The live log carries on from the tail.
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", fmt.Sprintf("%s/jobs/%d/log?from=%d&offset=%d", e.srv.URL, id, from, size), nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := readEvents(resp.Body)
+	e.patch(id, tok, len(raw), "one more\n")
+	if got := next(t, events, "log"); got.data != `[{"t":"line","h":"one more"}]` {
+		t.Errorf("live log after the tail = %s", got.data)
+	}
+
+	for _, q := range []string{"to=x", "to=-1"} {
+		if resp, _ := e.do(c, "GET", fmt.Sprintf("/jobs/%d/log/range?%s", id, q), nil, nil); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("range %s = %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if resp, _ := e.do(e.client(), "GET", fmt.Sprintf("/jobs/%d/log/range?to=10", id), nil, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("range without a session = %d, want 401", resp.StatusCode)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
