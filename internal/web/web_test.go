@@ -25,15 +25,21 @@ import (
 // env is a real coordinator on SQLite in a temporary directory, served
 // over loopback HTTP, with its web UI.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	c     *coordinator.Coordinator
 	srv   *httptest.Server
 	token string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
-	c, err := coordinator.New(t.Context(), slog.New(slog.DiscardHandler), coordinator.Config{DataDir: t.TempDir(), LongPollTimeout: time.Second})
+	return newEnvIn(t, t.TempDir())
+}
+
+// newEnvIn is newEnv with the coordinator's data directory dir.
+func newEnvIn(t testing.TB, dir string) *env {
+	t.Helper()
+	c, err := coordinator.New(t.Context(), slog.New(slog.DiscardHandler), coordinator.Config{DataDir: dir, LongPollTimeout: time.Second})
 	if err != nil {
 		t.Fatalf("coordinator.New = %v", err)
 	}
