@@ -21,6 +21,9 @@ import (
 //	event: log     data: [{"t":"line","h":HTML} | {"t":"start","n":name,"h":HTML,"c":collapsed} | {"t":"end","n":name,"d":"12s"}, ...]
 //	event: facts   data: the job's facts, HTML (its status changed)
 //	event: reset   the log started over (the job went back to the queue): reload
+//	event: tail    the log grew by liveSpan tails since the page's start: the
+//	               page reloads at the new tail (when following), which bounds
+//	               what the browser holds and what a reconnect re-parses
 //	event: done    the job finished and the whole log was sent
 //
 // and of the jobs stream:
@@ -120,6 +123,10 @@ func (u *UI) handleJobsEvents(w http.ResponseWriter, r *http.Request, _ credenti
 		}
 	}
 }
+
+// liveSpan is how many Config.LogTail a live page follows before it
+// starts over at the log's new tail.
+const liveSpan = 8
 
 // logEvent is an Event as app.js reads it.
 type logEvent struct {
@@ -254,6 +261,10 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 		}
 		if done {
 			s.send("done", "", j.Status)
+			return
+		}
+		if pos-start > liveSpan*u.cfg.LogTail {
+			s.send("tail", "", "")
 			return
 		}
 		if s.ping() != nil || !u.wait(ctx, changed) {

@@ -394,7 +394,7 @@ func readEvents(r io.Reader) <-chan sseEvent {
 	go func() {
 		defer close(ch)
 		sc := bufio.NewScanner(r)
-		sc.Buffer(nil, 1<<20)
+		sc.Buffer(nil, 64<<20) // a log event carries all the lines that came since the last
 		var ev sseEvent
 		for sc.Scan() {
 			line := sc.Text()
@@ -534,6 +534,15 @@ func TestLargeLog(t *testing.T) {
 	if got := next(t, events, "log"); got.data != `[{"t":"line","h":"one more"}]` {
 		t.Errorf("live log after the tail = %s", got.data)
 	}
+
+	// Once the log grew by 8 tails past the page's start, the stream
+	// tells the page to start over at the new tail.
+	more, at := strings.Repeat(lines[0]+"\n", (1<<20-1)/(len(lines[0])+1)), len(raw)+len("one more\n")
+	for at-from <= 8*web.DefaultLogTail {
+		e.patch(id, tok, at, more)
+		at += len(more)
+	}
+	next(t, events, "tail")
 
 	for _, q := range []string{"to=x", "to=-1"} {
 		if resp, _ := e.do(c, "GET", fmt.Sprintf("/jobs/%d/log/range?%s", id, q), nil, nil); resp.StatusCode != http.StatusBadRequest {

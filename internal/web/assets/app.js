@@ -94,6 +94,16 @@
       es.close();
       window.location.reload();
     });
+    // The log grew far past the page's start: the page starts over at
+    // its new tail, or says so when the reader is not following.
+    es.addEventListener("tail", function () {
+      es.close();
+      if (following()) {
+        window.location.reload();
+      } else if (state) {
+        state.textContent = "the log moved on: reload to follow it";
+      }
+    });
     es.addEventListener("done", function () {
       es.close();
       if (state) {
