@@ -147,6 +147,7 @@ func TestBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	t.Run("Login", func(t *testing.T) { testBrowserLogin(t, browser) })
 	t.Run("LiveLog", func(t *testing.T) { testBrowserLiveLog(t, browser) })
+	t.Run("LiveTail", func(t *testing.T) { testBrowserLiveTail(t, browser) })
 	t.Run("Sections", func(t *testing.T) { testBrowserSections(t, browser) })
 	t.Run("LoadEarlier", func(t *testing.T) { testBrowserLoadEarlier(t, browser) })
 	t.Run("Cancel", func(t *testing.T) { testBrowserCancel(t, browser) })
@@ -222,6 +223,45 @@ func testBrowserLiveLog(t *testing.T, browser context.Context) {
 	)
 	if n := eval[int](b, `document.querySelectorAll('#log .ln').length`); n != 3 {
 		t.Errorf("the log has %d lines, want 3 (first, second, Job succeeded)", n)
+	}
+}
+
+// testBrowserLiveTail: a followed log that grows by 8 tails past the
+// page's start has the page start over at its new tail.
+func testBrowserLiveTail(t *testing.T, browser context.Context) {
+	e := newEnv(t)
+	id, tok := e.running(map[string]any{"name": "chatty", "script": []string{"true"}})
+	first := "the first line\n"
+	e.patch(id, tok, 0, first)
+
+	b := newTab(t, browser, e)
+	b.login()
+	b.do("the job page",
+		b.open(fmt.Sprintf("/jobs/%d", id)),
+		until(logHas("the first line")),
+		until(`document.getElementById('log-state').textContent === 'live'`),
+	)
+	// Long lines: few nodes for the 4 MiB the page takes in before it
+	// reloads.
+	line := strings.Repeat("y", 4000) + "\n"
+	chunk := strings.Repeat(line, (1<<20)/len(line))
+	grow := chromedp.Func(func(context.Context, *chromedp.Target) error {
+		at := len(first)
+		for ; at <= 8*web.DefaultLogTail+len(first); at += len(chunk) {
+			e.patch(id, tok, at, chunk)
+		}
+		e.patch(id, tok, at, "the newest line\n")
+		return nil
+	})
+	if _, err := chromedp.Run(b.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, grow)); err != nil {
+		t.Fatalf("browser: the page's reload: %v", err)
+	}
+	b.do("the new tail",
+		until(logHas("the newest line")),
+		until(`document.getElementById('log-state').textContent === 'live'`),
+	)
+	if eval[bool](b, logHas("the first line")) || !eval[bool](b, `document.querySelector('#log button[data-range]') !== null`) {
+		t.Error("after the reload the page does not start at the log's tail with a load earlier button")
 	}
 }
 
