@@ -112,6 +112,22 @@ func until(js string) chromedp.Action[chromedp.Void] {
 	}
 }
 
+// afterReload waits until js is true in a page that has just been
+// reloaded: a wait that starts while chromedp still has the old page's
+// JavaScript context fails, and is tried again.
+func (b *tab) afterReload(what, js string) {
+	b.t.Helper()
+	for {
+		err := chromedp.Do(b.ctx, until(js))
+		if err == nil {
+			return
+		}
+		if b.ctx.Err() != nil || !strings.Contains(err.Error(), "Cannot find context") && !strings.Contains(err.Error(), "context was destroyed") {
+			b.t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+}
+
 // script runs JavaScript statements js in the page.
 func script(js string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -187,22 +203,30 @@ func testBrowserLogin(t *testing.T, browser context.Context) {
 	b.do("the job in the table", until(fmt.Sprintf(`document.querySelector('#job-rows a[href="/jobs/%d"]') !== null && document.getElementById('job-rows').textContent.includes('build-login')`, job.ID)))
 }
 
-// testBrowserLiveLog: a running job's page shows the log so far, and then
-// the lines PATCHed after it loaded, in their open section, and the end.
-func testBrowserLiveLog(t *testing.T, browser context.Context) {
+// liveJobPage opens, signed in, the page of a running job whose log is
+// first, once it shows text and follows the log: the coordinator, the
+// tab, the job's id and token.
+func liveJobPage(t *testing.T, browser context.Context, first, text string) (*env, *tab, int64, string) {
+	t.Helper()
 	e := newEnv(t)
-	id, tok := e.running(map[string]any{"name": "live", "script": []string{"true"}})
-	first := "section_start:100:step_script\r\x1b[0K\x1b[32;1mExecuting step_script\x1b[0m\nfirst line\n"
+	id, tok := e.running(map[string]any{"name": t.Name(), "script": []string{"true"}})
 	e.patch(id, tok, 0, first)
-
 	b := newTab(t, browser, e)
 	b.login()
 	b.do("the job page",
 		b.open(fmt.Sprintf("/jobs/%d", id)),
-		chromedp.WaitVisible(chromedp.CSS(`details.sec[data-name="step_script"]`)),
-		until(logHas("first line")),
+		until(logHas(text)),
 		until(`document.getElementById('log-state').textContent === 'live'`),
 	)
+	return e, b, id, tok
+}
+
+// testBrowserLiveLog: a running job's page shows the log so far, and then
+// the lines PATCHed after it loaded, in their open section, and the end.
+func testBrowserLiveLog(t *testing.T, browser context.Context) {
+	first := "section_start:100:step_script\r\x1b[0K\x1b[32;1mExecuting step_script\x1b[0m\nfirst line\n"
+	e, b, id, tok := liveJobPage(t, browser, first, "first line")
+	b.do("the section", chromedp.WaitVisible(chromedp.CSS(`details.sec[data-name="step_script"]`)))
 	if got := eval[bool](b, logHas("second line")); got {
 		t.Fatal("the page shows a line not yet sent")
 	}
@@ -229,18 +253,8 @@ func testBrowserLiveLog(t *testing.T, browser context.Context) {
 // testBrowserLiveTail: a followed log that grows by 8 tails past the
 // page's start has the page start over at its new tail.
 func testBrowserLiveTail(t *testing.T, browser context.Context) {
-	e := newEnv(t)
-	id, tok := e.running(map[string]any{"name": "chatty", "script": []string{"true"}})
 	first := "the first line\n"
-	e.patch(id, tok, 0, first)
-
-	b := newTab(t, browser, e)
-	b.login()
-	b.do("the job page",
-		b.open(fmt.Sprintf("/jobs/%d", id)),
-		until(logHas("the first line")),
-		until(`document.getElementById('log-state').textContent === 'live'`),
-	)
+	e, b, id, tok := liveJobPage(t, browser, first, "the first line")
 	// Long lines: few nodes for the 4 MiB the page takes in before it
 	// reloads.
 	line := strings.Repeat("y", 4000) + "\n"
@@ -256,10 +270,7 @@ func testBrowserLiveTail(t *testing.T, browser context.Context) {
 	if _, err := chromedp.Run(b.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, grow)); err != nil {
 		t.Fatalf("browser: the page's reload: %v", err)
 	}
-	b.do("the new tail",
-		until(logHas("the newest line")),
-		until(`document.getElementById('log-state').textContent === 'live'`),
-	)
+	b.afterReload("the new tail", logHas("the newest line")+` && document.getElementById('log-state').textContent === 'live'`)
 	if eval[bool](b, logHas("the first line")) || !eval[bool](b, `document.querySelector('#log button[data-range]') !== null`) {
 		t.Error("after the reload the page does not start at the log's tail with a load earlier button")
 	}
