@@ -5,7 +5,8 @@
 # nginx (the load balancer in front of several coordinators), zip and
 # unzip (the format checks and the baseline of the archive benchmarks), GNU
 # time (the peak RSS the archive and helper cache benchmarks report),
-# versitygw (the S3 server of the cache tests), staticcheck), so
+# versitygw (the S3 server of the cache tests), Chromium (the web UI's
+# browser tests, headless), staticcheck), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
 set -euo pipefail
@@ -22,7 +23,7 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip; do
+for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done

@@ -107,6 +107,22 @@ func (s webSource) CancelJob(ctx context.Context, id int64) error {
 	return err
 }
 
+func (s webSource) RetryJob(ctx context.Context, id int64) (int64, error) {
+	j, err := s.c.st.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, web.ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get job %d: %w", id, err)
+	}
+	n, err := s.c.retryJob(ctx, j)
+	var ce *cancelConflict
+	if errors.As(err, &ce) {
+		return 0, fmt.Errorf("%w: %s", web.ErrConflict, ce.msg)
+	}
+	return n.ID, err
+}
+
 func (s webSource) LogSize(ctx context.Context, id int64) (int64, error) {
 	return s.c.traces.Size(ctx, id)
 }

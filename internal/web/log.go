@@ -84,7 +84,12 @@ type Parser struct {
 }
 
 // NewParser returns a Parser at the start of a log.
-func NewParser() *Parser { return &Parser{ansi: newANSIHTML()} }
+func NewParser() *Parser { return NewParserAt(0) }
+
+// NewParserAt returns a Parser that starts at offset off of a log (a line
+// boundary) as if it were the start: no colours, no sections open. Its
+// offsets (Offset, Event.End) are the log's.
+func NewParserAt(off int64) *Parser { return &Parser{ansi: newANSIHTML(), offset: off} }
 
 // Offset is how much of the log the events so far cover: the end of the
 // last complete line.

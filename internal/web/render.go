@@ -90,7 +90,11 @@ type logSection struct {
 	Collapsed bool
 	// Open is set while the section has not ended: the live log carries
 	// on inside it.
-	Open     bool
+	Open bool
+	// Cut is set on a section of an earlier piece of the log (see
+	// handleLogRange) that had not ended by the piece's end: its end and
+	// duration are not shown.
+	Cut      bool
 	Duration time.Duration
 	Nodes    []logNode
 }
@@ -126,4 +130,13 @@ func (t *logTree) add(ev Event) {
 			t.stack = t.stack[:n-1]
 		}
 	}
+}
+
+// cut ends the piece of the log the tree holds: the sections still open
+// carry on past it, out of sight (Cut), not where live lines go.
+func (t *logTree) cut() {
+	for _, s := range t.stack {
+		s.Open, s.Cut = false, true
+	}
+	t.stack = nil
 }

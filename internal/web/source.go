@@ -21,7 +21,7 @@ var (
 	ErrConflict = errors.New("web: conflict")
 )
 
-// Jobs lists, shows and cancels jobs.
+// Jobs lists, shows, cancels and retries jobs.
 type Jobs interface {
 	// ListJobs returns the jobs q selects, ordered by id (the highest
 	// first when q.Newest). Their Variables and Artifacts may be empty.
@@ -31,6 +31,10 @@ type Jobs interface {
 	// CancelJob cancels job id (a running job goes to canceling until its
 	// runner stops it); ErrNotFound, or ErrConflict for a finished job.
 	CancelJob(ctx context.Context, id int64) error
+	// RetryJob queues finished job id again as a new job with the same
+	// spec and returns the new job's id; ErrNotFound, or ErrConflict for
+	// a job not finished.
+	RetryJob(ctx context.Context, id int64) (int64, error)
 }
 
 // Logs reads job logs. A log only grows while its job runs.

@@ -21,6 +21,9 @@ import (
 //	event: log     data: [{"t":"line","h":HTML} | {"t":"start","n":name,"h":HTML,"c":collapsed} | {"t":"end","n":name,"d":"12s"}, ...]
 //	event: facts   data: the job's facts, HTML (its status changed)
 //	event: reset   the log started over (the job went back to the queue): reload
+//	event: tail    the log grew by liveSpan tails since the page's start: the
+//	               page reloads at the new tail (when following), which bounds
+//	               what the browser holds and what a reconnect re-parses
 //	event: done    the job finished and the whole log was sent
 //
 // and of the jobs stream:
@@ -121,6 +124,10 @@ func (u *UI) handleJobsEvents(w http.ResponseWriter, r *http.Request, _ credenti
 	}
 }
 
+// liveSpan is how many Config.LogTail a live page follows before it
+// starts over at the log's new tail.
+const liveSpan = 8
+
 // logEvent is an Event as app.js reads it.
 type logEvent struct {
 	T         string `json:"t"`
@@ -140,26 +147,38 @@ func toLogEvent(ev Event) logEvent {
 	return logEvent{T: "line", HTML: ev.HTML}
 }
 
-// handleLogEvents is GET /jobs/{id}/log?offset=N: job id's log from
-// offset N (a line boundary the page gave; Last-Event-ID when the browser
-// reconnects) as it grows, and its facts when its status changes, until
-// the job finished.
+// handleLogEvents is GET /jobs/{id}/log?from=F&offset=N: job id's log
+// from offset N (a line boundary the page gave; Last-Event-ID when the
+// browser reconnects) as it grows, and its facts when its status changes,
+// until the job finished. The page's log starts at offset F (0 when
+// absent): the log is parsed from there, as the page's was.
 func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credentials) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
 		http.NotFound(w, r)
 		return
 	}
-	from := r.URL.Query().Get("offset")
+	q := r.URL.Query()
+	at := q.Get("offset")
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		from = last
+		at = last
 	}
-	var off int64
-	if from != "" {
-		if off, err = strconv.ParseInt(from, 10, 64); err != nil || off < 0 {
-			http.Error(w, "offset must be a non-negative integer", http.StatusBadRequest)
+	var start, off int64
+	for _, p := range []struct {
+		name, s string
+		to      *int64
+	}{{"from", q.Get("from"), &start}, {"offset", at, &off}} {
+		if p.s == "" {
+			continue
+		}
+		if *p.to, err = strconv.ParseInt(p.s, 10, 64); err != nil || *p.to < 0 {
+			http.Error(w, p.name+" must be a non-negative integer", http.StatusBadRequest)
 			return
 		}
+	}
+	if start > off {
+		http.Error(w, "from must not be past offset", http.StatusBadRequest)
+		return
 	}
 	ctx := r.Context()
 	j, err := u.cfg.Jobs.Job(ctx, id)
@@ -175,10 +194,10 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 	}
 	s := newSSE(w)
 	status := j.Status
-	// The parser reads the log from its start: its state (colours, open
-	// sections) at off is that of the page; events up to off are the
-	// page's already.
-	parser := NewParser()
+	// The parser reads the log from where the page's starts: its state
+	// (colours, open sections) at off is that of the page; events up to
+	// off are the page's already.
+	parser := NewParserAt(start)
 	var batch []logEvent
 	collect := func(ev Event) {
 		if ev.End > off {
@@ -196,7 +215,7 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 		batch = batch[:0]
 		return s.send("log", strconv.FormatInt(max(off, parser.Offset()), 10), string(b))
 	}
-	var pos int64
+	pos := start
 	for first := true; ; first = false {
 		if !first {
 			// The status first: a final status is stored only after the
@@ -242,6 +261,10 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 		}
 		if done {
 			s.send("done", "", j.Status)
+			return
+		}
+		if pos-start > liveSpan*u.cfg.LogTail {
+			s.send("tail", "", "")
 			return
 		}
 		if s.ping() != nil || !u.wait(ctx, changed) {

@@ -37,7 +37,15 @@ type Config struct {
 
 	// Runners, if set, serves the runners page (/runners).
 	Runners Runners
+	// LogTail is how much of a log a job's page shows at first (from a
+	// line boundary), and how much more each "load earlier" adds; default
+	// DefaultLogTail.
+	LogTail int64
 }
+
+// DefaultLogTail is Config.LogTail's default: a 100 MB log opens as fast
+// as a small one, and the browser holds what the reader asks for.
+const DefaultLogTail = 512 << 10
 
 // UI is the web interface. Create it with New and Mount it.
 type UI struct {
@@ -58,6 +66,9 @@ func New(logger *slog.Logger, cfg Config) (*UI, error) {
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 50
+	}
+	if cfg.LogTail <= 0 {
+		cfg.LogTail = DefaultLogTail
 	}
 	t, err := parseTemplates()
 	if err != nil {
@@ -93,9 +104,11 @@ func (u *UI) Mount(m Mounter) {
 		{"GET /jobs/events", u.stream(u.handleJobsEvents)},
 		{"GET /jobs/{id}", u.page(u.handleJob)},
 		{"GET /jobs/{id}/log", u.stream(u.handleLogEvents)},
+		{"GET /jobs/{id}/log/range", u.stream(u.handleLogRange)},
 		{"GET /jobs/{id}/raw", u.page(u.handleRaw)},
 		{"GET /jobs/{id}/artifacts", u.page(u.handleArtifacts)},
 		{"POST /jobs/{id}/cancel", u.action(u.handleCancel)},
+		{"POST /jobs/{id}/retry", u.action(u.handleRetry)},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
@@ -140,7 +153,7 @@ func (u *UI) page(h authedHandler) http.HandlerFunc {
 }
 
 // stream serves h to authenticated requests, 401 to others (an event
-// stream is not redirected).
+// stream or a fragment a script fetches is not redirected).
 func (u *UI) stream(h authedHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		cr := u.auth.check(r)
@@ -445,20 +458,45 @@ type jobPage struct {
 	Job        Job
 	Timeline   []phase
 	Cancelable bool
+	Retryable  bool
 	Log        []logNode
 	Live       bool  // the log is followed
+	From       int64 // where the log shown starts (its tail of Config.LogTail)
 	Offset     int64 // where the live log carries on
+	// Earlier, when the log shown does not start at the log's start, is
+	// the button that loads the piece before it.
+	Earlier *earlier
+}
+
+// earlier is a "load earlier" button: it fetches the piece of job JobID's
+// log that ends at To.
+type earlier struct {
+	JobID, To int64
+}
+
+// logRange is what GET /jobs/{id}/log/range answers: a piece of a log,
+// and the button for the piece before it.
+type logRange struct {
+	Earlier *earlier
+	Log     []logNode
 }
 
 func (u *UI) jobPage(cr credentials, j Job) jobPage {
 	return jobPage{
 		base: u.base(fmt.Sprintf("#%d %s", j.ID, j.Name), cr), Job: j, Timeline: timeline(&j),
 		Cancelable: !Finished(j.Status) && j.Status != "canceling",
+		Retryable:  Finished(j.Status),
 	}
 }
 
 // handleJob is GET /jobs/{id}: the job's facts and its log so far, which
 // app.js then follows.
+//
+// Only the log's tail is on the page: its last Config.LogTail bytes, from
+// the first line boundary in them, parsed as if the log started there.
+// Earlier pieces come on demand (handleLogRange). The simplification: a
+// section that started before the tail is not one on the page (its lines
+// are plain lines, its end is ignored), nor are colours set before it.
 func (u *UI) handleJob(w http.ResponseWriter, r *http.Request, cr credentials) {
 	j, ok := u.loadJob(w, r, cr)
 	if !ok {
@@ -466,14 +504,23 @@ func (u *UI) handleJob(w http.ResponseWriter, r *http.Request, cr credentials) {
 	}
 	p := u.jobPage(cr, j)
 	var tree logTree
-	parser := NewParser()
-	size, err := u.cfg.Logs.LogSize(r.Context(), j.ID)
+	ctx := r.Context()
+	size, err := u.cfg.Logs.LogSize(ctx, j.ID)
+	var from int64
 	if err == nil {
-		err = u.readLog(r.Context(), j.ID, 0, size, parser, tree.add)
+		from, err = u.pieceStart(ctx, j.ID, size)
+	}
+	parser := NewParserAt(from)
+	if err == nil {
+		err = u.readLog(ctx, j.ID, from, size, parser, tree.add)
 	}
 	if err != nil {
 		u.fail(w, r, "read log", err)
 		return
+	}
+	p.From = from
+	if from > 0 {
+		p.Earlier = &earlier{JobID: j.ID, To: from}
 	}
 	if Finished(j.Status) {
 		// The status was read first: a final status is stored only after
@@ -484,6 +531,73 @@ func (u *UI) handleJob(w http.ResponseWriter, r *http.Request, cr credentials) {
 	}
 	p.Log, p.Offset = tree.root, parser.Offset()
 	u.render(w, r, http.StatusOK, "job", p)
+}
+
+// handleLogRange is GET /jobs/{id}/log/range?to=N: an HTML fragment, the
+// piece of the log that ends at offset N (the start of a piece the page
+// shows) and starts Config.LogTail before, at a line boundary; with the
+// "load earlier" button of the piece before it, if any. It is parsed on
+// its own, as the tail is (see handleJob).
+func (u *UI) handleLogRange(w http.ResponseWriter, r *http.Request, cr credentials) {
+	j, ok := u.loadJob(w, r, cr)
+	if !ok {
+		return
+	}
+	to, err := strconv.ParseInt(r.URL.Query().Get("to"), 10, 64)
+	if err != nil || to < 0 {
+		u.errorPage(w, r, cr, http.StatusBadRequest, "to must be an offset in the log.")
+		return
+	}
+	ctx := r.Context()
+	size, err := u.cfg.Logs.LogSize(ctx, j.ID)
+	if err != nil {
+		u.fail(w, r, "log size", err)
+		return
+	}
+	to = min(to, size)
+	from, err := u.pieceStart(ctx, j.ID, to)
+	var tree logTree
+	if err == nil {
+		parser := NewParserAt(from)
+		err = u.readLog(ctx, j.ID, from, to, parser, tree.add)
+		parser.Flush(tree.add)
+	}
+	if err != nil {
+		u.fail(w, r, "read log", err)
+		return
+	}
+	tree.cut()
+	p := logRange{Log: tree.root}
+	if from > 0 {
+		p.Earlier = &earlier{JobID: j.ID, To: from}
+	}
+	u.render(w, r, http.StatusOK, "log-range", p)
+}
+
+// pieceStart returns where the piece of job id's log that ends at end
+// starts: 0 when the log up to end is at most Config.LogTail, else the
+// first line boundary at or after end-LogTail (that offset itself when no
+// newline comes within maxLine bytes: a longer line is cut).
+func (u *UI) pieceStart(ctx context.Context, id, end int64) (int64, error) {
+	off := end - u.cfg.LogTail
+	if off <= 0 {
+		return 0, nil
+	}
+	// From the byte before off: a newline there makes off a boundary.
+	rc, err := u.cfg.Logs.OpenLog(ctx, id, off-1)
+	if err != nil {
+		return 0, fmt.Errorf("open log of job %d: %w", id, err)
+	}
+	defer rc.Close()
+	buf := make([]byte, min(maxLine+1, end-off+1))
+	n, err := io.ReadFull(rc, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read log of job %d: %w", id, err)
+	}
+	if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 && off+int64(i) < end {
+		return off + int64(i), nil
+	}
+	return off, nil
 }
 
 // readLog feeds parser job id's log from offset from to offset to.
@@ -547,12 +661,25 @@ func (u *UI) handleArtifacts(w http.ResponseWriter, r *http.Request, cr credenti
 
 // handleCancel is POST /jobs/{id}/cancel: back to the job's page.
 func (u *UI) handleCancel(w http.ResponseWriter, r *http.Request, cr credentials) {
+	u.jobAction(w, r, cr, "cancel", func(ctx context.Context, id int64) (int64, error) {
+		return id, u.cfg.Jobs.CancelJob(ctx, id)
+	})
+}
+
+// handleRetry is POST /jobs/{id}/retry: on to the new job's page.
+func (u *UI) handleRetry(w http.ResponseWriter, r *http.Request, cr credentials) {
+	u.jobAction(w, r, cr, "retry", u.cfg.Jobs.RetryJob)
+}
+
+// jobAction runs act on the job of the request's path and redirects to
+// the page of the job act returns, or answers its error.
+func (u *UI) jobAction(w http.ResponseWriter, r *http.Request, cr credentials, name string, act func(ctx context.Context, id int64) (int64, error)) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
 		u.errorPage(w, r, cr, http.StatusNotFound, "No such job.")
 		return
 	}
-	err = u.cfg.Jobs.CancelJob(r.Context(), id)
+	next, err := act(r.Context(), id)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("There is no job %d.", id))
@@ -561,9 +688,9 @@ func (u *UI) handleCancel(w http.ResponseWriter, r *http.Request, cr credentials
 		u.errorPage(w, r, cr, http.StatusConflict, err.Error())
 		return
 	case err != nil:
-		u.fail(w, r, "cancel job", err)
+		u.fail(w, r, name+" job", err)
 		return
 	}
-	u.log.Info("job cancel requested in the web UI", "job_id", id)
-	http.Redirect(w, r, fmt.Sprintf("/jobs/%d", id), http.StatusSeeOther)
+	u.log.Info("job action in the web UI", "action", name, "job_id", id, "result_job_id", next)
+	http.Redirect(w, r, fmt.Sprintf("/jobs/%d", next), http.StatusSeeOther)
 }

@@ -12,26 +12,34 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/web"
 )
 
 // env is a real coordinator on SQLite in a temporary directory, served
 // over loopback HTTP, with its web UI.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	c     *coordinator.Coordinator
 	srv   *httptest.Server
 	token string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
-	c, err := coordinator.New(t.Context(), slog.New(slog.DiscardHandler), coordinator.Config{DataDir: t.TempDir(), LongPollTimeout: time.Second})
+	return newEnvIn(t, t.TempDir())
+}
+
+// newEnvIn is newEnv with the coordinator's data directory dir.
+func newEnvIn(t testing.TB, dir string) *env {
+	t.Helper()
+	c, err := coordinator.New(t.Context(), slog.New(slog.DiscardHandler), coordinator.Config{DataDir: dir, LongPollTimeout: time.Second})
 	if err != nil {
 		t.Fatalf("coordinator.New = %v", err)
 	}
@@ -128,6 +136,28 @@ func (e *env) patch(id int64, token string, size int, b string) {
 	}
 }
 
+// finish has the runner report job id's final state u (its token set
+// here).
+func (e *env) finish(id int64, token string, u api.UpdateJobRequest) {
+	e.t.Helper()
+	u.Token = token
+	js, _ := json.Marshal(u)
+	resp, b := e.do(e.srv.Client(), "PUT", fmt.Sprintf("/api/v4/jobs/%d", id), map[string]string{"JOB-TOKEN": token, "Content-Type": "application/json"}, bytes.NewReader(js))
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("PUT job %d %s = %d %s", id, u.State, resp.StatusCode, b)
+	}
+}
+
+// status returns job id's status as the admin API tells it.
+func (e *env) status(id int64) string {
+	e.t.Helper()
+	var got struct {
+		Status string `json:"status"`
+	}
+	e.api("GET", fmt.Sprintf("/api/v1/jobs/%d", id), nil, &got)
+	return got.Status
+}
+
 // login signs a browser in through /login?token=.
 func (e *env) login() *http.Client {
 	e.t.Helper()
@@ -222,7 +252,7 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-func TestCancelNeedsCSRF(t *testing.T) {
+func TestCancelAndRetryNeedCSRF(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	var job struct {
@@ -245,20 +275,36 @@ func TestCancelNeedsCSRF(t *testing.T) {
 	if resp, _ := e.do(e.client(), "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode())); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("POST cancel with a csrf token but no session = %d, want 401", resp.StatusCode)
 	}
-	var got struct {
-		Status string `json:"status"`
-	}
-	e.api("GET", fmt.Sprintf("/api/v1/jobs/%d", job.ID), nil, &got)
-	if got.Status != "pending" {
-		t.Fatalf("status after refused cancels = %q, want pending", got.Status)
+	if got := e.status(job.ID); got != "pending" {
+		t.Fatalf("status after refused cancels = %q, want pending", got)
 	}
 	resp, _ := e.do(c, "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("POST cancel with the csrf token = %d, want 303", resp.StatusCode)
 	}
-	e.api("GET", fmt.Sprintf("/api/v1/jobs/%d", job.ID), nil, &got)
-	if got.Status != "canceled" {
-		t.Errorf("status after cancel = %q, want canceled", got.Status)
+	if got := e.status(job.ID); got != "canceled" {
+		t.Errorf("status after cancel = %q, want canceled", got)
+	}
+
+	// The finished job's page offers a retry, CSRF-protected too, which
+	// leads to the new job's page.
+	_, page = e.do(c, "GET", path, nil, nil)
+	if strings.Contains(page, `action="`+path+`/cancel"`) || !strings.Contains(page, `action="`+path+`/retry"`) {
+		t.Fatalf("a canceled job's page: want a retry form and no cancel form:\n%s", page)
+	}
+	if resp, _ := e.do(c, "POST", path+"/retry", form, strings.NewReader(url.Values{"csrf": {"wrong"}}.Encode())); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST retry with a wrong csrf = %d, want 403", resp.StatusCode)
+	}
+	resp, _ = e.do(c, "POST", path+"/retry", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
+	want := fmt.Sprintf("/jobs/%d", job.ID+1)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != want {
+		t.Fatalf("POST retry = %d to %q, want 303 to %s", resp.StatusCode, resp.Header.Get("Location"), want)
+	}
+	if got := e.status(job.ID + 1); got != "pending" {
+		t.Errorf("the retried job = %q, want pending", got)
+	}
+	if resp, _ := e.do(c, "POST", want+"/retry", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode())); resp.StatusCode != http.StatusConflict {
+		t.Errorf("POST retry of a pending job = %d, want 409", resp.StatusCode)
 	}
 }
 
@@ -314,7 +360,7 @@ func TestLiveLog(t *testing.T) {
 		t.Fatalf("job page of a running job has no live log:\n%s", page)
 	}
 	stream := strings.ReplaceAll(m[1], "&amp;", "&")
-	if want := fmt.Sprintf("/jobs/%d/log?offset=%d", id, len(first)); stream != want {
+	if want := fmt.Sprintf("/jobs/%d/log?from=0&offset=%d", id, len(first)); stream != want {
 		t.Errorf("live log URL = %q, want %q", stream, want)
 	}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", e.srv.URL+stream, nil)
@@ -345,10 +391,7 @@ func TestLiveLog(t *testing.T) {
 
 	// The job ends: its last line (no newline) and the end come.
 	e.patch(id, tok, len(first)+len(second), "Job succeeded")
-	js, _ := json.Marshal(api.UpdateJobRequest{Token: tok, State: "success"})
-	if resp, b := e.do(e.srv.Client(), "PUT", fmt.Sprintf("/api/v4/jobs/%d", id), map[string]string{"JOB-TOKEN": tok, "Content-Type": "application/json"}, bytes.NewReader(js)); resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT success = %d %s", resp.StatusCode, b)
-	}
+	e.finish(id, tok, api.UpdateJobRequest{State: "success"})
 	var sawLast bool
 	for ev := range events {
 		if ev.event == "log" && strings.Contains(ev.data, "Job succeeded") {
@@ -372,7 +415,7 @@ func readEvents(r io.Reader) <-chan sseEvent {
 	go func() {
 		defer close(ch)
 		sc := bufio.NewScanner(r)
-		sc.Buffer(nil, 1<<20)
+		sc.Buffer(nil, 64<<20) // a log event carries all the lines that came since the last
 		var ev sseEvent
 		for sc.Scan() {
 			line := sc.Text()
@@ -408,4 +451,135 @@ func next(t *testing.T, events <-chan sseEvent, name string) sseEvent {
 	}
 	t.Fatalf("the stream ended before a %s event", name)
 	return sseEvent{}
+}
+
+// TestLargeLog: a 20 MB log opens at its tail, the page bounded, and the
+// pieces before it come one by one through "load earlier" until the log's
+// start, each line once; the live log carries on from the tail.
+func TestLargeLog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, tok := e.running(map[string]any{"name": "big", "script": []string{"true"}})
+	var log strings.Builder
+	log.WriteString("section_start:1700000000:big_section\r\x1b[0Kthe whole job\n")
+	pad := strings.Repeat("x", 80)
+	var lines []string
+	for i := 0; log.Len() < 20<<20; i++ {
+		l := fmt.Sprintf("line %08d %s", i, pad)
+		lines = append(lines, l)
+		log.WriteString(l + "\n")
+	}
+	log.WriteString("section_end:1700000100:big_section\r\x1b[0K\n")
+	lines = append(lines, "the last line")
+	log.WriteString("the last line\n")
+	raw := log.String()
+	for off := 0; off < len(raw); off += 512 << 10 {
+		e.patch(id, tok, off, raw[off:min(off+512<<10, len(raw))])
+	}
+
+	c := e.login()
+	start := time.Now()
+	_, page := e.do(c, "GET", fmt.Sprintf("/jobs/%d", id), nil, nil)
+	t.Logf("the page of a %d-byte log: %d bytes in %v", len(raw), len(page), time.Since(start))
+	if len(page) > 1<<20 {
+		t.Errorf("the page is %d bytes, want under 1 MiB", len(page))
+	}
+	rangeRE := regexp.MustCompile(`data-range="/jobs/\d+/log/range\?to=(\d+)"`)
+	eventsRE := regexp.MustCompile(`data-events="/jobs/\d+/log\?from=(\d+)&(?:amp;)?offset=(\d+)"`)
+	m, ev := rangeRE.FindStringSubmatch(page), eventsRE.FindStringSubmatch(page)
+	if m == nil || ev == nil {
+		i := strings.Index(page, `id="log"`)
+		t.Fatalf("the page has no load earlier button or no live log:\n%.600s", page[max(i, 0):])
+	}
+	from, size := atoi(t, ev[1]), atoi(t, ev[2])
+	if atoi(t, m[1]) != from || size != len(raw) || from < len(raw)-web.DefaultLogTail || raw[from-1] != '\n' {
+		t.Errorf("the tail starts at %s, the live log at %d from %d: want a line start in the last %d bytes, the log's end", m[1], size, from, web.DefaultLogTail)
+	}
+	// A section that started before the tail is not one on the page.
+	if strings.Contains(page, `data-name="big_section"`) || strings.Contains(page, "line 00000000 ") {
+		t.Error("the page shows the log's start")
+	}
+
+	lineRE := regexp.MustCompile(`<div class="ln">([^<]*)</div>`)
+	var got []string
+	for _, m := range lineRE.FindAllStringSubmatch(page, -1) {
+		got = append(got, m[1])
+	}
+	to, pieces := from, 0
+	for to > 0 {
+		pieces++
+		resp, piece := e.do(c, "GET", fmt.Sprintf("/jobs/%d/log/range?to=%d", id, to), nil, nil)
+		if resp.StatusCode != http.StatusOK || len(piece) > 1<<20 {
+			t.Fatalf("range to %d = %d, %d bytes", to, resp.StatusCode, len(piece))
+		}
+		var before []string
+		for _, m := range lineRE.FindAllStringSubmatch(piece, -1) {
+			before = append(before, m[1])
+		}
+		got = append(before, got...)
+		m := rangeRE.FindStringSubmatch(piece)
+		if m == nil {
+			// The first piece: the section, which had not ended in it.
+			if !strings.Contains(piece, `<details class="sec" data-name="big_section" open><summary><span class="sec-head">the whole job</span><span class="sec-dur"></span>`) {
+				t.Errorf("the first piece does not show its unfinished section as such:\n%.500s", piece)
+			}
+			break
+		}
+		next := atoi(t, m[1])
+		if next >= to || to-next > web.DefaultLogTail || raw[next-1] != '\n' {
+			t.Fatalf("the piece before %d starts at %d: want a line start at most %d before", to, next, web.DefaultLogTail)
+		}
+		to = next
+	}
+	if want := len(raw)/web.DefaultLogTail + 1; pieces < want-1 || pieces > want+1 {
+		t.Errorf("%d pieces, want about %d", pieces, want)
+	}
+	if len(got) != len(lines) {
+		t.Fatalf("the pieces have %d lines, want %d", len(got), len(lines))
+	}
+	for i := range lines {
+		if got[i] != lines[i] {
+			t.Fatalf("line %d = %q, want %q", i, got[i], lines[i])
+		}
+	}
+
+	// The live log carries on from the tail.
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", fmt.Sprintf("%s/jobs/%d/log?from=%d&offset=%d", e.srv.URL, id, from, size), nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := readEvents(resp.Body)
+	e.patch(id, tok, len(raw), "one more\n")
+	if got := next(t, events, "log"); got.data != `[{"t":"line","h":"one more"}]` {
+		t.Errorf("live log after the tail = %s", got.data)
+	}
+
+	// Once the log grew by 8 tails past the page's start, the stream
+	// tells the page to start over at the new tail.
+	more, at := strings.Repeat(lines[0]+"\n", (1<<20-1)/(len(lines[0])+1)), len(raw)+len("one more\n")
+	for at-from <= 8*web.DefaultLogTail {
+		e.patch(id, tok, at, more)
+		at += len(more)
+	}
+	next(t, events, "tail")
+
+	for _, q := range []string{"to=x", "to=-1"} {
+		if resp, _ := e.do(c, "GET", fmt.Sprintf("/jobs/%d/log/range?%s", id, q), nil, nil); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("range %s = %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if resp, _ := e.do(e.client(), "GET", fmt.Sprintf("/jobs/%d/log/range?to=10", id), nil, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("range without a session = %d, want 401", resp.StatusCode)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -94,6 +94,16 @@
       es.close();
       window.location.reload();
     });
+    // The log grew far past the page's start: the page starts over at
+    // its new tail, or says so when the reader is not following.
+    es.addEventListener("tail", function () {
+      es.close();
+      if (following()) {
+        window.location.reload();
+      } else if (state) {
+        state.textContent = "the log moved on: reload to follow it";
+      }
+    });
     es.addEventListener("done", function () {
       es.close();
       if (state) {
@@ -112,6 +122,32 @@
     };
   }
 
+  // "load earlier": the piece of the log before the first one shown, as
+  // HTML the server made, in place of the button (the piece has a button
+  // of its own when the log goes back further).
+  function loadEarlier(log) {
+    log.addEventListener("click", function (e) {
+      const button = e.target.closest("button[data-range]");
+      if (!button || button.disabled) {
+        return;
+      }
+      button.disabled = true;
+      fetch(button.dataset.range, { credentials: "same-origin" }).then(function (resp) {
+        if (!resp.ok) {
+          throw new Error(resp.status + " " + resp.statusText);
+        }
+        return resp.text();
+      }).then(function (html) {
+        const holder = button.closest(".earlier");
+        holder.insertAdjacentHTML("beforebegin", html);
+        holder.remove();
+      }).catch(function (err) {
+        button.disabled = false;
+        button.textContent = "load earlier (failed: " + err.message + "; retry)";
+      });
+    });
+  }
+
   function setAll(open) {
     for (const d of document.querySelectorAll("#log details.sec")) {
       d.open = open;
@@ -124,6 +160,9 @@
       liveRows(rows);
     }
     const log = document.getElementById("log");
+    if (log) {
+      loadEarlier(log);
+    }
     if (log && log.dataset.events) {
       liveLog(log);
       if (following()) {
