@@ -169,6 +169,8 @@ func TestBrowser(t *testing.T) {
 	t.Run("Cancel", func(t *testing.T) { testBrowserCancel(t, browser) })
 	t.Run("XSS", func(t *testing.T) { testBrowserXSS(t, browser) })
 	t.Run("Screenshots", func(t *testing.T) { testBrowserScreenshots(t, browser) })
+	t.Run("RunnersLive", func(t *testing.T) { testBrowserRunnersLive(t, browser) })
+	t.Run("FleetLive", func(t *testing.T) { testBrowserFleetLive(t, browser) })
 }
 
 // testBrowserLogin: a page without a session leads to the form, which

@@ -66,6 +66,20 @@ func (f *simFleet) advance(t *testing.T, d time.Duration) {
 	}
 }
 
+// acquire has a job take a slot on a ready instance.
+func (f *simFleet) acquire(t *testing.T) *autoscale.Acquisition {
+	t.Helper()
+	r, err := f.pool.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.pool.TryAcquire(r)
+	if err != nil || a == nil {
+		t.Fatalf("TryAcquire = %v, %v", a, err)
+	}
+	return a
+}
+
 func get(t *testing.T, url string) string {
 	t.Helper()
 	code, body := getStatus(t, url)
@@ -131,15 +145,7 @@ func TestFleetPage(t *testing.T) {
 
 	// Booted, then one in use by a job.
 	f.advance(t, 2*time.Minute)
-	r, err := f.pool.Reserve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := f.pool.TryAcquire(r)
-	if err != nil || a == nil {
-		t.Fatalf("TryAcquire = %v, %v", a, err)
-	}
-	defer f.pool.Release(a)
+	defer f.pool.Release(f.acquire(t))
 	f.advance(t, 15*time.Second)
 	page = get(t, srv.URL+"/fleet")
 	// One in use; the policy creates one more for the idle target.

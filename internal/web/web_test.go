@@ -39,7 +39,20 @@ func newEnv(t testing.TB) *env {
 // newEnvIn is newEnv with the coordinator's data directory dir.
 func newEnvIn(t testing.TB, dir string) *env {
 	t.Helper()
-	c, err := coordinator.New(t.Context(), slog.New(slog.DiscardHandler), coordinator.Config{DataDir: dir, LongPollTimeout: time.Second})
+	return newEnvWith(t, coordinator.Config{DataDir: dir})
+}
+
+// newEnvWith is newEnv with the coordinator's configuration cfg: a
+// temporary data directory and a long poll of 1 s unless set.
+func newEnvWith(t testing.TB, cfg coordinator.Config) *env {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.LongPollTimeout == 0 {
+		cfg.LongPollTimeout = time.Second
+	}
+	c, err := coordinator.New(t.Context(), slog.New(slog.DiscardHandler), cfg)
 	if err != nil {
 		t.Fatalf("coordinator.New = %v", err)
 	}
