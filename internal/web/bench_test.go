@@ -156,3 +156,53 @@ func BenchmarkLogPage100MB(b *testing.B) {
 	})
 	b.Run("raw", func(b *testing.B) { timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d/raw", id)) })
 }
+
+// BenchmarkLiveLogLatency is the time from a runner's PATCH of a trace
+// chunk to its line in a browser that follows the job's page: headless
+// Chromium, a MutationObserver on the log recording when each marker
+// line appears (performance.timeOrigin + performance.now(), the same wall
+// clock as the test's time.Now just before the PATCH). One line per
+// iteration, each awaited before the next; p50 and p99 reported.
+func BenchmarkLiveLogLatency(b *testing.B) {
+	browser := startBrowser(b)
+	e := newEnv(b)
+	id, tok := e.running(map[string]any{"name": "latency", "script": []string{"true"}})
+	first := "the first line\n"
+	e.patch(id, tok, 0, first)
+	pg := newTab(b, browser, e)
+	pg.login()
+	pg.do("the job page",
+		pg.open(fmt.Sprintf("/jobs/%d", id)),
+		until(logHas("the first line")),
+		until(`document.getElementById('log-state').textContent === 'live'`),
+		script(`window.__seen = {};
+			new MutationObserver(records => {
+				const at = performance.timeOrigin + performance.now();
+				for (const r of records) {
+					const nodes = r.type === 'characterData' ? [r.target] : Array.from(r.addedNodes);
+					for (const n of nodes) {
+						for (const m of (n.textContent || '').matchAll(/mark-(\d+)-end/g)) {
+							if (!(m[1] in window.__seen)) window.__seen[m[1]] = at;
+						}
+					}
+				}
+			}).observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true})`),
+	)
+	size := len(first)
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		line := fmt.Sprintf("line %d mark-%d-end\n", i, i)
+		sent := time.Now()
+		e.patch(id, tok, size, line)
+		size += len(line)
+		pg.do("the line", until(fmt.Sprintf(`window.__seen[%d] !== undefined`, i)))
+		seen := eval[float64](pg, fmt.Sprintf(`window.__seen[%d]`, i))
+		lat = append(lat, time.Duration(seen*float64(time.Millisecond))-time.Duration(sent.UnixNano()))
+		i++
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+}

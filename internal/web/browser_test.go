@@ -44,7 +44,7 @@ func chromePath() string {
 
 // startBrowser starts headless Chromium for the test, or skips it when
 // there is none; the browser stops when the test ends.
-func startBrowser(t *testing.T) context.Context {
+func startBrowser(t testing.TB) context.Context {
 	t.Helper()
 	path := chromePath()
 	if path == "" {
@@ -70,12 +70,12 @@ func startBrowser(t *testing.T) context.Context {
 // tab is a browser tab with a cookie jar of its own (a new browser
 // context), on env e's coordinator.
 type tab struct {
-	t   *testing.T
+	t   testing.TB
 	e   *env
 	ctx context.Context
 }
 
-func newTab(t *testing.T, browser context.Context, e *env) *tab {
+func newTab(t testing.TB, browser context.Context, e *env) *tab {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(browser, chromedp.WithNewBrowserContext())
 	ctx, cancelT := context.WithTimeout(ctx, browserTimeout)
