@@ -23,11 +23,11 @@ import (
 
 // Config configures New. Zero values mean the documented defaults.
 type Config struct {
-	DataDir         string        // SQLite db + traces live here; created 0700
-	AdminToken      string        // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
+	DataDir    string // SQLite db + traces live here; created 0700
+	AdminToken string // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
 	// ViewerToken signs in to the web pages read-only (no cancel, retry,
 	// pause or delete); "" = read DataDir/viewer-token, or create it.
-	ViewerToken string
+	ViewerToken     string
 	LongPollTimeout time.Duration // default 50s
 	StaleTimeout    time.Duration // running job with no PUT/PATCH from its runner for this long -> failed runner_system_failure; default 10m
 	TimeoutGrace    time.Duration // running job older than its timeout + grace -> failed job_execution_timeout; default 5m

@@ -202,8 +202,8 @@ type base struct {
 	SignedIn bool
 	// Admin is set when the actions' buttons are shown (not for a viewer).
 	Admin bool
-	CSRF     string // of the session; "" for bearer requests
-	Home     string // where the brand links; "" = /jobs
+	CSRF  string // of the session; "" for bearer requests
+	Home  string // where the brand links; "" = /jobs
 }
 
 func (u *UI) base(title string, cr credentials) base {
