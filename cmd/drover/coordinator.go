@@ -105,7 +105,8 @@ The web UI is served at / on the same address: the jobs, filtered by
 status and project, and each job's log as it runs, its timeline, cancel
 and downloads. Sign in with the admin token (the form at /login, or a link
 /login?token=ADMIN_TOKEN&next=/jobs); scripts may send it as
-Authorization: Bearer.`,
+Authorization: Bearer. DATA/viewer-token (or DROVER_VIEWER_TOKEN) signs in
+read-only: every page, no cancel, retry, pause or delete.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -155,6 +156,7 @@ Authorization: Bearer.`,
 				Store:                  st,
 				DataDir:                data,
 				AdminToken:             os.Getenv("DROVER_ADMIN_TOKEN"),
+				ViewerToken:            os.Getenv("DROVER_VIEWER_TOKEN"),
 				LongPollTimeout:        longPoll,
 				StaleTimeout:           stale,
 				TimeoutGrace:           grace,

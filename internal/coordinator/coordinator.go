@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -22,8 +23,11 @@ import (
 
 // Config configures New. Zero values mean the documented defaults.
 type Config struct {
-	DataDir         string        // SQLite db + traces live here; created 0700
-	AdminToken      string        // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
+	DataDir    string // SQLite db + traces live here; created 0700
+	AdminToken string // "" = read DataDir/admin-token, or create it (random, mode 0600) on first start
+	// ViewerToken signs in to the web pages read-only (no cancel, retry,
+	// pause or delete); "" = read DataDir/viewer-token, or create it.
+	ViewerToken     string
 	LongPollTimeout time.Duration // default 50s
 	StaleTimeout    time.Duration // running job with no PUT/PATCH from its runner for this long -> failed runner_system_failure; default 10m
 	TimeoutGrace    time.Duration // running job older than its timeout + grace -> failed job_execution_timeout; default 5m
@@ -112,6 +116,7 @@ type Coordinator struct {
 
 	adminToken     string
 	adminTokenPath string
+	viewerToken    string
 	regToken       string
 
 	// served remembers when each project (by id) last got a job handed
@@ -240,6 +245,22 @@ func (c *Coordinator) open(ctx context.Context) error {
 			return fmt.Errorf("coordinator: admin token: %w", err)
 		}
 	}
+	viewerFile := filepath.Join(cfg.DataDir, "viewer-token")
+	switch {
+	case cfg.ViewerToken != "":
+		c.viewerToken = cfg.ViewerToken
+	case c.shared != nil:
+		if c.viewerToken, err = c.sharedToken(ctx, "viewer_token", viewerFile, "drover-viewer-"); err != nil {
+			return err
+		}
+	default:
+		if c.viewerToken, err = runnerapi.ReadOrCreateToken(viewerFile, "drover-viewer-"); err != nil {
+			return fmt.Errorf("coordinator: viewer token: %w", err)
+		}
+	}
+	if c.viewerToken == c.adminToken {
+		return errors.New("coordinator: the viewer token is the admin token: give them different values")
+	}
 	if c.shared != nil {
 		c.regToken, err = c.sharedToken(ctx, "registration_token", regFile, "GR1348941")
 	} else {
@@ -361,6 +382,9 @@ func (c *Coordinator) Close() error {
 
 // AdminToken returns the bearer token of the admin API v1.
 func (c *Coordinator) AdminToken() string { return c.adminToken }
+
+// ViewerToken returns the token that signs in to the web pages read-only.
+func (c *Coordinator) ViewerToken() string { return c.viewerToken }
 
 // AdminTokenPath returns the file the admin token was read from or written
 // to, or "" when it came from Config.

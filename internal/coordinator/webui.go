@@ -21,7 +21,7 @@ import (
 func (c *Coordinator) webUI() (*web.UI, error) {
 	src := webSource{c}
 	ui, err := web.New(c.log.With("component", "web"), web.Config{
-		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken,
+		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken, ViewerToken: c.viewerToken,
 		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src,
 	})
 	if err != nil {

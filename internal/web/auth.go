@@ -17,12 +17,14 @@ import (
 
 // Authentication.
 //
-// The pages have one user: whoever holds the admin token. A request is
-// authenticated by the token itself (Authorization: Bearer, for scripts
-// and tests) or by a session cookie that /login gives for the token.
+// The pages have two kinds of user: whoever holds the admin token, and,
+// when the coordinator has one, whoever holds the viewer token, who sees
+// every page but can take no action (cancel, retry, pause, delete). A
+// request is authenticated by a token itself (Authorization: Bearer, for
+// scripts and tests) or by a session cookie that /login gives for it.
 //
-// Sessions are not stored: the cookie is an expiry time and a random
-// nonce, signed with an HMAC keyed by the admin token. Every coordinator
+// Sessions are not stored: the cookie is an expiry time, the role and a
+// random nonce, signed with an HMAC keyed by the admin token. Every coordinator
 // with the same token accepts it, a coordinator restart keeps it, and a
 // new admin token ends every session. A session cannot be revoked before
 // it expires other than by changing the token: logout only drops the
@@ -43,9 +45,16 @@ const (
 )
 
 type auth struct {
-	token string
-	clock clock.Clock
+	token  string
+	viewer string // "" = no viewer token
+	clock  clock.Clock
 }
+
+// Roles, as a session cookie records them.
+const (
+	roleAdmin  = "a"
+	roleViewer = "v"
+)
 
 func (a *auth) mac(parts ...string) string {
 	m := hmac.New(sha256.New, []byte(a.token))
@@ -62,30 +71,44 @@ func (a *auth) tokenOK(tok string) bool {
 	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.token)) == 1
 }
 
-// newSession returns the value of a new session cookie.
-func (a *auth) newSession() string {
-	exp := strconv.FormatInt(a.clock.Now().Add(sessionTTL).Unix(), 10)
-	nonce := randomString()
-	return exp + "." + nonce + "." + a.mac("session", exp, nonce)
+// role returns the role tok signs in as: roleAdmin, roleViewer, or "".
+func (a *auth) role(tok string) string {
+	switch {
+	case a.tokenOK(tok):
+		return roleAdmin
+	case tok != "" && a.viewer != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.viewer)) == 1:
+		return roleViewer
+	}
+	return ""
 }
 
-// sessionOK reports whether v is a session cookie this token signed and
-// that has not expired.
-func (a *auth) sessionOK(v string) bool {
-	exp, rest, ok := strings.Cut(v, ".")
-	if !ok {
-		return false
+// newSession returns the value of a new session cookie for role.
+func (a *auth) newSession(role string) string {
+	exp := strconv.FormatInt(a.clock.Now().Add(sessionTTL).Unix(), 10)
+	nonce := randomString()
+	return exp + "." + role + "." + nonce + "." + a.mac("session", exp, role, nonce)
+}
+
+// session returns the role of session cookie v, or "" when this token did
+// not sign it, it has expired, or its role is one the coordinator no
+// longer has (a viewer session once the viewer token is gone).
+func (a *auth) session(v string) string {
+	parts := strings.Split(v, ".")
+	if len(parts) != 4 {
+		return ""
 	}
-	nonce, sig, ok := strings.Cut(rest, ".")
-	if !ok {
-		return false
-	}
-	want := a.mac("session", exp, nonce)
+	exp, role, nonce, sig := parts[0], parts[1], parts[2], parts[3]
+	want := a.mac("session", exp, role, nonce)
 	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
-		return false
+		return ""
 	}
-	n, err := strconv.ParseInt(exp, 10, 64)
-	return err == nil && a.clock.Now().Unix() < n
+	if n, err := strconv.ParseInt(exp, 10, 64); err != nil || a.clock.Now().Unix() >= n {
+		return ""
+	}
+	if role == roleAdmin || role == roleViewer && a.viewer != "" {
+		return role
+	}
+	return ""
 }
 
 // csrf is the CSRF token of session value v.
@@ -94,6 +117,9 @@ func (a *auth) csrf(session string) string { return a.mac("csrf", session) }
 // credentials is how a request authenticated.
 type credentials struct {
 	ok bool
+	// admin is set for the admin token and its sessions; a viewer's
+	// requests are ok but not admin.
+	admin bool
 	// bad is set when the request carried a bearer token that is wrong.
 	bad bool
 	// session is the session cookie's value; "" when the request came
@@ -104,13 +130,15 @@ type credentials struct {
 func (a *auth) check(r *http.Request) credentials {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, found := strings.CutPrefix(h, "Bearer ")
-		if found && a.tokenOK(tok) {
-			return credentials{ok: true}
+		if role := a.role(tok); found && role != "" {
+			return credentials{ok: true, admin: role == roleAdmin}
 		}
 		return credentials{bad: true}
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil && a.sessionOK(c.Value) {
-		return credentials{ok: true, session: c.Value}
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		if role := a.session(c.Value); role != "" {
+			return credentials{ok: true, admin: role == roleAdmin, session: c.Value}
+		}
 	}
 	return credentials{}
 }

@@ -69,6 +69,15 @@ const (
 
 var sectionRE = regexp.MustCompile(`section_(start|end):(\d{1,12}):([A-Za-z0-9_.-]{1,100})(\[[^\]\r\n]{0,200}\])?\r\x1b\[0K`)
 
+// GitLab Runner 19 starts every line of a log, and every part of one
+// after a carriage return, with a timestamp and a stream tag
+// ("2025-07-04T10:08:01.123456Z 00O "). The page shows the line's time
+// (UTC, to the second) in a span of its own and drops the rest.
+var (
+	stampRE      = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.[0-9]{1,9})?Z [0-9a-f]{2}[OE]\+? `)
+	innerStampRE = regexp.MustCompile(`\r[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z [0-9a-f]{2}[OE]\+? `)
+)
+
 type openSection struct {
 	name  string
 	start int64 // unix seconds
@@ -143,16 +152,31 @@ func (p *Parser) Flush(emit func(Event)) {
 func (p *Parser) line(b []byte, n int64, emit func(Event)) {
 	p.offset += n
 	end := p.offset
+	stamp := ""
+	if m := stampRE.FindSubmatchIndex(b); m != nil {
+		// Digits and colons only: safe as it is.
+		stamp = `<span class="ts">` + string(b[m[2]:m[3]]) + `</span>`
+		b = b[m[1]:]
+	}
+	if bytes.IndexByte(b, '\r') >= 0 && innerStampRE.Match(b) {
+		b = innerStampRE.ReplaceAll(b, []byte("\r"))
+	}
+	html := func(t []byte) string {
+		if h := p.ansi.line(t); h != "" {
+			return stamp + h
+		}
+		return "" // an empty header still shows its section's name
+	}
 	marks := sectionRE.FindAllSubmatchIndex(b, -1)
 	if len(marks) == 0 {
-		emit(Event{Kind: EventLine, HTML: p.ansi.line(b), End: end})
+		emit(Event{Kind: EventLine, HTML: html(b), End: end})
 		return
 	}
 	// Text before the first marker is a line of its own; text after a
 	// start marker is that section's header; text after an end marker is
 	// a line again.
 	if pre := b[:marks[0][0]]; len(trimCR(pre)) > 0 {
-		emit(Event{Kind: EventLine, HTML: p.ansi.line(pre), End: end})
+		emit(Event{Kind: EventLine, HTML: html(pre), End: end})
 	}
 	for k, m := range marks {
 		textEnd := len(b)
@@ -166,18 +190,18 @@ func (p *Parser) line(b []byte, n int64, emit func(Event)) {
 		if kind == "start" {
 			if len(p.open) >= maxDepth {
 				if len(trimCR(text)) > 0 {
-					emit(Event{Kind: EventLine, HTML: p.ansi.line(text), End: end})
+					emit(Event{Kind: EventLine, HTML: html(text), End: end})
 				}
 				continue
 			}
 			collapsed := m[8] >= 0 && bytes.Contains(b[m[8]:m[9]], []byte("collapsed=true"))
 			p.open = append(p.open, openSection{name: name, start: at})
-			emit(Event{Kind: EventStart, Name: name, Collapsed: collapsed, HTML: p.ansi.line(text), End: end})
+			emit(Event{Kind: EventStart, Name: name, Collapsed: collapsed, HTML: html(text), End: end})
 			continue
 		}
 		p.end(name, at, end, emit)
 		if len(trimCR(text)) > 0 {
-			emit(Event{Kind: EventLine, HTML: p.ansi.line(text), End: end})
+			emit(Event{Kind: EventLine, HTML: html(text), End: end})
 		}
 	}
 }

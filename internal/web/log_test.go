@@ -122,6 +122,21 @@ func TestParserSections(t *testing.T) {
 			},
 		},
 		{
+			name: "GitLab Runner 19's line timestamps: the time shown, the tag dropped",
+			log: "2025-07-04T10:08:01.123456Z 00O hello\n" +
+				"2025-07-04T10:08:02.5Z 01E+ " + start(1, "s") + "\x1b[32mhead\x1b[0m\n" +
+				"2025-07-04T10:08:03Z 00O " + start(2, "t") + "\n" +
+				"2025-07-04T10:08:04Z 00O 10%\r2025-07-04T10:08:05Z 00O+ 100%\n" +
+				"2025-07-04T10:08:0 00O not a stamp\n",
+			want: []Event{
+				line(`<span class="ts">10:08:01</span>hello`, 38),
+				{Kind: EventStart, Name: "s", HTML: `<span class="ts">10:08:02</span><span class="fg-2">head</span>`, End: 102},
+				{Kind: EventStart, Name: "t", End: 145},
+				line(`<span class="ts">10:08:04</span>100%`, 199), // a carriage return overwrites, as in a terminal
+				line("2025-07-04T10:08:0 00O not a stamp", 234),
+			},
+		},
+		{
 			name: "end of no open section is ignored",
 			log:  end(5, "nope") + "\n",
 			want: nil,
@@ -188,6 +203,7 @@ func TestParserLongLineAndDepth(t *testing.T) {
 func FuzzParser(f *testing.F) {
 	f.Add("plain\n", 3)
 	f.Add(start(1, "a")+"\x1b[31;1mhead\x1b[0;m\n<script>alert(1)</script>\n"+end(2, "a")+"\n", 5)
+	f.Add("2025-07-04T10:08:01.5Z 00O "+start(1, "a")+"x\n2025-07-04T10:08:02Z 00E+ a\r2025-07-04T10:08:03Z 00O <b>\n", 7)
 	f.Add("\x1b[38;5;300m\x1b]0;title\x07\x1b[1", 1)
 	f.Add("a\rb\r\n\xff\xfe&amp;", 2)
 	f.Fuzz(func(t *testing.T, log string, n int) {

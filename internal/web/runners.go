@@ -125,9 +125,9 @@ func (u *UI) mountRunners(m Mounter) {
 	}{
 		{"GET /runners", u.page(u.handleRunners)},
 		{"GET /runners/events", u.stream(u.handleRunnersEvents)},
-		{"POST /runners/{id}/pause", u.action(u.handleRunnerPause(true))},
-		{"POST /runners/{id}/resume", u.action(u.handleRunnerPause(false))},
-		{"POST /runners/{id}/delete", u.action(u.handleRunnerDelete)},
+		{"POST /runners/{id}/pause", u.adminAction(u.handleRunnerPause(true))},
+		{"POST /runners/{id}/resume", u.adminAction(u.handleRunnerPause(false))},
+		{"POST /runners/{id}/delete", u.adminAction(u.handleRunnerDelete)},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}

@@ -27,6 +27,8 @@ type Config struct {
 	Notifier Notifier
 	// AdminToken is the token the pages accept (required).
 	AdminToken string
+	// ViewerToken, if set, signs in read-only: every page, no action.
+	ViewerToken string
 	// Artifacts, if set, serves GET /jobs/{id}/artifacts (query
 	// artifact_type, default archive) once the pages authenticated the
 	// request: the download of a job's artifact.
@@ -76,7 +78,7 @@ func New(logger *slog.Logger, cfg Config) (*UI, error) {
 	}
 	return &UI{
 		log: cmp.Or(logger, slog.New(slog.DiscardHandler)), cfg: cfg, tmpl: t,
-		auth: auth{token: cfg.AdminToken, clock: cfg.Clock},
+		auth: auth{token: cfg.AdminToken, viewer: cfg.ViewerToken, clock: cfg.Clock},
 	}, nil
 }
 
@@ -107,8 +109,8 @@ func (u *UI) Mount(m Mounter) {
 		{"GET /jobs/{id}/log/range", u.stream(u.handleLogRange)},
 		{"GET /jobs/{id}/raw", u.page(u.handleRaw)},
 		{"GET /jobs/{id}/artifacts", u.page(u.handleArtifacts)},
-		{"POST /jobs/{id}/cancel", u.action(u.handleCancel)},
-		{"POST /jobs/{id}/retry", u.action(u.handleRetry)},
+		{"POST /jobs/{id}/cancel", u.adminAction(u.handleCancel)},
+		{"POST /jobs/{id}/retry", u.adminAction(u.handleRetry)},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
@@ -143,7 +145,7 @@ func (u *UI) page(h authedHandler) http.HandlerFunc {
 		cr := u.auth.check(r)
 		switch {
 		case cr.bad:
-			http.Error(w, "invalid admin token", http.StatusForbidden)
+			http.Error(w, "invalid token", http.StatusForbidden)
 		case !cr.ok:
 			http.Redirect(w, r, "/login?"+url.Values{"next": {r.URL.RequestURI()}}.Encode(), http.StatusSeeOther)
 		default:
@@ -183,16 +185,29 @@ func (u *UI) action(h authedHandler) http.HandlerFunc {
 	}
 }
 
+// adminAction is action for what only the admin may do: a viewer gets 403.
+func (u *UI) adminAction(h authedHandler) http.HandlerFunc {
+	return u.action(func(w http.ResponseWriter, r *http.Request, cr credentials) {
+		if !cr.admin {
+			http.Error(w, "read-only sign-in (viewer token): sign in with the admin token to do this", http.StatusForbidden)
+			return
+		}
+		h(w, r, cr)
+	})
+}
+
 // base is what every page's header needs.
 type base struct {
 	Title    string
 	SignedIn bool
-	CSRF     string // of the session; "" for bearer requests
-	Home     string // where the brand links; "" = /jobs
+	// Admin is set when the actions' buttons are shown (not for a viewer).
+	Admin bool
+	CSRF  string // of the session; "" for bearer requests
+	Home  string // where the brand links; "" = /jobs
 }
 
 func (u *UI) base(title string, cr credentials) base {
-	b := base{Title: title, SignedIn: cr.ok}
+	b := base{Title: title, SignedIn: cr.ok, Admin: cr.admin}
 	if cr.session != "" {
 		b.CSRF = u.auth.csrf(cr.session)
 	}
@@ -263,11 +278,12 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 		u.loginForm(w, r, http.StatusOK, "", to)
 		return
 	}
-	if !u.auth.tokenOK(tok) {
-		u.loginForm(w, r, http.StatusForbidden, "That is not the admin token.", to)
+	role := u.auth.role(tok)
+	if role == "" {
+		u.loginForm(w, r, http.StatusForbidden, "That is not the admin token (nor the viewer token).", to)
 		return
 	}
-	setCookie(w, r, sessionCookie, u.auth.newSession(), sessionTTL)
+	setCookie(w, r, sessionCookie, u.auth.newSession(role), sessionTTL)
 	setCookie(w, r, loginCookie, "", -1)
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }

@@ -596,3 +596,67 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestViewerReadOnly: the coordinator's viewer token signs in (by link and
+// as a bearer) to every page, without the action buttons, and every action
+// is refused with 403 even with the right CSRF token; the admin's session
+// still acts.
+func TestViewerReadOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	viewer := e.c.ViewerToken()
+	if viewer == "" || viewer == e.token {
+		t.Fatalf("viewer token %q (admin %q): want one of its own", viewer, e.token)
+	}
+	var job struct {
+		ID int64 `json:"id"`
+	}
+	e.api("POST", "/api/v1/jobs", map[string]any{"name": "j", "script": []string{"true"}}, &job)
+	path := fmt.Sprintf("/jobs/%d", job.ID)
+
+	c := e.client()
+	resp, _ := e.do(c, "GET", "/login?"+url.Values{"token": {viewer}, "next": {path}}.Encode(), nil, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != path {
+		t.Fatalf("viewer login = %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, p := range []string{"/jobs", path, "/runners"} {
+		resp, page := e.do(c, "GET", p, nil, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("viewer GET %s = %d", p, resp.StatusCode)
+		}
+		if strings.Contains(page, "/cancel\"") || strings.Contains(page, "/retry\"") || strings.Contains(page, "/pause\"") || strings.Contains(page, "/delete\"") {
+			t.Errorf("viewer's %s shows an action form:\n%s", p, page)
+		}
+	}
+	_, page := e.do(c, "GET", path, nil, nil)
+	m := csrfRE.FindStringSubmatch(page) // the sign-out form's
+	if m == nil {
+		t.Fatalf("no csrf token on the viewer's page:\n%s", page)
+	}
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	if resp, _ := e.do(c, "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode())); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("viewer cancel = %d, want 403", resp.StatusCode)
+	}
+	if resp, _ := e.do(e.client(), "POST", path+"/cancel", map[string]string{"Authorization": "Bearer " + viewer}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("viewer bearer cancel = %d, want 403", resp.StatusCode)
+	}
+	if resp, _ := e.do(e.client(), "GET", "/jobs", map[string]string{"Authorization": "Bearer " + viewer}, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("viewer bearer GET /jobs = %d, want 200", resp.StatusCode)
+	}
+	if got := e.status(job.ID); got != "pending" {
+		t.Fatalf("a viewer changed the job: %q", got)
+	}
+	if resp, _ := e.do(c, "POST", "/logout", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode())); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("viewer sign-out = %d, want 303", resp.StatusCode)
+	}
+	// The admin's session sees and uses the buttons.
+	a := e.login()
+	_, page = e.do(a, "GET", path, nil, nil)
+	am := csrfRE.FindStringSubmatch(page)
+	if !strings.Contains(page, path+"/cancel\"") || am == nil {
+		t.Fatalf("the admin's page lacks the cancel form:\n%s", page)
+	}
+	if resp, _ := e.do(a, "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {am[1]}}.Encode())); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("admin cancel = %d, want 303", resp.StatusCode)
+	}
+}
