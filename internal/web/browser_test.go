@@ -487,26 +487,10 @@ func testBrowserScreenshots(t *testing.T, browser context.Context) {
 	e.patch(live, tok, 0, "section_start:1700000100:step_script\r\x1b[0K\x1b[36;1mExecuting \"step_script\"\x1b[0;m\nuploading...\n")
 	e.api("POST", "/api/v1/jobs", map[string]any{"name": "package", "project": "group/app", "stage": "deploy", "tags": []string{"arm64"}, "script": []string{"true"}}, nil)
 
-	dirs := []string{t.ArtifactDir()}
-	if os.Getenv("DROVER_UPDATE_SCREENSHOTS") == "1" {
-		dirs = append(dirs, filepath.Join("..", "..", "docs", "img"))
-	}
 	b := newTab(t, browser, e)
 	b.do("a 1200×800 viewport", chromedp.EmulateViewport(1200, 800))
 	b.login()
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		for _, d := range dirs {
-			if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		t.Logf("%s: %d bytes in %v", name, len(png), dirs)
-	}
+	shot := func(name string) { t.Helper(); b.screenshot(name) }
 	b.do("the jobs page", until(`document.querySelectorAll('#job-rows tr').length === 7`))
 	shot("web-jobs.png")
 	b.do("the job page",
@@ -517,4 +501,27 @@ func testBrowserScreenshots(t *testing.T, browser context.Context) {
 		script(`window.scrollTo(0, 0)`),
 	)
 	shot("web-job.png")
+	screenshotRunners(t, browser)
+	screenshotFleet(t, browser)
+	screenshotWhatIf(t, browser)
+}
+
+// screenshot saves the tab's viewport as PNG name in the test's artifact
+// directory, and in docs/img when DROVER_UPDATE_SCREENSHOTS=1.
+func (b *tab) screenshot(name string) {
+	b.t.Helper()
+	dirs := []string{b.t.ArtifactDir()}
+	if os.Getenv("DROVER_UPDATE_SCREENSHOTS") == "1" {
+		dirs = append(dirs, filepath.Join("..", "..", "docs", "img"))
+	}
+	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	b.t.Logf("%s: %d bytes in %v", name, len(png), dirs)
 }
