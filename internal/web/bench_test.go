@@ -125,6 +125,20 @@ func BenchmarkJobsPage(b *testing.B) {
 // of 100 bytes, some coloured, in sections), and a piece before its tail.
 func BenchmarkLogPage100MB(b *testing.B) {
 	e := newEnv(b)
+	id, size := seedBigLog(b, e)
+	h := e.c.Handler()
+	b.Run("page", func(b *testing.B) { timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d", id)) })
+	b.Run("earlier", func(b *testing.B) {
+		timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d/log/range?to=%d", id, size/2))
+	})
+	b.Run("raw", func(b *testing.B) { timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d/raw", id)) })
+}
+
+// seedBigLog has a running job send a 100 MB log (lines of 100 bytes,
+// some coloured, in sections of 5,000 lines) in 1 MiB trace PATCHes; it
+// returns the job and the log's size.
+func seedBigLog(b *testing.B, e *env) (int64, int) {
+	b.Helper()
 	id, tok := e.running(map[string]any{"name": "big", "script": []string{"true"}})
 	var chunk strings.Builder
 	size, line, section := 0, 0, 0
@@ -149,12 +163,66 @@ func BenchmarkLogPage100MB(b *testing.B) {
 		size += chunk.Len()
 	}
 	b.Logf("a %d-byte log of %d lines sent in %v", size, line, time.Since(start))
-	h := e.c.Handler()
-	b.Run("page", func(b *testing.B) { timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d", id)) })
-	b.Run("earlier", func(b *testing.B) {
-		timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d/log/range?to=%d", id, size/2))
-	})
-	b.Run("raw", func(b *testing.B) { timeRequests(b, h, e.token, fmt.Sprintf("/jobs/%d/raw", id)) })
+	return id, size
+}
+
+// pageLoad is what the browser reports of one load of a page.
+type pageLoad struct {
+	DOMContentLoaded float64 `json:"dcl"`   // ms from navigation start
+	Load             float64 `json:"load"`  // ms from navigation start
+	Heap             float64 `json:"heap"`  // used JS heap, bytes (-1 when unknown)
+	Nodes            float64 `json:"nodes"` // elements in the document
+	AtTail           bool    `json:"tail"`  // the log shows its last line
+}
+
+// BenchmarkLogPageOpenBrowser is the job page of a 100 MB log opened in
+// headless Chromium over loopback, signed in: per load, navigation start
+// to DOMContentLoaded and to the load event (Navigation Timing), the used
+// JS heap after the load (performance.memory) and the document's element
+// count; p50 and the largest over the loads reported.
+func BenchmarkLogPageOpenBrowser(b *testing.B) {
+	browser := startBrowser(b)
+	e := newEnv(b)
+	id, _ := seedBigLog(b, e)
+	pg := newTab(b, browser, e)
+	pg.login()
+	var loads []pageLoad
+	for b.Loop() {
+		pg.do("the job page",
+			pg.open(fmt.Sprintf("/jobs/%d", id)),
+			until(`document.readyState === 'complete' && performance.getEntriesByType('navigation')[0].loadEventEnd > 0`),
+		)
+		loads = append(loads, eval[pageLoad](pg, `(() => {
+			const n = performance.getEntriesByType('navigation')[0];
+			const log = document.getElementById('log');
+			return {
+				dcl: n.domContentLoadedEventEnd - n.startTime,
+				load: n.loadEventEnd - n.startTime,
+				heap: performance.memory ? performance.memory.usedJSHeapSize : -1,
+				nodes: document.getElementsByTagName('*').length,
+				tail: log.textContent.trimEnd().endsWith('section_end') || /line 0*\d+ -+\s*$/.test(log.textContent.slice(-400)),
+			};
+		})()`))
+	}
+	metric := func(unit string, f func(pageLoad) float64) {
+		v := make([]float64, len(loads))
+		for i, l := range loads {
+			v[i] = f(l)
+		}
+		slices.Sort(v)
+		b.ReportMetric(v[len(v)/2], "p50-"+unit)
+		b.ReportMetric(v[len(v)-1], "max-"+unit)
+	}
+	metric("dcl-ms", func(l pageLoad) float64 { return l.DOMContentLoaded })
+	metric("load-ms", func(l pageLoad) float64 { return l.Load })
+	metric("heap-MB", func(l pageLoad) float64 { return l.Heap / (1 << 20) })
+	metric("nodes", func(l pageLoad) float64 { return l.Nodes })
+	for _, l := range loads {
+		if !l.AtTail {
+			b.Errorf("a load did not show the log's tail: %+v", l)
+			break
+		}
+	}
 }
 
 // BenchmarkLiveLogLatency is the time from a runner's PATCH of a trace
