@@ -56,6 +56,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newLocalCmd(),
 		newAutoscaleCmd(),
 		newHelperCmd(),
+		newHelperImageCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print drover's version, commit, build date, Go version and platform",

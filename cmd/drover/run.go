@@ -26,6 +26,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/executor/kubernetes"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
 	"github.com/drover-ci/drover/internal/fleet"
@@ -51,12 +52,14 @@ type tables struct {
 	ssh *sshexec.Runners
 	// custom holds the [runners.custom] of the custom runners.
 	custom *custom.Runners
+	// kube holds the [runners.kubernetes] of the kubernetes runners.
+	kube *kubernetes.Runners
 }
 
 // newTables returns empty tables; with dir set the host keys learnt on
 // first use are kept in files there, so they survive a restart.
 func newTables(dir string) *tables {
-	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}}
+	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}, kube: &kubernetes.Runners{}}
 	if dir != "" {
 		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
 		t.ssh.HostKeys.Path = filepath.Join(dir, ".drover-ssh-host-keys")
@@ -74,6 +77,11 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 		return err
 	}
 	warns, err = t.ssh.Apply(path, cfg)
+	logWarnings(logger, warns)
+	if err != nil {
+		return err
+	}
+	warns, err = t.kube.Apply(path, cfg)
 	logWarnings(logger, warns)
 	if err != nil {
 		return err
@@ -104,12 +112,17 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
+	kube, err := kubernetes.NewProvider(kubernetes.Options{Lookup: t.kube.Lookup, Configs: t.kube.All, Logger: logger})
+	if err != nil {
+		panic(err) // only for a nil Lookup
+	}
 	provs := map[string]executor.Provider{
-		custom.Name:   cust,
-		"shell":       shell.NewProvider(),
-		instance.Name: inst,
-		docker.Name:   dock,
-		sshexec.Name:  sshexec.NewProvider(t.ssh),
+		kubernetes.Name: kube,
+		custom.Name:     cust,
+		"shell":         shell.NewProvider(),
+		instance.Name:   inst,
+		docker.Name:     dock,
+		sshexec.Name:    sshexec.NewProvider(t.ssh),
 	}
 	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
 		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{
@@ -235,6 +248,10 @@ run started.`,
 			if err := docker.Check(cmd.Context(), engines, cfgPath, cfg, dockers); err != nil {
 				return err
 			}
+			// Nor one whose Kubernetes API server does not.
+			if err := kubernetes.Check(cmd.Context(), cfgPath, cfg, t.kube); err != nil {
+				return err
+			}
 			if err := dockerfleet.Check(cfgPath, cfg, dockers); err != nil {
 				return usageError(err)
 			}
@@ -280,6 +297,11 @@ run started.`,
 			if dp, ok := provs[docker.Name].(*docker.Provider); ok {
 				if werr := dp.Wait(ctx); werr != nil {
 					logger.Warn("containers of finished jobs not all removed; the next start removes them", "err", werr)
+				}
+			}
+			if kp, ok := provs[kubernetes.Name].(*kubernetes.Provider); ok {
+				if werr := kp.Wait(ctx); werr != nil {
+					logger.Warn("pods of finished jobs not all deleted; the next start deletes them", "err", werr)
 				}
 			}
 			for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {

@@ -172,7 +172,7 @@ func (r *RunnerConfig) OutputLimitBytes() int64 {
 // the values of runners[].executor that Parse accepts. cmd/drover makes
 // one provider for each (a test there keeps the two in step).
 func Executors() []string {
-	return []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "shell", "ssh"}
+	return []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "shell", "ssh"}
 }
 
 // gitLabOnlyExecutor reports whether name is one of GitLab Runner's
@@ -180,7 +180,7 @@ func Executors() []string {
 // runner as "not available" rather than as an unknown executor.
 func gitLabOnlyExecutor(name string) bool {
 	switch name {
-	case "docker-windows", "kubernetes", "parallels", "virtualbox":
+	case "docker-windows", "parallels", "virtualbox":
 		return true
 	}
 	return false

@@ -128,6 +128,10 @@ type PrepareOptions struct {
 	// Trace is the user-visible job log. Never the manager's own log.
 	Trace  io.Writer
 	Logger *slog.Logger
+	// Variables returns the job's variables as its scripts see them, given
+	// the executor's paths: for executors that provide the job's file
+	// variables themselves (FileVariablesHost). nil when not known.
+	Variables func(Paths) api.Variables
 }
 
 // Command is one stage script to run.
@@ -206,6 +210,15 @@ type FileOpener interface {
 	// OpenProjectFile opens name, relative to the project directory. A
 	// missing file is an error wrapping fs.ErrNotExist.
 	OpenProjectFile(ctx context.Context, name string) (io.ReadCloser, error)
+}
+
+// FileVariablesHost is implemented by executors that put the job's file
+// variables in place themselves (a Kubernetes Secret mounted into the
+// pod), so that their values are never in a script: the scripts then
+// point each file variable at FileVariablesDir()/KEY and neither write
+// nor remove it. An empty directory means the scripts write them as usual.
+type FileVariablesHost interface {
+	FileVariablesDir() string
 }
 
 // ScriptHost is implemented by executors whose scripts run on a host they

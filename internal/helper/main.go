@@ -15,6 +15,7 @@ import (
 // and returns the exit code. Commands:
 //
 //	follow --log F --exit F [--gone F] [--from N] [--claim DIR] [--probe]
+//	kill --pid-file F [--grace D]
 //	wait --timeout D host:port...
 //	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
 //	cache-extractor --file F [--url U] [--timeout D]
@@ -50,6 +51,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.ClaimIfNotStarted = o.Claim != ""
 		if err := Follow(ctx, o, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "follow:", err)
+			return 1
+		}
+		return 0
+	case "kill":
+		fs := flag.NewFlagSet("kill", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		var o KillOptions
+		fs.StringVar(&o.PIDFile, "pid-file", "", "file holding the pid of the stage's wrapper")
+		fs.DurationVar(&o.Grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if o.PIDFile == "" {
+			fmt.Fprintln(stderr, "kill: --pid-file is required")
+			return 2
+		}
+		if _, err := KillStage(ctx, o, stdout); err != nil {
+			fmt.Fprintln(stderr, "kill:", err)
 			return 1
 		}
 		return 0

@@ -309,6 +309,9 @@ func (b *build) prepare(ctx context.Context) error {
 func (b *build) prepareOptions(settings executor.Settings) executor.PrepareOptions {
 	return executor.PrepareOptions{
 		Job: b.opts.Job, Settings: settings, Data: b.opts.Data, Trace: &stageWriter{b}, Logger: b.log,
+		Variables: func(p executor.Paths) api.Variables {
+			return Variables(b.opts.Job, settings, p, b.opts.Version)
+		},
 	}
 }
 
@@ -352,6 +355,9 @@ func (b *build) setup(settings executor.Settings) error {
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
 		Transfers:  shell.Transfers{CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache},
+	}
+	if fv, ok := b.exec.(executor.FileVariablesHost); ok {
+		b.info.FileVarsDir = fv.FileVariablesDir()
 	}
 	if h, ok := b.exec.(executor.HelperHost); ok {
 		b.info.Transfers.Helper = h.HelperCommand()

@@ -43,6 +43,10 @@ type Info struct {
 	BuildsDir  string // CI_BUILDS_DIR
 	// TmpDir holds file variables; empty means <ProjectDir>.tmp.
 	TmpDir string
+	// FileVarsDir, when set, is where the executor already put every
+	// file variable (as FileVarsDir/KEY, see FileVariables): the scripts
+	// point the variables there and neither write nor remove the files.
+	FileVarsDir string
 	// JobStatus is exported as CI_JOB_STATUS; empty means "running". Set it
 	// to success, failed or canceled for after_script.
 	JobStatus string
@@ -55,6 +59,9 @@ type Info struct {
 }
 
 func (info Info) tmpDir() string {
+	if info.FileVarsDir != "" {
+		return info.FileVarsDir
+	}
 	if info.TmpDir != "" {
 		return info.TmpDir
 	}
@@ -108,6 +115,9 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		w.cdProject(info)
 		w.WriteString(body)
 	case executor.StageCleanupFileVariables:
+		if info.FileVarsDir != "" {
+			return "", nil // the executor's to remove
+		}
 		var paths []string
 		for _, v := range vars {
 			if v.File {
@@ -184,7 +194,7 @@ func (w *writer) prelude(info Info, vars []resolved) {
 	w.strict(info.Shell)
 	madeTmp := false
 	for _, v := range vars {
-		if v.File {
+		if v.File && info.FileVarsDir == "" {
 			if !madeTmp {
 				w.raw("mkdir -p -- " + quote(info.tmpDir()))
 				madeTmp = true

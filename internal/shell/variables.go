@@ -129,3 +129,21 @@ func resolve(vars api.Variables, tmpDir string, env func(string) (string, bool))
 	}
 	return list, values
 }
+
+// FileVariables returns the content of each file variable of vars (by
+// key, expanded as the scripts expand them; env resolves names no
+// variable defines, nil = none), for executors that provide the files
+// themselves (Info.FileVarsDir).
+func FileVariables(vars api.Variables, env func(string) (string, bool)) map[string]string {
+	if env == nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	list, _ := resolve(vars, "/", env)
+	m := map[string]string{}
+	for _, v := range list {
+		if v.File {
+			m[v.Key] = v.Data
+		}
+	}
+	return m
+}

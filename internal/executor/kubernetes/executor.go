@@ -1,0 +1,500 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/docker"
+	"github.com/drover-ci/drover/internal/shell"
+)
+
+// helperCommand runs drover's helper in the helper container (the image
+// has drover as /usr/bin/drover).
+const helperCommand = "drover helper"
+
+// Executor runs one job in a pod of its own; see the package doc.
+type Executor struct {
+	// GracePeriod is the time between SIGTERM and SIGKILL when a stage is
+	// cancelled; set by the provider.
+	GracePeriod time.Duration
+
+	prov *Provider
+
+	executor.StageRecorder
+
+	mu        sync.Mutex
+	cfg       *Config
+	cl        *client
+	job       *api.JobResponse
+	settings  executor.Settings
+	trace     io.Writer
+	logger    *slog.Logger
+	resumable bool
+
+	ns, pod, secret string
+	podUID          types.UID
+	image           string
+	shell           string // bash or sh
+	shellPath       string // its path in the build image
+	paths           executor.Paths
+	fileVars        bool // the job's file variables are in the Secret
+	runs            int
+	running         *stageState
+	resume          *stageState
+	cleanedUp       bool
+	cleaned         chan struct{}
+
+	out output
+}
+
+// output is the progress of the running stage's output into the trace.
+type output struct {
+	mu    sync.Mutex // held while stage output is written to the trace
+	stage executor.Stage
+	off   atomic.Int64
+}
+
+var (
+	_ executor.Executor           = (*Executor)(nil)
+	_ executor.PathsReporter      = (*Executor)(nil)
+	_ executor.Stateful           = (*Executor)(nil)
+	_ executor.OutputCheckpointer = (*Executor)(nil)
+	_ executor.ScriptHost         = (*Executor)(nil)
+	_ executor.HelperHost         = (*Executor)(nil)
+	_ executor.FileOpener         = (*Executor)(nil)
+	_ executor.FileVariablesHost  = (*Executor)(nil)
+)
+
+// Disposable reports true: a job's pod is made for it alone.
+func (e *Executor) Disposable() bool { return true }
+
+// ScriptHostname is the pod's host name: its name. Every stage creates
+// the project directory it runs in.
+func (e *Executor) ScriptHostname() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pod
+}
+
+// HelperCommand is how the cache and artifact stages, which run in the
+// helper container, call drover's helper (executor.HelperHost).
+func (e *Executor) HelperCommand() string { return helperCommand }
+
+// FileVariablesDir is where the job's Secret puts its file variables.
+func (e *Executor) FileVariablesDir() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.fileVars {
+		return ""
+	}
+	return secretsDir
+}
+
+// Shell returns the shell of the job's image (after Prepare).
+func (e *Executor) Shell() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.shell
+}
+
+// Paths returns the job's directories inside its pod.
+func (e *Executor) Paths() executor.Paths {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.paths
+}
+
+// Finish records nothing: Cleanup does the work.
+func (e *Executor) Finish(error) {}
+
+func (e *Executor) printf(format string, args ...any) {
+	e.mu.Lock()
+	t := e.trace
+	e.mu.Unlock()
+	if t != nil {
+		fmt.Fprintf(t, format, args...)
+	}
+}
+
+// refuse is a job the runner will not run as it is.
+func refuse(reason api.FailureReason, format string, args ...any) error {
+	return &executor.BuildError{Reason: reason, Inner: fmt.Errorf(format, args...)}
+}
+
+// namespaceOverwrite is the job variable that picks the namespace.
+const namespaceOverwrite = "KUBERNETES_NAMESPACE_OVERWRITE"
+
+// Prepare checks the job against the runner's rules, creates the job's
+// Secret and pod, waits until every container of the pod runs (up to
+// poll_timeout) and detects the build image's shell.
+func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
+	trace, logger := executor.Sinks(opts)
+	e.mu.Lock()
+	e.trace, e.logger, e.job, e.settings = trace, logger, opts.Job, opts.Settings
+	e.resumable = opts.Settings.Resumable
+	e.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cfg, err := e.prov.o.Lookup(opts.Settings)
+	if err != nil {
+		return fmt.Errorf("kubernetes executor: %w", err)
+	}
+	cl, err := e.prov.client(cfg)
+	if err != nil {
+		return err
+	}
+	job := opts.Job
+	executor.PrepareHeader(trace, Name)
+	img := job.Image.Name
+	if img == "" {
+		img = cfg.Image
+	}
+	if img == "" {
+		return refuse(api.RunnerConfigurationError, "the job names no image and the runner has no default image ([runners.kubernetes] image)")
+	}
+	if !docker.ImageAllowed(cfg.AllowedImages, img) {
+		return refuse(api.RunnerConfigurationError, "the image %q is not allowed: it matches none of allowed_images %q", img, cfg.AllowedImages)
+	}
+	for _, s := range job.Services {
+		if !docker.ImageAllowed(cfg.AllowedServices, s.Name) {
+			return refuse(api.RunnerConfigurationError, "the service %q is not allowed: it matches none of allowed_services %q", s.Name, cfg.AllowedServices)
+		}
+	}
+	ns := cfg.Namespace
+	if want := job.Variables.Get(namespaceOverwrite); want != "" && want != ns {
+		if cfg.NamespaceOverwrite == nil || !cfg.NamespaceOverwrite.MatchString(want) {
+			return refuse(api.RunnerConfigurationError, "the job asks for namespace %q (%s), which namespace_overwrite_allowed does not allow", want, namespaceOverwrite)
+		}
+		ns = want
+	}
+	pull := cfg.PullPolicy
+	if len(job.Image.PullPolicy) > 0 {
+		pull = nil
+		for _, s := range job.Image.PullPolicy {
+			p, ok := pullPolicy(s)
+			if !ok {
+				return refuse(api.RunnerConfigurationError, "the image's pull_policy %q is not one of always, if-not-present, never", s)
+			}
+			pull = append(pull, p)
+		}
+	}
+	paths := executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
+	var files map[string]string
+	if opts.Variables != nil {
+		files = shell.FileVariables(opts.Variables(paths), os.LookupEnv)
+	}
+	name := podName(opts.Settings, job.ID)
+	e.mu.Lock()
+	e.cfg, e.cl, e.image, e.paths, e.ns = cfg, cl, img, paths, ns
+	e.fileVars = len(files) > 0
+	e.mu.Unlock()
+	fmt.Fprintf(trace, "Using Kubernetes executor with image %s ...\n", img)
+	fmt.Fprintf(trace, "Using Kubernetes namespace: %s\n", ns)
+
+	lbls := jobLabels(opts.Settings, job.ID, cfg.PodLabels)
+	sec, err := cl.cs.CoreV1().Secrets(ns).Create(ctx, jobSecret(name, ns, lbls, job, files), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create the job's secret in namespace %s: %w", ns, err)
+	}
+	e.mu.Lock()
+	e.secret = sec.Name
+	e.mu.Unlock()
+	spec := podSpec{name: name, ns: ns, labels: lbls, cfg: cfg, job: job, image: img, pull: pull,
+		services: job.Services, fileKeys: slices.Sorted(mapKeys(files)), helperImage: cfg.HelperImage}
+	pod, err := cl.cs.CoreV1().Pods(ns).Create(ctx, spec.build(), metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			return refuse(api.RunnerConfigurationError, "the cluster refused the job's pod: %v", err)
+		}
+		return fmt.Errorf("create the job's pod in namespace %s: %w", ns, err)
+	}
+	e.mu.Lock()
+	e.pod, e.podUID = pod.Name, pod.UID
+	e.mu.Unlock()
+	e.ownSecret(ctx, pod)
+	fmt.Fprintf(trace, "Waiting for pod %s/%s to be running ...\n", ns, pod.Name)
+	if err := e.waitRunning(ctx, pod); err != nil {
+		return err
+	}
+	return e.detectShell(ctx)
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// ownSecret makes the pod the owner of the job's secret: the cluster's
+// garbage collector deletes it with the pod, whoever deletes the pod.
+func (e *Executor) ownSecret(ctx context.Context, pod *corev1.Pod) {
+	patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, pod.Name, pod.UID)
+	_, err := e.cl.cs.CoreV1().Secrets(pod.Namespace).Patch(ctx, e.secret, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		e.logger.Warn("cannot make the job's pod own its secret (it is deleted with the job all the same)", "secret", e.secret, "err", err)
+	}
+}
+
+// imagePullReasons are the waiting reasons of a container whose image
+// cannot be had.
+var imagePullReasons = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"}
+
+// waitRunning waits until every container of the pod runs. An image that
+// cannot be pulled fails the job with image_pull_failure at once; a pod
+// not running after poll_timeout (unschedulable: the scheduler's reason)
+// fails it as a system failure.
+func (e *Executor) waitRunning(ctx context.Context, pod *corev1.Pod) error {
+	cfg, cs := e.cfg, e.cl.cs
+	ctx, cancel := context.WithTimeout(ctx, cfg.PollTimeout)
+	defer cancel()
+	pods := cs.CoreV1().Pods(pod.Namespace)
+	said := map[string]bool{}
+	say := func(msg string) {
+		if !said[msg] {
+			said[msg] = true
+			e.printf("%s\n", msg)
+		}
+	}
+	rv := pod.ResourceVersion
+	var why string
+	for {
+		done, reason, err := e.podState(ctx, pod, say)
+		if done || err != nil {
+			return err
+		}
+		if reason != "" {
+			why = reason
+		}
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(), ResourceVersion: rv})
+		if err == nil {
+			func() {
+				defer w.Stop()
+				tick := time.NewTimer(cfg.PollInterval)
+				defer tick.Stop()
+				for {
+					select {
+					case ev, ok := <-w.ResultChan():
+						if !ok {
+							return
+						}
+						if p, isPod := ev.Object.(*corev1.Pod); isPod {
+							pod, rv = p, p.ResourceVersion
+							return
+						}
+						rv = ""
+						return
+					case <-tick.C:
+						return
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			pod, rv = p, p.ResourceVersion
+		} else if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the job's pod %s/%s was deleted while it started", pod.Namespace, pod.Name)
+		}
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	msg := fmt.Sprintf("the job's pod %s/%s did not run within poll_timeout (%s)", pod.Namespace, pod.Name, cfg.PollTimeout)
+	if why != "" {
+		msg += ": " + why
+	}
+	return errors.New(msg)
+}
+
+// podState reads a starting pod: done when every container runs; a
+// reason it does not yet (the scheduler's); an error that ends the wait.
+func (e *Executor) podState(ctx context.Context, pod *corev1.Pod, say func(string)) (done bool, reason string, err error) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			reason = "the pod cannot be scheduled: " + c.Message
+			say("WARNING: " + reason)
+		}
+	}
+	statuses := append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...)
+	running := 0
+	for _, st := range statuses {
+		switch {
+		case st.State.Waiting != nil:
+			w := st.State.Waiting
+			if slices.Contains(imagePullReasons, w.Reason) {
+				msg := fmt.Sprintf("the image %s of container %q cannot be pulled: %s: %s", st.Image, st.Name, w.Reason, w.Message)
+				if ev := e.warningEvents(ctx, pod); ev != "" {
+					msg += "\n" + ev
+				}
+				return false, "", refuse(api.ImagePullFailure, "%s", msg)
+			}
+			if w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+				reason = fmt.Sprintf("container %q is waiting: %s %s", st.Name, w.Reason, w.Message)
+				say("Waiting: " + reason)
+			}
+		case st.State.Terminated != nil:
+			t := st.State.Terminated
+			msg := fmt.Sprintf("container %q of the job's pod exited with code %d (%s) before the job could start", st.Name, t.ExitCode, t.Reason)
+			if t.Message != "" {
+				msg += ": " + t.Message
+			}
+			if st.Name == containerBuild {
+				return false, "", refuse(api.RunnerConfigurationError, "%s (is the image's entrypoint one that runs its command? set the job's image entrypoint to [\"\"] if not)", msg)
+			}
+			return false, "", errors.New(msg)
+		case st.State.Running != nil:
+			running++
+		}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return false, "", fmt.Errorf("the job's pod ended (%s) before the job could start: %s %s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
+	case corev1.PodRunning:
+		if running == len(pod.Spec.Containers) {
+			return true, "", nil
+		}
+	}
+	return false, reason, nil
+}
+
+// warningEvents returns the cluster's warning events about the pod, one
+// per line (the kubelet's pull errors, the scheduler's reasons).
+func (e *Executor) warningEvents(ctx context.Context, pod *corev1.Pod) string {
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", pod.Name), fields.OneTermEqualSelector("type", corev1.EventTypeWarning))
+	evs, err := e.cl.cs.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, ev := range evs.Items {
+		fmt.Fprintf(&b, "%s %s: %s\n", ev.Source.Component, ev.Reason, ev.Message)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// detectScript prints the path of bash when the build image has it, else
+// of sh.
+const detectScript = `for b in /usr/local/bin/bash /usr/bin/bash /bin/bash; do
+	if [ -x "$b" ]; then echo "$b"; exit 0; fi
+done
+command -v sh || echo /bin/sh`
+
+// detectShell finds the shell of the build image.
+func (e *Executor) detectShell(ctx context.Context) error {
+	var out, errb bytes.Buffer
+	code, err := e.exec(ctx, containerBuild, []string{"sh", "-c", detectScript}, nil, &out, &errb)
+	if err != nil || code != 0 {
+		return refuse(api.RunnerConfigurationError, "the build container of image %s has no working sh: exit %d %v %s", e.image, code, err, strings.TrimSpace(errb.String()))
+	}
+	p := strings.TrimSpace(out.String())
+	if i := strings.LastIndexByte(p, '\n'); i >= 0 {
+		p = p[i+1:]
+	}
+	sh := "sh"
+	if path.Base(p) == "bash" {
+		sh = "bash"
+	}
+	if want := e.settings.Shell; want != "" && want != sh {
+		if want == "bash" {
+			return refuse(api.RunnerConfigurationError, "the runner's shell is bash, but the image %s has none", e.image)
+		}
+		sh, p = want, "sh"
+	}
+	e.mu.Lock()
+	e.shell, e.shellPath = sh, p
+	e.mu.Unlock()
+	e.logger.Debug("job pod ready", "pod", e.pod, "shell", p)
+	return nil
+}
+
+// Cleanup deletes the job's pod and secret (also after failures and
+// cancels); it is safe after a failed Prepare and more than once. The
+// deletion runs in the background (Provider.Wait waits for it).
+func (e *Executor) Cleanup(ctx context.Context) {
+	e.mu.Lock()
+	cleaned := e.cleanedLocked()
+	if e.cleanedUp || e.cl == nil {
+		if !e.cleanedUp {
+			close(cleaned)
+		}
+		e.cleanedUp = true
+		e.mu.Unlock()
+		return
+	}
+	e.cleanedUp = true
+	cs, ns, pod, secret, logger, cfg := e.cl.cs, e.ns, e.pod, e.secret, e.logger, e.cfg
+	resumable, s, jobID := e.resumable, e.settings, e.job.ID
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	e.prov.cleanups.Go(func() {
+		defer cancel()
+		defer close(cleaned)
+		opts := metav1.DeleteOptions{GracePeriodSeconds: cfg.CleanupGrace}
+		if pod != "" {
+			if err := cs.CoreV1().Pods(ns).Delete(ctx, pod, opts); err != nil && !apierrors.IsNotFound(err) {
+				logger.Warn("cannot delete the job's pod", "pod", ns+"/"+pod, "err", err)
+			}
+		}
+		if secret != "" {
+			if err := cs.CoreV1().Secrets(ns).Delete(ctx, secret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				logger.Warn("cannot delete the job's secret", "secret", ns+"/"+secret, "err", err)
+			}
+		}
+		if resumable {
+			// A manager that died between creating something and saving
+			// the job's state left it unrecorded: it has the job's labels.
+			sel := labels.Set{LabelJob: fmt.Sprint(jobID), LabelRunner: labelValue(s.ShortToken)}.AsSelector().String()
+			if _, err := deleteLabelled(ctx, cs, ns, sel, nil, opts); err != nil {
+				logger.Warn("cannot look for unrecorded job resources", "err", err)
+			}
+		}
+	})
+}
+
+// Cleaned is closed when what Cleanup deletes in the background is
+// deleted (or its deletion failed and was logged).
+func (e *Executor) Cleaned() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cleanedLocked()
+}
+
+func (e *Executor) cleanedLocked() chan struct{} {
+	if e.cleaned == nil {
+		e.cleaned = make(chan struct{})
+	}
+	return e.cleaned
+}
+
+const cleanupTimeout = 2 * time.Minute
+
+var errNotPrepared = errors.New("kubernetes executor: Run before Prepare")
