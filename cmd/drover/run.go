@@ -189,7 +189,7 @@ func logWarnings(logger *slog.Logger, warns []config.Warning) {
 }
 
 func newRunCmd() *cobra.Command {
-	var cfgPath, logLevel, logFormat, workDir string
+	var cfgPath, logLevel, logFormat, workDir, onSigterm string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the runner manager: take jobs from coordinators and run them",
@@ -201,7 +201,11 @@ Each [[runners]] entry polls its coordinator (url) with its token; at most
 
 Signals: SIGQUIT stops asking for jobs and waits for running ones (drain);
 SIGTERM/SIGINT abort running jobs (reported as runner_interrupted) and exit,
-a second one exits at once; SIGHUP reloads config.toml (it is also reloaded
+a second one exits at once; with --on-sigterm=leave, when every running job
+is kept in a job store ([runners.store]), SIGTERM/SIGINT exit at once instead
+and leave the jobs running, for the next start of the manager (or another
+manager on the same Redis store) to resume: what a manager in a Kubernetes
+StatefulSet wants when its pod is deleted or rescheduled; SIGHUP reloads config.toml (it is also reloaded
 when its modification time changes).
 
 --working-directory makes drover run change to that directory before it
@@ -289,7 +293,10 @@ run started.`,
 			if err := pools.Apply(cmd.Context(), cfg); err != nil {
 				return usageError(err)
 			}
-			err = runManager(cmd.Context(), logger, m, connMetrics, pools, t, cfgPath, cfg)
+			if onSigterm != "abort" && onSigterm != "leave" {
+				return usageError(fmt.Errorf("--on-sigterm %q: want abort or leave", onSigterm))
+			}
+			err = runManager(cmd.Context(), logger, m, connMetrics, pools, t, cfgPath, cfg, onSigterm == "leave")
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
 			// Jobs' containers first: those on autoscaled instances need
@@ -321,13 +328,14 @@ run started.`,
 	configFlag(f, &cfgPath, "config file")
 	f.StringVarP(&workDir, "working-directory", "d", "", "change to this directory first: relative builds_dir and cache_dir are there")
 	f.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default: log_level of config.toml)")
+	f.StringVar(&onSigterm, "on-sigterm", "abort", "abort: SIGTERM/SIGINT abort running jobs; leave: exit at once and leave them to be resumed, when a job store keeps every one")
 	f.StringVar(&logFormat, "log-format", "", "runner, text or json (default: log_format of config.toml)")
 	return cmd
 }
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config, leave bool) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
@@ -393,8 +401,15 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 						logger.Error("second stop signal: exiting now")
 						os.Exit(1)
 					}
+					if leave && m.UnresumableJobs() == 0 {
+						// As if killed: the job store has every running
+						// job, and the jobs' environments outlive this
+						// process. The next manager resumes them.
+						logger.Warn("stop signal: exiting and leaving the running jobs to be resumed from the job store", "signal", s.String(), "running", m.RunningJobs())
+						os.Exit(0)
+					}
 					aborting = true
-					logger.Warn("stop signal: aborting running jobs", "signal", s.String(), "running", m.RunningJobs())
+					logger.Warn("stop signal: aborting running jobs", "signal", s.String(), "running", m.RunningJobs(), "not_resumable", m.UnresumableJobs())
 					abort()
 				}
 			}

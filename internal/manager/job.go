@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -27,6 +28,9 @@ type jobRun struct {
 	gracefulD bool
 	abort     context.CancelFunc
 	aborted   bool // the coordinator said the job is gone: stop all calls
+	// resumable: the job's record is in a job store, from which another
+	// run of the manager resumes it.
+	resumable atomic.Bool
 }
 
 func (j *jobRun) cancelGracefully() {
@@ -181,6 +185,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		}
 	}
 	if pers != nil {
+		jr.resumable.Store(true)
 		pers.setStreamer(st)
 		checkpoint = pers.checkpoint
 		if accept != nil {

@@ -226,6 +226,20 @@ func (m *Manager) RunningJobs() int {
 	return len(m.jobs)
 }
 
+// UnresumableJobs returns how many running jobs no job store keeps: those
+// an abrupt exit of the manager would orphan.
+func (m *Manager) UnresumableJobs() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, j := range m.jobs {
+		if !j.resumable.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 // Run works until ctx is cancelled (abort: running jobs are interrupted and
 // reported as runner_interrupted) or until Drain was called and every
 // running job finished.

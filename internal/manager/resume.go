@@ -295,6 +295,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	defer abort()
 	exec := p.Create()
 	jr := &jobRun{id: job.ID, runner: settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
+	jr.resumable.Store(true)
 	m.mu.Lock()
 	m.jobs[job.ID] = jr
 	m.mu.Unlock()
