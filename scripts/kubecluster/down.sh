@@ -57,7 +57,7 @@ pod_pids() {
 shim_pids() {
   local p cmd
   for p in /proc/[0-9]*; do
-    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
     case "$cmd" in
       *containerd-shim*" -address $CTRD_SOCK "*) echo "${p#/proc/}" ;;
     esac
@@ -165,7 +165,7 @@ rm -rf "$STATE/etcd" "$CTRD_DIR" "$KUBELET_DIR" "$STATE/kubelet-pki" "$STATE/cni
 # What must be gone now.
 left=()
 for p in /proc/[0-9]*; do
-  cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
   [ "${p#/proc/}" = $$ ] && continue
   case "$cmd" in
     *"$STATE/"*|*"$STATE "*) case "$cmd" in *down.sh*|*up.sh*) ;; *) left+=("process ${p#/proc/}: $cmd") ;; esac ;;

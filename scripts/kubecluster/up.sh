@@ -209,6 +209,10 @@ state = "$CTRD_DIR/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   disable_apparmor = true
+  # No CAP_SYS_RESOURCE on these hosts: runc cannot lower a process's
+  # oom_score_adj (the sandbox's -998 would fail every pod), so cap it at
+  # containerd's own.
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
