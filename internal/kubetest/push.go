@@ -3,13 +3,13 @@ package kubetest
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -28,13 +28,13 @@ import (
 // Docker's library/ prefix left out: "drover-test-busybox:1" becomes
 // "127.0.0.1:5100/drover-test-busybox:1".
 //
-// A push whose image the registry already has under that tag is skipped:
-// whether it has is asked of the registry (the tag's digest against the
-// image's repo digests in the engine), so the check holds across test
-// processes and after the registry was emptied, and no cache lives in
-// the process. Pushes of all processes are serialized by a flock in the
-// state dir, because each adds the registry tag to the shared engine and
-// removes it again after the push.
+// A push whose image the registry already has under that tag is skipped.
+// Whether it has is asked of the registry (the config digest of the tag's
+// manifest against the image's ID in the engine), so the answer holds
+// across test processes and after the registry was emptied, and no cache
+// lives in the process. Pushes of all processes are serialized by a flock
+// in the state dir, because each adds the registry tag to the shared
+// engine and removes it again after the push.
 //
 // Tags are expected to name fixed content (as the test images' ":1"
 // does): the node keeps what it pulled once.
@@ -84,8 +84,7 @@ func (e *Env) pushImage(ctx context.Context, logf func(string, ...any), localTag
 	}
 	defer unlock()
 
-	if digest, err := e.manifestDigest(ctx, path, tagged.Tag()); err == nil &&
-		slices.Contains(inspect.RepoDigests, e.Registry+"/"+path+"@"+digest) {
+	if config, err := e.pushedConfig(ctx, path, tagged.Tag()); err == nil && config == inspect.ID {
 		return remote, nil
 	}
 	if remote != localTag {
@@ -115,29 +114,37 @@ func (e *Env) pushImage(ctx context.Context, logf func(string, ...any), localTag
 	return remote, nil
 }
 
-// manifestDigest returns the digest of the manifest the registry has for
-// path:tag.
-func (e *Env) manifestDigest(ctx context.Context, path, tag string) (string, error) {
+// pushedConfig returns the digest of the image config of the manifest the
+// registry has for path:tag. For an image the Docker engine pushed, that is
+// the image's ID in the engine.
+func (e *Env) pushedConfig(ctx context.Context, path, tag string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+e.Registry+"/v2/"+path+"/manifests/"+tag, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Registry+"/v2/"+path+"/manifests/"+tag, nil)
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json")
+	req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", err
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("HEAD %s: %s", req.URL, resp.Status)
+		return "", fmt.Errorf("GET %s: %s", req.URL, resp.Status)
 	}
-	d := resp.Header.Get("Docker-Content-Digest")
-	if d == "" {
-		return "", fmt.Errorf("HEAD %s: no Docker-Content-Digest", req.URL)
+	var m struct {
+		Config struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
 	}
-	return d, nil
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&m); err != nil {
+		return "", fmt.Errorf("GET %s: %w", req.URL, err)
+	}
+	if m.Config.Digest == "" {
+		return "", fmt.Errorf("GET %s: not an image manifest", req.URL)
+	}
+	return m.Config.Digest, nil
 }
 
 // lockFile takes an exclusive flock on path (created if need be), waiting

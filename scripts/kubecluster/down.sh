@@ -28,21 +28,52 @@ if [ ! -d "$STATE" ]; then
 fi
 lock
 log "stopping the test cluster in $STATE"
+t0=$EPOCHREALTIME
+step() { echo "-- $* ($(elapsed))"; }
+elapsed() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 
-# stop name: SIGTERM, up to 10s, then SIGKILL.
+# our_pids prints the pids of the components of the cluster of $STATE,
+# found by their executable and a $STATE path in their command line: also
+# those whose pid file is lost (an up.sh killed half-way).
+our_pids() {
+  local p exe cmd
+  for p in /proc/[0-9]*; do
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    case "${exe##*/}" in
+      registry|etcd|containerd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet) ;;
+      *) continue ;;
+    esac
+    cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+    case "$cmd" in *"$STATE/"*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+# stop name...: SIGTERM to each component, up to 10s for all of them to
+# exit, then SIGKILL.
 stop() {
-  local name=$1 pid i
-  if pid=$(pidof_component "$name"); then
-    step "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    if kill -0 "$pid" 2>/dev/null; then
-      step "$name still running after 10s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      for i in $(seq 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  local name pid pids=() i
+  for name in "$@"; do
+    if pid=$(pidof_component "$name"); then
+      step "stopping $name (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid")
     fi
-  fi
-  rm -f "$RUN/$name.pid"
+    rm -f "$RUN/$name.pid"
+  done
+  [ ${#pids[@]} = 0 ] && return 0
+  local alive
+  for i in $(seq 150); do
+    alive=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    [ ${#alive[@]} = 0 ] && return 0
+    if [ "$i" = 100 ]; then
+      step "still running after 10s, SIGKILL: ${alive[*]}"
+      kill -KILL "${alive[@]}" 2>/dev/null || true
+    fi
+    pids=("${alive[@]}")
+    sleep 0.1
+  done
+  step "!! did not exit: ${alive[*]}"
 }
 
 # pod_pids prints the pids in the kubepods cgroups.
@@ -66,10 +97,7 @@ shim_pids() {
 
 # The kubelet first, so that it restarts nothing; the control plane next.
 stop kubelet
-stop kube-scheduler
-stop kube-controller-manager
-stop kube-apiserver
-stop etcd
+stop kube-scheduler kube-controller-manager kube-apiserver etcd
 
 # The pods' containers: through containerd while it runs (it unmounts their
 # root filesystems and the shims exit), then whatever is left in the pod
@@ -101,6 +129,14 @@ for i in $(seq 25); do
   sleep 0.2
 done
 stop registry
+# Components whose pid file was lost.
+pids=$(our_pids)
+if [ -n "$pids" ]; then
+  step "killing components without a pid file: $(echo $pids)"
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+  sleep 0.5
+fi
 
 # Mounts: pod volumes (propagated from the kubelet's namespace through the
 # shared bind mount), container root filesystems, network namespaces, and
@@ -123,8 +159,8 @@ if ip link show "$BRIDGE" >/dev/null 2>&1; then
   step "deleting bridge $BRIDGE"
   ip link del "$BRIDGE" 2>/dev/null || true
 fi
-iptables -t nat -S PREROUTING 2>/dev/null | grep -- '--comment drover-kube' | sed 's/^-A/-D/' |
-  while read -r rule; do eval "iptables -t nat $rule" || true; done
+{ iptables -t nat -S PREROUTING 2>/dev/null || true; } | { grep -- '--comment drover-kube' || true; } | sed 's/^-A/-D/' |
+  while read -r rule; do eval "iptables -t nat $rule" 2>/dev/null || true; done
 # CNI-* chains (portmap's CNI-HOSTPORT-*, its per-pod CNI-DN-*): the rules
 # that jump to them, then the chains.
 for ipt in iptables ip6tables; do
@@ -133,7 +169,7 @@ for ipt in iptables ip6tables; do
     chains=$("$ipt" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}') || true
     [ -z "$chains" ] && continue
     step "removing $ipt $table chains: $(echo $chains)"
-    "$ipt" -t "$table" -S | grep -E '^-A .* -j CNI-' | sed 's/^-A/-D/' |
+    { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A .* -j CNI-' || true; } | sed 's/^-A/-D/' |
       while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
     for c in $chains; do "$ipt" -t "$table" -F "$c" 2>/dev/null || true; done
     for c in $chains; do "$ipt" -t "$table" -X "$c" 2>/dev/null || true; done
@@ -155,8 +191,15 @@ fi
 
 # The kubelet links every container's log into /var/log/containers.
 for l in /var/log/containers/*; do
-  [ -L "$l" ] && case "$(readlink "$l")" in "$STATE"/*) rm -f "$l" ;; esac
+  if [ -L "$l" ]; then
+    case "$(readlink "$l")" in "$STATE"/*) rm -f "$l" ;; esac
+  fi
 done
+
+if [ -f "$STATE/created-var-log-containers" ]; then
+  rmdir /var/log/containers 2>/dev/null || true
+  rm -f "$STATE/created-var-log-containers"
+fi
 
 step "removing runtime state (keeping pki/, registry/ and logs/)"
 rm -rf "$STATE/etcd" "$CTRD_DIR" "$KUBELET_DIR" "$STATE/kubelet-pki" "$STATE/cni" "$STATE/pod-logs" \
@@ -164,12 +207,8 @@ rm -rf "$STATE/etcd" "$CTRD_DIR" "$KUBELET_DIR" "$STATE/kubelet-pki" "$STATE/cni
 
 # What must be gone now.
 left=()
-for p in /proc/[0-9]*; do
-  cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
-  [ "${p#/proc/}" = $$ ] && continue
-  case "$cmd" in
-    *"$STATE/"*|*"$STATE "*) case "$cmd" in *down.sh*|*up.sh*) ;; *) left+=("process ${p#/proc/}: $cmd") ;; esac ;;
-  esac
+for pid in $(our_pids) $(shim_pids) $(pod_pids); do
+  left+=("process $pid: $({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)")
 done
 while read -r m; do [ -n "$m" ] && left+=("mount $m"); done <<<"$(state_mounts)"
 while read -r c; do [ -n "$c" ] && left+=("cgroup $c"); done <<<"$(kubepods_cgroups)"
@@ -183,4 +222,4 @@ if [ "$purge" = 1 ]; then
   step "removing $STATE"
   rm -rf "$STATE"
 fi
-log "test cluster down"
+log "test cluster down ($(elapsed))"

@@ -354,6 +354,7 @@ if anything_running; then
   "$here/down.sh"
 fi
 log "starting the test cluster in $STATE"
+mkdir -p "$LOGS" "$RUN"   # (again: down.sh removes $RUN)
 "$here/build.sh"
 if [ ! -x "$REGISTRY_BIN" ]; then
   step "installing distribution's registry into $(dirname "$REGISTRY_BIN")"
@@ -404,6 +405,13 @@ start kube-scheduler "$K8S_BIN/kube-scheduler" \
   --authentication-kubeconfig="$CONF/scheduler.kubeconfig" \
   --authorization-kubeconfig="$CONF/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false --profiling=false
+
+# The kubelet links the containers' logs into /var/log/containers (not
+# configurable): if up.sh creates that directory, down.sh removes it.
+if [ ! -d /var/log/containers ]; then
+  mkdir -p /var/log/containers
+  touch "$STATE/created-var-log-containers"
+fi
 
 # The kubelet's root dir is a shared bind mount, so the volumes the kubelet
 # mounts in its own mount namespace show up where containerd looks.
