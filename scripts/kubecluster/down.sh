@@ -95,9 +95,9 @@ shim_pids() {
   done
 }
 
-# The kubelet first, so that it restarts nothing; the control plane next.
+# The kubelet first, so that it restarts nothing; then the pods; then the
+# rest at once (all their state is deleted below, nothing to flush).
 stop kubelet
-stop kube-scheduler kube-controller-manager kube-apiserver etcd
 
 # The pods' containers: through containerd while it runs (it unmounts their
 # root filesystems and the shims exit), then whatever is left in the pod
@@ -119,7 +119,7 @@ for i in $(seq 50); do
   kill -KILL $pids 2>/dev/null || true
   sleep 0.2
 done
-stop containerd
+stop kube-scheduler kube-controller-manager kube-apiserver etcd containerd registry
 for i in $(seq 25); do
   pids=$(shim_pids)
   [ -z "$pids" ] && break
@@ -128,7 +128,6 @@ for i in $(seq 25); do
   kill -KILL $pids 2>/dev/null || true
   sleep 0.2
 done
-stop registry
 # Components whose pid file was lost.
 pids=$(our_pids)
 if [ -n "$pids" ]; then
