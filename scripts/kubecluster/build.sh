@@ -41,7 +41,7 @@ proxy="${GOPROXY:-https://proxy.golang.org}"; proxy="${proxy%%,*}"
     while read -r mod; do
       # Some staging modules were not republished at every patch version:
       # take the newest v0.<minor>.x that is not newer than ours.
-      v="$(curl -fsS "$proxy/$mod/@v/list" | grep -E "^v0\.$minor\.[0-9]+$" | sort -V |
+      v="$(curl -fsS "$proxy/$mod/@v/list" 2>/dev/null | grep -E "^v0\.$minor\.[0-9]+$" | sort -V |
            awk -F. -v p="$patch" '$3+0 <= p+0' | tail -1 || true)"
       # No published version (or one the proxy refuses, like the sample-*
       # modules): nothing the four commands import, leave it unreplaced.
