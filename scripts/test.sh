@@ -6,7 +6,9 @@
 # unzip (the format checks and the baseline of the archive benchmarks), GNU
 # time (the peak RSS the archive and helper cache benchmarks report),
 # versitygw (the S3 server of the cache tests), Chromium (the web UI's
-# browser tests, headless), staticcheck), so
+# browser tests, headless), staticcheck, and for the Kubernetes test
+# cluster (scripts/kubecluster, internal/kubetest) etcd, containerd, runc,
+# the CNI plugins, openssl, curl, util-linux, iptables, iproute2 and gcc), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
 set -euo pipefail
@@ -23,7 +25,8 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium; do
+for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium \
+  etcd-server:etcd containernetworking-plugins:/usr/lib/cni/bridge containerd:/usr/bin/containerd runc:runc openssl:openssl curl:curl util-linux:unshare iptables:iptables iproute2:ip gcc:gcc 'libc6-dev:/usr/lib/*/libc.a'; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done
@@ -58,6 +61,18 @@ echo "== go vet"
 go vet ./...
 echo "== staticcheck"
 staticcheck ./...
+
+# The Kubernetes test cluster of internal/kubetest (the kubernetes
+# executor's tests): its binaries built once per machine (about 20 minutes
+# the first time), the cluster started before the tests and stopped when
+# this script exits, passing or failing (down.sh leaves no process, mount,
+# cgroup or link behind). See docs/KUBERNETES-TESTS.md.
+export DROVER_KUBE_STATE=${DROVER_KUBE_STATE:-/tmp/drover-kube}
+echo "== kubernetes test cluster ($DROVER_KUBE_STATE)"
+scripts/kubecluster/build.sh
+trap 'echo "== stopping the kubernetes test cluster"; scripts/kubecluster/down.sh || echo "!! scripts/kubecluster/down.sh failed"' EXIT
+trap 'exit 130' INT TERM
+scripts/kubecluster/up.sh
 
 echo "== go test -race"
 go test -race -count=1 -timeout 25m ./...
