@@ -85,7 +85,9 @@ func (p *Provider) Create() executor.Executor {
 }
 
 // Acquire reserves nothing.
-func (p *Provider) Acquire(context.Context, executor.Settings) (executor.Data, error) { return nil, nil }
+func (p *Provider) Acquire(context.Context, executor.Settings) (executor.Data, error) {
+	return nil, nil
+}
 
 // Release gives back nothing.
 func (p *Provider) Release(context.Context, executor.Settings, executor.Data) {}
