@@ -44,7 +44,6 @@ func registerOnlyFlags() []gitlabFlag {
 	notApplied := "drover reads this [runners.docker] key from config.toml but does not apply it yet"
 	inFile := "write it in [runners.docker] of config.toml after registering"
 	fs := []gitlabFlag{
-		noExecutor("kubernetes-", "kubernetes"),
 		noExecutor("parallels-", "parallels"),
 		{name: "ssh-", why: "not a flag of drover register: write it in [runners.ssh] of config.toml after registering"},
 		noExecutor("virtualbox-", "virtualbox"),
@@ -73,6 +72,11 @@ func registerOnlyFlags() []gitlabFlag {
 	for _, n := range []string{"tmpfs", "services-tmpfs", "sysctls", "container-labels"} {
 		fs = append(fs, gitlabFlag{name: "docker-" + n, why: "a table: " + inFile})
 	}
+	for _, n := range kubernetesNotApplied() {
+		fs = append(fs, gitlabFlag{name: "kubernetes-" + n, why: "drover reads this [runners.kubernetes] key from config.toml but does not apply it yet"})
+	}
+	// The rest of gitlab-runner's --kubernetes-* flags, and any it adds.
+	fs = append(fs, gitlabFlag{name: "kubernetes-", why: "not a flag of drover register: write it in [runners.kubernetes] of config.toml after registering"})
 	// The rest of gitlab-runner's --docker-* flags, and any it adds.
 	return append(fs, gitlabFlag{name: "docker-", why: "not a flag of drover register: " + inFile})
 }
@@ -105,4 +109,35 @@ func gitlabFlagError(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("flag %s is a gitlab-runner flag drover does not support (yet): %s", shown, f.why)
 	}
 	return err
+}
+
+// kubernetesNotApplied are gitlab-runner's --kubernetes-* flags (without
+// the prefix, spelled as gitlab-runner does) of the [runners.kubernetes]
+// keys drover reads but does not apply yet.
+func kubernetesNotApplied() []string {
+	fs := []string{
+		"bearer_token_overwrite_allowed", "namespace_per_job", "privileged", "runtime-class-name",
+		"allow-privilege-escalation", "ephemeral-storage-limit", "ephemeral-storage-request",
+		"service-ephemeral_storage-limit", "service-ephemeral_storage-request",
+		"helper-ephemeral_storage-limit", "helper-ephemeral_storage-request",
+		"pod-cpu-limit", "pod-cpu-request", "pod-memory-limit", "pod-memory-request",
+		"allowed-pull-policies", "allowed-users", "allowed-groups",
+		"node_selector_overwrite_allowed", "node_tolerations_overwrite_allowed", "pod_labels_overwrite_allowed",
+		"pod_annotations_overwrite_allowed", "service_account_overwrite_allowed", "affinity",
+		"use-service-account-image-pull-secrets", "automount-service-account-token", "helper-image-flavor",
+		"helper-image-autoset-arch-and-os", "pod_termination_grace_period_seconds", "cleanup_resources_timeout",
+		"resource-availability-check-max-attempts", "retry-limit", "retry-backoff-max", "retry-limits",
+		"scheduler-name", "host_aliases", "cap-add", "cap-drop", "suspend-pvc-size", "suspend-pvc-storage-class",
+		"dns-policy", "priority_class_name", "logs-base-dir", "scripts-base-dir", "print-pod-warning-events",
+		"pod-disruption-budget",
+	}
+	for _, p := range []string{"", "service-", "helper-", "pod-"} {
+		for _, r := range []string{"cpu-limit", "cpu-request", "memory-limit", "memory-request"} {
+			fs = append(fs, p+r+"-overwrite-max-allowed")
+		}
+	}
+	for _, p := range []string{"ephemeral-storage-", "service-ephemeral_storage-", "helper-ephemeral_storage-"} {
+		fs = append(fs, p+"limit-overwrite-max-allowed", p+"request-overwrite-max-allowed")
+	}
+	return fs
 }

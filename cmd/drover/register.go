@@ -21,6 +21,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/custom"
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/executor/kubernetes"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
 )
 
@@ -98,7 +99,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	} {
 		envFlag(f, name, env)
 	}
-	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), cacheFlags()) {
+	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), kubernetesFlags(), cacheFlags()) {
 		switch d.kind {
 		case kindString:
 			f.String(d.flag, "", d.usage)
@@ -106,7 +107,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 			f.Bool(d.flag, false, d.usage)
 		case kindInt:
 			f.Int64(d.flag, 0, d.usage)
-		case kindList:
+		case kindList, kindTable, kindTolerations:
 			f.StringArray(d.flag, nil, d.usage+"; repeat it for more")
 		}
 		if d.env != "" {
@@ -320,11 +321,16 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 	} else if len(set) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.docker]\n", strings.Join(set, ", "), o.executor)
 	}
+	if o.executor == kubernetes.Name && !cmd.Flags().Changed("kubernetes-helper-image") {
+		return rc, usageError(fmt.Errorf("--kubernetes-helper-image (or $KUBERNETES_HELPER_IMAGE) is required with --executor %s: "+
+			"the image of drover's helper, as the cluster's nodes pull it (drover helper-image --tag REGISTRY/drover-helper:TAG --push builds and pushes it)", o.executor))
+	}
 	for _, sec := range []struct {
 		executor, table string
 		flags           []dockerFlag
 		dst             *map[string]any
-	}{{sshexec.Name, "ssh", sshFlags(), &rc.SSH}, {custom.Name, "custom", customFlags(), &rc.Custom}} {
+	}{{sshexec.Name, "ssh", sshFlags(), &rc.SSH}, {custom.Name, "custom", customFlags(), &rc.Custom},
+		{kubernetes.Name, "kubernetes", kubernetesFlags(), &rc.Kubernetes}} {
 		t, set := flagTable(cmd.Flags(), sec.flags)
 		switch {
 		case o.executor == sec.executor:
@@ -360,6 +366,72 @@ func cacheFlags() []dockerFlag {
 		{"cache-s3-server-side-encryption", "s3.ServerSideEncryption", "CACHE_S3_SERVER_SIDE_ENCRYPTION", kindString, "S3 or KMS"},
 		{"cache-s3-server-side-encryption-key-id", "s3.ServerSideEncryptionKeyID", "CACHE_S3_SERVER_SIDE_ENCRYPTION_KEY_ID", kindString, "KMS key of ServerSideEncryption = KMS"},
 	}
+}
+
+// kubernetesFlags are the --kubernetes-* flags of register, as
+// gitlab-runner spells them (dashes and underscores mixed), for the
+// [runners.kubernetes] keys drover applies. --kubernetes-pod-labels and
+// --kubernetes-pod-annotations have no environment variable in
+// gitlab-runner either.
+func kubernetesFlags() []dockerFlag {
+	fs := []dockerFlag{
+		{"kubernetes-host", "host", "KUBERNETES_HOST", kindString, "URL of the cluster's API server (default: the in-cluster configuration, else the kubeconfig)"},
+		{"kubernetes-context", "context", "KUBECTL_CONTEXT", kindString, "context of the kubeconfig to use (without --kubernetes-host)"},
+		{"kubernetes-bearer_token", "bearer_token", "KUBERNETES_BEARER_TOKEN", kindString, "bearer token for the API server"},
+		{"kubernetes-ca-file", "ca_file", "KUBERNETES_CA_FILE", kindString, "CA certificate file of the API server"},
+		{"kubernetes-cert-file", "cert_file", "KUBERNETES_CERT_FILE", kindString, "client certificate file for the API server (with --kubernetes-key-file)"},
+		{"kubernetes-key-file", "key_file", "KUBERNETES_KEY_FILE", kindString, "its private key file"},
+		{"kubernetes-namespace", "namespace", "KUBERNETES_NAMESPACE", kindString, "namespace of the jobs' pods (default \"default\")"},
+		{"kubernetes-namespace_overwrite_allowed", "namespace_overwrite_allowed", "KUBERNETES_NAMESPACE_OVERWRITE_ALLOWED", kindString,
+			"regular expression of the namespaces a job may pick with its KUBERNETES_NAMESPACE_OVERWRITE variable"},
+		{"kubernetes-image", "image", "KUBERNETES_IMAGE", kindString, "image of jobs that name none"},
+		{"kubernetes-helper-image", "helper_image", "KUBERNETES_HELPER_IMAGE", kindString,
+			"drover's helper image, as the cluster's nodes pull it (required with --executor kubernetes; drover helper-image builds it)"},
+		{"kubernetes-pull-policy", "pull_policy", "KUBERNETES_PULL_POLICY", kindList, "always, if-not-present or never (default: the cluster's)"},
+		{"kubernetes-service-account", "service_account", "KUBERNETES_SERVICE_ACCOUNT", kindString, "service account of the jobs' pods"},
+	}
+	for _, kind := range []struct{ prefix, what string }{{"", "the build container"}, {"helper-", "the helper container"}, {"service-", "each service container"}} {
+		for _, r := range []struct{ name, what, eg string }{
+			{"cpu-request", "CPU request", "500m or 2"}, {"cpu-limit", "CPU limit", "500m or 2"},
+			{"memory-request", "memory request", "512Mi"}, {"memory-limit", "memory limit", "512Mi"},
+		} {
+			name := kind.prefix + r.name
+			fs = append(fs, dockerFlag{"kubernetes-" + name, strings.ReplaceAll(name, "-", "_"),
+				"KUBERNETES_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")), kindString,
+				r.what + " of " + kind.what + " (e.g. " + r.eg + ")"})
+		}
+	}
+	return append(fs,
+		dockerFlag{"kubernetes-node-selector", "node_selector", "KUBERNETES_NODE_SELECTOR", kindTable,
+			"node label the jobs' pods need, KEY=VALUE (or gitlab-runner's KEY:VALUE)"},
+		dockerFlag{"kubernetes-node-tolerations", "node_tolerations", "KUBERNETES_NODE_TOLERATIONS", kindTolerations,
+			"node taint the jobs' pods tolerate, KEY=VALUE:EFFECT or KEY:EFFECT (no EFFECT: any)"},
+		dockerFlag{"kubernetes-pod-labels", "pod_labels", "", kindTable, "label of the jobs' pods, KEY=VALUE (or KEY:VALUE)"},
+		dockerFlag{"kubernetes-pod-annotations", "pod_annotations", "", kindTable, "annotation of the jobs' pods, KEY=VALUE (or KEY:VALUE)"},
+		dockerFlag{"kubernetes-image-pull-secrets", "image_pull_secrets", "KUBERNETES_IMAGE_PULL_SECRETS", kindList, "secret the cluster pulls the jobs' images with"},
+		dockerFlag{"kubernetes-allowed-images", "allowed_images", "KUBERNETES_ALLOWED_IMAGES", kindList, "image patterns jobs may use"},
+		dockerFlag{"kubernetes-allowed-services", "allowed_services", "KUBERNETES_ALLOWED_SERVICES", kindList, "service image patterns jobs may use"},
+		dockerFlag{"kubernetes-poll-interval", "poll_interval", "KUBERNETES_POLL_INTERVAL", kindInt, "seconds between checks of a starting pod (default 3)"},
+		dockerFlag{"kubernetes-poll-timeout", "poll_timeout", "KUBERNETES_POLL_TIMEOUT", kindInt, "seconds a job's pod may take to run (default 180)"},
+		dockerFlag{"kubernetes-cleanup_grace_period_seconds", "cleanup_grace_period_seconds", "KUBERNETES_CLEANUP_GRACE_PERIOD_SECONDS", kindInt,
+			"termination grace period in seconds of a finished job's pod (default: the pod's own)"},
+	)
+}
+
+// tableEntry splits an entry of a table flag into its key and value.
+// gitlab-runner's form is KEY:VALUE; KEY=VALUE is read too, since neither
+// a label, an annotation nor a node selector name can hold ":" or "=".
+// Tolerations are KEY=VALUE:EFFECT, split at ":" alone. An entry without
+// its separator is a key with an empty value, as in gitlab-runner.
+func tableEntry(kind flagKind, e string) (string, string) {
+	seps := ":="
+	if kind == kindTolerations {
+		seps = ":"
+	}
+	if i := strings.IndexAny(e, seps); i >= 0 {
+		return e[:i], e[i+1:]
+	}
+	return e, ""
 }
 
 // nestCacheTable moves the "s3." keys of the --cache-* flags' table into
@@ -452,6 +524,11 @@ func checkRunner(path string, rc config.RunnerConfig) error {
 			return usageError(flagProblem(err))
 		}
 	}
+	if rc.Executor == kubernetes.Name {
+		if _, _, err := kubernetes.ParseConfig(path, &rc); err != nil {
+			return usageError(flagProblem(err))
+		}
+	}
 	if _, err := cache.ParseRunner(path, &rc); err != nil {
 		return usageError(flagProblem(err))
 	}
@@ -491,10 +568,13 @@ func flagProblem(err error) error {
 		// The shared cache's checks span its keys ("s3 needs BucketName").
 		return fmt.Errorf("the --cache-* flags: %s", ce.Msg)
 	}
-	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags(), "custom.": customFlags(), "cache.": cacheFlags()} {
+	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags(), "custom.": customFlags(),
+		"kubernetes.": kubernetesFlags(), "cache.": cacheFlags()} {
 		if dk, ok := strings.CutPrefix(top, prefix); ok {
 			for _, d := range flags {
-				if d.key == dk {
+				// A table flag's problem may be about one of its keys
+				// (kubernetes.node_selector."bad key").
+				if d.key == dk || strings.HasPrefix(dk, d.key+".") {
 					return fmt.Errorf("--%s: %s", d.flag, ce.Msg)
 				}
 			}
@@ -511,6 +591,11 @@ const (
 	kindBool
 	kindInt
 	kindList
+	// kindTable is a table of strings, given as repeated KEY=VALUE.
+	kindTable
+	// kindTolerations is a table of strings given as repeated
+	// KEY=VALUE:EFFECT (node_tolerations).
+	kindTolerations
 )
 
 // dockerFlag is a gitlab-runner register flag for a [runners.docker] key
@@ -628,6 +713,14 @@ func flagTable(f *pflag.FlagSet, flags []dockerFlag) (map[string]any, []string) 
 				vs[i] = s
 			}
 			table[d.key] = vs
+		case kindTable, kindTolerations:
+			l, _ := f.GetStringArray(d.flag)
+			m := make(map[string]any, len(l))
+			for _, e := range l {
+				k, v := tableEntry(d.kind, e)
+				m[k] = v
+			}
+			table[d.key] = m
 		}
 	}
 	return table, set

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,10 +19,13 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/executor/kubernetes"
 )
 
 // testCoordinator starts a drover coordinator in this process, served on
@@ -230,8 +234,8 @@ func TestRegisterRefuses(t *testing.T) {
 		{"bad docker memory", append(base, "--executor", "docker", "--docker-image", "a", "--docker-memory", "lots"), "--docker-memory: "},
 		{"docker without image", append(base, "--executor", "docker"), "--docker-image (or $DOCKER_IMAGE) is required"},
 		{"bad access level", append(base, "--access-level", "all"), `--access-level "all"`},
-		{"unknown executor", append(base, "--executor", "kubernetes"), `--executor "kubernetes": not available`},
-		{"kubernetes flag", append(base, "--kubernetes-host", "h"), "flag --kubernetes-host is a gitlab-runner flag drover does not support (yet): drover has no kubernetes executor"},
+		{"unknown executor", append(base, "--executor", "virtualbox"), `--executor "virtualbox": not available`},
+		{"virtualbox flag", append(base, "--virtualbox-base-name", "vm"), "flag --virtualbox-base-name is a gitlab-runner flag drover does not support (yet): drover has no virtualbox executor"},
 		{"flag=value form", append(base, "--template-config=t.toml"), "flag --template-config is a gitlab-runner flag drover does not support (yet)"},
 		{"docker key not applied", append(base, "--docker-gpus", "all"), "flag --docker-gpus is a gitlab-runner flag drover does not support (yet): drover reads this [runners.docker] key"},
 		{"docker table", append(base, "--docker-sysctls", "{}"), "write it in [runners.docker] of config.toml"},
@@ -467,8 +471,6 @@ func TestList(t *testing.T) {
 	}
 }
 
-// TestConfigErrorsNameTheFile: whatever goes wrong with the config file,
-// every command's error names the one in use.
 // TestListKeepsUnavailableExecutors: a GitLab Runner config.toml with a
 // runner of an executor this build lacks can be listed (with a warning
 // naming its line); drover run refuses it.
@@ -476,22 +478,24 @@ func TestListKeepsUnavailableExecutors(t *testing.T) {
 	clearRegisterEnv(t)
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	writeTestFile(t, cfg, `[[runners]]
-  name = "kube"
+  name = "vbox"
   url = "https://gitlab.example.com"
-  token = "glrt-kubekubekube"
-  executor = "kubernetes"
+  token = "glrt-vboxvboxvbox"
+  executor = "virtualbox"
 `)
 	out, code, err := drover(t, "list", "-c", cfg)
-	if code != 0 || !strings.Contains(out, "kube") || !strings.Contains(out, "Executor=kubernetes") ||
-		!strings.Contains(out, cfg+`:5: runners[0].executor: "kubernetes" is not available in this build of drover`) {
+	if code != 0 || !strings.Contains(out, "vbox") || !strings.Contains(out, "Executor=virtualbox") ||
+		!strings.Contains(out, cfg+`:5: runners[0].executor: "virtualbox" is not available in this build of drover`) {
 		t.Errorf("list = exit %d (%v), want 0 with the runner and a warning at line 5:\n%s", code, err, out)
 	}
 	out, code, err = drover(t, "run", "-c", cfg)
-	if code != 2 || err == nil || !strings.Contains(err.Error(), cfg+`:5: runners[0].executor: "kubernetes" is not available`) {
+	if code != 2 || err == nil || !strings.Contains(err.Error(), cfg+`:5: runners[0].executor: "virtualbox" is not available`) {
 		t.Errorf("run = exit %d (%v), want 2 naming the executor's line:\n%s", code, err, out)
 	}
 }
 
+// TestConfigErrorsNameTheFile: whatever goes wrong with the config file,
+// every command's error names the one in use.
 func TestConfigErrorsNameTheFile(t *testing.T) {
 	clearRegisterEnv(t)
 	_, url := testCoordinator(t)
@@ -562,5 +566,316 @@ func TestDefaultConfig(t *testing.T) {
 	t.Setenv("CONFIG_FILE", "config.toml")
 	if out, code, err := drover(t, "list"); code != 0 || !strings.Contains(out, "ConfigFile=config.toml") {
 		t.Errorf("list with $CONFIG_FILE = exit %d (%v)\n%s", code, err, out)
+	}
+}
+
+// kubeCmp compares kubernetes.Configs: quantities by value and text,
+// regular expressions by their source.
+var kubeCmp = cmp.Options{
+	cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 && a.String() == b.String() }),
+	cmp.Comparer(func(a, b *regexp.Regexp) bool {
+		if a == nil || b == nil {
+			return a == b
+		}
+		return a.String() == b.String()
+	}),
+}
+
+func kubeQty(s string) *resource.Quantity {
+	q := resource.MustParse(s)
+	return &q
+}
+
+// TestRegisterKubernetes: gitlab-runner register's --kubernetes-* flags
+// (and their environment variables) write [runners.kubernetes], and the
+// file they write is one drover run takes: ParseConfig reads it without
+// a warning.
+func TestRegisterKubernetes(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	const helper = "registry.example.com/drover-helper:1"
+	zero, grace := int64(0), int64(20)
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantTable  map[string]any
+		wantConfig *kubernetes.Config
+	}{
+		{
+			name:      "the helper image alone",
+			args:      []string{"--kubernetes-helper-image", helper},
+			wantTable: map[string]any{"helper_image": helper},
+			wantConfig: &kubernetes.Config{Namespace: "default", HelperImage: helper,
+				PollInterval: kubernetes.DefaultPollInterval, PollTimeout: kubernetes.DefaultPollTimeout},
+		},
+		{
+			name: "every flag",
+			args: []string{
+				"--kubernetes-host", "https://k8s.example.com:6443", "--kubernetes-bearer_token", "tok",
+				"--kubernetes-ca-file", "/etc/k8s/ca.crt", "--kubernetes-cert-file", "/etc/k8s/c.crt", "--kubernetes-key-file", "/etc/k8s/c.key",
+				"--kubernetes-context", "ci", "--kubernetes-namespace", "ci-jobs", "--kubernetes-namespace_overwrite_allowed", "^ci-.*$",
+				"--kubernetes-image", "alpine:3.20", "--kubernetes-helper-image", helper,
+				"--kubernetes-pull-policy", "if-not-present", "--kubernetes-pull-policy", "always",
+				"--kubernetes-service-account", "runner",
+				"--kubernetes-cpu-request", "500m", "--kubernetes-cpu-limit", "2",
+				"--kubernetes-memory-request", "256Mi", "--kubernetes-memory-limit", "1Gi",
+				"--kubernetes-helper-cpu-request", "100m", "--kubernetes-helper-cpu-limit", "200m",
+				"--kubernetes-helper-memory-request", "64Mi", "--kubernetes-helper-memory-limit", "128Mi",
+				"--kubernetes-service-cpu-request", "250m", "--kubernetes-service-cpu-limit", "1",
+				"--kubernetes-service-memory-request", "128Mi", "--kubernetes-service-memory-limit", "512Mi",
+				"--kubernetes-poll-interval", "5", "--kubernetes-poll-timeout", "600", "--kubernetes-cleanup_grace_period_seconds", "0",
+				"--kubernetes-node-selector", "kubernetes.io/os=linux", "--kubernetes-node-selector", "disktype=ssd",
+				"--kubernetes-node-tolerations", "dedicated=ci:NoSchedule",
+				"--kubernetes-pod-labels", "team=ci", "--kubernetes-pod-annotations", "example.com/note=a=b: c",
+				"--kubernetes-image-pull-secrets", "regcred", "--kubernetes-image-pull-secrets", "mirror",
+				"--kubernetes-allowed-images", "alpine:*", "--kubernetes-allowed-services", "postgres:*",
+			},
+			wantTable: map[string]any{
+				"host": "https://k8s.example.com:6443", "bearer_token": "tok", "ca_file": "/etc/k8s/ca.crt",
+				"cert_file": "/etc/k8s/c.crt", "key_file": "/etc/k8s/c.key", "context": "ci", "namespace": "ci-jobs",
+				"namespace_overwrite_allowed": "^ci-.*$", "image": "alpine:3.20", "helper_image": helper,
+				"pull_policy": []any{"if-not-present", "always"}, "service_account": "runner",
+				"cpu_request": "500m", "cpu_limit": "2", "memory_request": "256Mi", "memory_limit": "1Gi",
+				"helper_cpu_request": "100m", "helper_cpu_limit": "200m", "helper_memory_request": "64Mi", "helper_memory_limit": "128Mi",
+				"service_cpu_request": "250m", "service_cpu_limit": "1", "service_memory_request": "128Mi", "service_memory_limit": "512Mi",
+				"poll_interval": int64(5), "poll_timeout": int64(600), "cleanup_grace_period_seconds": int64(0),
+				"node_selector":    map[string]any{"kubernetes.io/os": "linux", "disktype": "ssd"},
+				"node_tolerations": map[string]any{"dedicated=ci": "NoSchedule"},
+				"pod_labels":       map[string]any{"team": "ci"}, "pod_annotations": map[string]any{"example.com/note": "a=b: c"},
+				"image_pull_secrets": []any{"regcred", "mirror"}, "allowed_images": []any{"alpine:*"}, "allowed_services": []any{"postgres:*"},
+			},
+			wantConfig: &kubernetes.Config{
+				Host: "https://k8s.example.com:6443", BearerToken: "tok", CAFile: "/etc/k8s/ca.crt",
+				CertFile: "/etc/k8s/c.crt", KeyFile: "/etc/k8s/c.key", Context: "ci", Namespace: "ci-jobs",
+				NamespaceOverwrite: regexp.MustCompile("^ci-.*$"), Image: "alpine:3.20", HelperImage: helper,
+				PullPolicy: []corev1.PullPolicy{corev1.PullIfNotPresent, corev1.PullAlways}, ServiceAccount: "runner",
+				Build:        kubernetes.Resources{CPURequest: kubeQty("500m"), CPULimit: kubeQty("2"), MemoryRequest: kubeQty("256Mi"), MemoryLimit: kubeQty("1Gi")},
+				Helper:       kubernetes.Resources{CPURequest: kubeQty("100m"), CPULimit: kubeQty("200m"), MemoryRequest: kubeQty("64Mi"), MemoryLimit: kubeQty("128Mi")},
+				Service:      kubernetes.Resources{CPURequest: kubeQty("250m"), CPULimit: kubeQty("1"), MemoryRequest: kubeQty("128Mi"), MemoryLimit: kubeQty("512Mi")},
+				NodeSelector: map[string]string{"kubernetes.io/os": "linux", "disktype": "ssd"},
+				NodeTolerations: []corev1.Toleration{
+					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ci", Effect: corev1.TaintEffectNoSchedule},
+				},
+				PodLabels: map[string]string{"team": "ci"}, PodAnnotations: map[string]string{"example.com/note": "a=b: c"},
+				ImagePullSecrets: []string{"regcred", "mirror"}, PollInterval: 5 * time.Second, PollTimeout: 600 * time.Second,
+				CleanupGrace: &zero, AllowedImages: []string{"alpine:*"}, AllowedServices: []string{"postgres:*"},
+			},
+		},
+		{
+			name: "gitlab-runner's KEY:VALUE forms",
+			args: []string{"--kubernetes-helper-image", helper,
+				"--kubernetes-node-selector", "kubernetes.io/arch:amd64", "--kubernetes-pod-labels", "tier:build",
+				"--kubernetes-pod-labels", "empty", "--kubernetes-pod-annotations", "example.com/url:https://x.example/?a=b",
+				"--kubernetes-node-tolerations", "spot", "--kubernetes-node-tolerations", "gpu:NoExecute",
+				"--kubernetes-node-tolerations", "example.com/pool=ci:"},
+			wantTable: map[string]any{
+				"helper_image":     helper,
+				"node_selector":    map[string]any{"kubernetes.io/arch": "amd64"},
+				"pod_labels":       map[string]any{"tier": "build", "empty": ""},
+				"pod_annotations":  map[string]any{"example.com/url": "https://x.example/?a=b"},
+				"node_tolerations": map[string]any{"spot": "", "gpu": "NoExecute", "example.com/pool=ci": ""},
+			},
+			wantConfig: &kubernetes.Config{Namespace: "default", HelperImage: helper,
+				PollInterval: kubernetes.DefaultPollInterval, PollTimeout: kubernetes.DefaultPollTimeout,
+				NodeSelector:   map[string]string{"kubernetes.io/arch": "amd64"},
+				PodLabels:      map[string]string{"tier": "build", "empty": ""},
+				PodAnnotations: map[string]string{"example.com/url": "https://x.example/?a=b"},
+				NodeTolerations: []corev1.Toleration{
+					{Key: "example.com/pool", Operator: corev1.TolerationOpEqual, Value: "ci"},
+					{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+					{Key: "spot", Operator: corev1.TolerationOpExists},
+				},
+			},
+		},
+		{
+			name: "environment variables",
+			args: []string{"--kubernetes-namespace", "from-flag"},
+			env: map[string]string{
+				"KUBERNETES_HELPER_IMAGE": helper, "KUBERNETES_HOST": "https://10.0.0.1", "KUBERNETES_BEARER_TOKEN": "env-token",
+				"KUBERNETES_NAMESPACE": "from-env", "KUBERNETES_IMAGE": "busybox", "KUBERNETES_PULL_POLICY": "never,always",
+				"KUBERNETES_CPU_LIMIT": "1", "KUBERNETES_HELPER_MEMORY_REQUEST": "32Mi", "KUBERNETES_SERVICE_CPU_REQUEST": "10m",
+				"KUBERNETES_NODE_SELECTOR": "disktype=ssd", "KUBERNETES_NODE_TOLERATIONS": "dedicated=ci:NoSchedule",
+				"KUBERNETES_IMAGE_PULL_SECRETS": "a,b", "KUBERNETES_POLL_TIMEOUT": "30",
+				"KUBERNETES_CLEANUP_GRACE_PERIOD_SECONDS": "20", "KUBERNETES_SERVICE_ACCOUNT": "sa",
+				"KUBERNETES_ALLOWED_IMAGES": "busybox,alpine:*", "KUBERNETES_ALLOWED_SERVICES": "redis",
+				"KUBERNETES_NAMESPACE_OVERWRITE_ALLOWED": "^ci-", "KUBECTL_CONTEXT": "ctx",
+				"KUBERNETES_CA_FILE": "/ca", "KUBERNETES_CERT_FILE": "/c", "KUBERNETES_KEY_FILE": "/k",
+			},
+			wantTable: map[string]any{
+				"helper_image": helper, "host": "https://10.0.0.1", "bearer_token": "env-token",
+				"namespace": "from-flag", // the command line wins
+				"image":     "busybox", "pull_policy": []any{"never", "always"}, "cpu_limit": "1",
+				"helper_memory_request": "32Mi", "service_cpu_request": "10m",
+				"node_selector":      map[string]any{"disktype": "ssd"},
+				"node_tolerations":   map[string]any{"dedicated=ci": "NoSchedule"},
+				"image_pull_secrets": []any{"a", "b"}, "poll_timeout": int64(30), "cleanup_grace_period_seconds": int64(20),
+				"service_account": "sa", "allowed_images": []any{"busybox", "alpine:*"}, "allowed_services": []any{"redis"},
+				"namespace_overwrite_allowed": "^ci-", "context": "ctx", "ca_file": "/ca", "cert_file": "/c", "key_file": "/k",
+			},
+			wantConfig: &kubernetes.Config{
+				Host: "https://10.0.0.1", BearerToken: "env-token", CAFile: "/ca", CertFile: "/c", KeyFile: "/k", Context: "ctx",
+				Namespace: "from-flag", NamespaceOverwrite: regexp.MustCompile("^ci-"), Image: "busybox", HelperImage: helper,
+				PullPolicy: []corev1.PullPolicy{corev1.PullNever, corev1.PullAlways}, ServiceAccount: "sa",
+				Build: kubernetes.Resources{CPULimit: kubeQty("1")}, Helper: kubernetes.Resources{MemoryRequest: kubeQty("32Mi")},
+				Service: kubernetes.Resources{CPURequest: kubeQty("10m")}, NodeSelector: map[string]string{"disktype": "ssd"},
+				NodeTolerations: []corev1.Toleration{
+					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ci", Effect: corev1.TaintEffectNoSchedule},
+				},
+				ImagePullSecrets: []string{"a", "b"}, PollInterval: kubernetes.DefaultPollInterval, PollTimeout: 30 * time.Second,
+				CleanupGrace: &grace, AllowedImages: []string{"busybox", "alpine:*"}, AllowedServices: []string{"redis"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			cfg := filepath.Join(t.TempDir(), "config.toml")
+			args := append([]string{"register", "-n", "-c", cfg, "-u", url, "-r", c.RegistrationToken(), "--name", "kube", "--executor", "kubernetes"}, tt.args...)
+			out, code, err := drover(t, args...)
+			if code != 0 {
+				t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
+			}
+			loaded, warnings, err := config.Load(cfg)
+			if err != nil || len(warnings) > 0 {
+				t.Fatalf("Load(%s) = warnings %v, error %v\n%s", cfg, warnings, err, readFile(t, cfg))
+			}
+			r := loaded.Runners[0]
+			if r.Executor != "kubernetes" || r.Docker != nil {
+				t.Errorf("config.toml:\n%s", readFile(t, cfg))
+			}
+			if diff := cmp.Diff(tt.wantTable, r.Kubernetes); diff != "" {
+				t.Errorf("[runners.kubernetes] (-want +got):\n%s\n%s", diff, readFile(t, cfg))
+			}
+			kc, kw, err := kubernetes.ParseConfig(cfg, &r)
+			if err != nil || len(kw) > 0 {
+				t.Fatalf("kubernetes.ParseConfig(written config.toml) = warnings %v, error %v", kw, err)
+			}
+			if diff := cmp.Diff(tt.wantConfig, kc, kubeCmp); diff != "" {
+				t.Errorf("kubernetes.ParseConfig(written config.toml) (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRegisterKubernetesRefuses: a --kubernetes-* value drover run would
+// refuse is a usage error naming the flag, found before the coordinator
+// registers anything; gitlab-runner's --kubernetes-* flags drover does not
+// apply are named as such.
+func TestRegisterKubernetesRefuses(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	base := []string{"register", "-c", cfg, "-u", url, "-r", c.RegistrationToken(), "--name", "x", "--executor", "kubernetes"}
+	kube := append(slices.Clone(base), "--kubernetes-helper-image", "h")
+	notApplied := "is a gitlab-runner flag drover does not support (yet): drover reads this [runners.kubernetes] key from config.toml but does not apply it yet"
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no helper image", base, nil, "--kubernetes-helper-image (or $KUBERNETES_HELPER_IMAGE) is required with --executor kubernetes"},
+		{"empty helper image", append(slices.Clone(base), "--kubernetes-helper-image", ""), nil, "--kubernetes-helper-image: required: the image of drover's helper"},
+		{"bad quantity", append(slices.Clone(kube), "--kubernetes-cpu-limit", "lots"), nil, `--kubernetes-cpu-limit: "lots" is not a quantity`},
+		{"bad helper quantity", append(slices.Clone(kube), "--kubernetes-helper-memory-request", "1 GB"), nil, `--kubernetes-helper-memory-request: "1 GB" is not a quantity`},
+		{"request above limit", append(slices.Clone(kube), "--kubernetes-service-cpu-request", "2", "--kubernetes-service-cpu-limit", "1"), nil,
+			"--kubernetes-service-cpu-request: 2 is more than service_cpu_limit (1)"},
+		{"bad namespace", append(slices.Clone(kube), "--kubernetes-namespace", "CI_Jobs"), nil, `--kubernetes-namespace: "CI_Jobs" is not a namespace name`},
+		{"bad namespace regexp", append(slices.Clone(kube), "--kubernetes-namespace_overwrite_allowed", "ci-("), nil,
+			"--kubernetes-namespace_overwrite_allowed: not a regular expression"},
+		{"bad pull policy", append(slices.Clone(kube), "--kubernetes-pull-policy", "always", "--kubernetes-pull-policy", "sometimes"), nil,
+			`--kubernetes-pull-policy: "sometimes" is not a pull policy`},
+		{"bad node selector", append(slices.Clone(kube), "--kubernetes-node-selector", "bad key=v"), nil, `--kubernetes-node-selector: "bad key" is not a label name`},
+		{"bad node selector value", append(slices.Clone(kube), "--kubernetes-node-selector", "os=not linux"), nil, `--kubernetes-node-selector: "not linux" is not a label value`},
+		{"drover's label prefix", append(slices.Clone(kube), "--kubernetes-pod-labels", "drover.io/job=1"), nil,
+			`--kubernetes-pod-labels: label "drover.io/job": the drover.io/ prefix is drover's own`},
+		{"bad annotation name", append(slices.Clone(kube), "--kubernetes-pod-annotations", "a b=c"), nil, `--kubernetes-pod-annotations: "a b" is not an annotation name`},
+		{"bad taint effect", append(slices.Clone(kube), "--kubernetes-node-tolerations", "a=b:Sometimes"), nil, `--kubernetes-node-tolerations: "Sometimes" is not a taint effect`},
+		{"cert without key", append(slices.Clone(kube), "--kubernetes-cert-file", "/c.crt"), nil, "--kubernetes-cert-file: needs key_file"},
+		{"key without cert", append(slices.Clone(kube), "--kubernetes-key-file", "/c.key"), nil, "--kubernetes-key-file: needs cert_file"},
+		{"negative poll timeout", append(slices.Clone(kube), "--kubernetes-poll-timeout", "-1"), nil, "--kubernetes-poll-timeout: must not be negative (got -1)"},
+		{"negative grace", append(slices.Clone(kube), "--kubernetes-cleanup_grace_period_seconds", "-1"), nil,
+			"--kubernetes-cleanup_grace_period_seconds: must not be negative (got -1)"},
+		{"bad environment variable", kube, map[string]string{"KUBERNETES_POLL_INTERVAL": "soon"}, "$KUBERNETES_POLL_INTERVAL (for --kubernetes-poll-interval)"},
+		{"bad value from the environment", base, map[string]string{"KUBERNETES_HELPER_IMAGE": "h", "KUBERNETES_MEMORY_LIMIT": "lots"},
+			`--kubernetes-memory-limit: "lots" is not a quantity`},
+		{"not applied", append(slices.Clone(kube), "--kubernetes-privileged"), nil, "flag --kubernetes-privileged " + notApplied},
+		{"not applied, underscores", append(slices.Clone(kube), "--kubernetes-pod_termination_grace_period_seconds", "5"), nil,
+			"flag --kubernetes-pod_termination_grace_period_seconds " + notApplied},
+		{"not applied, overwrite limit", append(slices.Clone(kube), "--kubernetes-helper-memory-limit-overwrite-max-allowed=1Gi"), nil,
+			"flag --kubernetes-helper-memory-limit-overwrite-max-allowed " + notApplied},
+		{"not applied, ephemeral storage", append(slices.Clone(kube), "--kubernetes-service-ephemeral_storage-limit", "1Gi"), nil,
+			"flag --kubernetes-service-ephemeral_storage-limit " + notApplied},
+		{"other kubernetes flag", append(slices.Clone(kube), "--kubernetes-volumes", "x"), nil,
+			"flag --kubernetes-volumes is a gitlab-runner flag drover does not support (yet): not a flag of drover register: write it in [runners.kubernetes] of config.toml after registering"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			out, code, err := drover(t, tc.args...)
+			if code != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("exit %d, %v; want 2 and %q\n%s", code, err, tc.want, out)
+			}
+		})
+	}
+	if rs := serverRunners(t, c, url); len(rs) != 0 {
+		t.Errorf("the server has %d runners after refused registrations, want none", len(rs))
+	}
+	if _, err := os.Stat(cfg); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused registration wrote %s: %v", cfg, err)
+	}
+}
+
+// --kubernetes-* flags with another executor are ignored with a warning,
+// as the --docker-* ones are.
+func TestRegisterKubernetesFlagsOtherExecutor(t *testing.T) {
+	clearRegisterEnv(t)
+	c, url := testCoordinator(t)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	out, code, err := drover(t, "register", "-c", cfg, "-u", url, "-r", c.RegistrationToken(), "--name", "sh", "--executor", "shell",
+		"--kubernetes-namespace", "ci", "--kubernetes-cpu-limit", "lots")
+	if code != 0 || !strings.Contains(out, `warning: --kubernetes-namespace, --kubernetes-cpu-limit ignored: executor "shell" has no [runners.kubernetes]`) {
+		t.Fatalf("register = exit %d (%v), want 0 with a warning:\n%s", code, err, out)
+	}
+	if text := readFile(t, cfg); strings.Contains(text, "kubernetes") {
+		t.Errorf("config.toml has a kubernetes table:\n%s", text)
+	}
+}
+
+// Every gitlab-runner flag register names as unsupported is one it does
+// not define (else the entry is dead), and each --kubernetes-* one said
+// to be "read but not applied" is a key kubernetes.ParseConfig warns
+// about as not honoured.
+func TestRegisterGitlabOnlyFlags(t *testing.T) {
+	t.Parallel()
+	fs := newRegisterCmd().Flags()
+	for _, f := range gitlabOnlyFlags("register") {
+		if !strings.HasSuffix(f.name, "-") && fs.Lookup(f.name) != nil {
+			t.Errorf("--%s is both a flag of register and a gitlab-runner flag it lacks", f.name)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"kubernetes\"\n  [runners.kubernetes]\n    helper_image = \"h\"\n")
+	for _, n := range kubernetesNotApplied() {
+		b.WriteString("    " + strings.ReplaceAll(n, "-", "_") + " = 1\n")
+	}
+	path := filepath.Join(t.TempDir(), "config.toml")
+	writeTestFile(t, path, b.String())
+	loaded, _, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, warnings, _ := kubernetes.ParseConfig(path, &loaded.Runners[0])
+	if len(warnings) != len(kubernetesNotApplied()) {
+		t.Errorf("%d warnings for %d not-applied flags: %v", len(warnings), len(kubernetesNotApplied()), warnings)
+	}
+	for _, w := range warnings {
+		if !strings.Contains(w.Msg, "not honoured") {
+			t.Errorf("%s: want a not-honoured warning", w)
+		}
 	}
 }

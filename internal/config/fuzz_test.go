@@ -24,7 +24,7 @@ func FuzzParse(f *testing.F) {
 		"a.b.\"c d\" = 1\n[x.y]\n[[x.z]]\n" + minimalRunner,
 		minimalRunner + "  environment = [\n  # c\n  \"A=1\", # d\n  ]\n  unhealthy_interval = 5\n",
 		"concurrent = 1\n\n[[runners]\n",
-		"concurrent = 0\n[[runners]]\nurl = 1\nexecutor = \"kubernetes\"\n[[runners]]\nexecutor = \"nope\"\nshell = \"fish\"\n",
+		"concurrent = 0\n[[runners]]\nurl = 1\nexecutor = \"virtualbox\"\n[[runners]]\nexecutor = \"nope\"\nshell = \"fish\"\n",
 		"[session_server]\nsession_timeout = 1800\n" + minimalRunner + "  clone_url = \"x\"\n  environment = [\"FF_A=1\"]\n  [runners.feature_flags]\n    FF_B = true\n  [runners.cache.s3]\n    BucketName = \"b\"\n  [runners.machine]\n    IdleCount = 1\n",
 	}
 	for _, s := range seeds {

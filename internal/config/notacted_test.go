@@ -153,13 +153,24 @@ func TestNotActedOnWarnings(t *testing.T) {
 		{
 			name: "sections of executors this build lacks",
 			src: runnerOf("shell",
-				"  [runners.kubernetes]", `    namespace = "ci"`,
+				"  [runners.parallels]", `    base_name = "pd"`,
 				"  [runners.virtualbox]", `    base_name = "vm"`,
 			),
 			want: []string{
-				`config.toml:5: runners[0].kubernetes: ignored: executor "shell" does not use [runners.kubernetes]; it is for kubernetes, which this build of drover does not have`,
+				`config.toml:5: runners[0].parallels: ignored: executor "shell" does not use [runners.parallels]; it is for parallels, which this build of drover does not have`,
 				`config.toml:7: runners[0].virtualbox: ignored: executor "shell" does not use [runners.virtualbox]; it is for virtualbox, which this build of drover does not have`,
 			},
+		},
+		{
+			name: "runners.kubernetes under a shell runner",
+			src:  runnerOf("shell", "  [runners.kubernetes]", `    namespace = "ci"`),
+			want: []string{
+				`config.toml:5: runners[0].kubernetes: ignored: executor "shell" does not use [runners.kubernetes]; only kubernetes does`,
+			},
+		},
+		{
+			name: "runners.kubernetes under a kubernetes runner",
+			src:  runnerOf("kubernetes", "  [runners.kubernetes]", `    namespace = "ci"`),
 		},
 		{
 			name: "empty section under the wrong executor",
@@ -227,7 +238,7 @@ log_level = "loud"
 [[runners]]
   url = "gitlab.example.com"
   token = "t"
-  executor = "kubernetes"
+  executor = "parallels"
   limit = -1
 
 [[runners]]
@@ -244,11 +255,11 @@ log_level = "loud"
 		"config.toml:1: concurrent: must be at least 1",
 		`config.toml:2: log_level: unknown log level "loud" (want panic, fatal, error, warn, warning, info or debug)`,
 		`config.toml:5: runners[0].url: "gitlab.example.com" is not an absolute http:// or https:// URL`,
-		`config.toml:7: runners[0].executor: "kubernetes" is not available in this build of drover (available: custom, docker, docker+machine, docker-autoscaler, instance, shell, ssh)`,
+		`config.toml:7: runners[0].executor: "parallels" is not available in this build of drover (available: custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, shell, ssh)`,
 		"config.toml:8: runners[0].limit: must be 0 (unlimited) or more",
 		"config.toml:10: runners[1].url: missing: every runner needs the GitLab URL",
 		"config.toml:11: runners[1].token: must be a string, not an integer",
-		`config.toml:12: runners[1].executor: unknown executor "shel": want one of custom, docker, docker+machine, docker-autoscaler, instance, shell, ssh`,
+		`config.toml:12: runners[1].executor: unknown executor "shel": want one of custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, shell, ssh`,
 		`config.toml:13: runners[1].shell: unsupported shell "fish": want bash, sh, pwsh or powershell`,
 		`config.toml:14: runners[1].unhealthy_interval: "soon" is not a duration (want e.g. "90s", "60m", "1h30m")`,
 		"config.toml:15: runners[1].limit: must be an integer, not a float",
@@ -269,7 +280,7 @@ func TestExecutors(t *testing.T) {
 	t.Parallel()
 	// The executors this build runs; cmd/drover checks that it has a
 	// provider for each, and no other.
-	want := []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "shell", "ssh"}
+	want := []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "shell", "ssh"}
 	if got := Executors(); !slices.Equal(got, want) {
 		t.Fatalf("Executors() = %q, want %q", got, want)
 	}
@@ -285,7 +296,7 @@ func TestExecutors(t *testing.T) {
 			t.Errorf("executor %q: Parse() error = %v", exec, err)
 		}
 	}
-	for _, exec := range []string{"docker-windows", "kubernetes", "parallels", "virtualbox"} {
+	for _, exec := range []string{"docker-windows", "parallels", "virtualbox"} {
 		_, _, err := Parse("config.toml", []byte(runnerOf(exec)))
 		wantErr := `config.toml:4: runners[0].executor: "` + exec + `" is not available in this build of drover (available: ` + list + ")"
 		if err == nil || err.Error() != wantErr {

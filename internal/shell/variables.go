@@ -133,12 +133,14 @@ func resolve(vars api.Variables, tmpDir string, env func(string) (string, bool))
 // FileVariables returns the content of each file variable of vars (by
 // key, expanded as the scripts expand them; env resolves names no
 // variable defines, nil = none), for executors that provide the files
-// themselves (Info.FileVarsDir).
-func FileVariables(vars api.Variables, env func(string) (string, bool)) map[string]string {
+// themselves in dir (Info.FileVarsDir). dir matters: a variable that
+// names a file variable expands to its path, dir/KEY, in the scripts and
+// so in the files.
+func FileVariables(vars api.Variables, dir string, env func(string) (string, bool)) map[string]string {
 	if env == nil {
 		env = func(string) (string, bool) { return "", false }
 	}
-	list, _ := resolve(vars, "/", env)
+	list, _ := resolve(vars, dir, env)
 	m := map[string]string{}
 	for _, v := range list {
 		if v.File {

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -99,25 +100,33 @@ type Volume struct {
 // drover accepts but does not apply yet.
 var notHonoured = []string{
 	"affinity", "allow_privilege_escalation", "allowed_groups", "allowed_pull_policies", "allowed_users",
+	"automount_service_account_token", "autoscaler",
 	"bearer_token_overwrite_allowed", "build_container_security_context", "cap_add", "cap_drop",
+	"cleanup_resources_timeout", "container_lifecycle",
 	"cpu_limit_overwrite_max_allowed", "cpu_request_overwrite_max_allowed", "dns_config", "dns_policy",
 	"ephemeral_storage_limit", "ephemeral_storage_limit_overwrite_max_allowed", "ephemeral_storage_request",
 	"ephemeral_storage_request_overwrite_max_allowed", "helper_container_security_context",
 	"helper_cpu_limit_overwrite_max_allowed", "helper_cpu_request_overwrite_max_allowed",
-	"helper_ephemeral_storage_limit", "helper_ephemeral_storage_request", "helper_image_autoset_arch_and_os",
+	"helper_ephemeral_storage_limit", "helper_ephemeral_storage_limit_overwrite_max_allowed",
+	"helper_ephemeral_storage_request", "helper_ephemeral_storage_request_overwrite_max_allowed",
+	"helper_image_autoset_arch_and_os",
 	"helper_image_flavor", "helper_memory_limit_overwrite_max_allowed", "helper_memory_request_overwrite_max_allowed",
 	"host_aliases", "init_permissions_container_security_context", "logs_base_dir",
-	"memory_limit_overwrite_max_allowed", "memory_request_overwrite_max_allowed",
+	"memory_limit_overwrite_max_allowed", "memory_request_overwrite_max_allowed", "namespace_per_job",
 	"node_selector_overwrite_allowed", "node_tolerations_overwrite_allowed",
-	"pod_annotations_overwrite_allowed", "pod_labels_overwrite_allowed", "pod_security_context", "pod_spec",
+	"pod_annotations_overwrite_allowed", "pod_cpu_limit", "pod_cpu_limit_overwrite_max_allowed",
+	"pod_cpu_request", "pod_cpu_request_overwrite_max_allowed", "pod_disruption_budget",
+	"pod_labels_overwrite_allowed", "pod_memory_limit", "pod_memory_limit_overwrite_max_allowed",
+	"pod_memory_request", "pod_memory_request_overwrite_max_allowed", "pod_security_context", "pod_spec",
 	"pod_termination_grace_period_seconds", "priority_class_name", "print_pod_warning_events", "privileged",
 	"resource_availability_check_max_attempts", "retry_backoff_max", "retry_limit", "retry_limits",
 	"runtime_class_name", "scheduler_name", "scripts_base_dir", "service_account_overwrite_allowed",
 	"service_container_security_context", "service_cpu_limit_overwrite_max_allowed",
 	"service_cpu_request_overwrite_max_allowed", "service_ephemeral_storage_limit",
-	"service_ephemeral_storage_request", "service_memory_limit_overwrite_max_allowed",
-	"service_memory_request_overwrite_max_allowed", "services", "terminationGracePeriodSeconds",
-	"use_service_account_image_pull_secrets",
+	"service_ephemeral_storage_limit_overwrite_max_allowed", "service_ephemeral_storage_request",
+	"service_ephemeral_storage_request_overwrite_max_allowed", "service_memory_limit_overwrite_max_allowed",
+	"service_memory_request_overwrite_max_allowed", "services", "suspend_pvc_size", "suspend_pvc_storage_class",
+	"terminationGracePeriodSeconds", "use_service_account_image_pull_secrets",
 }
 
 const notHonouredMsg = "GitLab Runner key read but not honoured by drover yet: it has no effect"
@@ -187,6 +196,12 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			}
 		case "pod_annotations":
 			c.PodAnnotations = rd.strMap(key, v)
+			for _, a := range config.SortedKeys(c.PodAnnotations) {
+				// As the API server checks annotation names.
+				if errs := validation.IsQualifiedName(strings.ToLower(a)); len(errs) > 0 {
+					rd.Fail(config.SubKey(key, a), "%q is not an annotation name: %s", a, strings.Join(errs, "; "))
+				}
+			}
 		case "image_pull_secrets":
 			c.ImagePullSecrets = rd.StrList(key, v)
 		case "poll_interval":
@@ -217,8 +232,27 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			}
 		}
 	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		rd.Fail(config.SubKey("kubernetes", "cert_file"), "cert_file and key_file go together")
+	for _, kind := range []struct {
+		prefix string
+		res    Resources
+	}{{"", c.Build}, {"helper_", c.Helper}, {"service_", c.Service}} {
+		// The API server refuses a container that asks for more than its
+		// limit: say so here, not when a job's pod is created.
+		for _, rl := range []struct {
+			name     string
+			req, lim *resource.Quantity
+		}{{"cpu", kind.res.CPURequest, kind.res.CPULimit}, {"memory", kind.res.MemoryRequest, kind.res.MemoryLimit}} {
+			if rl.req != nil && rl.lim != nil && rl.req.Cmp(*rl.lim) > 0 {
+				rd.Fail(config.SubKey("kubernetes", kind.prefix+rl.name+"_request"), "%s is more than %s%s_limit (%s)",
+					rl.req.String(), kind.prefix, rl.name, rl.lim.String())
+			}
+		}
+	}
+	switch {
+	case c.CertFile != "" && c.KeyFile == "":
+		rd.Fail(config.SubKey("kubernetes", "cert_file"), "needs key_file: cert_file and key_file go together")
+	case c.CertFile == "" && c.KeyFile != "":
+		rd.Fail(config.SubKey("kubernetes", "key_file"), "needs cert_file: cert_file and key_file go together")
 	}
 	if c.HelperImage == "" && rd.OK() {
 		rd.Fail(config.SubKey("kubernetes", "helper_image"),
@@ -231,18 +265,31 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 	return c, rd.Warnings, nil
 }
 
+// pullPolicies reads pull_policy: one policy, or an array of them. A
+// wrong element is named by its index in the array.
 func (rd *reader) pullPolicies(key string, v any) []corev1.PullPolicy {
-	var raw []string
-	if s, ok := v.(string); ok {
-		raw = []string{s}
-	} else {
-		raw = rd.StrList(key, v)
+	var elems []any
+	elemKey := func(i int) string { return config.IndexKey(key, i) }
+	switch v := v.(type) {
+	case string:
+		elems = []any{v}
+		elemKey = func(int) string { return key } // there is no [0] in the file
+	case []any:
+		elems = v
+	default:
+		rd.Fail(key, "must be a pull policy or an array of them, not %s", config.TypeName(v))
+		return nil
 	}
 	var out []corev1.PullPolicy
-	for i, s := range raw {
+	for i, e := range elems {
+		s, ok := e.(string)
+		if !ok {
+			rd.Fail(elemKey(i), "must be a string, not %s", config.TypeName(e))
+			continue
+		}
 		p, ok := pullPolicy(s)
 		if !ok {
-			rd.Fail(config.IndexKey(key, i), "%q is not a pull policy (want always, if-not-present or never)", s)
+			rd.Fail(elemKey(i), "%q is not a pull policy (want always, if-not-present or never)", s)
 			continue
 		}
 		out = append(out, p)
@@ -279,6 +326,10 @@ func (rd *reader) resource(c *Config, k, key string, v any) {
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		rd.Fail(key, "%q is not a quantity (want e.g. \"500m\", \"2\", \"512Mi\")", s)
+		return
+	}
+	if q.Sign() < 0 {
+		rd.Fail(key, "%q is negative", s)
 		return
 	}
 	r := &c.Build
@@ -344,6 +395,16 @@ func (rd *reader) tolerations(key string, v any) []corev1.Toleration {
 		if hasVal {
 			t.Operator, t.Value = corev1.TolerationOpEqual, val
 		}
+		// The API server refuses a pod with such a toleration: say so
+		// here, not when a job's pod is created.
+		switch {
+		case name == "" && hasVal:
+			rd.Fail(config.SubKey(key, k), "a toleration with a value needs a key (\"key=value\")")
+		case name != "" && len(validation.IsQualifiedName(name)) > 0:
+			rd.Fail(config.SubKey(key, k), "%q is not a taint key: %s", name, strings.Join(validation.IsQualifiedName(name), "; "))
+		case len(validation.IsValidLabelValue(val)) > 0:
+			rd.Fail(config.SubKey(key, k), "%q is not a taint value: %s", val, strings.Join(validation.IsValidLabelValue(val), "; "))
+		}
 		switch eff := corev1.TaintEffect(m[k]); eff {
 		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 			t.Effect = eff
@@ -364,11 +425,12 @@ func (rd *reader) volumes(key string, v any) []Volume {
 	}
 	var out []Volume
 	names := map[string]bool{}
+	mountedAt := map[string]string{} // clean mount path: volume name
 	for _, kind := range config.SortedKeys(t) {
 		kkey := config.SubKey(key, kind)
 		switch kind {
 		case "empty_dir", "host_path", "config_map", "secret", "pvc":
-		case "csi", "projected":
+		case "csi", "nfs", "projected":
 			rd.Warn(kkey, notHonouredMsg)
 			continue
 		default:
@@ -400,7 +462,16 @@ func (rd *reader) volumes(key string, v any) []Volume {
 				rd.Fail(config.SubKey(vk, "name"), "volume name %q is used twice (or is one of drover's own: %s)", vol.Name, strings.Join(config.SortedKeys(reservedVolumes), ", "))
 				continue
 			}
-			names[vol.Name] = true
+			mp := path.Clean(vol.MountPath)
+			if reservedDirs[mp] {
+				rd.Fail(config.SubKey(vk, "mount_path"), "%s is drover's own directory in the pod", mp)
+				continue
+			}
+			if other, ok := mountedAt[mp]; ok {
+				rd.Fail(config.SubKey(vk, "mount_path"), "volume %q is mounted at %s already", other, mp)
+				continue
+			}
+			names[vol.Name], mountedAt[mp] = true, vol.Name
 			out = append(out, vol)
 		}
 	}
@@ -409,6 +480,10 @@ func (rd *reader) volumes(key string, v any) []Volume {
 
 // reservedVolumes are the pod volumes drover makes itself.
 var reservedVolumes = map[string]bool{volJob: true, volBuilds: true, volCache: true, volSecrets: true}
+
+// reservedDirs are where drover mounts volumes of its own that a volume of
+// the runner cannot replace (it can replace buildsDir and cacheDir).
+var reservedDirs = map[string]bool{jobDir: true, secretsDir: true}
 
 func (rd *reader) volume(key, kind string, m map[string]any) Volume {
 	vol := Volume{Kind: kind}
@@ -448,6 +523,8 @@ func (rd *reader) volume(key, kind string, m map[string]any) Volume {
 			q, err := resource.ParseQuantity(s)
 			if err != nil {
 				rd.Fail(config.SubKey(key, "size_limit"), "%q is not a quantity", s)
+			} else if q.Sign() < 0 {
+				rd.Fail(config.SubKey(key, "size_limit"), "%q is negative", s)
 			}
 			ed.SizeLimit = &q
 		}
@@ -477,7 +554,11 @@ func (rd *reader) volume(key, kind string, m map[string]any) Volume {
 		vol.Source.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: vol.Name, ReadOnly: vol.ReadOnly}
 	}
 	for _, k := range config.SortedKeys(m) {
-		if !known[k] {
+		switch {
+		case known[k]:
+		case k == "mount_propagation":
+			rd.Warn(config.SubKey(key, k), notHonouredMsg)
+		default:
 			rd.Warn(config.SubKey(key, k), "unknown key, ignored")
 		}
 	}

@@ -202,7 +202,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	paths := executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
 	var files map[string]string
 	if opts.Variables != nil {
-		files = shell.FileVariables(opts.Variables(paths), os.LookupEnv)
+		files = shell.FileVariables(opts.Variables(paths), secretsDir, os.LookupEnv)
 	}
 	name := podName(opts.Settings, job.ID)
 	e.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,21 +175,22 @@ type podSpec struct {
 // a cancelled stage's processes).
 func (p podSpec) build() *corev1.Pod {
 	c := p.cfg
-	mounts := []corev1.VolumeMount{
-		{Name: volJob, MountPath: jobDir},
-		{Name: volBuilds, MountPath: buildsDir},
-		{Name: volCache, MountPath: cacheDir},
-	}
-	vols := []corev1.Volume{
-		{Name: volJob, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: volBuilds, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: volCache, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	vols := []corev1.Volume{{Name: volJob, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	mounts := []corev1.VolumeMount{{Name: volJob, MountPath: jobDir}}
+	// A volume of the runner's mounted at the builds or the cache
+	// directory (a PVC at /cache, as GitLab Runner users have) takes the
+	// place of drover's emptyDir there: a container cannot mount two
+	// volumes at one path.
+	for _, own := range []struct{ name, dir string }{{volBuilds, buildsDir}, {volCache, cacheDir}} {
+		if !slices.ContainsFunc(c.Volumes, func(v Volume) bool { return path.Clean(v.MountPath) == own.dir }) {
+			vols = append(vols, corev1.Volume{Name: own.name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: own.name, MountPath: own.dir})
+		}
 	}
 	for _, v := range c.Volumes {
 		vols = append(vols, corev1.Volume{Name: v.Name, VolumeSource: v.Source})
 		mounts = append(mounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath, SubPath: v.SubPath, ReadOnly: v.ReadOnly})
 	}
-	buildMounts := slices.Clone(mounts)
 	if len(p.fileKeys) > 0 {
 		var items []corev1.KeyToPath
 		for _, k := range p.fileKeys {
@@ -198,7 +200,10 @@ func (p podSpec) build() *corev1.Pod {
 		vols = append(vols, corev1.Volume{Name: volSecrets, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: p.name, Items: items, DefaultMode: &mode,
 		}}})
-		buildMounts = append(buildMounts, corev1.VolumeMount{Name: volSecrets, MountPath: secretsDir, ReadOnly: true})
+		// In the helper too: the stages it runs (get_sources, the cache
+		// and the artifacts) export the file variables as paths there
+		// like every stage, and git or a job's hooks may read them.
+		mounts = append(mounts, corev1.VolumeMount{Name: volSecrets, MountPath: secretsDir, ReadOnly: true})
 	}
 	env := secretEnv(p.name, p.job)
 
@@ -207,7 +212,7 @@ func (p podSpec) build() *corev1.Pod {
 		Image:        p.image,
 		Stdin:        true,
 		Env:          env,
-		VolumeMounts: buildMounts,
+		VolumeMounts: slices.Clone(mounts),
 		Resources:    c.Build.requirements(),
 	}
 	if len(p.pull) > 0 {
@@ -247,7 +252,9 @@ func (p podSpec) build() *corev1.Pod {
 			sc.ImagePullPolicy = pp
 		}
 		for _, v := range s.Variables {
-			sc.Env = append(sc.Env, corev1.EnvVar{Name: v.Key, Value: v.Value})
+			// "$$" keeps the kubelet from expanding $(NAME) in the value,
+			// as GitLab Runner does.
+			sc.Env = append(sc.Env, corev1.EnvVar{Name: v.Key, Value: strings.ReplaceAll(v.Value, "$", "$$")})
 		}
 		containers = append(containers, sc)
 		for _, n := range append(docker.SplitAliases(s.Alias), docker.ServiceNames(s.Name)...) {

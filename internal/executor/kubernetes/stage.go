@@ -141,7 +141,9 @@ func (e *Executor) start(ctx context.Context, ctr, script string, f stageFiles, 
 	if ctr == containerHelper {
 		shellPath = "sh"
 	}
-	wrapper := fmt.Sprintf(`echo $$ > %[1]s
+	// The pid file is written whole (as the exit file): a kill that reads
+	// it half-written would take it for a bad pid and stop nothing.
+	wrapper := fmt.Sprintf(`echo $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s
 if { [ -d %[2]s ] || mkdir -p %[2]s; } && cd %[2]s; then
 	%[3]s %[4]s </dev/null
 	rc=$?
