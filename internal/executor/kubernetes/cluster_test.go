@@ -128,7 +128,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func testJob(id int64) *api.JobResponse {
+func clusterJob(id int64) *api.JobResponse {
 	return &api.JobResponse{ID: id, Token: "job-token",
 		JobInfo:   api.JobInfo{Name: "t", ProjectID: 1},
 		Variables: api.Variables{{Key: "CI_PROJECT_PATH", Value: "g/p"}, {Key: "GREETING", Value: "hello"}}}
@@ -139,7 +139,7 @@ func (c *testCluster) prepared(t *testing.T, p *Provider, s executor.Settings, i
 	t.Helper()
 	e := p.Create().(*Executor)
 	tr := &lockedBuffer{}
-	if err := e.Prepare(t.Context(), executor.PrepareOptions{Job: testJob(id), Settings: s, Trace: tr}); err != nil {
+	if err := e.Prepare(t.Context(), executor.PrepareOptions{Job: clusterJob(id), Settings: s, Trace: tr}); err != nil {
 		t.Fatalf("Prepare: %v\n%s", err, tr.String())
 	}
 	t.Cleanup(func() { e.Cleanup(context.Background()) })
@@ -161,7 +161,7 @@ func TestStageExitCodesAndEnvironment(t *testing.T) {
 		t.Fatalf("Run of exit 7 = %v, want a BuildError with exit code 7", err)
 	}
 	out := tr.String()
-	for _, want := range []string{"greeting=hello\n", "/builds/g/p\n", "failing\n"} {
+	for _, want := range []string{"greeting=hello\n", e.Paths().ProjectDir + "\n", "failing\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
@@ -203,7 +203,7 @@ func TestResumeFromOffset(t *testing.T) {
 	}
 	second := p.Create().(*Executor)
 	tr2 := &lockedBuffer{}
-	if err := second.Restore(t.Context(), executor.PrepareOptions{Job: testJob(2), Settings: s, Trace: tr2}, state); err != nil {
+	if err := second.Restore(t.Context(), executor.PrepareOptions{Job: clusterJob(2), Settings: s, Trace: tr2}, state); err != nil {
 		t.Fatal(err)
 	}
 	if err := second.Resume(t.Context(), cmd, off); err != nil {

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -267,7 +268,7 @@ func (e *Executor) followOnce(ctx context.Context, f stageFiles, from int64, cla
 func (e *Executor) kill(f stageFiles) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.GracePeriod+30*time.Second)
 	defer cancel()
-	var out bytes.Buffer
+	var out syncBuffer
 	args := []string{"drover", "helper", "kill", "--pid-file", f.pid, "--grace", e.GracePeriod.String()}
 	code, err := e.exec(ctx, containerHelper, args, nil, &out, &out)
 	if err != nil || code != 0 {
@@ -300,7 +301,7 @@ func (e *Executor) watchContainer(ctx context.Context, ctr string, f stageFiles)
 			}
 			w.Stop()
 			if ctr != containerHelper {
-				var out bytes.Buffer
+				var out syncBuffer
 				if _, err := e.exec(ctx, containerHelper, []string{"sh", "-c", "touch " + quote(f.gone)}, nil, &out, &out); err != nil && ctx.Err() == nil {
 					e.logger.Warn("cannot mark a stopped stage", "err", err)
 				}
@@ -426,6 +427,25 @@ func (e *Executor) setEnded() {
 	e.running = nil
 	e.out.stage = ""
 	e.out.off.Store(0)
+}
+
+// syncBuffer collects an exec's stdout and stderr together: the two
+// streams are copied by goroutines of their own.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // quote returns s as one single-quoted sh word.
