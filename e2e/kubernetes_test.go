@@ -189,13 +189,13 @@ func TestKubernetesExecutor(t *testing.T) {
 			"services": []any{map[string]any{"name": k.service, "alias": "web"}},
 			"script": []string{"for i in $(seq 1 50); do wget -qO- http://localhost:8080/ && break; sleep 0.2; done",
 				"wget -qO- http://web:8080/"}},
-			want{status: "success", has: []string{"drover service ok\ndrover service ok"}}},
+			want{status: "success", has: []string{"drover service ok\n\x1b[32;1m$ wget -qO- http://web:8080/\x1b[0;m\ndrover service ok\n"}}},
 		{"image not allowed", map[string]any{"image": "forbidden/image:1", "script": []string{"echo must not run"}},
 			want{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
 		{"image pull failure", map[string]any{"image": missing, "script": []string{"echo must not run"}},
-			want{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "cannot be pulled"}, hasNot: []string{"must not run\n"}}},
+			want{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "cannot be pulled", "kubelet Failed: "}, hasNot: []string{"must not run\n", "MissingClusterDNS"}}},
 		{"unschedulable", map[string]any{"tags": []string{"big"}, "script": []string{"echo must not run"}},
-			want{status: "failed", has: []string{"cannot be scheduled", "Insufficient cpu", "poll_timeout"}, hasNot: []string{"must not run\n"}}},
+			want{status: "failed", reason: "runner_system_failure", has: []string{"cannot be scheduled", "Insufficient cpu", "poll_timeout"}, hasNot: []string{"must not run\n"}}},
 	}
 	ids := make([]int64, len(cases))
 	for i, tc := range cases {

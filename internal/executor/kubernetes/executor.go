@@ -332,7 +332,9 @@ func (e *Executor) waitRunning(ctx context.Context, pod *corev1.Pod) error {
 	if why != "" {
 		msg += ": " + why
 	}
-	return errors.New(msg)
+	// Failed here, not handed back: another runner of the same cluster
+	// would fare no better.
+	return refuse(api.RunnerSystemFailure, "%s", msg)
 }
 
 // podState reads a starting pod: done when every container runs; a
@@ -386,6 +388,10 @@ func (e *Executor) podState(ctx context.Context, pod *corev1.Pod, say func(strin
 	return false, reason, nil
 }
 
+// telling are the reasons of the warning events that explain a pod that
+// does not start.
+var telling = []string{"Failed", "FailedScheduling", "InspectFailed", "ErrImageNeverPull", "FailedMount", "FailedCreatePodSandBox", "BackOff"}
+
 // warningEvents returns the cluster's warning events about the pod, one
 // per line (the kubelet's pull errors, the scheduler's reasons).
 func (e *Executor) warningEvents(ctx context.Context, pod *corev1.Pod) string {
@@ -396,6 +402,9 @@ func (e *Executor) warningEvents(ctx context.Context, pod *corev1.Pod) string {
 	}
 	var b strings.Builder
 	for _, ev := range evs.Items {
+		if !slices.Contains(telling, ev.Reason) {
+			continue // MissingClusterDNS and such: not why the pod fails
+		}
 		fmt.Fprintf(&b, "%s %s: %s\n", ev.Source.Component, ev.Reason, ev.Message)
 	}
 	return strings.TrimSpace(b.String())
