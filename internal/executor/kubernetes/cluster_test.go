@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +63,7 @@ var (
 	imagesErr  error
 )
 
-func cluster(t *testing.T) *testCluster {
+func cluster(t testing.TB) *testCluster {
 	t.Helper()
 	env := kubetest.Cluster(t)
 	imagesOnce.Do(func() {
@@ -92,7 +94,7 @@ func cluster(t *testing.T) *testCluster {
 }
 
 // provider returns a provider whose one runner uses the test's namespace.
-func (c *testCluster) provider(t *testing.T) (*Provider, executor.Settings) {
+func (c *testCluster) provider(t testing.TB) (*Provider, executor.Settings) {
 	t.Helper()
 	cfg := &Config{Host: c.env.Host, BearerToken: c.env.Token, CAFile: c.env.CAFile, Namespace: c.ns,
 		Image: c.busybox, HelperImage: c.helper, PollInterval: time.Second, PollTimeout: 2 * time.Minute}
@@ -310,4 +312,54 @@ func TestSweep(t *testing.T) {
 		t.Errorf("the kept job's pod: %v", err)
 	}
 	waitDeleted(t, c, gone.pod, gone.secret)
+}
+
+// firstLine records when the first byte of a stage's output arrives.
+type firstLine struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() {
+		f.at = time.Now()
+	}
+	return len(p), nil
+}
+
+// BenchmarkPodStartToFirstLine measures, per job, the time from the
+// start of Prepare (the job's Secret and pod created) to the first byte
+// of its first script stage's output: pod scheduling, the containers'
+// start (images on the node), the shell's detection and the stage's
+// start and follower.
+func BenchmarkPodStartToFirstLine(b *testing.B) {
+	c := cluster(b)
+	p, s := c.provider(b)
+	var lat []time.Duration
+	id := int64(1000)
+	for b.Loop() {
+		id++
+		e := p.Create().(*Executor)
+		fl := &firstLine{}
+		t0 := time.Now()
+		if err := e.Prepare(b.Context(), executor.PrepareOptions{Job: clusterJob(id), Settings: s, Trace: io.Discard}); err != nil {
+			b.Fatal(err)
+		}
+		e.mu.Lock()
+		e.trace = fl
+		e.mu.Unlock()
+		if err := e.Run(b.Context(), executor.Command{Stage: "step_script", Script: "echo first"}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, fl.at.Sub(t0))
+		b.StopTimer()
+		e.Cleanup(context.Background())
+		<-e.Cleaned()
+		b.StartTimer()
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "p95-ms")
 }
