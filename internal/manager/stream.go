@@ -185,18 +185,28 @@ func (s *streamer) flushAll(ctx context.Context) error {
 	}
 }
 
+// primeFor bounds how long a resumed job's streamer polls its log at
+// firstWait for the first bytes to send.
+const primeFor = 5 * time.Second
+
 // watch sends the log every update interval until ctx ends, and a
 // keep-alive PUT when nothing was sent for forceSendInterval.
 func (s *streamer) watch(ctx context.Context) {
 	unwatch := func() {}
 	defer func() { unwatch() }()
 	watched := false
-	for first := true; ; first = false {
+	// A resumed job's log should flow again at once: the short first wait
+	// is kept until its first bytes went out (an executor that re-attaches
+	// through an API takes tens of milliseconds to bring them), for at
+	// most primeFor.
+	priming := s.firstWait > 0
+	primeUntil := s.m.clock.Now().Add(primeFor)
+	for {
 		if !watched {
 			watched, unwatch = s.watchCancels()
 		}
 		wait := s.currentInterval()
-		if first && s.firstWait > 0 {
+		if priming && s.m.clock.Now().Before(primeUntil) {
 			wait = min(wait, s.firstWait)
 		}
 		select {
@@ -206,6 +216,9 @@ func (s *streamer) watch(ctx context.Context) {
 		}
 		for {
 			sent, err := s.patchOnce(ctx)
+			if sent {
+				priming = false
+			}
 			if errors.Is(err, errAborted) {
 				return
 			}
