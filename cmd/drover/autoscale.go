@@ -39,11 +39,13 @@ func newAutoscaleCmd() *cobra.Command {
 // simFlags are the flags simulate and sweep share.
 type simFlags struct {
 	cfgPath, tracePath, runner string
+	warmUpPath                 string
 	boot, spread, duration     time.Duration
 	poll                       time.Duration
 	seed                       uint64
 	logLevel                   string
 	start                      string
+	warmUp                     []simulate.Job // read by load
 }
 
 func (f *simFlags) register(cmd *cobra.Command) {
@@ -51,6 +53,7 @@ func (f *simFlags) register(cmd *cobra.Command) {
 	fs.StringVarP(&f.cfgPath, "config", "c", "", "config.toml with the runner's [runners.machine] or [runners.autoscaler] (required)")
 	fs.StringVarP(&f.tracePath, "trace", "t", "", "job trace, CSV arrival_s,duration_s[,tags] ('-' = stdin) (required)")
 	fs.StringVar(&f.runner, "runner", "", "name of the [[runners]] entry (default: the first one with autoscaling)")
+	fs.StringVar(&f.warmUpPath, "warm-up", "", "trace of the day before, replayed first and not reported, so the pool starts the day as a manager that ran yesterday (with its instances and what the adaptive policy learnt)")
 	fs.DurationVar(&f.boot, "boot-time", 30*time.Second, "mean instance boot time")
 	fs.DurationVar(&f.spread, "boot-spread", 5*time.Second, "boot times spread uniformly over boot-time ± this")
 	fs.DurationVar(&f.duration, "duration", simulate.DefaultDuration, "simulated span; jobs arriving later are left out")
@@ -63,6 +66,22 @@ func (f *simFlags) register(cmd *cobra.Command) {
 // load reads the config and the trace; every problem with them is a
 // usage error (exit code 2).
 func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, error) {
+	pol, jobs, err := f.loadDay(cmd)
+	if err != nil || f.warmUpPath == "" {
+		return pol, jobs, err
+	}
+	fh, err := os.Open(f.warmUpPath)
+	if err != nil {
+		return nil, nil, usageError(fmt.Errorf("--warm-up: %w", err))
+	}
+	defer fh.Close()
+	if f.warmUp, err = simulate.ReadTrace(fh, f.warmUpPath); err != nil {
+		return nil, nil, usageError(fmt.Errorf("--warm-up: %w", err))
+	}
+	return pol, jobs, nil
+}
+
+func (f *simFlags) loadDay(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, error) {
 	if f.cfgPath == "" || f.tracePath == "" {
 		return nil, nil, usageError(errors.New("--config and --trace are required"))
 	}
@@ -100,7 +119,7 @@ func (f *simFlags) load(cmd *cobra.Command) (*autoscale.Policy, []simulate.Job, 
 }
 
 func (f *simFlags) options(cmd *cobra.Command, pol *autoscale.Policy) (simulate.Options, error) {
-	o := simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed, PollInterval: f.poll}
+	o := simulate.Options{Policy: pol, BootTime: f.boot, BootSpread: f.spread, Duration: f.duration, Seed: f.seed, PollInterval: f.poll, WarmUp: f.warmUp}
 	start, err := time.Parse(time.RFC3339, f.start)
 	if err != nil {
 		return o, usageError(fmt.Errorf("--start %q: want an RFC 3339 time such as 2026-01-05T08:00:00Z", f.start))

@@ -49,7 +49,22 @@ type Options struct {
 	// 1000, negative = none.
 	Samples int
 	Logger  *slog.Logger // the pool's log; nil = discarded
+	// WarmUp is the trace of the day before (arrivals from its own second
+	// 0, sorted), replayed before the measured one on the same pool, so
+	// that the pool starts the day as a manager that ran yesterday does:
+	// with its instances and what it learnt (an adaptive schedule's
+	// statistics and feedback). Nothing of the warm-up is reported. nil =
+	// the pool starts empty at Start.
+	WarmUp []Job
+	// WarmUpSpan is how much of the warm-up day's end is replayed: 0 =
+	// all of it (WarmUpDay). A pool without statistics of its own (a
+	// static configuration) needs only the last hour or two to start the
+	// day as it would have.
+	WarmUpSpan time.Duration
 }
+
+// WarmUpDay is the length of a warm-up trace: a day, before Start.
+const WarmUpDay = 24 * time.Hour
 
 // Report is the outcome of a simulation. Waits are nearest-rank
 // percentiles over every job that arrived; a job still queued at the end
@@ -85,6 +100,9 @@ type Result struct {
 	Report
 	Duration time.Duration
 	Timeline []Sample
+	// Waits is every job's queue wait in seconds, in arrival order (a job
+	// still queued at the end with the wait it had so far).
+	Waits []float64
 }
 
 type simJob struct {
@@ -132,8 +150,12 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	if o.Policy == nil {
 		return nil, errors.New("simulate: no policy")
 	}
-	if !slices.IsSortedFunc(jobs, func(a, b Job) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
+	byArrival := func(a, b Job) int { return cmp.Compare(a.Arrival, b.Arrival) }
+	if !slices.IsSortedFunc(jobs, byArrival) {
 		return nil, errors.New("simulate: jobs are not sorted by arrival")
+	}
+	if !slices.IsSortedFunc(o.WarmUp, byArrival) {
+		return nil, errors.New("simulate: warm-up jobs are not sorted by arrival")
 	}
 	if o.Duration <= 0 {
 		o.Duration = DefaultDuration
@@ -147,7 +169,17 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	clk := clock.NewFake(o.Start)
+	// The clock starts a day early when there is a warm-up; job arrivals
+	// are relative to first (the warm-up's start, else Start).
+	var warm, skip time.Duration // warm-up replayed; its part left out
+	if len(o.WarmUp) > 0 {
+		warm = WarmUpDay
+		if o.WarmUpSpan > 0 && o.WarmUpSpan < WarmUpDay {
+			warm, skip = o.WarmUpSpan, WarmUpDay-o.WarmUpSpan
+		}
+	}
+	first := o.Start.Add(-warm)
+	clk := clock.NewFake(first)
 	prov := sim.New(sim.Options{Clock: clk, BootTime: o.BootTime, BootSpread: o.BootSpread, DeleteTime: o.DeleteTime, Seed: o.Seed})
 	pool, err := autoscale.NewPool(autoscale.PoolOptions{
 		Policy: o.Policy, Provider: prov, Clock: clk, Logger: slog.New(virtualTime{o.Logger.Handler(), clk}),
@@ -156,13 +188,22 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulate: %w", err)
 	}
-	s := &replay{pool: pool, clk: clk, t0: o.Start, polling: o.PollInterval > 0}
-	nextPoll := o.Start
-	for _, j := range jobs {
-		if j.Arrival < o.Duration {
+	s := &replay{pool: pool, clk: clk, t0: first, polling: o.PollInterval > 0}
+	nextPoll := first
+	for _, j := range o.WarmUp {
+		if j.Arrival >= skip && j.Arrival < WarmUpDay {
+			j.Arrival -= skip
 			s.jobs = append(s.jobs, simJob{Job: j})
 		}
 	}
+	measured := len(s.jobs) // s.jobs[measured:] are the reported day's
+	for _, j := range jobs {
+		if j.Arrival < o.Duration {
+			j.Arrival += warm
+			s.jobs = append(s.jobs, simJob{Job: j})
+		}
+	}
+	var created0, removed0 int // the provider's counts when the day starts
 	end := o.Start.Add(o.Duration)
 	res := &Result{Duration: o.Duration}
 	var step time.Duration
@@ -179,6 +220,11 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		res.PeakInstances = max(res.PeakInstances, cur.Creating+cur.Idle+cur.Busy+cur.Removing)
 	}
 	observe()
+	res.PeakInstances = 0
+	inDay := warm == 0
+	if inDay {
+		res.PeakInstances = cur.Creating + cur.Idle + cur.Busy + cur.Removing
+	}
 	for events := 0; ; events++ {
 		if events%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -186,9 +232,18 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 			}
 		}
 		now := clk.Now()
+		if !inDay && !now.Before(o.Start) {
+			// The reported day begins: the warm-up is not accounted.
+			inDay = true
+			created0, removed0 = prov.Counts()
+			res.PeakInstances = cur.Creating + cur.Idle + cur.Busy + cur.Removing
+		}
 		t := minTime(nextTick, end)
+		if !inDay {
+			t = minTime(t, o.Start)
+		}
 		if s.arrived < len(s.jobs) {
-			t = minTime(t, o.Start.Add(s.jobs[s.arrived].Arrival))
+			t = minTime(t, first.Add(s.jobs[s.arrived].Arrival))
 		}
 		if len(s.ends) > 0 {
 			t = minTime(t, s.ends[0].end)
@@ -197,17 +252,20 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 			if nextPoll.Before(now) {
 				// The next multiple of PollInterval since the start, now
 				// included.
-				nextPoll = now.Add((o.PollInterval - now.Sub(o.Start)%o.PollInterval) % o.PollInterval)
+				nextPoll = now.Add((o.PollInterval - now.Sub(first)%o.PollInterval) % o.PollInterval)
 			}
 			t = minTime(t, nextPoll)
 		}
 		// The state is constant over [now, t): account for it.
 		dt := t.Sub(now).Seconds()
+		if !inDay {
+			dt = 0
+		}
 		res.BusyInstanceS += dt * float64(cur.Busy)
 		res.IdleInstanceS += dt * float64(cur.Idle)
 		res.CreatingInstanceS += dt * float64(cur.Creating)
 		res.RemovingInstanceS += dt * float64(cur.Removing)
-		for step > 0 && nextSample.Before(t) {
+		for step > 0 && inDay && nextSample.Before(t) {
 			smp := cur
 			smp.At = nextSample.Sub(o.Start)
 			res.Timeline = append(res.Timeline, smp)
@@ -221,13 +279,13 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 			r := heap.Pop(&s.ends).(running)
 			pool.Release(r.acq)
 		}
-		for s.arrived < len(s.jobs) && o.Start.Add(s.jobs[s.arrived].Arrival).Compare(t) <= 0 {
+		for s.arrived < len(s.jobs) && first.Add(s.jobs[s.arrived].Arrival).Compare(t) <= 0 {
 			s.arrived++
 			s.queued++
 		}
 		if s.polling {
 			// Poll times are the multiples of PollInterval since the start.
-			s.poll = t.Equal(nextPoll) || t.Sub(o.Start)%o.PollInterval == 0
+			s.poll = t.Equal(nextPoll) || t.Sub(first)%o.PollInterval == 0
 			if s.poll {
 				nextPoll = t.Add(o.PollInterval)
 			}
@@ -239,17 +297,18 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		}
 		observe()
 	}
-	res.Jobs = len(s.jobs)
-	waits := make([]float64, 0, len(s.jobs))
-	for i := range s.jobs {
+	res.Jobs = len(s.jobs) - measured
+	waits := make([]float64, 0, res.Jobs)
+	for i := measured; i < len(s.jobs); i++ {
 		j := &s.jobs[i]
 		w := j.wait
 		if !j.started {
-			w = end.Sub(o.Start.Add(j.Arrival))
+			w = end.Sub(first.Add(j.Arrival))
 			res.Unstarted++
 		}
 		waits = append(waits, w.Seconds())
 	}
+	res.Waits = slices.Clone(waits)
 	slices.Sort(waits)
 	res.WaitP50 = percentile(waits, 0.50)
 	res.WaitP95 = percentile(waits, 0.95)
@@ -257,6 +316,8 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	res.WaitMax = percentile(waits, 1)
 	res.FinalInstances = cur.Creating + cur.Idle + cur.Busy + cur.Removing
 	res.Created, res.Removed = prov.Counts()
+	res.Created -= created0
+	res.Removed -= removed0
 	return res, nil
 }
 
