@@ -89,7 +89,7 @@ func exposure(o Observed, targetWait time.Duration) time.Duration {
 // starting point is what a fresh pool keeps: with z = 2.5 quiet
 // ("weekend") tuning days missed the p95 target by up to 3 s, with z = 3
 // none of six did, for 3–8 % more idle time on busy days.
-const adaptiveBufferZ = 3.0
+const adaptiveBufferZ = 2.0
 
 // idleSlots is the buffer's size; see AdaptiveIdleSlots.
 func idleSlots(o Observed, targetWait time.Duration) int {
@@ -236,18 +236,26 @@ func AdaptiveIdleSlots(o Observed, targetWait time.Duration) int {
 }
 
 // AdaptiveIdleTime is how long an adaptive schedule keeps an idle
-// instance that neither the demand nor the idle target needs: half the
-// observed boot time, never more than idle_time. The buffer already
-// covers the arrivals expected before a new instance could boot; an
-// instance beyond it serves only the rarer arrivals the buffer does not,
-// and keeping it a whole boot time (the ski-rental rule, at most twice
-// the hindsight cost in the worst case) cost more idle time than the
-// boots it saved on the tuning days (idle plus booting instance-hours
-// lower with B/2 at 30 s and 2 min boots). Without an observed boot time
-// it is idle_time.
+// instance that neither the demand nor the idle target needs: a third of
+// target_wait (10 s for the default 30 s), never more than half the
+// observed boot time nor idle_time. Without an observed boot time it is
+// idle_time.
+//
+// Why so short: the buffer is sized, with the feedback, to keep the
+// share of late jobs at its goal; an instance beyond it is what finishing
+// jobs free between arrivals, and holding it longer buys fewer late jobs
+// per idle second than a larger buffer does. On the tuning days a third
+// of the target (instead of half a boot, as before) cut idle time by a
+// quarter at 30 s and 2 min boots for the same p95, for more booting
+// time: the boots are what the freed instances no longer absorb
+// (docs/BENCHMARKS.md gives both).
 func AdaptiveIdleTime(s *Schedule, o Observed) time.Duration {
 	if o.BootTime <= 0 {
 		return s.IdleTime
 	}
-	return min(s.IdleTime, o.BootTime/2)
+	tw := s.TargetWait
+	if tw <= 0 {
+		tw = DefaultTargetWait
+	}
+	return min(s.IdleTime, o.BootTime/2, tw/3)
 }

@@ -82,8 +82,8 @@ func (e *dispersionEstimator) index() float64 {
 // gets wrong on the load at hand (a lumpy low load needs more than the
 // normal approximation says, a steady high one less).
 const (
-	feedbackStep    = 0.015 // change of ln(gain) per job, times (miss − goal)
-	feedbackGoal    = 0.04  // share of jobs allowed to wait longer than the target
+	feedbackStep    = 0.005 // change of ln(gain) per job, times (miss − goal)
+	feedbackGoal    = 0.042 // share of jobs allowed to wait longer than the target
 	feedbackMaxGain = 32    // the gain stays within [1/32, 32]
 )
 

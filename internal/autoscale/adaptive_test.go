@@ -79,17 +79,17 @@ func TestAdaptiveSlots(t *testing.T) {
 	tw := 30 * time.Second
 	got := AdaptiveSlots(o, tw)
 	// Exposure 45 s: p = 1 − e^−0.75, X ~ N(0, 60p(2−p)); the buffer is
-	// ⌊3σ⌋ before feedback.
+	// ⌊2σ⌋ before feedback.
 	k := got - 60
 	p := -math.Expm1(-0.75)
 	sd := math.Sqrt(60*p + 60*p*(1-p))
-	if want := int(math.Floor(3 * sd)); k != want {
-		t.Fatalf("buffer %d, want ⌊3σ⌋ = %d (σ %.2f)", k, want, sd)
+	if want := int(math.Floor(2 * sd)); k != want {
+		t.Fatalf("buffer %d, want ⌊2σ⌋ = %d (σ %.2f)", k, want, sd)
 	}
 	// The feedback scales it: a gain of ½ halves σ.
 	half := o
 	half.BufferGain = 0.5
-	if want := int(math.Floor(3 * sd / 2)); AdaptiveIdleSlots(half, tw) != want {
+	if want := int(math.Floor(2 * sd / 2)); AdaptiveIdleSlots(half, tw) != want {
 		t.Errorf("gain ½: buffer %d, want %d", AdaptiveIdleSlots(half, tw), want)
 	}
 	if burst := BurstSlots(o, tw); burst != 11 { // Poisson(45): 95% at 56
@@ -122,11 +122,11 @@ func TestAdaptivePolicy(t *testing.T) {
 	s := Schedule{Adaptive: true, TargetWait: 30 * time.Second, IdleCount: 1, Preemptive: true}
 	p := slotPolicy(4, 0, 0, s)
 	// 3 jobs a minute of 10 minutes each, 5-minute boots: W = 285 s,
-	// p = 1 − e^−0.475, σ = √(30p(2−p)) = 4.29, a buffer of ⌊3σ⌋ = 12.
+	// p = 1 − e^−0.475, σ = √(30p(2−p)) = 4.29, a buffer of ⌊2σ⌋ = 8.
 	o := Observed{ArrivalRate: 0.05, MeanDuration: 10 * time.Minute, BootTime: 5 * time.Minute}
 	need := AdaptiveIdleSlots(o, 30*time.Second)
-	if need != 12 {
-		t.Fatalf("buffer %d, want 12", need)
+	if need != 8 {
+		t.Fatalf("buffer %d, want 8", need)
 	}
 	if got := SlotIdleTarget(p, &p.Base, 10, o); got != need {
 		t.Errorf("idle target %d, want %d", got, need)
@@ -151,7 +151,7 @@ func TestAdaptivePolicy(t *testing.T) {
 	// Decide creates for it.
 	p.MaxInstances = 0
 	dec := Decide(p, t0, nil, Demand{Observed: o})
-	if dec.Create != 3 || dec.IdleTarget != 12 {
-		t.Errorf("create %d (target %d), want 3 instances of 4 slots for 12", dec.Create, dec.IdleTarget)
+	if dec.Create != 2 || dec.IdleTarget != 8 {
+		t.Errorf("create %d (target %d), want 2 instances of 4 slots for 8", dec.Create, dec.IdleTarget)
 	}
 }

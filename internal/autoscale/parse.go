@@ -37,7 +37,7 @@ var autoscalerOtherKeys = []string{
 	"instance_operation_time_buckets", "instance_creation_time_buckets",
 	"instance_is_running_time_buckets", "instance_deletion_time_buckets",
 	"instance_readiness_time_buckets", "instance_life_duration_buckets",
-	"scale_throttle", "state_storage", "vm_isolation",
+	"state_storage", "vm_isolation",
 }
 
 // FromRunner reads the autoscaling policy of one runner from the raw
@@ -289,6 +289,8 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 			p.MaxInstances = rd.Count(key, v)
 		case "reservation_throttling":
 			p.ReservationThrottling = rd.Bool(key, v)
+		case "scale_throttle":
+			p.ScaleThrottle = rd.scaleThrottle(key, v)
 		case "policy":
 			for i, t := range rd.tables(key, v) {
 				p.Schedules = append(p.Schedules, rd.autoscalerPolicy(config.IndexKey(key, i), t))
@@ -300,6 +302,30 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 		}
 	}
 	return p
+}
+
+// scaleThrottle reads [runners.autoscaler.scale_throttle]: limit
+// (instance creations per second) and burst (creations at once), both
+// integers >= 0, 0 meaning the default.
+func (rd *reader) scaleThrottle(key string, v any) ScaleThrottle {
+	var t ScaleThrottle
+	m, ok := v.(map[string]any)
+	if !ok {
+		rd.Fail(key, "must be a table ([runners.autoscaler.scale_throttle]), not %s", config.TypeName(v))
+		return t
+	}
+	for _, k := range config.SortedKeys(m) {
+		kk := config.SubKey(key, k)
+		switch k {
+		case "limit":
+			t.Limit = rd.Count(kk, m[k])
+		case "burst":
+			t.Burst = rd.Count(kk, m[k])
+		default:
+			rd.Warn(kk, "unknown key, ignored")
+		}
+	}
+	return t
 }
 
 func (rd *reader) autoscalerPolicy(key string, m map[string]any) Schedule {

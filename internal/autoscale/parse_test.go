@@ -301,3 +301,60 @@ func TestFromRunnerCapWarning(t *testing.T) {
 		}
 	}
 }
+
+// [runners.autoscaler.scale_throttle] is read (limit and burst, integers
+// >= 0) and its defaults are taskscaler's: 100 creations a second, a
+// burst of max_instances.
+func TestFromRunnerScaleThrottle(t *testing.T) {
+	const base = header + `  executor = "instance"
+  [runners.autoscaler]
+    plugin = "sim"
+    max_instances = 40
+`
+	for _, tc := range []struct {
+		name              string
+		src               string
+		wantLimit         float64
+		wantBurst         int
+		wantErr, wantWarn string
+	}{
+		{"defaults", base, 100, 40, "", ""},
+		{"both set", base + "    [runners.autoscaler.scale_throttle]\n      limit = 2\n      burst = 5\n", 2, 5, "", ""},
+		{"limit only", base + "    [runners.autoscaler.scale_throttle]\n      limit = 1\n", 1, 40, "", ""},
+		{"unknown key", base + "    [runners.autoscaler.scale_throttle]\n      rate = 1\n", 100, 40, "", "config.toml:10: runners[0].autoscaler.scale_throttle.rate: unknown key, ignored"},
+		{"negative", base + "    [runners.autoscaler.scale_throttle]\n      limit = -1\n", 0, 0, "config.toml:10: runners[0].autoscaler.scale_throttle.limit", ""},
+		{"not a table", base + "    scale_throttle = 3\n", 0, 0, "config.toml:9: runners[0].autoscaler.scale_throttle: must be a table", ""},
+		{"a float", base + "    [runners.autoscaler.scale_throttle]\n      burst = 2.5\n", 0, 0, "config.toml:10: runners[0].autoscaler.scale_throttle.burst", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := readPolicy(t, tc.src)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("FromRunner = %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("FromRunner = %v", err)
+			}
+			if l, b := p.Throttle(); l != tc.wantLimit || b != tc.wantBurst {
+				t.Errorf("Throttle() = %v, %d; want %v, %d", l, b, tc.wantLimit, tc.wantBurst)
+			}
+			var warns []string
+			for _, w := range p.Warnings {
+				warns = append(warns, w.String())
+			}
+			if got := strings.Join(warns, "\n"); !strings.Contains(got, tc.wantWarn) || (tc.wantWarn == "" && strings.Contains(got, "scale_throttle")) {
+				t.Errorf("warnings %q, want %q", got, tc.wantWarn)
+			}
+		})
+	}
+	// The machine dialect has no scale_throttle.
+	if l, b := (&Policy{Dialect: DialectMachine, MaxInstances: 3}).Throttle(); l != 0 || b != 0 {
+		t.Errorf("machine dialect Throttle() = %v, %d; want none", l, b)
+	}
+	// No max_instances: the burst is the limit.
+	if l, b := (&Policy{Dialect: DialectAutoscaler, ScaleThrottle: ScaleThrottle{Limit: 7}}).Throttle(); l != 7 || b != 7 {
+		t.Errorf("no max_instances: Throttle() = %v, %d; want 7, 7", l, b)
+	}
+}

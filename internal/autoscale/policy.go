@@ -138,9 +138,48 @@ type Policy struct {
 	// idle instances forever.
 	ReservationThrottling bool
 
+	// ScaleThrottle paces instance creations (autoscaler dialect's
+	// [runners.autoscaler.scale_throttle]); the pool applies it, not
+	// Decide.
+	ScaleThrottle ScaleThrottle
+
 	// Warnings found while reading the configuration (unknown keys,
 	// deprecated keys, periods that can hardly match).
 	Warnings []config.Warning
+}
+
+// ScaleThrottle is a token bucket on instance creations, as taskscaler
+// has it: up to Burst creations at once, refilled at Limit per second.
+// Zero values are the defaults: Limit 100, Burst max_instances (Limit when
+// max_instances is 0).
+type ScaleThrottle struct {
+	Limit int // creations per second
+	Burst int // creations at once
+}
+
+// DefaultScaleThrottleLimit is taskscaler's default creation rate.
+const DefaultScaleThrottleLimit = 100
+
+// Throttle returns the creation rate (per second) and burst in force,
+// defaults filled in. The machine dialect has no scale_throttle: its
+// creations are paced by MaxGrowthRate alone, and Throttle returns 0, 0
+// (no throttle).
+func (p *Policy) Throttle() (limit float64, burst int) {
+	if p.Dialect != DialectAutoscaler {
+		return 0, 0
+	}
+	l := p.ScaleThrottle.Limit
+	if l <= 0 {
+		l = DefaultScaleThrottleLimit
+	}
+	b := p.ScaleThrottle.Burst
+	if b <= 0 {
+		b = p.MaxInstances
+	}
+	if b <= 0 {
+		b = l
+	}
+	return float64(l), b
 }
 
 // Active returns the schedule in force at now (last matching, else &p.Base).

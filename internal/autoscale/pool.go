@@ -237,6 +237,13 @@ type Pool struct {
 	createFails int
 	createAt    time.Time // no creations before this (backoff)
 
+	// scale_throttle's token bucket (throttleLocked).
+	throttleTokens float64
+	throttleAt     time.Time // last refill; zero = not used yet
+	throttleLimit  float64   // the limit and burst it was filled for
+	throttleBurst  int
+	throttleNext   time.Time // when a held-back creation can go; zero = none held
+
 	// Observed statistics.
 	rate     float64
 	rateAt   time.Time
@@ -299,11 +306,12 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		jobs:     jobLog{size: cmp.Or(o.JobLogSize, DefaultJobLogSize)},
 	}
 	if o.StateFile != "" {
-		st, err := readPoolState(o.StateFile)
+		st, learnt, err := readPoolStateFile(o.StateFile)
 		if err != nil {
 			return nil, err
 		}
 		p.restored = st
+		p.restoreLearntLocked(learnt)
 	}
 	return p, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -129,6 +130,9 @@ func (p *Pool) nextTick(now time.Time) time.Time {
 	}
 	if p.createFails > 0 && p.createAt.After(now) && p.createAt.Before(next) {
 		next = p.createAt
+	}
+	if p.throttleNext.After(now) && p.throttleNext.Before(next) {
+		next = p.throttleNext // creations wait for a scale_throttle token
 	}
 	if !next.After(now) {
 		next = now.Add(p.o.UpdateIntervalWhenExpecting)
@@ -335,6 +339,34 @@ func (p *Pool) heartbeats(ctx context.Context) {
 	}
 }
 
+// throttleLocked takes up to n creation tokens from the scale_throttle
+// bucket (Policy.Throttle: refilled at limit per second up to burst, full
+// at the first call) and returns how many it got. When it gives fewer
+// than n it sets throttleNext to when the next token is there, for the
+// next scaling pass.
+func (p *Pool) throttleLocked(now time.Time, pol *Policy, n int) int {
+	limit, burst := pol.Throttle()
+	p.throttleNext = time.Time{}
+	if limit <= 0 {
+		return n
+	}
+	switch {
+	case p.throttleAt.IsZero() || limit != p.throttleLimit || burst != p.throttleBurst:
+		// First use, or a reloaded policy: a full bucket.
+		p.throttleTokens = float64(burst)
+	default:
+		p.throttleTokens = min(float64(burst), p.throttleTokens+now.Sub(p.throttleAt).Seconds()*limit)
+	}
+	p.throttleAt, p.throttleLimit, p.throttleBurst = now, limit, burst
+	got := min(n, int(p.throttleTokens))
+	p.throttleTokens -= float64(got)
+	if got < n {
+		wait := (1 - (p.throttleTokens - math.Floor(p.throttleTokens))) / limit
+		p.throttleNext = now.Add(time.Duration(math.Ceil(wait * float64(time.Second))))
+	}
+	return got
+}
+
 // decide runs the policy and carries out its decision.
 func (p *Pool) decide(ctx context.Context, now time.Time) {
 	p.mu.Lock()
@@ -377,6 +409,14 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 		// Shut down while this pass ran: no new instance that the shutdown
 		// would neither record nor delete.
 		create = 0
+	}
+	if create > 0 {
+		if n := p.throttleLocked(now, pol, create); n < create {
+			dec.addReason(fmt.Sprintf("%d of %d creations held back by scale_throttle (limit %g/s, burst %d) until %s",
+				create-n, create, p.throttleLimit, p.throttleBurst, p.throttleNext.Format(time.RFC3339Nano)))
+			p.log.Debug("creations throttled", "asked", create, "allowed", n, "next_token", p.throttleNext)
+			create = n
+		}
 	}
 	p.recordDecisionLocked(now, pol, &dec, create)
 	p.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,6 +21,69 @@ const poolStateVersion = 1
 type poolStateFile struct {
 	Version   int                 `json:"version"`
 	Instances []poolStateInstance `json:"instances"`
+	// Learnt is what the pool measured of its load (Observed) and the
+	// adaptive feedback, so that a restarted manager's adaptive policy
+	// goes on from yesterday's knowledge instead of a fresh pool's guess.
+	// Absent in files of older versions: the pool then starts learning
+	// anew.
+	Learnt *poolStateLearnt `json:"learnt,omitempty"`
+}
+
+// poolStateLearnt is the pool's measured statistics (see Pool.Observed).
+type poolStateLearnt struct {
+	ArrivalRate    float64   `json:"arrival_rate"` // jobs/s at RateAt, decaying from there
+	RateAt         time.Time `json:"rate_at,omitzero"`
+	MeanDurationS  float64   `json:"mean_duration_s,omitempty"`
+	MeanBootS      float64   `json:"mean_boot_s,omitempty"`
+	DispersionM    float64   `json:"dispersion_m"`  // EWMA of arrivals per bucket
+	DispersionS2   float64   `json:"dispersion_s2"` // EWMA of their square
+	DispersionHave bool      `json:"dispersion_have,omitempty"`
+	LogGain        float64   `json:"log_gain"` // ln of the adaptive feedback gain
+}
+
+// learntLocked is the statistics to save.
+func (p *Pool) learntLocked() *poolStateLearnt {
+	return &poolStateLearnt{
+		ArrivalRate: p.rate, RateAt: p.rateAt,
+		MeanDurationS: p.meanDur * b2f(p.haveDur), MeanBootS: p.meanBoot * b2f(p.haveBoot),
+		DispersionM: p.bursts.m, DispersionS2: p.bursts.s2, DispersionHave: p.bursts.have,
+		LogGain: p.feedback.logGain,
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// restoreLearntLocked takes saved statistics over; values that cannot be
+// measurements (negative, NaN, infinite) are ignored one by one, and the
+// gain is kept within its bounds.
+func (p *Pool) restoreLearntLocked(l *poolStateLearnt) {
+	if l == nil {
+		return
+	}
+	ok := func(x float64) bool { return x >= 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
+	if ok(l.ArrivalRate) && !l.RateAt.IsZero() {
+		p.rate, p.rateAt = l.ArrivalRate, l.RateAt
+	}
+	if ok(l.MeanDurationS) && l.MeanDurationS > 0 {
+		p.meanDur, p.haveDur = l.MeanDurationS, true
+	}
+	if ok(l.MeanBootS) && l.MeanBootS > 0 {
+		p.meanBoot, p.haveBoot = l.MeanBootS, true
+	}
+	if ok(l.DispersionM) && ok(l.DispersionS2) && l.DispersionHave {
+		// The current bucket starts afresh: what arrived in the
+		// restart's gap is not known.
+		p.bursts = dispersionEstimator{m: l.DispersionM, s2: l.DispersionS2, have: true}
+	}
+	if !math.IsNaN(l.LogGain) && !math.IsInf(l.LogGain, 0) {
+		lim := math.Log(feedbackMaxGain)
+		p.feedback.logGain = min(max(l.LogGain, -lim), lim)
+	}
 }
 
 type poolStateInstance struct {
@@ -40,28 +104,35 @@ type poolStateInstance struct {
 // readPoolState returns the instances recorded in path; a missing file is
 // an empty state.
 func readPoolState(path string) (map[string]poolStateInstance, error) {
+	m, _, err := readPoolStateFile(path)
+	return m, err
+}
+
+// readPoolStateFile returns the instances and the learnt statistics
+// (nil when the file has none) recorded in path.
+func readPoolStateFile(path string) (map[string]poolStateInstance, *poolStateLearnt, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]poolStateInstance{}, nil
+		return map[string]poolStateInstance{}, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read autoscaler state file: %w", err)
+		return nil, nil, fmt.Errorf("read autoscaler state file: %w", err)
 	}
 	var sf poolStateFile
 	if err := json.Unmarshal(data, &sf); err != nil {
-		return nil, fmt.Errorf("autoscaler state file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("autoscaler state file %s: %w", path, err)
 	}
 	if sf.Version != poolStateVersion {
-		return nil, fmt.Errorf("autoscaler state file %s: version %d, want %d", path, sf.Version, poolStateVersion)
+		return nil, nil, fmt.Errorf("autoscaler state file %s: version %d, want %d", path, sf.Version, poolStateVersion)
 	}
 	m := make(map[string]poolStateInstance, len(sf.Instances))
 	for _, in := range sf.Instances {
 		if in.ID == "" {
-			return nil, fmt.Errorf("autoscaler state file %s: instance without id", path)
+			return nil, nil, fmt.Errorf("autoscaler state file %s: instance without id", path)
 		}
 		m[in.ID] = in
 	}
-	return m, nil
+	return m, sf.Learnt, nil
 }
 
 // flushState writes the state file if anything changed since the last
@@ -76,7 +147,7 @@ func (p *Pool) flushState() {
 		p.mu.Unlock()
 		return
 	}
-	sf := poolStateFile{Version: poolStateVersion, Instances: make([]poolStateInstance, 0, len(p.insts))}
+	sf := poolStateFile{Version: poolStateVersion, Instances: make([]poolStateInstance, 0, len(p.insts)), Learnt: p.learntLocked()}
 	for _, in := range p.insts {
 		sf.Instances = append(sf.Instances, poolStateInstance{
 			ID: in.id, Created: in.created, Ready: in.ready, LastUsed: in.lastUsed,

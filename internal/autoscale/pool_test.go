@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +68,29 @@ func (h *poolHarness) count(s State) int {
 		}
 	}
 	return n
+}
+
+// acquireAfterBoot reserves a slot for a job queued 40 s ago, finds
+// none ready (the pool has 30 s boots and nothing ready yet), lets the
+// pool boot one and returns the job's slot: a job that waited longer than
+// a 30 s target.
+func (h *poolHarness) acquireAfterBoot() *Acquisition {
+	h.t.Helper()
+	r, err := h.pool.Reserve()
+	if err != nil {
+		h.t.Fatalf("Reserve = %v", err)
+	}
+	r.SetQueuedAt(h.clk.Now().Add(-40 * time.Second))
+	if a, err := h.pool.TryAcquire(r); a != nil || err != nil {
+		h.t.Fatalf("TryAcquire with no instance ready = %v, %v", a, err)
+	}
+	h.advance(time.Second)
+	h.advance(30 * time.Second)
+	a, err := h.pool.TryAcquire(r)
+	if err != nil || a == nil {
+		h.t.Fatalf("TryAcquire after the boot = %v, %v", a, err)
+	}
+	return a
 }
 
 func (h *poolHarness) total() int { insts, _ := h.pool.Snapshot(); return len(insts) }
@@ -734,20 +758,7 @@ func TestPoolAdaptiveFeedback(t *testing.T) {
 		t.Fatalf("initial gain %v, want 1", g)
 	}
 	// A job queued 40 s ago that gets a slot only after a boot: a miss.
-	r, err := h.pool.Reserve()
-	if err != nil {
-		t.Fatalf("Reserve (adaptive, not preemptive) = %v", err)
-	}
-	r.SetQueuedAt(h.clk.Now().Add(-40 * time.Second))
-	if a, err := h.pool.TryAcquire(r); a != nil || err != nil {
-		t.Fatalf("TryAcquire with no instance = %v, %v", a, err)
-	}
-	h.advance(time.Second)
-	h.advance(30 * time.Second)
-	a, err := h.pool.TryAcquire(r)
-	if err != nil || a == nil {
-		t.Fatalf("TryAcquire after the boot = %v, %v", a, err)
-	}
+	a := h.acquireAfterBoot()
 	g := h.pool.Observed().BufferGain
 	if g <= 1 {
 		t.Fatalf("gain after a miss %v, want > 1", g)
@@ -817,5 +828,96 @@ func TestPoolShutdownRecordsPendingCreations(t *testing.T) {
 	st, err := readPoolState(state)
 	if err != nil || len(st) != len(live) || len(live) != 2 {
 		t.Fatalf("state file after Shutdown: %v, %v; want the %d live instances %v", st, err, len(live), live)
+	}
+}
+
+// A restarted manager's pool goes on with what the pool before it learnt
+// of the load (arrival rate, job and boot times, burstiness, the adaptive
+// feedback's gain): the state file carries it.
+func TestPoolStateKeepsLearntStatistics(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "r1.json")
+	// idle_count 6 (the adaptive buffer's floor) keeps six instances for
+	// the bursts below.
+	pol := &Policy{Dialect: DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 10,
+		Base: Schedule{Adaptive: true, TargetWait: 30 * time.Second, IdleTime: time.Hour, IdleCount: 6}}
+	h := newPoolHarness(t, pol, sim.Options{BootTime: 30 * time.Second}, func(o *PoolOptions) { o.StateFile = state })
+	h.pool.Tick(t.Context())
+	// A job that waits for a boot (a miss), then short jobs served at once
+	// in bursts of six every 30 s (more bursty than Poisson arrivals).
+	a := h.acquireAfterBoot()
+	h.advance(20 * time.Second)
+	h.pool.Release(a)
+	for range 120 {
+		h.advance(30 * time.Second)
+		for range 6 {
+			h.pool.Release(h.mustAcquire())
+		}
+	}
+	before := h.pool.Observed()
+	if before.ArrivalRate <= 0 || before.MeanDuration <= 0 || before.BootTime <= 0 || before.BufferGain == 1 || before.ArrivalDispersion <= 1 {
+		t.Fatalf("observed before the restart %+v: want every statistic measured", before)
+	}
+	if err := h.pool.Shutdown(t.Context(), false); err != nil {
+		t.Fatalf("Shutdown(false) = %v", err)
+	}
+
+	again := h.newPool(pol, func(o *PoolOptions) { o.StateFile = state })
+	after := again.Observed()
+	if after != before {
+		t.Errorf("observed after the restart %+v, want %+v", after, before)
+	}
+	// The rate decays from its last arrival on, restart or not.
+	h.clk.Advance(10 * time.Minute)
+	if got, want := again.Observed().ArrivalRate, before.ArrivalRate/math.E; math.Abs(got-want) > 1e-9*want {
+		t.Errorf("arrival rate 10 min later %v, want %v", got, want)
+	}
+
+	// A file of an older drover (no statistics) or with garbage in them
+	// starts learning anew instead of failing.
+	for _, learnt := range []string{``, `,"learnt":{"arrival_rate":-1,"rate_at":"2026-01-01T00:00:00Z","mean_duration_s":-5,"mean_boot_s":0,"dispersion_m":0,"dispersion_s2":0,"log_gain":0}`} {
+		if err := os.WriteFile(state, []byte(`{"version":1,"instances":[]`+learnt+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fresh := h.newPool(pol, func(o *PoolOptions) { o.StateFile = state })
+		if o := fresh.Observed(); o.ArrivalRate != 0 || o.MeanDuration != 0 || o.BootTime != 0 || o.BufferGain != 1 || o.ArrivalDispersion != 1 {
+			t.Errorf("observed from %q = %+v, want nothing learnt", learnt, o)
+		}
+	}
+}
+
+// scale_throttle paces creations: a burst at once, then limit a second,
+// the pool's next pass coming when the next token is there; the decision
+// says what was held back.
+func TestPoolScaleThrottle(t *testing.T) {
+	pol := poolTestPolicy(1, 7, time.Hour, 20)
+	pol.ScaleThrottle = ScaleThrottle{Limit: 2, Burst: 3}
+	h := newPoolHarness(t, pol, sim.Options{BootTime: time.Hour}, nil)
+	next := h.pool.Tick(t.Context())
+	if got := h.total(); got != 3 {
+		t.Fatalf("instances after the first pass = %d, want the burst of 3", got)
+	}
+	if r := h.pool.Status().LastDecision.Reason; !strings.Contains(r, "4 of 7 creations held back by scale_throttle (limit 2/s, burst 3)") {
+		t.Errorf("decision reason %q does not say what scale_throttle held back", r)
+	}
+	// Two tokens a second: the next token in half a second, when the
+	// pool looks again.
+	if want := poolT0.Add(500 * time.Millisecond); !next.Equal(want) {
+		t.Errorf("next pass at %s, want %s (the next token)", next, want)
+	}
+	for _, step := range []struct {
+		after time.Duration
+		want  int
+	}{{500 * time.Millisecond, 4}, {500 * time.Millisecond, 5}, {time.Second, 7}, {10 * time.Second, 7}} {
+		h.advance(step.after)
+		if got := h.total(); got != step.want {
+			t.Fatalf("instances %s later = %d, want %d", h.clk.Now().Sub(poolT0), got, step.want)
+		}
+	}
+	// Without scale_throttle the defaults (100/s, burst max_instances)
+	// hold nothing back here.
+	h2 := newPoolHarness(t, poolTestPolicy(1, 7, time.Hour, 20), sim.Options{BootTime: time.Hour}, nil)
+	h2.pool.Tick(t.Context())
+	if got := h2.total(); got != 7 {
+		t.Errorf("default throttle: %d instances, want 7 at once", got)
 	}
 }

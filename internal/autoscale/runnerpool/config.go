@@ -185,7 +185,7 @@ var ignoredAutoscalerKeys = []string{
 	"instance_operation_time_buckets", "instance_creation_time_buckets",
 	"instance_is_running_time_buckets", "instance_deletion_time_buckets",
 	"instance_readiness_time_buckets", "instance_life_duration_buckets",
-	"scale_throttle", "vm_isolation",
+	"vm_isolation",
 }
 
 func (rd *reader) autoscaler(s *Spec, m map[string]any) {

@@ -83,36 +83,59 @@ func benchOptions(pol *autoscale.Policy, boot time.Duration) simulate.Options {
 	return simulate.Options{Policy: pol, BootTime: boot, BootSpread: boot / 6, PollInterval: benchPoll}
 }
 
+// yesterdaySeed is the seed of the day before a day of seed n, the
+// warm-up: a manager runs every day, and an adaptive pool starts the day
+// with what it learnt the day before (the state file keeps it across
+// restarts).
+func yesterdaySeed(n uint64) uint64 { return n + 1000 }
+
 // BenchmarkAdaptiveVsBestStatic measures, for each day shape
 // (tracegen.Shapes: steady, diurnal, bursty, weekend; the report seed of
 // each) and boot time (30 s ± 5 s, 120 s ± 20 s), with a manager polling
 // every 3 s, the idle instance-hours of the adaptive policy against the
 // best static configuration of the full grid (idle_count 0–32 × idle_time
 // 30 s–20 min × preemptive off/on, simulate.FullGrid) meeting the same
-// 30 s p95 wait: 390 simulated days per case. Run with -benchtime 1x (it
-// takes minutes per case); it reports the numbers as metrics and logs a
-// markdown row per case, the table of docs/BENCHMARKS.md.
+// 30 s p95 wait: 390 simulated days per case. Every run starts after the
+// day before of the same shape (the adaptive policy replays all of it,
+// each static configuration its last two hours, simulate.Compare); the
+// adaptive policy is also run from a fresh pool, for comparison. Run with
+// -benchtime 1x (it takes minutes per case); it reports the numbers as
+// metrics and logs a markdown row per case, the table of
+// docs/BENCHMARKS.md.
 func BenchmarkAdaptiveVsBestStatic(b *testing.B) {
 	for _, shape := range tracegen.Shapes() {
-		tr, err := tracegen.Day(shape.Name, reportSeeds[shape.Name])
+		seed := reportSeeds[shape.Name]
+		tr, err := tracegen.Day(shape.Name, seed)
+		if err != nil {
+			b.Fatal(err)
+		}
+		warm, err := tracegen.Day(shape.Name, yesterdaySeed(seed))
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, boot := range benchBoots {
 			b.Run(fmt.Sprintf("day=%s/boot=%s", shape.Name, boot), func(b *testing.B) {
 				for b.Loop() {
-					c, err := simulate.Compare(b.Context(), benchOptions(adaptivePolicy(), boot), tr, simulate.FullGrid(), benchTarget)
+					o := benchOptions(adaptivePolicy(), boot)
+					o.WarmUp = warm
+					c, err := simulate.Compare(b.Context(), o, tr, simulate.FullGrid(), benchTarget)
 					if err != nil {
 						b.Fatal(err)
 					}
-					reportComparison(b, shape.Name, boot, c)
+					fresh := benchOptions(adaptivePolicy(), boot)
+					fresh.Samples = -1
+					cold, err := simulate.Run(b.Context(), fresh, tr)
+					if err != nil {
+						b.Fatal(err)
+					}
+					reportComparison(b, shape.Name, boot, c, &cold.Report)
 				}
 			})
 		}
 	}
 }
 
-func reportComparison(b *testing.B, shape string, boot time.Duration, c *simulate.Comparison) {
+func reportComparison(b *testing.B, shape string, boot time.Duration, c *simulate.Comparison, cold *simulate.Report) {
 	b.Helper()
 	b.ReportMetric(c.Policy.IdleInstanceS/3600, "adaptive_idle_h")
 	b.ReportMetric(c.Policy.WaitP95, "adaptive_p95_s")
@@ -120,24 +143,33 @@ func reportComparison(b *testing.B, shape string, boot time.Duration, c *simulat
 		b.Logf("the adaptive policy misses the p95 target: %.1f s > %s", c.Policy.WaitP95, c.TargetP95)
 	}
 	if c.BestStatic == nil {
-		b.Logf("| %s | %s | none meets the target | | | %.1f s | %.1f | |", shape, boot, c.Policy.WaitP95, c.Policy.IdleInstanceS/3600)
+		b.Logf("| %s | %s | none meets the target | | | | %.1f s | %.1f | %.1f | | |", shape, boot, c.Policy.WaitP95, c.Policy.IdleInstanceS/3600, c.Policy.CreatingInstanceS/3600)
 		return
 	}
 	bs := c.BestStatic
 	b.ReportMetric(bs.Report.IdleInstanceS/3600, "static_idle_h")
 	b.ReportMetric(bs.Report.WaitP95, "static_p95_s")
 	b.ReportMetric(c.IdleRatio(), "idle_ratio")
-	b.Logf("| %s | %s | %s | %.1f s | %.1f | %.1f s | %.1f | **%.2f** |", shape, boot, bs.Setting(),
-		bs.Report.WaitP95, bs.Report.IdleInstanceS/3600, c.Policy.WaitP95, c.Policy.IdleInstanceS/3600, c.IdleRatio())
+	billed := func(r *simulate.Report) float64 { return (r.IdleInstanceS + r.CreatingInstanceS) / 3600 }
+	b.Logf("| %s | %s | %s | %.1f s | %.1f | %.1f | %.1f s | %.1f | %.1f | **%.2f** | %.2f | %.1f s, %.1f, **%.2f** |", shape, boot, bs.Setting(),
+		bs.Report.WaitP95, bs.Report.IdleInstanceS/3600, bs.Report.CreatingInstanceS/3600,
+		c.Policy.WaitP95, c.Policy.IdleInstanceS/3600, c.Policy.CreatingInstanceS/3600, c.IdleRatio(),
+		billed(&c.Policy)/billed(&bs.Report),
+		cold.WaitP95, cold.IdleInstanceS/3600, cold.IdleInstanceS/bs.Report.IdleInstanceS)
 }
 
 // BenchmarkAdaptiveTuningDays runs the adaptive policy alone on the
-// tuning days (tuneSeeds, every shape and boot time): the quick loop its
-// constants were tuned with. The reported days are never among them.
+// tuning days (tuneSeeds, every shape and boot time, each after the day
+// before): the quick loop its constants were tuned with. The reported
+// days and the days before them are never among them.
 func BenchmarkAdaptiveTuningDays(b *testing.B) {
 	for _, shape := range tracegen.Shapes() {
 		for _, seed := range tuneSeeds(shape.Name) {
 			tr, err := tracegen.Day(shape.Name, seed)
+			if err != nil {
+				b.Fatal(err)
+			}
+			warm, err := tracegen.Day(shape.Name, yesterdaySeed(seed))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -146,6 +178,7 @@ func BenchmarkAdaptiveTuningDays(b *testing.B) {
 					for b.Loop() {
 						o := benchOptions(adaptivePolicy(), boot)
 						o.Samples = -1
+						o.WarmUp = warm
 						res, err := simulate.Run(b.Context(), o, tr)
 						if err != nil {
 							b.Fatal(err)
