@@ -245,10 +245,11 @@ func AdaptiveIdleSlots(o Observed, targetWait time.Duration) int {
 // share of late jobs at its goal; an instance beyond it is what finishing
 // jobs free between arrivals, and holding it longer buys fewer late jobs
 // per idle second than a larger buffer does. On the tuning days a third
-// of the target (instead of half a boot, as before) cut idle time by a
-// quarter at 30 s and 2 min boots for the same p95, for more booting
-// time: the boots are what the freed instances no longer absorb
-// (docs/BENCHMARKS.md gives both).
+// of the target (instead of half a boot, as before) cut idle time by up
+// to a fifth at 30 s boots (idle plus booting time even) and up to a
+// third at 2 min boots, where booting time doubled and idle plus booting
+// rose by up to a fifth: the boots are what the freed instances no longer
+// absorb (docs/BENCHMARKS.md gives both).
 func AdaptiveIdleTime(s *Schedule, o Observed) time.Duration {
 	if o.BootTime <= 0 {
 		return s.IdleTime

@@ -162,9 +162,11 @@
 // could boot; an instance beyond it is one a finishing job freed, and
 // holding it longer buys fewer late jobs per idle second than a larger
 // buffer does. Against half a boot time (the rule before) it cut idle
-// time by about a quarter on the tuning days for the same p95, and raised
-// booting time: freed instances no longer absorb as many arrivals, so
-// more are booted (docs/BENCHMARKS.md reports both). idle_time remains an
+// time on the tuning days by up to a fifth at 30 s boots (idle plus
+// booting even) and up to a third at 2 min boots, where it doubled the
+// booting time and raised idle plus booting by up to a fifth: freed
+// instances no longer absorb as many arrivals, so more are booted
+// (docs/BENCHMARKS.md reports both). idle_time remains an
 // upper bound; instances the target needs stay whatever their idle time.
 //
 // Memory. The load statistics (rate, durations, boot time, dispersion)
