@@ -41,21 +41,17 @@ type poolStateLearnt struct {
 	LogGain        float64   `json:"log_gain"` // ln of the adaptive feedback gain
 }
 
-// learntLocked is the statistics to save.
+// learntLocked is the statistics to save. They change only where the
+// state file is marked dirty anyway (a job's acquire and release, an
+// instance's readiness), so saving them costs no extra write. A mean not
+// measured yet is 0, which restoreLearntLocked reads as not measured.
 func (p *Pool) learntLocked() *poolStateLearnt {
 	return &poolStateLearnt{
 		ArrivalRate: p.rate, RateAt: p.rateAt,
-		MeanDurationS: p.meanDur * b2f(p.haveDur), MeanBootS: p.meanBoot * b2f(p.haveBoot),
+		MeanDurationS: p.meanDur, MeanBootS: p.meanBoot,
 		DispersionM: p.bursts.m, DispersionS2: p.bursts.s2, DispersionHave: p.bursts.have,
 		LogGain: p.feedback.logGain,
 	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // restoreLearntLocked takes saved statistics over; values that cannot be

@@ -220,11 +220,8 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		res.PeakInstances = max(res.PeakInstances, cur.Creating+cur.Idle+cur.Busy+cur.Removing)
 	}
 	observe()
-	res.PeakInstances = 0
+	// The warm-up's peak is dropped when the day begins.
 	inDay := warm == 0
-	if inDay {
-		res.PeakInstances = cur.Creating + cur.Idle + cur.Busy + cur.Removing
-	}
 	for events := 0; ; events++ {
 		if events%4096 == 0 {
 			if err := ctx.Err(); err != nil {
