@@ -456,8 +456,10 @@ func (m *Manager) sendFinal(ctx context.Context, log *slog.Logger, client *api.C
 	out := m.deliverFinal(ctx, fu)
 	switch out {
 	case finalExhausted:
-		log.Error("final update failed; giving up: the coordinator keeps the job running until its stale timeout", "rounds", fu.limit, "err", fu.err)
+		// Counted before it is logged, so that whoever reads the log line
+		// (an operator, a test) finds the metric already counting it.
 		m.metrics.finalAbandoned(abandonedRetryLimit)
+		log.Error("final update failed; giving up: the coordinator keeps the job running until its stale timeout", "rounds", fu.limit, "err", fu.err)
 	case finalStopped:
 		log.Error("final update abandoned", "err", ctx.Err())
 	}
