@@ -164,6 +164,8 @@ func runnerPolicy(cfg *config.Config, path, name string) (*autoscale.Policy, err
 func newAutoscaleSimulateCmd() *cobra.Command {
 	var sf simFlags
 	var output, plot string
+	var hourly bool
+	var lateAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "simulate --config config.toml --trace jobs.csv",
 		Short: "Replay a job trace against a runner's autoscaling policy on a virtual clock",
@@ -179,7 +181,10 @@ says when they keep the pool from filling. The report gives the queue wait
 percentiles (Go durations such as 28.3s, as in sweep's table; seconds with
 --output json), busy and idle instance time (the cost), peak and final
 instance counts, and instances created and removed. --plot writes an SVG of
-instances by state and queued jobs over time.
+instances by state and queued jobs over time. --hourly adds the day hour by
+hour: jobs, jobs that waited longer than --late-after, their p95 wait, and
+the mean instances busy, idle and booting (with --output json: an "hours"
+list beside the report).
 
 The trace is CSV: arrival_s,duration_s[,tags] per line, seconds from the
 start, optional header line. 'drover autoscale trace' generates one.
@@ -187,11 +192,15 @@ start, optional header line. 'drover autoscale trace' generates one.
 Exit codes: 0 done, 1 failure, 2 bad flags, config or trace.`,
 		Example: `  drover autoscale trace --seed 1 --jobs 20000 --out day.csv
   drover autoscale simulate --config config.toml --trace day.csv --plot day.svg
-  drover autoscale simulate -c config.toml -t day.csv --boot-time 90s --output json`,
+  drover autoscale simulate -c config.toml -t day.csv --boot-time 90s --output json
+  drover autoscale simulate -c config.toml -t day.csv --hourly --late-after 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
 				return usageError(fmt.Errorf("--output %q: want text or json", output))
+			}
+			if lateAfter <= 0 {
+				return usageError(fmt.Errorf("--late-after %s: want a positive duration", lateAfter))
 			}
 			pol, jobs, err := sf.load(cmd)
 			if err != nil {
@@ -204,6 +213,7 @@ Exit codes: 0 done, 1 failure, 2 bad flags, config or trace.`,
 			if plot == "" {
 				o.Samples = -1
 			}
+			o.LateAfter = lateAfter
 			res, err := simulate.Run(cmd.Context(), o, jobs)
 			if err != nil {
 				return err
@@ -217,13 +227,21 @@ Exit codes: 0 done, 1 failure, 2 bad flags, config or trace.`,
 			if output == "json" {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
+				if hourly {
+					return enc.Encode(hourlyJSON{Report: res.Report, Hours: hoursJSON(res.Hours)})
+				}
 				return enc.Encode(res.Report)
 			}
-			return res.WriteText(out)
+			if err := res.WriteText(out); err != nil || !hourly {
+				return err
+			}
+			return simulate.WriteHoursText(out, res.Hours)
 		},
 	}
 	sf.register(cmd)
 	f := cmd.Flags()
+	f.BoolVar(&hourly, "hourly", false, "also report the day hour by hour (jobs, late jobs, p95 wait, instances busy, idle and booting)")
+	f.DurationVar(&lateAfter, "late-after", 30*time.Second, "with --hourly: a job that waited longer than this counts as late")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
 	f.StringVar(&plot, "plot", "", "write an SVG plot of instances by state and queued jobs to this file")
 	return cmd
@@ -233,7 +251,7 @@ func newAutoscaleSweepCmd() *cobra.Command {
 	var sf simFlags
 	var counts, idleTimes, preemptive string
 	var target time.Duration
-	var adaptive bool
+	var adaptive, hourly bool
 	cmd := &cobra.Command{
 		Use:   "sweep --config config.toml --trace jobs.csv --idle-counts 0-32 --idle-times 30s,1m,2m,5m,10m,20m --preemptive both",
 		Short: "Find the cheapest static configuration that meets a p95 queue-wait target, and compare the adaptive policy with it",
@@ -247,7 +265,10 @@ With --adaptive (the default) it then simulates the adaptive policy on the
 same trace and fleet (adaptive = true, target_wait = --target-p95, no
 idle_count floor, non-preemptive, the configured idle_time as its upper
 bound on keeping an idle instance) and prints its row beside the best
-static one, with the ratio of their idle instance time.
+static one, with the ratio of their idle instance time. --hourly then puts
+the two side by side hour by hour (jobs, jobs that waited longer than
+--target-p95, mean instances idle and booting, ratio of idle time): where
+the adaptive policy saves idle time and where it spends more.
 
 --preemptive is default (on when idle_count > 0, as the config reader
 has it), off, on or both. --idle-times empty keeps the configured
@@ -301,6 +322,11 @@ bad flags, config or trace.`,
 				if err := simulate.WriteComparisonText(out, cmp); err != nil {
 					return err
 				}
+				if hourly && cmp.BestStatic != nil {
+					if err := simulate.WriteHoursComparisonText(out, "adaptive", cmp.PolicyHours, "best static", cmp.BestStatic.Hours); err != nil {
+						return err
+					}
+				}
 			}
 			if best == nil {
 				err := fmt.Errorf("no static configuration meets p95 wait %s", target)
@@ -319,6 +345,7 @@ bad flags, config or trace.`,
 	f.StringVar(&preemptive, "preemptive", "default", "preemptive_mode to try: default (on when idle_count > 0), off, on or both")
 	f.DurationVar(&target, "target-p95", 30*time.Second, "p95 queue-wait target")
 	f.BoolVar(&adaptive, "adaptive", true, "also simulate the adaptive policy and print it beside the best static configuration")
+	f.BoolVar(&hourly, "hourly", false, "with --adaptive: compare the adaptive policy and the best static configuration hour by hour")
 	return cmd
 }
 
@@ -469,4 +496,30 @@ func writeFile(path string, fn func(io.Writer) error) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// hourlyJSON is simulate's JSON report with --hourly: the report's keys,
+// and the hours.
+type hourlyJSON struct {
+	simulate.Report
+	Hours []hourJSON `json:"hours"`
+}
+
+// hourJSON is one hour in the JSON report, in seconds.
+type hourJSON struct {
+	StartS    float64 `json:"start_s"`
+	Jobs      int     `json:"jobs"`
+	Late      int     `json:"late"`
+	WaitP95S  float64 `json:"wait_p95_s"`
+	BusyS     float64 `json:"busy_instance_s"`
+	IdleS     float64 `json:"idle_instance_s"`
+	CreatingS float64 `json:"creating_instance_s"`
+}
+
+func hoursJSON(hs []simulate.Hour) []hourJSON {
+	out := make([]hourJSON, len(hs))
+	for i, h := range hs {
+		out[i] = hourJSON{StartS: h.Start.Seconds(), Jobs: h.Jobs, Late: h.Late, WaitP95S: h.WaitP95, BusyS: h.BusyS, IdleS: h.IdleS, CreatingS: h.CreatingS}
+	}
+	return out
 }

@@ -128,6 +128,32 @@ func TestAutoscaleCLI(t *testing.T) {
 	if n := strings.Count(out, "\n"); n != 1+6+1+3 {
 		t.Errorf("sweep over the grid: %d lines, want header, 6 runs (count 0 non-preemptive only), best, 3 comparison lines\n%s", n, out)
 	}
+	// --hourly: the day hour by hour, in text and JSON, and the sweep's
+	// comparison hour by hour.
+	out, code, _ = drover(t, "autoscale", "simulate", "-c", cfg, "-t", trace, "--duration", "3h", "--hourly", "--late-after", "5s")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 4+1+3 ||
+		strings.Join(strings.Fields(lines[4]), " ") != "hour jobs late p95_wait busy idle booting" || !strings.HasPrefix(lines[7], "02:00 ") {
+		t.Errorf("simulate --hourly: code %d, want the report, a header and 3 hours\n%s", code, out)
+	}
+	out, code, _ = drover(t, "autoscale", "simulate", "-c", cfg, "-t", trace, "--duration", "3h", "--hourly", "-o", "json")
+	var hrep struct {
+		Jobs  int `json:"jobs"`
+		Hours []struct {
+			StartS float64 `json:"start_s"`
+			Jobs   int     `json:"jobs"`
+			IdleS  float64 `json:"idle_instance_s"`
+		} `json:"hours"`
+	}
+	if err := json.Unmarshal([]byte(out), &hrep); code != 0 || err != nil || len(hrep.Hours) != 3 || hrep.Hours[1].StartS != 3600 ||
+		hrep.Jobs != 400 || hrep.Hours[0].Jobs+hrep.Hours[1].Jobs+hrep.Hours[2].Jobs != 400 {
+		t.Errorf("simulate --hourly -o json: code %d, %v: %+v\n%s", code, err, hrep, out)
+	}
+	out, code, _ = drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "3h", "--poll-interval", "3s",
+		"--idle-counts", "0,2", "--idle-times", "30s", "--target-p95", "10m", "--hourly")
+	if code != 0 || !strings.Contains(out, "best static") || !strings.Contains(out, "\n02:00 ") || strings.Count(out, "\n") != 1+2+1+3+2+3 {
+		t.Errorf("sweep --hourly: code %d, want the sweep, the comparison and 3 hours side by side\n%s", code, out)
+	}
+
 	shaped := filepath.Join(dir, "weekend.csv")
 	if out, code, err := drover(t, "autoscale", "trace", "--shape", "weekend", "--jobs", "50", "--out", shaped); code != 0 {
 		t.Fatalf("trace --shape: code %d, %v\n%s", code, err, out)
@@ -150,6 +176,7 @@ func TestAutoscaleCLI(t *testing.T) {
 		{[]string{"autoscale", "simulate", "-c", filepath.Join(dir, "missing.toml"), "-t", trace}, "missing.toml"},
 		{[]string{"autoscale", "trace", "--jobs", "0"}, "jobs must be positive"},
 		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--start", "monday"}, "--start"},
+		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--hourly", "--late-after", "0s"}, "--late-after"},
 		{[]string{"autoscale", "simulate", "-c", cfg, "-t", trace, "--log-level", "loud"}, "log level"},
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-counts", "5-1"}, "--idle-counts"},
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-times", "1m,soon"}, "--idle-times"},

@@ -86,3 +86,52 @@ func onOff(b bool) string {
 func FormatWait(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Second / 10).String()
 }
+
+// WriteHoursText writes a run hour by hour for people: the jobs that
+// arrived in each hour, how many of them were late (waited longer than
+// the run's Options.LateAfter), their p95 wait, and the mean number of
+// instances busy, idle and booting over the hour.
+func WriteHoursText(w io.Writer, hours []Hour) error {
+	n := time.Hour.Seconds()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-5s %6s %6s %9s %7s %7s %8s\n", "hour", "jobs", "late", "p95_wait", "busy", "idle", "booting")
+	for _, h := range hours {
+		fmt.Fprintf(&b, "%-5s %6d %6d %9s %7.1f %7.1f %8.1f\n", clockHour(h.Start), h.Jobs, h.Late,
+			FormatWait(h.WaitP95), h.BusyS/n, h.IdleS/n, h.CreatingS/n)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write hours: %w", err)
+	}
+	return nil
+}
+
+// WriteHoursComparisonText writes two runs of the same trace hour by
+// hour side by side (the adaptive policy and the best static
+// configuration): per hour the jobs, then for each run the late jobs and
+// the mean idle and booting instances, and the ratio of their idle time.
+// It shows where one policy spends the idle time the other saves.
+func WriteHoursComparisonText(w io.Writer, nameA string, a []Hour, nameB string, b []Hour) error {
+	n := time.Hour.Seconds()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%-5s %6s | %-24s | %-24s | %s\n", "", "", nameA, nameB, "idle")
+	fmt.Fprintf(&sb, "%-5s %6s | %6s %7s %9s | %6s %7s %9s | %s\n", "hour", "jobs", "late", "idle", "booting", "late", "idle", "booting", "ratio")
+	for i := range min(len(a), len(b)) {
+		ha, hb := a[i], b[i]
+		ratio := "-"
+		if hb.IdleS > 0 {
+			ratio = fmt.Sprintf("%.2f", ha.IdleS/hb.IdleS)
+		}
+		fmt.Fprintf(&sb, "%-5s %6d | %6d %7.1f %9.1f | %6d %7.1f %9.1f | %s\n", clockHour(ha.Start), ha.Jobs,
+			ha.Late, ha.IdleS/n, ha.CreatingS/n, hb.Late, hb.IdleS/n, hb.CreatingS/n, ratio)
+	}
+	if _, err := io.WriteString(w, sb.String()); err != nil {
+		return fmt.Errorf("write hours: %w", err)
+	}
+	return nil
+}
+
+// clockHour writes an offset from the start as hh:00 (25:00 and on past
+// a day).
+func clockHour(d time.Duration) string {
+	return fmt.Sprintf("%02d:00", int(d/time.Hour))
+}

@@ -56,6 +56,10 @@ type Options struct {
 	// statistics and feedback). Nothing of the warm-up is reported. nil =
 	// the pool starts empty at Start.
 	WarmUp []Job
+	// LateAfter is the wait beyond which Result.Hours counts a job late:
+	// 0 = autoscale.DefaultTargetWait (30 s), the p95 target the adaptive
+	// policy keeps by default.
+	LateAfter time.Duration
 	// WarmUpSpan is how much of the warm-up day's end is replayed: 0 =
 	// all of it (WarmUpDay). A pool without statistics of its own (a
 	// static configuration) needs only the last hour or two to start the
@@ -103,6 +107,61 @@ type Result struct {
 	// Waits is every job's queue wait in seconds, in arrival order (a job
 	// still queued at the end with the wait it had so far).
 	Waits []float64
+	// Hours breaks the day down by the hour from the start: where the
+	// instance time went and which jobs waited (the last one may be
+	// shorter than an hour).
+	Hours []Hour
+}
+
+// Hour is one hour of a simulation: the jobs that arrived in it, how
+// they waited, and the instance time spent in it by state.
+type Hour struct {
+	Start   time.Duration // since the start of the day
+	Jobs    int           // arrived in this hour
+	Late    int           // of those, waited longer than Options.LateAfter
+	WaitP95 float64       // seconds, over the jobs that arrived in this hour
+	BusyS   float64       // instance-seconds busy
+	IdleS   float64       // instance-seconds idle
+	// CreatingS is the instance-seconds spent booting.
+	CreatingS float64
+}
+
+// account adds the state cur held over [from, to) to the hours it spans.
+func (r *Result) account(start, from, to time.Time, cur Sample) {
+	for from.Before(to) {
+		h := int(from.Sub(start) / time.Hour)
+		if h < 0 || h >= len(r.Hours) {
+			return
+		}
+		end := minTime(to, start.Add(time.Duration(h+1)*time.Hour))
+		dt := end.Sub(from).Seconds()
+		hr := &r.Hours[h]
+		hr.BusyS += dt * float64(cur.Busy)
+		hr.IdleS += dt * float64(cur.Idle)
+		hr.CreatingS += dt * float64(cur.Creating)
+		from = end
+	}
+}
+
+// hourStats fills in the jobs of each hour from waits (seconds, in the
+// order of arrivals).
+func (r *Result) hourStats(arrivals []time.Duration, waits []float64, lateAfter time.Duration) {
+	per := make([][]float64, len(r.Hours))
+	for i, a := range arrivals {
+		h := int(a / time.Hour)
+		if h < 0 || h >= len(r.Hours) {
+			continue
+		}
+		per[h] = append(per[h], waits[i])
+		r.Hours[h].Jobs++
+		if waits[i] > lateAfter.Seconds() {
+			r.Hours[h].Late++
+		}
+	}
+	for h, ws := range per {
+		slices.Sort(ws)
+		r.Hours[h].WaitP95 = percentile(ws, 0.95)
+	}
 }
 
 type simJob struct {
@@ -206,6 +265,13 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	var created0, removed0 int // the provider's counts when the day starts
 	end := o.Start.Add(o.Duration)
 	res := &Result{Duration: o.Duration}
+	res.Hours = make([]Hour, (o.Duration+time.Hour-1)/time.Hour)
+	for h := range res.Hours {
+		res.Hours[h].Start = time.Duration(h) * time.Hour
+	}
+	if o.LateAfter <= 0 {
+		o.LateAfter = autoscale.DefaultTargetWait
+	}
 	var step time.Duration
 	nextSample := o.Start
 	if o.Samples > 0 {
@@ -262,6 +328,9 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		res.IdleInstanceS += dt * float64(cur.Idle)
 		res.CreatingInstanceS += dt * float64(cur.Creating)
 		res.RemovingInstanceS += dt * float64(cur.Removing)
+		if inDay {
+			res.account(o.Start, now, t, cur)
+		}
 		for step > 0 && inDay && nextSample.Before(t) {
 			smp := cur
 			smp.At = nextSample.Sub(o.Start)
@@ -296,8 +365,10 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	}
 	res.Jobs = len(s.jobs) - measured
 	waits := make([]float64, 0, res.Jobs)
+	arrivals := make([]time.Duration, 0, res.Jobs)
 	for i := measured; i < len(s.jobs); i++ {
 		j := &s.jobs[i]
+		arrivals = append(arrivals, j.Arrival-warm)
 		w := j.wait
 		if !j.started {
 			w = end.Sub(first.Add(j.Arrival))
@@ -306,6 +377,7 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 		waits = append(waits, w.Seconds())
 	}
 	res.Waits = slices.Clone(waits)
+	res.hourStats(arrivals, res.Waits, o.LateAfter)
 	slices.Sort(waits)
 	res.WaitP50 = percentile(waits, 0.50)
 	res.WaitP95 = percentile(waits, 0.95)

@@ -267,8 +267,8 @@ func TestSweepIdleCountBothModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range all {
-		if all[i] != again[i] {
-			t.Errorf("result %d differs between runs: %+v vs %+v", i, all[i], again[i])
+		if d := cmp.Diff(all[i], again[i]); d != "" {
+			t.Errorf("result %d differs between runs (-first +second):\n%s", i, d)
 		}
 	}
 }

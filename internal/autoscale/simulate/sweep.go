@@ -18,6 +18,7 @@ type SweepResult struct {
 	IdleTime   time.Duration // idle_time of the run (every schedule)
 	Preemptive bool          // preemptive_mode of the run
 	Report     Report
+	Hours      []Hour // the run hour by hour, late meaning over the sweep's target
 }
 
 // Setting describes the configuration of r as an operator writes it:
@@ -130,6 +131,9 @@ func SweepGrid(ctx context.Context, o Options, jobs []Job, g Grid, targetP95 tim
 		return nil, nil, fmt.Errorf("sweep: no policy")
 	}
 	o.Samples = -1
+	if o.LateAfter <= 0 {
+		o.LateAfter = targetP95
+	}
 	idleTimes := g.IdleTimes
 	if len(idleTimes) == 0 {
 		idleTimes = []time.Duration{-1} // as configured
@@ -165,7 +169,7 @@ func SweepGrid(ctx context.Context, o Options, jobs []Job, g Grid, targetP95 tim
 					errs[i] = fmt.Errorf("sweep idle_count %d (idle_time %s, preemptive %v): %w", c.IdleCount, c.IdleTime, c.Preemptive, err)
 					continue
 				}
-				c.Report = res.Report
+				c.Report, c.Hours = res.Report, res.Hours
 				all[i] = c
 			}
 		})
@@ -231,10 +235,13 @@ func AdaptiveOf(pol *autoscale.Policy, targetWait time.Duration) *autoscale.Poli
 // Comparison is a policy's simulation against the best static idle_count
 // that meets the same p95 target.
 type Comparison struct {
-	Policy     Report        // the policy as given (e.g. adaptive)
-	BestStatic *SweepResult  // nil when no static count meets the target
-	Static     []SweepResult // every static count tried
-	TargetP95  time.Duration
+	Policy Report // the policy as given (e.g. adaptive)
+	// PolicyHours is the policy's run hour by hour (BestStatic.Hours is
+	// the best static one's), late meaning over TargetP95.
+	PolicyHours []Hour
+	BestStatic  *SweepResult  // nil when no static count meets the target
+	Static      []SweepResult // every static count tried
+	TargetP95   time.Duration
 	// PolicyMeetsTarget tells whether the policy's own p95 wait is within
 	// TargetP95; a saving only counts when it is.
 	PolicyMeetsTarget bool
@@ -270,6 +277,9 @@ const StaticWarmUpSpan = 2 * time.Hour
 func Compare(ctx context.Context, o Options, jobs []Job, grid Grid, targetP95 time.Duration) (*Comparison, error) {
 	po := o
 	po.Samples = -1
+	if po.LateAfter <= 0 {
+		po.LateAfter = targetP95
+	}
 	res, err := Run(ctx, po, jobs)
 	if err != nil {
 		return nil, fmt.Errorf("compare: policy: %w", err)
@@ -282,7 +292,7 @@ func Compare(ctx context.Context, o Options, jobs []Job, grid Grid, targetP95 ti
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	c := &Comparison{Policy: res.Report, BestStatic: best, Static: all, TargetP95: targetP95,
+	c := &Comparison{Policy: res.Report, PolicyHours: res.Hours, BestStatic: best, Static: all, TargetP95: targetP95,
 		PolicyMeetsTarget: res.WaitP95 <= targetP95.Seconds()}
 	if best != nil && best.Report.IdleInstanceS > 0 {
 		c.IdleSaving = 1 - res.IdleInstanceS/best.Report.IdleInstanceS
