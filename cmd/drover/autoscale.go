@@ -293,6 +293,9 @@ bad flags, config or trace.`,
 			if err != nil {
 				return usageError(fmt.Errorf("--preemptive: %w", err))
 			}
+			if hourly && !adaptive {
+				return usageError(errors.New("--hourly compares the adaptive policy with the best static configuration: drop --adaptive=false, or use 'drover autoscale simulate --hourly' for one configuration"))
+			}
 			pol, jobs, err := sf.load(cmd)
 			if err != nil {
 				return err

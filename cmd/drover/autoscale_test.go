@@ -182,6 +182,7 @@ func TestAutoscaleCLI(t *testing.T) {
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--idle-times", "1m,soon"}, "--idle-times"},
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--preemptive", "maybe"}, "--preemptive"},
 		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--poll-interval", "-1s"}, "--poll-interval"},
+		{[]string{"autoscale", "sweep", "-c", cfg, "-t", trace, "--hourly", "--adaptive=false"}, "--hourly compares the adaptive policy"},
 		{[]string{"autoscale", "trace", "--shape", "holiday"}, "unknown day shape"},
 	} {
 		_, code, err := drover(t, tc.args...)
