@@ -251,7 +251,7 @@ func newAutoscaleSweepCmd() *cobra.Command {
 	var sf simFlags
 	var counts, idleTimes, preemptive string
 	var target time.Duration
-	var adaptive, hourly bool
+	var adaptive, hourly, hindsight bool
 	cmd := &cobra.Command{
 		Use:   "sweep --config config.toml --trace jobs.csv --idle-counts 0-32 --idle-times 30s,1m,2m,5m,10m,20m --preemptive both",
 		Short: "Find the cheapest static configuration that meets a p95 queue-wait target, and compare the adaptive policy with it",
@@ -269,6 +269,15 @@ static one, with the ratio of their idle instance time. --hourly then puts
 the two side by side hour by hour (jobs, jobs that waited longer than
 --target-p95, mean instances idle and booting, ratio of idle time): where
 the adaptive policy saves idle time and where it spends more.
+
+--hindsight then builds the yardstick for any policy that follows the
+load: one setting of the grid per hour of the day, each picked knowing how
+the whole day went (the least idle time with the day's p95 still within
+--target-p95; the plan is run, and made again with fewer late jobs allowed
+if the hours' interplay makes it miss). It prints the 24 settings, the
+run's p95 wait and idle time, and its ratio to the best static
+configuration: what a perfect forecast of each hour could save on this
+day. The trace must start on the hour (--start).
 
 --preemptive is default (on when idle_count > 0, as the config reader
 has it), off, on or both. --idle-times empty keeps the configured
@@ -331,6 +340,22 @@ bad flags, config or trace.`,
 					}
 				}
 			}
+			if hindsight {
+				// The runs were made as SweepGrid or Compare made them:
+				// the plan must be run the same way.
+				so := o
+				so.Policy = pol
+				if cmp != nil && len(so.WarmUp) > 0 && so.WarmUpSpan == 0 {
+					so.WarmUpSpan = simulate.StaticWarmUpSpan
+				}
+				hs, err := simulate.RunHindsight(cmd.Context(), so, jobs, all, target)
+				if err != nil {
+					return err
+				}
+				if err := simulate.WriteHindsightText(out, hs, best); err != nil {
+					return err
+				}
+			}
 			if best == nil {
 				err := fmt.Errorf("no static configuration meets p95 wait %s", target)
 				if pol.CapWarning("") != "" {
@@ -349,6 +374,7 @@ bad flags, config or trace.`,
 	f.DurationVar(&target, "target-p95", 30*time.Second, "p95 queue-wait target")
 	f.BoolVar(&adaptive, "adaptive", true, "also simulate the adaptive policy and print it beside the best static configuration")
 	f.BoolVar(&hourly, "hourly", false, "with --adaptive: compare the adaptive policy and the best static configuration hour by hour")
+	f.BoolVar(&hindsight, "hindsight", false, "also run the hindsight schedule: one setting of the grid per hour, picked knowing the day (the most a forecast of each hour could save)")
 	return cmd
 }
 

@@ -154,6 +154,19 @@ func TestAutoscaleCLI(t *testing.T) {
 		t.Errorf("sweep --hourly: code %d, want the sweep, the comparison and 3 hours side by side\n%s", code, out)
 	}
 
+	// --hindsight: one setting per hour picked knowing the day, run, and
+	// its ratio to the best static one; it needs a start on the hour.
+	out, code, _ = drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "3h", "--poll-interval", "3s",
+		"--idle-counts", "0-4", "--idle-times", "30s,5m", "--preemptive", "off", "--target-p95", "40s", "--hindsight")
+	if code != 0 || !strings.Contains(out, "hindsight schedule: one static setting per hour") || !strings.Contains(out, "\n23:00 idle_count ") ||
+		!strings.Contains(out, "hindsight p95 wait ") || !strings.Contains(out, "hindsight idle / best static idle = ") {
+		t.Errorf("sweep --hindsight: code %d, want the 24 hours' settings, the run and its ratio\n%s", code, out)
+	}
+	if _, code, err := drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "3h", "--idle-counts", "0-2",
+		"--target-p95", "10m", "--hindsight", "--start", "2026-01-05T08:30:00Z"); code != 1 || err == nil || !strings.Contains(err.Error(), "not on the hour") {
+		t.Errorf("sweep --hindsight with a start at 08:30: code %d, err %v; want 1 and a message that it is not on the hour", code, err)
+	}
+
 	shaped := filepath.Join(dir, "weekend.csv")
 	if out, code, err := drover(t, "autoscale", "trace", "--shape", "weekend", "--jobs", "50", "--out", shaped); code != 0 {
 		t.Fatalf("trace --shape: code %d, %v\n%s", code, err, out)

@@ -1,7 +1,9 @@
 package simulate_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -129,10 +131,56 @@ func BenchmarkAdaptiveVsBestStatic(b *testing.B) {
 						b.Fatal(err)
 					}
 					reportComparison(b, shape.Name, boot, c, &cold.Report)
+					hs, err := hindsightOf(b.Context(), o, tr, c)
+					if err != nil {
+						b.Fatal(err)
+					}
+					reportHindsight(b, shape.Name, boot, c, hs)
 				}
 			})
 		}
 	}
+}
+
+// hindsightGrid is what the hindsight schedule may pick from beyond the
+// full grid: idle_time 10 s, the adaptive policy's own hold (a third of
+// the 30 s target), with every count and both modes.
+func hindsightGrid() simulate.Grid {
+	g := simulate.Grid{IdleTimes: []time.Duration{10 * time.Second}, Preemptive: simulate.PreemptiveBoth}
+	for n := 0; n <= 32; n++ {
+		g.IdleCounts = append(g.IdleCounts, n)
+	}
+	return g
+}
+
+// hindsightOf runs the hindsight schedule of the comparison's day: one
+// static setting per hour, picked from the full grid's runs and those of
+// hindsightGrid knowing how the day went (simulate.RunHindsight), each
+// run after the last two hours of the day before as the static ones are.
+func hindsightOf(ctx context.Context, o simulate.Options, tr []simulate.Job, c *simulate.Comparison) (*simulate.Hindsight, error) {
+	so := o
+	so.WarmUpSpan = simulate.StaticWarmUpSpan
+	_, more, err := simulate.SweepGrid(ctx, so, tr, hindsightGrid(), benchTarget)
+	if err != nil {
+		return nil, err
+	}
+	return simulate.RunHindsight(ctx, so, tr, append(slices.Clone(c.Static), more...), benchTarget)
+}
+
+// reportHindsight logs the markdown row of the hindsight table: the best
+// static setting, the adaptive policy and the hindsight schedule, idle
+// hours and ratios to the best static.
+func reportHindsight(b *testing.B, shape string, boot time.Duration, c *simulate.Comparison, hs *simulate.Hindsight) {
+	b.Helper()
+	if c.BestStatic == nil {
+		return
+	}
+	st := c.BestStatic.Report.IdleInstanceS
+	b.ReportMetric(hs.Report.IdleInstanceS/3600, "hindsight_idle_h")
+	b.ReportMetric(hs.Report.IdleInstanceS/st, "hindsight_ratio")
+	b.Logf("hindsight | %s | %s | %.1f | %.1f (%.2f) | %.1f s | %.1f | %.1f | **%.2f** | %.2f |", shape, boot, st/3600,
+		c.Policy.IdleInstanceS/3600, c.IdleRatio(), hs.Report.WaitP95, hs.Plan.PredictedIdleS/3600, hs.Report.IdleInstanceS/3600,
+		hs.Report.IdleInstanceS/st, (hs.Report.IdleInstanceS+hs.Report.CreatingInstanceS)/(c.BestStatic.Report.IdleInstanceS+c.BestStatic.Report.CreatingInstanceS))
 }
 
 func reportComparison(b *testing.B, shape string, boot time.Duration, c *simulate.Comparison, cold *simulate.Report) {

@@ -135,3 +135,25 @@ func WriteHoursComparisonText(w io.Writer, nameA string, a []Hour, nameB string,
 func clockHour(d time.Duration) string {
 	return fmt.Sprintf("%02d:00", int(d/time.Hour))
 }
+
+// WriteHindsightText writes a hindsight schedule as run: the setting of
+// each hour (hours from the start, as the hourly tables count them), then
+// its p95 wait and idle time against the best static configuration (nil:
+// none met the target).
+func WriteHindsightText(w io.Writer, hs *Hindsight, best *SweepResult) error {
+	var b strings.Builder
+	fmt.Fprintln(&b, "hindsight schedule: one static setting per hour, each picked knowing how the whole day went")
+	for h, r := range hs.Plan.Hours {
+		fmt.Fprintf(&b, "%-5s %s\n", clockHour(time.Duration(h)*time.Hour), r.Setting())
+	}
+	fmt.Fprintf(&b, "hindsight p95 wait %-8s idle %7.1f h  booting %6.1f h  (the hours' own runs predicted %.1f h idle, %d late; plans tried: %d)\n",
+		FormatWait(hs.Report.WaitP95), hs.Report.IdleInstanceS/3600, hs.Report.CreatingInstanceS/3600,
+		hs.Plan.PredictedIdleS/3600, hs.Plan.PredictedLate, hs.Tries)
+	if best != nil && best.Report.IdleInstanceS > 0 {
+		fmt.Fprintf(&b, "ratio     hindsight idle / best static idle = %.2f\n", hs.Report.IdleInstanceS/best.Report.IdleInstanceS)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write hindsight: %w", err)
+	}
+	return nil
+}
