@@ -64,11 +64,15 @@ listen_address = "127.0.0.1:0"
 			t.Fatalf("not listening after 30 s:\n%s", out.String())
 		}
 	}
-	// Poll until the idle instance shows (the test's -timeout bounds the
-	// wait), closing each connection: the server allows 32 at once per
-	// address, and a loaded machine can take more polls than that.
+	// Poll until the idle instance shows, closing each connection: the
+	// server allows 32 at once per address, and a loaded machine can take
+	// more polls than that. It takes well under a second; two minutes is
+	// a guard against a hang, with what the page and the log said.
 	var page string
-	for {
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no idle instance on /fleet after 2 min; page:\n%s\nlog:\n%s", page, out.String())
+		}
 		c := conntest.Dial(t, "127.0.0.1", addr)
 		a := conntest.Get(t, c, "/fleet")
 		c.Close()
