@@ -429,11 +429,14 @@ func specsFor(ex *Example, repoDir string) (specs []client.JobSpec, skip string,
 	if ex.Git != nil {
 		g := &client.Git{RepoURL: ex.Git.RepoURL, Ref: ex.Git.Ref, Sha: ex.Git.Sha, Depth: ex.Git.Depth}
 		if g.RepoURL == "." {
-			root, sha, ref, err := gitHead(repoDir)
+			root, sha, ref, behind, err := gitHead(repoDir)
 			if err != nil {
 				return nil, "no git repository here (" + err.Error() + ")", nil
 			}
 			g.RepoURL = "file://" + root
+			if g.Sha == "" && g.Ref == "" && g.Depth > 0 {
+				g.Depth += behind // the branch's tip may be past HEAD
+			}
 			if g.Sha == "" {
 				g.Sha = sha
 			}
@@ -466,8 +469,14 @@ func specsFor(ex *Example, repoDir string) (specs []client.JobSpec, skip string,
 	return specs, "", nil
 }
 
-// gitHead finds the repository at dir and its HEAD commit and branch.
-func gitHead(dir string) (root, sha, ref string, err error) {
+// gitHead finds the repository at dir, its HEAD commit and a branch to
+// fetch it by: the checked-out one, else (a detached HEAD, as CI systems
+// and worktrees leave it) a branch at HEAD, else the branch containing HEAD
+// with the fewest commits after it. behind is how many commits that
+// branch's tip is past HEAD: a shallow fetch of the branch must be that
+// much deeper to reach the commit. A HEAD on no branch is an error: a job
+// fetches a branch, not a commit.
+func gitHead(dir string) (root, sha, ref string, behind int, err error) {
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = dir
@@ -480,16 +489,36 @@ func gitHead(dir string) (root, sha, ref string, err error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	if root, err = run("rev-parse", "--show-toplevel"); err != nil {
-		return "", "", "", err
+		return "", "", "", 0, err
 	}
 	if sha, err = run("rev-parse", "HEAD"); err != nil {
-		return "", "", "", err
+		return "", "", "", 0, err
 	}
-	ref, err = run("rev-parse", "--abbrev-ref", "HEAD")
-	if err != nil || ref == "HEAD" {
-		ref, err = "main", nil
+	if ref, err = run("symbolic-ref", "-q", "--short", "HEAD"); err == nil && ref != "" {
+		return root, sha, ref, 0, nil
 	}
-	return root, sha, ref, nil
+	branches, err := run("for-each-ref", "--contains", "HEAD", "--format=%(refname:short)", "refs/heads")
+	if err != nil {
+		return "", "", "", 0, err
+	}
+	ref, behind = "", -1
+	for _, b := range strings.Fields(branches) {
+		n, err := run("rev-list", "--count", "HEAD.."+b, "--")
+		if err != nil {
+			return "", "", "", 0, err
+		}
+		k, err := strconv.Atoi(n)
+		if err != nil {
+			return "", "", "", 0, fmt.Errorf("git rev-list --count HEAD..%s: %q", b, n)
+		}
+		if behind < 0 || k < behind {
+			ref, behind = b, k
+		}
+	}
+	if ref == "" {
+		return "", "", "", 0, fmt.Errorf("HEAD (%.8s) is detached and on no branch: a job fetches a branch", sha)
+	}
+	return root, sha, ref, behind, nil
 }
 
 // follow streams the jobs' logs, each line prefixed with its job's name,

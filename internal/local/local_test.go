@@ -473,3 +473,44 @@ func TestEnsureTestImages(t *testing.T) {
 		t.Errorf("output %q lacks %q", out.String(), want)
 	}
 }
+
+// gitHead on a detached HEAD (as CI systems and worktrees leave it) names
+// a branch the commit can be fetched by, and how far past it the branch's
+// tip is; a commit on no branch is an error.
+func TestGitHeadDetached(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "init.defaultBranch=main"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	git("commit", "-q", "--allow-empty", "-m", "one")
+	first := git("rev-parse", "HEAD")
+	git("commit", "-q", "--allow-empty", "-m", "two")
+	git("commit", "-q", "--allow-empty", "-m", "three")
+	check := func(name, wantRef string, wantBehind int) {
+		t.Helper()
+		_, sha, ref, behind, err := gitHead(dir)
+		if err != nil || sha != git("rev-parse", "HEAD") || ref != wantRef || behind != wantBehind {
+			t.Errorf("%s: gitHead = %s, %q, %d, %v; want HEAD, %q, %d", name, sha, ref, behind, err, wantRef, wantBehind)
+		}
+	}
+	check("on main", "main", 0)
+	git("checkout", "-q", "--detach", first)
+	check("detached two commits behind main", "main", 2)
+	git("branch", "old")
+	check("detached at the tip of old", "old", 0)
+	git("checkout", "-q", "--orphan", "lone")
+	git("commit", "-q", "--allow-empty", "-m", "lone")
+	git("checkout", "-q", "--detach")
+	git("branch", "-D", "lone")
+	if _, _, _, _, err := gitHead(dir); err == nil || !strings.Contains(err.Error(), "on no branch") {
+		t.Errorf("a commit on no branch: err = %v", err)
+	}
+}
