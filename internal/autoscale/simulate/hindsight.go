@@ -41,11 +41,11 @@ func LateBudget(n int) int {
 	if n <= 0 {
 		return 0
 	}
-	return n - int(math.Ceil(adaptiveQuantileP95*float64(n)))
+	return n - int(math.Ceil(targetQuantile*float64(n)))
 }
 
-// adaptiveQuantileP95 is the quantile the target is on.
-const adaptiveQuantileP95 = 0.95
+// targetQuantile is the quantile of the waits the target is on: a p95.
+const targetQuantile = 0.95
 
 // PlanHindsight picks one setting of runs per hour of the day so that the
 // idle time the runs' Hours predict is least with at most budget late jobs
@@ -222,7 +222,7 @@ func RunHindsight(ctx context.Context, o Options, jobs []Job, runs []SweepResult
 			if lateRun >= allowed-allowed/50 {
 				break // within 2 % of the allowance: little left to gain
 			}
-			budget += (allowed - lateRun) / 2
+			budget += max((allowed-lateRun)/2, 1) // a bigger budget each time
 			continue
 		}
 		budget -= max(lateRun-allowed, 1)
