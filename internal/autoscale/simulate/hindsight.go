@@ -191,15 +191,18 @@ func RunHindsight(ctx context.Context, o Options, jobs []Job, runs []SweepResult
 	}
 	allowed := LateBudget(n)
 	budget := allowed
+	start := o.Start
+	if start.IsZero() {
+		start = DefaultStart
+	}
 	var best *Hindsight
 	for try := 1; try <= maxHindsightTries && budget >= 0; try++ {
 		plan, err := PlanHindsight(runs, budget)
 		if err != nil {
-			return best, err
-		}
-		start := o.Start
-		if start.IsZero() {
-			start = DefaultStart
+			if best != nil {
+				break // a smaller budget than any setting allows: keep the plan that met the target
+			}
+			return nil, err
 		}
 		pol, err := plan.Policy(o.Policy, start)
 		if err != nil {
@@ -228,7 +231,7 @@ func RunHindsight(ctx context.Context, o Options, jobs []Job, runs []SweepResult
 		budget -= max(lateRun-allowed, 1)
 	}
 	if best == nil {
-		return nil, fmt.Errorf("hindsight: no plan met the p95 target %s in %d tries", targetP95, maxHindsightTries)
+		return nil, fmt.Errorf("hindsight: no plan met the p95 target %s in %d tries: try more or larger idle counts in the sweep, or a longer target", targetP95, maxHindsightTries)
 	}
 	return best, nil
 }
