@@ -9,5 +9,6 @@ import (
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "github.com/prometheus/client_golang/prometheus/promhttp"
 	_ "github.com/spf13/cobra"
+	_ "gitlab.com/gitlab-org/fleeting/fleeting-artifact/pkg/installer"
 	_ "modernc.org/sqlite"
 )

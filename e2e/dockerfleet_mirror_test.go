@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,53 +27,15 @@ import (
 	"github.com/drover-ci/drover/internal/fleet"
 	fleetdocker "github.com/drover-ci/drover/internal/fleet/docker"
 	"github.com/drover-ci/drover/internal/fleet/engine"
+	"github.com/drover-ci/drover/internal/fleet/fleetingdir/fleetingdirtest"
 	"github.com/drover-ci/drover/internal/sshx"
 )
 
-// registryPackage is distribution's registry: a real pull-through cache
-// (proxy.remoteurl), which go-containerregistry's in-process registry is
-// not. scripts/test.sh installs it before the tests, in the same place.
-const registryPackage = "github.com/distribution/distribution/v3/cmd/registry@latest"
-
-var (
-	registryOnce sync.Once
-	registryPath string
-	registryErr  error
-)
-
-// registryBinary returns the path of distribution's registry binary,
-// built once per machine with go install into the bin directory of
-// drover's cache ($DROVER_CACHE_DIR, else ~/.cache/drover) and reused
-// from there. It skips tb when the binary cannot be built (no module
-// proxy, no go command).
-func registryBinary(tb testing.TB) string {
-	tb.Helper()
-	registryOnce.Do(func() { registryPath, registryErr = installRegistry() })
-	if registryErr != nil {
-		tb.Skipf("distribution's registry binary is not available: %v", registryErr)
-	}
-	return registryPath
-}
-
-func installRegistry() (string, error) {
-	cache, err := fleetdocker.DindCacheDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(cache, "bin")
-	path := filepath.Join(bin, "registry")
-	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		return path, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "install", registryPackage)
-	cmd.Env = append(os.Environ(), "GOBIN="+bin)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("GOBIN=%s go install %s: %w\n%s", bin, registryPackage, err, out)
-	}
-	return path, nil
-}
+// registryBinary returns distribution's registry binary: a real
+// pull-through cache (proxy.remoteurl), which go-containerregistry's
+// in-process registry is not. It is built once per machine into drover's
+// cache, where scripts/test.sh installs it too.
+func registryBinary(tb testing.TB) string { return fleetingdirtest.RegistryBinary(tb) }
 
 // pullMirror is a distribution registry process run as a pull-through
 // cache of an upstream registry, listening on every address of the host

@@ -145,3 +145,41 @@ func TestReadmeAutoscalerTuning(t *testing.T) {
 		t.Errorf("idle_count 0: p95 wait %.1f s, %d jobs still queued; want ≤ 30 s and none", r.WaitP95, r.Unstarted)
 	}
 }
+
+// The cloud examples of docs/fleeting.md are configurations drover takes
+// without a word once their plugins are installed where `drover fleeting
+// install` puts them (stand-in programs here: nothing runs them).
+func TestDocumentedFleetingExamples(t *testing.T) {
+	docs := autoscaledExamples(t, filepath.Join("..", "..", "docs", "fleeting.md"))
+	if len(docs) != 4 {
+		t.Fatalf("docs/fleeting.md: %d autoscaled examples, want 4 (AWS, Google Cloud, Azure, Hetzner)", len(docs))
+	}
+	root := t.TempDir()
+	t.Setenv("FLEETING_PLUGIN_PATH", root)
+	for _, repo := range []string{
+		"registry.gitlab.com/gitlab-org/fleeting/plugins/aws",
+		"registry.gitlab.com/gitlab-org/fleeting/plugins/googlecloud",
+		"registry.gitlab.com/gitlab-org/fleeting/plugins/azure",
+		"registry.gitlab.com/hetznercloud/fleeting-plugin-hetzner",
+	} {
+		prog := filepath.Join(root, filepath.FromSlash(repo), "1.0.0", "plugin")
+		if err := os.MkdirAll(filepath.Dir(prog), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(prog, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, src := range docs {
+		path, cfg := loadExample(t, "docs/fleeting.md example "+string(rune('1'+i)), src)
+		specs, err := runnerpool.ParseAll(path, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sp := range specs {
+			if !strings.HasPrefix(sp.PluginPath, root) {
+				t.Errorf("docs/fleeting.md example %d: plugin %q resolved to %q, want the installed one", i+1, sp.Plugin, sp.PluginPath)
+			}
+		}
+	}
+}

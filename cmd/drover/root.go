@@ -57,6 +57,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newAutoscaleCmd(),
 		newHelperCmd(),
 		newHelperImageCmd(),
+		newFleetingCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print drover's version, commit, build date, Go version and platform",

@@ -1,7 +1,9 @@
-// Command fleet-plugin-fakecloud is an example drover fleet plugin: a fake
+// Command fleet-plugin-fakecloud is an example fleeting plugin: a fake
 // cloud whose "virtual machines" live in this process's memory. It shows
-// what a real cloud plugin (AWS, GCP, Azure) implements with fleetsdk, and
-// the plugin provider's tests run it end to end.
+// what a cloud's plugin implements with GitLab's fleeting SDK
+// (gitlab.com/gitlab-org/fleeting/fleeting/plugin), so it runs under
+// drover and under GitLab Runner alike; the plugin provider's tests run it
+// end to end.
 //
 // Instances boot for boot_time, then run until removed. They have no
 // machines behind them: ConnectInfo hands out the one SSH address in the
@@ -12,14 +14,16 @@
 //
 // Build it and point drover at it:
 //
-//	go build -o /usr/local/bin/drover-fleet-fakecloud ./examples/fleet-plugin-fakecloud
+//	go build -o /usr/local/bin/fleeting-plugin-fakecloud ./examples/fleet-plugin-fakecloud
 //
 //	[runners.autoscaler]
-//	  plugin = "fakecloud"
+//	  plugin = "fleeting-plugin-fakecloud"
 //	  [runners.autoscaler.plugin_config]
+//	    name = "fake"
 //	    boot_time = "2s"
 //	    max_size = 10
 //	    address = "127.0.0.1:22"
+//	  [runners.autoscaler.connector_config]
 //	    username = "ci"
 //	    key_path = "/etc/drover/id_ed25519"
 package main
@@ -29,28 +33,31 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
-	"os"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/drover-ci/drover/fleetsdk"
+	"github.com/hashicorp/go-hclog"
+	"gitlab.com/gitlab-org/fleeting/fleeting/plugin"
+	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
 )
 
 func main() {
-	// Log lines go to stderr, which drover copies into its own log.
-	log.SetFlags(0)
-	fleetsdk.Serve(&cloud{now: time.Now, vms: map[string]*vm{}, gone: map[string]bool{}})
+	plugin.Main(&cloud{now: time.Now, vms: map[string]*vm{}, gone: map[string]bool{}},
+		plugin.VersionInfo{Name: "fleeting-plugin-fakecloud", Version: "0.1.0"})
 }
 
+// errNotFound marks an instance the cloud does not know.
+var errNotFound = errors.New("instance not found")
+
+// config is plugin_config; the fleeting SDK decodes it into the cloud
+// (its fields' json tags) before Init.
 type config struct {
+	Name     string `json:"name"`
 	BootTime string `json:"boot_time"`
 	MaxSize  int    `json:"max_size"`
 	Address  string `json:"address"`
-	Username string `json:"username"`
-	KeyPath  string `json:"key_path"`
 }
 
 type vm struct {
@@ -59,66 +66,53 @@ type vm struct {
 
 // cloud is the fake cloud and the instance group over it.
 type cloud struct {
+	config
+
 	now func() time.Time
+	log hclog.Logger
 
 	mu   sync.Mutex
-	name string
-	cfg  config
+	conn provider.ConnectorConfig
 	boot time.Duration
-	key  []byte
 	next int
 	vms  map[string]*vm
 	gone map[string]bool // removed, not yet reported deleted
 }
 
-func (c *cloud) Init(_ context.Context, s fleetsdk.Settings) (fleetsdk.Info, error) {
-	var cfg config
-	if err := s.DecodeConfig(&cfg); err != nil {
-		return fleetsdk.Info{}, fmt.Errorf("fakecloud: plugin_config: %w", err)
-	}
+func (c *cloud) Init(_ context.Context, log hclog.Logger, s provider.Settings) (provider.ProviderInfo, error) {
 	boot := time.Duration(0)
-	if cfg.BootTime != "" {
-		d, err := time.ParseDuration(cfg.BootTime)
+	if c.BootTime != "" {
+		d, err := time.ParseDuration(c.BootTime)
 		if err != nil || d < 0 {
-			return fleetsdk.Info{}, fmt.Errorf("fakecloud: plugin_config: boot_time %q is not a duration", cfg.BootTime)
+			return provider.ProviderInfo{}, fmt.Errorf("fakecloud: plugin_config: boot_time %q is not a duration", c.BootTime)
 		}
 		boot = d
 	}
-	if cfg.Username == "" {
-		cfg.Username = s.Connector.Username
-	}
-	if cfg.KeyPath == "" {
-		cfg.KeyPath = s.Connector.KeyPath
-	}
-	var key []byte
-	if cfg.KeyPath != "" {
-		var err error
-		if key, err = os.ReadFile(cfg.KeyPath); err != nil {
-			return fleetsdk.Info{}, fmt.Errorf("fakecloud: key_path: %w", err)
-		}
+	if c.Name == "" {
+		c.Name = "fake"
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.name, c.cfg, c.boot, c.key = s.Name, cfg, boot, key
-	log.Printf("fakecloud: group %s ready (boot time %s, max %d)", s.Name, boot, cfg.MaxSize)
-	return fleetsdk.Info{ID: "fakecloud/" + s.Name, MaxSize: cfg.MaxSize, Version: "0.1.0", BuildInfo: "example"}, nil
+	c.log, c.conn, c.boot = log, s.ConnectorConfig, boot
+	log.Info("group ready", "name", c.Name, "boot_time", boot.String(), "max_size", c.MaxSize)
+	return provider.ProviderInfo{ID: "fakecloud/" + c.Name, MaxSize: c.MaxSize, Version: "0.1.0", BuildInfo: "example"}, nil
 }
 
-func (c *cloud) state(v *vm) fleetsdk.State {
+func (c *cloud) state(v *vm) provider.State {
 	if c.now().Sub(v.created) < c.boot {
-		return fleetsdk.StateCreating
+		return provider.StateCreating
 	}
-	return fleetsdk.StateRunning
+	return provider.StateRunning
 }
 
-func (c *cloud) Update(_ context.Context, fn func(id string, st fleetsdk.State)) error {
+func (c *cloud) Update(_ context.Context, fn func(id string, st provider.State)) error {
 	c.mu.Lock()
 	ids := make([]string, 0, len(c.vms))
 	for id := range c.vms {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	states := make([]fleetsdk.State, len(ids))
+	states := make([]provider.State, len(ids))
 	for i, id := range ids {
 		states[i] = c.state(c.vms[id])
 	}
@@ -132,7 +126,7 @@ func (c *cloud) Update(_ context.Context, fn func(id string, st fleetsdk.State))
 		fn(id, states[i])
 	}
 	for _, id := range gone {
-		fn(id, fleetsdk.StateDeleted)
+		fn(id, provider.StateDeleted)
 	}
 	return nil
 }
@@ -140,12 +134,12 @@ func (c *cloud) Update(_ context.Context, fn func(id string, st fleetsdk.State))
 func (c *cloud) Increase(_ context.Context, n int) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cfg.MaxSize > 0 && len(c.vms)+n > c.cfg.MaxSize {
-		n = max(c.cfg.MaxSize-len(c.vms), 0)
+	if c.MaxSize > 0 && len(c.vms)+n > c.MaxSize {
+		n = max(c.MaxSize-len(c.vms), 0)
 	}
 	for range n {
 		c.next++
-		c.vms[fmt.Sprintf("fake-%s-%d", c.name, c.next)] = &vm{created: c.now()}
+		c.vms[fmt.Sprintf("fake-%s-%d", c.Name, c.next)] = &vm{created: c.now()}
 	}
 	return n, nil
 }
@@ -157,7 +151,7 @@ func (c *cloud) Decrease(_ context.Context, ids []string) ([]string, error) {
 	var errs []error
 	for _, id := range ids {
 		if _, ok := c.vms[id]; !ok {
-			errs = append(errs, fmt.Errorf("fakecloud: %s: %w", id, fleetsdk.ErrNotFound))
+			errs = append(errs, fmt.Errorf("fakecloud: %s: %w", id, errNotFound))
 			continue
 		}
 		delete(c.vms, id)
@@ -167,29 +161,29 @@ func (c *cloud) Decrease(_ context.Context, ids []string) ([]string, error) {
 	return done, errors.Join(errs...)
 }
 
-func (c *cloud) lookup(id string) (fleetsdk.State, error) {
+func (c *cloud) lookup(id string) (provider.State, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.vms[id]
 	if !ok {
-		return "", fmt.Errorf("fakecloud: %s: %w", id, fleetsdk.ErrNotFound)
+		return "", fmt.Errorf("fakecloud: %s: %w", id, errNotFound)
 	}
 	return c.state(v), nil
 }
 
-func (c *cloud) ConnectInfo(_ context.Context, id string) (fleetsdk.ConnectInfo, error) {
+func (c *cloud) ConnectInfo(_ context.Context, id string) (provider.ConnectInfo, error) {
 	st, err := c.lookup(id)
 	if err != nil {
-		return fleetsdk.ConnectInfo{}, err
+		return provider.ConnectInfo{}, err
 	}
-	if st != fleetsdk.StateRunning {
-		return fleetsdk.ConnectInfo{}, fmt.Errorf("fakecloud: %s is %s", id, st)
+	if st != provider.StateRunning {
+		return provider.ConnectInfo{}, fmt.Errorf("fakecloud: %s is %s", id, st)
 	}
-	return fleetsdk.ConnectInfo{
-		ID: id, OS: "linux", Arch: "amd64", Protocol: "ssh",
-		Username: c.cfg.Username, Key: c.key,
-		InternalAddr: c.cfg.Address, ExternalAddr: c.cfg.Address,
-	}, nil
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	conn.OS, conn.Arch, conn.Protocol = "linux", "amd64", provider.ProtocolSSH
+	return provider.ConnectInfo{ConnectorConfig: conn, ID: id, InternalAddr: c.Address, ExternalAddr: c.Address}, nil
 }
 
 func (c *cloud) Heartbeat(ctx context.Context, id string) error {
@@ -197,16 +191,16 @@ func (c *cloud) Heartbeat(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if st != fleetsdk.StateRunning {
+	if st != provider.StateRunning {
 		return fmt.Errorf("fakecloud: %s is %s", id, st)
 	}
-	if c.cfg.Address == "" {
+	if c.Address == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", c.cfg.Address)
+	conn, err := d.DialContext(ctx, "tcp", c.Address)
 	if err != nil {
 		return fmt.Errorf("fakecloud: %s: %w", id, err)
 	}
@@ -215,12 +209,28 @@ func (c *cloud) Heartbeat(ctx context.Context, id string) error {
 	_ = conn.SetDeadline(dl)
 	banner := make([]byte, 4)
 	if _, err := io.ReadFull(conn, banner); err != nil || string(banner) != "SSH-" {
-		return fmt.Errorf("fakecloud: %s: no SSH banner at %s (%v)", id, c.cfg.Address, err)
+		return fmt.Errorf("fakecloud: %s: no SSH banner at %s (%v)", id, c.Address, err)
 	}
 	return nil
 }
 
+// Suspend is not supported: the fake cloud does not advertise
+// suspend_resume.
+func (c *cloud) Suspend(context.Context, []string) ([]string, error) {
+	return nil, provider.ErrSuspendResumeNotSupported
+}
+
+// Resume is not supported either.
+func (c *cloud) Resume(context.Context, []string) ([]string, error) {
+	return nil, provider.ErrSuspendResumeNotSupported
+}
+
 func (c *cloud) Shutdown(context.Context) error {
-	log.Printf("fakecloud: shutting down")
+	c.mu.Lock()
+	log := c.log
+	c.mu.Unlock()
+	if log != nil {
+		log.Info("shutting down")
+	}
 	return nil
 }

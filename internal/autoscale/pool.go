@@ -80,6 +80,7 @@ const (
 	PoolReasonShutdown        = "shutdown"
 	PoolReasonProviderDeleted = "deleted_by_provider"
 	PoolReasonBroken          = "broken"
+	PoolReasonSuspended       = "suspended_by_provider"
 )
 
 // PoolOptions configure a Pool. Zero values mean the [runners.autoscaler]
@@ -256,6 +257,10 @@ type Pool struct {
 	snapBuf  []Instance
 
 	// What Status shows (pool_status.go).
+	provInfo     fleet.Info // the provider's Init answer
+	provErrMu    sync.Mutex // guards lastProvErr (set with or without mu held)
+	lastProvErr  ProviderError
+	sizeErr      string // max_instances above the provider's max_size: no creations
 	lastDecision DecisionStatus
 	history      history
 	jobs         jobLog // served jobs, for JobTrace (pool_jobs.go)

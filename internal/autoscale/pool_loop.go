@@ -51,11 +51,18 @@ func (p *Pool) Tick(ctx context.Context) time.Time {
 	}
 	now := p.clk.Now()
 	if !p.initDone {
-		if _, err := p.o.Provider.Init(ctx, p.o.Settings); err != nil {
+		info, err := p.o.Provider.Init(ctx, p.o.Settings)
+		if err != nil {
 			p.providerError("init", err)
 			return now.Add(p.o.UpdateIntervalWhenExpecting)
 		}
 		p.initDone = true
+		p.mu.Lock()
+		p.provInfo = info
+		p.mu.Unlock()
+		if m := p.o.Metrics; m != nil && m.Provider != nil {
+			m.Provider.WithLabelValues(p.runner, info.ID, info.Version, info.BuildInfo).Set(1)
+		}
 	}
 	if !p.isStarted() {
 		// The first sync reconciles with the state file; nothing is
@@ -75,7 +82,10 @@ func (p *Pool) Tick(ctx context.Context) time.Time {
 		p.heartbeats(ctx)
 	}
 	p.startReady(ctx)
-	p.decide(ctx, now)
+	p.refreshConnectInfo(ctx, now)
+	if p.checkSize() {
+		p.decide(ctx, now)
+	}
 	p.deletions(ctx, now)
 	p.flushState()
 	p.mu.Lock()
@@ -142,6 +152,10 @@ func (p *Pool) nextTick(now time.Time) time.Time {
 
 func (p *Pool) providerError(op string, err error) {
 	p.log.Warn("fleet provider call failed", "op", op, "err", err)
+	// Its own lock: some callers hold p.mu.
+	p.provErrMu.Lock()
+	p.lastProvErr = ProviderError{Op: op, Err: err.Error(), At: p.clk.Now()}
+	p.provErrMu.Unlock()
 	if m := p.o.Metrics; m != nil {
 		m.ProviderErrors.WithLabelValues(p.runner, op).Inc()
 	}
@@ -241,6 +255,12 @@ func (p *Pool) applyReportLocked(in *poolInstance, st fleet.State, now time.Time
 		p.dropLocked(in, "deleted")
 	case fleet.StateTimeout:
 		p.markRemovingLocked(in, PoolReasonBootTimeout, "the provider gave up waiting for it")
+	case fleet.StateSuspending, fleet.StateSuspended, fleet.StateResuming:
+		// Drover never suspends instances; one suspended behind its back
+		// cannot take jobs, and is not worth paying for.
+		if in.state != StateRemoving {
+			p.markRemovingLocked(in, PoolReasonSuspended, "the provider reports it "+string(st)+"; drover does not resume instances")
+		}
 	}
 }
 
@@ -304,6 +324,55 @@ func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
 	p.dirty = true
 	p.log.Debug("instance ready", "instance", in.id, "boot", now.Sub(in.created))
 	p.signalSlotsLocked()
+}
+
+// checkSize reports whether the policy's max_instances fits the
+// provider's max_size (0 = no limit). A policy that does not fit is a
+// configuration error, as GitLab Runner refuses it: the pool creates
+// nothing until the policy is fixed (a reload), and says why.
+func (p *Pool) checkSize() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// max_instances unset (0) leaves the limit to the provider, as
+	// GitLab Runner does.
+	limit, want := p.provInfo.MaxSize, p.pol.MaxInstances
+	if limit <= 0 || want <= limit {
+		p.sizeErr = ""
+		return true
+	}
+	msg := fmt.Sprintf("max_instances %d is above the provider's max_size %d (%s): lower max_instances (or raise the plugin's own limit); no instance is created until then", want, limit, p.provInfo.ID)
+	if msg != p.sizeErr {
+		p.log.Error("autoscaler configuration refused by the provider", "err", msg)
+	}
+	p.sizeErr = msg
+	return false
+}
+
+// refreshConnectInfo asks the provider again for the connect info of
+// ready instances whose info expires before the next full pass (fleeting
+// plugins may hand out short-lived credentials). A failure keeps the old
+// info and is tried again next pass.
+func (p *Pool) refreshConnectInfo(ctx context.Context, now time.Time) {
+	horizon := now.Add(2 * p.o.UpdateInterval)
+	p.mu.Lock()
+	var todo []*poolInstance
+	for _, in := range p.insts {
+		if (in.state == StateIdle || in.state == StateBusy) && in.info.Expires != nil && in.info.Expires.Before(horizon) {
+			todo = append(todo, in)
+		}
+	}
+	p.mu.Unlock()
+	for _, in := range todo {
+		info, err := p.o.Provider.ConnectInfo(ctx, in.id)
+		if err != nil {
+			p.providerError("connect_info", err)
+			continue
+		}
+		p.mu.Lock()
+		in.info = info
+		p.mu.Unlock()
+		p.log.Debug("connect info refreshed", "instance", in.id, "expires", info.Expires)
+	}
 }
 
 // noteCreateFailureLocked backs creations off exponentially.

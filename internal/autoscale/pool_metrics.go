@@ -22,6 +22,9 @@ type PoolMetrics struct {
 	DeletionRetries *prometheus.CounterVec
 	// Decisions counts scaling passes.
 	Decisions *prometheus.CounterVec
+	// Provider is 1 for each pool's provider, labelled with what its Init
+	// answered: the group id, version and build info (a fleeting plugin's).
+	Provider *prometheus.GaugeVec
 }
 
 // NewPoolMetrics creates the collectors and registers them with reg when
@@ -46,9 +49,12 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drover_autoscaler_decisions_total", Help: "Scaling passes run.",
 		}, []string{"runner"}),
+		Provider: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drover_autoscaler_provider_info", Help: "The pool's fleet provider as its Init described it (1).",
+		}, []string{"runner", "id", "version", "build_info"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Instances, m.Creations, m.Removals, m.ProviderErrors, m.DeletionRetries, m.Decisions)
+		reg.MustRegister(m.Instances, m.Creations, m.Removals, m.ProviderErrors, m.DeletionRetries, m.Decisions, m.Provider)
 	}
 	return m
 }

@@ -59,9 +59,23 @@ type Sample struct {
 	Waiting, Reserved              int
 }
 
+// ProviderError is the provider's last failed call.
+type ProviderError struct {
+	Op  string // init, update, increase, decrease, connect_info, heartbeat, ready_command
+	Err string
+	At  time.Time // zero: none yet
+}
+
 // PoolStatus is a pool at the time Status was called.
 type PoolStatus struct {
-	Now                 time.Time
+	Now time.Time
+	// Provider is what the provider's Init answered (zero before it).
+	Provider fleet.Info
+	// ProviderError is its last failed call.
+	ProviderError ProviderError
+	// ConfigError says why the pool creates nothing, when the provider
+	// refuses its configuration (max_instances above max_size).
+	ConfigError         string
 	CapacityPerInstance int
 	MaxInstances        int // 0 = unlimited
 	Instances           []InstanceStatus
@@ -154,6 +168,7 @@ func (p *Pool) Status() PoolStatus {
 	st := PoolStatus{
 		Now: now, CapacityPerInstance: max(1, p.pol.CapacityPerInstance), MaxInstances: p.pol.MaxInstances,
 		Demand: p.demandLocked(now), LastDecision: p.lastDecision,
+		Provider: p.provInfo, ConfigError: p.sizeErr,
 		Instances: make([]InstanceStatus, 0, len(p.insts)+len(p.pending)),
 	}
 	for _, in := range p.insts {
@@ -166,5 +181,8 @@ func (p *Pool) Status() PoolStatus {
 		st.Instances = append(st.Instances, InstanceStatus{State: StateCreating, Created: t})
 	}
 	st.History = append(p.history.since(now.Add(-HistoryWindow)), p.sampleLocked(now))
+	p.provErrMu.Lock()
+	st.ProviderError = p.lastProvErr
+	p.provErrMu.Unlock()
 	return st
 }

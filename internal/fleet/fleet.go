@@ -31,6 +31,12 @@ const (
 	StateDeleted State = "deleted"
 	// StateTimeout: the provider gave up waiting for it (failed to boot).
 	StateTimeout State = "timeout"
+	// StateSuspending, StateSuspended and StateResuming come from fleeting
+	// plugins that can suspend instances. Drover never asks for it; an
+	// instance in one of them is not running, so it takes no jobs.
+	StateSuspending State = "suspending"
+	StateSuspended  State = "suspended"
+	StateResuming   State = "resuming"
 )
 
 // Settings is what Init gets: who the group belongs to and the
@@ -67,6 +73,9 @@ type Info struct {
 	MaxSize   int    // most instances the provider can hold; 0 = no limit
 	Version   string
 	BuildInfo string
+	// Capabilities are what the provider can do beyond the Provider
+	// interface, as fleeting plugins advertise them ("suspend_resume").
+	Capabilities []string
 }
 
 // ConnectInfo tells how to reach one instance.

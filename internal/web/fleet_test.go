@@ -137,7 +137,7 @@ func TestFleetPage(t *testing.T) {
 	if c := counts(page); c["creating"] != "2" || c["idle"] != "0" {
 		t.Errorf("after the first pass: counts %v, want 2 creating", c)
 	}
-	for _, want := range []string{"Last decision", "create 2", "idle target 2 slots", "<h3>creating (2)</h3>", "(abc123, sim)"} {
+	for _, want := range []string{"Last decision", "create 2", "idle target 2 slots", "<h3>creating (2)</h3>", "(abc123, sim)", `Provider <code class="provider-id">sim/`, `version <span class="provider-version">sim</span>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("fleet page lacks %q:\n%s", want, page)
 		}

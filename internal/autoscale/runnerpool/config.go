@@ -52,6 +52,10 @@ type Spec struct {
 	PluginPath string
 	// PluginConfig is plugin_config, given to the provider's Init.
 	PluginConfig map[string]any
+	// PluginConfigSource is where plugin_config (or the plugin) is written,
+	// "config.toml:31: runners.autoscaler.plugin_config", for a plugin's
+	// refusal of it.
+	PluginConfigSource string
 	// Connector is connector_config.
 	Connector fleet.ConnectorConfig
 
@@ -412,12 +416,17 @@ func (rd *reader) provider(s *Spec) {
 			rd.Fail(cfgKey, "%v", err)
 		}
 	default:
-		path, err := plugin.Resolve(s.Plugin)
+		path, err := plugin.Resolve(s.Plugin, "")
 		if err != nil {
-			rd.Fail(key, "unknown plugin: not docker, static or sim, and %v", err)
+			rd.Fail(key, "unknown plugin: not a built-in provider (docker, static, sim), and %v", err)
 			return
 		}
 		s.PluginPath = path
+		p, line := rd.Lines(cfgKey)
+		if line == 0 {
+			p, line = rd.Lines(key)
+		}
+		s.PluginConfigSource = location(rd.File, line, p)
 	}
 }
 

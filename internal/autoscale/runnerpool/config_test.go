@@ -245,7 +245,7 @@ func TestParseErrors(t *testing.T) {
 
 func TestParsePluginProgram(t *testing.T) {
 	dir := t.TempDir()
-	prog := filepath.Join(dir, "drover-fleet-fake")
+	prog := filepath.Join(dir, "fleeting-plugin-fake")
 	if err := os.WriteFile(prog, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +263,66 @@ func TestParsePluginProgram(t *testing.T) {
 	}
 	if s.PluginPath != prog {
 		t.Errorf("plugin \"fake\" resolved to %q, want %q", s.PluginPath, prog)
+	}
+}
+
+// TestParseHetznerQuickstart reads the config.toml of the Hetzner
+// plugin's quickstart guide (the fixture's docs, unchanged but for the
+// url and tokens) with the plugin installed where `fleeting install`
+// puts it: accepted, the plugin found by its OCI reference, plugin_config
+// kept whole, and no warning.
+func TestParseHetznerQuickstart(t *testing.T) {
+	src := os.Getenv("DROVER_HETZNER_PLUGIN_SRC")
+	if src == "" {
+		src = filepath.Join("..", "..", "..", "..", "shared", "fixtures", "fleeting-plugin-hetzner")
+	}
+	doc, err := os.ReadFile(filepath.Join(src, "docs", "guides", "quickstart.md"))
+	if err != nil {
+		t.Skipf("the Hetzner plugin's quickstart is not here: %v", err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```toml\n")
+	body, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("quickstart.md has no toml block")
+	}
+	body = strings.Replace(body, `url = "https://gitlab.com"`, `url = "http://127.0.0.1:1"`, 1)
+	body = strings.Replace(body, `token = "$RUNNER_TOKEN"`, `token = "glrt-abcdefghijkl"`, 1)
+	root := t.TempDir()
+	t.Setenv("FLEETING_PLUGIN_PATH", root)
+	prog := filepath.Join(root, "registry.gitlab.com", "hetznercloud", "fleeting-plugin-hetzner", "1.4.5", "plugin")
+	if err := os.MkdirAll(filepath.Dir(prog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.toml")
+	cfg, warns, err := config.Parse(file, []byte(body))
+	if err != nil {
+		t.Fatalf("config.Parse of the quickstart: %v", err)
+	}
+	for _, w := range warns {
+		t.Errorf("config warning on the quickstart: %v", w)
+	}
+	s, err := Parse(file, cfg.Concurrent, &cfg.Runners[0])
+	if err != nil {
+		t.Fatalf("Parse of the quickstart: %v", err)
+	}
+	for _, w := range s.Warnings {
+		t.Errorf("autoscaler warning on the quickstart: %v", w)
+	}
+	if s.PluginPath != prog {
+		t.Errorf("plugin path = %q, want the installed %q", s.PluginPath, prog)
+	}
+	if s.PluginConfig["server_type"] != "cpx42" || !strings.Contains(s.PluginConfig["user_data"].(string), "docker-ce") {
+		t.Errorf("plugin_config = %v, want it whole", s.PluginConfig)
+	}
+	if !s.Connector.UseExternalAddr || s.Executor != "docker-autoscaler" || s.Policy.MaxInstances != 5 || s.Policy.CapacityPerInstance != 4 {
+		t.Errorf("spec = %+v, want the quickstart's settings", s)
+	}
+	if !strings.Contains(s.PluginConfigSource, "config.toml:") || !strings.Contains(s.PluginConfigSource, "plugin_config") {
+		t.Errorf("plugin_config source = %q, want file:line: key", s.PluginConfigSource)
 	}
 }
 

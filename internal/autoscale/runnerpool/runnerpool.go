@@ -320,7 +320,7 @@ func (s *Set) newProvider(sp *Spec) (fleet.Provider, error) {
 		o.Clock = s.o.Clock
 		return sim.New(o), nil
 	}
-	return plugin.New(log, plugin.Config{Path: sp.PluginPath})
+	return plugin.New(log, plugin.Config{Path: sp.PluginPath, ConfigSource: sp.PluginConfigSource})
 }
 
 // KeepHeld tells every pool, and those started later, which jobs the

@@ -1,91 +1,87 @@
-// Package plugin is the fleet provider that runs another program as the
-// provider: any instance group written against github.com/drover-ci/
-// drover/fleetsdk (a cloud's, typically) plugs into drover this way
-// without drover knowing about it.
+// Package plugin is the fleet provider that runs a fleeting plugin: the
+// instance-group programs GitLab Runner's autoscaler loads (GitLab's aws,
+// googlecompute and azure, the community's hetzner, openstack, proxmox,
+// vsphere, ...), unchanged. Every cloud that has a fleeting plugin is a
+// cloud drover autoscales on, with no cloud code of its own.
 //
-// The program is started at Init through github.com/hashicorp/go-plugin
-// (net/rpc, the handshake in fleetsdk.Handshake) and killed at Shutdown.
-// Its stderr goes to the provider's logger. If it dies, every call fails
-// with an error saying so; nothing panics and nothing restarts it (the
-// caller decides whether to build a new provider).
+// # Protocol
+//
+// hashicorp/go-plugin over gRPC with fleeting's handshake, spoken by the
+// fleeting module's own host side (fleeting.RunPlugin), so drover sends
+// exactly what GitLab Runner sends: plugin_config as JSON, the connector
+// configuration with the key's bytes (read from key_path here, as GitLab
+// Runner does), and the calls of provider.InstanceGroup. Drover never
+// calls Suspend or Resume; instances a plugin reports suspended take no
+// jobs.
+//
+// # Faults
+//
+// Every call is bounded (Config.CallTimeout, Config.SlowCallTimeout): a
+// plugin that hangs is cut off. A plugin process that dies, or stops
+// answering within the bound, is killed and started again at the next
+// call, with the Init it had; the instances stay as they are (jobs on them
+// run over their own SSH connections) and the caller's next Update
+// reconciles them. The plugin's own log (hclog JSON on its stderr) goes
+// to the provider's logger, each record marked from=plugin.
 package plugin
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/rpc"
+	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	goplugin "github.com/hashicorp/go-plugin"
+	"gitlab.com/gitlab-org/fleeting/fleeting"
+	"gitlab.com/gitlab-org/fleeting/fleeting/provider"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
-	"github.com/drover-ci/drover/fleetsdk"
 	"github.com/drover-ci/drover/internal/fleet"
 )
 
-// NamePrefix is tried in front of a plugin name found in PATH:
-// plugin = "aws" finds drover-fleet-aws.
-const NamePrefix = "drover-fleet-"
-
-// Resolve finds the program for a plugin setting: a name with a slash is a
-// path that must be an executable file; a bare name is looked up in PATH,
-// as given and with NamePrefix.
-func Resolve(name string) (string, error) {
-	if name == "" {
-		return "", errors.New("fleet plugin: no program named")
-	}
-	if strings.ContainsRune(name, os.PathSeparator) {
-		st, err := os.Stat(name)
-		if err != nil {
-			return "", fmt.Errorf("fleet plugin %q: %w", name, err)
-		}
-		if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-			return "", fmt.Errorf("fleet plugin %q: not an executable file", name)
-		}
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			return "", fmt.Errorf("fleet plugin %q: %w", name, err)
-		}
-		return abs, nil
-	}
-	for _, cand := range []string{name, NamePrefix + name} {
-		if p, err := exec.LookPath(cand); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("fleet plugin %q: not found in PATH (looked for %s and %s%s)", name, name, NamePrefix, name)
-}
-
-// Config says which program to run.
+// Config says which plugin to run and how long its calls may take.
 type Config struct {
-	// Path is the plugin program, as Resolve accepts it.
+	// Path is the plugin program (Resolve finds it).
 	Path string
-	// Args are extra command-line arguments.
-	Args []string
-	// Env is added to drover's environment for the program.
-	Env []string
-	// StartTimeout bounds the handshake; default 30s.
-	StartTimeout time.Duration
+	// ConfigSource names where plugin_config was written, e.g.
+	// "config.toml:31: runners.autoscaler.plugin_config"; an Init the
+	// plugin refuses is reported with it.
+	ConfigSource string
+	// CallTimeout bounds Update, ConnectInfo and Heartbeat; default 1m.
+	CallTimeout time.Duration
+	// SlowCallTimeout bounds Init, Increase, Decrease and Shutdown, which
+	// wait on a cloud's API; default 10m.
+	SlowCallTimeout time.Duration
 }
 
-// Provider runs a fleetsdk plugin; create it with New.
+// Provider runs a fleeting plugin; create it with New.
 type Provider struct {
 	log  *slog.Logger
 	path string
 	cfg  Config
 
-	mu     sync.Mutex
-	client *goplugin.Client
-	group  *fleetsdk.RPCClient
+	mu       sync.Mutex
+	proc     *process // nil before Init, after Shutdown, after a crash
+	gen      int      // bumped at every start
+	settings *fleet.Settings
+	info     fleet.Info
+	restarts int
+	closed   bool
+}
+
+// process is one run of the plugin program.
+type process struct {
+	run   *fleeting.Runner
+	group provider.InstanceGroup
+	sink  *procSink
+	gen   int
 }
 
 var _ fleet.Provider = (*Provider)(nil)
@@ -96,150 +92,272 @@ func New(logger *slog.Logger, cfg Config) (*Provider, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	path, err := Resolve(cfg.Path)
+	if cfg.Path == "" {
+		return nil, errors.New("fleet plugin: no program named")
+	}
+	st, err := os.Stat(cfg.Path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fleet plugin %s: %w", cfg.Path, err)
 	}
-	if cfg.StartTimeout <= 0 {
-		cfg.StartTimeout = 30 * time.Second
+	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("fleet plugin %s: not an executable file", cfg.Path)
 	}
-	return &Provider{log: logger.With("plugin", filepath.Base(path)), path: path, cfg: cfg}, nil
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = time.Minute
+	}
+	if cfg.SlowCallTimeout <= 0 {
+		cfg.SlowCallTimeout = 10 * time.Minute
+	}
+	return &Provider{log: logger.With("plugin", filepath.Base(cfg.Path)), path: cfg.Path, cfg: cfg}, nil
 }
 
-// Init starts the plugin program, checks its handshake and calls its Init.
-// Calling Init again is an error.
+// Init starts the plugin program and calls its Init with the settings:
+// Config ([runners.autoscaler.plugin_config]) as JSON and the connector
+// configuration. Calling Init again is an error.
 func (p *Provider) Init(ctx context.Context, s fleet.Settings) (fleet.Info, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.client != nil {
+	if p.settings != nil || p.closed {
 		return fleet.Info{}, fmt.Errorf("fleet plugin %s: Init called twice", p.path)
 	}
-	cmd := exec.Command(p.path, p.cfg.Args...)
-	cmd.Env = append(os.Environ(), p.cfg.Env...)
-	client := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  fleetsdk.Handshake(),
-		Plugins:          fleetsdk.PluginSet(nil),
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolNetRPC},
-		StartTimeout:     p.cfg.StartTimeout,
-		Logger:           newHCLogger(p.log),
-	})
-	rpcClient, err := client.Client()
+	proc, info, err := p.startLocked(ctx, s)
 	if err != nil {
-		client.Kill()
-		return fleet.Info{}, fmt.Errorf("fleet plugin %s: start: %w", p.path, err)
+		return fleet.Info{}, err
 	}
-	raw, err := rpcClient.Dispense(fleetsdk.PluginName)
+	p.proc, p.settings, p.info = proc, &s, info
+	p.log.InfoContext(ctx, "fleet plugin started", "id", info.ID, "version", info.Version,
+		"build_info", info.BuildInfo, "max_size", info.MaxSize, "capabilities", info.Capabilities)
+	return info, nil
+}
+
+// startLocked runs the program and calls its Init.
+func (p *Provider) startLocked(ctx context.Context, s fleet.Settings) (*process, fleet.Info, error) {
+	raw, err := json.Marshal(s.Config)
 	if err != nil {
-		client.Kill()
-		return fleet.Info{}, fmt.Errorf("fleet plugin %s: dispense %s: %w", p.path, fleetsdk.PluginName, err)
+		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: plugin_config as JSON: %w", p.path, err)
 	}
-	group, ok := raw.(*fleetsdk.RPCClient)
-	if !ok {
-		client.Kill()
-		return fleet.Info{}, fmt.Errorf("fleet plugin %s: dispensed %T, not an instance group", p.path, raw)
+	if s.Config == nil {
+		raw = []byte("{}")
 	}
-	info, err := group.Init(ctx, fleetsdk.Settings{Name: s.Name, Config: s.Config, Connector: toSDKConnector(s.Connector)})
+	conn, err := connectorSettings(s.Connector)
 	if err != nil {
-		client.Kill()
-		return fleet.Info{}, p.wrapWith(client, "init", err)
+		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: %w", p.path, err)
 	}
-	p.client, p.group = client, group
-	p.log.InfoContext(ctx, "fleet plugin started", "id", info.ID, "version", info.Version)
-	return fleet.Info{ID: info.ID, MaxSize: info.MaxSize, Version: info.Version, BuildInfo: info.BuildInfo}, nil
+	p.gen++
+	sink := newProcSink(p.log.With("pid_gen", p.gen))
+	run, err := fleeting.RunPlugin(p.path, raw, fleeting.WithPluginLogger(sink.logger()))
+	if err != nil {
+		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: not started: %w "+
+			"(a fleeting plugin answers go-plugin's gRPC handshake FLEETING_INSTANCE_GROUP_PLUGIN; is it one?)", p.path, err)
+	}
+	proc := &process{run: run, group: run.InstanceGroup(), sink: sink, gen: p.gen}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.SlowCallTimeout)
+	defer cancel()
+	pi, err := proc.group.Init(cctx, nil, conn)
+	if err != nil {
+		proc.kill(cctx.Err() != nil)
+		where := ""
+		if p.cfg.ConfigSource != "" {
+			where = " (check " + p.cfg.ConfigSource + ")"
+		}
+		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: init refused%s: %s", p.path, where, message(err))
+	}
+	info := fleet.Info{ID: pi.ID, MaxSize: pi.MaxSize, Version: pi.Version, BuildInfo: pi.BuildInfo}
+	for _, c := range pi.Capabilities {
+		info.Capabilities = append(info.Capabilities, string(c))
+	}
+	return proc, info, nil
+}
+
+// connectorSettings is what GitLab Runner sends as the connector: the
+// key's bytes instead of its path; use_external_addr stays here.
+func connectorSettings(c fleet.ConnectorConfig) (provider.Settings, error) {
+	s := provider.Settings{ConnectorConfig: provider.ConnectorConfig{
+		OS: c.OS, Arch: c.Arch, Protocol: provider.Protocol(c.Protocol), ProtocolPort: c.ProtocolPort,
+		Username: c.Username, Password: c.Password, UseStaticCredentials: c.UseStaticCredentials,
+		Keepalive: c.Keepalive, Timeout: c.Timeout,
+	}}
+	if c.KeyPath != "" {
+		key, err := os.ReadFile(c.KeyPath)
+		if err != nil {
+			return s, fmt.Errorf("connector_config key_path: %w", err)
+		}
+		s.Key = key
+	}
+	// fleeting's host side fills these defaults before Init; plugins
+	// rely on them.
+	if s.Protocol == "" {
+		s.Protocol = provider.ProtocolSSH
+	}
+	if s.Keepalive == 0 {
+		s.Keepalive = 30 * time.Second
+	}
+	if s.Timeout == 0 {
+		s.Timeout = 10 * time.Minute
+	}
+	return s, nil
+}
+
+// message is the plugin's own text of a gRPC error.
+func message(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
 }
 
 // ErrNotStarted is returned (wrapped) by calls before a successful Init
 // or after Shutdown.
 var ErrNotStarted = errors.New("plugin not started")
 
-func (p *Provider) get() (*fleetsdk.RPCClient, error) {
+// current returns the running process, starting the program again (with
+// the first Init's settings) when the last one died.
+func (p *Provider) current(ctx context.Context) (*process, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.group == nil {
+	switch {
+	case p.closed || p.settings == nil:
 		return nil, fmt.Errorf("fleet plugin %s: %w", p.path, ErrNotStarted)
+	case p.proc != nil:
+		return p.proc, nil
 	}
-	return p.group, nil
+	proc, info, err := p.startLocked(ctx, *p.settings)
+	if err != nil {
+		return nil, fmt.Errorf("restart after a crash: %w", err)
+	}
+	p.proc, p.info = proc, info
+	p.restarts++
+	p.log.WarnContext(ctx, "fleet plugin restarted", "restarts", p.restarts, "version", info.Version)
+	return proc, nil
 }
 
-// wrap names the plugin and the call, says when the process has died,
-// and maps the plugin's not-found to fleet.ErrNotFound.
-func (p *Provider) wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	p.mu.Lock()
-	client := p.client
-	p.mu.Unlock()
-	return p.wrapWith(client, op, err)
-}
-
-// wrapWith is wrap for a caller that holds p.mu.
-func (p *Provider) wrapWith(client *goplugin.Client, op string, err error) error {
-	suffix := ""
-	if client != nil && client.Exited() {
-		suffix = " (plugin process exited)"
-	}
-	if errors.Is(err, fleetsdk.ErrNotFound) {
-		return fmt.Errorf("fleet plugin %s: %s%s: %w: %w", p.path, op, suffix, fleet.ErrNotFound, err)
-	}
-	return fmt.Errorf("fleet plugin %s: %s%s: %w", p.path, op, suffix, err)
-}
-
-// Update calls the plugin's Update; states it reports that drover does
-// not know are reported as they are, for the caller to reject.
-func (p *Provider) Update(ctx context.Context, fn func(id string, st fleet.State)) error {
-	g, err := p.get()
+// call runs fn against the plugin within timeout. A failure that says the
+// process is gone or hung (gRPC Unavailable, the process's exit, its own
+// deadline passing while the caller's ctx is live) kills that process:
+// the next call starts a new one.
+func (p *Provider) call(ctx context.Context, op string, timeout time.Duration, fn func(context.Context, provider.InstanceGroup) error) error {
+	proc, err := p.current(ctx)
 	if err != nil {
 		return err
 	}
-	return p.wrap("update", g.Update(ctx, func(id string, st fleetsdk.State) { fn(id, fleet.State(st)) }))
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err = fn(cctx, proc.group)
+	if err == nil {
+		return nil
+	}
+	_, exited := proc.sink.state()
+	hung := ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded)
+	gone := exited || status.Code(err) == codes.Unavailable
+	if gone || hung {
+		why := "its process is gone"
+		if !gone {
+			why = fmt.Sprintf("no answer within %s", timeout)
+		}
+		p.drop(proc, why, hung)
+		return fmt.Errorf("fleet plugin %s: %s: %s; it is started again at the next call: %w", p.path, op, why, err)
+	}
+	if status.Code(err) == codes.NotFound {
+		return fmt.Errorf("fleet plugin %s: %s: %w: %s", p.path, op, fleet.ErrNotFound, message(err))
+	}
+	return fmt.Errorf("fleet plugin %s: %s: %s", p.path, op, message(err))
+}
+
+// drop kills proc if it is still the current process.
+func (p *Provider) drop(proc *process, why string, hung bool) {
+	p.mu.Lock()
+	if p.proc == proc {
+		p.proc = nil
+	}
+	p.mu.Unlock()
+	p.log.Warn("fleet plugin process dropped", "why", why)
+	proc.kill(hung)
+}
+
+// kill ends the process. go-plugin's Kill first asks the plugin to shut
+// down over gRPC and waits for its answer with no deadline, so a hung
+// process is killed outright before.
+func (proc *process) kill(hung bool) {
+	if pid, exited := proc.sink.state(); hung && pid > 0 && !exited {
+		if pr, err := os.FindProcess(pid); err == nil {
+			_ = pr.Kill()
+		}
+	}
+	proc.run.Kill()
+}
+
+// Update calls the plugin's Update.
+func (p *Provider) Update(ctx context.Context, fn func(id string, st fleet.State)) error {
+	return p.call(ctx, "update", p.cfg.CallTimeout, func(ctx context.Context, g provider.InstanceGroup) error {
+		return g.Update(ctx, func(id string, st provider.State) { fn(id, fleet.State(st)) })
+	})
 }
 
 // Increase calls the plugin's Increase.
 func (p *Provider) Increase(ctx context.Context, n int) (int, error) {
-	g, err := p.get()
-	if err != nil {
-		return 0, err
-	}
-	got, err := g.Increase(ctx, n)
-	return got, p.wrap("increase", err)
+	var got int
+	err := p.call(ctx, "increase", p.cfg.SlowCallTimeout, func(ctx context.Context, g provider.InstanceGroup) error {
+		var err error
+		got, err = g.Increase(ctx, n)
+		return err
+	})
+	return got, err
 }
 
 // Decrease calls the plugin's Decrease.
 func (p *Provider) Decrease(ctx context.Context, ids []string) ([]string, error) {
-	g, err := p.get()
-	if err != nil {
-		return nil, err
-	}
-	done, err := g.Decrease(ctx, ids)
-	return done, p.wrap("decrease", err)
+	var done []string
+	err := p.call(ctx, "decrease", p.cfg.SlowCallTimeout, func(ctx context.Context, g provider.InstanceGroup) error {
+		var err error
+		done, err = g.Decrease(ctx, ids)
+		return err
+	})
+	return done, err
 }
 
 // ConnectInfo calls the plugin's ConnectInfo.
 func (p *Provider) ConnectInfo(ctx context.Context, id string) (fleet.ConnectInfo, error) {
-	g, err := p.get()
+	var ci provider.ConnectInfo
+	err := p.call(ctx, "connect info "+id, p.cfg.CallTimeout, func(ctx context.Context, g provider.InstanceGroup) error {
+		var err error
+		ci, err = g.ConnectInfo(ctx, id)
+		return err
+	})
 	if err != nil {
 		return fleet.ConnectInfo{}, err
 	}
-	ci, err := g.ConnectInfo(ctx, id)
-	if err != nil {
-		return fleet.ConnectInfo{}, p.wrap("connect info "+id, err)
+	if ci.ID == "" {
+		ci.ID = id
 	}
 	return fleet.ConnectInfo{
-		ID: ci.ID, OS: ci.OS, Arch: ci.Arch, Protocol: ci.Protocol,
+		ID: ci.ID, OS: ci.OS, Arch: ci.Arch, Protocol: string(ci.Protocol),
 		Username: ci.Username, Password: ci.Password, Key: ci.Key,
-		InternalAddr: ci.InternalAddr, ExternalAddr: ci.ExternalAddr, Expires: ci.Expires,
+		InternalAddr: withPort(ci.InternalAddr, ci.ProtocolPort),
+		ExternalAddr: withPort(ci.ExternalAddr, ci.ProtocolPort),
+		Expires:      ci.Expires,
 	}, nil
+}
+
+// withPort makes a plugin's address (fleeting plugins give a bare host;
+// the port is the connector's protocol_port, 22 by default) a host:port.
+func withPort(addr string, port int) string {
+	if addr == "" {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	if port == 0 {
+		port = 22
+	}
+	return net.JoinHostPort(addr, strconv.Itoa(port))
 }
 
 // Heartbeat calls the plugin's Heartbeat.
 func (p *Provider) Heartbeat(ctx context.Context, id string) error {
-	g, err := p.get()
-	if err != nil {
-		return err
-	}
-	return p.wrap("heartbeat "+id, g.Heartbeat(ctx, id))
+	return p.call(ctx, "heartbeat "+id, p.cfg.CallTimeout, func(ctx context.Context, g provider.InstanceGroup) error {
+		return g.Heartbeat(ctx, id)
+	})
 }
 
 // Shutdown calls the plugin's Shutdown and then kills the process, also
@@ -247,88 +365,56 @@ func (p *Provider) Heartbeat(ctx context.Context, id string) error {
 // nothing.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
-	client, group := p.client, p.group
-	p.client, p.group = nil, nil
+	proc := p.proc
+	p.proc, p.closed = nil, true
 	p.mu.Unlock()
-	if client == nil {
+	if proc == nil {
 		return nil
 	}
 	var err error
-	if !client.Exited() {
-		err = group.Shutdown(ctx)
-		if errors.Is(err, fleetsdk.ErrUnreachable) || errors.Is(err, rpc.ErrShutdown) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// Not the plugin's answer but the connection failing
-			// (shut down, EOF, a broken pipe as the process exits):
-			// the process is gone, and with it whatever Shutdown would
-			// have released.
+	hung := false
+	if _, exited := proc.sink.state(); !exited {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.SlowCallTimeout)
+		err = proc.group.Shutdown(cctx)
+		hung = cctx.Err() != nil
+		cancel()
+		if status.Code(err) == codes.Unavailable {
+			// The connection failing as the process exits: whatever
+			// Shutdown would have released went with it.
 			err = nil
 		}
 		if err != nil {
-			err = fmt.Errorf("fleet plugin %s: shutdown: %w", p.path, err)
+			err = fmt.Errorf("fleet plugin %s: shutdown: %s", p.path, message(err))
 		}
 	}
 	// Kill closes the connection, gives the process two seconds to exit
 	// and then kills it.
-	client.Kill()
+	proc.kill(hung)
 	return err
+}
+
+// Status is what the fleet page and /metrics show of a plugin.
+type Status struct {
+	Path     string
+	Info     fleet.Info
+	PID      int
+	Restarts int
+}
+
+// Status reports the plugin's Init answer, its process and how often it
+// was started again.
+func (p *Provider) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Status{Path: p.path, Info: p.info, Restarts: p.restarts}
+	if p.proc != nil {
+		if pid, exited := p.proc.sink.state(); !exited {
+			s.PID = pid
+		}
+	}
+	return s
 }
 
 // PID returns the plugin process id, or 0 when it is not running. For
 // tests and diagnostics.
-func (p *Provider) PID() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.client == nil {
-		return 0
-	}
-	rc := p.client.ReattachConfig()
-	if rc == nil {
-		return 0
-	}
-	return rc.Pid
-}
-
-func toSDKConnector(c fleet.ConnectorConfig) fleetsdk.ConnectorConfig {
-	return fleetsdk.ConnectorConfig{
-		OS: c.OS, Arch: c.Arch, Protocol: c.Protocol, ProtocolPort: c.ProtocolPort,
-		Username: c.Username, Password: c.Password, KeyPath: c.KeyPath,
-		UseStaticCredentials: c.UseStaticCredentials, Keepalive: c.Keepalive,
-		Timeout: c.Timeout, UseExternalAddr: c.UseExternalAddr,
-	}
-}
-
-// newHCLogger gives go-plugin an hclog.Logger that writes, line by line,
-// into log: go-plugin logs its own events and the plugin's stderr there.
-func newHCLogger(log *slog.Logger) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name:   "plugin",
-		Level:  hclog.Info,
-		Output: &lineWriter{log: log},
-	})
-}
-
-// lineWriter logs each line written to it.
-type lineWriter struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (w *lineWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, b...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		if line := strings.TrimSpace(string(w.buf[:i])); line != "" {
-			w.log.Info(line)
-		}
-		w.buf = w.buf[i+1:]
-	}
-	return len(b), nil
-}
-
-var _ io.Writer = (*lineWriter)(nil)
+func (p *Provider) PID() int { return p.Status().PID }
