@@ -284,6 +284,18 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		fail(nil, nil, api.RunnerSystemFailure, fmt.Sprintf("the coordinator has %d log bytes, fewer than the %d of the checkpoint", size, env.LogOffset))
 		return
 	}
+	if _, ok := p.Create().(executor.Stateful); !ok {
+		// Nothing would be run again to fill the log from the checkpoint
+		// to the coordinator's size, so the reason is written after what
+		// the coordinator has, not skipped as already sent.
+		buf := m.resumeBuffer(&job, r, size, 0, log)
+		if buf != nil {
+			defer buf.Close()
+		}
+		fail(buf, m.resumeStreamer(r, client, &job, info, buf, size), api.RunnerSystemFailure,
+			fmt.Sprintf("the %s executor cannot resume a job after the runner manager restarted", r.Executor))
+		return
+	}
 	buf := m.resumeBuffer(&job, r, size, size-env.LogOffset, log)
 	if buf == nil {
 		return

@@ -274,7 +274,7 @@ func TestParsePluginProgram(t *testing.T) {
 func TestParseHetznerQuickstart(t *testing.T) {
 	src := os.Getenv("DROVER_HETZNER_PLUGIN_SRC")
 	if src == "" {
-		src = filepath.Join("..", "..", "..", "..", "shared", "fixtures", "fleeting-plugin-hetzner")
+		src = filepath.Join("..", "..", "..", "..", "shared", "fixtures", "fleeting-plugin-hetzner") // beside the repository
 	}
 	doc, err := os.ReadFile(filepath.Join(src, "docs", "guides", "quickstart.md"))
 	if err != nil {

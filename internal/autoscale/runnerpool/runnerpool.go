@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -320,7 +321,11 @@ func (s *Set) newProvider(sp *Spec) (fleet.Provider, error) {
 		o.Clock = s.o.Clock
 		return sim.New(o), nil
 	}
-	return plugin.New(log, plugin.Config{Path: sp.PluginPath, ConfigSource: sp.PluginConfigSource})
+	cfg := plugin.Config{Path: sp.PluginPath, ConfigSource: sp.PluginConfigSource}
+	if sp.StateFile != "" {
+		cfg.PIDFile = filepath.Join(filepath.Dir(sp.StateFile), "plugin.pid")
+	}
+	return plugin.New(log, cfg)
 }
 
 // KeepHeld tells every pool, and those started later, which jobs the

@@ -100,7 +100,9 @@ func (s *procSink) line(raw []byte) {
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		if strings.HasPrefix(k, "@") || k == "timestamp" {
+		if strings.HasPrefix(k, "@") || k == "timestamp" || (own && k == "plugin") {
+			// go-plugin's own "plugin" (the path) would repeat the
+			// provider logger's.
 			continue
 		}
 		keys = append(keys, k)

@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,12 @@ type Config struct {
 	// SlowCallTimeout bounds Init, Increase, Decrease and Shutdown, which
 	// wait on a cloud's API; default 10m.
 	SlowCallTimeout time.Duration
+	// PIDFile, when set, records the running plugin's pid. A manager
+	// killed with SIGKILL cannot stop its plugin (the fleeting module
+	// starts the process, so drover cannot ask the kernel to end it with
+	// its parent); the next start finds the file and kills the process it
+	// names if that is still this plugin's program.
+	PIDFile string
 }
 
 // Provider runs a fleeting plugin; create it with New.
@@ -144,6 +151,7 @@ func (p *Provider) startLocked(ctx context.Context, s fleet.Settings) (*process,
 		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: %w", p.path, err)
 	}
 	p.gen++
+	p.killLeftover()
 	sink := newProcSink(p.log.With("pid_gen", p.gen))
 	run, err := fleeting.RunPlugin(p.path, raw, fleeting.WithPluginLogger(sink.logger()))
 	if err != nil {
@@ -151,6 +159,7 @@ func (p *Provider) startLocked(ctx context.Context, s fleet.Settings) (*process,
 			"(a fleeting plugin answers go-plugin's gRPC handshake FLEETING_INSTANCE_GROUP_PLUGIN; is it one?)", p.path, err)
 	}
 	proc := &process{run: run, group: run.InstanceGroup(), sink: sink, gen: p.gen}
+	p.writePID(proc)
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.SlowCallTimeout)
 	defer cancel()
 	pi, err := proc.group.Init(cctx, nil, conn)
@@ -390,7 +399,52 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	// Kill closes the connection, gives the process two seconds to exit
 	// and then kills it.
 	proc.kill(hung)
+	if p.cfg.PIDFile != "" {
+		_ = os.Remove(p.cfg.PIDFile)
+	}
 	return err
+}
+
+// writePID records proc's pid in the PID file.
+func (p *Provider) writePID(proc *process) {
+	pid, _ := proc.sink.state()
+	if p.cfg.PIDFile == "" || pid == 0 {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(p.cfg.PIDFile), 0o700); err == nil {
+		err = os.WriteFile(p.cfg.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
+		if err == nil {
+			return
+		}
+	}
+	p.log.Warn("cannot record the plugin's pid; a crash of this manager would leave the plugin running", "file", p.cfg.PIDFile)
+}
+
+// killLeftover kills the process the PID file names when it still runs
+// this plugin's program: a plugin left by a manager that was killed.
+func (p *Provider) killLeftover() {
+	if p.cfg.PIDFile == "" {
+		return
+	}
+	data, err := os.ReadFile(p.cfg.PIDFile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return // gone, or not ours to see
+	}
+	want, err := filepath.EvalSymlinks(p.path)
+	if err != nil || exe != want {
+		return // the pid was reused by another program
+	}
+	if pr, err := os.FindProcess(pid); err == nil && pr.Kill() == nil {
+		p.log.Warn("killed the plugin process a previous run of the manager left", "pid", pid)
+	}
 }
 
 // Status is what the fleet page and /metrics show of a plugin.

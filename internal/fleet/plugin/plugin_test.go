@@ -461,3 +461,65 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// TestLeftoverPluginKilled: a plugin a dead manager left running (here:
+// a provider never shut down) is killed by the next start that uses the
+// same PID file; an unrelated process named in it is left alone.
+func TestLeftoverPluginKilled(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "plugin.pid")
+	cfg := plugin.Config{Path: fakeCloud(t), PIDFile: pidFile}
+	old, err := plugin.New(nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Shutdown(context.Background()) })
+	if _, err := old.Init(t.Context(), fleet.Settings{Config: map[string]any{"name": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	oldPID := old.PID()
+	if b, _ := os.ReadFile(pidFile); strings.TrimSpace(string(b)) != strconv.Itoa(oldPID) {
+		t.Fatalf("PID file holds %q, want %d", b, oldPID)
+	}
+	start(t, nil, cfg.Path, map[string]any{"name": "b"}, fleet.ConnectorConfig{}) // no PID file
+	if !alive(oldPID) {
+		t.Fatal("a provider without the PID file killed the old plugin")
+	}
+	next, err := plugin.New(nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Shutdown(context.Background()) })
+	if _, err := next.Init(t.Context(), fleet.Settings{Config: map[string]any{"name": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); alive(oldPID) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(oldPID) {
+		t.Errorf("leftover plugin %d still runs after the next start", oldPID)
+	}
+	if b, _ := os.ReadFile(pidFile); strings.TrimSpace(string(b)) != strconv.Itoa(next.PID()) {
+		t.Errorf("PID file holds %q, want the new plugin's %d", b, next.PID())
+	}
+	// A pid reused by another program is not killed.
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	if err := next.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(sleeper.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := plugin.New(nil, cfg); err == nil {
+		t.Cleanup(func() { _ = again.Shutdown(context.Background()) })
+		if _, err := again.Init(t.Context(), fleet.Settings{Config: map[string]any{"name": "a"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !alive(sleeper.Process.Pid) {
+		t.Error("a process that is not the plugin was killed")
+	}
+}
