@@ -21,7 +21,7 @@ import (
 	"github.com/drover-ci/drover/internal/fleet/static"
 )
 
-// Built-in providers; any other plugin value names a fleet plugin program.
+// Built-in providers; any other plugin value names a fleeting plugin.
 const (
 	PluginDocker = "docker"
 	PluginStatic = "static"
@@ -195,7 +195,7 @@ var ignoredAutoscalerKeys = []string{
 func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 	plugin, hasPlugin := m["plugin"]
 	if !hasPlugin {
-		rd.Fail("autoscaler", "plugin: missing (docker, static, sim, or a fleet plugin program)")
+		rd.Fail("autoscaler", "plugin: missing (docker, static, sim, or a fleeting plugin)")
 	} else {
 		s.Plugin = rd.Str("autoscaler.plugin", plugin)
 		if s.Plugin == "" && rd.OK() {
@@ -311,7 +311,7 @@ func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
 func (rd *reader) machine(s *Spec, m map[string]any) {
 	v, ok := m["MachineDriver"]
 	if !ok {
-		rd.Fail("machine", "MachineDriver: missing (docker, static, sim, or a fleet plugin program)")
+		rd.Fail("machine", "MachineDriver: missing (docker, static, sim, or a fleeting plugin)")
 		return
 	}
 	s.Plugin = rd.Str("machine.MachineDriver", v)
