@@ -612,19 +612,33 @@ func writeDindContext(c *dockerimage.Context, plan dindPlan) error {
 }
 
 // engineRun adds to a new container's configuration what an engine
-// instance named name needs to run its own dockerd here. --privileged
+// instance named name needs to run its own dockerd here (RunEngine), with
+// its cgroup parent "drover-fleet/<name>" in LabelCgroupParent.
+func (p *Provider) engineRun(name string, cfg *container.Config, host *container.HostConfig) {
+	parent := dindCgroupTop + "/" + name
+	cfg.Labels[LabelCgroupParent] = parent
+	RunEngine(parent, p.cfg.DockerdArgs, map[string]string{
+		LabelOwner: p.name, LabelProvider: "docker", LabelInstance: name,
+	}, cfg, host)
+}
+
+// RunEngine adds to a new container's configuration what the container
+// needs to run its own dockerd on this machine's engine (an image made by
+// EnsureDindImage): the inner engine's cgroup parent and dockerd flags in
+// the environment its entry point reads, and the privileges. --privileged
 // is not used: it fails where the engine's bounding set lacks a
 // capability (CAP_SYS_RESOURCE on the machines this was made on); all
 // capabilities but that one, no seccomp or AppArmor profile, unmasked
 // /proc and /sys paths and every device are enough for dockerd, runc and
-// iptables. /var/lib/docker is an anonymous volume (the inner engine's
-// overlay2 cannot sit on an overlay root), removed with the container.
-func (p *Provider) engineRun(name string, cfg *container.Config, host *container.HostConfig) {
-	parent := dindCgroupTop + "/" + name
-	cfg.Labels[LabelCgroupParent] = parent
+// iptables. /var/lib/docker is an anonymous volume labelled volumeLabels
+// (the inner engine's overlay2 cannot sit on an overlay root), removed
+// with the container. A container made so is removed with
+// RemoveEngineCgroups after it, for what its engine left in the host's
+// cgroup tree.
+func RunEngine(cgroupParent string, dockerdArgs []string, volumeLabels map[string]string, cfg *container.Config, host *container.HostConfig) {
 	cfg.Env = append(cfg.Env,
-		"DROVER_CGROUP_PARENT="+parent,
-		"DROVER_DOCKERD_ARGS="+strings.Join(p.cfg.DockerdArgs, "\n"))
+		"DROVER_CGROUP_PARENT="+cgroupParent,
+		"DROVER_DOCKERD_ARGS="+strings.Join(dockerdArgs, "\n"))
 	host.CapAdd = []string{"ALL"}
 	host.CapDrop = []string{"SYS_RESOURCE"}
 	host.SecurityOpt = []string{"seccomp=unconfined", "apparmor=unconfined"}
@@ -636,12 +650,31 @@ func (p *Provider) engineRun(name string, cfg *container.Config, host *container
 	host.DeviceCgroupRules = []string{"a *:* rwm"}
 	host.Binds = append(host.Binds, "/sys/fs/cgroup:/sys/fs/cgroup:rw")
 	host.Mounts = append(host.Mounts, mount.Mount{
-		Type:   mount.TypeVolume,
-		Target: "/var/lib/docker",
-		VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
-			LabelOwner: p.name, LabelProvider: "docker", LabelInstance: name,
-		}},
+		Type:          mount.TypeVolume,
+		Target:        "/var/lib/docker",
+		VolumeOptions: &mount.VolumeOptions{Labels: volumeLabels},
 	})
+}
+
+// EngineCgroups returns the cgroups of an engine container's process pid,
+// to be read before the container is removed and given to
+// RemoveEngineCgroups: in each cgroup v1 hierarchy the inner engine's
+// cgroups are under them.
+func EngineCgroups(pid int) []string { return processCgroups(pid) }
+
+// RemoveEngineCgroups removes what the inner engine of a removed engine
+// container (RunEngine) with cgroupParent "<top>/<name>" left in this
+// machine's cgroup tree, and returns the directories removed. Only a
+// parent of that shape is touched; the engine must be this machine's.
+func RemoveEngineCgroups(ctx context.Context, top, cgroupParent string, bases []string) ([]string, error) {
+	if !validCgroupParent(top, cgroupParent) {
+		return nil, fmt.Errorf("not removing cgroups under the unexpected cgroup parent %q", cgroupParent)
+	}
+	dirs := cgroupDirs(cgroupRoot, cgroupParent, bases)
+	if len(dirs) == 0 {
+		return nil, nil
+	}
+	return dirs, removeCgroupDirs(ctx, dirs)
 }
 
 // localEngine reports whether the engine runs on this machine (a unix
@@ -656,10 +689,10 @@ func (p *Provider) localEngine() bool {
 	return host == "" || strings.HasPrefix(host, "unix://")
 }
 
-// validCgroupParent checks a LabelCgroupParent value before anything is
-// removed under it.
-func validCgroupParent(parent string) bool {
-	rest, ok := strings.CutPrefix(parent, dindCgroupTop+"/")
+// validCgroupParent checks a cgroup parent ("<top>/<name>") before
+// anything is removed under it.
+func validCgroupParent(top, parent string) bool {
+	rest, ok := strings.CutPrefix(parent, top+"/")
 	return ok && rest != "" && !strings.Contains(rest, "/") && rest != ".." && rest != "." && path.Clean(parent) == parent
 }
 
@@ -773,19 +806,14 @@ func rmdirTree(dir string) error {
 // left in the host's cgroup tree. A failure is logged, never returned: the
 // instance itself is gone.
 func (p *Provider) removeEngineCgroups(ctx context.Context, id, parent string, bases []string) {
-	if !validCgroupParent(parent) {
-		p.log.WarnContext(ctx, "docker provider: not removing cgroups under an unexpected cgroup parent", "id", id, "cgroup_parent", parent)
+	dirs, err := RemoveEngineCgroups(ctx, dindCgroupTop, parent, bases)
+	if err != nil {
+		p.log.WarnContext(ctx, "docker provider: remove the cgroups of an engine instance", "id", id, "cgroup_parent", parent, "err", err)
 		return
 	}
-	dirs := cgroupDirs(cgroupRoot, parent, bases)
-	if len(dirs) == 0 {
-		return
+	if len(dirs) > 0 {
+		p.log.DebugContext(ctx, "docker provider: cgroups of engine instance removed", "id", id, "dirs", dirs)
 	}
-	if err := removeCgroupDirs(ctx, dirs); err != nil {
-		p.log.WarnContext(ctx, "docker provider: remove the cgroups of an engine instance", "id", id, "err", err)
-		return
-	}
-	p.log.DebugContext(ctx, "docker provider: cgroups of engine instance removed", "id", id, "dirs", dirs)
 }
 
 // dockerdFlag parses one value of engine_registry_mirror,

@@ -199,7 +199,7 @@ func TestValidCgroupParent(t *testing.T) {
 		"other/a":                          false,
 		"":                                 false,
 	} {
-		if got := validCgroupParent(in); got != want {
+		if got := validCgroupParent(dindCgroupTop, in); got != want {
 			t.Errorf("validCgroupParent(%q) = %v, want %v", in, got, want)
 		}
 	}
@@ -532,7 +532,7 @@ func removeDindOwner(t *testing.T, cli *dockerclient.Client, owner string) {
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			t.Errorf("cleanup: remove %s: %v", c.ID, err)
 		}
-		if parent := c.Labels[LabelCgroupParent]; validCgroupParent(parent) {
+		if parent := c.Labels[LabelCgroupParent]; validCgroupParent(dindCgroupTop, parent) {
 			if err := removeCgroupDirs(ctx, cgroupDirs(cgroupRoot, parent, bases)); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
