@@ -448,12 +448,14 @@ func killOrphans(t *testing.T, pids []int) {
 // started again on the same config.toml and state file. The job ends
 // exactly once, its log keeps everything the coordinator had before the
 // kill, neither lost nor doubled (the instance executor cannot resume a
-// build, so it fails as a system failure, saying so); the new manager
-// re-adopts the server through a new plugin process, whose ConnectInfo
-// serves the next job; the stand-in's servers are exactly those the
-// pool's state file lists. Nothing is left behind: no plugin process of
-// the killed manager (the next start kills it), and no server after the
-// final shutdown.
+// build, so it fails as a system failure, saying so). The new manager
+// re-adopts the server through a new plugin process and, since a job was
+// interrupted on it, deletes it through the plugin (GitLab Runner's
+// keep_instance_with_acquisitions = false): what the job left running
+// goes with it, and the next job gets a new server. The stand-in's servers
+// are exactly those the pool's state file lists. Nothing is left behind:
+// no plugin process of the killed manager (the next start kills it), and
+// no server after the final shutdown.
 func TestHetznerPluginManagerKilled(t *testing.T) {
 	h := newHetzner(t, nil, "--ack-timeout", "5s")
 	cl := h.c.client()
@@ -507,24 +509,24 @@ func TestHetznerPluginManagerKilled(t *testing.T) {
 		t.Errorf("job %d = %s (%s); want success, or a system failure saying it cannot be resumed:\n%s", id, j.Status, j.FailureReason, log)
 	}
 	m2.waitLog(`re-adopted instance from state file.*instance=`+regexp.QuoteMeta(server.IID()), time.Minute)
-	if live := h.waitStateMatches(t, 20*time.Second); !slices.Equal(live, []string{server.IID()}) {
-		t.Errorf("servers after the restart: %v, want the re-adopted %s", live, server.IID())
-	}
-	// Known gap, not asserted: the instance executor keeps no state of a
-	// running stage (it is not executor.Stateful), so the restarted
-	// manager cannot stop what is left of the failed job on the server;
-	// those processes end at their next write to the dropped SSH session.
-	if left := machineProcs(t, server.Name, ":"+g.port+"/wait"); len(left) > 0 {
-		t.Logf("processes of failed job %d still on %s (known gap): %v", id, server.Name, left)
-	}
+	m2.waitLog(`removing instance.*instance=`+regexp.QuoteMeta(server.IID())+`.*reason=job_interrupted`, time.Minute)
+	h.waitServers(t, time.Minute, "the interrupted job's server deleted through the plugin", func() bool {
+		return slices.Contains(h.srv.Deleted(), server.ID)
+	})
+	// The job's processes went with its server.
+	waitGone(t, fmt.Sprintf("processes of failed job %d on its server %s", id, server.Name), 30*time.Second,
+		func() []string { return machineProcs(t, server.Name, ":"+g.port+"/wait") })
 	g.release()
 
 	id2 := hzJob(t, cl, "after-restart", "echo host=$(hostname)")
-	if host := jobHost(t, id2, waitSuccess(t, cl, id2, 2*time.Minute)); host != server.Name {
-		t.Errorf("job after the restart ran on %s, want the re-adopted %s", host, server.Name)
+	if host := jobHost(t, id2, waitSuccess(t, cl, id2, 2*time.Minute)); host == server.Name {
+		t.Errorf("job after the restart ran on %s, the server of the interrupted job", host)
 	}
-	if n := h.srv.Count("POST /servers"); n != 1 {
-		t.Errorf("POST /servers: %d, want 1 (the server re-adopted, not replaced)", n)
+	if n := h.srv.Count("POST /servers"); n != 2 {
+		t.Errorf("POST /servers: %d, want 2 (the interrupted job's server replaced)", n)
+	}
+	if live := h.waitStateMatches(t, 20*time.Second); len(live) != 1 || live[0] == server.IID() {
+		t.Errorf("servers after the restart: %v, want one new server", live)
 	}
 	if n := strings.Count(h.c.log.String(), fmt.Sprintf("job finished\" job_id=%d ", id)); n > 1 {
 		t.Errorf("the coordinator finished job %d %d times", id, n)

@@ -81,6 +81,7 @@ const (
 	PoolReasonProviderDeleted = "deleted_by_provider"
 	PoolReasonBroken          = "broken"
 	PoolReasonSuspended       = "suspended_by_provider"
+	PoolReasonInterrupted     = "job_interrupted"
 )
 
 // PoolOptions configure a Pool. Zero values mean the [runners.autoscaler]
@@ -102,6 +103,14 @@ type PoolOptions struct {
 	// instances the pool does not own (a static list of hosts); never for
 	// a cloud group, where such an instance would be an orphan.
 	AdoptUnknown bool
+	// RemoveInterrupted removes, at the first sync after a restart, every
+	// re-adopted instance on which the previous process had jobs (slots
+	// the state file lists as held), instead of keeping those slots for
+	// the jobs to be resumed. For executors that cannot resume a job (the
+	// instance executor): what such a job left running there would
+	// otherwise go on beside the next jobs. GitLab Runner does the same
+	// by default (keep_instance_with_acquisitions = false).
+	RemoveInterrupted bool
 	// InstanceReady runs on each new instance before it takes jobs
 	// (instance_ready_command); an error removes the instance. nil = none.
 	InstanceReady func(ctx context.Context, info fleet.ConnectInfo) error

@@ -219,8 +219,11 @@ func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstanc
 			in := p.newInstanceLocked(r.id, s.Created)
 			in.useCount, in.lastUsed, in.ready = s.UseCount, s.LastUsed, s.Ready
 			p.holdLocked(in, s.Slots, s.SlotJobs, now)
-			if s.Removing {
+			switch {
+			case s.Removing:
 				p.markRemovingLocked(in, s.Reason, "was being removed before the restart")
+			case p.o.RemoveInterrupted && len(s.Slots) > 0:
+				p.markRemovingLocked(in, PoolReasonInterrupted, fmt.Sprintf("%d job(s) of the previous process ran on it and cannot be resumed", len(s.Slots)))
 			}
 			p.log.Info("re-adopted instance from state file", "instance", r.id, "use_count", s.UseCount)
 			return in

@@ -2,6 +2,8 @@ package autoscale
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -137,5 +139,47 @@ func TestPoolRemovesSuspendedInstance(t *testing.T) {
 		if in.ID == live[0] && (in.State != StateRemoving || in.Reason != PoolReasonSuspended) {
 			t.Errorf("suspended instance is %s (%s), want removing (%s)", in.State, in.Reason, PoolReasonSuspended)
 		}
+	}
+}
+
+// TestPoolRemoveInterrupted: after a restart, with RemoveInterrupted an
+// instance on which the dead process had a job is removed (its job cannot
+// be resumed, and what it left running must not meet the next jobs);
+// without it the slot is held for the job's resume; an idle instance is
+// re-adopted either way.
+func TestPoolRemoveInterrupted(t *testing.T) {
+	for _, remove := range []bool{true, false} {
+		t.Run(fmt.Sprint("remove=", remove), func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "r1.json")
+			withState := func(o *PoolOptions) { o.StateFile = state; o.RemoveInterrupted = remove }
+			h := newPoolHarness(t, poolTestPolicy(1, 2, time.Hour, 0), sim.Options{}, withState)
+			h.pool.Tick(t.Context())
+			h.advance(2 * time.Second)
+			busy := h.mustAcquire() // the manager dies with this job running
+			h.pool.SetJob(busy, 42)
+			idle := map[string]bool{}
+			for _, in := range h.pool.Status().Instances {
+				if in.State == StateIdle {
+					idle[in.ID] = true
+				}
+			}
+			h.pool.Tick(t.Context()) // state file written
+			h.pool = h.newPool(poolTestPolicy(1, 2, time.Hour, 0), withState)
+			h.advance(2 * time.Second)
+			for _, in := range h.pool.Status().Instances {
+				switch {
+				case in.ID == busy.InstanceID && remove:
+					if in.State != StateRemoving || in.Reason != PoolReasonInterrupted {
+						t.Errorf("instance of the interrupted job is %s (%s), want removing (%s)", in.State, in.Reason, PoolReasonInterrupted)
+					}
+				case in.ID == busy.InstanceID:
+					if in.State != StateBusy {
+						t.Errorf("instance of the job to resume is %s, want busy (slot held)", in.State)
+					}
+				case idle[in.ID] && in.State == StateRemoving:
+					t.Errorf("idle instance %s removed (%s), want re-adopted", in.ID, in.Reason)
+				}
+			}
+		})
 	}
 }

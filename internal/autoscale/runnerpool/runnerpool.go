@@ -283,9 +283,12 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 		AcquireTimeout:              sp.AcquireTimeout,
 		UpdateInterval:              sp.UpdateInterval,
 		UpdateIntervalWhenExpecting: sp.UpdateIntervalWhenExpecting,
-		DeletionRetryInterval:       sp.DeletionRetryInterval,
-		ShutdownDeletionInterval:    sp.ShutdownDeletionInterval,
-		Metrics:                     s.metrics,
+		// The instance executor does not resume jobs: an instance that
+		// ran some when the manager died is replaced.
+		RemoveInterrupted:        sp.Executor == instance.Name,
+		DeletionRetryInterval:    sp.DeletionRetryInterval,
+		ShutdownDeletionInterval: sp.ShutdownDeletionInterval,
+		Metrics:                  s.metrics,
 	})
 	if err != nil {
 		return nil, err
