@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,95 +29,17 @@ import (
 	"github.com/drover-ci/drover/internal/sshx"
 )
 
-// registryBinary returns distribution's registry binary: a real
-// pull-through cache (proxy.remoteurl), which go-containerregistry's
-// in-process registry is not. It is built once per machine into drover's
-// cache, where scripts/test.sh installs it too.
-func registryBinary(tb testing.TB) string { return fleetingdirtest.RegistryBinary(tb) }
-
-// pullMirror is a distribution registry process run as a pull-through
-// cache of an upstream registry, listening on every address of the host
-// so that instances reach it at the bridge gateway.
-type pullMirror struct {
-	port string
-	root string // its storage's root directory
-	log  *syncBuffer
-}
-
-// mirrorConfig is the registry's configuration: filesystem storage, a
-// plain HTTP listener, upstream as proxy.remoteurl. Access logs stay on
-// (they go to stdout, the rest of the log to stderr: both are captured).
-const mirrorConfig = `version: 0.1
-log:
-  level: info
-  formatter: text
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: 0.0.0.0:%s
-proxy:
-  remoteurl: %s
-`
-
-// startMirror starts a registry process (binary bin) caching upstream
-// (a URL) and waits until it answers GET /v2/, bounded by ctx. The
-// process is killed when the test ends; its log is shown when it failed.
-func startMirror(ctx context.Context, tb testing.TB, bin, upstream string) *pullMirror {
+// startMirror starts distribution's registry as a pull-through cache of
+// upstream (a URL; go-containerregistry's in-process registry is not
+// one), listening on every address of the host so that instances reach it
+// at the bridge gateway, and waits until it answers, bounded by ctx.
+func startMirror(ctx context.Context, tb testing.TB, upstream string) *fleetingdirtest.Registry {
 	tb.Helper()
-	dir := tb.TempDir()
-	m := &pullMirror{port: freePort(tb), root: filepath.Join(dir, "storage"), log: &syncBuffer{}}
-	cfg := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, mirrorConfig, m.root, m.port, upstream), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Stdout, cmd.Stderr = m.log, m.log
-	// No OpenTelemetry exporter: nothing collects them here.
-	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none", "OTEL_LOGS_EXPORTER=none")
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start %s: %v", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if tb.Failed() {
-			tb.Logf("log of the registry mirror:\n%s", m.log.String())
-		}
-	})
-
-	url := "http://127.0.0.1:" + m.port + "/v2/"
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
-	var lastErr error
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return m
-			}
-			err = fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		lastErr = err
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			tb.Fatalf("the registry mirror exited before it answered: %v\n%s", err, m.log.String())
-		case <-ctx.Done():
-			tb.Fatalf("the registry mirror did not answer: %v (last: %v)\n%s", ctx.Err(), lastErr, m.log.String())
-		case <-poll.C:
-		}
-	}
+	return fleetingdirtest.Start(ctx, tb, fleetingdirtest.Options{Listen: "0.0.0.0", Upstream: upstream})
 }
 
 // freePort returns a TCP port free on every address at the time of the
-// call, for a process that cannot be handed a listener. Another process
-// could take it before the child binds it; the child then exits, which
-// startMirror reports.
+// call, for a process that cannot be handed a listener.
 func freePort(tb testing.TB) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
@@ -154,7 +74,7 @@ func blobGets(log, repo string) []string {
 // downloads there), the second is served the blobs from the cache
 // (upstream sees manifest requests only).
 func TestDockerAutoscalerRegistryMirror(t *testing.T) {
-	bin := registryBinary(t)
+	fleetingdirtest.RegistryBinary(t) // skips without it
 	needDindImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -163,7 +83,7 @@ func TestDockerAutoscalerRegistryMirror(t *testing.T) {
 	pushed := up.push(ctx, t, dockerimage.TestImageBusybox, repo)
 	img := repo + ":" + pushed[strings.LastIndexByte(pushed, ':')+1:]
 	// The mirror runs on the host: it reaches upstream at loopback.
-	mir := startMirror(ctx, t, bin, "http://127.0.0.1:"+up.port)
+	mir := startMirror(ctx, t, "http://127.0.0.1:"+up.port)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("upstream registry log:\n%s", up.log.String())
@@ -181,7 +101,7 @@ func TestDockerAutoscalerRegistryMirror(t *testing.T) {
     max_use_count = 1
     [[runners.autoscaler.policy]]
       idle_count = 0
-      idle_time = "1m"`, "", fmt.Sprintf("      engine_registry_mirror = %q\n", "http://"+up.gw+":"+mir.port))
+      idle_time = "1m"`, "", fmt.Sprintf("      engine_registry_mirror = %q\n", "http://"+up.gw+":"+mir.Port))
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 30*time.Second)
 
@@ -208,7 +128,7 @@ func TestDockerAutoscalerRegistryMirror(t *testing.T) {
 	}
 
 	first := run("through the mirror, cold")
-	repoDir := filepath.Join(mir.root, "docker/registry/v2/repositories", repo)
+	repoDir := filepath.Join(mir.Root, "docker/registry/v2/repositories", repo)
 	if fi, err := os.Stat(repoDir); err != nil || !fi.IsDir() {
 		t.Errorf("the mirror's storage has no repository %s after the first pull: %v", repo, err)
 	}
@@ -218,7 +138,7 @@ func TestDockerAutoscalerRegistryMirror(t *testing.T) {
 	} else {
 		t.Logf("upstream blob downloads for the first pull:\n%s", strings.Join(gets, "\n"))
 	}
-	upMark, mirMark := len(upLog), len(mir.log.String())
+	upMark, mirMark := len(upLog), len(mir.Log())
 
 	second := run("through the mirror, cached")
 	if second == first {
@@ -238,8 +158,8 @@ func TestDockerAutoscalerRegistryMirror(t *testing.T) {
 			t.Errorf("upstream served %q for the second pull; want no blob requests (they come from the mirror's cache)", l)
 		}
 	}
-	if !strings.Contains(mir.log.String()[mirMark:], "/v2/"+repo+"/blobs/sha256:") {
-		t.Errorf("the mirror served no blob of %s for the second pull:\n%s", repo, mir.log.String()[mirMark:])
+	if !strings.Contains(mir.Log()[mirMark:], "/v2/"+repo+"/blobs/sha256:") {
+		t.Errorf("the mirror served no blob of %s for the second pull:\n%s", repo, mir.Log()[mirMark:])
 	}
 
 	m.signal(syscall.SIGTERM)
@@ -259,7 +179,7 @@ func TestDockerAutoscalerRegistryMirror(t *testing.T) {
 // (mirror, by a Docker Hub name: mirrors serve nothing else). Every
 // iteration removes the image from the inner engine first (untimed).
 func BenchmarkDockerFleetMirrorPull(b *testing.B) {
-	bin := registryBinary(b)
+	fleetingdirtest.RegistryBinary(b) // skips without it
 	skipWithoutDind(b)
 	cli := dockertest.Engine(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -278,12 +198,12 @@ func BenchmarkDockerFleetMirrorPull(b *testing.B) {
 		b.Logf("image %s: %.1f MB", local, float64(ins.Size)/1e6)
 	}
 	pushImage(ctx, b, cli, local, "127.0.0.1:"+upPort+"/"+repo+":"+tag)
-	mir := startMirror(ctx, b, bin, "http://127.0.0.1:"+upPort)
+	mir := startMirror(ctx, b, "http://127.0.0.1:"+upPort)
 
 	inner := engineInstance(ctx, b, cli, map[string]any{
 		"engine":                   true,
 		"name_prefix":              "drover-e2e-bench",
-		"engine_registry_mirror":   "http://" + gw + ":" + mir.port,
+		"engine_registry_mirror":   "http://" + gw + ":" + mir.Port,
 		"engine_insecure_registry": gw + ":" + upPort,
 	})
 	direct, mirrored := gw+":"+upPort+"/"+repo+":"+tag, repo+":"+tag
@@ -297,9 +217,9 @@ func BenchmarkDockerFleetMirrorPull(b *testing.B) {
 	}
 	// Warm the mirror's cache.
 	if err := pull(ctx, inner, mirrored); err != nil {
-		b.Fatalf("pull %s through the mirror: %v\nmirror log:\n%s", mirrored, err, mir.log.String())
+		b.Fatalf("pull %s through the mirror: %v\nmirror log:\n%s", mirrored, err, mir.Log())
 	}
-	if _, err := os.Stat(filepath.Join(mir.root, "docker/registry/v2/repositories", repo)); err != nil {
+	if _, err := os.Stat(filepath.Join(mir.Root, "docker/registry/v2/repositories", repo)); err != nil {
 		b.Fatalf("the mirror did not cache %s: %v", repo, err)
 	}
 

@@ -1,6 +1,8 @@
-// Package fleetingdirtest runs distribution's registry for tests and
-// publishes fleeting plugin artifacts to it the way fleeting-artifact
-// release does, so that installing can be tested against the real thing.
+// Package fleetingdirtest runs distribution's registry for tests (with
+// authentication, or as a pull-through cache: the registry mirror tests
+// use it too) and publishes fleeting plugin artifacts to it the way
+// fleeting-artifact release does, so that installing can be tested
+// against the real thing.
 package fleetingdirtest
 
 import (
@@ -71,13 +73,23 @@ type Options struct {
 	// Username and Password, when set, make the registry demand them
 	// (htpasswd authentication, answered with a Basic challenge).
 	Username, Password string
+	// Listen is the address it listens on: "" is 127.0.0.1; "0.0.0.0"
+	// for one that containers reach at the bridge's gateway.
+	Listen string
+	// Upstream, when set, makes it a pull-through cache of that registry
+	// (a URL: proxy.remoteurl).
+	Upstream string
 }
 
 // Registry is a distribution registry process serving plain HTTP on a
 // loopback port, with its storage in a temporary directory.
 type Registry struct {
-	// Host is host:port, the registry part of references to it.
+	// Host is 127.0.0.1:port, the registry part of references to it.
 	Host string
+	// Port is the port it listens on.
+	Port string
+	// Root is its storage's root directory.
+	Root string
 
 	opts Options
 	log  *syncBuffer
@@ -94,7 +106,11 @@ storage:
   filesystem:
     rootdirectory: %s
 http:
-  addr: 127.0.0.1:%s
+  addr: %s:%s
+`
+
+const proxyConfig = `proxy:
+  remoteurl: %s
 `
 
 const htpasswdConfig = `auth:
@@ -110,9 +126,17 @@ func Start(ctx context.Context, tb testing.TB, o Options) *Registry {
 	tb.Helper()
 	bin := RegistryBinary(tb)
 	dir := tb.TempDir()
-	port := freePort(tb)
-	r := &Registry{Host: "127.0.0.1:" + port, opts: o, log: &syncBuffer{}, published: map[string][]string{}}
-	cfg := fmt.Sprintf(registryConfig, filepath.Join(dir, "storage"), port)
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1"
+	}
+	port := freePort(tb, o.Listen)
+	r := &Registry{Host: "127.0.0.1:" + port, Port: port, Root: filepath.Join(dir, "storage"),
+		opts: o, log: &syncBuffer{}, published: map[string][]string{}}
+	// Access logs stay on (stdout, the rest stderr: both are kept).
+	cfg := fmt.Sprintf(registryConfig, r.Root, o.Listen, port)
+	if o.Upstream != "" {
+		cfg += fmt.Sprintf(proxyConfig, o.Upstream)
+	}
 	if o.Username != "" {
 		hash, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.MinCost)
 		if err != nil {
@@ -176,12 +200,12 @@ func Start(ctx context.Context, tb testing.TB, o Options) *Registry {
 // Log is what the registry wrote so far (its access log included).
 func (r *Registry) Log() string { return r.log.String() }
 
-// freePort returns a TCP port free on the loopback address at the time
-// of the call. Another process could take it before the registry binds
-// it; the registry then exits, which Start reports.
-func freePort(tb testing.TB) string {
+// freePort returns a TCP port free on host at the time of the call.
+// Another process could take it before the registry binds it; the
+// registry then exits, which Start reports.
+func freePort(tb testing.TB, host string) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		tb.Fatal(err)
 	}
