@@ -62,23 +62,12 @@ func (s *Server) listActions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getAction(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.query(w, r); !ok {
-		return
-	}
-	id, ok := s.pathID(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	a, found := s.actions[id]
-	var body actionJSON
-	if found {
-		body = *a
-	}
-	s.mu.Unlock()
-	if !found {
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("action with ID %d not found", id))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"action": body})
+	getOne(s, w, r, "action", "action", func(id int64) (actionJSON, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if a, ok := s.actions[id]; ok {
+			return *a, true
+		}
+		return actionJSON{}, false
+	})
 }

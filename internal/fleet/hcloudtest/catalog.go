@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -117,16 +116,7 @@ func (s *Server) listLocations(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getLocation(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.pathID(w, r)
-	if !ok {
-		return
-	}
-	l, found := findLocation(idOrName{ID: id})
-	if !found {
-		writeError(w, http.StatusNotFound, "not_found", "location with ID "+strconv.FormatInt(id, 10)+" not found")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"location": l})
+	getOne(s, w, r, "location", "location", func(id int64) (locationJSON, bool) { return findLocation(idOrName{ID: id}) })
 }
 
 func (s *Server) listServerTypes(w http.ResponseWriter, r *http.Request) {
@@ -141,16 +131,7 @@ func (s *Server) listServerTypes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getServerType(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.pathID(w, r)
-	if !ok {
-		return
-	}
-	t, found := findServerType(idOrName{ID: id})
-	if !found {
-		writeError(w, http.StatusNotFound, "not_found", "server type with ID "+strconv.FormatInt(id, 10)+" not found")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"server_type": t})
+	getOne(s, w, r, "server_type", "server type", func(id int64) (serverTypeJSON, bool) { return findServerType(idOrName{ID: id}) })
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
@@ -173,16 +154,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.pathID(w, r)
-	if !ok {
-		return
-	}
-	im, found := findImage(idOrName{ID: id}, "")
-	if !found {
-		writeError(w, http.StatusNotFound, "not_found", "image with ID "+strconv.FormatInt(id, 10)+" not found")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"image": im})
+	getOne(s, w, r, "image", "image", func(id int64) (imageJSON, bool) { return findImage(idOrName{ID: id}, "") })
 }
 
 // listVolumes answers the plugin's search for its volumes: the stand-in

@@ -515,3 +515,22 @@ func (s *Server) newIDLocked() int64 {
 	s.nextID++
 	return id
 }
+
+// getOne serves GET /<things>/{id}: what find returns for the id, as the
+// API wraps it ({"<key>": ...}), or the API's not_found naming what. A
+// query parameter is refused, as on every endpoint that takes none.
+func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, key, what string, find func(id int64) (T, bool)) {
+	if _, ok := s.query(w, r); !ok {
+		return
+	}
+	id, ok := s.pathID(w, r)
+	if !ok {
+		return
+	}
+	v, found := find(id)
+	if !found {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s with ID %d not found", what, id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{key: v})
+}

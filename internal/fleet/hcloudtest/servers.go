@@ -50,25 +50,14 @@ func (s *Server) sortedServersLocked() []*server {
 }
 
 func (s *Server) getServer(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.query(w, r); !ok {
-		return
-	}
-	id, ok := s.pathID(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	srv, found := s.servers[id]
-	var body serverJSON
-	if found {
-		body = srv.json()
-	}
-	s.mu.Unlock()
-	if !found {
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("server with ID %d not found", id))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"server": body})
+	getOne(s, w, r, "server", "server", func(id int64) (serverJSON, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if srv, ok := s.servers[id]; ok {
+			return srv.json(), true
+		}
+		return serverJSON{}, false
+	})
 }
 
 // json is the server as the API shows it; Server.mu is held.

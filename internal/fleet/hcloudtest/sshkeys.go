@@ -39,26 +39,17 @@ func (s *Server) listSSHKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSSHKey(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.query(w, r); !ok {
-		return
-	}
-	id, ok := s.pathID(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	k, found := s.keys[id]
-	var body sshKeyJSON
-	if found {
-		body = *k
+	getOne(s, w, r, "ssh_key", "SSH key", func(id int64) (sshKeyJSON, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		k, ok := s.keys[id]
+		if !ok {
+			return sshKeyJSON{}, false
+		}
+		body := *k
 		body.Labels = maps.Clone(k.Labels)
-	}
-	s.mu.Unlock()
-	if !found {
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("SSH key with ID %d not found", id))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"ssh_key": body})
+		return body, true
+	})
 }
 
 // createSSHKey is POST /ssh_keys. Names and fingerprints are unique, as

@@ -152,7 +152,7 @@ func (p *Provider) startLocked(ctx context.Context, s fleet.Settings) (*process,
 	}
 	p.gen++
 	p.killLeftover()
-	sink := newProcSink(p.log.With("pid_gen", p.gen))
+	sink := newProcSink(p.log.With("plugin_run", p.gen)) // which start of the program
 	run, err := fleeting.RunPlugin(p.path, raw, fleeting.WithPluginLogger(sink.logger()))
 	if err != nil {
 		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: not started: %w "+
