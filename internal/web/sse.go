@@ -128,6 +128,10 @@ func (u *UI) handleJobsEvents(w http.ResponseWriter, r *http.Request, _ credenti
 // starts over at the log's new tail.
 const liveSpan = 8
 
+// sseBatch is about how many bytes of rendered log one "log" event of the
+// live log carries at most (a single longer line is sent on its own).
+const sseBatch = 64 << 10
+
 // logEvent is an Event as app.js reads it.
 type logEvent struct {
 	T         string `json:"t"`
@@ -180,7 +184,10 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 		http.Error(w, "from must not be past offset", http.StatusBadRequest)
 		return
 	}
-	ctx := r.Context()
+	// The request's work ends with the client: a cancelled context stops
+	// the read between two chunks, and so does a failed send.
+	ctx, stop := context.WithCancel(r.Context())
+	defer stop()
 	j, err := u.cfg.Jobs.Job(ctx, id)
 	if err != nil {
 		http.Error(w, "no such job", http.StatusNotFound)
@@ -198,13 +205,17 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 	// (colours, open sections) at off is that of the page; events up to
 	// off are the page's already.
 	parser := NewParserAt(start)
-	var batch []logEvent
-	collect := func(ev Event) {
-		if ev.End > off {
-			batch = append(batch, toLogEvent(ev))
-		}
-	}
-	flush := func() error {
+	// What one request reads is bounded whatever the log's size: at most
+	// liveSpan LogTails from the page's start (then the page starts over
+	// at the log's tail), sent in batches of about sseBatch bytes as they
+	// are parsed, never gathered whole.
+	limit := start + liveSpan*u.cfg.LogTail
+	var (
+		batch     []logEvent
+		batchSize int
+		sendErr   error
+	)
+	flush := func(id int64) error {
 		if len(batch) == 0 {
 			return nil
 		}
@@ -212,8 +223,21 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 		if err != nil {
 			return err
 		}
-		batch = batch[:0]
-		return s.send("log", strconv.FormatInt(max(off, parser.Offset()), 10), string(b))
+		batch, batchSize = batch[:0], 0
+		return s.send("log", strconv.FormatInt(max(off, id), 10), string(b))
+	}
+	collect := func(ev Event) {
+		if ev.End <= off || sendErr != nil {
+			return
+		}
+		batch = append(batch, toLogEvent(ev))
+		batchSize += len(ev.HTML) + len(ev.Name) + 32
+		if batchSize >= sseBatch {
+			// A line boundary: the page can carry on from ev.End.
+			if sendErr = flush(ev.End); sendErr != nil {
+				stop()
+			}
+		}
 	}
 	pos := start
 	for first := true; ; first = false {
@@ -234,18 +258,27 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 			s.send("reset", "", "")
 			return
 		}
-		if err = u.readLog(ctx, id, pos, size, parser, collect); err != nil {
-			if ctx.Err() == nil {
+		end := min(size, limit)
+		if err = u.readLog(ctx, id, pos, end, parser, collect); err != nil || sendErr != nil {
+			if err != nil && ctx.Err() == nil {
 				u.log.Warn("web: live log", "job_id", id, "err", err)
 			}
 			return
 		}
-		pos = max(pos, size)
+		pos = max(pos, end)
+		if size > limit {
+			// The log grew far past the page's start: what was read is
+			// sent, the page starts over at the log's new tail.
+			if flush(parser.Offset()) == nil {
+				s.send("tail", "", "")
+			}
+			return
+		}
 		done := Finished(j.Status)
 		if done {
 			parser.Flush(collect)
 		}
-		if flush() != nil {
+		if flush(parser.Offset()) != nil {
 			return
 		}
 		if j.Status != status {
@@ -261,10 +294,6 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 		}
 		if done {
 			s.send("done", "", j.Status)
-			return
-		}
-		if pos-start > liveSpan*u.cfg.LogTail {
-			s.send("tail", "", "")
 			return
 		}
 		if s.ping() != nil || !u.wait(ctx, changed) {

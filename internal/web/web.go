@@ -616,7 +616,8 @@ func (u *UI) pieceStart(ctx context.Context, id, end int64) (int64, error) {
 	return off, nil
 }
 
-// readLog feeds parser job id's log from offset from to offset to.
+// readLog feeds parser job id's log from offset from to offset to, a
+// chunk at a time, until ctx is done.
 func (u *UI) readLog(ctx context.Context, id, from, to int64, parser *Parser, emit func(Event)) error {
 	if to <= from {
 		return nil
@@ -629,6 +630,9 @@ func (u *UI) readLog(ctx context.Context, id, from, to int64, parser *Parser, em
 	buf := make([]byte, 64<<10)
 	rd := io.LimitReader(rc, to-from)
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		n, err := rd.Read(buf)
 		parser.Feed(buf[:n], emit)
 		if err == io.EOF {
