@@ -587,7 +587,11 @@ func (b *build) resumeStage(ctx context.Context, stage executor.Stage, header st
 	cmd := executor.Command{Stage: stage, Script: script}
 	from := cp.StageOffset
 	if !cp.Started {
-		b.checkpoint(stage, false, 0, true)
+		// No checkpoint here: the record holds this one already (it is
+		// what the build resumed from), and the log's bytes up to the
+		// coordinator's size are still to be regenerated, so a checkpoint
+		// could not be taken now anyway (the manager warned on every
+		// resume of a stage that had been silent).
 		b.trace.sectionStart(stage, header)
 		from = 0
 	}

@@ -629,3 +629,48 @@ func (s statefulRecorder) Restore(ctx context.Context, opts executor.PrepareOpti
 func (s statefulRecorder) Resume(ctx context.Context, cmd executor.Command, from int64) error {
 	return s.Executor.(executor.Stateful).Resume(ctx, cmd, from)
 }
+
+// TestResumeTakesNoCheckpointItResumedFrom: a build resumed at a stage
+// that was about to start (or started without output yet) takes no sync
+// checkpoint before re-attaching to it: the record already holds that
+// checkpoint, and the coordinator's log bytes past it are still to be
+// regenerated, so the manager could not save one (it warned "the log
+// could not be sent before a stage" on every such resume).
+func TestResumeTakesNoCheckpointItResumedFrom(t *testing.T) {
+	f := newFixture(t, "bash", job([]string{"echo doing"}, nil))
+	f.opts.Settings.Resumable = true
+	var at *Checkpoint
+	var state []byte
+	f.opts.Checkpoint = func(cp Checkpoint, sync bool) {
+		if !sync || cp.Stage != executor.StageStepScript || at != nil {
+			return
+		}
+		s, err := f.rec.Executor.(executor.Stateful).State()
+		if err != nil {
+			t.Errorf("State at the %s checkpoint: %v", cp.Stage, err)
+		}
+		at, state = &cp, s
+	}
+	checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
+	if at == nil || at.Started {
+		t.Fatalf("no checkpoint before %s started: %+v", executor.StageStepScript, at)
+	}
+
+	r := newFixture(t, "bash", job([]string{"echo doing"}, nil))
+	r.opts.Settings = f.opts.Settings
+	r.opts.Resume = &Resume{Checkpoint: *at, ExecutorState: state}
+	r.opts.Executor = statefulRecorder{r.rec}
+	var syncs []Checkpoint
+	r.opts.Checkpoint = func(cp Checkpoint, sync bool) {
+		if sync {
+			syncs = append(syncs, cp)
+		}
+	}
+	checkResult(t, r.run(t.Context(), nil), Result{State: api.StateSuccess})
+	if len(syncs) == 0 {
+		t.Fatal("the resumed build took no checkpoint at all")
+	}
+	if syncs[0].Stage == at.Stage {
+		t.Errorf("the resumed build's first checkpoint is the one it resumed from (%s, started %v): %+v", at.Stage, at.Started, syncs)
+	}
+}
