@@ -32,8 +32,8 @@ for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'pos
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  as_root apt-get -o DPkg::Lock::Timeout=600 update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 fi
 export PATH="$(go env GOPATH)/bin:$PATH"
 if ! have staticcheck; then
