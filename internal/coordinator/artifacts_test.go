@@ -176,23 +176,45 @@ func TestArtifactsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestArtifactsReplace: a second upload of a type replaces the first, and
-// its file goes.
-func TestArtifactsReplace(t *testing.T) {
+// TestArtifactsWrittenOnce: as in GitLab, a job's artifact of a type is
+// written once. The same bytes again (a retry whose answer was lost) is
+// 201 with the first; other bytes are 400 "another artifact of the same
+// type already exists", and the first stays, alone on disk. Another
+// type is not in the way.
+func TestArtifactsWrittenOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	_, tok := e.runner(nil)
 	jr := e.running(tok, nil)
-	for _, data := range []string{"first", "second"} {
-		if resp, b := e.upload(jr.ID, jr.Token, "", []byte(data)); resp.StatusCode != http.StatusCreated {
-			t.Fatalf("upload %s = %d %s", data, resp.StatusCode, b)
-		}
+	first := []byte("first")
+	if resp, b := e.upload(jr.ID, jr.Token, "", first); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload first = %d %s", resp.StatusCode, b)
 	}
-	if files := e.artifactFiles(); len(files) != 1 {
-		t.Errorf("artifact files = %v, want one", files)
+	resp, b := e.upload(jr.ID, jr.Token, "", first)
+	var av artifactView
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload of the same bytes again = %d %s, want 201", resp.StatusCode, b)
 	}
-	if resp, got := e.admin("GET", fmt.Sprintf("/api/v1/jobs/%d/artifacts", jr.ID), nil); resp.StatusCode != http.StatusOK || string(got) != "second" {
-		t.Errorf("download = %d %q, want the second upload", resp.StatusCode, got)
+	if e.decode(b, &av); av.SHA256 != sha(first) {
+		t.Errorf("upload of the same bytes again answered %+v, want the first", av)
+	}
+	resp, b = e.upload(jr.ID, jr.Token, "artifact_type=archive", []byte("second"))
+	var msg struct{ Message, Error string }
+	e.decode(b, &msg)
+	if resp.StatusCode != http.StatusBadRequest || msg.Message != "another artifact of the same type already exists" || msg.Error != msg.Message {
+		t.Errorf("upload of other bytes = %d %s, want 400 {message: another artifact of the same type already exists}", resp.StatusCode, b)
+	}
+	if got := resp.Header.Get(hdrJobStatus); got != "running" {
+		t.Errorf("refused upload Job-Status = %q, want running", got)
+	}
+	if resp, b := e.upload(jr.ID, jr.Token, "artifact_type=junit&artifact_format=gzip", []byte("<testsuites/>")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("upload of another type = %d %s, want 201", resp.StatusCode, b)
+	}
+	if files := e.artifactFiles(); len(files) != 2 {
+		t.Errorf("artifact files = %v, want two (the first archive, the junit)", files)
+	}
+	if resp, got := e.admin("GET", fmt.Sprintf("/api/v1/jobs/%d/artifacts", jr.ID), nil); resp.StatusCode != http.StatusOK || !bytes.Equal(got, first) {
+		t.Errorf("download = %d %q, want the first upload", resp.StatusCode, got)
 	}
 }
 
@@ -478,8 +500,8 @@ func TestArtifactsExpiry(t *testing.T) {
 	if m := e.metric(metricPrefix + "artifacts_expired_total"); m != metricPrefix+"artifacts_expired_total 2" {
 		t.Errorf("metric = %q, want 2", m)
 	}
-	if _, err := e.c.st.GetArtifact(t.Context(), jr.ID, "archive"); err == nil {
-		t.Error("the expired archive's record is still there")
+	if a, err := e.c.st.GetArtifact(t.Context(), jr.ID, "archive"); err != nil || !a.Retired() {
+		t.Errorf("the expired archive's record = %+v, %v; want it retired (the mark of an expired artifact)", a, err)
 	}
 	// A default expiry: DefaultArtifactExpireIn from the upload.
 	jr2 := e.running(tok, nil)
