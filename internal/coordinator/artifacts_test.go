@@ -586,3 +586,50 @@ func FuzzUploadParams(f *testing.F) {
 		}
 	})
 }
+
+// TestMissingDependencyFailsAtHandOut: as GitLab's pre-assign check, a job
+// whose dependency's archive expired (before or after the reaper deleted
+// it) never reaches a runner: it fails with missing_dependency_failure and
+// its log names the dependency, and the request hands out the next job.
+// A dependency that never uploaded an archive is no obstacle.
+func TestMissingDependencyFailsAtHandOut(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(fakeStart)
+	e := newEnv(t, func(c *Config) { c.Clock = fc })
+	_, tok := e.runner(nil)
+	build := e.running(tok, map[string]any{"name": "build", "project": "g/p"})
+	if resp, b := e.upload(build.ID, build.Token, "expire_in=1+hour", []byte("zip bytes")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload = %d %s", resp.StatusCode, b)
+	}
+	e.succeed(build)
+	lint := e.running(tok, map[string]any{"name": "lint", "project": "g/p"}) // uploads nothing
+	e.succeed(lint)
+	fc.Advance(time.Hour)
+
+	for _, reaped := range []bool{false, true} {
+		if reaped {
+			e.c.reapOnce(t.Context())
+			if a, err := e.c.st.GetArtifact(t.Context(), build.ID, "archive"); err != nil || !a.Retired() {
+				t.Fatalf("after the reaper: archive = %+v, %v; want retired", a, err)
+			}
+		}
+		test := e.submit(map[string]any{"name": "test", "project": "g/p", "dependencies": []any{"lint", "build"}})
+		after := e.submit(map[string]any{"name": "deploy", "project": "g/p", "dependencies": []any{"lint"}})
+		jr := e.take(tok)
+		if jr.ID != after.ID {
+			t.Fatalf("reaped %v: handed out job %d (%s), want %d (deploy): the job with an expired dependency must not reach a runner", reaped, jr.ID, jr.JobInfo.Name, after.ID)
+		}
+		want := []api.Dependency{{ID: lint.ID, Name: "lint", Token: jr.Token}}
+		if d := cmp.Diff(want, jr.Dependencies); d != "" {
+			t.Errorf("reaped %v: deploy's dependencies (-want +got):\n%s", reaped, d)
+		}
+		e.succeed(jr)
+		got := e.job(test.ID)
+		if got.Status != "failed" || got.FailureReason != "missing_dependency_failure" || got.RunnerID != 0 {
+			t.Errorf("reaped %v: test = %s/%s runner %d, want failed/missing_dependency_failure, no runner", reaped, got.Status, got.FailureReason, got.RunnerID)
+		}
+		if log := e.trace(test.ID); !strings.Contains(log, fmt.Sprintf("build (job %d)", build.ID)) || strings.Contains(log, "lint") {
+			t.Errorf("reaped %v: test's log = %q, want it to name build (job %d) alone", reaped, log, build.ID)
+		}
+	}
+}
