@@ -50,6 +50,10 @@ const (
 	// job's stored data cannot be read, e.g. its variables were sealed with
 	// a key the coordinator does not have.
 	DataIntegrityFailure FailureReason = "data_integrity_failure"
+	// MissingDependencyFailure is coordinator-side (GitLab's name): a job
+	// one of whose dependencies' artifacts expired or were erased fails
+	// at hand-out, without reaching a runner.
+	MissingDependencyFailure FailureReason = "missing_dependency_failure"
 )
 
 // AllFailureReasons is the list the coordinator advertises in features.failure_reasons.
@@ -64,7 +68,8 @@ func (r FailureReason) Valid() bool {
 	switch r {
 	case ScriptFailure, RunnerSystemFailure, JobExecutionTimeout, ImagePullFailure,
 		RunnerConfigurationError, RunnerExternalDependencyFailure, RunnerInterrupted,
-		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner, DataIntegrityFailure:
+		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner, DataIntegrityFailure,
+		MissingDependencyFailure:
 		return true
 	}
 	return false

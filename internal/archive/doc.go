@@ -41,5 +41,8 @@
 // times, so that memory does not grow with the number of entries (but
 // for 16 bytes per entry during the check, to find repeated names).
 // [ExtractReader] does the same for a non-seekable stream by spooling it
-// to a temporary file first.
+// to a temporary file first. [ExtractOptions.MaxBytes] and
+// [ExtractOptions.MaxEntries] refuse a zip bomb during the check, before
+// anything is written: the sizes the central directory declares are
+// binding (an entry whose data expands further is corrupt).
 package archive

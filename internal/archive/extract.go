@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -34,6 +35,11 @@ var ErrUnsafe = errors.New("unsafe archive entry")
 // truncated, malformed or fails its checksums.
 var ErrCorrupt = errors.New("corrupt archive")
 
+// ErrTooLarge is wrapped by the errors of [Extract] for an archive over
+// [ExtractOptions.MaxBytes] or [ExtractOptions.MaxEntries]: a zip bomb, or
+// more than the machine was meant to take.
+var ErrTooLarge = errors.New("archive over the extraction limits")
+
 // maxLinkTarget bounds the size of a symlink entry's content.
 const maxLinkTarget = 4096
 
@@ -45,6 +51,15 @@ type ExtractOptions struct {
 	// Logger receives warnings (an entry of a kind that is skipped, such
 	// as a device); nil discards them.
 	Logger *slog.Logger
+	// MaxBytes caps the bytes the archive's files and symlinks expand
+	// to, and MaxEntries the number of its entries (of every kind); zero
+	// means no cap. Both are checked against the central directory before
+	// anything is written, and the sizes it declares are the most an
+	// entry's data may expand to (more is corrupt), so an archive over a
+	// cap is refused whole, with an error wrapping [ErrTooLarge], without
+	// a byte written.
+	MaxBytes   int64
+	MaxEntries int
 }
 
 // entryError is the error for one entry of an archive.
@@ -95,6 +110,7 @@ const maxKnownDirs = 4096
 type extraction struct {
 	z     *zipArchive
 	log   *slog.Logger
+	opts  ExtractOptions
 	seed  maphash.Seed
 	flate inflaters
 	// skip holds, in increasing order, the positions of the entries that
@@ -156,6 +172,8 @@ func (x *extraction) validate() error {
 	// seed being random) could refuse an archive that is safe; an unsafe
 	// one is also refused by checkParents while writing.
 	links := map[uint64]struct{}{}
+	var entries int
+	var expanded uint64 // saturates: an archive may declare up to 2⁶⁴-1 bytes an entry
 	d := x.z.directory()
 	var c centralRecord
 	for {
@@ -165,6 +183,10 @@ func (x *extraction) validate() error {
 		}
 		if err != nil {
 			return dirError(err)
+		}
+		entries++
+		if max := x.opts.MaxEntries; max > 0 && entries > max {
+			return fmt.Errorf("%w: more than %d entries", ErrTooLarge, max)
 		}
 		name, mode, kind, err := classify(&c)
 		if err != nil {
@@ -180,6 +202,12 @@ func (x *extraction) validate() error {
 			if err := x.checkData(&c); err != nil {
 				return err
 			}
+			if expanded += c.usize; expanded < c.usize {
+				expanded = math.MaxUint64
+			}
+			if max := x.opts.MaxBytes; max > 0 && expanded > uint64(max) {
+				return fmt.Errorf("%w: expands to more than %d bytes (%s) by entry %q", ErrTooLarge, max, humanBytes(uint64(max)), c.name)
+			}
 		case kindSymlink:
 			link, err := x.readLink(&c)
 			if err != nil {
@@ -187,6 +215,10 @@ func (x *extraction) validate() error {
 			}
 			if err := checkLink(name, link); err != nil {
 				return err
+			}
+			expanded += uint64(len(link)) // at most maxLinkTarget: no overflow before the cap
+			if max := x.opts.MaxBytes; max > 0 && expanded > uint64(max) {
+				return fmt.Errorf("%w: expands to more than %d bytes (%s) by entry %q", ErrTooLarge, max, humanBytes(uint64(max)), c.name)
 			}
 		}
 		if len(links) > 0 {
@@ -284,7 +316,7 @@ func Extract(ctx context.Context, r io.ReaderAt, size int64, dest string, opts E
 	if err != nil {
 		return Stats{}, dirError(err)
 	}
-	x := &extraction{z: z, log: log, seed: maphash.MakeSeed()}
+	x := &extraction{z: z, log: log, opts: opts, seed: maphash.MakeSeed()}
 	if err := x.validate(); err != nil {
 		return Stats{}, err
 	}
@@ -469,6 +501,20 @@ func (x *extraction) finishDirs(ctx context.Context, root *os.Root) error {
 		}
 	}
 	return nil
+}
+
+// humanBytes is n in binary units, for messages: "5.0 GiB".
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // entryName validates an entry's name and returns it cleaned.

@@ -28,15 +28,33 @@ func FuzzExtract(f *testing.F) {
 	f.Add(makeZip(f, zipEntry{name: "a/l", mode: fs.ModeSymlink | 0o777, body: "../.."}))
 	f.Add(makeZip(f, zipEntry{name: "d/", mode: fs.ModeDir | 0o700}, zipEntry{name: "d/f", body: "hello"}))
 	f.Add([]byte("PK\x05\x06"))
+	f.Add(bomb(f, 1, 1<<20))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		top := t.TempDir()
 		dest := filepath.Join(top, "dest")
 		if err := os.Mkdir(dest, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = Extract(t.Context(), bytes.NewReader(data), int64(len(data)), dest, ExtractOptions{})
+		// The caps hold whatever the archive, and whether it is refused
+		// or not: no more file bytes, nor more files and symlinks, in dest.
+		const maxBytes, maxEntries = 1 << 16, 16
+		_, _ = Extract(t.Context(), bytes.NewReader(data), int64(len(data)), dest, ExtractOptions{MaxBytes: maxBytes, MaxEntries: maxEntries})
 		if entries, _ := os.ReadDir(top); len(entries) != 1 {
 			t.Fatalf("Extract wrote next to dest: %v", entries)
+		}
+		var files int
+		var size int64
+		_ = filepath.WalkDir(dest, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				files++
+				if info, err := d.Info(); err == nil && d.Type().IsRegular() {
+					size += info.Size()
+				}
+			}
+			return nil
+		})
+		if size > maxBytes || files > maxEntries {
+			t.Fatalf("Extract with caps of %d bytes, %d entries wrote %d bytes in %d files and symlinks", maxBytes, maxEntries, size, files)
 		}
 		_ = filepath.WalkDir(dest, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.Type()&fs.ModeSymlink == 0 {

@@ -158,6 +158,38 @@ func (r *RunnerConfig) KeyPosition(keys ...string) (key string, line int) {
 	return p.String(), r.lines.lineOf(p)
 }
 
+// Keys of [runners.artifact] drover reads besides GitLab Runner's
+// (upload_timeout, response_header_timeout, kept as they are): the caps
+// of an archive extracted into the build directory, a dependency's
+// artifacts or a cache, in bytes expanded and in entries. Zero or absent
+// is the helper's default (5 GiB, 1,000,000 entries).
+const (
+	ArtifactExtractMaxSize    = "extract_max_size"
+	ArtifactExtractMaxEntries = "extract_max_entries"
+)
+
+// ArtifactExtractLimits returns [runners.artifact] extract_max_size and
+// extract_max_entries, 0 when unset (Parse checked them: integers, not
+// negative).
+func (r *RunnerConfig) ArtifactExtractLimits() (maxSize, maxEntries int64) {
+	maxSize, _ = r.Artifact[ArtifactExtractMaxSize].(int64)
+	maxEntries, _ = r.Artifact[ArtifactExtractMaxEntries].(int64)
+	return max(0, maxSize), max(0, maxEntries)
+}
+
+// checkArtifact checks the keys of [runners.artifact] that drover reads.
+func (d *decoder) checkArtifact(p keyPath, m map[string]any) {
+	for _, k := range []string{ArtifactExtractMaxSize, ArtifactExtractMaxEntries} {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		if n, ok := d.int64(p.key(k), v); ok && n < 0 {
+			d.fail(p.key(k), "must be 0 (the default) or more")
+		}
+	}
+}
+
 // OutputLimitBytes returns the job log limit in bytes, using the default
 // for values <= 0.
 func (r *RunnerConfig) OutputLimitBytes() int64 {

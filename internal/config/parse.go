@@ -343,7 +343,9 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 		case "custom_build_dir":
 			r.CustomBuildDir, ok = d.table(kp, v)
 		case "artifact":
-			r.Artifact, ok = d.table(kp, v)
+			if r.Artifact, ok = d.table(kp, v); ok {
+				d.checkArtifact(kp, r.Artifact)
+			}
 		default:
 			if kind, known := knownRunnerExtra[k]; known {
 				ok = d.checkKind(kp, kind, v)

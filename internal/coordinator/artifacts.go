@@ -32,9 +32,11 @@ import (
 // (SHA-256) on the way, fsynced and renamed to its name: a file is visible
 // under its name only complete, and recorded in the store only then. An
 // upload cut off, or over MaxArtifactSize, leaves nothing. A job has one
-// artifact of each type (archive, junit, ...); a new upload of a type
-// replaces the old one (a runner retrying an upload whose answer it lost
-// succeeds). Leftover temporary files (a coordinator killed mid-upload)
+// artifact of each type (archive, junit, ...), written once, as in
+// GitLab: a second upload of a type with the same bytes (SHA-256) is
+// answered 201 with the first (a runner retrying an upload whose answer
+// it lost succeeds), one with other bytes 400 "another artifact of the
+// same type already exists", and the first stays. Leftover temporary files (a coordinator killed mid-upload)
 // are removed at start when the store is not shared; files no record
 // names, by the reaper's sweep (orphans.go).
 //
@@ -50,8 +52,11 @@ import (
 //
 // Expiry: an artifact's expire_at is the upload's expire_in, else the job
 // spec's artifacts.expire_in, else DefaultArtifactExpireIn; "never" keeps
-// it. Expired artifacts are not served, and the reaper deletes them (row,
-// then file).
+// it. Expired artifacts are not served, and the reaper deletes their
+// files, retiring their records (store.Store.RetireArtifact): a job that
+// depends on one fails at hand-out with missing_dependency_failure (see
+// checkDependencies), while a dependency that never had artifacts is no
+// obstacle, as in GitLab.
 //
 // The files live on this coordinator's disk. Coordinators sharing a
 // PostgreSQL store share the records: they need DataDir/artifacts on a
@@ -322,7 +327,8 @@ type artifactView struct {
 }
 
 // handleUploadArtifacts is POST /api/v4/jobs/{id}/artifacts: 201 with the
-// artifact; 400 for bad parameters or a body without a "file" part; 403,
+// artifact; 400 for bad parameters, a body without a "file" part, or a
+// second artifact of a type (see the package doc); 403,
 // 404, 409 as the package doc says; 413 over MaxArtifactSize, from
 // Content-Length before anything is read or while streaming.
 func (c *Coordinator) handleUploadArtifacts(w http.ResponseWriter, r *http.Request) {
@@ -398,23 +404,43 @@ func (c *Coordinator) handleUploadArtifacts(w http.ResponseWriter, r *http.Reque
 		c.artifacts.remove(name)
 		return
 	}
-	var prev *store.Artifact
+	var existing *store.Artifact
 	if err == nil {
-		prev, err = c.st.PutArtifact(ctx, a)
+		existing, err = c.st.PutArtifact(ctx, a)
+	}
+	if errors.Is(err, store.ErrExists) {
+		c.artifacts.remove(name)
+		setJobHeaders(w, cur.Status)
+		if existing.SHA256 == sum && !existing.Retired() {
+			// The same bytes again: a retry whose answer was lost.
+			log.Info("artifact upload repeated: the same bytes", "size", size)
+			runnerapi.WriteJSON(w, http.StatusCreated, viewArtifact(existing))
+			return
+		}
+		log.Warn("artifact refused: the job has one of this type already", "size", size, "sha256", sum, "existing_sha256", existing.SHA256)
+		runnerapi.WriteJSON(w, http.StatusBadRequest, duplicateArtifact{Message: msgArtifactExists, Error: msgArtifactExists, Field: "artifact_type"})
+		return
 	}
 	if err != nil {
 		c.artifacts.remove(name)
 		c.internalError(ctx, w, "record artifact", err)
 		return
 	}
-	if prev != nil {
-		if err := c.artifacts.remove(prev.File); err != nil {
-			log.Warn("remove replaced artifact", "file", prev.File, "err", err)
-		}
-	}
 	log.Info("artifact uploaded", "size", size, "format", p.format, "filename", a.Filename, "expire_at", a.ExpireAt)
 	setJobHeaders(w, cur.Status)
 	runnerapi.WriteJSON(w, http.StatusCreated, viewArtifact(&a))
+}
+
+// msgArtifactExists is GitLab's answer (400) to a second upload of a
+// type with other bytes (Ci::JobArtifacts::CreateService).
+const msgArtifactExists = "another artifact of the same type already exists"
+
+// duplicateArtifact is the 400 of a second upload: GitLab's "message"
+// and drover's "error" and "field".
+type duplicateArtifact struct {
+	Message string `json:"message"`
+	Error   string `json:"error"`
+	Field   string `json:"field"`
 }
 
 func viewArtifact(a *store.Artifact) artifactView {
@@ -568,8 +594,9 @@ func (w *countingWriter) ReadFrom(r io.Reader) (int64, error) {
 
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// expireArtifacts deletes the artifacts expired at now: the record first
-// (from then on it is not served), then the file.
+// expireArtifacts deletes the artifacts expired at now: the record is
+// retired first (from then on it is not served, and it stays as the mark
+// that fails the jobs that depend on it), then the file goes.
 func (c *Coordinator) expireArtifacts(ctx context.Context, now time.Time) {
 	const batch = 100
 	for {
@@ -581,9 +608,9 @@ func (c *Coordinator) expireArtifacts(ctx context.Context, now time.Time) {
 			return
 		}
 		for _, a := range as {
-			err := c.st.DeleteArtifact(ctx, a)
+			err := c.st.RetireArtifact(ctx, a)
 			if errors.Is(err, store.ErrNotFound) {
-				continue // replaced or deleted meanwhile: not ours to remove
+				continue // retired meanwhile (another coordinator): not ours to remove
 			}
 			if err != nil {
 				if ctx.Err() == nil {

@@ -176,23 +176,45 @@ func TestArtifactsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestArtifactsReplace: a second upload of a type replaces the first, and
-// its file goes.
-func TestArtifactsReplace(t *testing.T) {
+// TestArtifactsWrittenOnce: as in GitLab, a job's artifact of a type is
+// written once. The same bytes again (a retry whose answer was lost) is
+// 201 with the first; other bytes are 400 "another artifact of the same
+// type already exists", and the first stays, alone on disk. Another
+// type is not in the way.
+func TestArtifactsWrittenOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	_, tok := e.runner(nil)
 	jr := e.running(tok, nil)
-	for _, data := range []string{"first", "second"} {
-		if resp, b := e.upload(jr.ID, jr.Token, "", []byte(data)); resp.StatusCode != http.StatusCreated {
-			t.Fatalf("upload %s = %d %s", data, resp.StatusCode, b)
-		}
+	first := []byte("first")
+	if resp, b := e.upload(jr.ID, jr.Token, "", first); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload first = %d %s", resp.StatusCode, b)
 	}
-	if files := e.artifactFiles(); len(files) != 1 {
-		t.Errorf("artifact files = %v, want one", files)
+	resp, b := e.upload(jr.ID, jr.Token, "", first)
+	var av artifactView
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload of the same bytes again = %d %s, want 201", resp.StatusCode, b)
 	}
-	if resp, got := e.admin("GET", fmt.Sprintf("/api/v1/jobs/%d/artifacts", jr.ID), nil); resp.StatusCode != http.StatusOK || string(got) != "second" {
-		t.Errorf("download = %d %q, want the second upload", resp.StatusCode, got)
+	if e.decode(b, &av); av.SHA256 != sha(first) {
+		t.Errorf("upload of the same bytes again answered %+v, want the first", av)
+	}
+	resp, b = e.upload(jr.ID, jr.Token, "artifact_type=archive", []byte("second"))
+	var msg struct{ Message, Error string }
+	e.decode(b, &msg)
+	if resp.StatusCode != http.StatusBadRequest || msg.Message != "another artifact of the same type already exists" || msg.Error != msg.Message {
+		t.Errorf("upload of other bytes = %d %s, want 400 {message: another artifact of the same type already exists}", resp.StatusCode, b)
+	}
+	if got := resp.Header.Get(hdrJobStatus); got != "running" {
+		t.Errorf("refused upload Job-Status = %q, want running", got)
+	}
+	if resp, b := e.upload(jr.ID, jr.Token, "artifact_type=junit&artifact_format=gzip", []byte("<testsuites/>")); resp.StatusCode != http.StatusCreated {
+		t.Errorf("upload of another type = %d %s, want 201", resp.StatusCode, b)
+	}
+	if files := e.artifactFiles(); len(files) != 2 {
+		t.Errorf("artifact files = %v, want two (the first archive, the junit)", files)
+	}
+	if resp, got := e.admin("GET", fmt.Sprintf("/api/v1/jobs/%d/artifacts", jr.ID), nil); resp.StatusCode != http.StatusOK || !bytes.Equal(got, first) {
+		t.Errorf("download = %d %q, want the first upload", resp.StatusCode, got)
 	}
 }
 
@@ -478,8 +500,8 @@ func TestArtifactsExpiry(t *testing.T) {
 	if m := e.metric(metricPrefix + "artifacts_expired_total"); m != metricPrefix+"artifacts_expired_total 2" {
 		t.Errorf("metric = %q, want 2", m)
 	}
-	if _, err := e.c.st.GetArtifact(t.Context(), jr.ID, "archive"); err == nil {
-		t.Error("the expired archive's record is still there")
+	if a, err := e.c.st.GetArtifact(t.Context(), jr.ID, "archive"); err != nil || !a.Retired() {
+		t.Errorf("the expired archive's record = %+v, %v; want it retired (the mark of an expired artifact)", a, err)
 	}
 	// A default expiry: DefaultArtifactExpireIn from the upload.
 	jr2 := e.running(tok, nil)
@@ -563,4 +585,51 @@ func FuzzUploadParams(f *testing.F) {
 			t.Fatalf("artifactFilename(%q) = %q", filename, name)
 		}
 	})
+}
+
+// TestMissingDependencyFailsAtHandOut: as GitLab's pre-assign check, a job
+// whose dependency's archive expired (before or after the reaper deleted
+// it) never reaches a runner: it fails with missing_dependency_failure and
+// its log names the dependency, and the request hands out the next job.
+// A dependency that never uploaded an archive is no obstacle.
+func TestMissingDependencyFailsAtHandOut(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(fakeStart)
+	e := newEnv(t, func(c *Config) { c.Clock = fc })
+	_, tok := e.runner(nil)
+	build := e.running(tok, map[string]any{"name": "build", "project": "g/p"})
+	if resp, b := e.upload(build.ID, build.Token, "expire_in=1+hour", []byte("zip bytes")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload = %d %s", resp.StatusCode, b)
+	}
+	e.succeed(build)
+	lint := e.running(tok, map[string]any{"name": "lint", "project": "g/p"}) // uploads nothing
+	e.succeed(lint)
+	fc.Advance(time.Hour)
+
+	for _, reaped := range []bool{false, true} {
+		if reaped {
+			e.c.reapOnce(t.Context())
+			if a, err := e.c.st.GetArtifact(t.Context(), build.ID, "archive"); err != nil || !a.Retired() {
+				t.Fatalf("after the reaper: archive = %+v, %v; want retired", a, err)
+			}
+		}
+		test := e.submit(map[string]any{"name": "test", "project": "g/p", "dependencies": []any{"lint", "build"}})
+		after := e.submit(map[string]any{"name": "deploy", "project": "g/p", "dependencies": []any{"lint"}})
+		jr := e.take(tok)
+		if jr.ID != after.ID {
+			t.Fatalf("reaped %v: handed out job %d (%s), want %d (deploy): the job with an expired dependency must not reach a runner", reaped, jr.ID, jr.JobInfo.Name, after.ID)
+		}
+		want := []api.Dependency{{ID: lint.ID, Name: "lint", Token: jr.Token}}
+		if d := cmp.Diff(want, jr.Dependencies); d != "" {
+			t.Errorf("reaped %v: deploy's dependencies (-want +got):\n%s", reaped, d)
+		}
+		e.succeed(jr)
+		got := e.job(test.ID)
+		if got.Status != "failed" || got.FailureReason != "missing_dependency_failure" || got.RunnerID != 0 {
+			t.Errorf("reaped %v: test = %s/%s runner %d, want failed/missing_dependency_failure, no runner", reaped, got.Status, got.FailureReason, got.RunnerID)
+		}
+		if log := e.trace(test.ID); !strings.Contains(log, fmt.Sprintf("build (job %d)", build.ID)) || strings.Contains(log, "lint") {
+			t.Errorf("reaped %v: test's log = %q, want it to name build (job %d) alone", reaped, log, build.ID)
+		}
+	}
 }

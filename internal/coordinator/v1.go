@@ -497,6 +497,10 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 // new pending job with the finished job's name, project, stage, tags,
 // timeout, image and spec (its variables still sealed, its dependencies the
 // same jobs): 201 with the new job, 409 while the job has not finished.
+// A job is retried once, as in GitLab (a retried job is not retryable):
+// a retry of a job retried already, or of one being retried right now,
+// is 409 naming the retry ({"error": ..., "retried_by": id}); retry that
+// one instead.
 func (c *Coordinator) handleRetryJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := c.loadJob(w, r)
 	if !ok {
@@ -504,11 +508,15 @@ func (c *Coordinator) handleRetryJob(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := c.retryJob(r.Context(), j)
 	var ce *cancelConflict
-	if errors.As(err, &ce) {
+	var re *retriedError
+	switch {
+	case errors.As(err, &re):
+		runnerapi.WriteJSON(w, http.StatusConflict, retriedAnswer{Error: re.Error(), RetriedBy: re.by})
+		return
+	case errors.As(err, &ce):
 		runnerapi.WriteError(w, http.StatusConflict, ce.msg, "")
 		return
-	}
-	if err != nil {
+	case err != nil:
 		c.internalError(r.Context(), w, "retry job", err)
 		return
 	}
@@ -517,11 +525,55 @@ func (c *Coordinator) handleRetryJob(w http.ResponseWriter, r *http.Request) {
 	runnerapi.WriteJSON(w, http.StatusCreated, views[0])
 }
 
+// retriedAnswer is the 409 of a retry of a job retried already.
+type retriedAnswer struct {
+	Error     string `json:"error"`
+	RetriedBy int64  `json:"retried_by"`
+}
+
+// retriedError is a retry refused because the job was retried already,
+// by job by.
+type retriedError struct{ id, by int64 }
+
+func (e *retriedError) Error() string {
+	return fmt.Sprintf("job %d was retried already, as job %d: retry that one", e.id, e.by)
+}
+
+// retriedByKey is the store setting that names the retry of job id: a
+// small value per retried job, which needs no column of the jobs table.
+func retriedByKey(id int64) string { return "job_retried_by:" + strconv.FormatInt(id, 10) }
+
 // retryJob queues a new job made from finished job j; a job not finished
-// is a *cancelConflict.
+// is a *cancelConflict, a job retried already a *retriedError.
+//
+// A job is retried once whatever the number of concurrent retries, on one
+// coordinator or several sharing the store: under the job's lock (every
+// coordinator's), the retry is recorded in the store's settings after the
+// new job is created, and a retry finding one recorded makes none. A
+// coordinator that dies between the two leaves a job retried without the
+// record, which may then be retried once more.
 func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if !j.Status.Finished() {
 		return store.Job{}, &cancelConflict{"job is " + string(j.Status) + ": only a finished job can be retried"}
+	}
+	unlock, err := c.lockJobEverywhere(ctx, j.ID)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("retry job %d: lock: %w", j.ID, err)
+	}
+	defer unlock()
+	key := retriedByKey(j.ID)
+	if c.settings != nil {
+		by, err := c.settings.SettingOrInit(ctx, key, "")
+		if err != nil {
+			return store.Job{}, fmt.Errorf("retry job %d: %w", j.ID, err)
+		}
+		if by != "" {
+			id, err := strconv.ParseInt(by, 10, 64)
+			if err != nil {
+				return store.Job{}, fmt.Errorf("retry job %d: setting %s = %q: %w", j.ID, key, by, err)
+			}
+			return store.Job{}, &retriedError{id: j.ID, by: id}
+		}
 	}
 	now := c.clock.Now()
 	n := store.Job{
@@ -529,9 +581,16 @@ func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, err
 		Image: j.Image, Spec: j.Spec,
 		Status: store.StatusPending, CreatedAt: now, QueuedAt: now, UpdatedAt: now,
 	}
-	n, err := c.createJob(ctx, n)
+	n, err = c.createJob(ctx, n)
 	if err != nil {
 		return store.Job{}, err
+	}
+	if c.settings != nil {
+		// Detached: the job exists, so its record must be written even if
+		// the client went away meanwhile.
+		if ok, err := c.settings.SwapSetting(context.WithoutCancel(ctx), key, "", strconv.FormatInt(n.ID, 10)); err != nil || !ok {
+			c.log.Error("retry: record the retry", "job_id", j.ID, "retry", n.ID, "swapped", ok, "err", err)
+		}
 	}
 	c.metrics.submitted.Inc()
 	c.log.Info("job retried", "job_id", n.ID, "retry_of", j.ID, "project", n.Project)

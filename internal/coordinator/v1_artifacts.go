@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
@@ -407,24 +408,47 @@ func payloadCache(cs []store.CacheSpec) []api.Cache {
 	return out
 }
 
-// payloadDependencies is the payload's dependencies of job j, handed out
-// with token: each carries the dependency's id and name, token (the
-// current job's own, as GitLab sends it: the download is authorized by
-// the job that depends), and artifacts_file when the dependency has an
-// archive that has not expired.
-func (c *Coordinator) payloadDependencies(ctx context.Context, j *store.Job, token string) []api.Dependency {
-	out := []api.Dependency{}
-	now := c.clock.Now()
+// dependencies are the payload's dependencies of job j as of now, each
+// with the dependency's id and name, and artifacts_file when it has an
+// archive that has not expired (the caller adds the token); and the
+// dependencies whose archive expired, or was retired when it did: GitLab
+// fails such a job at hand-out with missing_dependency_failure
+// (Ci::Build#valid_dependency?: artifacts expired or erased). A
+// dependency that never had an archive is no obstacle, as in GitLab: its
+// job may have had nothing to upload. A store error leaves that
+// dependency's archive out of the payload, with a warning.
+func (c *Coordinator) dependencies(ctx context.Context, j *store.Job, now time.Time) (deps []api.Dependency, expired []store.DependencySpec) {
+	deps = []api.Dependency{}
 	for _, d := range j.Spec.Dependencies {
-		dep := api.Dependency{ID: d.ID, Name: d.Name, Token: token}
+		dep := api.Dependency{ID: d.ID, Name: d.Name}
 		a, err := c.st.GetArtifact(ctx, d.ID, artifactTypeArchive)
 		switch {
 		case err == nil && !a.Expired(now):
 			dep.ArtifactsFile = &api.ArtifactsFile{Filename: a.Filename, Size: a.Size}
-		case err != nil && !errors.Is(err, store.ErrNotFound):
+		case err == nil:
+			expired = append(expired, d)
+		case !errors.Is(err, store.ErrNotFound):
 			c.log.Warn("dependency artifacts: left out of the payload", "job_id", j.ID, "dependency", d.ID, "err", err)
 		}
-		out = append(out, dep)
+		deps = append(deps, dep)
 	}
-	return out
+	return deps, expired
+}
+
+// failMissingDependency fails pending job j (as read) with
+// missing_dependency_failure, its log naming the dependencies whose
+// artifacts expired; a job that moved meanwhile is left alone.
+func (c *Coordinator) failMissingDependency(ctx context.Context, j *store.Job, expired []store.DependencySpec) {
+	names := make([]string, 0, len(expired))
+	for _, d := range expired {
+		names = append(names, fmt.Sprintf("%s (job %d)", d.Name, d.ID))
+	}
+	line := "ERROR: Job failed (missing_dependency_failure): the artifacts of " + strings.Join(names, ", ") +
+		" expired or were erased; retry the jobs that made them, then this one"
+	c.endJob(ctx, j.ID, "job failed: a dependency's artifacts expired", func(cur *store.Job) (store.Status, api.FailureReason, string) {
+		if cur.Status != store.StatusPending || cur.Version != j.Version {
+			return "", "", ""
+		}
+		return store.StatusFailed, api.MissingDependencyFailure, line
+	})
 }

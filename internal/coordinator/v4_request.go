@@ -241,6 +241,13 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 		return nil, fmt.Errorf("job %d left the queue: %w", j.ID, store.ErrConflict)
 	}
 	now := c.clock.Now()
+	// As GitLab's pre-assign check: a job whose dependencies' artifacts
+	// expired fails here rather than on a 404 at its runner.
+	deps, expired := c.dependencies(ctx, j, now)
+	if len(expired) > 0 {
+		c.failMissingDependency(ctx, j, expired)
+		return nil, fmt.Errorf("job %d left the queue: %w", j.ID, store.ErrConflict)
+	}
 	token := runnerapi.RandomToken(api.JobTokenPrefix, 18)
 	hash := store.HashToken(token)
 	timeout := j.Timeout
@@ -287,7 +294,12 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 	got.Spec = spec // the stored spec, which no transition changes, opened
 	resp := c.payload(r, rn, &got, token, wait.Seconds())
 	resp.Features.TwoPhaseJobCommit = twoPhase
-	resp.Dependencies = c.payloadDependencies(ctx, &got, token)
+	for i := range deps {
+		// The job's own token, as GitLab sends it: the download is
+		// authorized by the job that depends.
+		deps[i].Token = token
+	}
+	resp.Dependencies = deps
 	return resp, nil
 }
 

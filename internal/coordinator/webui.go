@@ -116,6 +116,11 @@ func (s webSource) RetryJob(ctx context.Context, id int64) (int64, error) {
 		return 0, fmt.Errorf("get job %d: %w", id, err)
 	}
 	n, err := s.c.retryJob(ctx, j)
+	var re *retriedError
+	if errors.As(err, &re) {
+		// A second click, or a stale page: show the retry there is.
+		return re.by, nil
+	}
 	var ce *cancelConflict
 	if errors.As(err, &ce) {
 		return 0, fmt.Errorf("%w: %s", web.ErrConflict, ce.msg)

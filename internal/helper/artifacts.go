@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -211,13 +212,47 @@ func answerMessage(b []byte) string {
 type ArtifactsDownloadOptions struct {
 	URL   string // the coordinator's base URL
 	ID    int64  // the dependency's job id
+	Name  string // the dependency's job name, for messages ("" if unknown)
 	Token string // the token the payload gave for it (the running job's)
+	// MaxSize and MaxEntries cap what the archive may expand to (bytes)
+	// and hold (entries); zero or less is DefaultExtractMaxSize and
+	// DefaultExtractMaxEntries.
+	MaxSize    int64
+	MaxEntries int
 	// Root is where the archive is extracted; "" is the working
 	// directory. TempDir holds the download ("": the system's).
 	Root, TempDir string
 	Client        *http.Client
 	Backoff       time.Duration
 }
+
+// Default caps of an archive the helper extracts into the build directory
+// (a dependency's artifacts, a cache), against zip bombs: GitLab Runner
+// has none, and a 2 MB archive of zeros expands to 2 GiB. 5 GiB is 50
+// times GitLab's default maximum artifacts size (100 MiB, drover's too),
+// while build output compresses 2 to 10 times; a million entries is
+// twice a large node_modules. Runner admins change them in
+// [runners.artifact] (extract_max_size, extract_max_entries).
+const (
+	DefaultExtractMaxSize    = 5 << 30
+	DefaultExtractMaxEntries = 1_000_000
+)
+
+// extractOptions are the archive options of an extraction with caps
+// maxSize and maxEntries (zero or less: the defaults).
+func extractOptions(maxSize int64, maxEntries int) archive.ExtractOptions {
+	if maxSize <= 0 {
+		maxSize = DefaultExtractMaxSize
+	}
+	if maxEntries <= 0 {
+		maxEntries = DefaultExtractMaxEntries
+	}
+	return archive.ExtractOptions{Workers: extractWorkers, MaxBytes: maxSize, MaxEntries: maxEntries}
+}
+
+// limitHint says where the caps of an extraction are set, after an
+// error wrapping archive.ErrTooLarge.
+const limitHint = "the runner's caps are [runners.artifact] extract_max_size and extract_max_entries in its config.toml"
 
 // ErrArtifactsDenied is returned (wrapped) for a 401, 403 or 404 answer:
 // not retried, the job fails.
@@ -243,6 +278,7 @@ func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.W
 	defer os.Remove(f.Name())
 	defer f.Close()
 	var size int64
+	filename := "artifacts.zip"
 	err = retryHTTP(ctx, o.Backoff, func() (bool, error) {
 		if err := f.Truncate(0); err != nil {
 			return false, err
@@ -274,14 +310,24 @@ func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.W
 		if resp.ContentLength >= 0 && size != resp.ContentLength {
 			return true, fmt.Errorf("artifacts-downloader: job %d: %d of %d bytes", o.ID, size, resp.ContentLength)
 		}
+		if _, p, err := mime.ParseMediaType(resp.Header.Get("Content-Disposition")); err == nil && p["filename"] != "" {
+			filename = p["filename"]
+		}
 		return false, nil
 	})
 	if err != nil {
 		return err
 	}
-	st, err := archive.Extract(ctx, f, size, root, archive.ExtractOptions{Workers: extractWorkers})
+	st, err := archive.Extract(ctx, f, size, root, extractOptions(o.MaxSize, o.MaxEntries))
 	if err != nil {
-		return fmt.Errorf("artifacts-downloader: job %d: %w", o.ID, err)
+		dep := fmt.Sprintf("job %d", o.ID)
+		if o.Name != "" {
+			dep = fmt.Sprintf("job %d (%s)", o.ID, o.Name)
+		}
+		if errors.Is(err, archive.ErrTooLarge) {
+			return fmt.Errorf("artifacts-downloader: the artifacts of %s, %s (%d bytes), refused: %w; %s", dep, filename, size, err, limitHint)
+		}
+		return fmt.Errorf("artifacts-downloader: %s, %s: %w", dep, filename, err)
 	}
 	fmt.Fprintf(out, "Downloading artifacts for job %d... ok (%d files, %d bytes)\n", o.ID, st.Files, st.Bytes)
 	return nil

@@ -104,6 +104,11 @@ type CacheExtractOptions struct {
 	URL string
 	// Transfer downloads; nil is a default one.
 	Transfer *cache.Transfer
+	// MaxSize and MaxEntries cap what the archive may expand to, as for
+	// artifacts (zero or less: DefaultExtractMaxSize and
+	// DefaultExtractMaxEntries).
+	MaxSize    int64
+	MaxEntries int
 }
 
 // ExtractCache restores the cache of o: downloaded from o.URL when set
@@ -142,7 +147,10 @@ func ExtractCache(ctx context.Context, o CacheExtractOptions, out io.Writer) err
 	if err != nil {
 		return fmt.Errorf("cache-extractor: %w", err)
 	}
-	st, err := archive.Extract(ctx, f, fi.Size(), root, archive.ExtractOptions{Workers: extractWorkers})
+	st, err := archive.Extract(ctx, f, fi.Size(), root, extractOptions(o.MaxSize, o.MaxEntries))
+	if errors.Is(err, archive.ErrTooLarge) {
+		return fmt.Errorf("cache-extractor: %s (%d bytes) refused: %w; %s", filepath.Base(o.File), fi.Size(), err, limitHint)
+	}
 	if err != nil {
 		return fmt.Errorf("cache-extractor: %w", err)
 	}

@@ -18,9 +18,9 @@ import (
 //	kill --pid-file F [--grace D]
 //	wait --timeout D host:port...
 //	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
-//	cache-extractor --file F [--url U] [--timeout D]
+//	cache-extractor --file F [--url U] [--timeout D] [--extract-max-size N] [--extract-max-entries N]
 //	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--expire-in E]
-//	artifacts-downloader --url U --id N --token T
+//	artifacts-downloader --url U --id N --token T [--name N] [--extract-max-size N] [--extract-max-entries N]
 //
 // The cache commands exit 0 when done, 1 when the cache could not be
 // made or restored (the job goes on: the cache is best effort; the reason
@@ -104,7 +104,11 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long the whole command may take")
 	root := fs.String("root", "", "the project directory (default: the working directory)")
 	var untracked bool
-	var maxSize int64
+	var maxSize, extractMaxSize int64
+	var extractMaxEntries int
+	if name == "cache-extractor" {
+		extractFlags(fs, &extractMaxSize, &extractMaxEntries)
+	}
 	if name == "cache-archiver" {
 		fs.Var(&paths, "path", "a path or pattern to cache (repeatable)")
 		fs.Var(&excludes, "exclude", "a pattern to leave out (repeatable)")
@@ -137,13 +141,19 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 			URL: *u, Header: h, MaxSize: maxSize,
 		}, stdout)
 	} else {
-		err = ExtractCache(ctx, CacheExtractOptions{Root: *root, File: *file, URL: *u}, stdout)
+		err = ExtractCache(ctx, CacheExtractOptions{Root: *root, File: *file, URL: *u, MaxSize: extractMaxSize, MaxEntries: extractMaxEntries}, stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// extractFlags adds the caps of an extraction to fs.
+func extractFlags(fs *flag.FlagSet, maxSize *int64, maxEntries *int) {
+	fs.Int64Var(maxSize, "extract-max-size", DefaultExtractMaxSize, "refuse an archive that expands to more bytes (0: the default)")
+	fs.IntVar(maxEntries, "extract-max-entries", DefaultExtractMaxEntries, "refuse an archive of more entries (0: the default)")
 }
 
 // listFlag is a repeatable string flag.
@@ -169,6 +179,12 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 	var paths, excludes listFlag
 	var untracked bool
 	var aname, atype, expire string
+	var extractMaxSize int64
+	var extractMaxEntries int
+	if name == "artifacts-downloader" {
+		fs.StringVar(&aname, "name", "", "the dependency's job name, for messages")
+		extractFlags(fs, &extractMaxSize, &extractMaxEntries)
+	}
 	if name == "artifacts-uploader" {
 		fs.Var(&paths, "path", "a path or pattern to upload (repeatable)")
 		fs.Var(&excludes, "exclude", "a pattern to leave out (repeatable)")
@@ -196,7 +212,10 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 			Name: aname, Type: atype, ExpireIn: expire,
 		}, stdout)
 	} else {
-		err = DownloadArtifacts(ctx, ArtifactsDownloadOptions{URL: *base, ID: *id, Token: *token, Root: *root}, stdout)
+		err = DownloadArtifacts(ctx, ArtifactsDownloadOptions{
+			URL: *base, ID: *id, Name: aname, Token: *token, Root: *root,
+			MaxSize: extractMaxSize, MaxEntries: extractMaxEntries,
+		}, stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -47,6 +47,11 @@ type Options struct {
 	// SharedCache signs the shared cache's URLs of a cache key (nil: the
 	// runner's caches are local only); see shell.Transfers.
 	SharedCache func(key string) (shell.SharedCacheURLs, bool)
+	// ExtractMaxSize and ExtractMaxEntries cap the archives the helper
+	// extracts into the build directory (a dependency's artifacts, a
+	// cache): the runner's [runners.artifact] extract_max_size and
+	// extract_max_entries; zero is the helper's default.
+	ExtractMaxSize, ExtractMaxEntries int64
 	// Accept, when set, is the two-phase job start: Run calls it once,
 	// after the executor is prepared and right before the first script
 	// stage (prepare_script). Until it returns nil the job is not the
@@ -354,7 +359,10 @@ func (b *build) setup(settings executor.Settings) error {
 		Variables:  b.vars,
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
-		Transfers:  shell.Transfers{CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache},
+		Transfers: shell.Transfers{
+			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
+			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,
+		},
 	}
 	if fv, ok := b.exec.(executor.FileVariablesHost); ok {
 		b.info.FileVarsDir = fv.FileVariablesDir()

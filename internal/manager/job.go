@@ -206,6 +206,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		}()
 		stopPersist = func() { cancel(); <-done }
 	}
+	maxSize, maxEntries := js.runner.ArtifactExtractLimits()
 	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
 		Checkpoint:  checkpoint,
 		Accept:      accept,
@@ -221,6 +222,8 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		Helper:      m.opts.HelperCommand,
 		ServerURL:   js.runner.URL,
 		SharedCache: m.sharedCache(js.runner, job, log),
+
+		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
 	})
 	stopStream()
 	streamWG.Wait()

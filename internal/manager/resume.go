@@ -334,6 +334,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	wg.Go(func() { st.watch(streamCtx) })
 	wg.Go(func() { pers.run(streamCtx, t.store.cfg.HealthInterval) })
 
+	maxSize, maxEntries := r.ArtifactExtractLimits()
 	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
 		Job:         &job,
 		Provider:    p,
@@ -348,6 +349,8 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		SharedCache: m.sharedCache(r, &job, log),
 		Checkpoint:  pers.checkpoint,
 		Resume:      &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
+
+		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
 	})
 	stopStream()
 	wg.Wait()

@@ -27,6 +27,22 @@ type Transfers struct {
 	// SharedCache, when set, returns the shared cache's pre-signed URLs of
 	// a (sanitised) cache key; ok false keeps that key local only.
 	SharedCache func(key string) (urls SharedCacheURLs, ok bool)
+	// ExtractMaxSize and ExtractMaxEntries cap the archives the helper
+	// extracts (dependencies' artifacts, caches): bytes expanded and
+	// entries; zero leaves the helper's defaults.
+	ExtractMaxSize, ExtractMaxEntries int64
+}
+
+// extractCaps is the helper's flags for the caps of t, or "".
+func (t Transfers) extractCaps() string {
+	s := ""
+	if t.ExtractMaxSize > 0 {
+		s += " --extract-max-size " + strconv.FormatInt(t.ExtractMaxSize, 10)
+	}
+	if t.ExtractMaxEntries > 0 {
+		s += " --extract-max-entries " + strconv.FormatInt(t.ExtractMaxEntries, 10)
+	}
+	return s
 }
 
 // SharedCacheURLs are one cache key's pre-signed URLs in the shared
@@ -134,10 +150,10 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 				}
 				if first {
 					w.echo(ansiBoldGreen, "Checking cache for "+key+"...")
-					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.sharedGet(key) + "; then :")
+					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.sharedGet(key) + "; then :")
 					first = false
 				} else {
-					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.sharedGet(key) + "; then :")
+					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.sharedGet(key) + "; then :")
 				}
 			}
 			if !first {
@@ -192,7 +208,11 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 		for _, d := range deps {
 			// The payload's token is the running job's own, which the
 			// prelude exported as CI_JOB_TOKEN: it stays out of the script.
-			w.raw(t.Helper + " artifacts-downloader --url " + quote(t.ServerURL) + " --id " + strconv.FormatInt(d.ID, 10) + ` --token "$CI_JOB_TOKEN" --root ` + quote(info.ProjectDir))
+			name := ""
+			if d.Name != "" {
+				name = " --name " + quote(d.Name)
+			}
+			w.raw(t.Helper + " artifacts-downloader --url " + quote(t.ServerURL) + " --id " + strconv.FormatInt(d.ID, 10) + name + ` --token "$CI_JOB_TOKEN" --root ` + quote(info.ProjectDir) + t.extractCaps())
 		}
 	case executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
 		failed := stage == executor.StageUploadArtifactsFail

@@ -25,14 +25,14 @@ func TestTransferStages(t *testing.T) {
 	}
 	job.Dependencies = []api.Dependency{{ID: 7, Name: "build", Token: "t", ArtifactsFile: &api.ArtifactsFile{Filename: "artifacts.zip", Size: 1}}, {ID: 8, Name: "none"}}
 	info := testInfo(t, Bash, job)
-	info.Transfers = Transfers{Helper: "/usr/bin/drover helper", CacheDir: "/cache", ServerURL: "http://coord"}
+	info.Transfers = Transfers{Helper: "/usr/bin/drover helper", CacheDir: "/cache", ServerURL: "http://coord", ExtractMaxSize: 1 << 30, ExtractMaxEntries: 5000}
 	for _, tc := range []struct {
 		stage   executor.Stage
 		want    []string
 		notWant []string
 	}{
 		{executor.StageRestoreCache,
-			[]string{"Checking cache for main...", "/cache/", "/main/cache.zip", "Checking cache for default...", "Checking cache for pulled...", "WARNING: Failed to extract cache"},
+			[]string{"Checking cache for main...", "/cache/", "/main/cache.zip", "Checking cache for default...", "Checking cache for pulled...", "WARNING: Failed to extract cache", "--extract-max-size 1073741824 --extract-max-entries 5000"},
 			[]string{"pushed", "cache-archiver"}},
 		{executor.StageArchiveCache,
 			[]string{"Creating cache main...", "--path 'deps/'", "Creating cache pushed..."},
@@ -41,7 +41,7 @@ func TestTransferStages(t *testing.T) {
 			[]string{"Creating cache pushed...", "odd/key", "sanitized"},
 			[]string{"Creating cache main..."}},
 		{executor.StageDownloadArtifacts,
-			[]string{`artifacts-downloader --url 'http://coord' --id 7 --token "$CI_JOB_TOKEN"`},
+			[]string{`artifacts-downloader --url 'http://coord' --id 7 --name 'build' --token "$CI_JOB_TOKEN"`, "--extract-max-size 1073741824 --extract-max-entries 5000"},
 			[]string{"--id 8", " t "}},
 		{executor.StageUploadArtifacts,
 			[]string{"artifacts-uploader --url 'http://coord' --id 42", "--path 'dist/'", "--exclude '*.tmp'", "--name 'bin'", "--expire-in '1 week'"},

@@ -18,6 +18,8 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	ErrConflict = errors.New("store: job is not in an expected state")
 	ErrClosed   = errors.New("store: closed")
+	// ErrExists is a record that may be written once, written already.
+	ErrExists = errors.New("store: already exists")
 )
 
 // HashToken returns the form in which a token is stored: hex SHA-256.
@@ -221,10 +223,20 @@ type Artifact struct {
 	ExpireAt  time.Time // zero: never
 }
 
-// Expired reports whether a is expired at now.
+// Expired reports whether a is expired at now (a retired artifact always
+// is).
 func (a *Artifact) Expired(now time.Time) bool {
 	return !a.ExpireAt.IsZero() && !a.ExpireAt.After(now)
 }
+
+// RetiredNanos is the stored expire_at of a retired artifact: 1 ns before
+// the Unix epoch, so that it is expired and, being negative, outside the
+// backends' index of artifacts to expire.
+const RetiredNanos = -1
+
+// Retired reports whether a is the mark RetireArtifact left of an
+// expired artifact whose file is gone.
+func (a *Artifact) Retired() bool { return a.File == "" }
 
 // Job is one job and its lifecycle record.
 type Job struct {
@@ -382,22 +394,32 @@ type Store interface {
 	// this hash, or ErrNotFound ("" is never found).
 	JobByTokenHash(ctx context.Context, hash string) (Job, error)
 
-	// PutArtifact records a (replacing the job's artifact of the same
-	// type) and returns the one it replaced, or nil. The job must exist.
-	PutArtifact(ctx context.Context, a Artifact) (replaced *Artifact, err error)
+	// PutArtifact records a when its job has no artifact of its type
+	// yet, and returns nil. When the job has one (retired or not), it
+	// records nothing and returns that one and ErrExists: a job's
+	// artifact of a type is written once, as GitLab's unique index on
+	// (job, file_type) has it. Of concurrent calls for one job and type
+	// exactly one records its artifact. The job must exist, else
+	// ErrNotFound.
+	PutArtifact(ctx context.Context, a Artifact) (existing *Artifact, err error)
 	// GetArtifact returns job jobID's artifact of type typ, expired or
-	// not, or ErrNotFound.
+	// not, retired or not, or ErrNotFound.
 	GetArtifact(ctx context.Context, jobID int64, typ string) (Artifact, error)
 	// JobArtifacts returns the artifacts of the jobs jobIDs, expired or
-	// not, ordered by job id, then type: one query for a page of jobs.
-	// Unknown ids have none.
+	// not but not retired, ordered by job id, then type: one query for a
+	// page of jobs. Unknown ids have none.
 	JobArtifacts(ctx context.Context, jobIDs []int64) ([]Artifact, error)
 	// ExpiredArtifacts returns at most limit artifacts whose ExpireAt is
-	// set and not after now, the earliest first.
+	// set and not after now, the earliest first; not the retired ones.
 	ExpiredArtifacts(ctx context.Context, now time.Time, limit int) ([]Artifact, error)
-	// DeleteArtifact removes the record of a if it is still a (same job,
-	// type and File); otherwise (replaced, or gone) ErrNotFound.
-	DeleteArtifact(ctx context.Context, a Artifact) error
+	// RetireArtifact turns the record of a, if it is still a (same job,
+	// type and File), into the mark of an artifact that expired: no File,
+	// Size 0 and ExpireAt RetiredNanos (see Artifact.Retired); otherwise
+	// (gone, or retired already) ErrNotFound. The mark stays as long as
+	// the job: it is how a job that depends on this one learns that its
+	// artifacts existed and expired (GitLab keeps artifacts_expire_at on
+	// the job for the same reason), rather than never existed.
+	RetireArtifact(ctx context.Context, a Artifact) error
 
 	// Ping reports whether the store is usable.
 	Ping(ctx context.Context) error

@@ -37,31 +37,18 @@ func scanArtifact(row pgx.Row) (store.Artifact, error) {
 	return a, err
 }
 
-// PutArtifact implements store.Store. The row it replaces is read under
-// the row lock of the upsert's transaction, so of two concurrent uploads
-// each learns the file it replaced.
+// PutArtifact implements store.Store. The insert does nothing on the
+// primary key's conflict, after waiting for a concurrent insert of the
+// same key to commit or roll back: of concurrent uploads exactly one
+// inserts, and the others read what it inserted.
 func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artifact, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	op := fmt.Sprintf("put artifact of job %d", a.JobID)
-	var prev *store.Artifact
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		old, err := scanArtifact(tx.QueryRow(ctx, `SELECT `+artifactCols+` FROM artifacts
-			WHERE job_id = $1 AND artifact_type = $2 FOR UPDATE`, a.JobID, a.Type))
-		switch {
-		case err == nil:
-			prev = &old
-		case !errors.Is(err, pgx.ErrNoRows):
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-			ON CONFLICT (job_id, artifact_type) DO UPDATE SET format = excluded.format, filename = excluded.filename,
-			file = excluded.file, size = excluded.size, sha256 = excluded.sha256, created_at = excluded.created_at,
-			expire_at = excluded.expire_at`,
-			a.JobID, a.Type, a.Format, a.Filename, a.File, a.Size, a.SHA256, store.Nanos(a.CreatedAt), store.Nanos(a.ExpireAt))
-		return err
-	})
+	op := fmt.Sprintf("put artifact %s of job %d", a.Type, a.JobID)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (job_id, artifact_type) DO NOTHING`,
+		a.JobID, a.Type, a.Format, a.Filename, a.File, a.Size, a.SHA256, store.Nanos(a.CreatedAt), store.Nanos(a.ExpireAt))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation
 		return nil, fmt.Errorf("%s: %w", op, store.ErrNotFound)
@@ -69,7 +56,15 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artif
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
-	return prev, nil
+	if tag.RowsAffected() == 1 {
+		return nil, nil
+	}
+	old, err := scanArtifact(s.pool.QueryRow(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = $1 AND artifact_type = $2`, a.JobID, a.Type))
+	if err != nil {
+		// Only a job deleted in between takes the row away.
+		return nil, s.fail(ctx, op, err)
+	}
+	return &old, fmt.Errorf("%s: %w", op, store.ErrExists)
 }
 
 // GetArtifact implements store.Store.
@@ -93,7 +88,7 @@ func (s *Store) JobArtifacts(ctx context.Context, jobIDs []int64) ([]store.Artif
 		return []store.Artifact{}, nil
 	}
 	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+artifactCols+` FROM artifacts
-		WHERE job_id = ANY($1) ORDER BY job_id, artifact_type`, jobIDs)
+		WHERE job_id = ANY($1) AND file != '' ORDER BY job_id, artifact_type`, jobIDs)
 }
 
 // ExpiredArtifacts implements store.Store.
@@ -119,8 +114,13 @@ func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) (
 	return out, nil
 }
 
-// DeleteArtifact implements store.Store.
-func (s *Store) DeleteArtifact(ctx context.Context, a store.Artifact) error {
-	return s.execOne(ctx, fmt.Sprintf("delete artifact %s of job %d", a.Type, a.JobID),
-		`DELETE FROM artifacts WHERE job_id = $1 AND artifact_type = $2 AND file = $3`, a.JobID, a.Type, a.File)
+// RetireArtifact implements store.Store.
+func (s *Store) RetireArtifact(ctx context.Context, a store.Artifact) error {
+	op := fmt.Sprintf("retire artifact %s of job %d", a.Type, a.JobID)
+	if a.File == "" {
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	return s.execOne(ctx, op,
+		`UPDATE artifacts SET file = '', size = 0, expire_at = $4 WHERE job_id = $1 AND artifact_type = $2 AND file = $3`,
+		a.JobID, a.Type, a.File, store.RetiredNanos)
 }

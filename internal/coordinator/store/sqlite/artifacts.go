@@ -34,7 +34,8 @@ func scanArtifact(sc scanner) (store.Artifact, error) {
 	return a, err
 }
 
-// PutArtifact implements store.Store.
+// PutArtifact implements store.Store. Writes are serialised (one
+// writer), so the check and the insert need no more than the transaction.
 func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artifact, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -49,18 +50,14 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artif
 		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
 	}
 	defer tx.Rollback()
-	var prev *store.Artifact
 	old, err := scanArtifact(tx.QueryRowContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, a.JobID, a.Type))
 	switch {
 	case err == nil:
-		prev = &old
+		return &old, fmt.Errorf("put artifact %s of job %d: %w", a.Type, a.JobID, store.ErrExists)
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (job_id, artifact_type) DO UPDATE SET format = excluded.format, filename = excluded.filename,
-		file = excluded.file, size = excluded.size, sha256 = excluded.sha256, created_at = excluded.created_at,
-		expire_at = excluded.expire_at`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.JobID, a.Type, a.Format, a.Filename, a.File, a.Size, a.SHA256, store.Nanos(a.CreatedAt), store.Nanos(a.ExpireAt))
 	if err != nil {
 		if isForeignKey(err) {
@@ -71,7 +68,7 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artif
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
 	}
-	return prev, nil
+	return nil, nil
 }
 
 // isForeignKey reports whether err is SQLite's foreign key violation.
@@ -103,7 +100,7 @@ func (s *Store) JobArtifacts(ctx context.Context, jobIDs []int64) ([]store.Artif
 		return nil, fmt.Errorf("artifacts of jobs: %w", err)
 	}
 	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+artifactCols+` FROM artifacts
-		WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, artifact_type`, string(ids))
+		WHERE job_id IN (SELECT value FROM json_each(?)) AND file != '' ORDER BY job_id, artifact_type`, string(ids))
 }
 
 // ExpiredArtifacts implements store.Store.
@@ -137,8 +134,12 @@ func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) (
 	return out, nil
 }
 
-// DeleteArtifact implements store.Store.
-func (s *Store) DeleteArtifact(ctx context.Context, a store.Artifact) error {
-	return s.execOne(ctx, "delete artifact of job", a.JobID,
-		`DELETE FROM artifacts WHERE job_id = ? AND artifact_type = ? AND file = ?`, a.JobID, a.Type, a.File)
+// RetireArtifact implements store.Store.
+func (s *Store) RetireArtifact(ctx context.Context, a store.Artifact) error {
+	if a.File == "" {
+		return fmt.Errorf("retire artifact of job %d: %w", a.JobID, store.ErrNotFound)
+	}
+	return s.execOne(ctx, "retire artifact of job", a.JobID,
+		`UPDATE artifacts SET file = '', size = 0, expire_at = ? WHERE job_id = ? AND artifact_type = ? AND file = ?`,
+		store.RetiredNanos, a.JobID, a.Type, a.File)
 }

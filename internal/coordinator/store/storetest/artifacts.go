@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,9 +112,9 @@ func testArtifacts(t *testing.T, h Harness) {
 		t.Errorf("GetArtifact(none) = %v, want ErrNotFound", err)
 	}
 	a := sampleArtifact(j.ID, "archive", "1.archive.a")
-	prev, err := s.PutArtifact(ctx, a)
-	if err != nil || prev != nil {
-		t.Fatalf("PutArtifact = %v, %v; want nil, nil", prev, err)
+	existing, err := s.PutArtifact(ctx, a)
+	if err != nil || existing != nil {
+		t.Fatalf("PutArtifact = %v, %v; want nil, nil", existing, err)
 	}
 	got, err := s.GetArtifact(ctx, j.ID, "archive")
 	if err != nil {
@@ -131,34 +132,43 @@ func testArtifacts(t *testing.T, h Harness) {
 		t.Errorf("GetArtifact(junit) = %+v, %v; want gzip, never expiring", got, err)
 	}
 
-	// A new upload of a type replaces the old one and returns it.
+	// A job's artifact of a type is written once: a second one is
+	// refused with the first.
 	b := a
 	b.File, b.Size, b.SHA256 = "1.archive.b", 99, "cd34"
-	prev, err = s.PutArtifact(ctx, b)
-	if err != nil || prev == nil {
-		t.Fatalf("PutArtifact(replace) = %v, %v; want the old one", prev, err)
+	existing, err = s.PutArtifact(ctx, b)
+	if !errors.Is(err, store.ErrExists) || existing == nil {
+		t.Fatalf("PutArtifact(second) = %v, %v; want the first, ErrExists", existing, err)
 	}
-	if d := cmp.Diff(a, *prev); d != "" {
-		t.Errorf("PutArtifact replaced (-want +got):\n%s", d)
+	if d := cmp.Diff(a, *existing); d != "" {
+		t.Errorf("PutArtifact(second) existing (-want +got):\n%s", d)
 	}
-	if got, _ := s.GetArtifact(ctx, j.ID, "archive"); got.File != b.File || got.Size != 99 {
-		t.Errorf("GetArtifact after replace = %+v, want %+v", got, b)
+	if got, _ := s.GetArtifact(ctx, j.ID, "archive"); got.File != a.File || got.Size != a.Size {
+		t.Errorf("GetArtifact after a second put = %+v, want the first %+v", got, a)
 	}
-	// Deleting the replaced one is a no-op: the current one stays.
-	if err := s.DeleteArtifact(ctx, a); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("DeleteArtifact(replaced) = %v, want ErrNotFound", err)
+	// Retiring keeps a mark: no file, expired, not listed, not expiring
+	// again, and still in the way of a new upload.
+	if err := s.RetireArtifact(ctx, b); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RetireArtifact(not the recorded file) = %v, want ErrNotFound", err)
 	}
-	if _, err := s.GetArtifact(ctx, j.ID, "archive"); err != nil {
-		t.Errorf("GetArtifact after deleting the replaced one = %v", err)
+	if err := s.RetireArtifact(ctx, a); err != nil {
+		t.Errorf("RetireArtifact = %v", err)
 	}
-	if err := s.DeleteArtifact(ctx, b); err != nil {
-		t.Errorf("DeleteArtifact = %v", err)
+	got, err = s.GetArtifact(ctx, j.ID, "archive")
+	if err != nil || !got.Retired() || got.Size != 0 || !got.Expired(time.Unix(0, 0)) {
+		t.Errorf("GetArtifact(retired) = %+v, %v; want the mark: no file, size 0, expired", got, err)
 	}
-	if _, err := s.GetArtifact(ctx, j.ID, "archive"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("GetArtifact(deleted) = %v, want ErrNotFound", err)
+	if err := s.RetireArtifact(ctx, a); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RetireArtifact(retired) = %v, want ErrNotFound", err)
 	}
-	if err := s.DeleteArtifact(ctx, b); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("DeleteArtifact(deleted) = %v, want ErrNotFound", err)
+	if as, err := s.ExpiredArtifacts(ctx, t0.Add(1000*time.Hour), 10); err != nil || len(as) != 0 {
+		t.Errorf("ExpiredArtifacts after retiring = %+v, %v; want none (junit never expires)", as, err)
+	}
+	if as, err := s.JobArtifacts(ctx, []int64{j.ID}); err != nil || len(as) != 1 || as[0].Type != "junit" {
+		t.Errorf("JobArtifacts after retiring = %+v, %v; want junit alone", as, err)
+	}
+	if _, err := s.PutArtifact(ctx, b); !errors.Is(err, store.ErrExists) {
+		t.Errorf("PutArtifact(over the retired one) = %v, want ErrExists", err)
 	}
 	if _, err := s.PutArtifact(ctx, sampleArtifact(12345, "archive", "x")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("PutArtifact(unknown job) = %v, want ErrNotFound", err)
@@ -212,6 +222,53 @@ func testArtifactExpiry(t *testing.T, h Harness) {
 		if d := cmp.Diff(tc.want, files(got)); d != "" {
 			t.Errorf("ExpiredArtifacts(%v, %d) (-want +got):\n%s", tc.now.Sub(t0), tc.limit, d)
 		}
+	}
+}
+
+// testPutArtifactOnce checks that of concurrent PutArtifact calls for one
+// job and type exactly one records its artifact, and that the others are
+// told which.
+func testPutArtifactOnce(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	j, _ := s.CreateJob(ctx, sampleJob("j", "a/b"))
+	const n = 16
+	type result struct {
+		file     string
+		existing *store.Artifact
+		err      error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			a := sampleArtifact(j.ID, "archive", fmt.Sprintf("%d.archive.%d", j.ID, i))
+			existing, err := s.PutArtifact(ctx, a)
+			results <- result{a.File, existing, err}
+		}()
+	}
+	var won []string
+	var told []string
+	for range n {
+		r := <-results
+		switch {
+		case r.err == nil:
+			won = append(won, r.file)
+		case errors.Is(r.err, store.ErrExists) && r.existing != nil:
+			told = append(told, r.existing.File)
+		default:
+			t.Errorf("PutArtifact(%s) = %v, %v; want nil or ErrExists with the winner", r.file, r.existing, r.err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("PutArtifact: %d of %d concurrent calls recorded their artifact (%v), want exactly 1", len(won), n, won)
+	}
+	for _, f := range told {
+		if f != won[0] {
+			t.Errorf("PutArtifact told %q is recorded, want the winner %q", f, won[0])
+		}
+	}
+	if got, err := s.GetArtifact(ctx, j.ID, "archive"); err != nil || got.File != won[0] {
+		t.Errorf("GetArtifact = %+v, %v; want the winner %q", got, err, won[0])
 	}
 }
 

@@ -49,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 		{"JobByName", testJobByName},
 		{"JobByTokenHash", testJobByTokenHash},
 		{"Artifacts", testArtifacts},
+		{"PutArtifactOnce", testPutArtifactOnce},
 		{"ArtifactExpiry", testArtifactExpiry},
 		{"JobArtifacts", testJobArtifacts},
 	}
