@@ -50,6 +50,9 @@ const (
 	// job's stored data cannot be read, e.g. its variables were sealed with
 	// a key the coordinator does not have.
 	DataIntegrityFailure FailureReason = "data_integrity_failure"
+	// TraceSizeExceeded is coordinator-side (GitLab's name): the job's log
+	// reached the coordinator's limit, and the job was failed.
+	TraceSizeExceeded FailureReason = "trace_size_exceeded"
 )
 
 // AllFailureReasons is the list the coordinator advertises in features.failure_reasons.
@@ -64,7 +67,8 @@ func (r FailureReason) Valid() bool {
 	switch r {
 	case ScriptFailure, RunnerSystemFailure, JobExecutionTimeout, ImagePullFailure,
 		RunnerConfigurationError, RunnerExternalDependencyFailure, RunnerInterrupted,
-		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner, DataIntegrityFailure:
+		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner, DataIntegrityFailure,
+		TraceSizeExceeded:
 		return true
 	}
 	return false

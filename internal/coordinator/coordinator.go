@@ -64,6 +64,11 @@ type Config struct {
 	// MaxArtifactSize caps an uploaded artifact, in bytes; a larger one is
 	// answered 413. Default DefaultMaxArtifactSize (100 MiB, GitLab's).
 	MaxArtifactSize int64
+	// MaxTraceSize caps a job's log, in bytes: a PATCH that would take it
+	// past this is refused as GitLab refuses it (403) and the job fails
+	// with trace_size_exceeded, a last line in its log saying why. Default
+	// DefaultMaxTraceSize (100 MiB, GitLab's ci_jobs_trace_size_limit).
+	MaxTraceSize int64
 }
 
 // Defaults of Config.
@@ -74,6 +79,7 @@ const (
 	DefaultReapInterval           = 15 * time.Second
 	DefaultAckTimeout             = 60 * time.Second
 	DefaultMaxProvisioningRetries = 3
+	DefaultMaxTraceSize           = 100 << 20
 	// traceUpdateInterval is X-GitLab-Trace-Update-Interval, seconds.
 	traceUpdateInterval = "3"
 )
@@ -155,6 +161,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	cfg.TimeoutGrace = runnerapi.OrDefault(cfg.TimeoutGrace, DefaultTimeoutGrace)
 	cfg.AckTimeout = runnerapi.OrDefault(cfg.AckTimeout, DefaultAckTimeout)
 	cfg.MaxArtifactSize = runnerapi.OrDefault(cfg.MaxArtifactSize, DefaultMaxArtifactSize)
+	cfg.MaxTraceSize = runnerapi.OrDefault(cfg.MaxTraceSize, DefaultMaxTraceSize)
 	if cfg.ReapInterval <= 0 {
 		// Expired acknowledgement deadlines are found by the reaper: look
 		// often enough that a job is back in the queue soon after its
