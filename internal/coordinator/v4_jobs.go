@@ -254,7 +254,8 @@ func (c *Coordinator) finished(j *store.Job) {
 // stored size; 413 for a body over 1 MiB; 403 for a wrong token or a
 // finished job, and for a patch that would take the trace past
 // MaxTraceSize (the job is then failed: refuseTraceOverLimit); 409 when
-// the caller's assignment is over; 400 for a bad Content-Range.
+// the caller's assignment is over; 400 for a bad Content-Range; 507 while
+// the data directory that holds the trace files is under MinFreeDisk.
 func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	j, unlock, ok := c.lockedJobForRunner(w, r, "")
 	if !ok {
@@ -275,6 +276,10 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > maxTracePart || end-start >= maxTracePart {
 		setJobHeaders(w, j.Status)
 		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
+		return
+	}
+	if c.tracesInDataDir && c.refuseOnLowDisk(w, j.ID, j.Status, writeTrace) {
+		c.touchJob(r.Context(), j.ID) // the runner is there, and will send it again
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTracePart+1))
