@@ -54,7 +54,7 @@ func newCoordinatorCmd() *cobra.Command {
 		databaseURL, secretKeyFile                   string
 		longPoll, stale, grace, ack                  time.Duration
 		maxProvisioning, maxConnsPerClient           int
-		maxArtifactSize                              int64
+		maxArtifactSize, maxTraceSize, minFreeDisk   int64
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -101,6 +101,18 @@ DATA/artifacts, up to --max-artifact-size each (larger uploads are answered
 download them with drover artifacts JOB_ID. Coordinators sharing a
 PostgreSQL database need DATA/artifacts on a shared file system.
 
+A job's log may grow to --max-trace-size bytes (100 MiB, as GitLab's
+limit); the PATCH that would take it past is refused as GitLab refuses it
+(403), and the job fails with trace_size_exceeded and a last line in its
+log saying so. A runner's own output_limit (4 MiB by default) usually cuts
+the log first.
+
+While the data directory's disk has less than --min-free-disk bytes free
+(1 GiB by default; 0 turns the guard off), artifact uploads and, with
+SQLite, trace PATCHes are answered 507 Insufficient Storage (runners send
+them again later) and /health/ready is 503 saying how much is free: the
+database and the files already taken keep the room they need.
+
 The web UI is served at / on the same address: the jobs, filtered by
 status and project, and each job's log as it runs, its timeline, cancel
 and downloads. Sign in with the admin token (the form at /login, or a link
@@ -118,6 +130,15 @@ read-only: every page, no cancel, retry, pause or delete.`,
 			}
 			if maxArtifactSize <= 0 {
 				return usageError(fmt.Errorf("--max-artifact-size %d: want a positive number of bytes", maxArtifactSize))
+			}
+			if maxTraceSize <= 0 {
+				return usageError(fmt.Errorf("--max-trace-size %d: want a positive number of bytes", maxTraceSize))
+			}
+			if minFreeDisk < 0 {
+				return usageError(fmt.Errorf("--min-free-disk %d: want a number of bytes, or 0 for no guard", minFreeDisk))
+			}
+			if minFreeDisk == 0 {
+				minFreeDisk = -1 // Config's "no guard"
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -168,6 +189,8 @@ read-only: every page, no cancel, retry, pause or delete.`,
 				SecretKeyFile:          secretKeyFile,
 				OldSecretKeys:          oldKeys,
 				MaxArtifactSize:        maxArtifactSize,
+				MaxTraceSize:           maxTraceSize,
+				MinFreeDisk:            minFreeDisk,
 			})
 			if err != nil {
 				return err
@@ -189,6 +212,8 @@ read-only: every page, no cancel, retry, pause or delete.`,
 	f.DurationVar(&ack, "ack-timeout", 60*time.Second, "two-phase start: a job handed to a runner that announces two_phase_job_commit goes back to the queue when the runner sends no keep-alive or accept for this long")
 	f.IntVar(&maxProvisioning, "max-provisioning-retries", 3, "two-phase start: after this many declines or expired deadlines a job fails with runner_provisioning_timeout")
 	f.Int64Var(&maxArtifactSize, "max-artifact-size", coordinator.DefaultMaxArtifactSize, "largest artifact a job may upload, in bytes (GitLab's default: 100 MiB); larger uploads are answered 413")
+	f.Int64Var(&maxTraceSize, "max-trace-size", coordinator.DefaultMaxTraceSize, "largest log a job may have, in bytes (GitLab's default: 100 MiB); the PATCH that would pass it is answered 403 and the job fails with trace_size_exceeded")
+	f.Int64Var(&minFreeDisk, "min-free-disk", coordinator.DefaultMinFreeDisk, "free space, in bytes, kept on the data directory's disk: under it trace PATCHes and artifact uploads are answered 507 and /health/ready is 503; 0: no guard")
 	maxConnsFlag(f, &maxConnsPerClient)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

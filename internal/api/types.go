@@ -54,6 +54,9 @@ const (
 	// one of whose dependencies' artifacts expired or were erased fails
 	// at hand-out, without reaching a runner.
 	MissingDependencyFailure FailureReason = "missing_dependency_failure"
+	// TraceSizeExceeded is coordinator-side (GitLab's name): the job's log
+	// reached the coordinator's limit, and the job was failed.
+	TraceSizeExceeded FailureReason = "trace_size_exceeded"
 )
 
 // AllFailureReasons is the list the coordinator advertises in features.failure_reasons.
@@ -69,7 +72,7 @@ func (r FailureReason) Valid() bool {
 	case ScriptFailure, RunnerSystemFailure, JobExecutionTimeout, ImagePullFailure,
 		RunnerConfigurationError, RunnerExternalDependencyFailure, RunnerInterrupted,
 		UnknownFailure, JobCanceled, RunnerProvisioningTimeout, StaleRunner, DataIntegrityFailure,
-		MissingDependencyFailure:
+		MissingDependencyFailure, TraceSizeExceeded:
 		return true
 	}
 	return false

@@ -330,7 +330,8 @@ type artifactView struct {
 // artifact; 400 for bad parameters, a body without a "file" part, or a
 // second artifact of a type (see the package doc); 403,
 // 404, 409 as the package doc says; 413 over MaxArtifactSize, from
-// Content-Length before anything is read or while streaming.
+// Content-Length before anything is read or while streaming; 507 while
+// the data directory is under MinFreeDisk.
 func (c *Coordinator) handleUploadArtifacts(w http.ResponseWriter, r *http.Request) {
 	j, hash, ok := c.jobForRunner(w, r, "")
 	if !ok || !c.mayUpload(w, &j) {
@@ -342,6 +343,9 @@ func (c *Coordinator) handleUploadArtifacts(w http.ResponseWriter, r *http.Reque
 	if e != nil {
 		setJobHeaders(w, j.Status)
 		runnerapi.WriteBad(w, e)
+		return
+	}
+	if c.refuseOnLowDisk(w, j.ID, j.Status, writeArtifact) {
 		return
 	}
 	limit := c.cfg.MaxArtifactSize

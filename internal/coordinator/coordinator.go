@@ -64,6 +64,21 @@ type Config struct {
 	// MaxArtifactSize caps an uploaded artifact, in bytes; a larger one is
 	// answered 413. Default DefaultMaxArtifactSize (100 MiB, GitLab's).
 	MaxArtifactSize int64
+	// MaxTraceSize caps a job's log, in bytes: a PATCH that would take it
+	// past this is refused as GitLab refuses it (403) and the job fails
+	// with trace_size_exceeded, a last line in its log saying why. Default
+	// DefaultMaxTraceSize (100 MiB, GitLab's ci_jobs_trace_size_limit).
+	MaxTraceSize int64
+	// MinFreeDisk is the free space, in bytes, kept on the data
+	// directory's file system: under it, trace PATCHes (when the traces
+	// are files there) and artifact uploads are answered 507 Insufficient
+	// Storage and /health/ready says not ready, before SQLite or a write
+	// fails on a full disk. Default DefaultMinFreeDisk (1 GiB); negative:
+	// no guard.
+	MinFreeDisk int64
+	// FreeSpace measures the data directory's free space; nil = statfs(2)
+	// (no guard on systems without it). Tests drive the guard with it.
+	FreeSpace FreeSpaceFunc
 }
 
 // Defaults of Config.
@@ -74,6 +89,7 @@ const (
 	DefaultReapInterval           = 15 * time.Second
 	DefaultAckTimeout             = 60 * time.Second
 	DefaultMaxProvisioningRetries = 3
+	DefaultMaxTraceSize           = 100 << 20
 	// traceUpdateInterval is X-GitLab-Trace-Update-Interval, seconds.
 	traceUpdateInterval = "3"
 )
@@ -86,6 +102,12 @@ type Coordinator struct {
 	clock  clock.Clock
 	st     store.Store
 	traces store.Traces
+	// tracesInDataDir is set when traces are files of the data directory
+	// (not kept by the store): the disk guard covers their PATCHes.
+	tracesInDataDir bool
+	// freeSpace measures the data directory's free space for the disk
+	// guard (diskguard.go); nil: no guard.
+	freeSpace FreeSpaceFunc
 	// artifacts keeps artifact files (artifacts.go); sweeps says when the
 	// reaper next removes the files no record names (orphans.go).
 	artifacts *artifactDir
@@ -155,6 +177,10 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	cfg.TimeoutGrace = runnerapi.OrDefault(cfg.TimeoutGrace, DefaultTimeoutGrace)
 	cfg.AckTimeout = runnerapi.OrDefault(cfg.AckTimeout, DefaultAckTimeout)
 	cfg.MaxArtifactSize = runnerapi.OrDefault(cfg.MaxArtifactSize, DefaultMaxArtifactSize)
+	cfg.MaxTraceSize = runnerapi.OrDefault(cfg.MaxTraceSize, DefaultMaxTraceSize)
+	if cfg.MinFreeDisk == 0 {
+		cfg.MinFreeDisk = DefaultMinFreeDisk
+	}
 	if cfg.ReapInterval <= 0 {
 		// Expired acknowledgement deadlines are found by the reaper: look
 		// often enough that a job is back in the queue soon after its
@@ -172,6 +198,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		log:        logger,
 		cfg:        cfg,
 		clock:      clock.OrReal(cfg.Clock),
+		freeSpace:  cfg.FreeSpace,
 		jobContact: map[int64]time.Time{},
 		mgrStarts:  map[runnerapi.ManagerKey]time.Time{},
 		// Contact times only need to be exact to a small part of the stale
@@ -189,6 +216,9 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	c.st = st
 	c.listening = make(chan struct{})
 	c.upSince = c.clock.Now()
+	if c.freeSpace == nil {
+		c.freeSpace = defaultFreeSpace()
+	}
 	if err := c.open(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -275,6 +305,8 @@ func (c *Coordinator) open(ctx context.Context) error {
 		c.traces = tk.Traces()
 	} else if c.traces, err = newTraceDir(filepath.Join(cfg.DataDir, "traces")); err != nil {
 		return err
+	} else {
+		c.tracesInDataDir = true
 	}
 	// Temporary files are removed at once only when no other coordinator
 	// can be writing them; on a shared store, the reaper's sweep removes

@@ -22,7 +22,12 @@
 //     blocked on a channel; enqueueing a job wakes only the waiters whose
 //     runner could take it.
 //   - Traces: trace.go, plain files DataDir/traces/<id>.log; the file size
-//     is the trace size.
+//     is the trace size. A trace is capped at Config.MaxTraceSize: the
+//     PATCH that would pass it is answered 403 as GitLab answers it and
+//     the job fails with trace_size_exceeded (v4_jobs.go).
+//   - Disk guard: diskguard.go. Under Config.MinFreeDisk free in the data
+//     directory, trace PATCHes (traces kept there) and artifact uploads
+//     are answered 507 and /health/ready is 503.
 //   - Artifacts: artifacts.go (POST/GET /api/v4/jobs/{id}/artifacts, GET
 //     /api/v1/jobs/{id}/artifacts; files in DataDir/artifacts written
 //     through a temporary file, fsync and rename; records in the store;

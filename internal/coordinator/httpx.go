@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -60,6 +61,10 @@ func (c *Coordinator) routes() (http.Handler, error) {
 		// The database and the job logs are files in the data directory.
 		checks = append(checks, runnerapi.DirCheck(c.cfg.DataDir))
 	}
+	// Artifacts (and, without a shared store, the database and the job
+	// logs) are written in the data directory: under MinFreeDisk this
+	// coordinator refuses them, and says so here.
+	checks = append(checks, func(context.Context) error { return c.checkDisk() })
 	m.Ready(desc+"\n", checks...)
 
 	// The web UI: /, /login, /jobs..., /static/ (webui.go).

@@ -33,6 +33,9 @@ type metrics struct {
 	artifactsTooLarge   prometheus.Counter
 	artifactsExpired    prometheus.Counter
 	artifactsOrphaned   prometheus.Counter
+	// lowDisk counts writes (trace, artifact) answered 507 because the
+	// data directory's disk was under --min-free-disk.
+	lowDisk *prometheus.CounterVec
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -90,6 +93,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: metricPrefix + "database_unavailable_total",
 			Help: "Requests answered 503 because the database could not be reached.",
 		}),
+		lowDisk: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPrefix + "writes_refused_low_disk_total",
+			Help: "Trace PATCHes and artifact uploads answered 507: the data directory's disk was under --min-free-disk.",
+		}, []string{"what"}),
 	}
 	// The artifact counters, by name and help.
 	for _, a := range []struct {
@@ -107,9 +114,12 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	for _, o := range []string{outcomeAccepted, outcomeDeclined, outcomeExpired} {
 		m.provisioning.WithLabelValues(o) // report zeros from the start
 	}
+	for _, w := range []string{writeTrace, writeArtifact} {
+		m.lowDisk.WithLabelValues(w)
+	}
 	jobs := jobsCollector{c: c, desc: prometheus.NewDesc(metricPrefix+"jobs", "Jobs by status.", []string{"status"}, nil)}
 
-	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable,
+	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable, m.lowDisk,
 		m.artifactsUploaded, m.artifactsDownloaded, m.artifactsTooLarge, m.artifactsExpired, m.artifactsOrphaned, jobs}
 	if sc, ok := c.st.(interface{ Collector() prometheus.Collector }); ok {
 		// The store's own: a database pool and query latency.

@@ -150,32 +150,41 @@ func (c *Coordinator) endJob(ctx context.Context, id int64, what string, verdict
 		log.Error(what+": trace size", "err", err)
 		return
 	}
-	// The append is conditional on the size just read: a runner's PATCH
-	// that got there in between wins, and the job is left alone.
-	end, err := c.traces.Append(ctx, j.ID, size, []byte("\n"+line+"\n"))
-	if err != nil {
-		var off *store.TraceOffsetError
-		if !errors.As(err, &off) {
-			log.Error(what+": append trace", "err", err)
-		}
-		return
-	}
 	ch := store.JobChange{Status: to, FinishedAt: now, At: now}
 	if reason != "" {
 		rs := string(reason)
 		ch.FailureReason = &rs
 	}
-	got, err := c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, ch)
-	if err != nil {
-		// The runner (or a cancel) got there first: take our line back.
-		if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {
-			log.Error(what+": undo trace line", "err", terr)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			log.Error(what+": finish job", "err", err)
-		}
+	got, err := c.finishWithLine(ctx, j, size, line, ch)
+	var off *store.TraceOffsetError
+	switch {
+	case errors.As(err, &off) || errors.Is(err, store.ErrConflict):
+		return // the runner (or a cancel) got there first
+	case err != nil:
+		log.Error(what, "err", err)
 		return
 	}
 	c.finished(&got)
 	log.Warn(what, "status", got.Status, "failure_reason", got.FailureReason)
+}
+
+// finishWithLine appends line to job j's trace, which has size bytes, and
+// then commits ch from j's status: a committed final state always covers
+// its trace. The append is conditional on size: a runner's PATCH that got
+// there since it was read wins (a *store.TraceOffsetError, nothing
+// written). A transition that loses (store.ErrConflict, with the job as it
+// is now) takes the line back.
+func (c *Coordinator) finishWithLine(ctx context.Context, j *store.Job, size int64, line string, ch store.JobChange) (store.Job, error) {
+	end, err := c.traces.Append(ctx, j.ID, size, []byte("\n"+line+"\n"))
+	if err != nil {
+		return *j, fmt.Errorf("append trace line: %w", err)
+	}
+	got, err := c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, ch)
+	if err != nil {
+		if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {
+			c.log.Error("undo trace line", "job_id", j.ID, "err", terr)
+		}
+		return got, fmt.Errorf("finish job: %w", err)
+	}
+	return got, nil
 }

@@ -252,8 +252,10 @@ func (c *Coordinator) finished(j *store.Job) {
 // while a job waits for its runner's accept (preparation logs). Answers 202
 // with Range: 0-<size>; 416 with Range: 0-<size> when start is not the
 // stored size; 413 for a body over 1 MiB; 403 for a wrong token or a
-// finished job; 409 when the caller's assignment is over; 400 for a bad
-// Content-Range.
+// finished job, and for a patch that would take the trace past
+// MaxTraceSize (the job is then failed: refuseTraceOverLimit); 409 when
+// the caller's assignment is over; 400 for a bad Content-Range; 507 while
+// the data directory that holds the trace files is under MinFreeDisk.
 func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	j, unlock, ok := c.lockedJobForRunner(w, r, "")
 	if !ok {
@@ -276,6 +278,10 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		runnerapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("trace patch larger than %d bytes", maxTracePart), "")
 		return
 	}
+	if c.tracesInDataDir && c.refuseOnLowDisk(w, j.ID, j.Status, writeTrace) {
+		c.touchJob(r.Context(), j.ID) // the runner is there, and will send it again
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTracePart+1))
 	if err != nil {
 		setJobHeaders(w, j.Status)
@@ -294,6 +300,10 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 		runnerapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("body has %d bytes, Content-Range says %d", len(body), end-start+1), "Content-Range")
 		return
 	}
+	if end >= c.cfg.MaxTraceSize { // the trace would be end+1 bytes
+		c.refuseTraceOverLimit(w, r, &j, start)
+		return
+	}
 	size, err := c.traces.Append(ctx, j.ID, start, body)
 	var off *store.TraceOffsetError
 	if errors.As(err, &off) {
@@ -309,4 +319,61 @@ func (c *Coordinator) handlePatchTrace(w http.ResponseWriter, r *http.Request) {
 	c.touchJob(ctx, j.ID)
 	w.Header().Set("Range", api.FormatRange(size))
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// refuseTraceOverLimit answers a PATCH at start that would take job j's
+// trace past MaxTraceSize as GitLab answers it (Ci::AppendBuildTraceService:
+// the job is dropped with failure_reason trace_size_exceeded and the PATCH
+// answered 403 Forbidden): the patch is not written, a last line saying
+// why is, and the job fails (a job being canceled is canceled). The 403,
+// with Job-Status failed, makes GitLab Runner and drover's manager abort
+// the job and send no more; a final PUT that still comes finds the job
+// finished (200 for state failed, 403 otherwise). A patch at another
+// offset than the trace's size is answered 416 first, as any.
+func (c *Coordinator) refuseTraceOverLimit(w http.ResponseWriter, r *http.Request, j *store.Job, start int64) {
+	ctx := r.Context()
+	limit := c.cfg.MaxTraceSize
+	size, err := c.traces.Size(ctx, j.ID)
+	if err != nil {
+		c.internalError(ctx, w, "trace size", err)
+		return
+	}
+	if size != start {
+		w.Header().Set("Range", api.FormatRange(size))
+		runnerapi.WriteError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, size), "Content-Range")
+		return
+	}
+	now := c.clock.Now()
+	ch := store.JobChange{Status: store.StatusFailed, FinishedAt: now, At: now, IfVersion: j.Version}
+	if j.Status == store.StatusCanceling {
+		ch.Status = store.StatusCanceled
+	} else {
+		reason := string(api.TraceSizeExceeded)
+		ch.FailureReason = &reason
+	}
+	if j.Status == store.StatusWaitingForRunnerAck {
+		prov := j.ProvisioningNanos + max(0, int64(now.Sub(j.AssignedAt)))
+		ch.ProvisioningNanos = &prov
+	}
+	line := fmt.Sprintf("ERROR: Job failed: job's log exceeded limit of %d bytes (coordinator)", limit)
+	got, err := c.finishWithLine(ctx, j, size, line, ch)
+	var off *store.TraceOffsetError
+	switch {
+	case errors.As(err, &off):
+		// Another coordinator's reaper wrote its line meanwhile.
+		w.Header().Set("Range", api.FormatRange(off.Size))
+		runnerapi.WriteError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("range starts at %d, trace has %d bytes", start, off.Size), "Content-Range")
+		return
+	case errors.Is(err, store.ErrConflict):
+		c.answerInactive(w, &got, "")
+		return
+	case err != nil:
+		c.internalError(ctx, w, "fail job over its trace limit", err)
+		return
+	}
+	c.finished(&got)
+	c.log.Warn("job failed: its log would exceed the limit", "job_id", j.ID, "runner_id", j.RunnerID,
+		"trace_size", size, "patch_end", r.Header.Get("Content-Range"), "max_trace_size", limit, "status", got.Status)
+	setJobHeaders(w, got.Status)
+	runnerapi.WriteError(w, http.StatusForbidden, fmt.Sprintf("403 Forbidden: job's log exceeded limit of %d bytes (--max-trace-size)", limit), "")
 }

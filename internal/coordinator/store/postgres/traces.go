@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/drover-ci/drover/internal/coordinator/store"
 )
@@ -157,46 +157,128 @@ func (t traces) Archive(ctx context.Context, id int64, attempt int) error {
 	return nil
 }
 
-// chunks reads the current trace from offset on, in one snapshot.
-func (t traces) chunks(ctx context.Context, id, offset int64) ([]byte, error) {
-	rows, err := t.s.pool.Query(ctx, `SELECT start, data FROM trace_chunks
-		WHERE job_id = $1 AND attempt = 0 AND start + length(data) > $2 ORDER BY start`, id, offset)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	var start int64
-	var data []byte
-	_, err = pgx.ForEachRow(rows, []any{&start, &data}, func() error {
-		if start < offset {
-			data = data[offset-start:]
-		}
-		buf.Write(data)
-		return nil
-	})
-	return buf.Bytes(), err
-}
+// Reading a trace never holds it whole: Checksum hashes the chunks as
+// they arrive from one query, and Open's reader fetches a window of
+// readWindow bytes at a time (a query each), so a GET of a trace costs
+// about readWindow plus one chunk (at most a PATCH, 1 MiB) of memory
+// whatever the trace's size, and holds no connection between reads: a slow
+// client of GET …/trace does not keep one of the pool's.
+const readWindow = 1 << 20
 
 func (t traces) Checksum(ctx context.Context, id int64) (string, error) {
 	if err := t.s.check(); err != nil {
 		return "", err
 	}
-	b, err := t.chunks(ctx, id, 0)
+	sum, err := t.checksum(ctx, id)
 	if err != nil {
 		return "", t.s.fail(ctx, fmt.Sprintf("checksum trace of job %d", id), err)
 	}
-	return fmt.Sprintf("crc32:%08x", crc32.ChecksumIEEE(b)), nil
+	return fmt.Sprintf("crc32:%08x", sum), nil
+}
+
+// checksum is the CRC-32 of the current trace, read in one snapshot, each
+// chunk hashed in the driver's buffer and let go.
+func (t traces) checksum(ctx context.Context, id int64) (uint32, error) {
+	rows, err := t.s.pool.Query(ctx, `SELECT data FROM trace_chunks
+		WHERE job_id = $1 AND attempt = 0 ORDER BY start`, id)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var sum uint32
+	var data pgtype.DriverBytes // valid until the next row
+	for rows.Next() {
+		if err := rows.Scan(&data); err != nil {
+			return 0, err
+		}
+		sum = crc32.Update(sum, crc32.IEEETable, data)
+	}
+	return sum, rows.Err()
 }
 
 func (t traces) Open(ctx context.Context, id, offset int64) (io.ReadCloser, error) {
 	if err := t.s.check(); err != nil {
 		return nil, err
 	}
-	b, err := t.chunks(ctx, id, offset)
-	if err != nil {
-		return nil, t.s.fail(ctx, fmt.Sprintf("read trace of job %d", id), err)
+	r := &traceReader{t: t, ctx: ctx, id: id, next: offset}
+	// The first window now: an unreachable database is Open's error, not
+	// the first Read's.
+	if err := r.fill(); err != nil {
+		return nil, err
 	}
-	return io.NopCloser(bytes.NewReader(b)), nil
+	return r, nil
+}
+
+// traceReader reads job id's current trace from next on, a window at a
+// time. Each window is read as of its own query: a trace reset (a 412)
+// while a reader is at it may give that reader old bytes then new ones, as
+// reading a file that is truncated under the reader would.
+type traceReader struct {
+	t    traces
+	ctx  context.Context
+	id   int64
+	next int64  // trace offset of the byte after buf
+	buf  []byte // the window read, reused
+	pos  int    // what of buf was read
+	eof  bool
+}
+
+// window reads the chunks holding bytes [from, from+readWindow) and the
+// rest of the last of them: the chunk holding from (the last that starts
+// at or before it: an index lookup, not a scan of the chunks before), then
+// those that start before the window's end.
+const window = `SELECT start, data FROM trace_chunks
+	WHERE job_id = $1 AND attempt = 0 AND start < $3 AND start >= (
+		SELECT coalesce(max(start), 0) FROM trace_chunks
+		WHERE job_id = $1 AND attempt = 0 AND start <= $2)
+	ORDER BY start`
+
+// fill reads the next window into buf; none left sets eof.
+func (r *traceReader) fill() error {
+	rows, err := r.t.s.pool.Query(r.ctx, window, r.id, r.next, r.next+readWindow)
+	if err != nil {
+		return r.t.s.fail(r.ctx, fmt.Sprintf("read trace of job %d at %d", r.id, r.next), err)
+	}
+	r.buf, r.pos = r.buf[:0], 0
+	var start int64
+	var data pgtype.DriverBytes // valid until the next row
+	_, err = pgx.ForEachRow(rows, []any{&start, &data}, func() error {
+		at := r.next + int64(len(r.buf))
+		if end := start + int64(len(data)); end <= at {
+			return nil // before the offset asked for
+		}
+		if start < at {
+			data = data[at-start:]
+		}
+		r.buf = append(r.buf, data...)
+		return nil
+	})
+	if err != nil {
+		return r.t.s.fail(r.ctx, fmt.Sprintf("read trace of job %d at %d", r.id, r.next), err)
+	}
+	r.next += int64(len(r.buf))
+	r.eof = len(r.buf) == 0
+	return nil
+}
+
+func (r *traceReader) Read(p []byte) (int, error) {
+	if r.pos == len(r.buf) && !r.eof {
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	if r.eof {
+		return 0, io.EOF
+	}
+	n := copy(p, r.buf[r.pos:])
+	r.pos += n
+	return n, nil
+}
+
+// Close lets the window go; the reader holds nothing else.
+func (r *traceReader) Close() error {
+	r.buf, r.eof = nil, true
+	return nil
 }
 
 // SettingOrInit implements store.Settings.

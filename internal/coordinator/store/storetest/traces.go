@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -31,6 +32,8 @@ func RunTraces(t *testing.T, h TraceHarness) {
 		{"Truncate", testTraceTruncate},
 		{"Archive", testTraceArchive},
 		{"ConcurrentAppend", testTraceConcurrentAppend},
+		{"LongTrace", testTraceLong},
+		{"BoundedReads", testTraceBoundedReads},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,5 +257,109 @@ func testTraceConcurrentAppend(t *testing.T, tr store.Traces, newJob func(t *tes
 	}
 	if got := readTrace(t, tr, id, 0); got != want.String() {
 		t.Fatalf("trace = %q, want %q", got, want.String())
+	}
+}
+
+// pattern is n bytes that differ from those of any other seed and offset
+// (a byte in the wrong place shows).
+func pattern(seed, n int) []byte {
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// testTraceLong: a trace of a few MiB in chunks of uneven sizes (a backend
+// may read it in windows) reads back whole and from offsets inside, at and
+// across chunk bounds.
+func testTraceLong(t *testing.T, tr store.Traces, newJob func(t *testing.T) int64) {
+	id := newJob(t)
+	var want []byte
+	for i, n := range []int{1, 700 << 10, 1 << 20, 3, 1<<20 - 1, 65537, 900 << 10, 1 << 20, 12345} {
+		b := pattern(i, n)
+		if _, err := tr.Append(t.Context(), id, int64(len(want)), b); err != nil {
+			t.Fatalf("Append of %d bytes at %d = %v", n, len(want), err)
+		}
+		want = append(want, b...)
+	}
+	for _, off := range []int64{0, 1, 2, 700 << 10, 700<<10 + 1, 1 << 20, 2<<20 + 5, int64(len(want)) - 12345, int64(len(want)) - 1, int64(len(want))} {
+		got := readTrace(t, tr, id, off)
+		if got != string(want[off:]) {
+			t.Errorf("read from %d: %d bytes, want %d; first difference at %d", off, len(got), int64(len(want))-off, firstDiff([]byte(got), want[off:]))
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// testTraceBoundedReads: reading a trace whole (Open to the end, and
+// Checksum) takes memory bounded by a few chunks, not by the trace: a
+// trace of 32 MiB allocates less than 8 MiB in all per read. (It counts
+// the allocations of the whole process: the tests of RunTraces run one at
+// a time.) Under the race detector, whose sync.Pool drops a quarter of
+// what is put back, a driver's pooled read buffers are often allocated
+// again: the bound is then twice the trace, still well under the three
+// times of a backend that gathers the trace in one buffer.
+func testTraceBoundedReads(t *testing.T, tr store.Traces, newJob func(t *testing.T) int64) {
+	const chunks = 32
+	var bound uint64 = 8 << 20
+	if raceDetector {
+		bound = 2 * chunks << 20
+	}
+	id := newJob(t)
+	h := crc32.NewIEEE()
+	var size int64
+	for i := range chunks {
+		b := pattern(i, 1<<20)
+		if _, err := tr.Append(t.Context(), id, size, b); err != nil {
+			t.Fatalf("Append at %d = %v", size, err)
+		}
+		h.Write(b)
+		size += int64(len(b))
+	}
+	want := fmt.Sprintf("crc32:%08x", h.Sum32())
+	allocated := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	var sum string
+	var err error
+	if n := allocated(func() { sum, err = tr.Checksum(t.Context(), id) }); err != nil || sum != want {
+		t.Errorf("Checksum = %q, %v; want %s", sum, err, want)
+	} else if n > bound {
+		t.Errorf("Checksum of a %d-byte trace allocated %d bytes, want at most %d", size, n, bound)
+	}
+	var read int64
+	n := allocated(func() {
+		var rc io.ReadCloser
+		if rc, err = tr.Open(t.Context(), id, 0); err != nil {
+			return
+		}
+		defer rc.Close()
+		h := crc32.NewIEEE()
+		read, err = io.CopyBuffer(h, rc, make([]byte, 32<<10))
+		sum = fmt.Sprintf("crc32:%08x", h.Sum32())
+	})
+	switch {
+	case err != nil || read != size || sum != want:
+		t.Errorf("Open and read = %d bytes (%s), %v; want %d (%s)", read, sum, err, size, want)
+	case n > bound:
+		t.Errorf("Open and read of a %d-byte trace allocated %d bytes, want at most %d", size, n, bound)
 	}
 }
