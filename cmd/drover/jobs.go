@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -367,8 +368,15 @@ func newCancelCmd() *cobra.Command {
 	return jobActionCmd("cancel JOB_ID", "Cancel a job (a running job gets its after_script)",
 		func(ctx context.Context, c *client.Client, id int64) (string, error) {
 			j, err := c.Cancel(ctx, id)
+			if ae := (*client.APIError)(nil); errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.JobStatus != "" {
+				// Its runner's final state came first: nothing was canceled.
+				return "", fmt.Errorf("job %d already finished: %s", id, ae.JobStatus)
+			}
 			if err != nil {
 				return "", err
+			}
+			if j.Status == "canceling" {
+				return fmt.Sprintf("job %d: canceling (its runner is stopping it)", j.ID), nil
 			}
 			return fmt.Sprintf("job %d: %s", j.ID, j.Status), nil
 		})

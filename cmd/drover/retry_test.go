@@ -11,8 +11,9 @@ import (
 )
 
 // TestRetryAndCancelCommands: drover cancel and drover retry against a
-// real coordinator: a pending job canceled, then queued again as a new
-// job; retrying a job that has not finished is refused.
+// real coordinator: a pending job canceled (a second cancel refused with
+// the job's state), then queued again as a new job; retrying a job that
+// has not finished is refused.
 func TestRetryAndCancelCommands(t *testing.T) {
 	srvURL, adminToken, cl := adminServer(t)
 	j, err := cl.Submit(t.Context(), client.JobSpec{Name: "build", Script: []string{"true"}})
@@ -28,6 +29,10 @@ func TestRetryAndCancelCommands(t *testing.T) {
 	}
 	if out, code, err := run("cancel", fmt.Sprint(j.ID)); code != 0 || out != fmt.Sprintf("job %d: canceled\n", j.ID) {
 		t.Fatalf("cancel: exit %d, %v\n%s", code, err, out)
+	}
+	// A second cancel is too late, and says so with the job's state.
+	if out, code, err := run("cancel", fmt.Sprint(j.ID)); code == 0 || err == nil || err.Error() != fmt.Sprintf("job %d already finished: canceled", j.ID) {
+		t.Errorf("cancel of a canceled job: exit %d, %v, want the error \"job %d already finished: canceled\"\n%s", code, err, j.ID, out)
 	}
 	out, code, err := run("retry", fmt.Sprint(j.ID))
 	if want := fmt.Sprintf("job %d: pending (retry of job %d)\n", j.ID+1, j.ID); code != 0 || out != want {

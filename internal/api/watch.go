@@ -12,6 +12,11 @@ import (
 // coordinator that does not send it (GitLab) has no such endpoint.
 const HeaderJobWatch = "X-Drover-Job-Watch"
 
+// MaxWatchedJobs is the most jobs one jobs/watch request may name: the
+// coordinator refuses more (400), and a manager watching more jobs on one
+// coordinator with one runner token splits them over several requests.
+const MaxWatchedJobs = 1000
+
 // WatchedJob is one job of a watch request: its token and the Job-Status
 // the runner last saw ("pending" before a two-phase accept, "running",
 // "canceling").
@@ -22,14 +27,19 @@ type WatchedJob struct {
 }
 
 // WatchRequest is the body of POST jobs/watch: answer when the status of
-// one of Jobs is no longer the one given, or after Timeout seconds.
+// one of Jobs (at most MaxWatchedJobs) is no longer the one given, or after
+// Timeout seconds. Token is the runner token the jobs were handed to, as
+// in jobs/request: only that runner's jobs are answered.
 type WatchRequest struct {
+	Token   string       `json:"token"`
 	Jobs    []WatchedJob `json:"jobs"`
 	Timeout float64      `json:"timeout,omitempty"`
 }
 
 // JobChange is one changed job in a watch answer: the status code and
-// Job-Status that a PUT with its token would have been answered with now.
+// Job-Status that a PUT with its token would have been answered with now,
+// except that a job that is not the runner's (unknown, another runner's,
+// or named with a token that never was its) is 404, whichever it is.
 type JobChange struct {
 	ID         int64  `json:"id"`
 	StatusCode int    `json:"status_code"`
@@ -43,11 +53,11 @@ type WatchResponse struct {
 }
 
 // WatchJobs calls POST jobs/watch (drover's coordinator only; see
-// HeaderJobWatch). It blocks until a job changes, the coordinator's wait
-// ends or ctx is done.
+// HeaderJobWatch) with req.Token as the runner token. It blocks until a
+// job changes, the coordinator's wait ends or ctx is done.
 func (c *Client) WatchJobs(ctx context.Context, req WatchRequest) (*WatchResponse, *Response, error) {
 	var out WatchResponse
-	r, err := c.doJSON(ctx, http.MethodPost, "jobs/watch", nil, req, http.StatusOK, &out)
+	r, err := c.doJSON(ctx, http.MethodPost, "jobs/watch", runnerHeader(req.Token), req, http.StatusOK, &out)
 	if err != nil || r.StatusCode != http.StatusOK {
 		return nil, r, err
 	}

@@ -276,6 +276,9 @@ type APIError struct {
 	Status int
 	Msg    string `json:"error"`
 	Field  string `json:"field"`
+	// JobStatus is the job's state on the 409 of a cancel that came after
+	// the job finished (success, failed, canceled).
+	JobStatus string `json:"status"`
 }
 
 func (e *APIError) Error() string {

@@ -99,19 +99,23 @@
 // on every job answer of the runner API)
 //
 //	POST /api/v4/jobs/watch
-//	{"jobs": [{"id": 1, "token": "<job token>", "job_status": "running"}], "timeout": 30}
+//	{"token": "<runner token>", "jobs": [{"id": 1, "token": "<job token>", "job_status": "running"}], "timeout": 30}
 //
 // held until the Job-Status of one of the jobs differs from the one given,
-// or until the timeout (at most the long-poll timeout). The answer lists
-// each changed job with the status code and Job-Status that a PUT with its
-// token would get now, so the runner acts on it exactly as on that answer:
+// or until the timeout (at most the long-poll timeout). The runner token
+// (body or RUNNER-TOKEN) is required, as in jobs/request; at most
+// api.MaxWatchedJobs (1000) jobs a watch. The answer lists each changed
+// job with the status code and Job-Status that a PUT with its token would
+// get now, so the runner acts on it exactly as on that answer; a job that
+// is not the runner's (unknown, another runner's, a token never its) is
+// 404 alike:
 //
 //	{"jobs": [{"id": 1, "status_code": 200, "job_status": "canceling"}]}
 //
 // A cancel, a finished job and a retired token wake the watches of the job
 // (watch.go); a cancel through another coordinator on a shared store is
 // announced by the store (store.JobAnnouncer). A manager holds one watch
-// per coordinator for all its jobs there.
+// per coordinator and runner token for all its jobs there.
 //
 // # Durability
 //

@@ -474,7 +474,9 @@ func (c *Coordinator) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleCancelJob is POST /api/v1/jobs/{id}/cancel: the job as
-// cancelJob left it, or 409 when it cannot be canceled.
+// cancelJob left it (canceled, or canceling until its runner stops it), or
+// 409 when it cannot be canceled: {"error": "job 12 already finished:
+// success", "status": "success"} for a job whose final state came first.
 func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := c.loadJob(w, r)
 	if !ok {
@@ -483,7 +485,10 @@ func (c *Coordinator) handleCancelJob(w http.ResponseWriter, r *http.Request) {
 	got, err := c.cancelJob(r.Context(), j)
 	var ce *cancelConflict
 	if errors.As(err, &ce) {
-		runnerapi.WriteError(w, http.StatusConflict, ce.msg, "")
+		runnerapi.WriteJSON(w, http.StatusConflict, struct {
+			runnerapi.APIError
+			Status store.Status `json:"status,omitempty"`
+		}{runnerapi.APIError{Error: ce.msg}, ce.status})
 		return
 	}
 	if err != nil {
@@ -554,7 +559,7 @@ func retriedByKey(id int64) string { return "job_retried_by:" + strconv.FormatIn
 // record, which may then be retried once more.
 func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if !j.Status.Finished() {
-		return store.Job{}, &cancelConflict{"job is " + string(j.Status) + ": only a finished job can be retried"}
+		return store.Job{}, &cancelConflict{msg: "job is " + string(j.Status) + ": only a finished job can be retried"}
 	}
 	unlock, err := c.lockJobEverywhere(ctx, j.ID)
 	if err != nil {
@@ -600,7 +605,11 @@ func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, err
 
 // cancelConflict is a cancel refused (the job is finished, or kept
 // changing under the cancel) or a retry refused (not finished yet).
-type cancelConflict struct{ msg string }
+// status, when set, is the final state that made the cancel too late.
+type cancelConflict struct {
+	msg    string
+	status store.Status
+}
 
 func (e *cancelConflict) Error() string { return e.msg }
 
@@ -610,6 +619,13 @@ func (e *cancelConflict) Error() string { return e.msg }
 // (the runner learns it from Job-Status on its next PUT/PATCH, or at once
 // from its watch); canceling stays; finished → a *cancelConflict. It
 // returns the job as it left it.
+//
+// A cancel and the runner's final PUT race with one rule, as in GitLab:
+// the first to change the job wins. Each is a compare-and-set from the
+// state it read (TransitionJob), so a cancel that finds the job finished
+// by the PUT is refused with the job's state, and a PUT that finds the job
+// canceling ends it canceled (handleUpdateJob); a cancel answered
+// "canceling" never sees the job end success.
 func (c *Coordinator) cancelJob(ctx context.Context, j store.Job) (store.Job, error) {
 	now := c.clock.Now()
 	for range 3 { // retry when the job moved between our read and our write
@@ -617,7 +633,7 @@ func (c *Coordinator) cancelJob(ctx context.Context, j store.Job) (store.Job, er
 		var err error
 		switch {
 		case j.Status.Finished():
-			return j, &cancelConflict{"job is already " + string(j.Status)}
+			return j, &cancelConflict{msg: fmt.Sprintf("job %d already finished: %s", j.ID, j.Status), status: j.Status}
 		case j.Status == store.StatusCanceling:
 			return j, nil
 		case isActive(j.Status):
@@ -650,7 +666,7 @@ func (c *Coordinator) cancelJob(ctx context.Context, j store.Job) (store.Job, er
 		c.log.Info("job cancel requested", "job_id", got.ID, "runner_id", j.RunnerID, "system_id", j.RunnerSystemID, "from", j.Status, "status", got.Status)
 		return got, nil
 	}
-	return j, &cancelConflict{"job changed state during cancel, try again"}
+	return j, &cancelConflict{msg: fmt.Sprintf("job %d changed state during the cancel (now %s), try again", j.ID, j.Status)}
 }
 
 // dotSegment reports whether path has a "." or ".." segment: the project

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/coordinator/store"
@@ -193,12 +194,45 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	}
 
 	now := c.clock.Now()
+	var got store.Job
+	for attempt := 1; ; attempt++ {
+		from, ch := finalChange(&j, &req, now)
+		var err error
+		got, err = c.st.TransitionJob(ctx, j.ID, from, ch)
+		if errors.Is(err, store.ErrConflict) {
+			// Something without the job lock moved the job after it was
+			// read: an admin cancel (running → canceling) came first, and
+			// the final state is decided again from the state it left.
+			// Anything else means the assignment is over.
+			if attempt < 3 && isActive(got.Status) && got.TokenHash == j.TokenHash {
+				j = got
+				continue
+			}
+			c.answerInactive(w, &got, req.State)
+			return
+		}
+		if err != nil {
+			c.internalError(r.Context(), w, "finish job", err)
+			return
+		}
+		break
+	}
+	c.finished(&got)
+	log.Info("job finished", "status", got.Status, "failure_reason", got.FailureReason)
+	setJobHeaders(w, got.Status)
+	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
+}
+
+// finalChange is the move that ends job j, as read, on the runner's final
+// update req: from exactly j's status (so that a cancel landing between
+// the read and the move makes it fail, rather than be overwritten) to
+// canceled when j is canceling, else to the state the runner reports.
+func finalChange(j *store.Job, req *api.UpdateJobRequest, now time.Time) ([]store.Status, store.JobChange) {
 	ch := store.JobChange{FinishedAt: now, At: now}
-	from := fromActive
+	from := []store.Status{j.Status}
 	if j.Status == store.StatusWaitingForRunnerAck {
 		// A runner may fail a job before it accepts it (GitLab Runner does
 		// so when the payload fails its checks).
-		from = fromWaiting
 		prov := j.ProvisioningNanos + max(0, int64(now.Sub(j.AssignedAt)))
 		ch.ProvisioningNanos, ch.IfVersion = &prov, j.Version
 	}
@@ -225,19 +259,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		ch.FailureReason = &rs
 		ch.ExitCode = req.ExitCode // none for a failure without one
 	}
-	got, err := c.st.TransitionJob(ctx, j.ID, from, ch)
-	if errors.Is(err, store.ErrConflict) {
-		c.answerInactive(w, &got, req.State)
-		return
-	}
-	if err != nil {
-		c.internalError(r.Context(), w, "finish job", err)
-		return
-	}
-	c.finished(&got)
-	log.Info("job finished", "status", got.Status, "failure_reason", got.FailureReason)
-	setJobHeaders(w, got.Status)
-	runnerapi.WriteJSON(w, http.StatusOK, struct{}{})
+	return from, ch
 }
 
 // finished does the bookkeeping of a job that reached a final state.

@@ -2,7 +2,7 @@ package coordinator
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -17,7 +17,14 @@ import (
 // prints: GitLab's runner learns it only from the answers to its trace
 // PATCHes and keep-alive PUTs. A manager holds one watch per coordinator
 // for all its jobs; the coordinator answers when the status of one of
-// them is no longer the one the manager sent, or after the wait. Every
+// them is no longer the one the manager sent, or after the wait.
+//
+// A watch carries the runner token, as jobs/request does, and answers
+// only about that runner's jobs: a job that does not exist, that is
+// another runner's, or that is named with a token that never was its, is
+// answered 404 alike, so the answers tell nothing of other jobs. At most
+// api.MaxWatchedJobs jobs a request, looked up in one read of the store
+// (two when some token is not its job's current one) per look. Every
 // job answer of the runner API carries X-Drover-Job-Watch, so a manager
 // knows which coordinators serve it; GitLab's don't, and nothing changes
 // there.
@@ -25,9 +32,6 @@ const (
 	// defaultWatchWait is how long a watch is held when it names no
 	// timeout; the long-poll timeout caps it.
 	defaultWatchWait = 30 * time.Second
-	// maxWatchedJobs bounds one watch request (a manager with more
-	// running jobs than this on one coordinator splits its watch).
-	maxWatchedJobs = 5000
 )
 
 // watchHub wakes held watches when a job they watch changes here, or, as
@@ -119,20 +123,22 @@ func (c *Coordinator) jobChanged(ctx context.Context, id int64, announce bool) {
 // or as soon as one does, or with none after the wait. Each changed job
 // carries the status code and Job-Status that a PUT with its token would
 // get now (200 with the new status; 409 when the assignment is over; 403
-// for a token that is not the job's; 404 for an unknown job), so the
-// runner acts on it as it would on that answer.
+// for a job that finished), or 404 for a job that is not the runner's
+// (see watchAnswer). 403 for a missing or unknown runner token, 400 for
+// no jobs or more than api.MaxWatchedJobs.
 func (c *Coordinator) handleWatchJobs(w http.ResponseWriter, r *http.Request) {
 	var req api.WatchRequest
-	if e := runnerapi.DecodeJSON(w, r, &req, maxV4Body, false); e != nil {
-		runnerapi.WriteBad(w, e)
+	rn, ok := c.runners.DecodeRunnerRequest(w, r, &req, func() (string, string) { return req.Token, "" })
+	if !ok {
 		return
 	}
 	switch {
 	case len(req.Jobs) == 0:
 		runnerapi.WriteError(w, http.StatusBadRequest, "jobs: at least one job to watch is needed", "jobs")
 		return
-	case len(req.Jobs) > maxWatchedJobs:
-		runnerapi.WriteError(w, http.StatusBadRequest, "jobs: at most 5000 jobs per watch", "jobs")
+	case len(req.Jobs) > api.MaxWatchedJobs:
+		runnerapi.WriteError(w, http.StatusBadRequest,
+			fmt.Sprintf("jobs: %d jobs in one watch, at most %d: split them over several watches", len(req.Jobs), api.MaxWatchedJobs), "jobs")
 		return
 	}
 	ids := make([]int64, len(req.Jobs))
@@ -159,7 +165,7 @@ func (c *Coordinator) handleWatchJobs(w http.ResponseWriter, r *http.Request) {
 	c.metrics.watches.Inc()
 	defer c.metrics.watches.Dec()
 	for {
-		changes, err := c.watchedChanges(ctx, req.Jobs)
+		changes, err := c.watchedChanges(ctx, rn.ID, req.Jobs)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.internalError(r.Context(), w, "watch jobs", err)
@@ -181,15 +187,41 @@ func (c *Coordinator) handleWatchJobs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// watchedChanges returns the jobs of jobs whose answer to a PUT would now
-// be other than 200 with the Job-Status given.
-func (c *Coordinator) watchedChanges(ctx context.Context, jobs []api.WatchedJob) ([]api.JobChange, error) {
-	var out []api.JobChange
-	for _, wj := range jobs {
-		code, status, err := c.jobAnswer(ctx, wj.ID, wj.Token)
-		if err != nil {
-			return nil, err
+// watchedChanges returns the jobs of jobs whose answer would now be other
+// than 200 with the Job-Status given (see watchAnswer), for runner
+// runnerID: one read of the store for all of them, and a second only when
+// some token is not its job's current one.
+func (c *Coordinator) watchedChanges(ctx context.Context, runnerID int64, jobs []api.WatchedJob) ([]api.JobChange, error) {
+	ids := make([]int64, len(jobs))
+	for i, wj := range jobs {
+		ids[i] = wj.ID
+	}
+	states, err := c.st.JobStates(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("watched jobs: %w", err)
+	}
+	byID := make(map[int64]store.JobState, len(states))
+	for _, st := range states {
+		byID[st.ID] = st
+	}
+	hashes := make([]string, len(jobs))
+	var stale []string
+	for i, wj := range jobs {
+		hashes[i] = store.HashToken(wj.Token)
+		if st, ok := byID[wj.ID]; ok && !currentToken(st, hashes[i]) {
+			stale = append(stale, hashes[i])
 		}
+	}
+	var retired map[string]int64
+	if len(stale) > 0 {
+		if retired, err = c.st.RetiredJobTokens(ctx, stale); err != nil {
+			return nil, fmt.Errorf("watched jobs' tokens: %w", err)
+		}
+	}
+	var out []api.JobChange
+	for i, wj := range jobs {
+		st, ok := byID[wj.ID]
+		code, status := watchAnswer(st, ok, runnerID, hashes[i], retired)
 		if code != http.StatusOK || status != wj.JobStatus {
 			out = append(out, api.JobChange{ID: wj.ID, StatusCode: code, JobStatus: status})
 		}
@@ -197,35 +229,37 @@ func (c *Coordinator) watchedChanges(ctx context.Context, jobs []api.WatchedJob)
 	return out, nil
 }
 
-// jobAnswer is the status code and Job-Status a PUT on job id with token
-// would be answered with now (see jobForRunner and answerInactive).
-func (c *Coordinator) jobAnswer(ctx context.Context, id int64, token string) (int, string, error) {
-	j, err := c.st.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return http.StatusNotFound, "", nil
-	}
-	if err != nil {
-		return 0, "", err
-	}
-	hash := store.HashToken(token)
-	if j.TokenHash == "" || !runnerapi.TokenEqual(hash, j.TokenHash) {
-		owner, err := c.st.RetiredJobToken(ctx, hash)
-		switch {
-		case err == nil && owner == j.ID:
-			return http.StatusConflict, goneStatus(j.Status), nil
-		case err == nil || errors.Is(err, store.ErrNotFound):
-			return http.StatusForbidden, "", nil
-		default:
-			return 0, "", err
-		}
+// currentToken reports whether hash is the token of st's current
+// assignment.
+func currentToken(st store.JobState, hash string) bool {
+	return st.TokenHash != "" && runnerapi.TokenEqual(hash, st.TokenHash)
+}
+
+// watchAnswer is the status code and Job-Status of a watched job (st, or
+// none when !found) named with token hash by runner runnerID: what a PUT
+// with the token would get now (see jobForRunner and answerInactive) when
+// the token is the job's current one and the job is the runner's, 409 when
+// it is one of the job's earlier tokens (that assignment is over; knowing
+// the token proves it was the caller's), and otherwise 404, alike for an
+// unknown job, another runner's and a token that never was the job's.
+// retired holds the retired tokens among the hashes, by job.
+func watchAnswer(st store.JobState, found bool, runnerID int64, hash string, retired map[string]int64) (int, string) {
+	switch {
+	case !found:
+		return http.StatusNotFound, ""
+	case currentToken(st, hash) && st.RunnerID == runnerID:
+	case retired[hash] == st.ID:
+		return http.StatusConflict, goneStatus(st.Status)
+	default:
+		return http.StatusNotFound, ""
 	}
 	switch {
-	case runnerHolds(j.Status):
-		return http.StatusOK, remoteStatus(j.Status), nil
-	case j.Status == store.StatusCanceled || !j.Status.Finished():
-		return http.StatusConflict, goneStatus(j.Status), nil
+	case runnerHolds(st.Status):
+		return http.StatusOK, remoteStatus(st.Status)
+	case st.Status == store.StatusCanceled || !st.Status.Finished():
+		return http.StatusConflict, goneStatus(st.Status)
 	default:
-		return http.StatusForbidden, remoteStatus(j.Status), nil
+		return http.StatusForbidden, remoteStatus(st.Status)
 	}
 }
 

@@ -89,9 +89,9 @@ type Manager struct {
 	twoPhase sync.Map
 	// watchWaits holds, by API URL, the coordinators that serve
 	// jobs/watch (X-Drover-Job-Watch) and their longest hold; watchers
-	// their watchers (see watch.go), under mu.
+	// their watchers by URL and runner token (see watch.go), under mu.
 	watchWaits sync.Map
-	watchers   map[string]*jobWatcher
+	watchers   map[watcherKey]*jobWatcher
 	started    time.Time // when Run began
 }
 
@@ -118,7 +118,7 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		clients:  map[string]*api.Client{},
 		runners:  map[string]*runnerState{},
 		jobs:     map[int64]*jobRun{},
-		watchers: map[string]*jobWatcher{},
+		watchers: map[watcherKey]*jobWatcher{},
 		feed:     make(chan *config.RunnerConfig),
 		drained:  make(chan struct{}),
 

@@ -257,7 +257,7 @@ func (s *streamer) watch(ctx context.Context) {
 // watchCancels adds the job to the jobs/watch of its coordinator, if that
 // serves one (see watch.go); remove ends it.
 func (s *streamer) watchCancels() (ok bool, remove func()) {
-	w := s.m.watcherFor(s.client.URL(), s.client)
+	w := s.m.watcherFor(s.client.URL(), s.r.Token, s.client)
 	if w == nil {
 		return false, func() {}
 	}

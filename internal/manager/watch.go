@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,9 +17,12 @@ import (
 // prints nothing hears of it at the next keep-alive (10 s here, 30 s in
 // GitLab Runner). Drover's coordinator also serves POST jobs/watch (it
 // says so with X-Drover-Job-Watch on every job answer): one held request
-// per coordinator covering all the jobs this manager runs there, answered
-// as soon as one of them changes. Coordinators that do not advertise it
-// (GitLab) are not asked.
+// per coordinator and runner token covering all the jobs this manager runs
+// there with that token (the coordinator answers only about the jobs of
+// the runner whose token a watch carries), answered as soon as one of
+// them changes; more than api.MaxWatchedJobs jobs are split over several
+// requests held together. Coordinators that do not advertise it (GitLab)
+// are not asked.
 
 const (
 	// watchDebounce gathers the jobs that start together into one new
@@ -41,12 +45,20 @@ type watchEntry struct {
 	done bool
 }
 
-// jobWatcher holds the jobs/watch request of one coordinator URL.
+// watcherKey names a jobWatcher: a coordinator and a runner token there.
+type watcherKey struct{ url, token string }
+
+// jobWatcher holds the jobs/watch requests of one coordinator URL for the
+// jobs of one runner token.
 type jobWatcher struct {
 	m      *Manager
 	url    string
+	token  string
 	client *api.Client
 	wait   time.Duration
+	// perRequest is the most jobs one request names: api.MaxWatchedJobs
+	// (smaller in tests, to split without a thousand jobs).
+	perRequest int
 
 	mu      sync.Mutex
 	jobs    map[int64]*watchEntry
@@ -62,19 +74,23 @@ func (m *Manager) noteWatch(url string, r *api.Response) {
 	}
 }
 
-// watcherFor returns the watcher of url, or nil when the coordinator there
-// has not said it serves jobs/watch.
-func (m *Manager) watcherFor(url string, client *api.Client) *jobWatcher {
+// watcherFor returns the watcher of the jobs of runner token at url, or
+// nil when the coordinator there has not said it serves jobs/watch.
+func (m *Manager) watcherFor(url, token string, client *api.Client) *jobWatcher {
 	v, ok := m.watchWaits.Load(url)
 	if !ok || m.opts.NoJobWatch {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	w := m.watchers[url]
+	k := watcherKey{url, token}
+	w := m.watchers[k]
 	if w == nil {
-		w = &jobWatcher{m: m, url: url, client: client, wait: v.(time.Duration), jobs: map[int64]*watchEntry{}, kick: make(chan struct{}, 1)}
-		m.watchers[url] = w
+		w = &jobWatcher{
+			m: m, url: url, token: token, client: client, wait: v.(time.Duration), perRequest: api.MaxWatchedJobs,
+			jobs: map[int64]*watchEntry{}, kick: make(chan struct{}, 1),
+		}
+		m.watchers[k] = w
 	}
 	return w
 }
@@ -121,9 +137,19 @@ func (w *jobWatcher) snapshot() []api.WatchedJob {
 	return out
 }
 
-// run sends watch requests while there are jobs to watch. A job added
-// while a request is held ends that request (after watchDebounce, to
-// gather jobs that start together) so that the next one covers it.
+// watchResult is the outcome of one watch request.
+type watchResult struct {
+	resp *api.WatchResponse
+	r    *api.Response
+	err  error
+}
+
+// run sends watch requests while there are jobs to watch: one covering
+// them all, or, beyond api.MaxWatchedJobs, one per slice of that many,
+// held together; the first to come back ends the others, and the next
+// round asks again. A job added while a request is held ends that request
+// (after watchDebounce, to gather jobs that start together) so that the
+// next one covers it.
 func (w *jobWatcher) run() {
 	log := w.m.logger.With("coordinator", w.url)
 	backoff := time.Second
@@ -147,7 +173,15 @@ func (w *jobWatcher) run() {
 			case <-stopKick:
 			}
 		}()
-		resp, r, err := w.client.WatchJobs(ctx, api.WatchRequest{Jobs: jobs, Timeout: w.wait.Seconds()})
+		parts := slices.Collect(slices.Chunk(jobs, w.perRequest))
+		results := make(chan watchResult, len(parts))
+		for _, part := range parts {
+			go func() {
+				resp, r, err := w.client.WatchJobs(ctx, api.WatchRequest{Token: w.token, Jobs: part, Timeout: w.wait.Seconds()})
+				results <- watchResult{resp, r, err}
+			}()
+		}
+		first := <-results
 		close(stopKick)
 		wasKicked := false
 		select {
@@ -156,13 +190,20 @@ func (w *jobWatcher) run() {
 		default:
 		}
 		cancel()
+		// The others end now; what they learnt before is not lost.
+		for range len(parts) - 1 {
+			if res := <-results; res.err == nil && res.r.StatusCode == http.StatusOK {
+				w.apply(res.resp.Jobs)
+			}
+		}
+		err, r := first.err, first.r
 		w.m.metrics.apiRequest(nil, "watch_jobs", http.MethodPost, statusOf(r))
 		switch {
 		case wasKicked && err != nil:
 			continue // a new job: ask again with it
 		case err == nil && r.StatusCode == http.StatusOK:
 			backoff = time.Second
-			w.apply(resp.Jobs)
+			w.apply(first.resp.Jobs)
 			continue
 		case err == nil && (r.StatusCode == http.StatusNotFound || r.StatusCode == http.StatusMethodNotAllowed):
 			// It advertised the watch but does not serve it (a proxy in

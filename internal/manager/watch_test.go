@@ -1,11 +1,19 @@
 package manager
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/coordinator"
@@ -136,5 +144,130 @@ func BenchmarkCancelSilentJob(b *testing.B) {
 			}
 			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/cancel")
 		})
+	}
+}
+
+// changeRecorder is a watched job's side of the watch: it records the
+// answers the watch hands it.
+type changeRecorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *changeRecorder) handle(resp *api.Response) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, fmt.Sprintf("%d %s", resp.StatusCode, resp.JobStatus))
+	return false
+}
+
+func (r *changeRecorder) answers() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// watchSizes is a transport that records how many jobs each jobs/watch
+// request it carries names.
+type watchSizes struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (ws *watchSizes) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/jobs/watch") && r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		var req api.WatchRequest
+		if err := json.Unmarshal(b, &req); err != nil {
+			return nil, err
+		}
+		ws.mu.Lock()
+		ws.sizes = append(ws.sizes, len(req.Jobs))
+		ws.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestWatchSplitsManyJobs: a manager running more jobs on one coordinator
+// than one watch may name splits them over several requests, none over
+// the limit, and the cancel of any of them reaches it through the watch.
+// (The limit is api.MaxWatchedJobs; a small one here spares claiming a
+// thousand jobs, which takes a minute under the race detector.)
+func TestWatchSplitsManyJobs(t *testing.T) {
+	const perRequest, n = 10, 25
+	url, admin, tok := realCoordinator(t)
+	m := newTestManager(t, discard(), url, shell.NewProvider(), func(c *config.Config) { c.Runners[0].Token = tok }, nil)
+	sizes := &watchSizes{}
+	rc, err := api.NewClient(url, api.ClientOptions{HTTPClient: &http.Client{Transport: sizes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if _, err := admin.Submit(t.Context(), client.JobSpec{Name: "many", Script: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Claim them all as this manager's runner would, then watch them; the
+	// coordinator's job answers say that it serves jobs/watch.
+	var jobs []*api.JobResponse
+	var advert *api.Response
+	for range n {
+		jr, r, err := rc.RequestJob(t.Context(), api.JobRequest{Token: tok, SystemID: "s_many", Info: api.VersionInfo{Name: "drover"}})
+		if err != nil || jr == nil {
+			t.Fatalf("jobs/request = %v, %v", r, err)
+		}
+		jobs, advert = append(jobs, jr), r
+	}
+	m.noteWatch(rc.URL(), advert)
+	w := m.watcherFor(rc.URL(), tok, rc)
+	if w == nil {
+		t.Fatalf("the coordinator did not advertise jobs/watch (%s = %v)", api.HeaderJobWatch, advert.JobWatch)
+	}
+	w.perRequest = perRequest
+	var ids []int64
+	targets := map[int64]*changeRecorder{}
+	for _, jr := range jobs {
+		ids = append(ids, jr.ID)
+		targets[jr.ID] = &changeRecorder{}
+		t.Cleanup(w.add(jr.ID, jr.Token, api.RemoteRunning, targets[jr.ID]))
+	}
+	// The first, the last and one in the middle: whichever request
+	// covers them, each hears of its cancel.
+	canceled := []int64{ids[0], ids[n/2], ids[n-1]}
+	for _, id := range canceled {
+		if _, err := admin.Cancel(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		heard := 0
+		for _, id := range canceled {
+			if got := targets[id].answers(); len(got) > 0 {
+				if got[0] != "200 canceling" {
+					t.Fatalf("job %d heard %q, want 200 canceling", id, got)
+				}
+				heard++
+			}
+		}
+		if heard == len(canceled) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d canceled jobs heard of it through the watch", heard, len(canceled))
+		}
+	}
+	for id, r := range targets {
+		if got := r.answers(); len(got) > 0 && !slices.Contains(canceled, id) {
+			t.Errorf("job %d, not canceled, heard %q", id, got)
+		}
+	}
+	sizes.mu.Lock()
+	defer sizes.mu.Unlock()
+	if len(sizes.sizes) == 0 || slices.Max(sizes.sizes) > perRequest {
+		t.Errorf("watch requests named %v jobs, want at most %d each", sizes.sizes, perRequest)
 	}
 }

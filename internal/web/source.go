@@ -17,7 +17,8 @@ var (
 	// ErrNotFound: no such job.
 	ErrNotFound = errors.New("web: job not found")
 	// ErrConflict: the job is not in a state that allows the action (a
-	// cancel of a finished job); its error text says why.
+	// cancel of a finished job); the error's text after ErrConflict's own
+	// says why ("job 12 already finished: success"), shown to the user.
 	ErrConflict = errors.New("web: conflict")
 )
 

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
@@ -691,6 +692,21 @@ func (u *UI) handleRetry(w http.ResponseWriter, r *http.Request, cr credentials)
 	u.jobAction(w, r, cr, "retry", u.cfg.Jobs.RetryJob)
 }
 
+// conflictMessage is the sentence shown for an ErrConflict: the source's
+// reason ("job 12 already finished: success") without the sentinel's
+// text, as a sentence.
+func conflictMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), ErrConflict.Error()+": ")
+	if msg == "" {
+		return "The job is not in a state that allows this."
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
+}
+
 // jobAction runs act on the job of the request's path and redirects to
 // the page of the job act returns, or answers its error.
 func (u *UI) jobAction(w http.ResponseWriter, r *http.Request, cr credentials, name string, act func(ctx context.Context, id int64) (int64, error)) {
@@ -705,7 +721,7 @@ func (u *UI) jobAction(w http.ResponseWriter, r *http.Request, cr credentials, n
 		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("There is no job %d.", id))
 		return
 	case errors.Is(err, ErrConflict):
-		u.errorPage(w, r, cr, http.StatusConflict, err.Error())
+		u.errorPage(w, r, cr, http.StatusConflict, conflictMessage(err))
 		return
 	case err != nil:
 		u.fail(w, r, name+" job", err)

@@ -298,6 +298,11 @@ func TestCancelAndRetryNeedCSRF(t *testing.T) {
 	if got := e.status(job.ID); got != "canceled" {
 		t.Errorf("status after cancel = %q, want canceled", got)
 	}
+	// A second cancel is too late, and the page says what happened.
+	resp, page = e.do(c, "POST", path+"/cancel", form, strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
+	if want := fmt.Sprintf("Job %d already finished: canceled.", job.ID); resp.StatusCode != http.StatusConflict || !strings.Contains(page, want) {
+		t.Errorf("POST cancel of a canceled job = %d, want 409 with %q:\n%s", resp.StatusCode, want, page)
+	}
 
 	// The finished job's page offers a retry, CSRF-protected too, which
 	// leads to the new job's page.

@@ -328,6 +328,15 @@ type JobChange struct {
 	SkipLocked bool
 }
 
+// JobState is the part of a job that the answers to its runner depend on
+// (jobs/watch): its status, whose it is and its current token.
+type JobState struct {
+	ID        int64
+	RunnerID  int64
+	Status    Status
+	TokenHash string
+}
+
 // JobFilter selects jobs for ListJobs. Results are ordered by ID, the
 // newest (highest) first when Newest is set.
 type JobFilter struct {
@@ -385,6 +394,12 @@ type Store interface {
 	// RetiredJobToken returns the id of the job whose earlier assignment
 	// used the token with this hash, or ErrNotFound.
 	RetiredJobToken(ctx context.Context, hash string) (int64, error)
+	// JobStates returns the states of the jobs ids in one read, in no
+	// particular order; unknown ids are left out.
+	JobStates(ctx context.Context, ids []int64) ([]JobState, error)
+	// RetiredJobTokens is RetiredJobToken of many hashes in one read: the
+	// job of each hash that is a retired token; the others are left out.
+	RetiredJobTokens(ctx context.Context, hashes []string) (map[string]int64, error)
 	// TouchJob records runner contact with a job, whatever its status.
 	TouchJob(ctx context.Context, id int64, at time.Time) error
 	// CountJobs returns the number of jobs per status (statuses with no job

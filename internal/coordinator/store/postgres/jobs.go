@@ -381,6 +381,58 @@ func (s *Store) RetiredJobToken(ctx context.Context, hash string) (int64, error)
 	return id, nil
 }
 
+// JobStates implements store.Store.
+func (s *Store) JobStates(ctx context.Context, ids []int64) ([]store.JobState, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return []store.JobState{}, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, runner_id, status, token_hash FROM jobs WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, s.fail(ctx, "job states", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.JobState, error) {
+		var st store.JobState
+		var status string
+		err := row.Scan(&st.ID, &st.RunnerID, &status, &st.TokenHash)
+		st.Status = store.Status(status)
+		return st, err
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "job states", err)
+	}
+	if out == nil {
+		out = []store.JobState{}
+	}
+	return out, nil
+}
+
+// RetiredJobTokens implements store.Store.
+func (s *Store) RetiredJobTokens(ctx context.Context, hashes []string) (map[string]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	if len(hashes) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT token_hash, job_id FROM retired_job_tokens WHERE token_hash = ANY($1)`, hashes)
+	if err != nil {
+		return nil, s.fail(ctx, "retired job tokens", err)
+	}
+	var h string
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&h, &id}, func() error {
+		out[h] = id
+		return nil
+	}); err != nil {
+		return nil, s.fail(ctx, "retired job tokens", err)
+	}
+	return out, nil
+}
+
 // TouchJob implements store.Store.
 func (s *Store) TouchJob(ctx context.Context, id int64, at time.Time) error {
 	return s.execOne(ctx, fmt.Sprintf("touch job %d", id), `UPDATE jobs SET contacted_at = $2 WHERE id = $1`, id, store.Nanos(at))

@@ -732,6 +732,73 @@ func (s *Store) RetiredJobToken(ctx context.Context, hash string) (int64, error)
 	return id, notFound(err, "retired job token", "")
 }
 
+// JobStates implements store.Store.
+func (s *Store) JobStates(ctx context.Context, ids []int64) ([]store.JobState, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := []store.JobState{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	rows, err := s.rs.QueryContext(ctx, `SELECT id, runner_id, status, token_hash FROM jobs
+		WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st store.JobState
+		var status string
+		if err := rows.Scan(&st.ID, &st.RunnerID, &status, &st.TokenHash); err != nil {
+			return nil, fmt.Errorf("job states: %w", err)
+		}
+		st.Status = store.Status(status)
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	return out, nil
+}
+
+// RetiredJobTokens implements store.Store.
+func (s *Store) RetiredJobTokens(ctx context.Context, hashes []string) (map[string]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	if len(hashes) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(hashes)
+	if err != nil {
+		return nil, fmt.Errorf("retired job tokens: %w", err)
+	}
+	rows, err := s.rs.QueryContext(ctx, `SELECT token_hash, job_id FROM retired_job_tokens
+		WHERE token_hash IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("retired job tokens: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h string
+		var id int64
+		if err := rows.Scan(&h, &id); err != nil {
+			return nil, fmt.Errorf("retired job tokens: %w", err)
+		}
+		out[h] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retired job tokens: %w", err)
+	}
+	return out, nil
+}
+
 // TouchJob implements store.Store.
 func (s *Store) TouchJob(ctx context.Context, id int64, at time.Time) error {
 	return s.execOne(ctx, "touch job", id, `UPDATE jobs SET contacted_at = ? WHERE id = ?`, store.Nanos(at), id)

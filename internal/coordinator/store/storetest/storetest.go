@@ -5,6 +5,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +43,7 @@ func Run(t *testing.T, h Harness) {
 		{"TwoPhaseFields", testTwoPhaseFields},
 		{"IfVersion", testIfVersion},
 		{"RetiredTokens", testRetiredTokens},
+		{"JobStates", testJobStates},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
 		{"Settings", testSettings},
@@ -576,6 +578,54 @@ func testRetiredTokens(t *testing.T, h Harness) {
 	}
 	if _, err := s.RetiredJobToken(ctx, h2); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("setting the same hash retired it: %v", err)
+	}
+}
+
+// testJobStates: the batch reads of jobs/watch give what the single ones
+// do, and leave out what is unknown.
+func testJobStates(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := open(t, h)
+	r, err := s.CreateRunner(ctx, store.Runner{TokenHash: store.HashToken("glrt-states"), CreatedAt: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.CreateJob(ctx, sampleJob("a", "a/b"))
+	b, _ := s.CreateJob(ctx, sampleJob("b", "a/b"))
+	h1, h2, empty := store.HashToken("glcbt-s1"), store.HashToken("glcbt-s2"), ""
+	for _, ch := range []struct {
+		from, to store.Status
+		hash     *string
+	}{
+		{store.StatusPending, store.StatusWaitingForRunnerAck, &h1},
+		{store.StatusWaitingForRunnerAck, store.StatusPending, &empty}, // h1 retired
+		{store.StatusPending, store.StatusRunning, &h2},
+	} {
+		if _, err := s.TransitionJob(ctx, a.ID, []store.Status{ch.from}, store.JobChange{Status: ch.to, TokenHash: ch.hash, RunnerID: &r.ID, At: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.JobStates(ctx, []int64{b.ID, a.ID, a.ID + b.ID + 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(x, y store.JobState) int { return int(x.ID - y.ID) })
+	want := []store.JobState{
+		{ID: a.ID, RunnerID: r.ID, Status: store.StatusRunning, TokenHash: h2},
+		{ID: b.ID, Status: store.StatusPending},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("JobStates (-want +got):\n%s", d)
+	}
+	if got, err := s.JobStates(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("JobStates(none) = %v, %v; want none", got, err)
+	}
+	retired, err := s.RetiredJobTokens(ctx, []string{h1, h2, store.HashToken("never")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]int64{h1: a.ID}, retired); d != "" {
+		t.Errorf("RetiredJobTokens (-want +got):\n%s", d)
 	}
 }
 
