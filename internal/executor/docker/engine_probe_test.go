@@ -98,7 +98,7 @@ func realEngine(t *testing.T) *dockerclient.Client {
 
 // prepareOn runs Prepare of a job on the real engine (recorded) with the
 // runner's [runners.docker] cfg, and cleans up after the test.
-func prepareOn(t *testing.T, rec *recordingEngine, cfg *Config, job *api.JobResponse) (error, string) {
+func prepareOn(t *testing.T, rec *recordingEngine, cfg *Config, job *api.JobResponse) (string, error) {
 	t.Helper()
 	p, err := NewProvider(Options{
 		Lookup: func(executor.Settings) (*Config, error) { return cfg, nil },
@@ -119,7 +119,7 @@ func prepareOn(t *testing.T, rec *recordingEngine, cfg *Config, job *api.JobResp
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	return err, trace.String()
+	return trace.String(), err
 }
 
 // TestEngineImageProbes: the image rules on the real engine. A refused
@@ -141,7 +141,7 @@ func TestEngineImageProbes(t *testing.T) {
 		rec := &recordingEngine{Engine: cli}
 		cfg := &Config{AllowedImages: []string{"drover-test-busybox:*"}, ServicesLimit: -1}
 		for _, img := range []string{"evil.example/drover-test-busybox:1", "drover-test-busybox:1@" + digest, "drover-test-busybox:1 "} {
-			err, _ := prepareOn(t, rec, cfg, job(img))
+			_, err := prepareOn(t, rec, cfg, job(img))
 			var be *executor.BuildError
 			if !errors.As(err, &be) {
 				t.Fatalf("Prepare(image %q) = %v, want a refusal", img, err)
@@ -163,7 +163,7 @@ func TestEngineImageProbes(t *testing.T) {
 		short := strings.TrimPrefix(ins.ID, "sha256:")[:12]
 		rec := &recordingEngine{Engine: cli}
 		cfg := &Config{AllowedImages: []string{"*"}, PullPolicy: []PullPolicy{PullNever}, ServicesLimit: -1}
-		err, _ = prepareOn(t, rec, cfg, job(short))
+		_, err = prepareOn(t, rec, cfg, job(short))
 		var be *executor.BuildError
 		if !errors.As(err, &be) || be.Reason != api.ImagePullFailure {
 			t.Fatalf("Prepare(image %q, the busybox image's ID prefix) = %v, want image_pull_failure", short, err)
@@ -188,7 +188,7 @@ func TestEngineImageProbes(t *testing.T) {
 		j.Image.Entrypoint = []string{""}
 		j.Image.ExecutorOpts = &api.ImageExecutorOpts{Docker: &api.ImageDockerOpts{User: "root", Platform: "linux/amd64"}}
 		j.JobInfo.ProjectFullPath = "../../var/run/docker.sock"
-		err, _ := prepareOn(t, rec, cfg, j)
+		_, err := prepareOn(t, rec, cfg, j)
 		if err != nil {
 			t.Fatalf("Prepare = %v, want nil (the runner's engine, whatever DOCKER_HOST the job sets)", err)
 		}
