@@ -151,7 +151,9 @@ func (r *Router) pollOnce(ctx context.Context, f api.FeaturesInfo, last string) 
 	if v := hdr.Get(api.HeaderLastUpdate); v != "" {
 		r.lastUpdate = v
 	}
-	r.upOK = code != http.StatusForbidden
+	// A 5xx is an upstream that is down behind its proxy (502, 503,
+	// 504): not ready, as when it cannot be reached at all.
+	r.upOK = code != http.StatusForbidden && code < 500
 	r.mu.Unlock()
 	switch code {
 	case http.StatusCreated:

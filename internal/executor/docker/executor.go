@@ -175,27 +175,27 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if img == "" {
 		return refuse(api.RunnerConfigurationError, "the job names no image and the runner has no default image ([runners.docker] image)")
 	}
-	if !ImageAllowed(cfg.AllowedImages, img) {
-		return refuse(api.RunnerConfigurationError, "the image %q is not allowed: it matches none of allowed_images %q", img, cfg.AllowedImages)
+	if err := checkImage("image", img, "allowed_images", cfg.AllowedImages); err != nil {
+		return err
 	}
 	specs := append(configServices(cfg), job.Services...)
 	if cfg.ServicesLimit >= 0 && len(specs) > cfg.ServicesLimit {
 		return refuse(api.RunnerConfigurationError, "the job has %d services, more than services_limit (%d)", len(specs), cfg.ServicesLimit)
 	}
 	for _, s := range specs {
-		if !ImageAllowed(cfg.AllowedServices, s.Name) {
-			return refuse(api.RunnerConfigurationError, "the service %q is not allowed: it matches none of allowed_services %q", s.Name, cfg.AllowedServices)
+		if err := checkImage("service", s.Name, "allowed_services", cfg.AllowedServices); err != nil {
+			return err
 		}
 	}
 	if cfg.Privileged && !ImageAllowed(cfg.AllowedPrivilegedImages, img) {
 		return refuse(api.RunnerConfigurationError, "the image %q may not run privileged: it matches none of allowed_privileged_images %q", img, cfg.AllowedPrivilegedImages)
 	}
-	user := cfg.User
-	if o := job.Image.ExecutorOpts; o != nil && o.Docker != nil && o.Docker.User != "" && o.Docker.User != cfg.User {
-		if len(cfg.AllowedUsers) > 0 && !slices.Contains(cfg.AllowedUsers, o.Docker.User) {
-			return refuse(api.RunnerConfigurationError, "the job asks to run as user %q, which is not one of allowed_users %q", o.Docker.User, cfg.AllowedUsers)
-		}
-		user = o.Docker.User
+	user, ignored, err := containerUser(cfg, job.Image)
+	if err != nil {
+		return err
+	}
+	if ignored != "" {
+		fmt.Fprintf(trace, "\033[0;33mWARNING: the job asks to run as user %q; the runner's user %q takes precedence (allowed_users is not set)\033[0;m\n", ignored, cfg.User)
 	}
 
 	e.mu.Lock()
@@ -241,6 +241,44 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return err
 	}
 	return e.waitServices(ctx)
+}
+
+// checkImage refuses an image (what: "image" or "service") that is not a
+// valid reference, or that patterns, the allow list named option, do not
+// allow: before anything reaches the engine.
+func checkImage(what, img, option string, patterns []string) error {
+	if _, err := CheckImageReference(img); err != nil {
+		return refuse(api.ImagePullFailure, "the %s %q is refused before any pull: %v", what, img, err)
+	}
+	if !ImageAllowed(patterns, img) {
+		return refuse(api.RunnerConfigurationError, "the %s %q is not allowed: it matches none of %s %q", what, img, option, patterns)
+	}
+	return nil
+}
+
+// containerUser returns the user the build container runs as: the job's
+// (its image's docker.user) when allowed_users lists it or it is the
+// runner's own user; the runner's user when the job asks for none. With
+// allowed_users unset, a runner's user takes precedence over the job's, as
+// in GitLab Runner: ignored is then the user the job asked for in vain.
+// With neither set, the job may ask for any user.
+func containerUser(cfg *Config, img api.Image) (user, ignored string, err error) {
+	want := ""
+	if o := img.ExecutorOpts; o != nil && o.Docker != nil {
+		want = o.Docker.User
+	}
+	switch {
+	case want == "" || want == cfg.User:
+		return cfg.User, "", nil
+	case len(cfg.AllowedUsers) > 0:
+		if !slices.Contains(cfg.AllowedUsers, want) {
+			return "", "", refuse(api.RunnerConfigurationError, "the job asks to run as user %q, which is not one of allowed_users %q", want, cfg.AllowedUsers)
+		}
+		return want, "", nil
+	case cfg.User != "":
+		return cfg.User, want, nil
+	}
+	return want, "", nil
 }
 
 // createNetwork makes the job's own bridge network, unless network_mode

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -30,16 +31,70 @@ import (
 //   - a malformed pattern (an unclosed "[" or "{", a trailing "\")
 //     matches nothing, as doublestar's error is ignored by GitLab.
 //     ParseConfig refuses such patterns.
+//
+// Drover is stricter than GitLab in one case: an image with both a tag and
+// a digest ("alpine:3.19@sha256:…") is pulled by its digest alone, the
+// tag being ignored by the engine, so it must be allowed without its tag
+// too ("alpine@sha256:…"): "alpine:3.*" does not let a job pick any
+// manifest of the alpine repository by digest while naming an allowed tag.
 func ImageAllowed(patterns []string, image string) bool {
 	if len(patterns) == 0 {
 		return true
 	}
+	if !anyMatch(patterns, image) {
+		return false
+	}
+	if untagged, ok := dropTagOfDigested(image); ok {
+		return anyMatch(patterns, untagged)
+	}
+	return true
+}
+
+func anyMatch(patterns []string, image string) bool {
 	for _, p := range patterns {
 		if matchPattern(p, image) {
 			return true
 		}
 	}
 	return false
+}
+
+// dropTagOfDigested returns image without its tag when it has both a tag
+// and a digest ("a/b:1@sha256:…" → "a/b@sha256:…"), as written.
+func dropTagOfDigested(image string) (string, bool) {
+	name, digest, ok := strings.Cut(image, "@")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 || i < strings.LastIndexByte(name, '/') {
+		return "", false
+	}
+	return name[:i] + "@" + digest, true
+}
+
+// ErrImageReference is the error of CheckImageReference.
+var ErrImageReference = errors.New("not a valid image reference")
+
+// CheckImageReference checks that image, as a job wrote it, is a
+// reference the engine would pull (lower-case repository path, no
+// spaces, control characters or ".." segments, a valid tag and digest,
+// not a 64-hex image ID), and returns the fully qualified name the engine
+// is to be asked for ("alpine" → "docker.io/library/alpine:latest";
+// "alpine:3@sha256:…" → "docker.io/library/alpine:3@sha256:…").
+//
+// Asking the engine for the qualified name rather than the job's string
+// matters with the if-not-present and never pull policies: the engine
+// resolves a bare name it has no tag for as a prefix of a local image ID
+// ("3f5e" runs whatever local image has an ID starting so, maybe another
+// project's private image), which allowed_images patterns like "*" or
+// "*:*" would let through. GitLab Runner passes the job's string as it is.
+func CheckImageReference(image string) (string, error) {
+	ref, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrImageReference, image, err)
+	}
+	return reference.TagNameOnly(ref).String(), nil
 }
 
 // maxAlternatives bounds the expansion of {a,b} alternatives.

@@ -21,9 +21,15 @@ func (e *Executor) pull(ctx context.Context, img string, requested []string) (st
 	if err != nil {
 		return "", refuse(api.RunnerConfigurationError, "image %s: %v", img, err)
 	}
+	// The engine is asked for the qualified name, never the job's string:
+	// see CheckImageReference.
+	ref, err := CheckImageReference(img)
+	if err != nil {
+		return "", refuse(api.ImagePullFailure, "image %q: %v", img, err)
+	}
 	var errs []string
 	for i, p := range policies {
-		id, err := e.pullOnce(ctx, img, p)
+		id, err := e.pullOnce(ctx, img, ref, p)
 		if err == nil {
 			return id, nil
 		}
@@ -38,10 +44,11 @@ func (e *Executor) pull(ctx context.Context, img string, requested []string) (st
 	return "", refuse(api.ImagePullFailure, "image %s: %s", img, strings.Join(errs, "; "))
 }
 
-// pullOnce applies one pull policy.
-func (e *Executor) pullOnce(ctx context.Context, img string, p PullPolicy) (string, error) {
+// pullOnce applies one pull policy to the image ref, named img in the
+// job's log.
+func (e *Executor) pullOnce(ctx context.Context, img, ref string, p PullPolicy) (string, error) {
 	if p != PullAlways {
-		ins, err := e.eng.ImageInspect(ctx, img)
+		ins, err := e.eng.ImageInspect(ctx, ref)
 		if err == nil {
 			e.printf("Using locally found image %s (%s)\n", img, shortID(ins.ID))
 			return ins.ID, nil
@@ -54,7 +61,7 @@ func (e *Executor) pullOnce(ctx context.Context, img string, p PullPolicy) (stri
 		}
 	}
 	e.printf("Pulling docker image %s ...\n", img)
-	rc, err := e.eng.ImagePull(ctx, img, image.PullOptions{})
+	rc, err := e.eng.ImagePull(ctx, ref, image.PullOptions{})
 	if err != nil {
 		return "", fmt.Errorf("pull (policy %s): %w", p, err)
 	}
@@ -63,7 +70,7 @@ func (e *Executor) pullOnce(ctx context.Context, img string, p PullPolicy) (stri
 	if err != nil {
 		return "", fmt.Errorf("pull (policy %s): %w", p, err)
 	}
-	ins, err := e.eng.ImageInspect(ctx, img)
+	ins, err := e.eng.ImageInspect(ctx, ref)
 	if err != nil {
 		return "", fmt.Errorf("inspect the pulled image: %w", err)
 	}
@@ -74,7 +81,7 @@ func (e *Executor) pullOnce(ctx context.Context, img string, p PullPolicy) (stri
 // pullHelper makes the helper image present: drover's own was built by
 // the provider; a configured helper_image is pulled when missing.
 func (e *Executor) pullHelper(ctx context.Context, tag string) (string, error) {
-	id, err := e.pullOnce(ctx, tag, PullIfNotPresent)
+	id, err := e.pullOnce(ctx, tag, tag, PullIfNotPresent)
 	if err != nil {
 		return "", fmt.Errorf("helper image %s: %w", tag, err)
 	}

@@ -71,7 +71,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 	executor.PrepareHeader(trace, e.p.name)
 	if cfg, err := e.p.o.Configs(opts.Settings); err == nil && cfg.PrepullRecent > 0 {
-		e.p.noteImages(opts.Settings.ShortToken, cfg.Image, opts.Job)
+		e.p.noteImages(opts.Settings.ShortToken, cfg, opts.Job)
 	}
 	fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
 	l.SetTimeInQueue(instance.TimeInQueue(opts.Job))

@@ -20,11 +20,16 @@ func TestWarmImages(t *testing.T) {
 		}
 		return j
 	}
-	p.noteImages("r1", "default:1", job("a:1", "redis:7"))
-	p.noteImages("r1", "default:1", job("")) // the runner's default image
-	p.noteImages("r1", "default:1", job("b:1"))
-	p.noteImages("r1", "default:1", job("a:1")) // seen again: newest now
-	p.noteImages("r2", "", job("other:1"))
+	c1 := &docker.Config{Image: "default:1", AllowedImages: []string{"a:*", "b:*"}, AllowedServices: []string{"redis:*"}}
+	p.noteImages("r1", c1, job("a:1", "redis:7"))
+	p.noteImages("r1", c1, job("")) // the runner's default image
+	p.noteImages("r1", c1, job("b:1"))
+	p.noteImages("r1", c1, job("a:1")) // seen again: newest now
+	// Refused images are not remembered: not allowed, or not references.
+	p.noteImages("r1", c1, job("evil.example/a:1", "evil:1", "redis:7 "))
+	p.noteImages("r1", c1, job("a:1\n"))
+	p.noteImages("r1", c1, job("a:1@sha256:"+strings.Repeat("0", 64)))
+	p.noteImages("r2", &docker.Config{}, job("other:1"))
 	for _, tc := range []struct {
 		name   string
 		fixed  []string
@@ -43,7 +48,7 @@ func TestWarmImages(t *testing.T) {
 		})
 	}
 	for i := range maxRecent + 5 {
-		p.noteImages("r3", "", job("img:"+strings.Repeat("x", i)))
+		p.noteImages("r3", &docker.Config{}, job("img:"+strings.Repeat("x", i)))
 	}
 	if n := len(p.recent["r3"]); n != maxRecent {
 		t.Errorf("remembered %d images, want at most %d", n, maxRecent)

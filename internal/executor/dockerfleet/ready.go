@@ -8,6 +8,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/fleet"
 )
@@ -93,19 +94,27 @@ func (p *Provider) warmImages(shortToken string, fixed []string, recent int) []s
 const maxRecent = 32
 
 // noteImages remembers the images a job of the runner used (its image
-// and its services'), newest last.
-func (p *Provider) noteImages(shortToken, defaultImage string, job *api.JobResponse) {
+// and its services'), newest last. Only images the job may run are
+// remembered (valid references its allow lists allow): a refused job
+// does not get its image pulled onto the next instances.
+func (p *Provider) noteImages(shortToken string, cfg *docker.Config, job *api.JobResponse) {
 	if job == nil {
 		return
 	}
+	ok := func(img string, patterns []string) bool {
+		_, err := docker.CheckImageReference(img)
+		return err == nil && docker.ImageAllowed(patterns, img)
+	}
 	imgs := make([]string, 0, 1+len(job.Services))
 	if img := job.Image.Name; img != "" {
-		imgs = append(imgs, img)
-	} else if defaultImage != "" {
-		imgs = append(imgs, defaultImage)
+		if ok(img, cfg.AllowedImages) {
+			imgs = append(imgs, img)
+		}
+	} else if cfg.Image != "" {
+		imgs = append(imgs, cfg.Image)
 	}
 	for _, s := range job.Services {
-		if s.Name != "" {
+		if s.Name != "" && ok(s.Name, cfg.AllowedServices) {
 			imgs = append(imgs, s.Name)
 		}
 	}

@@ -43,6 +43,10 @@ type Config struct {
 	PullPolicy         []corev1.PullPolicy // empty: the cluster's default
 	HelperImage        string
 	ServiceAccount     string
+	// AutomountServiceAccountToken mounts the service account's API token
+	// in the job's pod (automount_service_account_token); nil = not
+	// mounted, where GitLab Runner leaves the cluster's default (mounted).
+	AutomountServiceAccountToken *bool
 
 	Build, Helper, Service Resources
 
@@ -100,7 +104,7 @@ type Volume struct {
 // drover accepts but does not apply yet.
 var notHonoured = []string{
 	"affinity", "allow_privilege_escalation", "allowed_groups", "allowed_pull_policies", "allowed_users",
-	"automount_service_account_token", "autoscaler",
+	"autoscaler",
 	"bearer_token_overwrite_allowed", "build_container_security_context", "cap_add", "cap_drop",
 	"cleanup_resources_timeout", "container_lifecycle",
 	"cpu_limit_overwrite_max_allowed", "cpu_request_overwrite_max_allowed", "dns_config", "dns_policy",
@@ -177,6 +181,9 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			c.HelperImage = rd.Str(key, v)
 		case "service_account":
 			c.ServiceAccount = rd.Str(key, v)
+		case "automount_service_account_token":
+			b := rd.Bool(key, v)
+			c.AutomountServiceAccountToken = &b
 		case "pull_policy":
 			c.PullPolicy = rd.pullPolicies(key, v)
 		case "cpu_request", "cpu_limit", "memory_request", "memory_limit",

@@ -486,7 +486,7 @@ var gitlabKeysRead = []string{
 	"helper_cpu_limit", "helper_cpu_request", "helper_memory_limit", "helper_memory_request",
 	"allowed_images", "allowed_services", "pull_policy", "node_selector", "node_tolerations",
 	"image_pull_secrets", "helper_image", "cleanup_grace_period_seconds", "poll_interval", "poll_timeout",
-	"pod_labels", "service_account", "pod_annotations", "volumes",
+	"pod_labels", "service_account", "pod_annotations", "volumes", "automount_service_account_token",
 }
 
 // gitlabKeysNotRead are the other keys of GitLab Runner's
@@ -512,7 +512,7 @@ var gitlabKeysNotRead = []string{
 	"helper_image_flavor", "helper_image_autoset_arch_and_os", "pod_termination_grace_period_seconds",
 	"cleanup_resources_timeout", "resource_availability_check_max_attempts", "retry_limit",
 	"retry_backoff_max", "retry_limits", "pod_labels_overwrite_allowed", "scheduler_name",
-	"service_account_overwrite_allowed", "automount_service_account_token", "pod_annotations_overwrite_allowed",
+	"service_account_overwrite_allowed", "pod_annotations_overwrite_allowed",
 	"pod_security_context", "init_permissions_container_security_context", "build_container_security_context",
 	"helper_container_security_context", "service_container_security_context", "host_aliases", "services",
 	"cap_add", "cap_drop", "suspend_pvc_size", "suspend_pvc_storage_class", "dns_policy", "dns_config",

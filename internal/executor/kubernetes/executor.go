@@ -136,6 +136,44 @@ func (e *Executor) printf(format string, args ...any) {
 	}
 }
 
+// jobImages checks the job's image (else the runner's default) and its
+// services against the runner's rules, before anything reaches the
+// cluster: each must be a valid image reference (see
+// docker.CheckImageReference) that allowed_images or allowed_services
+// allows. It returns the image as written (for the job's log), and the
+// qualified references the pod spec names: the node's runtime then never
+// takes a job's string for a local image ID ("sha256:<hex>" or a prefix).
+func jobImages(cfg *Config, job *api.JobResponse) (img, ref string, serviceRefs []string, err error) {
+	img = job.Image.Name
+	if img == "" {
+		img = cfg.Image
+	}
+	if img == "" {
+		return "", "", nil, refuse(api.RunnerConfigurationError, "the job names no image and the runner has no default image ([runners.kubernetes] image)")
+	}
+	check := func(what, name, option string, patterns []string) (string, error) {
+		r, err := docker.CheckImageReference(name)
+		if err != nil {
+			return "", refuse(api.ImagePullFailure, "the %s %q is refused before any pull: %v", what, name, err)
+		}
+		if !docker.ImageAllowed(patterns, name) {
+			return "", refuse(api.RunnerConfigurationError, "the %s %q is not allowed: it matches none of %s %q", what, name, option, patterns)
+		}
+		return r, nil
+	}
+	if ref, err = check("image", img, "allowed_images", cfg.AllowedImages); err != nil {
+		return "", "", nil, err
+	}
+	for _, s := range job.Services {
+		r, err := check("service", s.Name, "allowed_services", cfg.AllowedServices)
+		if err != nil {
+			return "", "", nil, err
+		}
+		serviceRefs = append(serviceRefs, r)
+	}
+	return img, ref, serviceRefs, nil
+}
+
 // refuse is a job the runner will not run as it is.
 func refuse(reason api.FailureReason, format string, args ...any) error {
 	return &executor.BuildError{Reason: reason, Inner: fmt.Errorf(format, args...)}
@@ -166,20 +204,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 	job := opts.Job
 	executor.PrepareHeader(trace, Name)
-	img := job.Image.Name
-	if img == "" {
-		img = cfg.Image
-	}
-	if img == "" {
-		return refuse(api.RunnerConfigurationError, "the job names no image and the runner has no default image ([runners.kubernetes] image)")
-	}
-	if !docker.ImageAllowed(cfg.AllowedImages, img) {
-		return refuse(api.RunnerConfigurationError, "the image %q is not allowed: it matches none of allowed_images %q", img, cfg.AllowedImages)
-	}
-	for _, s := range job.Services {
-		if !docker.ImageAllowed(cfg.AllowedServices, s.Name) {
-			return refuse(api.RunnerConfigurationError, "the service %q is not allowed: it matches none of allowed_services %q", s.Name, cfg.AllowedServices)
-		}
+	img, ref, serviceRefs, err := jobImages(cfg, job)
+	if err != nil {
+		return err
 	}
 	ns := cfg.Namespace
 	if want := job.Variables.Get(namespaceOverwrite); want != "" && want != ns {
@@ -220,8 +247,8 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.secret = sec.Name
 	e.mu.Unlock()
-	spec := podSpec{name: name, ns: ns, labels: lbls, cfg: cfg, job: job, image: img, pull: pull,
-		services: job.Services, fileKeys: slices.Sorted(mapKeys(files)), helperImage: cfg.HelperImage}
+	spec := podSpec{name: name, ns: ns, labels: lbls, cfg: cfg, job: job, image: ref, pull: pull,
+		services: job.Services, serviceRefs: serviceRefs, fileKeys: slices.Sorted(mapKeys(files)), helperImage: cfg.HelperImage}
 	pod, err := cl.cs.CoreV1().Pods(ns).Create(ctx, spec.build(), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {

@@ -164,6 +164,7 @@ type podSpec struct {
 	image       string
 	pull        []corev1.PullPolicy
 	services    []api.Image
+	serviceRefs []string // the services' qualified images; nil = as written
 	fileKeys    []string // file variables in the Secret
 	helperImage string
 }
@@ -240,9 +241,13 @@ func (p podSpec) build() *corev1.Pod {
 	containers := []corev1.Container{build, helper}
 	var aliases []string
 	for i, s := range p.services {
+		image := s.Name
+		if i < len(p.serviceRefs) {
+			image = p.serviceRefs[i]
+		}
 		sc := corev1.Container{
 			Name:      servicePrefix + strconv.Itoa(i),
-			Image:     s.Name,
+			Image:     image,
 			Command:   s.Entrypoint,
 			Args:      s.Command,
 			Env:       slices.Clone(env),
@@ -252,6 +257,9 @@ func (p podSpec) build() *corev1.Pod {
 			sc.ImagePullPolicy = pp
 		}
 		for _, v := range s.Variables {
+			if len(validation.IsEnvVarName(v.Key)) > 0 {
+				continue // the API server would refuse the whole pod
+			}
 			// "$$" keeps the kubelet from expanding $(NAME) in the value,
 			// as GitLab Runner does.
 			sc.Env = append(sc.Env, corev1.EnvVar{Name: v.Key, Value: strings.ReplaceAll(v.Value, "$", "$$")})
@@ -264,6 +272,11 @@ func (p podSpec) build() *corev1.Pod {
 		}
 	}
 	share := true
+	// No API token in the job's containers unless the runner asks for it:
+	// with one, a job could use its service account's rights (maybe read
+	// the namespace's Secrets, other jobs' included). GitLab Runner leaves
+	// the cluster's default (mounted) when the key is unset.
+	automount := c.AutomountServiceAccountToken != nil && *c.AutomountServiceAccountToken
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns, Labels: p.labels, Annotations: c.PodAnnotations},
 		Spec: corev1.PodSpec{
@@ -274,6 +287,8 @@ func (p podSpec) build() *corev1.Pod {
 			NodeSelector:          c.NodeSelector,
 			Tolerations:           c.NodeTolerations,
 			ServiceAccountName:    c.ServiceAccount,
+
+			AutomountServiceAccountToken: &automount,
 		},
 	}
 	if c.CleanupGrace != nil {
