@@ -23,6 +23,7 @@ func (c *Coordinator) webUI() (*web.UI, error) {
 	ui, err := web.New(c.log.With("component", "web"), web.Config{
 		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken, ViewerToken: c.viewerToken,
 		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src,
+		Unavailable: unavailableCause,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)

@@ -44,6 +44,11 @@ type Config struct {
 	// line boundary), and how much more each "load earlier" adds; default
 	// DefaultLogTail.
 	LogTail int64
+	// Unavailable, if set, names the failures of Jobs, Logs and Runners
+	// that are a database out of reach or timing out ("database
+	// unavailable", "database timeout"), or returns "" for others: those
+	// are answered 503 with Retry-After, not 500.
+	Unavailable func(error) string
 }
 
 // DefaultLogTail is Config.LogTail's default: a 100 MB log opens as fast
@@ -228,11 +233,19 @@ func (u *UI) render(w http.ResponseWriter, r *http.Request, code int, name strin
 	w.Write(buf.Bytes())
 }
 
-// fail answers a failure of the server's own with a 500 (a client that
-// went away needs no answer).
+// fail answers a failure of the server's own with a 500, or a 503 when
+// Config.Unavailable names it (a client that went away needs no answer).
 func (u *UI) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
 	if r.Context().Err() != nil {
 		return
+	}
+	if u.cfg.Unavailable != nil {
+		if cause := u.cfg.Unavailable(err); cause != "" {
+			u.log.Warn("web: "+what+": "+cause, "err", err)
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, what+": "+cause+", try again in a moment", http.StatusServiceUnavailable)
+			return
+		}
 	}
 	u.log.Error("web: "+what, "err", err)
 	http.Error(w, what+": internal error", http.StatusInternalServerError)

@@ -12,6 +12,12 @@ import (
 // coordinator answers 503 with Retry-After rather than 500.
 var ErrUnavailable = errors.New("database unavailable")
 
+// ErrTimeout is wrapped around a statement the database ended because it
+// ran past its time limit (PostgreSQL's statement_timeout), waiting on a
+// lock or working: nothing was changed. It wraps ErrUnavailable, so the
+// coordinator answers it 503 with Retry-After too.
+var ErrTimeout = fmt.Errorf("database timeout: %w", ErrUnavailable)
+
 // Traces keeps job logs. The coordinator keeps them in files under its
 // data directory by default; a store shared by several coordinators keeps
 // them itself (see [TraceKeeper]) so that a log written through one

@@ -38,6 +38,17 @@ func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 // connect_timeout.
 const defaultConnectTimeout = 5 * time.Second
 
+// defaultStatementTimeout bounds every statement (a lock waited on
+// included) on a connection whose server, database and role set no
+// statement_timeout: a request must not hang on a table someone locked.
+const defaultStatementTimeout = "30s"
+
+// boundStatements is run on each new connection: it sets
+// defaultStatementTimeout unless a statement_timeout is in force already
+// (the URL's, ALTER DATABASE / ALTER ROLE ... SET, postgresql.conf).
+const boundStatements = `SELECT set_config('statement_timeout', '` + defaultStatementTimeout + `', false)
+	WHERE current_setting('statement_timeout') = '0'`
+
 // randomID returns 16 random hex digits.
 func randomID() string {
 	b := make([]byte, 8)
@@ -98,6 +109,12 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		// must not hold a request for the kernel's TCP timeout.
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if _, err := c.Exec(ctx, boundStatements); err != nil {
+			return fmt.Errorf("set statement_timeout: %w", err)
+		}
+		return nil
+	}
 	m := newPoolMetrics()
 	cfg.ConnConfig.Tracer = m
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -126,6 +143,12 @@ func (s *Store) migrate(ctx context.Context) error {
 		return s.fail(ctx, "migrate: begin", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
+	// A migration may rewrite a large table, and the lock waits for
+	// another coordinator's migrations: neither is bounded by
+	// defaultStatementTimeout.
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return s.fail(ctx, "migrate: lift the statement timeout", err)
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
 		return s.fail(ctx, "migrate: take the migration lock", err)
 	}
@@ -201,8 +224,9 @@ func (s *Store) check() error {
 }
 
 // fail wraps err, the failure of op, once: no row becomes ErrNotFound, a
-// store closed meanwhile ErrClosed, and a failure to reach the database
-// wraps ErrUnavailable as well as err. When ctx is done, err is the
+// store closed meanwhile ErrClosed, a failure to reach the database
+// wraps ErrUnavailable as well as err, and a statement the server ended
+// for running too long store.ErrTimeout. When ctx is done, err is the
 // caller's cancellation or deadline and is wrapped as it is.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	switch {
@@ -214,6 +238,8 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	case unreachable(err):
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	case timedOut(err):
+		return fmt.Errorf("%s: %w: %w", op, store.ErrTimeout, err)
 	default:
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -242,6 +268,15 @@ func unreachable(err error) bool {
 	return errors.As(err, &ne) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// timedOut reports whether err is the server ending a statement that ran
+// past statement_timeout or lock_timeout. The caller's context is alive
+// (fail checks it first), so a query_canceled is not pgx cancelling for
+// it.
+func timedOut(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "55P03") // query_canceled, lock_not_available
 }
 
 // nonNil is l, or an empty slice for nil: TEXT[] columns are NOT NULL,
