@@ -45,8 +45,8 @@ func pgEnv(t *testing.T, before string) (*env, *pgx.Conn) {
 	return newEnv(t, func(c *Config) { c.Store = st }), conn
 }
 
-// answer is what a request sent in the background got.
-type answer struct {
+// bgAnswer is what a request sent in the background got.
+type bgAnswer struct {
 	code int
 	hdr  http.Header
 	body string
@@ -56,8 +56,8 @@ type answer struct {
 // async sends a request in the background, bounded by a generous overall
 // timeout so that a coordinator that hangs fails the test instead of
 // hanging it.
-func (e *env) async(method, path string, body any) <-chan answer {
-	ch := make(chan answer, 1)
+func (e *env) async(method, path string, body any) <-chan bgAnswer {
+	ch := make(chan bgAnswer, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(e.t.Context(), 2*time.Minute)
 		defer cancel()
@@ -70,12 +70,12 @@ func (e *env) async(method, path string, body any) <-chan answer {
 		req.Header.Set("Authorization", "Bearer "+e.c.AdminToken())
 		resp, err := e.srv.Client().Do(req)
 		if err != nil {
-			ch <- answer{err: err}
+			ch <- bgAnswer{err: err}
 			return
 		}
 		defer resp.Body.Close()
 		out, err := io.ReadAll(resp.Body)
-		ch <- answer{code: resp.StatusCode, hdr: resp.Header, body: string(out), err: err}
+		ch <- bgAnswer{code: resp.StatusCode, hdr: resp.Header, body: string(out), err: err}
 	}()
 	return ch
 }
@@ -146,7 +146,7 @@ func TestPostgresDroppedConnection(t *testing.T) {
 
 	// Every connection dropped while submissions are in flight.
 	const n = 24
-	answers := make([]<-chan answer, n)
+	answers := make([]<-chan bgAnswer, n)
 	var wg sync.WaitGroup
 	for i := range answers {
 		answers[i] = e.async("POST", "/api/v1/jobs", map[string]any{"name": fmt.Sprintf("burst-%d", i), "script": []string{"true"}})
@@ -228,7 +228,7 @@ func TestPostgresStatementTimeout(t *testing.T) {
 		{"GET", fmt.Sprintf("/jobs/%d", j.ID)}, // the web UI
 		{"GET", "/jobs"},
 	}
-	chs := make([]<-chan answer, len(reqs))
+	chs := make([]<-chan bgAnswer, len(reqs))
 	for i, r := range reqs {
 		var body any
 		if r.path == "/api/v1/jobs" && r.method == "POST" {
