@@ -333,3 +333,32 @@ func TestLargeOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestStageFilesPrivate: what a stage leaves on the host while its job
+// runs (the script, which holds the job's variables, and a resumable
+// stage's output, which is not masked yet) is readable by the runner's
+// user only: the directories are 0700 and the script and output files
+// 0600.
+func TestStageFilesPrivate(t *testing.T) {
+	e, trace := prepared(t, "sh", 0, true)
+	// The script is removed when its stage ends: it reports its own mode.
+	if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: `stat -c 'mode %a' "$0" "$(dirname "$0")"`}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(trace.String(), "mode 600\n") + strings.Count(trace.String(), "mode 700\n"); got != 2 {
+		t.Errorf("the running script and its directory: %q, want modes 600 and 700", trace.String())
+	}
+	f := e.stageFiles(1, "step_script")
+	for _, c := range []struct {
+		path string
+		dir  bool
+	}{{e.scriptDir, true}, {e.outputDir, true}, {f.output, false}} {
+		fi, err := os.Stat(c.path)
+		if err != nil {
+			t.Fatalf("stat %s: %v", c.path, err)
+		}
+		if fi.IsDir() != c.dir || fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: mode %v, want no access for group or others", c.path, fi.Mode())
+		}
+	}
+}
