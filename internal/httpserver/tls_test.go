@@ -16,7 +16,6 @@ import (
 	"github.com/drover-ci/drover/internal/httpserver/tlstest"
 )
 
-
 // serveTLS serves okHandler over TLS with certFile and keyFile.
 func serveTLS(t *testing.T, certFile, keyFile string, o Options) string {
 	t.Helper()
