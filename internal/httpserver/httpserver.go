@@ -102,6 +102,9 @@ type Options struct {
 type Server struct {
 	srv *http.Server
 	lim *limiter // nil when there is no cap
+	// tls is set with Options.TLS; srv.TLSConfig is no witness, as
+	// net/http sets one on plain servers too.
+	tls bool
 }
 
 // New returns a server for h with the limits of o.
@@ -141,14 +144,14 @@ func New(h http.Handler, o Options) *Server {
 	if lim != nil {
 		lim.closeOnly = o.TLS != nil
 	}
-	return &Server{srv: srv, lim: lim}
+	return &Server{srv: srv, lim: lim, tls: o.TLS != nil}
 }
 
 // Serve accepts connections on ln, within the caps, and serves them until
 // Shutdown or Close, over TLS when Options.TLS is set; it returns what
 // http.Server.Serve returns.
 func (s *Server) Serve(ln net.Listener) error {
-	if s.srv.TLSConfig != nil {
+	if s.tls {
 		// The certificate comes from TLSConfig.GetCertificate.
 		return s.srv.ServeTLS(s.Listener(ln), "", "")
 	}
@@ -158,7 +161,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // Scheme is the scheme of the server's URLs: "https" with Options.TLS,
 // else "http".
 func (s *Server) Scheme() string {
-	if s.srv.TLSConfig != nil {
+	if s.tls {
 		return "https"
 	}
 	return "http"

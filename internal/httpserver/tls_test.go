@@ -179,3 +179,26 @@ func TestRefusalOverTLSIsAClose(t *testing.T) {
 		t.Errorf("from 127.0.0.3: %d %q", a.Status, a.Body)
 	}
 }
+
+// TestScheme: a server says https only with Options.TLS, also once it
+// serves (net/http gives a plain server a TLS config of its own then).
+func TestScheme(t *testing.T) {
+	plain, addr := start(t, okHandler, Options{})
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := plain.Scheme(); got != "http" {
+		t.Errorf("plain server's Scheme = %q, want http", got)
+	}
+	ca := tlstest.NewCA(t)
+	cert, key, _ := ca.Issue(t, "127.0.0.1")
+	cfg, err := ServerTLS(cert, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := New(okHandler, Options{TLS: cfg}).Scheme(); got != "https" {
+		t.Errorf("TLS server's Scheme = %q, want https", got)
+	}
+}
