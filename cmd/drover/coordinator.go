@@ -16,6 +16,7 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
+	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/secretbox"
 )
 
@@ -55,6 +56,8 @@ func newCoordinatorCmd() *cobra.Command {
 		longPoll, stale, grace, ack                  time.Duration
 		maxProvisioning, maxConnsPerClient           int
 		maxArtifactSize                              int64
+		serve                                        serveFlags
+		trustedProxies                               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -106,7 +109,15 @@ status and project, and each job's log as it runs, its timeline, cancel
 and downloads. Sign in with the admin token (the form at /login, or a link
 /login?token=ADMIN_TOKEN&next=/jobs); scripts may send it as
 Authorization: Bearer. DATA/viewer-token (or DROVER_VIEWER_TOKEN) signs in
-read-only: every page, no cancel, retry, pause or delete.`,
+read-only: every page, no cancel, retry, pause or delete.
+
+TLS: with --tls-cert and --tls-key (PEM files, read again when they
+change) every API and the web UI are served over HTTPS only, TLS 1.2 or
+newer, and the session cookie is Secure. Behind a proxy that terminates
+TLS, name it in --trusted-proxies: its X-Forwarded-Proto: https then makes
+the cookie Secure and job URLs https (from anyone else the header is
+ignored). --metrics-token-file makes /metrics require that token as
+Authorization: Bearer; the health endpoints stay open.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -118,6 +129,13 @@ read-only: every page, no cancel, retry, pause or delete.`,
 			}
 			if maxArtifactSize <= 0 {
 				return usageError(fmt.Errorf("--max-artifact-size %d: want a positive number of bytes", maxArtifactSize))
+			}
+			sec, err := serve.load(logger)
+			if err != nil {
+				return err
+			}
+			if sec.proxies, err = httpserver.ParseTrustedProxies(trustedProxies); err != nil {
+				return usageError(fmt.Errorf("--trusted-proxies: %w", err))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -173,8 +191,12 @@ read-only: every page, no cancel, retry, pause or delete.`,
 				return err
 			}
 			defer c.Close()
-			logger.Info("web UI", "url", "http://"+ln.Addr().String()+"/", "sign_in", "with the admin token, or open /login?token=ADMIN_TOKEN")
-			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, "data", data)
+			scheme := "http"
+			if sec.tls != nil {
+				scheme = "https"
+			}
+			logger.Info("web UI", "url", scheme+"://"+ln.Addr().String()+"/", "sign_in", "with the admin token, or open /login?token=ADMIN_TOKEN")
+			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, sec, "data", data)
 		},
 	}
 	f := cmd.Flags()
@@ -190,6 +212,8 @@ read-only: every page, no cancel, retry, pause or delete.`,
 	f.IntVar(&maxProvisioning, "max-provisioning-retries", 3, "two-phase start: after this many declines or expired deadlines a job fails with runner_provisioning_timeout")
 	f.Int64Var(&maxArtifactSize, "max-artifact-size", coordinator.DefaultMaxArtifactSize, "largest artifact a job may upload, in bytes (GitLab's default: 100 MiB); larger uploads are answered 413")
 	maxConnsFlag(f, &maxConnsPerClient)
+	serve.define(f, "", "the APIs and the web UI")
+	f.StringSliceVar(&trustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto is believed (the session cookie is Secure, job URLs https, when it says https); from other clients it is ignored")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
