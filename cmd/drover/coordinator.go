@@ -16,6 +16,7 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
+	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/secretbox"
 )
 
@@ -55,6 +56,8 @@ func newCoordinatorCmd() *cobra.Command {
 		longPoll, stale, grace, ack                  time.Duration
 		maxProvisioning, maxConnsPerClient           int
 		maxArtifactSize, maxTraceSize, minFreeDisk   int64
+		serve                                        serveFlags
+		trustedProxies                               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -118,7 +121,15 @@ status and project, and each job's log as it runs, its timeline, cancel
 and downloads. Sign in with the admin token (the form at /login, or a link
 /login?token=ADMIN_TOKEN&next=/jobs); scripts may send it as
 Authorization: Bearer. DATA/viewer-token (or DROVER_VIEWER_TOKEN) signs in
-read-only: every page, no cancel, retry, pause or delete.`,
+read-only: every page, no cancel, retry, pause or delete.
+
+TLS: with --tls-cert and --tls-key (PEM files, read again when they
+change) every API and the web UI are served over HTTPS only, TLS 1.2 or
+newer, and the session cookie is Secure. Behind a proxy that terminates
+TLS, name it in --trusted-proxies: its X-Forwarded-Proto: https then makes
+the cookie Secure and job URLs https (from anyone else the header is
+ignored). --metrics-token-file makes /metrics require that token as
+Authorization: Bearer; the health endpoints stay open.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
@@ -139,6 +150,13 @@ read-only: every page, no cancel, retry, pause or delete.`,
 			}
 			if minFreeDisk == 0 {
 				minFreeDisk = -1 // Config's "no guard"
+			}
+			sec, err := serve.load(logger)
+			if err != nil {
+				return err
+			}
+			if sec.proxies, err = httpserver.ParseTrustedProxies(trustedProxies); err != nil {
+				return usageError(fmt.Errorf("--trusted-proxies: %w", err))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -196,8 +214,12 @@ read-only: every page, no cancel, retry, pause or delete.`,
 				return err
 			}
 			defer c.Close()
-			logger.Info("web UI", "url", "http://"+ln.Addr().String()+"/", "sign_in", "with the admin token, or open /login?token=ADMIN_TOKEN")
-			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, "data", data)
+			scheme := "http"
+			if sec.tls != nil {
+				scheme = "https"
+			}
+			logger.Info("web UI", "url", scheme+"://"+ln.Addr().String()+"/", "sign_in", "with the admin token, or open /login?token=ADMIN_TOKEN")
+			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, sec, "data", data)
 		},
 	}
 	f := cmd.Flags()
@@ -215,6 +237,8 @@ read-only: every page, no cancel, retry, pause or delete.`,
 	f.Int64Var(&maxTraceSize, "max-trace-size", coordinator.DefaultMaxTraceSize, "largest log a job may have, in bytes (GitLab's default: 100 MiB); the PATCH that would pass it is answered 403 and the job fails with trace_size_exceeded")
 	f.Int64Var(&minFreeDisk, "min-free-disk", coordinator.DefaultMinFreeDisk, "free space, in bytes, kept on the data directory's disk: under it trace PATCHes and artifact uploads are answered 507 and /health/ready is 503; 0: no guard")
 	maxConnsFlag(f, &maxConnsPerClient)
+	serve.define(f, "", "the APIs and the web UI")
+	f.StringSliceVar(&trustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto is believed (the session cookie is Secure, job URLs https, when it says https); from other clients it is ignored")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -57,9 +57,6 @@ func registerOnlyFlags() []gitlabFlag {
 		{name: "feature-flags", why: "drover implements no GitLab Runner feature flags yet"},
 		{name: "clone-url", why: "drover does not rewrite the clone URL yet"},
 		{name: "debug-trace-disabled", why: "drover does not honour debug_trace_disabled yet"},
-		{name: "tls-ca-file", why: "drover does not use a runner's own TLS files yet (it trusts the system's CAs)"},
-		{name: "tls-cert-file", why: "drover does not use a runner's own TLS files yet"},
-		{name: "tls-key-file", why: "drover does not use a runner's own TLS files yet"},
 	}
 	for _, n := range []string{"pre-clone-script", "post-clone-script", "pre-get-sources-script", "post-get-sources-script", "pre-build-script", "post-build-script"} {
 		fs = append(fs, gitlabFlag{name: n, why: noScripts})

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,11 +36,75 @@ func checkMaxConns(perClient int) error {
 	return nil
 }
 
+// serveFlags are the flags of a daemon's HTTP server that secure it: its
+// TLS certificate and key, and the file of the bearer token /metrics
+// requires. The coordinator and the router name them --tls-cert,
+// --tls-key and --metrics-token-file; drover run, for its listen_address,
+// --listen-tls-cert and so on (GitLab Runner's listen_address has no TLS,
+// and config.toml stays GitLab Runner's).
+type serveFlags struct {
+	prefix                     string // of the flags' names
+	tlsCert, tlsKey, tokenFile string
+}
+
+func (s *serveFlags) define(f *pflag.FlagSet, prefix, what string) {
+	s.prefix = prefix
+	f.StringVar(&s.tlsCert, prefix+"tls-cert", "", "serve "+what+" over HTTPS (TLS 1.2 or newer) with this PEM certificate (the chain, server's first), read again when it changes; with --"+prefix+"tls-key")
+	f.StringVar(&s.tlsKey, prefix+"tls-key", "", "the PEM private key of --"+prefix+"tls-cert")
+	f.StringVar(&s.tokenFile, prefix+"metrics-token-file", "", "file holding a token that /metrics then requires as Authorization: Bearer (401 without it); health endpoints stay open")
+}
+
+// absolute makes the flags' file names absolute, before drover run's
+// --working-directory changes the directory they are relative to.
+func (s *serveFlags) absolute() error {
+	for _, p := range []*string{&s.tlsCert, &s.tlsKey, &s.tokenFile} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return err
+		}
+		*p = abs
+	}
+	return nil
+}
+
+// serveSecurity is what serveFlags load.
+type serveSecurity struct {
+	tls          *tls.Config // nil = plain HTTP
+	metricsToken string      // "" = /metrics open
+	proxies      httpserver.TrustedProxies
+}
+
+// load reads the files of the flags; what does not load is a usage error
+// naming the flag.
+func (s *serveFlags) load(logger *slog.Logger) (serveSecurity, error) {
+	var sec serveSecurity
+	cfg, err := httpserver.ServerTLS(s.tlsCert, s.tlsKey, logger)
+	if err != nil {
+		return sec, usageError(fmt.Errorf("--%stls-cert %q, --%stls-key %q: %w", s.prefix, s.tlsCert, s.prefix, s.tlsKey, err))
+	}
+	sec.tls = cfg
+	if s.tokenFile != "" {
+		if sec.metricsToken, err = httpserver.ReadTokenFile(s.tokenFile); err != nil {
+			return sec, usageError(fmt.Errorf("--%smetrics-token-file: %w", s.prefix, err))
+		}
+	}
+	return sec, nil
+}
+
+// handler is h behind the metrics token and the trusted proxies.
+func (sec serveSecurity) handler(h http.Handler) http.Handler {
+	return sec.proxies.Handler(httpserver.RequireMetricsToken(h, sec.metricsToken))
+}
+
 // apiServer is the HTTP server of a daemon's API: httpserver's timeouts,
 // header cap and connection caps (perClient as --max-conns-per-client
 // takes it, 0 = none), its connection metrics registered with reg as
-// drover_<subsystem>_connections*.
-func apiServer(logger *slog.Logger, reg prometheus.Registerer, subsystem string, h http.Handler, perClient int) (*httpserver.Server, error) {
+// drover_<subsystem>_connections*, over TLS and with /metrics behind a
+// token as sec says.
+func apiServer(logger *slog.Logger, reg prometheus.Registerer, subsystem string, h http.Handler, perClient int, sec serveSecurity) (*httpserver.Server, error) {
 	if perClient == 0 {
 		perClient = httpserver.NoCap
 	}
@@ -46,7 +112,7 @@ func apiServer(logger *slog.Logger, reg prometheus.Registerer, subsystem string,
 	if err != nil {
 		return nil, err
 	}
-	return httpserver.New(h, httpserver.Options{MaxConnsPerClient: perClient, Logger: logger, Metrics: m}), nil
+	return httpserver.New(sec.handler(h), httpserver.Options{MaxConnsPerClient: perClient, Logger: logger, Metrics: m, TLS: sec.tls}), nil
 }
 
 // listenAttrs are the log attributes of a server's connection caps.
@@ -64,16 +130,16 @@ type runnerAPIDaemon interface {
 }
 
 // serveRunnerAPI runs d (its Run loop and its API on ln, through
-// apiServer) until ctx is done, then shuts the server down, giving held
+// apiServer with sec) until ctx is done, then shuts the server down, giving held
 // long polls a moment, and waits for Run to return. attrs are logged with
 // the address.
-func serveRunnerAPI(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer, name string, d runnerAPIDaemon, ln net.Listener, perClient int, attrs ...any) error {
+func serveRunnerAPI(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer, name string, d runnerAPIDaemon, ln net.Listener, perClient int, sec serveSecurity, attrs ...any) error {
 	if p := d.AdminTokenPath(); p != "" {
 		logger.Info("admin token", "path", p)
 	} else {
 		logger.Info("admin token taken from DROVER_ADMIN_TOKEN")
 	}
-	srv, err := apiServer(logger, reg, name, d.Handler(), perClient)
+	srv, err := apiServer(logger, reg, name, d.Handler(), perClient, sec)
 	if err != nil {
 		return err
 	}
@@ -85,7 +151,7 @@ func serveRunnerAPI(ctx context.Context, logger *slog.Logger, reg prometheus.Reg
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	logger.Info(name+" listening", append(append([]any{"addr", "http://" + ln.Addr().String()}, attrs...), listenAttrs(srv)...)...)
+	logger.Info(name+" listening", append(append([]any{"addr", srv.Scheme() + "://" + ln.Addr().String(), "metrics_token", sec.metricsToken != ""}, attrs...), listenAttrs(srv)...)...)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

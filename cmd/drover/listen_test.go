@@ -80,11 +80,11 @@ func TestMaxConnsPerClientBelowZero(t *testing.T) {
 	}
 }
 
-// listeningAt waits for the log line msg with the daemon's addr=http://...
+// listeningAt waits for the log line msg with the daemon's addr=http(s)://...
 // and returns the address.
 func listeningAt(t *testing.T, out *syncBuffer, msg string, done <-chan error) string {
 	t.Helper()
-	re := regexp.MustCompile(regexp.QuoteMeta(msg) + `.* addr=http://(\S+)`)
+	re := regexp.MustCompile(regexp.QuoteMeta(msg) + `.* addr=https?://(\S+)`)
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			return m[1]

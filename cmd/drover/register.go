@@ -54,6 +54,7 @@ type registerOptions struct {
 	unhealthyRequestsLimit                 int
 	unhealthyInterval                      time.Duration
 	concurrent                             int
+	tls                                    api.TLSFiles
 }
 
 func (o *registerOptions) define(f *pflag.FlagSet) {
@@ -64,6 +65,9 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	f.StringVarP(&o.token, "token", "t", "", "runner authentication token (glrt-…, verified), or a registration token")
 	f.StringVarP(&o.registrationToken, "registration-token", "r", "", "registration token: registers a new runner (with --tag-list, --locked and the like)")
 	f.StringVar(&o.name, "name", "", "runner name in config.toml and its description on the coordinator; --description is the same (default: host name)")
+	f.StringVar(&o.tls.CAFile, "tls-ca-file", "", "PEM file of CA certificates the coordinator's certificate is verified with, besides the system's (written as tls-ca-file)")
+	f.StringVar(&o.tls.CertFile, "tls-cert-file", "", "PEM client certificate for a coordinator that asks for one, with --tls-key-file (written as tls-cert-file)")
+	f.StringVar(&o.tls.KeyFile, "tls-key-file", "", "PEM key of --tls-cert-file (written as tls-key-file)")
 
 	f.StringVar(&o.tagList, "tag-list", "", "comma-separated tags (registration token only)")
 	f.BoolVar(&o.runUntagged, "run-untagged", false, "take untagged jobs (registration token only; default: true without --tag-list)")
@@ -88,7 +92,8 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	// gitlab-runner's names for them.
 	for name, env := range map[string]string{
 		"non-interactive": "REGISTER_NON_INTERACTIVE", "leave-runner": "REGISTER_LEAVE_RUNNER",
-		"url": "CI_SERVER_URL", "token": "CI_SERVER_TOKEN", "registration-token": "REGISTRATION_TOKEN", "name": "RUNNER_NAME",
+		"url": "CI_SERVER_URL", "token": "CI_SERVER_TOKEN",
+		"tls-ca-file": "CI_SERVER_TLS_CA_FILE", "tls-cert-file": "CI_SERVER_TLS_CERT_FILE", "tls-key-file": "CI_SERVER_TLS_KEY_FILE", "registration-token": "REGISTRATION_TOKEN", "name": "RUNNER_NAME",
 		"tag-list": "RUNNER_TAG_LIST", "run-untagged": "REGISTER_RUN_UNTAGGED", "locked": "REGISTER_LOCKED",
 		"access-level": "REGISTER_ACCESS_LEVEL", "maximum-timeout": "REGISTER_MAXIMUM_TIMEOUT",
 		"paused": "REGISTER_PAUSED", "maintenance-note": "REGISTER_MAINTENANCE_NOTE",
@@ -201,7 +206,7 @@ func (o *registerOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	client, err := api.NewClient(o.url, api.ClientOptions{Version: version})
+	client, err := runnerClient(o.url, o.tls)
 	if err != nil {
 		return usageError(err)
 	}
@@ -308,6 +313,7 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 	}
 	rc := config.RunnerConfig{
 		Name: name, URL: o.url, Executor: o.executor, Shell: o.shell,
+		TLSCAFile: o.tls.CAFile, TLSCertFile: o.tls.CertFile, TLSKeyFile: o.tls.KeyFile,
 		BuildsDir: o.buildsDir, CacheDir: o.cacheDir, Environment: o.env,
 		Limit: o.limit, OutputLimit: o.outputLimit, RequestConcurrency: o.requestConcurrency,
 		UnhealthyRequestsLimit: o.unhealthyRequestsLimit, UnhealthyInterval: o.unhealthyInterval,
@@ -745,7 +751,7 @@ func newVerifyCmd() *cobra.Command {
 			var invalid []int
 			bad := 0
 			for i, r := range cfg.Runners {
-				client, err := api.NewClient(r.URL, api.ClientOptions{Version: version})
+				client, err := runnerClient(r.URL, runnerTLSFiles(&r))
 				if err != nil {
 					return err
 				}
@@ -883,7 +889,7 @@ coordinator no longer knows (403) is removed from config.toml too.`,
 // systemID of a glrt- token, the whole runner of another one. A runner the
 // coordinator does not know (403) is gone already.
 func unregisterRunner(cmd *cobra.Command, r config.RunnerConfig, systemID string) error {
-	client, err := api.NewClient(r.URL, api.ClientOptions{Version: version})
+	client, err := runnerClient(r.URL, runnerTLSFiles(&r))
 	if err != nil {
 		return err
 	}
@@ -909,4 +915,19 @@ func unregisterRunner(cmd *cobra.Command, r config.RunnerConfig, systemID string
 // sameURL compares coordinator URLs without their final slash.
 func sameURL(a, b string) bool {
 	return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
+}
+
+// runnerClient is the API client of the coordinator at url, verified with
+// (and presenting) the TLS files of a runner.
+func runnerClient(url string, files api.TLSFiles) (*api.Client, error) {
+	tlsCfg, err := api.ClientTLS(files)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(url, api.ClientOptions{Version: version, TLS: tlsCfg})
+}
+
+// runnerTLSFiles is r's tls-ca-file, tls-cert-file and tls-key-file.
+func runnerTLSFiles(r *config.RunnerConfig) api.TLSFiles {
+	return api.TLSFiles{CAFile: r.TLSCAFile, CertFile: r.TLSCertFile, KeyFile: r.TLSKeyFile}
 }

@@ -19,6 +19,7 @@ func newRouterCmd() *cobra.Command {
 		upstream, upstreamToken, listen, data, logLevel, logFormat string
 		ackTimeout, longPoll, noRunner                             time.Duration
 		prefetch, maxConnsPerClient                                int
+		serve                                                      serveFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -52,6 +53,8 @@ same admin API as the coordinator's:
        -d '{"description":"r1","tag_list":["linux"]}' http://ROUTER/api/v1/runners
 
 Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.
+With --tls-cert and --tls-key it serves HTTPS only; with --metrics-token-file
+/metrics needs that token as Authorization: Bearer.
 
 Connections: as the coordinator's, a request must arrive whole within 60 s;
 a client address may hold --max-conns-per-client connections at once and
@@ -73,6 +76,10 @@ beyond, drover_router_connections_rejected_total).`,
 			}
 			if upstream == "" || upstreamToken == "" {
 				return usageError(errors.New("--upstream and --upstream-token are required"))
+			}
+			sec, err := serve.load(logger)
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -98,7 +105,7 @@ beyond, drover_router_connections_rejected_total).`,
 				return usageError(err)
 			}
 			defer ln.Close()
-			return serveRunnerAPI(ctx, logger, reg, "router", r, ln, maxConnsPerClient, "upstream", upstream, "data", data)
+			return serveRunnerAPI(ctx, logger, reg, "router", r, ln, maxConnsPerClient, sec, "upstream", upstream, "data", data)
 		},
 	}
 	f := cmd.Flags()
@@ -111,6 +118,7 @@ beyond, drover_router_connections_rejected_total).`,
 	f.DurationVar(&noRunner, "no-runner-timeout", router.DefaultNoRunnerTimeout, "decline a held job upstream when no runner behind the router could take it for this long")
 	f.IntVar(&prefetch, "prefetch", 0, "jobs the router may hold beyond its waiting runners (two-phase upstreams only, kept alive upstream), so its own fair share can reorder bursts; 0 = pull only for a waiting runner")
 	maxConnsFlag(f, &maxConnsPerClient)
+	serve.define(f, "", "the runner API")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -190,6 +191,7 @@ func logWarnings(logger *slog.Logger, warns []config.Warning) {
 
 func newRunCmd() *cobra.Command {
 	var cfgPath, logLevel, logFormat, workDir, onSigterm string
+	var serve serveFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the runner manager: take jobs from coordinators and run them",
@@ -211,9 +213,22 @@ when its modification time changes).
 --working-directory makes drover run change to that directory before it
 starts: relative builds_dir and cache_dir, and their defaults builds and
 cache, are then there. A relative --config is still found from where drover
-run started.`,
-		Args:    cobra.NoArgs,
-		PreRunE: func(cmd *cobra.Command, _ []string) error { return enterWorkingDirectory(cmd, workDir) },
+run started.
+
+listen_address (config.toml) serves /metrics, the health endpoints and the
+fleet page over plain HTTP, as GitLab Runner's does. --listen-tls-cert and
+--listen-tls-key serve it over HTTPS instead (TLS 1.2 or newer, the files
+read again when they change); --listen-metrics-token-file makes /metrics
+require that token as Authorization: Bearer. These are flags, not
+config.toml keys, so that the file stays GitLab Runner's.`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Files named relative to where drover run started, as --config.
+			if err := serve.absolute(); err != nil {
+				return err
+			}
+			return enterWorkingDirectory(cmd, workDir)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The warnings wait for the logger, which the file configures.
 			cfg, warns, err := config.Load(cfgPath)
@@ -234,6 +249,10 @@ run started.`,
 			}
 			logWarnings(logger, warns)
 			systemID, err := systemIDFor(cfgPath)
+			if err != nil {
+				return err
+			}
+			sec, err := serve.load(logger)
 			if err != nil {
 				return err
 			}
@@ -296,7 +315,7 @@ run started.`,
 			if onSigterm != "abort" && onSigterm != "leave" {
 				return usageError(fmt.Errorf("--on-sigterm %q: want abort or leave", onSigterm))
 			}
-			err = runManager(cmd.Context(), logger, m, connMetrics, pools, t, cfgPath, cfg, onSigterm == "leave")
+			err = runManager(cmd.Context(), logger, m, connMetrics, sec, pools, t, cfgPath, cfg, onSigterm == "leave")
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
 			// Jobs' containers first: those on autoscaled instances need
@@ -330,12 +349,13 @@ run started.`,
 	f.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default: log_level of config.toml)")
 	f.StringVar(&onSigterm, "on-sigterm", "abort", "abort: SIGTERM/SIGINT abort running jobs; leave: exit at once and leave them to be resumed, when a job store keeps every one")
 	f.StringVar(&logFormat, "log-format", "", "runner, text or json (default: log_format of config.toml)")
+	serve.define(f, "listen-", "listen_address")
 	return cmd
 }
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config, leave bool) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, sec serveSecurity, pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config, leave bool) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
@@ -343,7 +363,7 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 	if err != nil {
 		return err
 	}
-	ms := &metricsServer{log: logger, handler: handler, metrics: connMetrics}
+	ms := &metricsServer{log: logger, handler: sec.handler(handler), metrics: connMetrics, tls: sec.tls}
 	if err := ms.apply(cfg.ListenAddress); err != nil {
 		return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
 	}
@@ -444,6 +464,7 @@ type metricsServer struct {
 	log     *slog.Logger
 	handler http.Handler
 	metrics *httpserver.Metrics // shared by the servers that follow one another
+	tls     *tls.Config         // nil = plain HTTP
 	addr    string              // as configured; "" = not serving
 	bound   net.Addr            // where it serves
 	srv     *httpserver.Server
@@ -467,11 +488,11 @@ func (ms *metricsServer) apply(addr string) error {
 		}
 		next = httpserver.New(ms.handler, httpserver.Options{
 			MaxConnsPerClient: listenMaxConnsPerClient, MaxConns: listenMaxConns,
-			Logger: ms.log, Metrics: ms.metrics,
+			Logger: ms.log, Metrics: ms.metrics, TLS: ms.tls,
 		})
 		go func() { _ = next.Serve(ln) }()
 		bound = ln.Addr()
-		ms.log.Info("metrics and health listening", append([]any{"addr", bound.String()}, listenAttrs(next)...)...)
+		ms.log.Info("metrics and health listening", append([]any{"addr", bound.String(), "scheme", next.Scheme()}, listenAttrs(next)...)...)
 	}
 	if ms.srv != nil {
 		ms.srv.Close()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -72,6 +75,55 @@ type Client struct {
 type ClientOptions struct {
 	HTTPClient *http.Client // default: a client with sane transport timeouts
 	Version    string       // for the User-Agent
+	// TLS is the TLS configuration of the default client (see ClientTLS);
+	// nil = the system's CAs. Not used with HTTPClient.
+	TLS *tls.Config
+}
+
+// TLSFiles are a runner's tls-ca-file, tls-cert-file and tls-key-file:
+// PEM files, "" when not set.
+type TLSFiles struct {
+	CAFile   string // CA certificates trusted besides the system's
+	CertFile string // client certificate (mutual TLS), with KeyFile
+	KeyFile  string
+}
+
+// ClientTLS is the TLS configuration for f: TLS 1.2 or newer, the
+// system's CAs and those of f.CAFile (as GitLab Runner's tls-ca-file: a
+// coordinator with a private CA is verified, not trusted blindly), and
+// the client certificate of f.CertFile and f.KeyFile when both are set.
+// It is nil, nil when f is empty. A file that does not read, or a CA file
+// with no certificate, is an error naming it.
+func ClientTLS(f TLSFiles) (*tls.Config, error) {
+	if f == (TLSFiles{}) {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.CAFile != "" {
+		pem, err := os.ReadFile(f.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls-ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls-ca-file %s: no PEM certificate in it", f.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case f.CertFile != "" && f.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls-cert-file %s, tls-key-file %s: %w", f.CertFile, f.KeyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case f.CertFile != "" || f.KeyFile != "":
+		return nil, errors.New("tls-cert-file and tls-key-file go together: set both or neither")
+	}
+	return cfg, nil
 }
 
 // NewClient returns a client for the coordinator at baseURL (a GitLab
@@ -95,6 +147,7 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 				Proxy:                 http.ProxyFromEnvironment,
 				ResponseHeaderTimeout: 10 * time.Minute,
 				TLSHandshakeTimeout:   10 * time.Second,
+				TLSClientConfig:       opts.TLS,
 				MaxIdleConns:          100,
 				MaxIdleConnsPerHost:   100,
 				IdleConnTimeout:       90 * time.Second,

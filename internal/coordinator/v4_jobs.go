@@ -124,6 +124,10 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		runnerapi.WriteBad(w, e)
 		return
 	}
+	if e := runnerapi.ValidInfo(&req.Info); e != nil {
+		runnerapi.WriteBad(w, e)
+		return
+	}
 	j, unlock, ok := c.lockedJobForRunner(w, r, req.Token)
 	if !ok {
 		return

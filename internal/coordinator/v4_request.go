@@ -16,6 +16,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/runnerapi"
 )
 
@@ -303,18 +304,14 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 	return resp, nil
 }
 
-// baseURL is PublicURL, or scheme://host of the request.
+// baseURL is PublicURL, or scheme://host of the request: https when it
+// came over TLS or from a trusted proxy that says its client's did
+// (httpserver.Scheme; X-Forwarded-Proto from anyone else is ignored).
 func (c *Coordinator) baseURL(r *http.Request) string {
 	if c.cfg.PublicURL != "" {
 		return c.cfg.PublicURL
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
-		scheme = p
-	}
+	scheme := httpserver.Scheme(r)
 	host := r.Host
 	if host == "" {
 		host = "localhost"

@@ -63,6 +63,9 @@ type limiter struct {
 	log              *slog.Logger
 	metrics          *Metrics
 	now              func() time.Time // of refusals, for their log
+	// closeOnly: refusals are closed without an answer (TLS: the answer
+	// would cost a handshake).
+	closeOnly bool
 
 	mu        sync.Mutex
 	open      int
@@ -180,7 +183,7 @@ func (l *limiter) admit(c net.Conn) net.Conn {
 		logKey = netip.Prefix{}
 	}
 	unlogged, doLog := l.shouldLog(logKey)
-	linger := l.lingering < maxLingering
+	linger := l.lingering < maxLingering && !l.closeOnly
 	if linger {
 		l.lingering++
 	}
@@ -194,6 +197,10 @@ func (l *limiter) admit(c net.Conn) net.Conn {
 		}
 		l.log.Warn("connection refused: "+msg+" (logged once a minute; every refusal is counted in the metrics)",
 			"client", client, "status", status, "reason", reason, "limit", limit, "unlogged_before", unlogged)
+	}
+	if l.closeOnly {
+		c.Close()
+		return nil
 	}
 	go l.refuse(c, status, msg, linger)
 	return nil

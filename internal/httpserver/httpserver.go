@@ -34,12 +34,23 @@
 // descriptors to the rest of it; and other clients keep being served. Refusals are counted in Metrics and logged at
 // most once per client address a minute.
 //
+// Over TLS a refused connection is closed without an answer: answering
+// would take a handshake, which is what a flood should not get for free.
+//
+// # TLS
+//
+// With Options.TLS (see ServerTLS) the server speaks HTTPS only, TLS 1.2
+// or newer, with a certificate read again when its files change. The
+// daemons' session cookies are Secure when IsHTTPS says the client's
+// connection was (TLS here, or at a trusted proxy: TrustedProxies).
+//
 // Nothing the daemons serve hijacks a connection; one that did would keep
 // its place in the counts until the hijacker closes it.
 package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -83,12 +94,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics counts open and refused connections; nil = not counted.
 	Metrics *Metrics
+	// TLS, if set, makes the server HTTPS only (see ServerTLS).
+	TLS *tls.Config
 }
 
 // Server is an http.Server with the limits of its Options.
 type Server struct {
 	srv *http.Server
 	lim *limiter // nil when there is no cap
+	// tls is set with Options.TLS; srv.TLSConfig is no witness, as
+	// net/http sets one on plain servers too.
+	tls bool
 }
 
 // New returns a server for h with the limits of o.
@@ -114,6 +130,7 @@ func New(h http.Handler, o Options) *Server {
 		IdleTimeout:       def(DefaultIdleTimeout, o.IdleTimeout),
 		MaxHeaderBytes:    mh,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		TLSConfig:         o.TLS,
 	}
 	perClient := o.MaxConnsPerClient
 	if perClient == 0 {
@@ -123,12 +140,32 @@ func New(h http.Handler, o Options) *Server {
 	if total == 0 {
 		total = FDBudget()
 	}
-	return &Server{srv: srv, lim: newLimiter(max(perClient, 0), max(total, 0), logger, o.Metrics)}
+	lim := newLimiter(max(perClient, 0), max(total, 0), logger, o.Metrics)
+	if lim != nil {
+		lim.closeOnly = o.TLS != nil
+	}
+	return &Server{srv: srv, lim: lim, tls: o.TLS != nil}
 }
 
 // Serve accepts connections on ln, within the caps, and serves them until
-// Shutdown or Close; it returns what http.Server.Serve returns.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(s.Listener(ln)) }
+// Shutdown or Close, over TLS when Options.TLS is set; it returns what
+// http.Server.Serve returns.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.tls {
+		// The certificate comes from TLSConfig.GetCertificate.
+		return s.srv.ServeTLS(s.Listener(ln), "", "")
+	}
+	return s.srv.Serve(s.Listener(ln))
+}
+
+// Scheme is the scheme of the server's URLs: "https" with Options.TLS,
+// else "http".
+func (s *Server) Scheme() string {
+	if s.tls {
+		return "https"
+	}
+	return "http"
+}
 
 // Listener is ln with the connection caps, what Serve accepts from; it is
 // for callers that start the server returned by HTTPServer themselves

@@ -384,18 +384,32 @@ func (m *Manager) worker(ctx, reqCtx context.Context, id int) {
 	}
 }
 
-func (m *Manager) client(url string) (*api.Client, error) {
+// client is the API client of runner r's coordinator: its url, verified
+// with its tls-ca-file (and presenting its tls-cert-file) when it has them.
+// Runners with the same url and files share one.
+func (m *Manager) client(r *config.RunnerConfig) (*api.Client, error) {
+	files := runnerTLS(r)
+	key := strings.Join([]string{r.URL, files.CAFile, files.CertFile, files.KeyFile}, "\x00")
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c, ok := m.clients[url]; ok {
+	if c, ok := m.clients[key]; ok {
 		return c, nil
 	}
-	c, err := api.NewClient(url, api.ClientOptions{HTTPClient: m.opts.HTTPClient, Version: m.opts.Version})
+	tlsCfg, err := api.ClientTLS(files)
+	if err != nil {
+		return nil, fmt.Errorf("runner %q: %w", r.Name, err)
+	}
+	c, err := api.NewClient(r.URL, api.ClientOptions{HTTPClient: m.opts.HTTPClient, Version: m.opts.Version, TLS: tlsCfg})
 	if err != nil {
 		return nil, err
 	}
-	m.clients[url] = c
+	m.clients[key] = c
 	return c, nil
+}
+
+// runnerTLS is r's tls-ca-file, tls-cert-file and tls-key-file.
+func runnerTLS(r *config.RunnerConfig) api.TLSFiles {
+	return api.TLSFiles{CAFile: r.TLSCAFile, CertFile: r.TLSCertFile, KeyFile: r.TLSKeyFile}
 }
 
 func (m *Manager) runnerState(r *config.RunnerConfig) *runnerState {

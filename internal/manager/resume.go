@@ -228,7 +228,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		return
 	}
 	p := m.opts.Providers[r.Executor]
-	client, err := m.client(r.URL)
+	client, err := m.client(r)
 	if err != nil || p == nil {
 		log.Error("job store: cannot reach the record's coordinator or executor", "err", err, "executor", r.Executor)
 		return

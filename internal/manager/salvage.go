@@ -42,7 +42,7 @@ func (m *Manager) salvageCorrupt(ctx context.Context, name string, jobID int64) 
 		log.Warn("corrupt record: its runner is not in the configuration")
 		return
 	}
-	client, err := m.client(r.URL)
+	client, err := m.client(r)
 	if err != nil {
 		log.Warn("corrupt record: bad coordinator url", "err", err)
 		return

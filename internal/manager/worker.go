@@ -141,7 +141,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		}
 		return
 	}
-	client, err := m.client(r.URL)
+	client, err := m.client(r)
 	if err != nil {
 		rs.requestDone(false)
 		p.Release(ctx, settings, data)

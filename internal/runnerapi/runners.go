@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
@@ -173,8 +175,9 @@ func (s *Runners) Auth(ctx context.Context, w http.ResponseWriter, token string)
 }
 
 // DecodeRunnerRequest decodes a runner's JSON request into v, checks its
-// system_id and authenticates its token (the body's, else the header's).
-// ok is false when the answer has been written.
+// system_id and its info (ValidInfo, for the requests that carry one) and
+// authenticates its token (the body's, else the header's). ok is false
+// when the answer has been written.
 func (s *Runners) DecodeRunnerRequest(w http.ResponseWriter, r *http.Request, v any, token func() (tok, systemID string)) (store.Runner, bool) {
 	if e := DecodeJSON(w, r, v, MaxRunnerBody, false); e != nil {
 		WriteBad(w, e)
@@ -184,6 +187,12 @@ func (s *Runners) DecodeRunnerRequest(w http.ResponseWriter, r *http.Request, v 
 	if e := ValidSystemID(sys); e != nil {
 		WriteBad(w, e)
 		return store.Runner{}, false
+	}
+	if info := infoOf(v); info != nil {
+		if e := ValidInfo(info); e != nil {
+			WriteBad(w, e)
+			return store.Runner{}, false
+		}
 	}
 	return s.Auth(r.Context(), w, RunnerToken(r, tok))
 }
@@ -606,6 +615,69 @@ func HasControl(s string) bool {
 		}
 	}
 	return false
+}
+
+// infoOf is the info of a runner request v, nil for one without.
+func infoOf(v any) *api.VersionInfo {
+	switch v := v.(type) {
+	case *api.JobRequest:
+		return &v.Info
+	case *api.VerifyRequest:
+		return &v.Info
+	case *api.RegisterRequest:
+		return &v.Info
+	case *api.UpdateJobRequest:
+		return &v.Info
+	}
+	return nil
+}
+
+// Longest fields of a runner manager's info, in characters: GitLab's
+// (Ci::RunnerManager validates version at 2048, revision, platform and
+// architecture at 255); the rest, which GitLab does not keep, at 255.
+const (
+	maxInfoVersion = 2048
+	maxInfoField   = 255
+)
+
+// ValidInfo checks the info a runner manager sends with its requests (its
+// name, version, revision, platform, architecture, executor and shell):
+// they are stored, logged and shown, so each is at most its length and
+// printable (no control, format or invalid UTF-8 character). The answer
+// names the first field that is not, as info.version and the like.
+// features, config and labels are neither stored nor shown, and are not
+// checked.
+func ValidInfo(info *api.VersionInfo) *BadRequest {
+	for _, f := range []struct {
+		name, value string
+		max         int
+	}{
+		{"name", info.Name, maxInfoField},
+		{"version", info.Version, maxInfoVersion},
+		{"revision", info.Revision, maxInfoField},
+		{"platform", info.Platform, maxInfoField},
+		{"architecture", info.Architecture, maxInfoField},
+		{"executor", info.Executor, maxInfoField},
+		{"shell", info.Shell, maxInfoField},
+	} {
+		if utf8.RuneCountInString(f.value) > f.max || !Printable(f.value) {
+			return Invalid("info."+f.name, "info.%s must be at most %d printable characters", f.name, f.max)
+		}
+	}
+	return nil
+}
+
+// Printable reports whether every character of s is a printable one
+// (letters, marks, numbers, punctuation, symbols and the ASCII space): no
+// control character, no format character such as a bidirectional
+// override that would reorder what a page shows, no invalid UTF-8.
+func Printable(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // maxSystemID is the longest system_id taken, as GitLab's.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/httpserver"
 )
 
 // Authentication.
@@ -154,11 +155,13 @@ func (a *auth) csrfOK(r *http.Request, cr credentials) bool {
 }
 
 // setCookie sets an HttpOnly, SameSite=Strict cookie for the whole site,
-// Secure when the request came over TLS; maxAge < 0 deletes it.
+// Secure when the browser reached the site over HTTPS: the request came
+// over TLS, or from a trusted proxy that says so (httpserver.IsHTTPS; the
+// daemon names its proxies); maxAge < 0 deletes it.
 func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge time.Duration) {
 	c := &http.Cookie{
 		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, MaxAge: int(maxAge.Seconds()),
+		Secure: httpserver.IsHTTPS(r), MaxAge: int(maxAge.Seconds()),
 	}
 	if maxAge < 0 {
 		c.MaxAge = -1

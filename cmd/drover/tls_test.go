@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/httpserver/tlstest"
+)
+
+// startDaemon runs drover with args until the test ends and returns its
+// log; the command must end without an error once its context ends.
+func startDaemon(t *testing.T, args ...string) (*syncBuffer, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &syncBuffer{}
+	root := newRootCmd()
+	root.SetOut(out)
+	root.SetErr(out)
+	root.SetArgs(args)
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("drover %s = %v", args[0], err)
+		}
+	})
+	return out, done
+}
+
+// httpsGet GETs url with c (Authorization: Bearer bearer unless empty) and
+// returns the status and body, or the error.
+func httpsGet(t *testing.T, c *http.Client, url, bearer string) (int, string, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// checkSecured checks a daemon's server at base (https://host:port): a
+// client with the CA is served, one without it fails on the certificate;
+// /metrics needs the token and mentions metric, health does not.
+func checkSecured(t *testing.T, ca *tlstest.CA, base, token, metric string) {
+	t.Helper()
+	withCA := ca.Client()
+	if code, body, err := httpsGet(t, withCA, base+"/health/live", ""); err != nil || code != http.StatusOK {
+		t.Errorf("GET %s/health/live with the CA = %d %q, %v; want 200", base, code, body, err)
+	}
+	var unknown x509.UnknownAuthorityError
+	if _, _, err := httpsGet(t, &http.Client{}, base+"/health/live", ""); !errors.As(err, &unknown) {
+		t.Errorf("GET %s/health/live without the CA = %v, want an unknown-authority error", base, err)
+	}
+	if code, _, err := httpsGet(t, withCA, base+"/metrics", ""); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without the token = %d, %v; want 401", code, err)
+	}
+	if code, _, err := httpsGet(t, withCA, base+"/metrics", "wrong"); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics with a wrong token = %d, %v; want 401", code, err)
+	}
+	if code, body, err := httpsGet(t, withCA, base+"/metrics", token); err != nil || code != http.StatusOK || !strings.Contains(body, metric) {
+		t.Errorf("GET /metrics with the token = %d, %v; want 200 with %s", code, err, metric)
+	}
+}
+
+// secureFiles makes a CA, a certificate for 127.0.0.1 and a metrics token
+// file.
+func secureFiles(t *testing.T) (ca *tlstest.CA, cert, key, tokenFile, token string) {
+	t.Helper()
+	ca = tlstest.NewCA(t)
+	cert, key, _ = ca.Issue(t, "127.0.0.1")
+	token = "metrics-s3cret"
+	tokenFile = filepath.Join(t.TempDir(), "metrics-token")
+	writeTestFile(t, tokenFile, token+"\n")
+	return ca, cert, key, tokenFile, token
+}
+
+// TestDaemonsServeTLS: drover coordinator and drover router with
+// --tls-cert, --tls-key and --metrics-token-file serve HTTPS only, which
+// a client trusting the CA reaches and others do not, with /metrics
+// behind the token.
+func TestDaemonsServeTLS(t *testing.T) {
+	for _, tc := range []struct {
+		daemon string
+		args   []string
+	}{
+		{"coordinator", nil},
+		{"router", []string{"--upstream", "http://127.0.0.1:1", "--upstream-token", "glrt-test"}},
+	} {
+		t.Run(tc.daemon, func(t *testing.T) {
+			t.Setenv("DROVER_ADMIN_TOKEN", "")
+			t.Setenv("DROVER_DATABASE_URL", "")
+			ca, cert, key, tokenFile, token := secureFiles(t)
+			out, done := startDaemon(t, append([]string{tc.daemon, "--listen", "127.0.0.1:0", "--data", t.TempDir(),
+				"--tls-cert", cert, "--tls-key", key, "--metrics-token-file", tokenFile}, tc.args...)...)
+			addr := listeningAt(t, out, tc.daemon+" listening", done)
+			if !strings.Contains(out.String(), "addr=https://"+addr) {
+				t.Errorf("the listening line does not say https:\n%s", out.String())
+			}
+			checkSecured(t, ca, "https://"+addr, token, "drover_"+tc.daemon+"_connections")
+			// Plain HTTP gets no API answer.
+			if code, body, err := httpsGet(t, &http.Client{}, "http://"+addr+"/health/live", ""); err == nil && code == http.StatusOK {
+				t.Errorf("plain HTTP GET /health/live = %d %q, want no answer of the API", code, body)
+			}
+		})
+	}
+}
+
+// TestDaemonTLSFlagsRefused: a certificate without its key, a key without
+// its certificate, an empty token file and a bad --trusted-proxies entry
+// are usage errors naming the flag.
+func TestDaemonTLSFlagsRefused(t *testing.T) {
+	_, cert, key, _, _ := secureFiles(t)
+	empty := filepath.Join(t.TempDir(), "empty")
+	writeTestFile(t, empty, "\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"coordinator", "--tls-cert", cert}, "--tls-cert"},
+		{[]string{"router", "--upstream", "http://127.0.0.1:1", "--upstream-token", "glrt-x", "--tls-key", key}, "--tls-key"},
+		{[]string{"coordinator", "--tls-cert", key, "--tls-key", cert}, "--tls-cert"},
+		{[]string{"coordinator", "--metrics-token-file", empty}, "--metrics-token-file"},
+		{[]string{"coordinator", "--trusted-proxies", "10.0.0.0/8,proxy.example"}, "--trusted-proxies"},
+	} {
+		args := append(tc.args, "--listen", "127.0.0.1:0", "--data", t.TempDir())
+		if _, code, err := drover(t, args...); code != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("drover %v = exit %d, %v; want 2 naming %s", tc.args, code, err, tc.want)
+		}
+	}
+}
+
+// TestRunOverTLS: a runner registered with --tls-ca-file against a
+// coordinator serving HTTPS runs a job there end to end, its manager's
+// listen_address serving HTTPS with /metrics behind a token; registering
+// without the CA fails on the certificate.
+func TestRunOverTLS(t *testing.T) {
+	clearRegisterEnv(t)
+	t.Setenv("DROVER_DATABASE_URL", "")
+	const admin = "admin-token-for-the-test"
+	t.Setenv("DROVER_ADMIN_TOKEN", admin)
+	ca, cert, key, tokenFile, token := secureFiles(t)
+	data := t.TempDir()
+	cout, cdone := startDaemon(t, "coordinator", "--listen", "127.0.0.1:0", "--data", data,
+		"--tls-cert", cert, "--tls-key", key, "--metrics-token-file", tokenFile)
+	url := "https://" + listeningAt(t, cout, "coordinator listening", cdone)
+	regToken := strings.TrimSpace(readFile(t, filepath.Join(data, "registration-token")))
+
+	t.Chdir(t.TempDir())
+	out, code, err := drover(t, "register", "-c", "nocafile.toml", "-u", url, "-r", regToken, "--name", "no-ca")
+	if code == 0 || err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("register without --tls-ca-file = exit %d, %v; want a certificate error\n%s", code, err, out)
+	}
+	if out, code, err := drover(t, "register", "-c", "config.toml", "-u", url, "-r", regToken, "--name", "tls", "--tls-ca-file", ca.CertFile); code != 0 {
+		t.Fatalf("register --tls-ca-file = exit %d (%v)\n%s", code, err, out)
+	}
+	cfg := readFile(t, "config.toml")
+	if !strings.Contains(cfg, `tls-ca-file = "`+ca.CertFile+`"`) {
+		t.Fatalf("config.toml lacks tls-ca-file:\n%s", cfg)
+	}
+	writeTestFile(t, "config.toml", "listen_address = \"127.0.0.1:0\"\n"+cfg)
+
+	rout, rdone := startDaemon(t, "run", "-c", "config.toml",
+		"--listen-tls-cert", cert, "--listen-tls-key", key, "--listen-metrics-token-file", tokenFile)
+	cl := client.New(url, admin, ca.Client())
+	j, err := cl.Submit(t.Context(), client.JobSpec{Name: "over-tls", Script: []string{"echo hello over tls"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
+		if time.Now().After(deadline) {
+			t.Fatalf("job still %s after a minute; drover run said:\n%s", j.Status, rout.String())
+		}
+		select {
+		case err := <-rdone:
+			t.Fatalf("drover run ended: %v\n%s", err, rout.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if j, err = cl.Job(t.Context(), j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trace, _, err := cl.Trace(t.Context(), j.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != "success" || !strings.Contains(string(trace), "hello over tls") {
+		t.Errorf("job %s, log:\n%s\ndrover run said:\n%s", j.Status, trace, rout.String())
+	}
+
+	m := regexp.MustCompile(`metrics and health listening.* addr=(\S+) scheme=https`).FindStringSubmatch(rout.String())
+	if m == nil {
+		t.Fatalf("drover run does not say its listen_address serves https:\n%s", rout.String())
+	}
+	checkSecured(t, ca, "https://"+m[1], token, "drover_manager_connections")
+	if _, err := os.Stat("nocafile.toml"); err == nil && strings.Contains(readFile(t, "nocafile.toml"), "no-ca") {
+		t.Error("the runner that could not be verified was written to its config.toml")
+	}
+}
