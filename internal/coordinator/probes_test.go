@@ -1009,10 +1009,14 @@ func tokenProbes() []probe {
 				return sent{method: "POST", path: fmt.Sprintf("/runners/%d/delete", fx.runnerID), hdr: formHdr,
 					cookie: "drover_session=" + fx.viewerSession, body: form(url.Values{"csrf": {fx.viewerCSRF}})}
 			}, code(403)),
-		row("POST /api/v4/jobs/watch of job b with job a's token", "200, job b answered 403",
+		row("POST /api/v4/jobs/watch (with the runner's token) of job b with job a's token", "200, job b answered 404 as a job that does not exist",
 			func(fx *probeFixture) sent {
-				return sent{method: "POST", path: "/api/v4/jobs/watch", body: []byte(fmt.Sprintf(`{"jobs":[{"id":%d,"token":%q,"job_status":"running"}],"timeout":1}`, fx.b.ID, fx.a.Token))}
-			}, code(200), has(`"status_code":403`)),
+				return sent{method: "POST", path: "/api/v4/jobs/watch", body: []byte(fmt.Sprintf(`{"token":%q,"jobs":[{"id":%d,"token":%q,"job_status":"running"}],"timeout":1}`, fx.runnerTok, fx.b.ID, fx.a.Token))}
+			}, code(200), has(`"status_code":404`)),
+		row("POST /api/v4/jobs/watch without a runner token", "403",
+			func(fx *probeFixture) sent {
+				return sent{method: "POST", path: "/api/v4/jobs/watch", body: []byte(fmt.Sprintf(`{"jobs":[{"id":%d,"token":%q,"job_status":"running"}],"timeout":1}`, fx.b.ID, fx.b.Token))}
+			}, code(403)),
 	}
 }
 
@@ -1068,6 +1072,8 @@ func artifactProbes() []probe {
 	row := func(sentText, want string, run func(fx *probeFixture) error) probe {
 		return probe{catArtifact, sentText, want, run}
 	}
+	// Each upload that is stored is of its own type: a job's artifact of
+	// a type is written once.
 	return []probe{
 		row("upload ?artifact_type=../../admin-token", "400 on artifact_type", func(fx *probeFixture) error {
 			return fx.expect(upload(fx, "artifact_type=../../admin-token", "a.zip"), code(400), apiError("artifact_type"), fx.dataDirClean())
@@ -1079,13 +1085,13 @@ func artifactProbes() []probe {
 			return fx.expect(upload(fx, "artifact_type=junit&artifact_format=../raw", "a.xml"), code(400), apiError("artifact_format"), fx.dataDirClean())
 		}),
 		row(`upload, file name "../../../../etc/passwd"`, `201, stored under the coordinator's name, filename "passwd"`, func(fx *probeFixture) error {
-			return fx.expect(upload(fx, "", "../../../../etc/passwd"), code(201), filename("passwd"), fx.dataDirClean())
+			return fx.expect(upload(fx, "artifact_type=junit&artifact_format=gzip", "../../../../etc/passwd"), code(201), filename("passwd"), fx.dataDirClean())
 		}),
 		row(`upload, file name "/etc/passwd"`, `201, filename "passwd"`, func(fx *probeFixture) error {
-			return fx.expect(upload(fx, "", "/etc/passwd"), code(201), filename("passwd"), fx.dataDirClean())
+			return fx.expect(upload(fx, "artifact_type=dotenv&artifact_format=gzip", "/etc/passwd"), code(201), filename("passwd"), fx.dataDirClean())
 		}),
 		row(`upload, file name "..\..\windows\win.ini"`, `201, filename "win.ini"`, func(fx *probeFixture) error {
-			return fx.expect(upload(fx, "", `..\..\windows\win.ini`), code(201), filename("win.ini"), fx.dataDirClean())
+			return fx.expect(upload(fx, "artifact_type=metadata&artifact_format=gzip", `..\..\windows\win.ini`), code(201), filename("win.ini"), fx.dataDirClean())
 		}),
 		row(`upload, file name 'a.zip\"; filename=evil.sh' (quote)`, `201, filename "artifacts.zip"; the download's Content-Disposition names only it`, func(fx *probeFixture) error {
 			return fx.expect(upload(fx, "", `a.zip\"; filename=evil.sh`), code(201), filename("artifacts.zip"),
