@@ -395,6 +395,8 @@ func kubernetesFlags() []dockerFlag {
 			"drover's helper image, as the cluster's nodes pull it (required with --executor kubernetes; drover helper-image builds it)"},
 		{"kubernetes-pull-policy", "pull_policy", "KUBERNETES_PULL_POLICY", kindList, "always, if-not-present or never (default: the cluster's)"},
 		{"kubernetes-service-account", "service_account", "KUBERNETES_SERVICE_ACCOUNT", kindString, "service account of the jobs' pods"},
+		{"kubernetes-automount-service-account-token", "automount_service_account_token", "KUBERNETES_AUTOMOUNT_SERVICE_ACCOUNT_TOKEN", kindBool,
+			"mount the service account's token into the jobs' pods (default: not mounted)"},
 	}
 	for _, kind := range []struct{ prefix, what string }{{"", "the build container"}, {"helper-", "the helper container"}, {"service-", "each service container"}} {
 		for _, r := range []struct{ name, what, eg string }{
