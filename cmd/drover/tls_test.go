@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -182,30 +183,51 @@ func TestRunOverTLS(t *testing.T) {
 	rout, rdone := startDaemon(t, "run", "-c", "config.toml",
 		"--listen-tls-cert", cert, "--listen-tls-key", key, "--listen-metrics-token-file", tokenFile)
 	cl := client.New(url, admin, ca.Client())
-	j, err := cl.Submit(t.Context(), client.JobSpec{Name: "over-tls", Script: []string{"echo hello over tls"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after a minute; drover run said:\n%s", j.Status, rout.String())
-		}
-		select {
-		case err := <-rdone:
-			t.Fatalf("drover run ended: %v\n%s", err, rout.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if j, err = cl.Job(t.Context(), j.ID); err != nil {
+	// runJob submits spec and returns how the job ended and its log.
+	runJob := func(spec client.JobSpec) (*client.Job, string) {
+		t.Helper()
+		j, err := cl.Submit(t.Context(), spec)
+		if err != nil {
 			t.Fatal(err)
 		}
+		deadline := time.Now().Add(time.Minute)
+		for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s still %s after a minute; drover run said:\n%s", spec.Name, j.Status, rout.String())
+			}
+			select {
+			case err := <-rdone:
+				t.Fatalf("drover run ended: %v\n%s", err, rout.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+			if j, err = cl.Job(t.Context(), j.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		trace, _, err := cl.Trace(t.Context(), j.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j, string(trace)
 	}
-	trace, _, err := cl.Trace(t.Context(), j.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.Status != "success" || !strings.Contains(string(trace), "hello over tls") {
+	if j, trace := runJob(client.JobSpec{Name: "over-tls", Script: []string{"echo hello over tls"}}); j.Status != "success" || !strings.Contains(trace, "hello over tls") {
 		t.Errorf("job %s, log:\n%s\ndrover run said:\n%s", j.Status, trace, rout.String())
+	}
+
+	// The job's helper reaches the coordinator with the runner's CA too,
+	// given to the job as the file variable CI_SERVER_TLS_CA_FILE: one job
+	// uploads its artifacts, the next downloads them as its dependency.
+	build, trace := runJob(client.JobSpec{Name: "build", Project: "g/tls",
+		Script:    []string{"mkdir -p dist", "echo built-$CI_JOB_ID > dist/app.txt"},
+		Artifacts: &client.Artifacts{Paths: []string{"dist/"}}})
+	if build.Status != "success" || !strings.Contains(trace, `Uploading artifacts as "archive" to coordinator... 201 Created`) {
+		t.Fatalf("artifacts upload over TLS: job %s, log:\n%s", build.Status, trace)
+	}
+	dep, trace := runJob(client.JobSpec{Name: "test", Project: "g/tls",
+		Dependencies: []client.Dependency{{ID: build.ID}}, Script: []string{"cat dist/app.txt"}})
+	if dep.Status != "success" || !strings.Contains(trace, fmt.Sprintf("Downloading artifacts for job %d... ok", build.ID)) ||
+		!strings.Contains(trace, fmt.Sprintf("built-%d", build.ID)) {
+		t.Errorf("artifacts download over TLS: job %s, log:\n%s", dep.Status, trace)
 	}
 
 	m := regexp.MustCompile(`metrics and health listening.* addr=(\S+) scheme=https`).FindStringSubmatch(rout.String())
