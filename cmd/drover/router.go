@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/router"
 )
 
@@ -20,6 +22,7 @@ func newRouterCmd() *cobra.Command {
 		ackTimeout, longPoll, noRunner                             time.Duration
 		prefetch, maxConnsPerClient                                int
 		serve                                                      serveFlags
+		upstreamTLS                                                api.TLSFiles
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -54,7 +57,11 @@ same admin API as the coordinator's:
 
 Metrics: /metrics (drover_router_*); health: /health/live, /health/ready.
 With --tls-cert and --tls-key it serves HTTPS only; with --metrics-token-file
-/metrics needs that token as Authorization: Bearer.
+/metrics needs that token as Authorization: Bearer. An upstream with a
+private CA is verified with --upstream-tls-ca-file (trusted besides the
+system's CAs), and --upstream-tls-cert-file with --upstream-tls-key-file
+show it a client certificate: a runner's tls-ca-file, tls-cert-file and
+tls-key-file.
 
 Connections: as the coordinator's, a request must arrive whole within 60 s;
 a client address may hold --max-conns-per-client connections at once and
@@ -81,12 +88,17 @@ beyond, drover_router_connections_rejected_total).`,
 			if err != nil {
 				return err
 			}
+			upTLS, err := api.ClientTLS(upstreamTLS)
+			if err != nil {
+				return usageError(fmt.Errorf("--upstream-tls-*: %w", err))
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			reg := prometheus.NewRegistry()
 			r, err := router.New(ctx, logger, router.Config{
 				Upstream:        upstream,
 				UpstreamToken:   upstreamToken,
+				UpstreamTLS:     upTLS,
 				DataDir:         data,
 				AdminToken:      os.Getenv("DROVER_ADMIN_TOKEN"),
 				AckTimeout:      ackTimeout,
@@ -111,6 +123,9 @@ beyond, drover_router_connections_rejected_total).`,
 	f := cmd.Flags()
 	f.StringVar(&upstream, "upstream", "", "URL of the upstream coordinator or GitLab instance (required)")
 	f.StringVar(&upstreamToken, "upstream-token", "", "the router's runner token at the upstream, glrt-… (required; or DROVER_UPSTREAM_TOKEN)")
+	f.StringVar(&upstreamTLS.CAFile, "upstream-tls-ca-file", "", "PEM CA certificates the upstream is verified with, besides the system's (a runner's tls-ca-file)")
+	f.StringVar(&upstreamTLS.CertFile, "upstream-tls-cert-file", "", "PEM client certificate shown to the upstream, with --upstream-tls-key-file (a runner's tls-cert-file)")
+	f.StringVar(&upstreamTLS.KeyFile, "upstream-tls-key-file", "", "the PEM key of --upstream-tls-cert-file (a runner's tls-key-file)")
 	f.StringVar(&listen, "listen", "127.0.0.1:8090", "address to listen on (host:port)")
 	f.StringVar(&data, "data", "./.drover-router", "data directory (runner tokens, admin token, system id)")
 	f.DurationVar(&ackTimeout, "ack-timeout", router.DefaultAckTimeout, "acknowledgement timeout given to the router's two-phase runners: an offered job whose runner stays silent this long goes to another runner")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/httpserver/tlstest"
 )
@@ -126,8 +128,9 @@ func TestDaemonsServeTLS(t *testing.T) {
 }
 
 // TestDaemonTLSFlagsRefused: a certificate without its key, a key without
-// its certificate, an empty token file and a bad --trusted-proxies entry
-// are usage errors naming the flag.
+// its certificate (the router's upstream client certificate too), a CA
+// file without a certificate, an empty token file and a bad
+// --trusted-proxies entry are usage errors naming the flag.
 func TestDaemonTLSFlagsRefused(t *testing.T) {
 	_, cert, key, _, _ := secureFiles(t)
 	empty := filepath.Join(t.TempDir(), "empty")
@@ -139,6 +142,8 @@ func TestDaemonTLSFlagsRefused(t *testing.T) {
 		{[]string{"coordinator", "--tls-cert", cert}, "--tls-cert"},
 		{[]string{"router", "--upstream", "http://127.0.0.1:1", "--upstream-token", "glrt-x", "--tls-key", key}, "--tls-key"},
 		{[]string{"coordinator", "--tls-cert", key, "--tls-key", cert}, "--tls-cert"},
+		{[]string{"router", "--upstream", "https://127.0.0.1:1", "--upstream-token", "glrt-x", "--upstream-tls-cert-file", cert}, "--upstream-tls-"},
+		{[]string{"router", "--upstream", "https://127.0.0.1:1", "--upstream-token", "glrt-x", "--upstream-tls-ca-file", empty}, "--upstream-tls-"},
 		{[]string{"coordinator", "--metrics-token-file", empty}, "--metrics-token-file"},
 		{[]string{"coordinator", "--trusted-proxies", "10.0.0.0/8,proxy.example"}, "--trusted-proxies"},
 	} {
@@ -182,30 +187,51 @@ func TestRunOverTLS(t *testing.T) {
 	rout, rdone := startDaemon(t, "run", "-c", "config.toml",
 		"--listen-tls-cert", cert, "--listen-tls-key", key, "--listen-metrics-token-file", tokenFile)
 	cl := client.New(url, admin, ca.Client())
-	j, err := cl.Submit(t.Context(), client.JobSpec{Name: "over-tls", Script: []string{"echo hello over tls"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after a minute; drover run said:\n%s", j.Status, rout.String())
-		}
-		select {
-		case err := <-rdone:
-			t.Fatalf("drover run ended: %v\n%s", err, rout.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if j, err = cl.Job(t.Context(), j.ID); err != nil {
+	// runJob submits spec and returns how the job ended and its log.
+	runJob := func(spec client.JobSpec) (*client.Job, string) {
+		t.Helper()
+		j, err := cl.Submit(t.Context(), spec)
+		if err != nil {
 			t.Fatal(err)
 		}
+		deadline := time.Now().Add(time.Minute)
+		for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s still %s after a minute; drover run said:\n%s", spec.Name, j.Status, rout.String())
+			}
+			select {
+			case err := <-rdone:
+				t.Fatalf("drover run ended: %v\n%s", err, rout.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+			if j, err = cl.Job(t.Context(), j.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		trace, _, err := cl.Trace(t.Context(), j.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j, string(trace)
 	}
-	trace, _, err := cl.Trace(t.Context(), j.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.Status != "success" || !strings.Contains(string(trace), "hello over tls") {
+	if j, trace := runJob(client.JobSpec{Name: "over-tls", Script: []string{"echo hello over tls"}}); j.Status != "success" || !strings.Contains(trace, "hello over tls") {
 		t.Errorf("job %s, log:\n%s\ndrover run said:\n%s", j.Status, trace, rout.String())
+	}
+
+	// The job's helper reaches the coordinator with the runner's CA too,
+	// given to the job as the file variable CI_SERVER_TLS_CA_FILE: one job
+	// uploads its artifacts, the next downloads them as its dependency.
+	build, trace := runJob(client.JobSpec{Name: "build", Project: "g/tls",
+		Script:    []string{"mkdir -p dist", "echo built-$CI_JOB_ID > dist/app.txt"},
+		Artifacts: &client.Artifacts{Paths: []string{"dist/"}}})
+	if build.Status != "success" || !strings.Contains(trace, `Uploading artifacts as "archive" to coordinator... 201 Created`) {
+		t.Fatalf("artifacts upload over TLS: job %s, log:\n%s", build.Status, trace)
+	}
+	dep, trace := runJob(client.JobSpec{Name: "test", Project: "g/tls",
+		Dependencies: []client.Dependency{{ID: build.ID}}, Script: []string{"cat dist/app.txt"}})
+	if dep.Status != "success" || !strings.Contains(trace, fmt.Sprintf("Downloading artifacts for job %d... ok", build.ID)) ||
+		!strings.Contains(trace, fmt.Sprintf("built-%d", build.ID)) {
+		t.Errorf("artifacts download over TLS: job %s, log:\n%s", dep.Status, trace)
 	}
 
 	m := regexp.MustCompile(`metrics and health listening.* addr=(\S+) scheme=https`).FindStringSubmatch(rout.String())
@@ -215,5 +241,93 @@ func TestRunOverTLS(t *testing.T) {
 	checkSecured(t, ca, "https://"+m[1], token, "drover_manager_connections")
 	if _, err := os.Stat("nocafile.toml"); err == nil && strings.Contains(readFile(t, "nocafile.toml"), "no-ca") {
 		t.Error("the runner that could not be verified was written to its config.toml")
+	}
+}
+
+// TestRouterUpstreamTLS: a router in front of a coordinator serving
+// HTTPS with a private CA reaches it only with --upstream-tls-ca-file:
+// without it the upstream's certificate is refused and the router's
+// runner gets no job; with it the job waiting upstream is handed out.
+func TestRouterUpstreamTLS(t *testing.T) {
+	t.Setenv("DROVER_DATABASE_URL", "")
+	const admin = "admin-token-for-the-test" // the coordinator's and the routers'
+	t.Setenv("DROVER_ADMIN_TOKEN", admin)
+	ca, cert, key, _, _ := secureFiles(t)
+	cout, cdone := startDaemon(t, "coordinator", "--listen", "127.0.0.1:0", "--data", t.TempDir(),
+		"--tls-cert", cert, "--tls-key", key)
+	upstream := "https://" + listeningAt(t, cout, "coordinator listening", cdone)
+	cl := client.New(upstream, admin, ca.Client())
+	yes := true
+	j, err := cl.Submit(t.Context(), client.JobSpec{Name: "via-router", Script: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// startRouter runs a router in front of the coordinator with args and
+	// returns its log and a client and runner token of its runner API.
+	startRouter := func(args ...string) (*syncBuffer, *api.Client, string) {
+		t.Helper()
+		up, err := cl.CreateRunner(t.Context(), client.RunnerSpec{RunUntagged: &yes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, done := startDaemon(t, append([]string{"router", "--upstream", upstream, "--upstream-token", up.Token,
+			"--listen", "127.0.0.1:0", "--data", t.TempDir(), "--long-poll-timeout", "2s"}, args...)...)
+		base := "http://" + listeningAt(t, out, "router listening", done)
+		rt, err := client.New(base, admin, nil).CreateRunner(t.Context(), client.RunnerSpec{RunUntagged: &yes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := api.NewClient(base, api.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, rc, rt.Token
+	}
+	// request asks the router for a job as a runner manager polls: the
+	// first request is answered at once, the next (with the version the
+	// first gave) is held while the router asks the upstream.
+	last := ""
+	request := func(rc *api.Client, token string) *api.JobResponse {
+		t.Helper()
+		job, resp, err := rc.RequestJob(t.Context(), api.JobRequest{Token: token, SystemID: "s_tls_router", LastUpdate: last})
+		if err != nil {
+			t.Fatalf("jobs/request at the router: %v", err)
+		}
+		last = resp.LastUpdate
+		return job
+	}
+
+	out, rc, token := startRouter()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "certificate signed by unknown authority"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the router without --upstream-tls-ca-file does not say the upstream's certificate is unknown:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Its runner waits, the router asks the upstream and fails.
+	failed := regexp.MustCompile(`msg="upstream job request failed".*certificate signed by unknown authority`)
+	for deadline := time.Now().Add(30 * time.Second); !failed.MatchString(out.String()); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the router without --upstream-tls-ca-file did not fail to ask the upstream for a job:\n%s", out.String())
+		}
+		if job := request(rc, token); job != nil {
+			t.Fatalf("the router without --upstream-tls-ca-file handed out job %d", job.ID)
+		}
+	}
+
+	last = ""
+	out, rc, token = startRouter("--upstream-tls-ca-file", ca.CertFile)
+	var job *api.JobResponse
+	for deadline := time.Now().Add(30 * time.Second); job == nil; job = request(rc, token) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no job from the router with --upstream-tls-ca-file after 30 s:\n%s", out.String())
+		}
+	}
+	if job.ID != j.ID {
+		t.Errorf("the router handed out job %d, want %d", job.ID, j.ID)
+	}
+	if strings.Contains(out.String(), "x509") {
+		t.Errorf("the router with --upstream-tls-ca-file logged a certificate error:\n%s", out.String())
 	}
 }

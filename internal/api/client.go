@@ -88,6 +88,15 @@ type TLSFiles struct {
 	KeyFile  string
 }
 
+// The variables that hold, in a job, the files of the TLS its runner
+// reaches the coordinator with (file variables: their values are paths),
+// as GitLab Runner names them; the helper's artifact commands read them.
+const (
+	VarTLSCAFile   = "CI_SERVER_TLS_CA_FILE"
+	VarTLSCertFile = "CI_SERVER_TLS_CERT_FILE"
+	VarTLSKeyFile  = "CI_SERVER_TLS_KEY_FILE"
+)
+
 // ClientTLS is the TLS configuration for f: TLS 1.2 or newer, the
 // system's CAs and those of f.CAFile (as GitLab Runner's tls-ca-file: a
 // coordinator with a private CA is verified, not trusted blindly), and

@@ -97,6 +97,19 @@ type Settings struct {
 	// that it survives the manager's death (at some cost per stage), and
 	// State works. Without it, State may fail.
 	Resumable bool
+	// ServerTLS is set for a job whose runner reaches its coordinator
+	// with TLS files of its own.
+	ServerTLS ServerTLS
+}
+
+// ServerTLS is what a job needs to reach its coordinator over TLS as its
+// runner does: the PEM contents of the runner's tls-ca-file, and of its
+// tls-cert-file and tls-key-file (a client certificate), "" where not
+// set. The job gets them as the file variables api.VarTLSCAFile,
+// api.VarTLSCertFile and api.VarTLSKeyFile, which drover's helper reads
+// for its artifact transfers.
+type ServerTLS struct {
+	CA, Cert, Key string
 }
 
 // Provider creates executors and manages their capacity.

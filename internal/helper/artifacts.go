@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -335,7 +336,13 @@ func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.W
 
 func httpClient(c *http.Client) *http.Client {
 	if c == nil {
-		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 10 * time.Minute}}
+		return newHTTPClient(nil)
 	}
 	return c
+}
+
+// newHTTPClient is the client of the artifact transfers, with tlsCfg
+// (api.ClientTLS; nil: the system's CAs).
+func newHTTPClient(tlsCfg *tls.Config) *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 10 * time.Minute, TLSClientConfig: tlsCfg}}
 }

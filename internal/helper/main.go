@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/drover-ci/drover/internal/api"
 )
 
 // Main runs `drover helper <command> [flags]` with args after "helper"
@@ -19,8 +22,13 @@ import (
 //	wait --timeout D host:port...
 //	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
 //	cache-extractor --file F [--url U] [--timeout D] [--extract-max-size N] [--extract-max-entries N]
-//	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--expire-in E]
-//	artifacts-downloader --url U --id N --token T [--name N] [--extract-max-size N] [--extract-max-entries N]
+//	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--expire-in E] [TLS]
+//	artifacts-downloader --url U --id N --token T [--name N] [--extract-max-size N] [--extract-max-entries N] [TLS]
+//
+// TLS is [--tls-ca-file F] [--tls-cert-file F --tls-key-file F], by
+// default the job's CI_SERVER_TLS_CA_FILE, CI_SERVER_TLS_CERT_FILE and
+// CI_SERVER_TLS_KEY_FILE: the coordinator is verified with the CAs the
+// runner uses (besides the system's) and shown its client certificate.
 //
 // The cache commands exit 0 when done, 1 when the cache could not be
 // made or restored (the job goes on: the cache is best effort; the reason
@@ -176,6 +184,10 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 	token := fs.String("token", "", "the job token (required; default $CI_JOB_TOKEN)")
 	root := fs.String("root", "", "the project directory (default: the working directory)")
 	timeout := fs.Duration("timeout", time.Hour, "how long the whole command may take")
+	var tlsFiles api.TLSFiles
+	fs.StringVar(&tlsFiles.CAFile, "tls-ca-file", "", "PEM CA certificates the coordinator is verified with besides the system's (default $"+api.VarTLSCAFile+")")
+	fs.StringVar(&tlsFiles.CertFile, "tls-cert-file", "", "PEM client certificate shown to the coordinator, with --tls-key-file (default $"+api.VarTLSCertFile+")")
+	fs.StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "its PEM key (default $"+api.VarTLSKeyFile+")")
 	var paths, excludes listFlag
 	var untracked bool
 	var aname, atype, expire string
@@ -203,18 +215,28 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 		fmt.Fprintf(stderr, "%s: --url, --id and --token are required\n", name)
 		return 2
 	}
+	// The job's file variables: the coordinator's TLS as the runner has it.
+	tlsFiles.CAFile = cmp.Or(tlsFiles.CAFile, os.Getenv(api.VarTLSCAFile))
+	if tlsFiles.CertFile == "" && tlsFiles.KeyFile == "" {
+		tlsFiles.CertFile, tlsFiles.KeyFile = os.Getenv(api.VarTLSCertFile), os.Getenv(api.VarTLSKeyFile)
+	}
+	tlsCfg, err := api.ClientTLS(tlsFiles)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	client := newHTTPClient(tlsCfg)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	var err error
 	if name == "artifacts-uploader" {
 		err = UploadArtifacts(ctx, ArtifactsUploadOptions{
 			URL: *base, ID: *id, Token: *token, Root: *root, Paths: paths, Exclude: excludes, Untracked: untracked,
-			Name: aname, Type: atype, ExpireIn: expire,
+			Name: aname, Type: atype, ExpireIn: expire, Client: client,
 		}, stdout)
 	} else {
 		err = DownloadArtifacts(ctx, ArtifactsDownloadOptions{
 			URL: *base, ID: *id, Name: aname, Token: *token, Root: *root,
-			MaxSize: extractMaxSize, MaxEntries: extractMaxEntries,
+			MaxSize: extractMaxSize, MaxEntries: extractMaxEntries, Client: client,
 		}, stdout)
 	}
 	if err != nil {

@@ -44,6 +44,17 @@ func Variables(job *api.JobResponse, s executor.Settings, paths executor.Paths, 
 	if version != "" {
 		vars = append(vars, predef("CI_RUNNER_VERSION", version))
 	}
+	// The coordinator's TLS as the runner knows it, for the helper's
+	// artifact transfers (and the job's own tools): file variables, as
+	// GitLab Runner gives them; the key only with its certificate.
+	if s.ServerTLS.CA != "" {
+		vars = append(vars, api.Variable{Key: api.VarTLSCAFile, Value: s.ServerTLS.CA, Public: true, Internal: true, File: true, Raw: true})
+	}
+	if s.ServerTLS.Cert != "" && s.ServerTLS.Key != "" {
+		vars = append(vars,
+			api.Variable{Key: api.VarTLSCertFile, Value: s.ServerTLS.Cert, Public: true, Internal: true, File: true, Raw: true},
+			api.Variable{Key: api.VarTLSKeyFile, Value: s.ServerTLS.Key, Internal: true, File: true, Raw: true})
+	}
 	vars = append(vars, job.Variables...)
 	for _, kv := range s.Environment {
 		k, v, ok := strings.Cut(kv, "=")

@@ -412,6 +412,31 @@ func runnerTLS(r *config.RunnerConfig) api.TLSFiles {
 	return api.TLSFiles{CAFile: r.TLSCAFile, CertFile: r.TLSCertFile, KeyFile: r.TLSKeyFile}
 }
 
+// jobTLS is what a job of runner r gets of its TLS files
+// (executor.Settings.ServerTLS): their contents, read now, so a job runs
+// with the files its runner's client was made with or newer ones. A file
+// that does not read is logged and left out: the job still runs, and a
+// transfer of its that needs the file fails on the certificate.
+func jobTLS(r *config.RunnerConfig, log *slog.Logger) executor.ServerTLS {
+	read := func(path string) string {
+		if path == "" {
+			return ""
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			log.Warn("runner TLS file not given to the job", "err", err)
+			return ""
+		}
+		return string(b)
+	}
+	f := runnerTLS(r)
+	t := executor.ServerTLS{CA: read(f.CAFile)}
+	if f.CertFile != "" && f.KeyFile != "" {
+		t.Cert, t.Key = read(f.CertFile), read(f.KeyFile)
+	}
+	return t
+}
+
 func (m *Manager) runnerState(r *config.RunnerConfig) *runnerState {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -241,6 +241,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	slot := rs.resumeSlot(env.Slot)
 	defer rs.jobDone(slot)
 	settings := m.settings(r, slot)
+	settings.ServerTLS = jobTLS(r, log)
 	info := m.versionInfo(r, p)
 	started := m.clock.Now()
 	m.metrics.jobStarted(r)

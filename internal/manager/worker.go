@@ -237,6 +237,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		m.requeue(reqCtx, r)
 	}
 	settings.ConcurrentID = slot
+	settings.ServerTLS = jobTLS(r, log)
 	m.runJob(ctx, &jobStart{
 		runner: r, provider: p, client: client, settings: settings, data: data,
 		job: job, info: req.Info, ackTimeout: resp.AckTimeout,

@@ -3,6 +3,7 @@ package router
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,11 +51,16 @@ type Config struct {
 	// runner manager could take for this long is declined upstream, so the
 	// upstream can give it to someone else; default 5m.
 	NoRunnerTimeout time.Duration
-	// HTTPClient talks to the upstream; nil = a client for long polls.
+	// HTTPClient talks to the upstream; nil = a client for long polls,
+	// with UpstreamTLS.
 	HTTPClient *http.Client
-	Version    string                // for the User-Agent and runner info
-	Clock      clock.Clock           // nil = real
-	Registerer prometheus.Registerer // nil = a private registry served on /metrics
+	// UpstreamTLS verifies the upstream (and may show it a client
+	// certificate): api.ClientTLS of the router's --upstream-tls-* files;
+	// nil = the system's CAs. Not used with HTTPClient.
+	UpstreamTLS *tls.Config
+	Version     string                // for the User-Agent and runner info
+	Clock       clock.Clock           // nil = real
+	Registerer  prometheus.Registerer // nil = a private registry served on /metrics
 }
 
 // Defaults of Config.
@@ -182,6 +188,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Router, error) 
 			Proxy:                 http.ProxyFromEnvironment,
 			ResponseHeaderTimeout: 10 * time.Minute, // long polls
 			TLSHandshakeTimeout:   10 * time.Second,
+			TLSClientConfig:       cfg.UpstreamTLS,
 			MaxIdleConns:          200,
 			MaxIdleConnsPerHost:   200,
 			IdleConnTimeout:       90 * time.Second,

@@ -72,7 +72,7 @@ func (ca *CA) Client() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 }
 
-// Issue signs a server certificate for hosts (IP addresses or DNS names)
+// Issue signs a server (or client) certificate for hosts (IP addresses or DNS names)
 // and writes it and its key to new files; it returns their paths and the
 // certificate's serial number.
 func (ca *CA) Issue(t testing.TB, hosts ...string) (certFile, keyFile string, serialNumber *big.Int) {
@@ -95,7 +95,8 @@ func (ca *CA) IssueTo(t testing.TB, certFile, keyFile string, hosts ...string) *
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Client auth too: a runner's tls-cert-file (mutual TLS).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
