@@ -296,7 +296,7 @@ func TestGitLabDummyPlugin(t *testing.T) {
 func TestPluginCrashRestarts(t *testing.T) {
 	recs := newRecords()
 	p := start(t, slog.New(recs), fakeCloud(t), map[string]any{"name": "c"}, fleet.ConnectorConfig{})
-	pid := p.PID()
+	pid := runningPID(t, p)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill plugin %d: %v", pid, err)
 	}
@@ -333,7 +333,7 @@ func TestPluginHangIsCut(t *testing.T) {
 	if _, err := p.Init(t.Context(), fleet.Settings{Config: map[string]any{"name": "h"}}); err != nil {
 		t.Fatal(err)
 	}
-	pid := p.PID()
+	pid := runningPID(t, p)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -522,4 +522,16 @@ func TestLeftoverPluginKilled(t *testing.T) {
 	if !alive(sleeper.Process.Pid) {
 		t.Error("a process that is not the plugin was killed")
 	}
+}
+
+// runningPID is the plugin's process id, the test failed when there is
+// none: a signal to pid 0 would go to the test's whole process group
+// (go test and the script that runs it included).
+func runningPID(t *testing.T, p *plugin.Provider) int {
+	t.Helper()
+	pid := p.PID()
+	if pid <= 0 {
+		t.Fatalf("PID() = %d for a running plugin (status %+v)", pid, p.Status())
+	}
+	return pid
 }
