@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,28 +60,7 @@ func TestRunWorkingDirectory(t *testing.T) {
 	go func() { done <- root.ExecuteContext(ctx) }()
 
 	cl := client.New(url, c.AdminToken(), nil)
-	j, err := cl.Submit(t.Context(), client.JobSpec{Name: "pwd", Script: []string{"pwd"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after a minute; drover run said:\n%s", j.Status, out.String())
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("drover run ended: %v\n%s", err, out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if j, err = cl.Job(t.Context(), j.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	trace, _, err := cl.Trace(t.Context(), j.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, trace := runJob(t, cl, client.JobSpec{Name: "pwd", Script: []string{"pwd"}}, done, &out)
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("drover run = %v after its context ended, want nil", err)
@@ -150,4 +130,35 @@ func TestRunGitlabFlags(t *testing.T) {
 			t.Errorf("%v = exit %d, %v; want 2 and %q\n%s", tc.args, code, err, tc.want, out)
 		}
 	}
+}
+
+// runJob submits spec through cl and waits until it finished (failing the
+// test if the drover run whose end done reports stops first, or after a
+// minute), then returns the job and its log; out is that drover run's
+// output, for the failure message.
+func runJob(t *testing.T, cl *client.Client, spec client.JobSpec, done <-chan error, out fmt.Stringer) (*client.Job, []byte) {
+	t.Helper()
+	j, err := cl.Submit(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !j.Finished() {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s still %s after a minute; drover run said:\n%s", spec.Name, j.Status, out)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("drover run ended: %v\n%s", err, out)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if j, err = cl.Job(t.Context(), j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trace, _, err := cl.Trace(t.Context(), j.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, trace
 }

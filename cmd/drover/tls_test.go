@@ -187,31 +187,9 @@ func TestRunOverTLS(t *testing.T) {
 	rout, rdone := startDaemon(t, "run", "-c", "config.toml",
 		"--listen-tls-cert", cert, "--listen-tls-key", key, "--listen-metrics-token-file", tokenFile)
 	cl := client.New(url, admin, ca.Client())
-	// runJob submits spec and returns how the job ended and its log.
 	runJob := func(spec client.JobSpec) (*client.Job, string) {
 		t.Helper()
-		j, err := cl.Submit(t.Context(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(time.Minute)
-		for j.Status != "success" && j.Status != "failed" && j.Status != "canceled" {
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s still %s after a minute; drover run said:\n%s", spec.Name, j.Status, rout.String())
-			}
-			select {
-			case err := <-rdone:
-				t.Fatalf("drover run ended: %v\n%s", err, rout.String())
-			case <-time.After(100 * time.Millisecond):
-			}
-			if j, err = cl.Job(t.Context(), j.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		trace, _, err := cl.Trace(t.Context(), j.ID, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		j, trace := runJob(t, cl, spec, rdone, rout)
 		return j, string(trace)
 	}
 	if j, trace := runJob(client.JobSpec{Name: "over-tls", Script: []string{"echo hello over tls"}}); j.Status != "success" || !strings.Contains(trace, "hello over tls") {
