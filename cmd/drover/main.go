@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/drover-ci/drover/internal/buildinfo"
 )
 
-// version is set at link time with -ldflags "-X main.version=…".
-var version = "0.1.0-dev"
+// version is drover's version (internal/buildinfo: set at link time).
+var version = buildinfo.Get().Version
 
 // exitError carries a process exit code out of a command.
 type exitError struct {

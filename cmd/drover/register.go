@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/cache"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor/custom"
@@ -26,7 +27,7 @@ import (
 )
 
 func runnerInfo(executorName, shell string) api.VersionInfo {
-	info := api.VersionInfo{Name: "drover", Version: version, Revision: "main", Platform: runtime.GOOS, Architecture: runtime.GOARCH, Executor: executorName, Shell: shell}
+	info := api.VersionInfo{Name: "drover", Version: version, Revision: buildinfo.Get().Revision(), Platform: runtime.GOOS, Architecture: runtime.GOARCH, Executor: executorName, Shell: shell}
 	if p, ok := providers(nil, nil, nil, nil)[executorName]; ok {
 		p.Features(&info.Features)
 		if info.Shell == "" {

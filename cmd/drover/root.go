@@ -5,11 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/drover-ci/drover/internal/buildinfo"
 )
 
 func newRootCmd() *cobra.Command {
@@ -158,30 +158,15 @@ func envOr(key, def string) string {
 }
 
 // versionText is what drover version prints, in the manner of
-// gitlab-runner --version: the version, then the commit and build date (from
-// the VCS stamp Go puts in binaries built in a git checkout), the Go
-// version and the platform.
+// gitlab-runner --version: the version, then the commit and build date
+// (stamped by a release build, else Go's VCS stamp), the Go version and the
+// platform.
 func versionText() string {
-	commit, built, modified := "unknown", "unknown", false
-	goVersion := runtime.Version()
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-				if len(commit) > 12 {
-					commit = commit[:12]
-				}
-			case "vcs.time":
-				built = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if modified {
+	bi := buildinfo.Get()
+	commit := bi.Commit
+	if bi.Modified {
 		commit += " (with uncommitted changes)"
 	}
 	return fmt.Sprintf("drover %s\n  commit:     %s\n  built:      %s\n  go:         %s\n  os/arch:    %s/%s\n",
-		version, commit, built, goVersion, runtime.GOOS, runtime.GOARCH)
+		bi.Version, commit, bi.Built, bi.GoVersion, bi.OS, bi.Arch)
 }

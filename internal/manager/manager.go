@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
@@ -452,7 +453,7 @@ func (m *Manager) versionInfo(r *config.RunnerConfig, p executor.Provider) api.V
 	info := api.VersionInfo{
 		Name:         "drover",
 		Version:      m.opts.Version,
-		Revision:     "main",
+		Revision:     buildinfo.Get().Revision(),
 		Platform:     runtime.GOOS,
 		Architecture: runtime.GOARCH,
 		Executor:     r.Executor,
