@@ -136,6 +136,10 @@ Authorization: Bearer; the health endpoints stay open.`,
 			if err != nil {
 				return usageError(err)
 			}
+			reg := prometheus.NewRegistry()
+			if logger, err = daemonMetrics(reg, logger, "drover_coordinator_errors_total", false); err != nil {
+				return err
+			}
 			if err := checkMaxConns(maxConnsPerClient); err != nil {
 				return err
 			}
@@ -170,7 +174,6 @@ Authorization: Bearer; the health endpoints stay open.`,
 				return usageError(fmt.Errorf("--listen %s: %w", listen, err))
 			}
 			defer ln.Close()
-			reg := prometheus.NewRegistry()
 			key, err := envSecretKey("DROVER_SECRET_KEY")
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/drover-ci/drover/internal/httpserver"
+	"github.com/drover-ci/drover/internal/metrics"
 )
 
 // maxConnsFlag adds --max-conns-per-client to f, for the daemons that
@@ -158,4 +159,19 @@ func serveRunnerAPI(ctx context.Context, logger *slog.Logger, reg prometheus.Reg
 	<-runDone
 	logger.Info(name + " stopped")
 	return nil
+}
+
+// daemonMetrics registers with reg what every daemon's /metrics carries
+// besides its own families (the Go and process collectors, drover_build_info,
+// and for drover run gitlab_runner_version_info), and returns logger
+// counting its warnings and errors into errorsName (registered too).
+func daemonMetrics(reg prometheus.Registerer, logger *slog.Logger, errorsName string, gitlab bool) (*slog.Logger, error) {
+	errs := metrics.NewErrorCounter(errorsName)
+	if err := reg.Register(errs); err != nil {
+		return nil, err
+	}
+	if err := metrics.Register(reg, gitlab); err != nil {
+		return nil, err
+	}
+	return errs.Logger(logger), nil
 }

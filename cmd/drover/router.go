@@ -75,6 +75,10 @@ beyond, drover_router_connections_rejected_total).`,
 			if err != nil {
 				return usageError(err)
 			}
+			reg := prometheus.NewRegistry()
+			if logger, err = daemonMetrics(reg, logger, "drover_router_errors_total", false); err != nil {
+				return err
+			}
 			if err := checkMaxConns(maxConnsPerClient); err != nil {
 				return err
 			}
@@ -94,7 +98,6 @@ beyond, drover_router_connections_rejected_total).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			reg := prometheus.NewRegistry()
 			r, err := router.New(ctx, logger, router.Config{
 				Upstream:        upstream,
 				UpstreamToken:   upstreamToken,

@@ -247,6 +247,10 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 				logWarnings(nil, warns)
 				return usageError(err)
 			}
+			reg := prometheus.NewRegistry()
+			if logger, err = daemonMetrics(reg, logger, "gitlab_runner_errors_total", true); err != nil {
+				return err
+			}
 			logWarnings(logger, warns)
 			systemID, err := systemIDFor(cfgPath)
 			if err != nil {
@@ -256,7 +260,6 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 			if err != nil {
 				return err
 			}
-			reg := prometheus.NewRegistry()
 			connMetrics, err := httpserver.NewMetrics(reg, "manager")
 			if err != nil {
 				return err

@@ -55,6 +55,9 @@ type Response struct {
 	RequestID  string
 	// AckTimeout is X-Drover-Ack-Timeout (two-phase start), or 0.
 	AckTimeout time.Duration
+	// Duration is the time from sending the request to its answer's
+	// headers (the body may still be being read).
+	Duration time.Duration
 	// JobWatch is X-Drover-Job-Watch: the coordinator serves jobs/watch
 	// and holds one at most this long; 0 when it does not.
 	JobWatch time.Duration
@@ -200,11 +203,14 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	}
 	req.Header.Set("User-Agent", c.userAgent)
 	req.Header.Set(HeaderRequestID, newRequestID())
+	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s %s: %w", method, u.Path, err)
 	}
-	return resp, parseResponse(resp), nil
+	r := parseResponse(resp)
+	r.Duration = time.Since(start)
+	return resp, r, nil
 }
 
 func parseResponse(resp *http.Response) *Response {

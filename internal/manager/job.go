@@ -20,7 +20,12 @@ import (
 // jobRun is one job being run by this manager.
 type jobRun struct {
 	id        int64
-	runner    string
+	runner    string // short token
+	// runnerName is the [[runners]] name, for gitlab_runner_jobs.
+	runnerName string
+	// result is the build's state once it ended (while the final update is
+	// sent), for gitlab_runner_jobs.
+	result    atomic.Pointer[string]
 	started   time.Time
 	stage     func() executor.Stage
 	cancelMu  sync.Mutex
@@ -96,7 +101,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 	r, client, job, info := js.runner, js.client, js.job, js.info
 	log := m.logger.With("job_id", job.ID, "runner", js.settings.ShortToken, "project", job.JobInfo.ProjectFullPath)
 	log.Info("job received", "name", job.JobInfo.Name)
-	m.metrics.jobStarted(r)
+	m.metrics.jobStarted(r, job)
 	started := m.clock.Now()
 
 	buf, err := newJobLog(job, r, 0, 0)
@@ -110,7 +115,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 	jobCtx, abort := context.WithCancel(ctx)
 	defer abort()
 	exec := js.provider.Create()
-	jr := &jobRun{id: job.ID, runner: js.settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
+	jr := &jobRun{id: job.ID, runner: js.settings.ShortToken, runnerName: r.Name, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
 	m.mu.Lock()
 	m.jobs[job.ID] = jr
 	m.mu.Unlock()
@@ -131,7 +136,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 	} else {
 		// Classic start: tell the coordinator at once that the job runs.
 		resp, err := client.UpdateJob(ctx, job.ID, api.UpdateJobRequest{Info: info, Token: job.Token, State: api.StateRunning})
-		m.metrics.apiRequest(r, "update_job", http.MethodPut, statusOf(resp))
+		m.metrics.apiRequest(r, "update_job", http.MethodPut, resp)
 		if err == nil && remoteAbort(resp) {
 			log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
 			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
@@ -225,6 +230,8 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 
 		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
 	})
+	resState := string(res.State)
+	jr.result.Store(&resState)
 	stopStream()
 	streamWG.Wait()
 	stopPersist()
@@ -503,7 +510,7 @@ func (m *Manager) deliverFinal(ctx context.Context, fu *finalUpdate) finalOutcom
 		}
 		if failed == nil {
 			resp, err := fu.client.UpdateJob(ctx, fu.job.ID, fu.req)
-			m.metrics.apiRequest(nil, "update_job", http.MethodPut, statusOf(resp))
+			m.metrics.apiRequest(nil, "update_job", http.MethodPut, resp)
 			if fu.st != nil {
 				fu.st.noteAnswer(resp)
 			}

@@ -136,6 +136,7 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m.metrics = newMetrics(opts.Registry, opts.SystemID)
+	opts.Registry.MustRegister(jobsCollector{m})
 	m.metrics.setConfig(opts.Config)
 	return m, nil
 }
@@ -289,6 +290,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		for m.workers < cfg.Concurrent {
 			id := m.workers
 			m.workers++
+			m.metrics.slot(1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -342,10 +344,12 @@ func (m *Manager) feedRunners(ctx context.Context) {
 			r := &cfg.Runners[i]
 			select {
 			case m.feed <- r:
+				m.metrics.fed(r, true)
 			case <-ctx.Done():
 				return
 			case <-m.clock.After(step):
 				// every worker is busy: skip this round for r
+				m.metrics.fed(r, false)
 			}
 			select {
 			case <-ctx.Done():
@@ -374,6 +378,7 @@ func (m *Manager) worker(ctx, reqCtx context.Context, id int) {
 			m.mu.Lock()
 			m.workers--
 			m.mu.Unlock()
+			m.metrics.slot(-1)
 			return
 		}
 		select {

@@ -149,7 +149,7 @@ func (p *provisioner) report(ctx context.Context, status, reason string) (resp *
 	p.mu.Unlock()
 	if !noEndpoint {
 		resp, err = p.client.ReportProvisioning(ctx, p.job.ID, p.job.Token, api.ProvisioningRequest{Status: status, Reason: reason})
-		p.m.metrics.apiRequest(p.r, "runner_provisioning", http.MethodPost, statusOf(resp))
+		p.m.metrics.apiRequest(p.r, "runner_provisioning", http.MethodPost, resp)
 		if err != nil || resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
 			return resp, false, err
 		}
@@ -168,7 +168,7 @@ func (p *provisioner) report(ctx context.Context, status, reason string) (resp *
 		return nil, true, errors.New("no PUT form for " + status)
 	}
 	resp, err = p.client.UpdateJob(ctx, p.job.ID, api.UpdateJobRequest{Info: p.info, Token: p.job.Token, State: state})
-	p.m.metrics.apiRequest(p.r, "update_job", http.MethodPut, statusOf(resp))
+	p.m.metrics.apiRequest(p.r, "update_job", http.MethodPut, resp)
 	return resp, true, err
 }
 

@@ -244,7 +244,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	settings.ServerTLS = jobTLS(r, log)
 	info := m.versionInfo(r, p)
 	started := m.clock.Now()
-	m.metrics.jobStarted(r)
+	m.metrics.jobStarted(r, nil)
 	m.metrics.jobResumed(r)
 
 	fail := func(buf *trace.Buffer, st *streamer, reason api.FailureReason, msg string) {
@@ -307,7 +307,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	jobCtx, abort := context.WithCancel(ctx)
 	defer abort()
 	exec := p.Create()
-	jr := &jobRun{id: job.ID, runner: settings.ShortToken, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
+	jr := &jobRun{id: job.ID, runner: settings.ShortToken, runnerName: r.Name, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
 	jr.resumable.Store(true)
 	m.mu.Lock()
 	m.jobs[job.ID] = jr
@@ -353,6 +353,8 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 
 		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
 	})
+	resState := string(res.State)
+	jr.result.Store(&resState)
 	stopStream()
 	wg.Wait()
 	if errors.Is(res.Err, executor.ErrStageVanished) {

@@ -138,7 +138,7 @@ func (s *streamer) patchOnce(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	resp, err := s.client.PatchTrace(ctx, s.job.ID, s.job.Token, off, p)
-	s.m.metrics.apiRequest(s.r, "patch_trace", http.MethodPatch, statusOf(resp))
+	s.m.metrics.apiRequest(s.r, "patch_trace", http.MethodPatch, resp)
 	s.noteAnswer(resp)
 	if err != nil {
 		return false, err
@@ -240,7 +240,7 @@ func (s *streamer) watch(ctx context.Context) {
 				Info: s.info, Token: s.job.Token, State: api.StateRunning,
 				Output: api.JobOutput{Checksum: s.buf.Checksum(), Bytesize: s.buf.Size()},
 			})
-			s.m.metrics.apiRequest(s.r, "update_job", http.MethodPut, statusOf(resp))
+			s.m.metrics.apiRequest(s.r, "update_job", http.MethodPut, resp)
 			s.noteAnswer(resp)
 			if err == nil {
 				s.mu.Lock()

@@ -197,7 +197,7 @@ func (w *jobWatcher) run() {
 			}
 		}
 		err, r := first.err, first.r
-		w.m.metrics.apiRequest(nil, "watch_jobs", http.MethodPost, statusOf(r))
+		w.m.metrics.apiRequest(nil, "watch_jobs", http.MethodPost, r)
 		switch {
 		case wasKicked && err != nil:
 			continue // a new job: ask again with it

@@ -23,33 +23,39 @@ type runnerState struct {
 	fastRepoll int          // consecutive immediate re-polls
 }
 
-// reserve takes a limit slot and a request slot, or reports false.
-func (rs *runnerState) reserve(r *config.RunnerConfig, now time.Time) bool {
+// reserve takes a limit slot and a request slot, or reports false;
+// exceeded says the refusal was request_concurrency's. requests is the
+// number of requests in flight after it.
+func (rs *runnerState) reserve(r *config.RunnerConfig, now time.Time) (ok, exceeded bool, requests int) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if now.Before(rs.skipUntil) {
-		return false
+		return false, false, rs.requests
 	}
 	if r.Limit > 0 && rs.jobs+rs.requests >= r.Limit {
-		return false
+		return false, false, rs.requests
 	}
 	rc := r.RequestConcurrency
 	if rc < 1 {
 		rc = 1
 	}
 	if rs.requests >= rc {
-		return false
+		return false, true, rs.requests
 	}
 	rs.requests++
-	return true
+	return true, false, rs.requests
 }
 
 // requestDone ends a request; withJob turns its slot into a running job
-// and returns the job's concurrent id.
-func (rs *runnerState) requestDone(withJob bool) int {
+// and returns the job's concurrent id. inFlight, when not nil, is told the
+// requests left in flight.
+func (rs *runnerState) requestDone(withJob bool, inFlight func(int)) int {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.requests--
+	if inFlight != nil {
+		inFlight(rs.requests)
+	}
 	if !withJob {
 		return -1
 	}
@@ -129,21 +135,33 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	p := m.opts.Providers[r.Executor]
 	rs := m.runnerState(r)
 	log := m.logger.With("runner", api.ShortToken(r.Token), "runner_name", r.Name)
-	if !rs.reserve(r, m.clock.Now()) {
+	ok, exceeded, inFlight := rs.reserve(r, m.clock.Now())
+	if exceeded {
+		m.metrics.requestRefused(r)
+	}
+	if !ok {
 		return
+	}
+	m.metrics.requests(r, inFlight)
+	done := func(withJob bool) int {
+		return rs.requestDone(withJob, func(n int) { m.metrics.requests(r, n) })
 	}
 	settings := m.settings(r, 0)
 	data, err := p.Acquire(ctx, settings)
 	if err != nil {
-		rs.requestDone(false)
-		if !errors.Is(err, executor.ErrNoFreeExecutor) && ctx.Err() == nil {
+		done(false)
+		if errors.Is(err, executor.ErrNoFreeExecutor) {
+			m.metrics.processingFailed(r, procNoFreeExecutor)
+		} else if ctx.Err() == nil {
+			m.metrics.processingFailed(r, procOther)
 			log.Warn("executor provider could not reserve capacity", "err", err)
 		}
 		return
 	}
 	client, err := m.client(r)
 	if err != nil {
-		rs.requestDone(false)
+		done(false)
+		m.metrics.processingFailed(r, procOther)
 		p.Release(ctx, settings, data)
 		log.Error("bad coordinator url", "err", err)
 		return
@@ -185,7 +203,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		status = resp.StatusCode
 		m.lastUpdates.Set(r.Token, resp.LastUpdate)
 	}
-	m.metrics.apiRequest(r, "request_job", http.MethodPost, status)
+	m.metrics.apiRequest(r, "request_job", http.MethodPost, resp)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// abort while a long poll was held
@@ -205,7 +223,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 		log.Warn("job request got an unexpected answer", "status", status)
 	}
 	if job == nil {
-		rs.requestDone(false)
+		done(false)
 		p.Release(ctx, settings, data)
 		// A quick 204 with a new queue version means the coordinator did not
 		// hold the request because its queue changed since our last poll: ask
@@ -232,7 +250,7 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	rs.mu.Lock()
 	rs.fastRepoll = 0
 	rs.mu.Unlock()
-	slot := rs.requestDone(true)
+	slot := done(true)
 	if !r.StrictCheckInterval {
 		m.requeue(reqCtx, r)
 	}
