@@ -19,8 +19,8 @@ import (
 
 // jobRun is one job being run by this manager.
 type jobRun struct {
-	id        int64
-	runner    string // short token
+	id     int64
+	runner string // short token
 	// runnerName is the [[runners]] name, for gitlab_runner_jobs.
 	runnerName string
 	// result is the build's state once it ended (while the final update is
