@@ -275,4 +275,3 @@ func waitLog(t *testing.T, out *syncBuffer, re *regexp.Regexp, done <-chan error
 		}
 	}
 }
-
