@@ -601,6 +601,10 @@ func (p *Pool) updateGaugesLocked() {
 	for s, name := range []string{"creating", "idle", "busy", "removing"} {
 		m.Instances.WithLabelValues(p.runner, name).Set(float64(c[s]))
 	}
+	m.FleetingInstances.WithLabelValues(p.runner, "creating").Set(float64(c[StateCreating]))
+	m.FleetingInstances.WithLabelValues(p.runner, "running").Set(float64(c[StateIdle] + c[StateBusy]))
+	m.FleetingInstances.WithLabelValues(p.runner, "deleting").Set(float64(c[StateRemoving]))
+	m.FleetingMaxInstances.WithLabelValues(p.runner).Set(float64(p.pol.MaxInstances))
 }
 
 // Shutdown stops the scaling loop. With deleteInstances it removes every

@@ -25,6 +25,16 @@ type PoolMetrics struct {
 	// Provider is 1 for each pool's provider, labelled with what its Init
 	// answered: the group id, version and build info (a fleeting plugin's).
 	Provider *prometheus.GaugeVec
+
+	// FleetingInstances and FleetingMaxInstances are Instances and the
+	// policy's max_instances in the names and states of GitLab's fleeting
+	// provisioner (fleeting_provisioner_instances: creating, running,
+	// deleting; idle and busy instances are both running), for
+	// dashboards built for GitLab Runner's docker-autoscaler. Their runner
+	// label is the runner's name, as in drover_autoscaler_*; max 0 means
+	// unlimited.
+	FleetingInstances    *prometheus.GaugeVec
+	FleetingMaxInstances *prometheus.GaugeVec
 }
 
 // NewPoolMetrics creates the collectors and registers them with reg when
@@ -52,9 +62,15 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 		Provider: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "drover_autoscaler_provider_info", Help: "The pool's fleet provider as its Init described it (1).",
 		}, []string{"runner", "id", "version", "build_info"}),
+		FleetingInstances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleeting_provisioner_instances", Help: "Instances by fleeting state: creating, running (idle or busy), deleting.",
+		}, []string{"runner", "state"}),
+		FleetingMaxInstances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleeting_provisioner_max_instances", Help: "The pool's max_instances (0: unlimited).",
+		}, []string{"runner"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Instances, m.Creations, m.Removals, m.ProviderErrors, m.DeletionRetries, m.Decisions, m.Provider)
+		reg.MustRegister(m.Instances, m.Creations, m.Removals, m.ProviderErrors, m.DeletionRetries, m.Decisions, m.Provider, m.FleetingInstances, m.FleetingMaxInstances)
 	}
 	return m
 }
