@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -88,9 +89,22 @@ func Build(r Release, logf func(format string, args ...any)) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return "", err
 	}
-	// Built in a temporary directory beside the final path and renamed
-	// into place: a concurrent test process (another package's) either
-	// builds it too or finds the whole binary, never a partial one.
+	// Test processes of several packages may want it at once: one builds,
+	// the others wait on the lock and then find it. It is built in a
+	// temporary directory beside the final path and renamed into place,
+	// so nothing ever sees a partial binary.
+	lock, err := os.OpenFile(final+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(final); err == nil {
+		return final, nil
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(final), "build-")
 	if err != nil {
 		return "", err
