@@ -108,8 +108,14 @@ type proc struct {
 
 func start(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
+	return startBin(t, droverBin, dir, args...)
+}
+
+// startBin is start with another drover binary (an earlier release's).
+func startBin(t testing.TB, bin, dir string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(droverBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log
@@ -190,8 +196,15 @@ func startCoordinator(t testing.TB, data string, extra ...string) *coordinator {
 // port 0 picks one).
 func startCoordinatorAt(t testing.TB, data, addr string, extra ...string) *coordinator {
 	t.Helper()
+	return startCoordinatorBin(t, droverBin, data, addr, extra...)
+}
+
+// startCoordinatorBin is startCoordinatorAt with another drover binary
+// (an earlier release's).
+func startCoordinatorBin(t testing.TB, bin, data, addr string, extra ...string) *coordinator {
+	t.Helper()
 	args := append([]string{"coordinator", "--listen", addr, "--data", data}, extra...)
-	p := start(t, t.TempDir(), args...)
+	p := startBin(t, bin, t.TempDir(), args...)
 	url := p.waitLog(`coordinator listening.*addr=(http://[0-9.:]+)`, 30*time.Second)
 	tok, err := os.ReadFile(filepath.Join(data, "admin-token"))
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -213,6 +214,10 @@ Authorization: Bearer; the health endpoints stay open.`,
 				MaxTraceSize:           maxTraceSize,
 				MinFreeDisk:            minFreeDisk,
 			})
+			if errors.Is(err, store.ErrSchemaTooNew) {
+				// As for PostgreSQL: nothing to retry, the wrong binary.
+				return usageError(err)
+			}
 			if err != nil {
 				return err
 			}

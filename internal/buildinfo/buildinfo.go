@@ -17,14 +17,14 @@ import (
 // Set at link time (see the package comment); the defaults describe a
 // development build.
 var (
-	version = "0.1.0-dev"
+	version = "0.2.0-dev"
 	commit  = ""
 	built   = ""
 )
 
 // Info is one build's identity.
 type Info struct {
-	Version   string // semantic version, "0.1.0-dev" for a development build
+	Version   string // semantic version, "0.2.0-dev" for a development build
 	Commit    string // 12 hex digits, "unknown" when nothing says
 	Modified  bool   // built from a checkout with uncommitted changes
 	Built     string // RFC 3339 build (or commit) time, "unknown" when nothing says

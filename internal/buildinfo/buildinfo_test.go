@@ -4,9 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/mod/semver"
 )
 
 func TestGetDefaults(t *testing.T) {
@@ -41,5 +44,25 @@ func TestLinkTimeValues(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("drover version lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestDefaultVersionInChangelog: a development build's version is a
+// semantic version, and CHANGELOG.md's Unreleased section names it, so
+// the two move together at each release.
+func TestDefaultVersionInChangelog(t *testing.T) {
+	if !semver.IsValid("v" + version) {
+		t.Fatalf("default version %q is not a semantic version", version)
+	}
+	b, err := os.ReadFile("../../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## \[Unreleased\] - (\S+)$`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no \"## [Unreleased] - VERSION\" heading")
+	}
+	if m[1] != version {
+		t.Errorf("CHANGELOG.md's Unreleased section is %s, the default version %s", m[1], version)
 	}
 }

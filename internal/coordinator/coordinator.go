@@ -209,8 +209,9 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 	st := cfg.Store
 	if st == nil {
 		var err error
-		if st, err = sqlite.Open(ctx, filepath.Join(cfg.DataDir, "coordinator.db")); err != nil {
-			return nil, fmt.Errorf("coordinator: %w", err)
+		path := filepath.Join(cfg.DataDir, "coordinator.db")
+		if st, err = sqlite.Open(ctx, path); err != nil {
+			return nil, fmt.Errorf("coordinator: %s: %w", path, err)
 		}
 	}
 	c.st = st

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/buildinfo"
 )
 
 // Errors callers branch on.
@@ -20,7 +21,24 @@ var (
 	ErrClosed   = errors.New("store: closed")
 	// ErrExists is a record that may be written once, written already.
 	ErrExists = errors.New("store: already exists")
+	// ErrSchemaTooNew is returned by a backend's Open for a database
+	// migrated by a newer drover than this one: downgrades are not
+	// supported.
+	ErrSchemaTooNew = errors.New("database schema is newer than this drover")
 )
+
+// SchemaTooNew is the error for a database at schema version have, whose
+// last migration drover writtenBy applied ("" when that drover did not
+// record its version), opened by this drover, which knows schema versions
+// up to known. It wraps ErrSchemaTooNew and names both drovers.
+func SchemaTooNew(have, known int, writtenBy string) error {
+	by, run := "a newer drover", "that drover or a newer one"
+	if writtenBy != "" {
+		by, run = "drover "+writtenBy, "drover "+writtenBy+" or newer"
+	}
+	return fmt.Errorf("%w: the database is at schema version %d, migrated by %s; this drover %s knows schema versions up to %d: run %s (downgrades are not supported)",
+		ErrSchemaTooNew, have, by, buildinfo.Get().Version, known, run)
+}
 
 // HashToken returns the form in which a token is stored: hex SHA-256.
 func HashToken(token string) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 )
 
@@ -27,8 +28,8 @@ import (
 var ErrUnavailable = store.ErrUnavailable
 
 // ErrSchemaTooNew is returned by Open for a database migrated by a newer
-// drover than this one.
-var ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+// drover than this one. It is store.ErrSchemaTooNew.
+var ErrSchemaTooNew = store.ErrSchemaTooNew
 
 // IsUnavailable reports whether err is (or wraps) a failure to reach the
 // database.
@@ -136,7 +137,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 
 // migrate applies the missing migrations in one transaction holding the
 // migration lock: a second coordinator opening the database meanwhile
-// waits, then finds the schema current.
+// waits, then finds the schema current. schema_migrations records which
+// drover applied each (the column drover_version, added here rather than
+// by a numbered migration so that an older drover, which ignores it,
+// still opens the database).
 func (s *Store) migrate(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -157,22 +161,33 @@ func (s *Store) migrate(ctx context.Context) error {
 		applied_at BIGINT NOT NULL)`); err != nil {
 		return s.fail(ctx, "migrate: create schema_migrations", err)
 	}
+	if _, err := tx.Exec(ctx, `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS drover_version TEXT NOT NULL DEFAULT ''`); err != nil {
+		return s.fail(ctx, "migrate: add schema_migrations.drover_version", err)
+	}
 	var have int
 	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
 		return s.fail(ctx, "migrate: read schema version", err)
 	}
 	if have > len(migrations) {
-		return fmt.Errorf("migrate: %w: the database is at version %d, this drover knows versions up to %d; run a drover at least as new as the one that migrated it",
-			ErrSchemaTooNew, have, len(migrations))
+		var by string
+		if err := tx.QueryRow(ctx, `SELECT drover_version FROM schema_migrations WHERE version = $1`, have).Scan(&by); err != nil {
+			return s.fail(ctx, "migrate: read schema version", err)
+		}
+		return fmt.Errorf("migrate: %w", store.SchemaTooNew(have, len(migrations), by))
 	}
 	if have == len(migrations) {
+		// The drover_version column, when this open added it.
+		if err := tx.Commit(ctx); err != nil {
+			return s.fail(ctx, "migrate: commit", err)
+		}
 		return nil
 	}
+	version := buildinfo.Get().Version
 	for v := have + 1; v <= len(migrations); v++ {
 		if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
 			return s.fail(ctx, "migrate: migration "+strconv.Itoa(v), err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, time.Now().UnixNano()); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at, drover_version) VALUES ($1, $2, $3)`, v, time.Now().UnixNano(), version); err != nil {
 			return s.fail(ctx, "migrate: record migration "+strconv.Itoa(v), err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
@@ -162,14 +163,23 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	sql(t, url, `INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`)
+	// A database as drover 0.1.0 left it: no drover_version column.
+	sql(t, url, `ALTER TABLE schema_migrations DROP COLUMN drover_version`)
+	s, err = postgres.Open(t.Context(), url)
+	if err != nil {
+		t.Fatalf("Open of a database without schema_migrations.drover_version = %v", err)
+	}
+	s.Close()
+	sql(t, url, `INSERT INTO schema_migrations (version, applied_at, drover_version) VALUES (999, 0, '9.9.9')`)
 	s, err = postgres.Open(t.Context(), url)
 	if err == nil {
 		s.Close()
 		t.Fatal("Open of a database with a newer schema succeeded")
 	}
-	if !errors.Is(err, postgres.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 999") {
-		t.Errorf("Open = %v, want ErrSchemaTooNew naming version 999", err)
+	for _, want := range []string{"schema version 999", "migrated by drover 9.9.9", "this drover " + buildinfo.Get().Version + " knows schema versions up to", "downgrades are not supported"} {
+		if !errors.Is(err, postgres.ErrSchemaTooNew) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open = %v, want ErrSchemaTooNew saying %q", err, want)
+		}
 	}
 }
 

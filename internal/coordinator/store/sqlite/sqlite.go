@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -139,18 +140,36 @@ func (s *Store) checkpointLoop() {
 	}
 }
 
+// migrate applies the missing migrations, each in its own transaction,
+// and records in schema_migrations which drover applied each (the column
+// drover_version, added here rather than by a numbered migration so that
+// an older drover, which ignores it, still opens the database).
 func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("migrations table: %w", err)
+	}
+	var hasVersion int
+	if err := s.w.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('schema_migrations') WHERE name = 'drover_version'`).Scan(&hasVersion); err != nil {
+		return fmt.Errorf("migrations table: %w", err)
+	}
+	if hasVersion == 0 {
+		if _, err := s.w.ExecContext(ctx, `ALTER TABLE schema_migrations ADD COLUMN drover_version TEXT NOT NULL DEFAULT ''`); err != nil {
+			return fmt.Errorf("migrations table: add drover_version: %w", err)
+		}
 	}
 	var have int
 	if err := s.w.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	if have > len(migrations) {
-		return fmt.Errorf("database schema version %d is newer than this binary (%d)", have, len(migrations))
+		var by string
+		if err := s.w.QueryRowContext(ctx, `SELECT drover_version FROM schema_migrations WHERE version = ?`, have).Scan(&by); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		return store.SchemaTooNew(have, len(migrations), by)
 	}
+	version := buildinfo.Get().Version
 	for v := have + 1; v <= len(migrations); v++ {
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
@@ -160,7 +179,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", v, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`, v, time.Now().UnixNano()); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at, drover_version) VALUES (?, ?, ?)`, v, time.Now().UnixNano(), version); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", v, err)
 		}

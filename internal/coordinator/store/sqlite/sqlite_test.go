@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
 	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
@@ -54,6 +55,85 @@ func TestMigrateTwice(t *testing.T) {
 			t.Fatalf("Open = %v", err)
 		}
 		s.Close()
+	}
+}
+
+// TestNewerSchemaRefused: a database migrated by a newer drover is
+// refused at Open with ErrSchemaTooNew, naming the database's schema
+// version and the drover that migrated it (when that drover recorded its
+// version: every drover from 0.2.0 on) and this drover's version; one
+// migrated by an older drover (0.1.0 did not record its version) opens and
+// records the version from then on.
+func TestNewerSchemaRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, by string
+		want     []string
+	}{
+		{"version recorded", "9.9.9", []string{"schema version 999", "migrated by drover 9.9.9", "run drover 9.9.9 or newer"}},
+		{"version not recorded", "", []string{"schema version 999", "migrated by a newer drover"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			p := filepath.Join(t.TempDir(), "db.sqlite")
+			s, err := sqlite.Open(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			db, err := sql.Open("sqlite", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var known int
+			if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations WHERE drover_version = ?`, buildinfo.Get().Version).Scan(&known); err != nil || known == 0 {
+				t.Fatalf("the migrations applied are not recorded with this drover's version %q: max %d, %v", buildinfo.Get().Version, known, err)
+			}
+			if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at, drover_version) VALUES (999, 0, ?)`, tc.by); err != nil {
+				t.Fatal(err)
+			}
+			s, err = sqlite.Open(ctx, p)
+			if err == nil {
+				s.Close()
+				t.Fatal("Open of a database with a newer schema succeeded")
+			}
+			want := append(tc.want, fmt.Sprintf("this drover %s knows schema versions up to %d", buildinfo.Get().Version, known), "downgrades are not supported")
+			for _, w := range want {
+				if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), w) {
+					t.Errorf("Open = %v, want ErrSchemaTooNew saying %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSchemaVersionColumnAdded: a database whose schema_migrations has no
+// drover_version column (as drover 0.1.0 made it) opens, and gets the
+// column.
+func TestSchemaVersionColumnAdded(t *testing.T) {
+	ctx := t.Context()
+	p := filepath.Join(t.TempDir(), "db.sqlite")
+	s, err := sqlite.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `ALTER TABLE schema_migrations DROP COLUMN drover_version`); err != nil {
+		t.Fatal(err)
+	}
+	s, err = sqlite.Open(ctx, p)
+	if err != nil {
+		t.Fatalf("Open of a database without schema_migrations.drover_version = %v", err)
+	}
+	s.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE drover_version = ''`).Scan(&n); err != nil || n == 0 {
+		t.Errorf("schema_migrations.drover_version after Open: %d empty rows, %v", n, err)
 	}
 }
 
