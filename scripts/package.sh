@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds drover's Linux packages, dist/drover_VERSION_ARCH.deb and
-# dist/drover-VERSION.ARCH.rpm, with nfpm (packaging/nfpm.yaml): drover
+# dist/drover-VERSION-1.ARCH.rpm, with nfpm (packaging/nfpm.yaml): drover
 # built with CGO_ENABLED=0 (it runs on any glibc) and stamped with its
 # version, commit and build date (internal/buildinfo), installed as
 # /usr/bin/drover, with the user drover, /etc/drover and /var/lib/drover,

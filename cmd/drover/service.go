@@ -111,6 +111,7 @@ func executable() (string, error) {
 func newInstallCmd() *cobra.Command {
 	var o installFlags
 	var workDir, cfgPath string
+	var keepJobs bool
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Install the runner manager (drover run) as a systemd service",
@@ -173,7 +174,7 @@ drover install coordinator installs the coordinator the same way.`,
 			u := service.RunnerUnit(service.RunnerOptions{
 				Name: name, Executable: exe, User: userOrEmpty(a), Group: groupOrEmpty(a),
 				WorkingDirectory: workDir, Config: cfgPath,
-				StopTimeout: o.stopTimeout, Hardening: o.hardening,
+				StopTimeout: o.stopTimeout, Hardening: o.hardening, KeepJobs: keepJobs,
 			})
 			out := cmd.OutOrStdout()
 			if o.print {
@@ -196,6 +197,7 @@ drover install coordinator installs the coordinator the same way.`,
 	o.define(f, service.DefaultRunnerService, service.DefaultRunnerStopTimeout, "the drain: running jobs finish")
 	f.StringVarP(&workDir, "working-directory", "d", "", "working directory of drover run (builds and cache are there unless config.toml says otherwise; default: the user's home)")
 	configFlag(f, &cfgPath, "config file of the service (made absolute)")
+	f.BoolVar(&keepJobs, "keep-jobs", false, "KillMode=process: the processes of jobs kept in a job store ([runners.store]) outlive a crash of drover run, which resumes them when systemd restarts it (default: what is left when drover run exits is killed)")
 	cmd.AddCommand(newInstallCoordinatorCmd())
 	return cmd
 }

@@ -52,6 +52,11 @@ type Unit struct {
 	// StopTimeout is how long systemd waits after KillSignal before it
 	// sends SIGKILL; 0 waits for ever (TimeoutStopSec=infinity).
 	StopTimeout time.Duration
+	// KillMode is "mixed" (default: KillSignal to the main process only,
+	// then SIGKILL to whatever is left in the unit's cgroup once it has
+	// exited) or "process" (nothing but the main process is ever
+	// signalled: detached job stages outlive it, to be resumed).
+	KillMode string
 	// EnvironmentFile, when set, is read for environment variables if it
 	// exists (secrets such as DROVER_ADMIN_TOKEN stay out of the unit).
 	EnvironmentFile string
@@ -129,10 +134,13 @@ func (u Unit) Render() string {
 		line("EnvironmentFile", "-"+Quote(u.EnvironmentFile))
 	}
 	line("KillSignal", u.KillSignal)
-	// Only the main process gets the signal; job processes are its
-	// children and the drain waits for them. What is left when the
-	// timeout passes is killed as a whole (SIGKILL to the cgroup).
-	line("KillMode", "mixed")
+	// Only the main process gets the signal: job processes are its
+	// children and the drain waits for them.
+	killMode := u.KillMode
+	if killMode == "" {
+		killMode = "mixed"
+	}
+	line("KillMode", killMode)
 	if u.StopTimeout <= 0 {
 		line("TimeoutStopSec", "infinity")
 	} else {
@@ -227,7 +235,11 @@ type RunnerOptions struct {
 	WorkingDirectory string // absolute
 	Config           string // absolute path of config.toml
 	StopTimeout      time.Duration
-	Hardening        bool
+	// KeepJobs makes the unit's KillMode "process": the stages of jobs
+	// kept in a job store ([runners.store]) outlive a crash or a kill of
+	// drover run, which resumes them when it starts again.
+	KeepJobs  bool
+	Hardening bool
 }
 
 // RunnerUnit is the unit of `drover run --config CONFIG
@@ -251,6 +263,7 @@ func RunnerUnit(o RunnerOptions) Unit {
 		Group:            o.Group,
 		WorkingDirectory: o.WorkingDirectory,
 		KillSignal:       "SIGQUIT",
+		KillMode:         killMode(o.KeepJobs),
 		StopTimeout:      o.StopTimeout,
 		Hardening:        o.Hardening,
 		Sandbox: Sandbox{
@@ -258,6 +271,13 @@ func RunnerUnit(o RunnerOptions) Unit {
 			ReadWritePaths: dedupe(o.WorkingDirectory, filepath.Dir(o.Config)),
 		},
 	}
+}
+
+func killMode(keepJobs bool) string {
+	if keepJobs {
+		return "process"
+	}
+	return "mixed"
 }
 
 // CoordinatorOptions describe the coordinator's service.

@@ -95,7 +95,7 @@ func TestRenderRunnerAndCoordinatorUnits(t *testing.T) {
 		},
 		{
 			name: "runner, not hardened, as root, no stop timeout, custom name",
-			unit: RunnerUnit(RunnerOptions{Name: "drover-2", Executable: "/opt/drover bin/drover", WorkingDirectory: "/srv/ci", Config: "/srv/ci/config.toml"}),
+			unit: RunnerUnit(RunnerOptions{Name: "drover-2", Executable: "/opt/drover bin/drover", WorkingDirectory: "/srv/ci", Config: "/srv/ci/config.toml", KeepJobs: true}),
 			want: map[string]map[string]string{
 				"Unit": {"Description": "drover runner manager (drover-2)"},
 				"Service": {
