@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test of drover. Installs what the tests need first
 # (git, bash, redis-server, PostgreSQL's server, OpenSSH's sshd,
-# busybox-static, debootstrap for the Debian root of the dind instance image,
+# busybox-static, debootstrap for the Debian roots of the dind instance image
+# and of the systemd test container (internal/systemdtest), rpm (reads the
+# .rpm scripts/package.sh makes),
 # nginx (the load balancer in front of several coordinators), zip and
 # unzip (the format checks and the baseline of the archive benchmarks), GNU
 # time (the peak RSS the archive and helper cache benchmarks report),
@@ -25,7 +27,7 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium \
+for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap rpm:rpm nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium \
   etcd-server:etcd containernetworking-plugins:/usr/lib/cni/bridge containerd:/usr/bin/containerd runc:runc openssl:openssl curl:curl util-linux:unshare iptables:iptables iproute2:ip gcc:gcc 'libc6-dev:/usr/lib/*/libc.a'; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
@@ -46,6 +48,13 @@ DROVER_BIN=${DROVER_CACHE_DIR:-$HOME/.cache/drover}/bin
 if [ ! -x "$DROVER_BIN/registry" ]; then
   echo "== installing distribution's registry"
   GOBIN="$DROVER_BIN" go install github.com/distribution/distribution/v3/cmd/registry@latest
+fi
+# nfpm, which scripts/package.sh packages drover with (e2e
+# TestPackageDebSystemd runs it), at the version package.sh names.
+NFPM_VERSION=$(sed -n 's/^NFPM_VERSION=//p' scripts/package.sh)
+if ! { [ -x "$DROVER_BIN/nfpm" ] && go version -m "$DROVER_BIN/nfpm" | grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/goreleaser/nfpm/v2[[:space:]]+$NFPM_VERSION[[:space:]]"; }; then
+  echo "== installing nfpm $NFPM_VERSION"
+  GOBIN="$DROVER_BIN" go install "github.com/goreleaser/nfpm/v2/cmd/nfpm@$NFPM_VERSION"
 fi
 # versitygw, the real S3 server internal/cache/s3test starts for the cache
 # tests (about 6 minutes to build the first time).

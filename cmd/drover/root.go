@@ -24,6 +24,7 @@ func newRootCmd() *cobra.Command {
   drover register      adds a runner to config.toml (verifies a glrt- token)
   drover list          lists the runners of config.toml
   drover submit/jobs/logs/cancel/artifacts   use a drover coordinator's job API
+  drover install/uninstall/start/stop/restart/status   run drover as a systemd service
 
 config.toml is /etc/drover/config.toml for root, ~/.drover/config.toml for
 other users, or what --config (or $CONFIG_FILE) names.`,
@@ -58,6 +59,9 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newHelperCmd(),
 		newHelperImageCmd(),
 		newFleetingCmd(),
+	)
+	root.AddCommand(serviceCmds()...)
+	root.AddCommand(
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print drover's version, commit, build date, Go version and platform",

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -211,7 +212,10 @@ func orderedStruct(fs []field) reflect.Value {
 }
 
 // writeFileAtomic replaces path with data so that no reader ever sees a
-// partial file.
+// partial file. Run as root, it gives the new file the owner of the file
+// it replaces, else of the directory: sudo drover register into the
+// config directory of a service that runs as another user (drover
+// install, the packages) leaves files that user can read.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -226,6 +230,11 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	}()
 	if err = f.Chmod(perm); err != nil {
 		return err
+	}
+	if os.Geteuid() == 0 {
+		if err = chownLike(f, path, dir); err != nil {
+			return err
+		}
 	}
 	if _, err = f.Write(data); err != nil {
 		return err
@@ -246,4 +255,20 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 		d.Close()
 	}
 	return nil
+}
+
+// chownLike gives f the owner and group of path, or of dir when path does
+// not exist; nothing changes when that is root's.
+func chownLike(f *os.File, path, dir string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		if fi, err = os.Stat(dir); err != nil {
+			return err
+		}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || (st.Uid == 0 && st.Gid == 0) {
+		return nil
+	}
+	return f.Chown(int(st.Uid), int(st.Gid))
 }

@@ -1,10 +1,7 @@
 package docker
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/drover-ci/drover/internal/debroot"
 	"github.com/drover-ci/drover/internal/dockerimage"
 )
 
@@ -88,8 +85,8 @@ var dindTools = []dindTool{
 
 // ErrNoDebootstrap means EnsureDindImage had to make the Debian root and
 // this machine cannot: debootstrap is not installed or drover does not run
-// as root.
-var ErrNoDebootstrap = errors.New("debootstrap cannot run here")
+// as root. It is debroot.ErrNoDebootstrap.
+var ErrNoDebootstrap = debroot.ErrNoDebootstrap
 
 // DindImageAPI is the part of the Docker client EnsureDindImage uses;
 // *github.com/docker/docker/client.Client implements it.
@@ -206,8 +203,7 @@ func planDind() (dindPlan, error) {
 		plan.packages = append(plan.packages, p)
 	}
 	sort.Strings(plan.packages)
-	h := sha256.Sum256([]byte(strings.Join(append([]string{dindSuite, dindMirror, dindRootVersion}, plan.packages...), "\n")))
-	plan.key = hex.EncodeToString(h[:4])
+	plan.key = debroot.Key(append([]string{dindSuite, dindMirror, dindRootVersion}, plan.packages...)...)
 	return plan, nil
 }
 
@@ -274,271 +270,25 @@ func ensureDindBase(ctx context.Context, cli DindImageAPI, plan dindPlan, progre
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspect base image %s: %w", tag, err)
 	}
-	root, err := ensureDindRoot(ctx, plan, progress)
+	root, err := debroot.Ensure(ctx, debroot.Recipe{
+		Suite: dindSuite, Mirror: dindMirror, Packages: plan.packages,
+		// The host keys the openssh-server package generated go too:
+		// each instance makes its own.
+		Trim: append(slices.Clone(debroot.DefaultTrim), "etc/ssh/ssh_host_*"),
+		File: plan.rootName(),
+	}, progress)
 	if err != nil {
 		return err
 	}
 	progress("importing " + root + " as " + tag)
-	f, err := os.Open(root)
-	if err != nil {
-		return fmt.Errorf("open cached root: %w", err)
-	}
-	defer f.Close()
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: f, SourceName: "-"}, tag, image.ImportOptions{
-		Changes: []string{"LABEL " + LabelImage + "=dind-base"},
-		Message: "drover: debootstrap " + dindSuite + " " + strings.Join(plan.packages, ","),
-	})
-	if err != nil {
-		return fmt.Errorf("import base image %s: %w", tag, err)
-	}
-	defer rc.Close()
-	if err := dockerimage.ReadMessages(rc); err != nil {
-		return fmt.Errorf("import base image %s: %w", tag, err)
-	}
-	return nil
+	return debroot.ImportImage(ctx, cli, root, tag,
+		[]string{"LABEL " + LabelImage + "=dind-base"},
+		"drover: debootstrap "+dindSuite+" "+strings.Join(plan.packages, ","))
 }
 
 // DindCacheDir is where EnsureDindImage keeps the Debian root:
 // $DROVER_CACHE_DIR, else ~/.cache/drover.
-func DindCacheDir() (string, error) {
-	if d := os.Getenv("DROVER_CACHE_DIR"); d != "" {
-		return d, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cache directory: set DROVER_CACHE_DIR: %w", err)
-	}
-	return filepath.Join(home, ".cache", "drover"), nil
-}
-
-// ensureDindRoot returns the path of the cached Debian root tar, making it
-// with debootstrap when missing. A lock file next to it makes concurrent
-// callers (test processes) wait for the one that builds it; the tar is
-// written under a temporary name and renamed, so a reader never sees a
-// partial one.
-func ensureDindRoot(ctx context.Context, plan dindPlan, progress func(string)) (string, error) {
-	dir, err := DindCacheDir()
-	if err != nil {
-		return "", err
-	}
-	final := filepath.Join(dir, plan.rootName())
-	if _, err := os.Stat(final); err == nil {
-		return final, nil
-	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		return "", fmt.Errorf("%w: no debootstrap on PATH (apt-get install debootstrap)", ErrNoDebootstrap)
-	}
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("%w: debootstrap needs root", ErrNoDebootstrap)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("cache directory: %w", err)
-	}
-	unlock, err := lockFile(ctx, final+".lock")
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if _, err := os.Stat(final); err == nil {
-		return final, nil // another process made it while we waited
-	}
-	work, err := os.MkdirTemp(dir, "debootstrap-")
-	if err != nil {
-		return "", fmt.Errorf("debootstrap work directory: %w", err)
-	}
-	rootDir := filepath.Join(work, "root")
-	defer func() {
-		// debootstrap mounts /proc, /sys and maybe /dev in the root and
-		// does not unmount them when it is killed: removing the tree
-		// through a leftover mount would delete the host's files.
-		if err := unmountUnder(rootDir); err != nil {
-			progress(fmt.Sprintf("leaving %s in place: %v", work, err))
-			return
-		}
-		os.RemoveAll(work)
-	}()
-	start := time.Now()
-	progress(fmt.Sprintf("debootstrap %s into %s (with %s)", dindSuite, rootDir, strings.Join(plan.packages, ",")))
-	if err := runDebootstrap(ctx, plan, rootDir, progress); err != nil {
-		return "", err
-	}
-	if err := unmountUnder(rootDir); err != nil {
-		return "", err
-	}
-	if err := trimDindRoot(rootDir); err != nil {
-		return "", err
-	}
-	tmp := filepath.Join(work, "root.tar")
-	// GNU tar keeps hard links, owners and modes as they are; /dev, /proc
-	// and /sys stay empty directories (the engine mounts its own).
-	cmd := exec.CommandContext(ctx, "tar", "--numeric-owner", "--one-file-system",
-		"--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*",
-		"-C", rootDir, "-cf", tmp, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("tar the Debian root: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return "", fmt.Errorf("cache the Debian root: %w", err)
-	}
-	progress(fmt.Sprintf("cached the Debian root as %s in %s", final, time.Since(start).Round(time.Second)))
-	return final, nil
-}
-
-// lockFile takes an exclusive flock on name, polling (with backoff) until
-// it has it or ctx ends. unlock releases it.
-func lockFile(ctx context.Context, name string) (unlock func(), err error) {
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", name, err)
-	}
-	wait := 50 * time.Millisecond
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", name, err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			f.Close()
-			return nil, fmt.Errorf("wait for the lock %s (another process is making the Debian root): %w", name, ctx.Err())
-		case <-t.C:
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
-}
-
-// runDebootstrap runs debootstrap into rootDir, passing its messages about
-// phases to progress. Cancelling ctx sends it SIGTERM, so that its exit handlers
-// unmount what it mounted.
-func runDebootstrap(ctx context.Context, plan dindPlan, rootDir string, progress func(string)) error {
-	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase",
-		"--include="+strings.Join(plan.packages, ","), dindSuite, rootDir, dindMirror)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		return fmt.Errorf("start debootstrap: %w", err)
-	}
-	var tail []string
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			if msg, ok := strings.CutPrefix(line, "I: "); ok && !isPackageStep(msg) {
-				progress("debootstrap: " + msg)
-			}
-			tail = append(tail, line)
-			if len(tail) > 15 {
-				tail = tail[1:]
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	err := cmd.Wait()
-	pw.Close()
-	<-scanned
-	if err != nil {
-		return fmt.Errorf("debootstrap %s from %s: %w; its last lines:\n%s", dindSuite, dindMirror, err, strings.Join(tail, "\n"))
-	}
-	return nil
-}
-
-// isPackageStep reports whether a debootstrap message is about one
-// package (there are hundreds), not about a phase.
-func isPackageStep(msg string) bool {
-	for _, p := range []string{"Retrieving ", "Validating ", "Extracting ", "Unpacking ", "Configuring "} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// unmountUnder unmounts every mount point under dir, deepest first.
-func unmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("list mounts: %w", err)
-	}
-	var points []string
-	for line := range strings.SplitSeq(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, mp := range points {
-		if err := syscall.Unmount(mp, 0); err != nil && !errors.Is(err, syscall.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes ("\040" is a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// trimDindRoot drops what an image does not need from the fresh root: the
-// downloaded packages, the package lists, and the host keys the
-// openssh-server package generated (each instance makes its own).
-func trimDindRoot(root string) error {
-	var errs []error
-	for _, pattern := range []string{
-		"var/cache/apt/archives/*.deb",
-		"var/cache/apt/*.bin",
-		"var/lib/apt/lists/*_*",
-		"etc/ssh/ssh_host_*",
-	} {
-		matches, err := filepath.Glob(filepath.Join(root, pattern))
-		if err != nil {
-			return fmt.Errorf("trim the Debian root: %w", err)
-		}
-		for _, m := range matches {
-			if err := os.Remove(m); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("trim the Debian root: %w", err)
-	}
-	return nil
-}
+func DindCacheDir() (string, error) { return debroot.CacheDir() }
 
 // dindInit is the entrypoint script tini runs. DROVER_DOCKERD_ARGS holds
 // one dockerd flag per line (a flag may contain spaces); globbing is off
