@@ -141,8 +141,8 @@ func autoscalerFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	m.DeletionRetries.WithLabelValues("r")
 	m.Decisions.WithLabelValues("r")
 	m.Provider.WithLabelValues("r", "", "", "")
-	m.FleetingInstances.WithLabelValues("r", "running")
-	m.FleetingMaxInstances.WithLabelValues("r")
+	m.FleetingInstances.WithLabelValues("r", "", "", "running")
+	m.FleetingMaxInstances.WithLabelValues("r", "", "")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
