@@ -495,12 +495,22 @@ func (p *Pool) updateGaugesLocked() {
 
 // reserveFailureLocked names a refused Reserve as the taskscaler does:
 // reserve_iop_capacity_failure when no capacity could come either (the
-// pool is at max_instances), else reserve_available_capacity_failure
-// (none free now, but instances could be created).
+// slots max_instances allows, less those of instances being removed, are
+// all taken or promised), else reserve_available_capacity_failure (none
+// free now, but instances could be created).
 func (p *Pool) reserveFailureLocked() string {
 	if p.pol.MaxInstances > 0 {
-		// Removing instances count toward max_instances until gone.
-		if len(p.pending)+len(p.insts) >= p.pol.MaxInstances {
+		per := max(1, p.pol.CapacityPerInstance)
+		limit := p.pol.MaxInstances * per
+		taken := p.reserved + p.waiting
+		for _, in := range p.insts {
+			if in.state == StateRemoving {
+				limit -= per // counts toward max_instances until gone
+			} else {
+				taken += in.acquired
+			}
+		}
+		if taken >= limit {
 			return "reserve_iop_capacity_failure"
 		}
 	}
