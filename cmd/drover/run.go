@@ -287,6 +287,7 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 			provs := providers(logger, t, engines, fleetEngines)
 			po := runnerpool.Options{
 				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
+				SystemID: systemID,
 			}
 			fleetHooks(&po, provs)
 			pools, err := runnerpool.New(po)

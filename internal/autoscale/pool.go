@@ -131,6 +131,13 @@ type PoolOptions struct {
 	JobLogSize int
 
 	Metrics *PoolMetrics
+	// Executor, RunnerName and SystemID are for GitLab Runner's metric
+	// families (PoolMetrics): the runner's executor (docker+machine
+	// reports in docker+machine's families, any other in fleeting's and
+	// the taskscaler's), its [[runners]] name and the manager's system id.
+	Executor   string
+	RunnerName string
+	SystemID   string
 }
 
 // Reservation is a slot promised to a job that is being requested or was
@@ -206,6 +213,11 @@ type poolInstance struct {
 	requested bool      // Decrease accepted
 	attempts  int       // failed Decrease calls
 	retryAt   time.Time // next Decrease when not yet accepted (or not acted on)
+
+	// For metrics (pool_metrics.go).
+	asked       bool      // answers a creation the pool requested (at created)
+	runningSeen bool      // reported running once
+	deleteAt    time.Time // deletion first accepted (or begun by the provider)
 }
 
 func (in *poolInstance) closeLost() {
@@ -427,8 +439,10 @@ func (p *Pool) Reserve() (*Reservation, error) {
 	}
 	now := p.clk.Now()
 	if !CanReserve(p.pol, now, p.snapshotLocked(), p.demandLocked(now)) {
+		p.metricTaskOp(p.reserveFailureLocked())
 		return nil, ErrNoCapacity
 	}
+	p.metricTaskOp("reserve")
 	p.reserved++
 	p.poke()
 	return &Reservation{}, nil
@@ -439,6 +453,9 @@ func (p *Pool) Reserve() (*Reservation, error) {
 func (p *Pool) Unreserve(r *Reservation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if r != nil && !r.done {
+		p.metricTaskOp("unreserve")
+	}
 	p.dropReservationLocked(r)
 	p.poke()
 }
@@ -519,6 +536,7 @@ func (p *Pool) takeSlotLocked(now time.Time) *Acquisition {
 	best.acquired++
 	best.useCount++
 	best.state = StateBusy
+	p.metricUsedLocked()
 	return &Acquisition{InstanceID: best.id, Slot: slot, Info: best.info, Lost: best.lost, start: now}
 }
 
@@ -563,6 +581,7 @@ func (p *Pool) Release(a *Acquisition) {
 		return
 	}
 	a.released = true
+	p.metricTaskOp("release")
 	now := p.clk.Now()
 	p.noteDurationLocked(now.Sub(a.start))
 	p.recordJobLocked(a, now)
@@ -667,6 +686,8 @@ func (p *Pool) dropLocked(in *poolInstance, why string) {
 	}
 	p.dirty = true
 	p.log.Info("instance gone", "instance", in.id, "why", why, "jobs", in.acquired)
+	// Only an instance that vanished unasked was not deleted.
+	p.metricGoneLocked(in, why != "vanished" || in.state == StateRemoving, p.clk.Now())
 	p.signalSlotsLocked()
 	if gone := p.o.InstanceGone; gone != nil {
 		go gone(in.id)

@@ -171,6 +171,7 @@ type poolReport struct {
 // pool asked for are deleted: nothing is left orphaned by a restart.
 func (p *Pool) sync(ctx context.Context, now time.Time) error {
 	var reps []poolReport
+	p.metricProviderCall("reconcile")
 	if err := p.o.Provider.Update(ctx, func(id string, st fleet.State) { reps = append(reps, poolReport{id, st}) }); err != nil {
 		p.providerError("update", err)
 		return fmt.Errorf("update instances: %w", err)
@@ -226,9 +227,11 @@ func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstanc
 				p.markRemovingLocked(in, PoolReasonInterrupted, fmt.Sprintf("%d job(s) of the previous process ran on it and cannot be resumed", len(s.Slots)))
 			}
 			p.log.Info("re-adopted instance from state file", "instance", r.id, "use_count", s.UseCount)
+			p.metricAppearedLocked(in, false, now)
 			return in
 		}
 		in := p.newInstanceLocked(r.id, now)
+		p.metricAppearedLocked(in, false, now)
 		if p.o.AdoptUnknown {
 			p.log.Info("adopted instance found at start", "instance", r.id)
 			return in
@@ -236,27 +239,37 @@ func (p *Pool) adoptLocked(r poolReport, first bool, now time.Time) *poolInstanc
 		p.markRemovingLocked(in, PoolReasonUnknownAtStart, "not in the state file: deleted for safety")
 		return in
 	}
-	created := now
-	if len(p.pending) > 0 {
+	created, asked := now, len(p.pending) > 0
+	if asked {
 		created = p.pending[0]
 		p.pending = p.pending[1:]
 	} else {
 		p.log.Warn("provider reports an instance the pool did not ask for; adopting it", "instance", r.id)
 	}
-	return p.newInstanceLocked(r.id, created)
+	in := p.newInstanceLocked(r.id, created)
+	p.metricAppearedLocked(in, asked, now)
+	return in
 }
 
 func (p *Pool) applyReportLocked(in *poolInstance, st fleet.State, now time.Time) {
 	in.provState = st
 	switch st {
+	case fleet.StateRunning:
+		p.metricRunningLocked(in, now)
 	case fleet.StateDeleting:
 		if in.state != StateRemoving {
 			p.markRemovingLocked(in, PoolReasonProviderDeleted, "the provider is deleting it")
 		}
 		in.requested = true
+		if in.deleteAt.IsZero() {
+			in.deleteAt = now
+		}
 	case fleet.StateDeleted:
 		p.dropLocked(in, "deleted")
 	case fleet.StateTimeout:
+		if in.state == StateCreating {
+			p.metricCreationFailed(1, now.Sub(in.created))
+		}
 		p.markRemovingLocked(in, PoolReasonBootTimeout, "the provider gave up waiting for it")
 	case fleet.StateSuspending, fleet.StateSuspended, fleet.StateResuming:
 		// Drover never suspends instances; one suspended behind its back
@@ -310,6 +323,7 @@ func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
 	now := p.clk.Now()
 	if err != nil {
 		p.providerError("ready_command", err)
+		p.metricCreationFailed(1, now.Sub(in.created))
 		p.noteCreateFailureLocked(now)
 		p.markRemovingLocked(in, PoolReasonReadyFailed, err.Error())
 		return
@@ -323,6 +337,7 @@ func (p *Pool) markReady(in *poolInstance, info fleet.ConnectInfo, err error) {
 		in.ready = now
 		p.createFails = 0
 		p.noteBootLocked(now.Sub(in.created))
+		p.metricReadyLocked(in, now)
 	}
 	p.dirty = true
 	p.log.Debug("instance ready", "instance", in.id, "boot", now.Sub(in.created))
@@ -449,12 +464,14 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 	if m := p.o.Metrics; m != nil {
 		m.Decisions.WithLabelValues(p.runner).Inc()
 	}
+	removed := 0
 	for _, r := range dec.Remove {
 		in := p.byID[r.ID]
 		if in == nil || in.state != StateIdle || in.acquired > 0 {
 			continue // taken by a job since the snapshot, or not removable
 		}
 		p.markRemovingLocked(in, poolReasonLabel(r.Reason), r.Reason)
+		removed++
 	}
 	create := dec.Create
 	if create > 0 && p.createFails > 0 && now.Before(p.createAt) {
@@ -491,13 +508,24 @@ func (p *Pool) decide(ctx context.Context, now time.Time) {
 		}
 	}
 	p.recordDecisionLocked(now, pol, &dec, create)
+	desired := create - removed
+	for _, in := range insts {
+		if in.State != StateRemoving {
+			desired++
+		}
+	}
+	p.metricScaleLocked(desired, create > 0, removed > 0)
 	p.mu.Unlock()
 	if create <= 0 {
 		return
 	}
+	p.metricProviderCall("provision")
 	n, err := p.o.Provider.Increase(ctx, create)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if n < create {
+		p.metricCreationFailed(create-max(0, n), p.clk.Now().Sub(now))
+	}
 	for range max(0, n) {
 		p.pending = append(p.pending, now)
 	}
@@ -556,6 +584,7 @@ func (p *Pool) deletions(ctx context.Context, now time.Time) {
 	if m := p.o.Metrics; m != nil && retries > 0 {
 		m.DeletionRetries.WithLabelValues(p.runner).Add(float64(retries))
 	}
+	p.metricProviderCall("removal")
 	ok, err := p.o.Provider.Decrease(ctx, ids)
 	if err != nil {
 		p.providerError("decrease", err)
@@ -574,6 +603,9 @@ func (p *Pool) deletions(ctx context.Context, now time.Time) {
 		if accepted[id] {
 			in.requested = true
 			in.attempts = 0
+			if in.deleteAt.IsZero() {
+				in.deleteAt = now
+			}
 			// Ask again if the provider has not acted on it by then.
 			in.retryAt = now.Add(p.o.DeletionRetryInterval)
 			continue
@@ -586,25 +618,6 @@ func (p *Pool) deletions(ctx context.Context, now time.Time) {
 		in.retryAt = now.Add(min(p.o.DeletionRetryInterval<<min(in.attempts-1, 16), 30*p.o.DeletionRetryInterval))
 		p.log.Warn("instance deletion failed; will retry", "instance", id, "attempts", in.attempts, "retry_at", in.retryAt)
 	}
-}
-
-func (p *Pool) updateGaugesLocked() {
-	m := p.o.Metrics
-	if m == nil {
-		return
-	}
-	var c [4]int
-	for _, in := range p.insts {
-		c[in.state]++
-	}
-	c[StateCreating] += len(p.pending)
-	for s, name := range []string{"creating", "idle", "busy", "removing"} {
-		m.Instances.WithLabelValues(p.runner, name).Set(float64(c[s]))
-	}
-	m.FleetingInstances.WithLabelValues(p.runner, "creating").Set(float64(c[StateCreating]))
-	m.FleetingInstances.WithLabelValues(p.runner, "running").Set(float64(c[StateIdle] + c[StateBusy]))
-	m.FleetingInstances.WithLabelValues(p.runner, "deleting").Set(float64(c[StateRemoving]))
-	m.FleetingMaxInstances.WithLabelValues(p.runner).Set(float64(p.pol.MaxInstances))
 }
 
 // Shutdown stops the scaling loop. With deleteInstances it removes every
@@ -638,6 +651,9 @@ func (p *Pool) Shutdown(ctx context.Context, deleteInstances bool) error {
 		p.deletions(ctx, now)
 	}
 	p.flushState()
+	if m := p.o.Metrics; m != nil {
+		m.machineStates.forget(p)
+	}
 	if err := p.o.Provider.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("shut down fleet provider: %w", err))
 	}

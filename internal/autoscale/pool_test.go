@@ -609,8 +609,9 @@ func TestPoolSetPolicyAndGauges(t *testing.T) {
 	if got := testutil.ToFloat64(h.m.Instances.WithLabelValues("r1", "creating")); got != 2 {
 		t.Errorf("instances{state=creating} = %v, want 2", got)
 	}
-	for state, want := range map[string]float64{"creating": 2, "running": 1, "deleting": 0} {
-		if got := testutil.ToFloat64(h.m.FleetingInstances.WithLabelValues("r1", state)); got != want {
+	// The two just asked for are fleeting's pending until reported.
+	for state, want := range map[string]float64{"pending": 2, "creating": 0, "running": 1, "deleting": 0} {
+		if got := testutil.ToFloat64(h.m.FleetingInstances.WithLabelValues("r1", "", "", state)); got != want {
 			t.Errorf("fleeting_provisioner_instances{state=%s} = %v, want %v", state, got, want)
 		}
 	}

@@ -49,6 +49,9 @@ type Options struct {
 	// InstanceGone is called with the runner and id of every instance a
 	// pool drops, after the Set forgot its host key.
 	InstanceGone func(shortToken, id string)
+	// SystemID is the manager's system id, a label of GitLab Runner's
+	// autoscaling metric families.
+	SystemID string
 }
 
 // Set holds one autoscale.Pool per [[runners]] entry with executor
@@ -289,6 +292,9 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 		DeletionRetryInterval:    sp.DeletionRetryInterval,
 		ShutdownDeletionInterval: sp.ShutdownDeletionInterval,
 		Metrics:                  s.metrics,
+		Executor:                 sp.Executor,
+		RunnerName:               sp.Name,
+		SystemID:                 s.o.SystemID,
 	})
 	if err != nil {
 		return nil, err
