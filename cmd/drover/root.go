@@ -57,6 +57,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newAutoscaleCmd(),
 		newHelperCmd(),
 		newHelperImageCmd(),
+		newImageCmd(),
 		newFleetingCmd(),
 		&cobra.Command{
 			Use:   "version",
