@@ -7,7 +7,7 @@
 # nginx (the load balancer in front of several coordinators), zip and
 # unzip (the format checks and the baseline of the archive benchmarks), GNU
 # time (the peak RSS the archive and helper cache benchmarks report),
-# versitygw (the S3 server of the cache tests), Chromium (the web UI's
+# versitygw (the S3 server of the cache tests), helm (the chart's tests), Chromium (the web UI's
 # browser tests, headless), staticcheck, and for the Kubernetes test
 # cluster (scripts/kubecluster, internal/kubetest) etcd, containerd, runc,
 # the CNI plugins, openssl, curl, util-linux, iptables, iproute2 and gcc), so
@@ -61,6 +61,13 @@ fi
 if [ ! -x "$DROVER_BIN/versitygw" ]; then
   echo "== installing versitygw"
   GOBIN="$DROVER_BIN" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+fi
+# helm, for the chart's tests (e2e TestHelmChart, TestHelmTemplate): the
+# CLI only, never in go.mod (about 4 minutes to build the first time).
+HELM_VERSION=v3.22.0
+if [ ! -x "$DROVER_BIN/helm" ] || ! "$DROVER_BIN/helm" version --short 2>/dev/null | grep -q "^$HELM_VERSION"; then
+  echo "== installing helm $HELM_VERSION"
+  GOBIN="$DROVER_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
 
 echo "== gofmt"

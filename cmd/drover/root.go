@@ -58,6 +58,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newAutoscaleCmd(),
 		newHelperCmd(),
 		newHelperImageCmd(),
+		newImageCmd(),
 		newFleetingCmd(),
 	)
 	root.AddCommand(serviceCmds()...)

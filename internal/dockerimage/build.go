@@ -93,6 +93,15 @@ func Ensure(ctx context.Context, cli ImageAPI, tag string, labels map[string]str
 	} else if !cerrdefs.IsNotFound(err) {
 		return false, fmt.Errorf("dockerimage: inspect image %s: %w", tag, err)
 	}
+	if err := buildContext(ctx, cli, tag, labels, write); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// buildContext builds tag from the context write writes, streamed to the
+// engine as it is written (the Context is closed here).
+func buildContext(ctx context.Context, cli BuildAPI, tag string, labels map[string]string, write func(*Context) error) error {
 	pr, pw := io.Pipe()
 	var writeErr error
 	done := make(chan struct{})
@@ -105,16 +114,13 @@ func Ensure(ctx context.Context, cli ImageAPI, tag string, labels map[string]str
 		}
 		pw.CloseWithError(writeErr)
 	}()
-	err = Build(ctx, cli, tag, labels, pr)
+	err := Build(ctx, cli, tag, labels, pr)
 	pr.CloseWithError(errBuildOver)
 	<-done
 	// A context that could not be written fails the build too: its own
 	// error says what is missing, the build's only that the stream broke.
 	if writeErr != nil && !errors.Is(writeErr, errBuildOver) {
-		return false, fmt.Errorf("dockerimage: build context of %s: %w", tag, writeErr)
+		return fmt.Errorf("dockerimage: build context of %s: %w", tag, writeErr)
 	}
-	if err != nil {
-		return false, err
-	}
-	return true, nil
+	return err
 }

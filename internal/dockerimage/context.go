@@ -5,7 +5,8 @@
 // ImageBuild API.
 //
 // It holds the generic pieces (Context, Build, Ensure) and the recipes of
-// the docker executor's helper image (WriteHelperContext, EnsureHelper) and
+// the docker executor's helper image (WriteHelperContext, EnsureHelper), of
+// drover's own image (WriteDroverContext, EnsureDrover) and
 // of the images the tests run (WriteBusyboxContext, WriteBashContext,
 // WriteServiceContext, EnsureTestImages).
 package dockerimage

@@ -42,7 +42,7 @@ func readTar(t *testing.T, data []byte) []entry {
 			t.Fatalf("read %s: %v", h.Name, err)
 		}
 		e := entry{Name: h.Name, Type: h.Typeflag, Mode: h.Mode, Uid: h.Uid, Linkname: h.Linkname}
-		if len(body) < 200 {
+		if len(body) < 1000 {
 			e.Data = string(body)
 		}
 		out = append(out, e)
@@ -411,5 +411,65 @@ func TestFileTar(t *testing.T) {
 	want := []entry{{Name: "home/drover/.ssh/authorized_keys", Type: tar.TypeReg, Mode: 0o600, Data: "ssh-ed25519 AAAA\n"}}
 	if got := readTar(t, data); len(got) != 1 || got[0] != want[0] {
 		t.Errorf("got %+v, want %+v (no directory entry)", got, want)
+	}
+}
+
+func TestWriteDroverContext(t *testing.T) {
+	needHost(t, HostBusybox)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	c := NewContext(&buf)
+	if err := WriteDroverContext(c, self); err != nil {
+		t.Fatalf("WriteDroverContext: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	m := byName(t, readTar(t, buf.Bytes()))
+	df := m["Dockerfile"].Data
+	for _, want := range []string{"FROM scratch", "USER 1000:1000", `ENTRYPOINT ["drover"]`, "WORKDIR /var/lib/drover",
+		"COPY --chown=1000:1000 config/ /etc/drover/", "COPY --chown=1000:1000 data/ /var/lib/drover/"} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q:\n%s", want, df)
+		}
+	}
+	for name, typ := range map[string]byte{
+		"rootfs/usr/bin/drover": tar.TypeReg,
+		"rootfs/bin/busybox":    tar.TypeReg,
+		"rootfs/bin/sh":         tar.TypeSymlink,
+		"rootfs/usr/bin/wget":   tar.TypeSymlink,
+		"rootfs/etc/passwd":     tar.TypeReg,
+		"rootfs/tmp/":           tar.TypeDir,
+	} {
+		if e, ok := m[name]; !ok || e.Type != typ {
+			t.Errorf("%s: got %+v, want type %c", name, e, typ)
+		}
+	}
+	for _, d := range []string{"config/", "data/"} {
+		if e := m[d]; e.Type != tar.TypeDir || e.Uid != DroverUID {
+			t.Errorf("%s: got %+v, want a directory of uid %d", d, e, DroverUID)
+		}
+	}
+	if !strings.Contains(m["rootfs/etc/passwd"].Data, "drover:x:1000:1000:drover:/var/lib/drover:") {
+		t.Errorf("/etc/passwd lacks the drover user:\n%s", m["rootfs/etc/passwd"].Data)
+	}
+	if _, err := os.Stat(hostCACerts); err == nil {
+		if _, ok := m["rootfs"+hostCACerts]; !ok {
+			t.Errorf("%s is missing", hostCACerts)
+		}
+	}
+	if _, ok := m["rootfs/usr/bin/git"]; ok {
+		t.Errorf("drover's image has git: it is the helper's")
+	}
+}
+
+func TestDroverTag(t *testing.T) {
+	for in, want := range map[string]string{"1.2.3": "drover:1.2.3", "0.1.0-dev": "drover:0.1.0-dev", "1.2.3+abc": "drover:1.2.3-abc"} {
+		if got := DroverTag(in); got != want {
+			t.Errorf("DroverTag(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

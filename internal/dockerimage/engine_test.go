@@ -116,12 +116,14 @@ func removeImage(t *testing.T, cli *dockerclient.Client, tag string) {
 
 // spec is a container to run.
 type spec struct {
-	image   string
-	cmd     []string
-	name    string   // "" for a unique one
-	binds   []string // host:container[:ro]
-	network string
-	detach  bool // start it and return, for a service
+	image string
+	cmd   []string
+	// entrypoint replaces the image's.
+	entrypoint []string
+	name       string   // "" for a unique one
+	binds      []string // host:container[:ro]
+	network    string
+	detach     bool // start it and return, for a service
 }
 
 // run runs a container, removed at cleanup, and returns its exit code and
@@ -138,7 +140,7 @@ func run(t *testing.T, cli *dockerclient.Client, s spec) (int64, string) {
 		hc.NetworkMode = container.NetworkMode(s.network)
 	}
 	created, err := cli.ContainerCreate(ctx, &container.Config{
-		Image: s.image, Cmd: s.cmd, Labels: map[string]string{labelRun: runID},
+		Image: s.image, Cmd: s.cmd, Entrypoint: s.entrypoint, Labels: map[string]string{labelRun: runID},
 	}, hc, nil, nil, s.name)
 	if err != nil {
 		t.Fatalf("create container from %s: %v", s.image, err)
@@ -186,8 +188,8 @@ func expect(t *testing.T, cli *dockerclient.Client, s spec, want string) {
 }
 
 // buildDrover builds ./cmd/drover of this module into a temporary
-// directory.
-func buildDrover(t *testing.T) string {
+// directory, with env (NAME=value) added to the build's environment.
+func buildDrover(t *testing.T, env ...string) string {
 	t.Helper()
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
@@ -196,6 +198,7 @@ func buildDrover(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "drover")
 	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/drover")
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/drover: %v\n%s", err, out)
 	}
@@ -281,6 +284,53 @@ func TestHelperImage(t *testing.T) {
 			"git -C /builds/r log --format=%s && cat /builds/r/README && " +
 			"git -C /builds/r submodule status && echo submodule runs"},
 	}, "first commit\ncloned by the helper image\nsubmodule runs")
+}
+
+// TestDroverImage builds drover's image from a static drover (as
+// scripts/images.sh does): it runs drover as uid 1000 by its entrypoint,
+// has a shell and its directories, and a rebuilt binary of the same
+// version gets a new image under the same tag.
+func TestDroverImage(t *testing.T) {
+	t.Parallel()
+	cli := engine(t)
+	bin := buildDrover(t, "CGO_ENABLED=0")
+	tag := unique("drover-dockerimage-test-drover") + ":1"
+	t.Cleanup(func() { removeImage(t, cli, tag) })
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if built, err := dockerimage.EnsureDrover(ctx, cli, bin, tag, "9.9.9"); err != nil || !built {
+		t.Fatalf("EnsureDrover: built %v, %v", built, err)
+	}
+	logImage(t, cli, tag, time.Since(start))
+	img, err := cli.ImageInspect(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Config.User != "1000:1000" || len(img.Config.Entrypoint) != 1 || img.Config.Entrypoint[0] != "drover" ||
+		img.Config.Labels["org.opencontainers.image.version"] != "9.9.9" || img.Config.Labels[dockerimage.LabelDrover] != "1" {
+		t.Errorf("image config: user %q, entrypoint %v, labels %v", img.Config.User, img.Config.Entrypoint, img.Config.Labels)
+	}
+	if built, err := dockerimage.EnsureDrover(ctx, cli, bin, tag, "9.9.9"); err != nil || built {
+		t.Errorf("second EnsureDrover: built %v, %v", built, err)
+	}
+	expect(t, cli, spec{image: tag, cmd: []string{"version"}}, "drover ")
+	expect(t, cli, spec{image: tag, entrypoint: []string{"sh", "-c"},
+		cmd: []string{"id -u && touch /var/lib/drover/x /etc/drover/y && pwd && echo $HOME && wget --help 2>&1 | head -1"}},
+		"1000\n/var/lib/drover\n/var/lib/drover\nBusyBox")
+
+	// Another binary, same version: the tag moves to a new image.
+	other := filepath.Join(t.TempDir(), "drover")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, append(data, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if built, err := dockerimage.EnsureDrover(ctx, cli, other, tag, "9.9.9"); err != nil || !built {
+		t.Errorf("EnsureDrover of a changed binary: built %v, %v", built, err)
+	}
 }
 
 func TestTestImages(t *testing.T) {

@@ -2,10 +2,7 @@ package dockerimage
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -221,16 +218,11 @@ func linkUsrBin(c *Context, root string) error {
 // "drover-helper:" and the first 12 hex digits of the binary's sha256, so
 // a changed binary gets a new image.
 func HelperTag(droverBinary string) (string, error) {
-	f, err := os.Open(droverBinary)
+	sum, err := binaryDigest(droverBinary)
 	if err != nil {
-		return "", fmt.Errorf("dockerimage: the helper image needs the drover binary: %w", err)
+		return "", err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("dockerimage: hash %s: %w", droverBinary, err)
-	}
-	return "drover-helper:" + hex.EncodeToString(h.Sum(nil))[:12], nil
+	return "drover-helper:" + sum[:12], nil
 }
 
 // EnsureHelper makes sure the engine has the helper image of droverBinary
