@@ -22,7 +22,9 @@ func (oneRunnerFleet) FleetRunners() []web.FleetRunner {
 	return []web.FleetRunner{{Name: "fleet-one", ShortToken: "abcd1234", Plugin: "sim"}}
 }
 
-func (oneRunnerFleet) FleetTrace(string) (autoscale.JobTrace, bool) { return autoscale.JobTrace{}, false }
+func (oneRunnerFleet) FleetTrace(string) (autoscale.JobTrace, bool) {
+	return autoscale.JobTrace{}, false
+}
 
 // fleetServer serves a fleet page with sign-in s on a real loopback
 // server (TLS when tlsOn); clk is its clock.
