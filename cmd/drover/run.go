@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/manager"
 	"github.com/drover-ci/drover/internal/sshx"
+	"github.com/drover-ci/drover/internal/web"
 )
 
 // tables are the per-runner executor settings drover run keeps in step
@@ -192,6 +194,7 @@ func logWarnings(logger *slog.Logger, warns []config.Warning) {
 func newRunCmd() *cobra.Command {
 	var cfgPath, logLevel, logFormat, workDir, onSigterm string
 	var serve serveFlags
+	var fleetf fleetFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the runner manager: take jobs from coordinators and run them",
@@ -219,12 +222,24 @@ listen_address (config.toml) serves /metrics, the health endpoints and the
 fleet page over plain HTTP, as GitLab Runner's does. --listen-tls-cert and
 --listen-tls-key serve it over HTTPS instead (TLS 1.2 or newer, the files
 read again when they change); --listen-metrics-token-file makes /metrics
-require that token as Authorization: Bearer. These are flags, not
-config.toml keys, so that the file stays GitLab Runner's.`,
+require that token as Authorization: Bearer.
+
+The fleet page (/fleet) and /debug/ take a sign-in: the token of
+--listen-token-file (Authorization: Bearer, or the form at /fleet/login),
+or, with --listen-url, the coordinator's: drover run reports that URL with
+its requests and drover's coordinator links the fleet page from its
+runners page, with a short-lived ticket signed with the runner's token.
+With neither, the pages are open while listen_address is a loopback
+address (127.0.0.1, localhost, ::1) and refused (403) on any other; the
+health endpoints are always open. These are flags, not config.toml keys,
+so that the file stays GitLab Runner's.`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			// Files named relative to where drover run started, as --config.
 			if err := serve.absolute(); err != nil {
+				return err
+			}
+			if err := fleetf.absolute(); err != nil {
 				return err
 			}
 			return enterWorkingDirectory(cmd, workDir)
@@ -257,6 +272,10 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 				return err
 			}
 			sec, err := serve.load(logger)
+			if err != nil {
+				return err
+			}
+			access, err := fleetf.load()
 			if err != nil {
 				return err
 			}
@@ -305,6 +324,7 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 				Providers:  provs,
 				SystemID:   systemID,
 				Version:    version,
+				FleetURL:   access.url,
 				// The cache and artifact stages of the shell executor run
 				// this very binary's helper.
 				HelperCommand: helperCommand(),
@@ -319,7 +339,7 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 			if onSigterm != "abort" && onSigterm != "leave" {
 				return usageError(fmt.Errorf("--on-sigterm %q: want abort or leave", onSigterm))
 			}
-			err = runManager(cmd.Context(), logger, m, connMetrics, sec, pools, t, cfgPath, cfg, onSigterm == "leave")
+			err = runManager(cmd.Context(), logger, m, connMetrics, sec, access.signIn, systemID, pools, t, cfgPath, cfg, onSigterm == "leave")
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), m.Config().ShutdownTimeoutDuration())
 			defer cancel()
 			// Jobs' containers first: those on autoscaled instances need
@@ -354,20 +374,26 @@ config.toml keys, so that the file stays GitLab Runner's.`,
 	f.StringVar(&onSigterm, "on-sigterm", "abort", "abort: SIGTERM/SIGINT abort running jobs; leave: exit at once and leave them to be resumed, when a job store keeps every one")
 	f.StringVar(&logFormat, "log-format", "", "runner, text or json (default: log_format of config.toml)")
 	serve.define(f, "listen-", "listen_address")
+	fleetf.define(f)
 	return cmd
 }
 
 // runManager runs m with signal handling, config reloads and the
 // listen_address server.
-func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, sec serveSecurity, pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config, leave bool) error {
+func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager, connMetrics *httpserver.Metrics, sec serveSecurity,
+	signIn func(*manager.Manager, string, func() bool) web.FleetSignIn, systemID string,
+	pools *runnerpool.Set, t *tables, cfgPath string, cfg *config.Config, leave bool) error {
 	ctx, abort := context.WithCancel(parent)
 	defer abort()
 
-	handler, err := listenHandler(logger, m, pools)
+	ms := &metricsServer{log: logger, metrics: connMetrics, tls: sec.tls}
+	si := signIn(m, systemID, ms.loopback.Load)
+	ms.signIn = si.Token != "" || si.TicketKeys != nil
+	handler, err := listenHandler(logger, m, pools, si)
 	if err != nil {
 		return err
 	}
-	ms := &metricsServer{log: logger, handler: sec.handler(handler), metrics: connMetrics, tls: sec.tls}
+	ms.handler = sec.handler(handler)
 	if err := ms.apply(cfg.ListenAddress); err != nil {
 		return usageError(fmt.Errorf("%s: listen_address: %w", cfgPath, err))
 	}
@@ -467,11 +493,15 @@ const (
 type metricsServer struct {
 	log     *slog.Logger
 	handler http.Handler
-	metrics *httpserver.Metrics // shared by the servers that follow one another
-	tls     *tls.Config         // nil = plain HTTP
-	addr    string              // as configured; "" = not serving
-	bound   net.Addr            // where it serves
-	srv     *httpserver.Server
+	// signIn is set when the fleet page has a way to sign in; without
+	// one it is open only while loopback is set (see listenHandler).
+	signIn   bool
+	loopback atomic.Bool
+	metrics  *httpserver.Metrics // shared by the servers that follow one another
+	tls      *tls.Config         // nil = plain HTTP
+	addr     string              // as configured; "" = not serving
+	bound    net.Addr            // where it serves
+	srv      *httpserver.Server
 }
 
 // apply serves on addr ("" = nowhere) if that is not where it serves now:
@@ -494,9 +524,16 @@ func (ms *metricsServer) apply(addr string) error {
 			MaxConnsPerClient: listenMaxConnsPerClient, MaxConns: listenMaxConns,
 			Logger: ms.log, Metrics: ms.metrics, TLS: ms.tls,
 		})
-		go func() { _ = next.Serve(ln) }()
 		bound = ln.Addr()
-		ms.log.Info("metrics and health listening", append([]any{"addr", bound.String(), "scheme", next.Scheme()}, listenAttrs(next)...)...)
+		// Before the new address serves: until the old one closes, it
+		// may be told it is not on loopback (refused), never the reverse.
+		ms.loopback.Store(isLoopback(bound))
+		go func() { _ = next.Serve(ln) }()
+		ms.log.Info("metrics and health listening", append([]any{"addr", bound.String(), "scheme", next.Scheme(), "fleet_sign_in", ms.signIn}, listenAttrs(next)...)...)
+		if !ms.signIn && !isLoopback(bound) {
+			ms.log.Warn("listen_address is not a loopback address and the fleet page has no sign-in: /fleet and /debug/ answer 403; "+
+				"start drover run with --listen-token-file or --listen-url to serve them", "addr", bound.String())
+		}
 	}
 	if ms.srv != nil {
 		ms.srv.Close()

@@ -125,6 +125,11 @@ type VersionInfo struct {
 	Features     FeaturesInfo      `json:"features"`
 	Config       map[string]any    `json:"config,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	// FleetURL (drover's own; GitLab keeps only the info fields it knows)
+	// is the URL at which browsers reach the manager's fleet page
+	// (drover run --listen-url): drover's coordinator links it from its
+	// runners page.
+	FleetURL string `json:"drover_fleet_url,omitempty"`
 }
 
 // SessionInfo is the optional interactive session of a job request.

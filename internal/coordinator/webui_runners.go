@@ -16,7 +16,10 @@ import (
 // still get a job), a delete goes through runnerapi.Runners so that the
 // coordinator forgets the runner's managers.
 
-var _ web.Runners = webSource{}
+var (
+	_ web.Runners       = webSource{}
+	_ web.ManagerFleets = webSource{}
+)
 
 // maxRunnerJobs bounds the jobs the runners page lists (those held by
 // runners: waiting for their accept, running or canceling).
@@ -57,7 +60,7 @@ func (s webSource) ListRunners(ctx context.Context) ([]web.Runner, error) {
 		for _, m := range ms {
 			v.Managers = append(v.Managers, web.RunnerManager{
 				SystemID: m.SystemID, ContactedAt: m.ContactedAt, Version: m.Version,
-				Executor: m.Executor, Platform: m.Platform, Arch: m.Arch,
+				Executor: m.Executor, Platform: m.Platform, Arch: m.Arch, FleetURL: m.FleetURL,
 			})
 		}
 		out = append(out, v)
@@ -88,4 +91,27 @@ func (s webSource) DeleteRunner(ctx context.Context, id int64) error {
 		return fmt.Errorf("delete runner %d: %w", id, err)
 	}
 	return nil
+}
+
+// ManagerFleet gives the runners page what signs in to a manager's fleet
+// page: the URL it reported and its runner's token hash, which keys the
+// tickets (the coordinator never has the token itself).
+func (s webSource) ManagerFleet(ctx context.Context, runnerID int64, systemID string) (string, string, error) {
+	rn, err := s.c.st.GetRunner(ctx, runnerID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", "", web.ErrRunnerNotFound
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("get runner %d: %w", runnerID, err)
+	}
+	ms, err := s.c.st.ListRunnerManagers(ctx, runnerID)
+	if err != nil {
+		return "", "", fmt.Errorf("list managers of runner %d: %w", runnerID, err)
+	}
+	for _, m := range ms {
+		if m.SystemID == systemID {
+			return m.FleetURL, rn.TokenHash, nil
+		}
+	}
+	return "", "", web.ErrRunnerNotFound
 }

@@ -32,6 +32,10 @@ type Options struct {
 	Providers map[string]executor.Provider
 	SystemID  string
 	Version   string
+	// FleetURL, if set, is where browsers reach this manager's fleet
+	// page; it goes to the coordinator with every request's info
+	// (drover_fleet_url), for drover's coordinator to link.
+	FleetURL string
 	// HelperCommand is the shell words that run `drover helper` on this
 	// host (the drover binary), for the cache and artifact stages of the
 	// shell executor; "" skips those stages with a warning.
@@ -463,6 +467,7 @@ func (m *Manager) versionInfo(r *config.RunnerConfig, p executor.Provider) api.V
 		Architecture: runtime.GOARCH,
 		Executor:     r.Executor,
 		Shell:        r.Shell,
+		FleetURL:     m.opts.FleetURL,
 	}
 	if info.Shell == "" {
 		info.Shell = p.DefaultShell()

@@ -63,7 +63,7 @@ func (m *Manager) salvageCorrupt(ctx context.Context, name string, jobID int64) 
 			log.Warn("corrupt record: could not write the reason to the job log", "err", err)
 		}
 	}
-	info := api.VersionInfo{Name: "drover", Version: m.opts.Version, Executor: r.Executor}
+	info := api.VersionInfo{Name: "drover", Version: m.opts.Version, Executor: r.Executor, FleetURL: m.opts.FleetURL}
 	resp, err := client.UpdateJob(ctx, jobID, api.UpdateJobRequest{Info: info, Token: token, State: api.StateFailed, FailureReason: api.RunnerSystemFailure})
 	switch {
 	case err != nil:

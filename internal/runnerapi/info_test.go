@@ -38,6 +38,11 @@ func TestValidInfo(t *testing.T) {
 		{"zero-width space", api.VersionInfo{Name: "a\u200bb"}, "info.name"},
 		{"tab", api.VersionInfo{Name: "a\tb"}, "info.name"},
 		{"first bad field named", api.VersionInfo{Name: "\n", Version: "\n"}, "info.name"},
+		{"fleet URL", api.VersionInfo{FleetURL: "https://manager1.example.com:9252"}, ""},
+		{"fleet URL javascript:", api.VersionInfo{FleetURL: "javascript:alert(document.cookie)"}, "info.drover_fleet_url"},
+		{"fleet URL relative", api.VersionInfo{FleetURL: "/fleet"}, "info.drover_fleet_url"},
+		{"fleet URL with a user", api.VersionInfo{FleetURL: "http://u:p@manager1"}, "info.drover_fleet_url"},
+		{"fleet URL checked after the others", api.VersionInfo{Name: "\n", FleetURL: "javascript:x"}, "info.name"},
 		{"config and labels not checked", api.VersionInfo{Config: map[string]any{"gpus": "\n"}, Labels: map[string]string{"\n": "\n"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/fleetticket"
 )
 
 // Registry is where Runners keeps runner tokens and runner managers: the
@@ -213,6 +214,7 @@ func (s *Runners) Touch(ctx context.Context, rn store.Runner, systemID string, i
 	m := store.RunnerManager{
 		RunnerID: rn.ID, SystemID: systemID, ContactedAt: now,
 		Version: info.Version, Executor: info.Executor, Platform: info.Platform, Arch: info.Architecture,
+		FleetURL: info.FleetURL,
 	}
 	if err := s.reg.UpsertRunnerManager(ctx, m); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("record runner manager", "runner_id", rn.ID, "system_id", systemID, "err", err)
@@ -646,7 +648,8 @@ const (
 // printable (no control, format or invalid UTF-8 character). The answer
 // names the first field that is not, as info.version and the like.
 // features, config and labels are neither stored nor shown, and are not
-// checked.
+// checked. drover_fleet_url, linked from the runners page, is empty or an
+// http(s) URL as fleetticket.CheckURL takes it.
 func ValidInfo(info *api.VersionInfo) *BadRequest {
 	for _, f := range []struct {
 		name, value string
@@ -662,6 +665,11 @@ func ValidInfo(info *api.VersionInfo) *BadRequest {
 	} {
 		if utf8.RuneCountInString(f.value) > f.max || !Printable(f.value) {
 			return Invalid("info."+f.name, "info.%s must be at most %d printable characters", f.name, f.max)
+		}
+	}
+	if info.FleetURL != "" {
+		if err := fleetticket.CheckURL(info.FleetURL); err != nil {
+			return Invalid("info.drover_fleet_url", "info.drover_fleet_url must be an http or https URL without user, query or fragment: %v", err)
 		}
 	}
 	return nil

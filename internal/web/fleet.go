@@ -20,9 +20,9 @@ import (
 // The fleet page is the runner manager's (drover run's listen_address,
 // next to /metrics): for each autoscaled runner, its instances by state,
 // the policy's last decision and a chart of the last hour. It is
-// read-only and has no sign-in: listen_address has no authentication
-// (bind it to localhost or a private network). It shares the UI's layout
-// and static files, and is followed as a live section (live.go).
+// read-only; who may see it is FleetConfig.SignIn (fleet_auth.go). It
+// shares the UI's layout and static files, and is followed as a live
+// section (live.go).
 
 // Fleet is the autoscaled runners of a runner manager.
 type Fleet interface {
@@ -44,9 +44,11 @@ type FleetRunner struct {
 
 // FleetConfig configures NewFleetPage.
 type FleetConfig struct {
-	Fleet Fleet         // required
-	Clock clock.Clock   // nil = real
-	Poll  time.Duration // how often the live page checks; default 2s
+	Fleet Fleet // required
+	// SignIn is who may see the page; its zero value refuses everyone.
+	SignIn FleetSignIn
+	Clock  clock.Clock   // nil = real
+	Poll   time.Duration // how often the live page checks; default 2s
 	// WhatIfTimeout bounds a what-if's simulations; 0 =
 	// DefaultWhatIfTimeout.
 	WhatIfTimeout time.Duration
@@ -61,6 +63,7 @@ type FleetPage struct {
 	log  *slog.Logger
 	cfg  FleetConfig
 	tmpl *template.Template
+	auth *fleetAuth
 	// simulating holds the one what-if running at a time.
 	simulating chan struct{}
 	// whatIfHook, when set (tests), runs before a what-if's simulations
@@ -87,15 +90,19 @@ func NewFleetPage(logger *slog.Logger, cfg FleetConfig) (*FleetPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FleetPage{log: cmp.Or(logger, slog.New(slog.DiscardHandler)), cfg: cfg, tmpl: t, simulating: make(chan struct{}, 1)}, nil
+	return &FleetPage{log: cmp.Or(logger, slog.New(slog.DiscardHandler)), cfg: cfg, tmpl: t, auth: newFleetAuth(cfg.SignIn), simulating: make(chan struct{}, 1)}, nil
 }
 
-// Mount registers GET /fleet, GET /fleet/events, GET /fleet/whatif and
-// GET /static/ on m.
+// Mount registers GET /fleet, GET /fleet/events, GET /fleet/whatif (for
+// the signed in), the sign-in (GET and POST /fleet/login, GET
+// /fleet/signin) and GET /static/ on m.
 func (f *FleetPage) Mount(m Mounter) {
-	m.Handle("GET /fleet", secure(f.handlePage))
-	m.Handle("GET /fleet/events", secure(f.handleEvents))
-	m.Handle("GET /fleet/whatif", secure(f.handleWhatIf))
+	m.Handle("GET /fleet", secure(f.guard(true, f.handlePage)))
+	m.Handle("GET /fleet/events", secure(f.guard(false, f.handleEvents)))
+	m.Handle("GET /fleet/whatif", secure(f.guard(true, f.handleWhatIf)))
+	m.Handle("GET /fleet/login", secure(f.handleLogin))
+	m.Handle("POST /fleet/login", secure(f.handleLogin))
+	m.Handle("GET /fleet/signin", secure(f.handleSignIn))
 	m.Handle("GET /static/", secure(http.StripPrefix("/static/", http.FileServerFS(assets())).ServeHTTP))
 }
 

@@ -29,6 +29,10 @@ func (f *simFleet) FleetRunners() []web.FleetRunner {
 
 func (f *simFleet) FleetTrace(string) (autoscale.JobTrace, bool) { return f.pool.JobTrace(), true }
 
+// openFleet is the sign-in of a fleet page open to everyone (a
+// listener on loopback, nothing configured).
+var openFleet = web.FleetSignIn{Open: func() bool { return true }}
+
 func newSimFleet(t *testing.T, name string) (*simFleet, *httptest.Server) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC))
@@ -45,7 +49,7 @@ func newSimFleet(t *testing.T, name string) (*simFleet, *httptest.Server) {
 		t.Fatal(err)
 	}
 	f := &simFleet{clk: clk, pool: pool, name: name}
-	page, err := web.NewFleetPage(nil, web.FleetConfig{Fleet: f, Clock: clk})
+	page, err := web.NewFleetPage(nil, web.FleetConfig{Fleet: f, Clock: clk, SignIn: openFleet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,7 @@ func newTraceFleetConfig(t *testing.T, hook func(context.Context), cfg web.Fleet
 		f.jobs = append(f.jobs, autoscale.JobRecord{Arrival: at, Duration: 5 * time.Minute})
 	}
 	cfg.Fleet = f
+	cfg.SignIn.Open = func() bool { return true }
 	page, err := web.NewFleetPage(nil, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/drover-ci/drover/internal/fleetticket"
 )
 
 // The runners page: every runner the coordinator knows, its managers and
@@ -57,6 +59,26 @@ type RunnerManager struct {
 	Executor    string
 	Platform    string
 	Arch        string
+	// FleetURL is where browsers reach its fleet page, as it reported
+	// ("" = none).
+	FleetURL string
+}
+
+// FleetLinked reports whether the runners page links m's fleet page: it
+// reported a URL that fleetticket.CheckURL takes (an http or https URL,
+// never a javascript: one).
+func (m RunnerManager) FleetLinked() bool {
+	return m.FleetURL != "" && fleetticket.CheckURL(m.FleetURL) == nil
+}
+
+// ManagerFleets is what a Runners source implements for the runners page
+// to sign in to its managers' fleet pages (fleet_auth.go).
+type ManagerFleets interface {
+	// ManagerFleet returns the fleet page URL that manager systemID of
+	// runner id reported and the hash of the runner's token
+	// (fleetticket.HashToken), which keys the manager's tickets;
+	// ErrRunnerNotFound when there is no such runner or manager.
+	ManagerFleet(ctx context.Context, runnerID int64, systemID string) (fleetURL, tokenHash string, err error)
 }
 
 // RunnerJob is a job a runner holds.
@@ -125,6 +147,7 @@ func (u *UI) mountRunners(m Mounter) {
 	}{
 		{"GET /runners", u.page(u.handleRunners)},
 		{"GET /runners/events", u.stream(u.handleRunnersEvents)},
+		{"GET /runners/{id}/fleet", u.page(u.handleRunnerFleet)},
 		{"POST /runners/{id}/pause", u.adminAction(u.handleRunnerPause(true))},
 		{"POST /runners/{id}/resume", u.adminAction(u.handleRunnerPause(false))},
 		{"POST /runners/{id}/delete", u.adminAction(u.handleRunnerDelete)},
@@ -217,4 +240,42 @@ func (u *UI) handleRunnerDelete(w http.ResponseWriter, r *http.Request, cr crede
 	if id, ok := u.runnerID(w, r, cr); ok {
 		u.runnerDone(w, r, cr, id, "delete runner", u.cfg.Runners.DeleteRunner(r.Context(), id))
 	}
+}
+
+// handleRunnerFleet is GET /runners/{id}/fleet?system_id=: on to the
+// fleet page of that manager of the runner, signed in with a fresh
+// ticket. Any signed-in user may follow it (the fleet page is
+// read-only); the ticket is minted only for a URL fleetticket.CheckURL
+// takes.
+func (u *UI) handleRunnerFleet(w http.ResponseWriter, r *http.Request, cr credentials) {
+	id, ok := u.runnerID(w, r, cr)
+	if !ok {
+		return
+	}
+	sys := r.URL.Query().Get("system_id")
+	src, ok := u.cfg.Runners.(ManagerFleets)
+	if !ok || sys == "" {
+		u.errorPage(w, r, cr, http.StatusNotFound, "No such fleet page.")
+		return
+	}
+	base, hash, err := src.ManagerFleet(r.Context(), id, sys)
+	switch {
+	case errors.Is(err, ErrRunnerNotFound):
+		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("Runner %d has no manager %q.", id, sys))
+		return
+	case err != nil:
+		u.fail(w, r, "fleet page of a manager", err)
+		return
+	}
+	if base == "" || hash == "" {
+		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("Manager %q of runner %d reports no fleet page.", sys, id))
+		return
+	}
+	to, err := fleetticket.SignInURL(base, fleetticket.Mint(hash, sys, u.cfg.Clock.Now().Add(fleetticket.TTL)))
+	if err != nil {
+		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("Manager %q of runner %d reports a fleet page that is not an http(s) URL.", sys, id))
+		return
+	}
+	u.log.Info("web UI: to a manager's fleet page", "runner_id", id, "system_id", sys)
+	http.Redirect(w, r, to, http.StatusSeeOther)
 }

@@ -1,11 +1,19 @@
 package web_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/html"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/fleetticket"
+	"github.com/drover-ci/drover/internal/web"
 )
 
 // runnerView is a runner as the admin API shows it.
@@ -166,6 +174,143 @@ func TestRunnersEscaping(t *testing.T) {
 	for _, bad := range []string{"<img", "<script>t", `"quoted'`} {
 		if strings.Contains(page, bad) {
 			t.Errorf("runners page has %q unescaped", bad)
+		}
+	}
+}
+
+// fleetLinks returns the href of every fleet page link (a.fleet-link)
+// on the page html, parsed.
+func fleetLinks(t *testing.T, page string) []string {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for n := range doc.Descendants() {
+		if n.Type != html.ElementNode || n.Data != "a" {
+			continue
+		}
+		var href, class string
+		for _, a := range n.Attr {
+			switch a.Key {
+			case "href":
+				href = a.Val
+			case "class":
+				class = a.Val
+			}
+		}
+		if class == "fleet-link" {
+			out = append(out, href)
+		}
+	}
+	return out
+}
+
+// TestRunnersPageFleetLink: a manager that reports its fleet page's URL
+// with its job requests is linked from the runners page; the link signs
+// a browser in to that fleet page (a real one, taking tickets signed
+// with the runner's token) through a ticket; a manager without a URL is
+// not linked, and the runner API refuses a URL that is not http(s).
+func TestRunnersPageFleetLink(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var rn struct {
+		ID    int64  `json:"id"`
+		Token string `json:"token"`
+	}
+	e.api("POST", "/api/v1/runners", map[string]any{"description": "fleet-runner", "run_untagged": true}, &rn)
+	fleetSrv := fleetServer(t, web.FleetSignIn{
+		SystemID:   "s_fleet",
+		TicketKeys: func() []string { return []string{fleetticket.HashToken(rn.Token)} },
+	}, nil, false)
+
+	// The managers ask for jobs (none pending: a 204 after the long
+	// poll) with and without a fleet URL; a javascript: one is refused.
+	request := func(sys, fleetURL string) (int, string) {
+		js, _ := json.Marshal(api.JobRequest{Token: rn.Token, SystemID: sys, Info: api.VersionInfo{Name: "drover", Version: "1.0", FleetURL: fleetURL}})
+		resp, b := e.do(e.srv.Client(), "POST", "/api/v4/jobs/request", map[string]string{"Content-Type": "application/json"}, bytes.NewReader(js))
+		return resp.StatusCode, b
+	}
+	if code, b := request("s_fleet", fleetSrv.URL); code != http.StatusNoContent {
+		t.Fatalf("jobs/request with a fleet URL = %d %s", code, b)
+	}
+	if code, b := request("s_plain", ""); code != http.StatusNoContent {
+		t.Fatalf("jobs/request without a fleet URL = %d %s", code, b)
+	}
+	if code, b := request("s_evil", "javascript:alert(document.cookie)"); code != http.StatusBadRequest || !strings.Contains(b, "info.drover_fleet_url") {
+		t.Errorf("jobs/request with a javascript: fleet URL = %d %s, want 400 naming info.drover_fleet_url", code, b)
+	}
+
+	c := e.login()
+	resp, page := e.do(c, "GET", "/runners", nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /runners = %d", resp.StatusCode)
+	}
+	want := fmt.Sprintf("/runners/%d/fleet?system_id=s_fleet", rn.ID)
+	if links := fleetLinks(t, page); len(links) != 1 || links[0] != want {
+		t.Fatalf("fleet links on the runners page = %q, want only %q", links, want)
+	}
+	if strings.Contains(page, "javascript:") || strings.Contains(page, "s_evil") {
+		t.Errorf("the runners page shows the refused manager:\n%s", page)
+	}
+
+	// Not signed in on the coordinator: to its sign-in, no ticket.
+	resp, _ = e.do(e.client(), "GET", want, nil, nil)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/login?") {
+		t.Errorf("GET %s without a session = %d to %q, want 303 to /login", want, resp.StatusCode, loc)
+	}
+	// Signed in: to the fleet page's sign-in with a ticket.
+	resp, _ = e.do(c, "GET", want, nil, nil)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, fleetSrv.URL+"/fleet/signin?ticket=v1.") {
+		t.Fatalf("GET %s = %d to %q, want 303 to %s/fleet/signin?ticket=", want, resp.StatusCode, loc, fleetSrv.URL)
+	}
+	fb := browser(t, fleetSrv)
+	resp, _ = fget(t, fb, loc, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/fleet" {
+		t.Fatalf("GET the ticket's link = %d to %q, want 303 to /fleet", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	checkCookie(t, sessionCookie(resp), false)
+	if resp, body := fget(t, fb, fleetSrv.URL+"/fleet", nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, "fleet-one") {
+		t.Errorf("GET /fleet signed in through the coordinator = %d, want 200 and the page", resp.StatusCode)
+	}
+	// The ticket is taken once.
+	if resp, _ := fget(t, browser(t, fleetSrv), loc, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the ticket's link followed again = %d, want 403", resp.StatusCode)
+	}
+
+	// No link, no ticket: a manager without a URL, an unknown one.
+	for _, path := range []string{
+		fmt.Sprintf("/runners/%d/fleet?system_id=s_plain", rn.ID),
+		fmt.Sprintf("/runners/%d/fleet?system_id=s_none", rn.ID),
+		fmt.Sprintf("/runners/%d/fleet?system_id=s_evil", rn.ID),
+		fmt.Sprintf("/runners/%d/fleet", rn.ID),
+		"/runners/999/fleet?system_id=s_fleet",
+	} {
+		if resp, _ := e.do(c, "GET", path, nil, nil); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s = %d, want 404", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestFleetLinked: only an http(s) URL is linked, whatever a store
+// holds.
+func TestFleetLinked(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{"https://manager1.example.com:9252", true},
+		{"http://127.0.0.1:9252/", true},
+		{"", false},
+		{"javascript:alert(1)", false},
+		{" javascript:alert(1)", false},
+		{"data:text/html,x", false},
+		{"//evil.example", false},
+	} {
+		if got := (web.RunnerManager{FleetURL: tc.url}).FleetLinked(); got != tc.want {
+			t.Errorf("FleetLinked(%q) = %v, want %v", tc.url, got, tc.want)
 		}
 	}
 }

@@ -121,6 +121,11 @@ type RunnerManager struct {
 	Executor    string
 	Platform    string
 	Arch        string
+	// FleetURL is where browsers reach the manager's fleet page, as its
+	// last recorded contact said ("" = it has none). Unlike the details
+	// above, an empty one replaces the stored one: a manager that stops
+	// reporting a URL (or moves it) is not linked at its old address.
+	FleetURL string
 }
 
 // GitSpec is where a job's sources come from; empty RepoURL means none.

@@ -125,4 +125,9 @@ CREATE INDEX artifacts_expire_at ON artifacts (expire_at) WHERE expire_at > 0;
 CREATE INDEX jobs_token_hash ON jobs (token_hash) WHERE token_hash <> '';
 CREATE INDEX jobs_project_name ON jobs (project_id, name, id);
 `,
+	// 5: the URL of a runner manager's fleet page, which it reports with
+	// its contact (info.drover_fleet_url) for the runners page to link.
+	`
+ALTER TABLE runner_managers ADD COLUMN fleet_url TEXT NOT NULL DEFAULT '';
+`,
 }

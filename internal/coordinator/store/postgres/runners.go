@@ -113,14 +113,15 @@ func (s *Store) SetRunnerPaused(ctx context.Context, id int64, paused bool) erro
 func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) error {
 	return s.execOne(ctx, fmt.Sprintf("upsert manager %q of runner %d", m.SystemID, m.RunnerID), `
 		WITH r AS (UPDATE runners SET contacted_at = $2 WHERE id = $1 RETURNING id)
-		INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch)
-		SELECT r.id, $3::text, $2::bigint, $4::text, $5::text, $6::text, $7::text FROM r
+		INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch, fleet_url)
+		SELECT r.id, $3::text, $2::bigint, $4::text, $5::text, $6::text, $7::text, $8::text FROM r
 		ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = EXCLUDED.contacted_at,
 			version = COALESCE(NULLIF(EXCLUDED.version, ''), runner_managers.version),
 			executor = COALESCE(NULLIF(EXCLUDED.executor, ''), runner_managers.executor),
 			platform = COALESCE(NULLIF(EXCLUDED.platform, ''), runner_managers.platform),
-			arch = COALESCE(NULLIF(EXCLUDED.arch, ''), runner_managers.arch)`,
-		m.RunnerID, store.Nanos(m.ContactedAt), m.SystemID, m.Version, m.Executor, m.Platform, m.Arch)
+			arch = COALESCE(NULLIF(EXCLUDED.arch, ''), runner_managers.arch),
+			fleet_url = EXCLUDED.fleet_url`,
+		m.RunnerID, store.Nanos(m.ContactedAt), m.SystemID, m.Version, m.Executor, m.Platform, m.Arch, m.FleetURL)
 }
 
 // DeleteRunnerManager implements store.Store.
@@ -135,7 +136,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 		return nil, err
 	}
 	op := fmt.Sprintf("list managers of runner %d", runnerID)
-	rows, err := s.pool.Query(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch
+	rows, err := s.pool.Query(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch, fleet_url
 		FROM runner_managers WHERE runner_id = $1 ORDER BY system_id`, runnerID)
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
@@ -143,7 +144,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.RunnerManager, error) {
 		var m store.RunnerManager
 		var contacted int64
-		err := row.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch)
+		err := row.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch, &m.FleetURL)
 		m.ContactedAt = store.FromNanos(contacted)
 		return m, err
 	})

@@ -402,14 +402,15 @@ func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) 
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("upsert manager of runner %d: %w", m.RunnerID, store.ErrNotFound)
 	}
-	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
+	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch, fleet_url)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = excluded.contacted_at,
 			version = COALESCE(NULLIF(excluded.version, ''), runner_managers.version),
 			executor = COALESCE(NULLIF(excluded.executor, ''), runner_managers.executor),
 			platform = COALESCE(NULLIF(excluded.platform, ''), runner_managers.platform),
-			arch = COALESCE(NULLIF(excluded.arch, ''), runner_managers.arch)`,
-		m.RunnerID, m.SystemID, store.Nanos(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch); err != nil {
+			arch = COALESCE(NULLIF(excluded.arch, ''), runner_managers.arch),
+			fleet_url = excluded.fleet_url`,
+		m.RunnerID, m.SystemID, store.Nanos(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch, m.FleetURL); err != nil {
 		return fmt.Errorf("upsert manager: %w", err)
 	}
 	return tx.Commit()
@@ -425,7 +426,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.rs.QueryContext(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch
+	rows, err := s.rs.QueryContext(ctx, `SELECT runner_id, system_id, contacted_at, version, executor, platform, arch, fleet_url
 		FROM runner_managers WHERE runner_id = ? ORDER BY system_id`, runnerID)
 	if err != nil {
 		return nil, err
@@ -435,7 +436,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 	for rows.Next() {
 		var m store.RunnerManager
 		var contacted int64
-		if err := rows.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch); err != nil {
+		if err := rows.Scan(&m.RunnerID, &m.SystemID, &contacted, &m.Version, &m.Executor, &m.Platform, &m.Arch, &m.FleetURL); err != nil {
 			return nil, err
 		}
 		m.ContactedAt = store.FromNanos(contacted)

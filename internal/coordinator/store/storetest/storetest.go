@@ -142,10 +142,20 @@ func testManagers(t *testing.T, h Harness) {
 	if err := s.UpsertRunnerManager(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	// Empty details keep the stored ones.
+	// The fleet URL is stored as reported.
+	m.FleetURL = "https://manager1.example.com:9252"
+	if err := s.UpsertRunnerManager(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := s.ListRunnerManagers(ctx, r.ID); len(ms) != 1 || ms[0].FleetURL != m.FleetURL {
+		t.Errorf("ListRunnerManagers = %+v, want fleet URL %q", ms, m.FleetURL)
+	}
+	// Empty details keep the stored ones; an empty fleet URL replaces
+	// the stored one (the manager no longer reports one).
 	if err := s.UpsertRunnerManager(ctx, store.RunnerManager{RunnerID: r.ID, SystemID: "s_1", ContactedAt: m.ContactedAt}); err != nil {
 		t.Fatal(err)
 	}
+	m.FleetURL = ""
 	if err := s.UpsertRunnerManager(ctx, store.RunnerManager{RunnerID: 999, SystemID: "x"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("UpsertRunnerManager(unknown runner) = %v", err)
 	}
