@@ -272,7 +272,12 @@ func TestRedisStoreTakeover(t *testing.T) {
 func redisTakeover(t *testing.T, writeCfg func(dir, url, token, store string) string) {
 	url := startRedis(t)
 	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	// The second job may still be provisioning (handed out, not yet
+	// accepted) on the manager that is killed: it is not in the store
+	// yet, and it goes back to the queue when no accept comes within the
+	// ack timeout, for the survivor to run. A short one keeps that within
+	// the wait below on a loaded machine (the default is 60 s).
+	c := startCoordinator(t, filepath.Join(dir, "coord"), "--ack-timeout", "10s")
 	cl := c.client()
 	token := c.runnerToken(t)
 	store := fmt.Sprintf(`  [runners.store]

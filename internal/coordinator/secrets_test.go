@@ -158,6 +158,7 @@ func TestUpgradeFromPlaintext(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(t.Context(), `DROP TABLE settings; DROP TABLE artifacts; DROP INDEX jobs_token_hash; DROP INDEX jobs_project_name;
+		ALTER TABLE runner_managers DROP COLUMN fleet_url;
 		DELETE FROM schema_migrations WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}
