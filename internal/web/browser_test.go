@@ -113,7 +113,7 @@ func until(js string) chromedp.Action[chromedp.Void] {
 }
 
 // afterReload waits until js is true in a page that has just been
-// reloaded: a wait that starts while chromedp still has the old page's
+// reloaded or navigated away from: a wait that starts while chromedp still has the old page's
 // JavaScript context fails, and is tried again.
 func (b *tab) afterReload(what, js string) {
 	b.t.Helper()
@@ -122,10 +122,21 @@ func (b *tab) afterReload(what, js string) {
 		if err == nil {
 			return
 		}
-		if b.ctx.Err() != nil || !strings.Contains(err.Error(), "Cannot find context") && !strings.Contains(err.Error(), "context was destroyed") {
+		if b.ctx.Err() != nil || !navigating(err) {
 			b.t.Fatalf("browser: %s: %v", what, err)
 		}
 	}
+}
+
+// navigating reports whether err is of a wait that ran into a
+// navigation: the page's JavaScript context went away under it.
+func navigating(err error) bool {
+	for _, s := range []string{"Cannot find context", "context was destroyed", "Inspected target navigated or closed"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // script runs JavaScript statements js in the page.
@@ -171,6 +182,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("Screenshots", func(t *testing.T) { testBrowserScreenshots(t, browser) })
 	t.Run("RunnersLive", func(t *testing.T) { testBrowserRunnersLive(t, browser) })
 	t.Run("FleetLive", func(t *testing.T) { testBrowserFleetLive(t, browser) })
+	t.Run("FleetSignIn", func(t *testing.T) { testBrowserFleetSignIn(t, browser) })
 }
 
 // testBrowserLogin: a page without a session leads to the form, which

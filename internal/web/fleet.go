@@ -95,7 +95,8 @@ func NewFleetPage(logger *slog.Logger, cfg FleetConfig) (*FleetPage, error) {
 
 // Mount registers GET /fleet, GET /fleet/events, GET /fleet/whatif (for
 // the signed in), the sign-in (GET and POST /fleet/login, GET
-// /fleet/signin) and GET /static/ on m.
+// /fleet/signin), the sign-out (POST /fleet/logout) and GET /static/ on
+// m.
 func (f *FleetPage) Mount(m Mounter) {
 	m.Handle("GET /fleet", secure(f.guard(true, f.handlePage)))
 	m.Handle("GET /fleet/events", secure(f.guard(false, f.handleEvents)))
@@ -103,6 +104,7 @@ func (f *FleetPage) Mount(m Mounter) {
 	m.Handle("GET /fleet/login", secure(f.handleLogin))
 	m.Handle("POST /fleet/login", secure(f.handleLogin))
 	m.Handle("GET /fleet/signin", secure(f.handleSignIn))
+	m.Handle("POST /fleet/logout", secure(f.handleLogout))
 	m.Handle("GET /static/", secure(http.StripPrefix("/static/", http.FileServerFS(assets())).ServeHTTP))
 }
 
@@ -194,7 +196,9 @@ func (f *FleetPage) render(name string, data any) (string, error) {
 
 // handlePage is GET /fleet.
 func (f *FleetPage) handlePage(w http.ResponseWriter, r *http.Request) {
-	html, err := f.render("fleet", f.page())
+	p := f.page()
+	p.FleetCSRF = f.auth.signOutCSRF(r, f.cfg.Clock.Now())
+	html, err := f.render("fleet", p)
 	if err != nil {
 		f.log.Error("web: fleet page", "err", err)
 		http.Error(w, "render the fleet page: internal error", http.StatusInternalServerError)

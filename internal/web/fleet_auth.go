@@ -33,7 +33,10 @@ import (
 //
 // Either gives a session cookie (drover_fleet_session): an expiry and a
 // nonce signed with a key the page draws at start, so a restart of the
-// manager ends its sessions. It is HttpOnly, Secure when the browser
+// manager ends its sessions. Sign-out (POST /fleet/logout, with the
+// CSRF token of the session in the form) drops the cookie and records
+// the session's nonce as revoked until the session would have expired,
+// so a copy of the cookie is no longer taken either. It is HttpOnly, Secure when the browser
 // came over HTTPS, and SameSite=Lax, not Strict as the coordinator's:
 // the ticket's sign-in is a redirect chain that starts on the
 // coordinator's site, and a Strict cookie set there would not be sent on
@@ -79,12 +82,15 @@ type fleetAuth struct {
 	mu  sync.Mutex
 	// used holds the nonces of the tickets taken, until they expire.
 	used map[string]time.Time
+	// revoked holds the nonces of the sessions signed out, until they
+	// expire.
+	revoked map[string]time.Time
 }
 
 func newFleetAuth(s FleetSignIn) *fleetAuth {
 	key := make([]byte, 32)
 	rand.Read(key) // never fails (crypto/rand)
-	return &fleetAuth{FleetSignIn: s, key: key, used: map[string]time.Time{}}
+	return &fleetAuth{FleetSignIn: s, key: key, used: map[string]time.Time{}, revoked: map[string]time.Time{}}
 }
 
 func (a *fleetAuth) mac(parts ...string) string {
@@ -103,16 +109,62 @@ func (a *fleetAuth) newSession(now time.Time) string {
 	return exp + "." + nonce + "." + a.mac(exp, nonce)
 }
 
-func (a *fleetAuth) sessionOK(v string, now time.Time) bool {
+// session checks session cookie value v at now: its nonce and expiry,
+// ok when it is signed by this page, not expired and not signed out.
+func (a *fleetAuth) session(v string, now time.Time) (nonce string, exp time.Time, ok bool) {
 	parts := strings.Split(v, ".")
 	if len(parts) != 3 {
-		return false
+		return "", time.Time{}, false
 	}
 	if subtle.ConstantTimeCompare([]byte(parts[2]), []byte(a.mac(parts[0], parts[1]))) != 1 {
-		return false
+		return "", time.Time{}, false
 	}
 	n, err := strconv.ParseInt(parts[0], 10, 64)
-	return err == nil && now.Unix() < n
+	if err != nil || now.Unix() >= n {
+		return "", time.Time{}, false
+	}
+	a.mu.Lock()
+	_, out := a.revoked[parts[1]]
+	a.mu.Unlock()
+	return parts[1], time.Unix(n, 0), !out
+}
+
+func (a *fleetAuth) sessionOK(v string, now time.Time) bool {
+	_, _, ok := a.session(v, now)
+	return ok
+}
+
+// csrf is the CSRF token of session cookie value v: the sign-out form
+// carries it, and a cross-site form cannot, not knowing the cookie.
+func (a *fleetAuth) csrf(v string) string { return a.mac("csrf", v) }
+
+// signOutCSRF is the CSRF token of r's session for the sign-out form,
+// "" when r is not signed in with a session (a bearer token, an open
+// page): no sign-out is shown then.
+func (a *fleetAuth) signOutCSRF(r *http.Request, now time.Time) string {
+	if r.Header.Get("Authorization") != "" {
+		return ""
+	}
+	c, err := r.Cookie(fleetSessionCookie)
+	if err != nil || !a.sessionOK(c.Value, now) {
+		return ""
+	}
+	return a.csrf(c.Value)
+}
+
+// spend records nonce in m until exp, dropping the nonces expired at
+// now; false when nonce was there already. The caller holds a.mu.
+func spend(m map[string]time.Time, nonce string, exp, now time.Time) bool {
+	for n, e := range m {
+		if !now.Before(e) {
+			delete(m, n)
+		}
+	}
+	if _, seen := m[nonce]; seen {
+		return false
+	}
+	m[nonce] = exp
+	return true
 }
 
 func (a *fleetAuth) tokenOK(tok string) bool {
@@ -156,15 +208,9 @@ func (a *fleetAuth) takeTicket(ticket string, now time.Time) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for n, e := range a.used {
-		if !now.Before(e) {
-			delete(a.used, n)
-		}
-	}
-	if _, seen := a.used[nonce]; seen {
+	if !spend(a.used, nonce, exp, now) {
 		return errTicketUsed
 	}
-	a.used[nonce] = exp
 	return nil
 }
 
@@ -316,4 +362,29 @@ func (f *FleetPage) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	f.log.Info("fleet page: signed in from the coordinator", "remote", r.RemoteAddr)
 	setFleetCookie(w, r, fleetSessionCookie, f.auth.newSession(now), fleetSessionTTL)
 	http.Redirect(w, r, "/fleet", http.StatusSeeOther)
+}
+
+// handleLogout is POST /fleet/logout: the session is revoked (its nonce
+// recorded until it expires) and its cookie dropped, then on to the
+// sign-in page. The form must carry the session's CSRF token; without a
+// valid session there is nothing to revoke, and the cookie is dropped
+// all the same.
+func (f *FleetPage) handleLogout(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	now := f.cfg.Clock.Now()
+	if c, err := r.Cookie(fleetSessionCookie); err == nil {
+		if nonce, exp, ok := f.auth.session(c.Value, now); ok {
+			got := r.PostFormValue(csrfField)
+			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(f.auth.csrf(c.Value))) != 1 {
+				http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
+				return
+			}
+			f.auth.mu.Lock()
+			spend(f.auth.revoked, nonce, exp, now)
+			f.auth.mu.Unlock()
+			f.log.Info("fleet page: signed out", "remote", r.RemoteAddr)
+		}
+	}
+	setFleetCookie(w, r, fleetSessionCookie, "", -1)
+	http.Redirect(w, r, "/fleet/login", http.StatusSeeOther)
 }

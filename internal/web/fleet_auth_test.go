@@ -47,15 +47,16 @@ func fleetServer(t *testing.T, s web.FleetSignIn, clk clock.Clock, tlsOn bool) *
 	return srv
 }
 
-// browser is a client of srv with a cookie jar that follows no
-// redirect.
+// browser is a new client of srv with a cookie jar of its own that
+// follows no redirect.
 func browser(t *testing.T, srv *httptest.Server) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := srv.Client()
+	// A copy: srv.Client() is one client, which all would share.
+	c := &http.Client{Transport: srv.Client().Transport}
 	c.Jar = jar
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return c
@@ -300,5 +301,116 @@ func TestFleetPageTicket(t *testing.T) {
 	c = browser(t, tok)
 	if resp, _ := fget(t, c, tok.URL+"/fleet/signin?"+url.Values{"ticket": {fleetticket.Mint(key, "s_manager1", now.Add(time.Minute))}}.Encode(), nil); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("GET /fleet/signin on a page without tickets = %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestFleetPageSignOut: a page signed in with a session shows the
+// sign-out form; POST /fleet/logout with the session's CSRF token drops
+// the cookie and revokes the session (a copy of the cookie no longer
+// signs in) and leaves other sessions alone; without the CSRF token, or
+// with another session's, it is refused. A page seen with the bearer
+// token or open to all shows no sign-out.
+func TestFleetPageSignOut(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(now)
+	key := fleetticket.HashToken("glrt-runner-one")
+	srv := fleetServer(t, web.FleetSignIn{
+		Token:      "fleet-secret",
+		SystemID:   "s_manager1",
+		TicketKeys: func() []string { return []string{key} },
+	}, clk, false)
+	const signOutForm = `action="/fleet/logout"`
+
+	// signIn returns a browser signed in with a ticket, its session
+	// cookie's value and the sign-out form's CSRF token.
+	signIn := func() (*http.Client, string, string) {
+		t.Helper()
+		c := browser(t, srv)
+		ticket := fleetticket.Mint(key, "s_manager1", now.Add(fleetticket.TTL))
+		resp, _ := fget(t, c, srv.URL+"/fleet/signin?"+url.Values{"ticket": {ticket}}.Encode(), nil)
+		sc := sessionCookie(resp)
+		if resp.StatusCode != http.StatusSeeOther || sc == nil {
+			t.Fatalf("GET /fleet/signin = %d, want 303 and a session", resp.StatusCode)
+		}
+		for _, path := range []string{"/fleet", "/fleet/whatif?runner=abcd1234"} {
+			resp, body := fget(t, c, srv.URL+path, nil)
+			if resp.StatusCode == http.StatusNotFound && strings.Contains(path, "whatif") {
+				continue // the stand-in fleet has no trace: no what-if page
+			}
+			m := csrfRE.FindStringSubmatch(body)
+			if resp.StatusCode != http.StatusOK || !strings.Contains(body, signOutForm) || m == nil {
+				t.Fatalf("GET %s signed in = %d, want 200 with the sign-out form:\n%s", path, resp.StatusCode, body)
+			}
+		}
+		_, body := fget(t, c, srv.URL+"/fleet", nil)
+		return c, sc.Value, csrfRE.FindStringSubmatch(body)[1]
+	}
+	c, session, csrf := signIn()
+	other, _, otherCSRF := signIn()
+	if csrf == otherCSRF {
+		t.Fatal("two sessions have one CSRF token")
+	}
+
+	for _, tc := range []struct {
+		name string
+		form url.Values
+	}{
+		{"no csrf", url.Values{}},
+		{"wrong csrf", url.Values{"csrf": {"x"}}},
+		{"another session's csrf", url.Values{"csrf": {otherCSRF}}},
+	} {
+		resp, _ := postForm(t, c, srv.URL+"/fleet/logout", tc.form)
+		if resp.StatusCode != http.StatusForbidden || sessionCookie(resp) != nil {
+			t.Errorf("POST /fleet/logout, %s = %d (cookie %v), want 403 and the cookie kept", tc.name, resp.StatusCode, sessionCookie(resp))
+		}
+	}
+	if resp, _ := fget(t, c, srv.URL+"/fleet", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /fleet after refused sign-outs = %d, want 200", resp.StatusCode)
+	}
+
+	resp, _ := postForm(t, c, srv.URL+"/fleet/logout", url.Values{"csrf": {csrf}})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/fleet/login" {
+		t.Fatalf("POST /fleet/logout = %d to %q, want 303 to /fleet/login", resp.StatusCode, loc)
+	}
+	if sc := sessionCookie(resp); sc == nil || sc.MaxAge >= 0 || sc.Value != "" {
+		t.Errorf("POST /fleet/logout sets cookie %v, want drover_fleet_session deleted", sc)
+	}
+	if resp, _ := fget(t, c, srv.URL+"/fleet", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("GET /fleet after sign-out = %d, want 303 to the form", resp.StatusCode)
+	}
+	// A copy of the cookie is revoked too.
+	replay := browser(t, srv)
+	u, _ := url.Parse(srv.URL)
+	replay.Jar.SetCookies(u, []*http.Cookie{{Name: "drover_fleet_session", Value: session}})
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/fleet", http.StatusSeeOther}, // to the form
+		{"/fleet/login", http.StatusOK}, // the form, not on to /fleet
+		{"/debug/jobs/list", http.StatusUnauthorized},
+	} {
+		if resp, _ := fget(t, replay, srv.URL+tc.path, nil); resp.StatusCode != tc.want {
+			t.Errorf("GET %s with the signed-out session's cookie = %d, want %d", tc.path, resp.StatusCode, tc.want)
+		}
+	}
+	// Signing out again, or without a session, just drops the cookie.
+	if resp, _ := postForm(t, replay, srv.URL+"/fleet/logout", url.Values{}); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("POST /fleet/logout with a revoked session = %d, want 303", resp.StatusCode)
+	}
+	// The other session is still in, and a new sign-in works.
+	if resp, _ := fget(t, other, srv.URL+"/fleet", nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /fleet in another session after a sign-out = %d, want 200", resp.StatusCode)
+	}
+	signIn()
+
+	// The bearer token and an open page: no session, no sign-out.
+	if resp, body := fget(t, browser(t, srv), srv.URL+"/fleet", map[string]string{"Authorization": "Bearer fleet-secret"}); resp.StatusCode != http.StatusOK || strings.Contains(body, signOutForm) {
+		t.Errorf("GET /fleet with the bearer token = %d, want 200 without the sign-out form", resp.StatusCode)
+	}
+	open := fleetServer(t, web.FleetSignIn{Open: func() bool { return true }}, nil, false)
+	if resp, body := fget(t, browser(t, open), open.URL+"/fleet", nil); resp.StatusCode != http.StatusOK || strings.Contains(body, signOutForm) {
+		t.Errorf("GET /fleet open to all = %d, want 200 without the sign-out form", resp.StatusCode)
 	}
 }

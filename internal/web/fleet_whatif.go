@@ -172,7 +172,7 @@ func (f *FleetPage) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 	}
 	since := tr.Now.Add(-autoscale.JobLogWindow)
 	p := whatIfPage{
-		base: base{Title: "What if · " + cmp.Or(fr.Name, token), Home: "/fleet"},
+		base: base{Title: "What if · " + cmp.Or(fr.Name, token), Home: "/fleet", FleetCSRF: f.auth.signOutCSRF(r, f.cfg.Clock.Now())},
 		Name: cmp.Or(fr.Name, token), Plugin: fr.Plugin, Jobs: len(tr.Jobs), Since: since,
 		Form: formOf(token, simulate.AlternativeOf(tr.Policy.Active(tr.Now)), cmp.Or(tr.BootTime.Round(time.Second), whatIfBootTime)),
 	}

@@ -210,6 +210,9 @@ type base struct {
 	Admin bool
 	CSRF  string // of the session; "" for bearer requests
 	Home  string // where the brand links; "" = /jobs
+	// FleetCSRF is the CSRF token of a fleet page session: the fleet
+	// page's sign-out is shown when set.
+	FleetCSRF string
 }
 
 func (u *UI) base(title string, cr credentials) base {
