@@ -27,7 +27,7 @@ missing=()
 # check unexpanded). postgresql's server binaries live under a versioned
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
-for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen busybox-static:busybox debootstrap:/usr/sbin/debootstrap rpm:rpm nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium \
+for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen dropbear-bin:/usr/sbin/dropbear busybox-static:busybox debootstrap:/usr/sbin/debootstrap rpm:rpm nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium \
   etcd-server:etcd containernetworking-plugins:/usr/lib/cni/bridge containerd:/usr/bin/containerd runc:runc openssl:openssl curl:curl util-linux:unshare iptables:iptables iproute2:ip gcc:gcc 'libc6-dev:/usr/lib/*/libc.a'; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")

@@ -16,6 +16,12 @@
 // restart; a replaced instance has a new id. Call Forget when an instance
 // is deleted.
 //
+// The host key algorithms offered in the handshake are those of the key
+// expected (Config.HostKeyAlgorithms, TOFU.Algorithms) or, for a host not
+// met yet, a list with ssh-ed25519 first: dropbear, the server of many VM
+// guests, drops a client whose first choice is an algorithm it has no key
+// for.
+//
 // # Keep-alive
 //
 // Every Keepalive interval the client sends an OpenSSH keepalive request;
@@ -34,6 +40,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +65,11 @@ type Config struct {
 	// HostKey checks the server's key; nil refuses every key (use a TOFU
 	// store's Callback, or ssh.InsecureIgnoreHostKey in tests only).
 	HostKey ssh.HostKeyCallback
+	// HostKeyAlgorithms are the host key algorithms offered, in order of
+	// preference: those of the key(s) HostKey expects when it knows them
+	// (see HostKeyAlgorithms and TOFU.Algorithms). Empty means
+	// DefaultHostKeyAlgorithms, ssh-ed25519 first.
+	HostKeyAlgorithms []string
 	// Timeout bounds the TCP connect plus the SSH handshake, and the wait for
 	// a keep-alive reply. Zero means DefaultTimeout.
 	Timeout time.Duration
@@ -106,6 +118,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			return errors.New("no host key policy configured")
 		}
 	}
+	hostKeyAlgos := cfg.HostKeyAlgorithms
+	if len(hostKeyAlgos) == 0 {
+		hostKeyAlgos = DefaultHostKeyAlgorithms()
+	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -129,10 +145,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	stop := context.AfterFunc(dctx, func() { conn.Close() })
 	cc, chans, reqs, err := ssh.NewClientConn(conn, cfg.Addr, &ssh.ClientConfig{
-		User:            cfg.User,
-		Auth:            auth,
-		HostKeyCallback: hostKey,
-		Timeout:         timeout,
+		User:              cfg.User,
+		Auth:              auth,
+		HostKeyCallback:   hostKey,
+		HostKeyAlgorithms: hostKeyAlgos,
+		Timeout:           timeout,
 	})
 	if !stop() {
 		if err == nil {
@@ -309,6 +326,47 @@ func (c *Client) Output(ctx context.Context, cmd string, stdin io.Reader) ([]byt
 	return out.Bytes(), nil
 }
 
+// DefaultHostKeyAlgorithms are the host key algorithms offered when the
+// host's key is not known yet: plain keys (no certificates), ssh-ed25519
+// first. Dropbear, the SSH server of many small VM guest images, ends the
+// handshake (the client sees EOF) when the client's first choice is an
+// algorithm it has no host key for, and Go's own default list starts with
+// certificates, ECDSA and RSA; a guest usually has an ed25519 key.
+func DefaultHostKeyAlgorithms() []string {
+	return []string{
+		ssh.KeyAlgoED25519,
+		ssh.KeyAlgoECDSA256, ssh.KeyAlgoECDSA384, ssh.KeyAlgoECDSA521,
+		ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA,
+	}
+}
+
+// HostKeyAlgorithms returns the host key algorithms that let a server
+// present one of keys, for Config.HostKeyAlgorithms: a key's own type,
+// and for an RSA key rsa-sha2-512, rsa-sha2-256 and ssh-rsa (the same key
+// signed with SHA-512, SHA-256 or SHA-1). For a certificate it is the
+// certificate's type. Nil for no keys.
+func HostKeyAlgorithms(keys ...ssh.PublicKey) []string {
+	var algos []string
+	add := func(a ...string) {
+		for _, x := range a {
+			if !slices.Contains(algos, x) {
+				algos = append(algos, x)
+			}
+		}
+	}
+	for _, k := range keys {
+		switch k.Type() {
+		case ssh.KeyAlgoRSA:
+			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		case ssh.CertAlgoRSAv01:
+			add(ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01, ssh.CertAlgoRSAv01)
+		default:
+			add(k.Type())
+		}
+	}
+	return algos
+}
+
 // ErrUnreachable is returned (wrapped) by Dial when no TCP connection could
 // be made: worth another try on an instance that has just booted, unlike a
 // failed handshake or authentication.
@@ -448,6 +506,27 @@ func (t *TOFU) Forget(id string) {
 	if err := os.WriteFile(tmp, []byte(buf.String()), 0o600); err == nil {
 		os.Rename(tmp, t.Path)
 	}
+}
+
+// Algorithms returns the host key algorithms of the key remembered for
+// instance id (see HostKeyAlgorithms), nil when none is: for
+// Config.HostKeyAlgorithms, so the instance presents the key it
+// presented first rather than another of its keys.
+func (t *TOFU) Algorithms(id string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.loadLocked() != nil {
+		return nil
+	}
+	b, ok := t.keys[id]
+	if !ok {
+		return nil
+	}
+	k, err := ssh.ParsePublicKey(b)
+	if err != nil {
+		return nil
+	}
+	return HostKeyAlgorithms(k)
 }
 
 // Known reports whether a key is remembered for instance id.

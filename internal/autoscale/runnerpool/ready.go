@@ -54,6 +54,7 @@ func readyCommand(cmd string, conn fleet.ConnectorConfig, hostKeys *sshx.TOFU, c
 			return fmt.Errorf("instance_ready_command on %s: %w", info.ID, err)
 		}
 		cfg.HostKey = hostKeys.Callback(info.ID)
+		cfg.HostKeyAlgorithms = hostKeys.Algorithms(info.ID)
 		cfg.Keepalive = -1
 		cfg.Clock = clk
 		var c *sshx.Client

@@ -167,8 +167,13 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return fmt.Errorf("instance %s: %w", id, err)
 	}
 	cfg.HostKey = e.hostKeys.Callback(id)
+	cfg.HostKeyAlgorithms = e.hostKeys.Algorithms(id)
 	if rn.HostKey != nil {
 		cfg.HostKey = rn.HostKey(id)
+		cfg.HostKeyAlgorithms = nil
+		if rn.HostKeyAlgorithms != nil {
+			cfg.HostKeyAlgorithms = rn.HostKeyAlgorithms(id)
+		}
 	}
 	cfg.Clock, cfg.Logger = e.clock, logger
 	key := poolKey(id, cfg)
@@ -294,7 +299,8 @@ func describePrepare(err error, sh string) error {
 // SSHConfig is how the executor reaches an instance: the address and
 // credentials of info, unless the connector's static credentials are asked
 // for or the instance has none. Whatever else connects to instances (an
-// instance_ready_command) uses it too. HostKey, Clock and Logger are left
+// instance_ready_command) uses it too. HostKey, HostKeyAlgorithms, Clock
+// and Logger are left
 // for the caller.
 func SSHConfig(info fleet.ConnectInfo, c fleet.ConnectorConfig) (sshx.Config, error) {
 	return sshConfig(info, c)

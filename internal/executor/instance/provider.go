@@ -75,6 +75,10 @@ type Runner struct {
 	// HostKey checks the host key of instance id; nil: the provider's
 	// trust-on-first-use store.
 	HostKey func(id string) ssh.HostKeyCallback
+	// HostKeyAlgorithms, with HostKey, are the host key algorithms to
+	// offer instance id (sshx.Config.HostKeyAlgorithms): those of the
+	// keys HostKey expects. Nil: sshx's default.
+	HostKeyAlgorithms func(id string) []string
 	// BuildsDir and CacheDir are the defaults of builds_dir and cache_dir
 	// (DefaultBuildsDir, DefaultCacheDir).
 	BuildsDir, CacheDir string

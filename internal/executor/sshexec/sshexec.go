@@ -31,10 +31,12 @@
 package sshexec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
@@ -108,6 +110,7 @@ func (rs *Runners) runner(c Config) instance.Runner {
 		UseCommonBuildDir: true,
 		Executor:          Name,
 		HostKey:           func(string) ssh.HostKeyCallback { return rs.hostKey(c) },
+		HostKeyAlgorithms: func(string) []string { return rs.hostKeyAlgorithms(c) },
 		BuildsDir:         DefaultBuildsDir,
 		CacheDir:          DefaultCacheDir,
 	}
@@ -171,6 +174,48 @@ func (rs *Runners) hostKey(c Config) ssh.HostKeyCallback {
 		return hk.Callback("ssh://"+c.Addr())(hostname, remote, key)
 	}
 }
+
+// hostKeyAlgorithms are the host key algorithms to offer c's host: those
+// of its keys in the known hosts file, else those of the key drover
+// trusted on first use, else nil (sshx's default). Dropbear, unlike
+// OpenSSH, ends the handshake when offered first an algorithm it has no
+// key for.
+func (rs *Runners) hostKeyAlgorithms(c Config) []string {
+	file := c.KnownHostsFile
+	if file == "" {
+		file = defaultKnownHosts()
+	}
+	if check, err := knownhosts.New(file); err == nil {
+		// Any key not in the file: the error lists the host's keys.
+		err := check(c.Addr(), &net.TCPAddr{}, unknownKey{})
+		var ke *knownhosts.KeyError
+		if errors.As(err, &ke) && len(ke.Want) > 0 {
+			keys := make([]ssh.PublicKey, len(ke.Want))
+			for i, w := range ke.Want {
+				keys[i] = w.Key
+			}
+			return sshx.HostKeyAlgorithms(keys...)
+		}
+		if b, err := os.ReadFile(file); err == nil && bytes.Contains(b, []byte("@cert-authority")) {
+			// The host may present a certificate: offer those first.
+			return append([]string{
+				ssh.CertAlgoED25519v01, ssh.CertAlgoECDSA256v01, ssh.CertAlgoECDSA384v01, ssh.CertAlgoECDSA521v01,
+				ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01, ssh.CertAlgoRSAv01,
+			}, sshx.DefaultHostKeyAlgorithms()...)
+		}
+	}
+	if c.DisableStrictHostKeyChecking && rs.HostKeys != nil {
+		return rs.HostKeys.Algorithms("ssh://" + c.Addr())
+	}
+	return nil
+}
+
+// unknownKey is a public key no known hosts file holds.
+type unknownKey struct{}
+
+func (unknownKey) Type() string                        { return "drover-unknown" }
+func (unknownKey) Marshal() []byte                     { return []byte("drover-unknown") }
+func (unknownKey) Verify([]byte, *ssh.Signature) error { return errors.New("not a key") }
 
 func portOr22(p int) int {
 	if p == 0 {

@@ -89,6 +89,7 @@ func (p *Pool) Get(t Target) (*Conn, error) {
 	}
 	cfg := t.SSH
 	cfg.HostKey = p.hostKeys.Callback(t.ID)
+	cfg.HostKeyAlgorithms = p.hostKeys.Algorithms(t.ID)
 	cfg.Clock = p.clk
 	p.mu.Lock()
 	defer p.mu.Unlock()

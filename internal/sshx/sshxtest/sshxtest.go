@@ -163,6 +163,9 @@ func waitOwn(s *Server, exited <-chan struct{}) error {
 		var ours, other bool
 		cfg := &ssh.ClientConfig{
 			User: s.User, // no auth method: the handshake ends after the key exchange
+			// Ask for the key's own algorithm: dropbear ends the handshake
+			// when offered algorithms first that it has no key for.
+			HostKeyAlgorithms: []string{s.HostKey.Type()},
 			HostKeyCallback: func(_ string, _ net.Addr, k ssh.PublicKey) error {
 				if bytes.Equal(k.Marshal(), want) {
 					ours = true
