@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -271,26 +272,7 @@ listen_address = "127.0.0.1:0"
 	fleet := map[string]string{"runner": "fleetmetr", "runner_name": "fleet-sim"}
 	machine := map[string]string{"executor": "docker+machine"}
 	var mfs map[string]*dto.MetricFamily
-	// Both idle instances come up in a few seconds (the machine dialect
-	// has GitLab's 2 s update interval); a minute is a guard against a
-	// hang.
-	for deadline := time.Now().Add(time.Minute); ; {
-		mfs = scrape(t, metricsURL)
-		if sum(series(mfs, "fleeting_taskscaler_task_instance_readiness_time_seconds", fleet)) >= 1 &&
-			sum(series(mfs, "gitlab_runner_autoscaling_actions_total", map[string]string{"action": "created"})) >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no instance ready on both runners after a minute\n%s", out.String())
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("drover run ended: %v\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	checkFamilies(t, "drover run", mfs, gitlabAutoscalingFamilies)
-	for _, tc := range []struct {
+	wants := []struct {
 		name   string
 		labels map[string]string
 		min    float64
@@ -303,11 +285,37 @@ listen_address = "127.0.0.1:0"
 		{"fleeting_taskscaler_scale_operations_total", with(fleet, "operation", "up"), 1},
 		{"gitlab_runner_autoscaling_machine_states", with(machine, "state", "idle"), 1},
 		{"gitlab_runner_autoscaling_machine_creation_duration_seconds", machine, 1},
-	} {
-		if v := sum(series(mfs, tc.name, tc.labels)); v < tc.min {
-			t.Errorf("%s%v = %v, want >= %v", tc.name, tc.labels, v, tc.min)
+	}
+	// unmet lists the wanted values the scrape does not show yet.
+	unmet := func() []string {
+		var miss []string
+		for _, tc := range wants {
+			if v := sum(series(mfs, tc.name, tc.labels)); v < tc.min {
+				miss = append(miss, fmt.Sprintf("%s%v = %v, want >= %v", tc.name, tc.labels, v, tc.min))
+			}
+		}
+		return miss
+	}
+	// Both idle instances come up in a few seconds, and the gauges follow
+	// at their own update interval (the machine dialect has GitLab's 2 s):
+	// scrape until every wanted value is there. A minute is a guard
+	// against a hang.
+	for deadline := time.Now().Add(time.Minute); ; {
+		mfs = scrape(t, metricsURL)
+		miss := unmet()
+		if len(miss) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute:\n%s\n%s", strings.Join(miss, "\n"), out.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("drover run ended: %v\n%s", err, out.String())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	checkFamilies(t, "drover run", mfs, gitlabAutoscalingFamilies)
 	// system_id is the manager's, as on gitlab_runner_* series.
 	if ids := series(mfs, "fleeting_provisioner_max_instances", fleet); len(ids) != 1 || labelOf(ids[0], "system_id") == "" {
 		t.Errorf("fleeting_provisioner_max_instances%v = %v, want one series with a system_id", fleet, ids)
