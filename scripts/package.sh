@@ -15,7 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-NFPM_VERSION=v2.48.0
+# v2.45.2: newer nfpm releases need go.digitalxero.dev modules, which the
+# module proxy these machines reach does not serve.
+NFPM_VERSION=v2.45.2
 version=${DROVER_VERSION:-}
 arch=${GOARCH:-}
 out=dist
