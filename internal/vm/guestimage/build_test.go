@@ -170,7 +170,8 @@ func TestBuildConcurrentProcesses(t *testing.T) {
 
 // TestBuildCrashMidway: a builder killed in the middle of a build leaves
 // no image, only its work directory; the next Build makes the image and
-// removes that directory. A cancelled Build leaves nothing.
+// removes that directory. A cancelled Build leaves nothing. A built image
+// is reused, and built again when one of its files is gone.
 func TestBuildCrashMidway(t *testing.T) {
 	cache := t.TempDir()
 	p := startBuilder(t, cache)
@@ -222,6 +223,19 @@ func TestBuildCrashMidway(t *testing.T) {
 	img2, err := guestimage.Build(t.Context(), guestimage.Options{CacheDir: cache, Logger: slog.New(slog.NewTextHandler(&again, nil))})
 	if err != nil || img2.Dir != img.Dir || again.Len() != 0 {
 		t.Errorf("second Build = %s, %v, logging %q; want %s, nil, nothing", img2.Dir, err, again.String(), img.Dir)
+	}
+
+	// An image directory someone broke is built again.
+	if err := os.Remove(img.Initrd); err != nil {
+		t.Fatal(err)
+	}
+	var broken bytes.Buffer
+	img3, err := guestimage.Build(t.Context(), guestimage.Options{CacheDir: cache, Logger: slog.New(slog.NewTextHandler(&broken, nil))})
+	if err != nil || !strings.Contains(broken.String(), "replacing a broken guest image") {
+		t.Fatalf("Build with the initrd removed = %v, logging:\n%s\nwant the image replaced", err, broken.String())
+	}
+	if _, err := os.Stat(img3.Initrd); err != nil {
+		t.Errorf("the rebuilt image: %v", err)
 	}
 }
 

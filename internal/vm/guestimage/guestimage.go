@@ -44,9 +44,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -236,8 +234,6 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 	final := filepath.Join(cache, name)
 	if img, err := Load(final); err == nil {
 		return img, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return Image{}, err
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return Image{}, fmt.Errorf("guest image: cache directory: %w", err)
@@ -250,6 +246,14 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 	if img, err := Load(final); err == nil {
 		log.Info("guest image built by another process", "dir", final)
 		return img, nil
+	} else if _, serr := os.Stat(final); serr == nil {
+		// Build never leaves a directory like this (it renames a
+		// complete one into place): someone changed it. Only a complete
+		// image can be the base of a VM's disk, so nothing uses it.
+		log.Warn("replacing a broken guest image", "dir", final, "error", err)
+		if err := os.RemoveAll(final); err != nil {
+			return Image{}, fmt.Errorf("guest image: remove the broken image: %w", err)
+		}
 	}
 	// Under the lock, a work directory of this image is a dead builder's.
 	stale, _ := filepath.Glob(filepath.Join(cache, ".build-"+name+"-*"))
@@ -282,8 +286,8 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 	return Load(final)
 }
 
-// Load reads the image in dir (a directory Build made). An incomplete or
-// missing one is an error for which errors.Is(err, fs.ErrNotExist).
+// Load reads the image in dir (a directory Build made). A missing one, or
+// one missing a file, is an error for which errors.Is(err, fs.ErrNotExist).
 func Load(dir string) (Image, error) {
 	data, err := os.ReadFile(filepath.Join(dir, manifestFile))
 	if err != nil {
