@@ -248,8 +248,8 @@ func Build(ctx context.Context, opts Options) (Image, error) {
 		return img, nil
 	} else if _, serr := os.Stat(final); serr == nil {
 		// Build never leaves a directory like this (it renames a
-		// complete one into place): someone changed it. Only a complete
-		// image can be the base of a VM's disk, so nothing uses it.
+		// complete one into place): someone changed it, and no guest
+		// can be booted from it as it is. Make it anew.
 		log.Warn("replacing a broken guest image", "dir", final, "error", err)
 		if err := os.RemoveAll(final); err != nil {
 			return Image{}, fmt.Errorf("guest image: remove the broken image: %w", err)
