@@ -1,7 +1,6 @@
 package detached
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -160,6 +159,33 @@ func (s *severable) Exec(ctx context.Context, argv []string, stdout, stderr io.W
 	return code, err
 }
 
+// oneTrip is a target that stores the script and starts the wrapper in
+// one call (WriteStarter), counting them.
+type oneTrip struct {
+	*localTarget
+	mu    sync.Mutex
+	calls int
+}
+
+func (o *oneTrip) WriteStart(ctx context.Context, name string, data []byte, script string) error {
+	o.mu.Lock()
+	o.calls++
+	o.mu.Unlock()
+	if err := o.localTarget.WriteFile(ctx, name, data); err != nil {
+		return err
+	}
+	return o.localTarget.Start(ctx, script)
+}
+
+// WriteFile and Start are not to be called: WriteStart does both.
+func (o *oneTrip) WriteFile(context.Context, string, []byte) error {
+	return errors.New("WriteFile called on a WriteStarter")
+}
+
+func (o *oneTrip) Start(context.Context, string) error {
+	return errors.New("Start called on a WriteStarter")
+}
+
 // watched is a target that also tells when the stage's place stopped
 // (Watcher, Explainer), as the container executors do: stop kills the
 // whole place (the stage's session) and closes stopped.
@@ -197,46 +223,50 @@ func (w *watched) stopPlace() {
 	w.once.Do(func() { close(w.stopped) })
 }
 
-// notifyBuffer is a goroutine-safe writer whose content can be waited on.
+// notifyBuffer is a goroutine-safe writer whose content can be waited on:
+// every write wakes the waiters.
 type notifyBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	changed chan struct{} // closed and replaced on every write
+	mu    sync.Mutex
+	grown sync.Cond
+	b     []byte
 }
 
-func newNotifyBuffer() *notifyBuffer { return &notifyBuffer{changed: make(chan struct{})} }
+func newNotifyBuffer() *notifyBuffer {
+	n := &notifyBuffer{}
+	n.grown.L = &n.mu
+	return n
+}
 
 func (n *notifyBuffer) Write(p []byte) (int, error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	k, err := n.b.Write(p)
-	close(n.changed)
-	n.changed = make(chan struct{})
-	return k, err
+	n.b = append(n.b, p...)
+	n.mu.Unlock()
+	n.grown.Broadcast()
+	return len(p), nil
 }
 
 func (n *notifyBuffer) String() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.b.String()
+	return string(n.b)
 }
 
-// waitFor waits until the content satisfies ok (the test's timeout bounds
-// it).
+// waitFor waits until the content satisfies ok, or the test ends.
 func (n *notifyBuffer) waitFor(t *testing.T, what string, ok func(string) bool) {
 	t.Helper()
-	for {
+	stop := context.AfterFunc(t.Context(), func() {
 		n.mu.Lock()
-		s, ch := n.b.String(), n.changed
-		n.mu.Unlock()
-		if ok(s) {
-			return
+		defer n.mu.Unlock()
+		n.grown.Broadcast()
+	})
+	defer stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for !ok(string(n.b)) {
+		if t.Context().Err() != nil {
+			t.Fatalf("%s: test ended; got %q", what, n.b)
 		}
-		select {
-		case <-ch:
-		case <-t.Context().Done():
-			t.Fatalf("%s: test ended; got %q", what, s)
-		}
+		n.grown.Wait()
 	}
 }
 

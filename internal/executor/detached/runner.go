@@ -117,6 +117,13 @@ func (r *Runner) Run(ctx context.Context, t Target, s Stage, mode Mode, from int
 	}
 	f := r.begin(s, from)
 	defer r.end(mode != StartFresh)
+	// The watch covers the probe too: a run claimed by a starter whose
+	// place stopped before the run's output existed is vanished.
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	if w, ok := t.(Watcher); ok {
+		go r.markGone(wctx, w, t, s, f)
+	}
 	switch mode {
 	case StartFresh:
 		if err := r.start(ctx, t, s, f, false); err != nil {
@@ -167,10 +174,17 @@ func (r *Runner) start(ctx context.Context, t Target, s Stage, f Files, claimed 
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	staged := f.Script + "." + hex.EncodeToString(b[:])
+	script := wrapper(s, f, staged, claimed)
+	if ws, ok := t.(WriteStarter); ok {
+		if err := ws.WriteStart(ctx, staged, []byte(s.Script), script); err != nil {
+			return fmt.Errorf("start the stage: %w", err)
+		}
+		return nil
+	}
 	if err := t.WriteFile(ctx, staged, []byte(s.Script)); err != nil {
 		return fmt.Errorf("store the stage script: %w", err)
 	}
-	if err := t.Start(ctx, wrapper(s, f, staged, claimed)); err != nil {
+	if err := t.Start(ctx, script); err != nil {
 		return fmt.Errorf("start the stage: %w", err)
 	}
 	return nil
@@ -195,9 +209,6 @@ func (r *Runner) followToEnd(ctx context.Context, t Target, s Stage, f Files) er
 		defer close(stopDone)
 		r.stopOnCancel(ctx, t, s, f, stopped, stopFollow)
 	}()
-	if w, ok := t.(Watcher); ok {
-		go r.markGone(fctx, w, t, s, f)
-	}
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		a := FollowArgs{Files: f, From: r.off.Load(), PID: r.c.PIDGone}

@@ -161,6 +161,18 @@ func checkResult(t *testing.T, err error, code int) {
 	}
 }
 
+// TestRunWriteStarter: a target that stores and starts in one call gets
+// that call, once per run.
+func TestRunWriteStarter(t *testing.T) {
+	j := newJob(t, tools[0])
+	o := &oneTrip{localTarget: j.target}
+	err := j.r.Run(t.Context(), o, j.stage(executor.StageStepScript, "echo one trip; exit 2"), StartFresh, 0)
+	checkResult(t, err, 2)
+	if j.trace.String() != "one trip\n" || o.calls != 1 {
+		t.Errorf("trace %q, %d WriteStart calls; want one", j.trace.String(), o.calls)
+	}
+}
+
 // TestRunBadProjectDirectory: a project directory that cannot be entered
 // fails the stage with status 1 and says so in the trace.
 func TestRunBadProjectDirectory(t *testing.T) {

@@ -34,6 +34,16 @@ type Target interface {
 	Stop(ctx context.Context, f Files) error
 }
 
+// A WriteStarter is a Target that stores a run's script and starts its
+// wrapper in one go, where each call costs a round trip (an exec through
+// an API server): the Runner calls WriteStart instead of WriteFile and
+// Start.
+type WriteStarter interface {
+	// WriteStart does WriteFile(ctx, name, data), then, if that
+	// succeeded, Start(ctx, script).
+	WriteStart(ctx context.Context, name string, data []byte, script string) error
+}
+
 // A Watcher is a Target that can tell when the place a stage runs in
 // stopped (a container that exited): the stage's follower is then told
 // (the gone file) not to wait for an exit status.

@@ -1,6 +1,7 @@
 package detached
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -277,14 +278,6 @@ func wrapper(s Stage, f Files, staged string, claimed bool) string {
 	if s.Umask != "" {
 		fmt.Fprintf(&b, "umask %s\n", s.Umask)
 	}
-	shell := s.Shell
-	if shell == "" {
-		shell = "sh"
-	}
-	dir := s.Dir
-	if dir == "" {
-		dir = "."
-	}
 	fmt.Fprintf(&b, `rc=1
 if ! mv -f %[1]s %[2]s; then
 	echo "cannot store the stage script "%[2]s
@@ -295,7 +288,7 @@ else
 	echo "cannot enter the project directory "%[3]s
 fi
 echo $rc > %[5]s && mv -f %[5]s %[6]s
-`, Quote(staged), Quote(f.Script), Quote(dir), Quote(shell), Quote(f.Exit+".tmp"), Quote(f.Exit))
+`, Quote(staged), Quote(f.Script), Quote(cmp.Or(s.Dir, ".")), Quote(cmp.Or(s.Shell, "sh")), Quote(f.Exit+".tmp"), Quote(f.Exit))
 	return b.String()
 }
 
