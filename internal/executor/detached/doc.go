@@ -8,8 +8,9 @@
 //
 // The mechanism is written here once; an executor supplies its Target:
 // how to store a file, start a command detached, run a command attached
-// and stop a stage there (and, optionally, how to tell that the place the
-// stage runs in stopped: Watcher, Explainer). A Runner holds one job's
+// and stop a stage there; optionally, how to tell that the place the
+// stage runs in stopped (Watcher) and why (Explainer), and how to store
+// and start in one round trip (WriteStarter). A Runner holds one job's
 // run numbers, running stage and output progress.
 //
 // # Files
