@@ -408,8 +408,17 @@ func (r *Runner) Restore(runs int, running *State) error {
 // Checkpoint calls fn with what state returns, the running stage ("" when
 // none) and how many bytes of its output are in the trace; no stage
 // output is written and no stage starts or ends while fn runs
-// (executor.OutputCheckpointer). state may call Export.
+// (executor.OutputCheckpointer). state may call Export. A nil Runner (an
+// executor not prepared) has no stage running.
 func (r *Runner) Checkpoint(state func() (json.RawMessage, error), fn func(state json.RawMessage, stage executor.Stage, offset int64)) error {
+	if r == nil {
+		st, err := state()
+		if err != nil {
+			return err
+		}
+		fn(st, "", 0)
+		return nil
+	}
 	r.out.Lock()
 	defer r.out.Unlock()
 	st, err := state()

@@ -495,3 +495,20 @@ func TestRestoreAndResumeModeErrors(t *testing.T) {
 		t.Errorf("Run with a cancelled context = %v", err)
 	}
 }
+
+// TestCheckpointNilRunner: an executor not prepared has no Runner; its
+// checkpoint is its state's (an error, most likely).
+func TestCheckpointNilRunner(t *testing.T) {
+	var r *Runner
+	notPrepared := errors.New("not prepared")
+	if err := r.Checkpoint(func() (json.RawMessage, error) { return nil, notPrepared }, nil); err != notPrepared {
+		t.Errorf("Checkpoint = %v, want %v", err, notPrepared)
+	}
+	called := false
+	err := r.Checkpoint(func() (json.RawMessage, error) { return json.RawMessage(`{}`), nil }, func(_ json.RawMessage, stage executor.Stage, off int64) {
+		called = stage == "" && off == 0
+	})
+	if err != nil || !called {
+		t.Errorf("Checkpoint = %v, fn called with no stage: %v", err, called)
+	}
+}

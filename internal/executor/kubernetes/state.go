@@ -120,9 +120,5 @@ func (e *Executor) OutputCheckpoint(fn func(state json.RawMessage, stage executo
 	e.mu.Lock()
 	det := e.det
 	e.mu.Unlock()
-	if det == nil {
-		_, err := e.State()
-		return err
-	}
 	return det.Checkpoint(e.State, fn)
 }
