@@ -21,6 +21,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,9 +35,15 @@ const (
 
 // FollowOptions name a detached stage's files (see the docker executor).
 type FollowOptions struct {
-	Log   string // the stage's output, appended to while it runs
-	Exit  string // written (atomically) with the exit code when it ends
-	Gone  string // created by the manager when the stage's container stopped
+	Log  string // the stage's output, appended to while it runs
+	Exit string // written (atomically) with the exit code when it ends
+	Gone string // created by the manager when the stage's container stopped
+	// PID, when set, holds the pid of the stage's wrapper (written whole
+	// before its output file is made): once that process is dead (or a
+	// zombie) and no exit file exists, the stage can write no more and is
+	// vanished, as with the gone mark. Only for a follower that sees the
+	// stage's processes (the same host or process namespace).
+	PID   string
 	Claim string // a directory; with ClaimIfNotStarted, claimed if the stage never started
 	From  int64  // first byte of Log to copy
 	// ClaimIfNotStarted: when Log does not exist yet, try to create Claim;
@@ -75,7 +82,7 @@ func Follow(ctx context.Context, o FollowOptions, out, status io.Writer) error {
 			}
 			// Claimed by the stage's wrapper: its log appears next.
 			o.ClaimIfNotStarted = false
-		case exists(o.Gone):
+		case exists(o.Gone) || wrapperDead(o.PID, o.Exit):
 			_, err := fmt.Fprintln(status, StatusVanished)
 			return err
 		default:
@@ -112,7 +119,7 @@ func Follow(ctx context.Context, o FollowOptions, out, status io.Writer) error {
 		}
 		// The exit file is written after the last output byte: once it is
 		// seen, one more read to the end gets everything.
-		if exists(o.Exit) || exists(o.Gone) {
+		if exists(o.Exit) || exists(o.Gone) || wrapperDead(o.PID, o.Exit) {
 			final = true
 			continue
 		}
@@ -189,6 +196,46 @@ func WaitTCP(ctx context.Context, addrs []string, timeout time.Duration) []strin
 		}
 	}
 	return failed
+}
+
+// wrapperDead reports whether the pid file pidFile names a process that
+// is dead or a zombie while no exit file exists: the stage's wrapper is
+// gone without an exit code. A pid file that is missing, or does not
+// hold a pid, says nothing.
+func wrapperDead(pidFile, exitFile string) bool {
+	if pidFile == "" {
+		return false
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return !processAlive(pid) && !exists(exitFile)
+}
+
+// processAlive reports whether process pid runs: by its /proc entry (a
+// zombie counts as dead) where there is /proc, else by signal 0 (a
+// process of another user counts as alive).
+func processAlive(pid int) bool {
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			return true
+		}
+		f := strings.Fields(s[i+1:])
+		return len(f) == 0 || (f[0] != "Z" && f[0] != "X")
+	}
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		return false // a /proc without the process: it is gone
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func exists(p string) bool {

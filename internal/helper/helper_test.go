@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -371,6 +372,81 @@ func TestFollowClaim(t *testing.T) {
 			t.Errorf("status = %q, want %q", got, StatusVanished+"\n")
 		}
 	})
+}
+
+// TestFollowWrapperDead: with a pid file, a stage whose wrapper is dead
+// (or a zombie) and left no exit file is vanished, before or after its
+// output appeared; a live wrapper, or an exit file, says nothing of the
+// kind.
+func TestFollowWrapperDead(t *testing.T) {
+	dead := exec.Command("sh", "-c", "exit 0")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	zombie := exec.Command("sh", "-c", "exit 0")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = zombie.Wait() })
+	// Not reaped: a zombie once it exited.
+	for len(alive([]int{zombie.Process.Pid})) > 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name     string
+		pid      int
+		log      string
+		exit     string // "" = none
+		wantOut  string
+		wantStat string
+	}{
+		{"dead before the output", dead.Process.Pid, "", "", "", StatusVanished},
+		{"dead after some output", dead.Process.Pid, "partial\n", "", "partial\n", StatusVanished},
+		{"a zombie", zombie.Process.Pid, "partial\n", "", "partial\n", StatusVanished},
+		{"dead with an exit file", dead.Process.Pid, "all\n", "3", "all\n", StatusExit + "3"},
+		{"alive with an exit file", os.Getpid(), "all\n", "0", "all\n", StatusExit + "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStage(t)
+			pidFile := filepath.Join(s.dir, "pid")
+			if err := os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", tc.pid)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.log != "" {
+				s.appendLog(t, tc.log)
+			}
+			if tc.exit != "" {
+				s.writeExit(t, tc.exit)
+			}
+			o := s.options()
+			o.PID = pidFile
+			out, status := newNotifyBuffer(), newNotifyBuffer()
+			if err := waitDone(t, follow(t.Context(), o, out, status)); err != nil {
+				t.Fatalf("Follow: %v", err)
+			}
+			if out.String() != tc.wantOut || status.String() != tc.wantStat+"\n" {
+				t.Errorf("output %q, status %q; want %q, %q", out.String(), status.String(), tc.wantOut, tc.wantStat+"\n")
+			}
+		})
+	}
+	// Alive, no exit file: Follow goes on following.
+	s := newStage(t)
+	pidFile := filepath.Join(s.dir, "pid")
+	if err := os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.appendLog(t, "running\n")
+	o := s.options()
+	o.PID = pidFile
+	out, status := newNotifyBuffer(), newNotifyBuffer()
+	done := follow(t.Context(), o, out, status)
+	out.waitFor(t, "output", func(got string) bool { return got == "running\n" })
+	time.Sleep(5 * poll) // not an assertion: lets Follow look again
+	notDone(t, done, "while the wrapper lives")
+	s.writeExit(t, "0")
+	if err := waitDone(t, done); err != nil || status.String() != StatusExit+"0\n" {
+		t.Errorf("Follow = %v, status %q", err, status.String())
+	}
 }
 
 // TestFollowProbe: a probe reports started as soon as the output exists,

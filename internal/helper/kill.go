@@ -25,9 +25,12 @@ type KillOptions struct {
 
 // KillStage stops a detached stage: every descendant of the wrapper whose
 // pid PIDFile holds gets SIGTERM, and SIGKILL after the grace period if it
-// still runs. The wrapper itself is left to write the stage's exit code
-// (143 or 137), which ends its follower. It returns how many processes
-// were signalled; a stage that already ended is not an error.
+// still runs. A process signalled stays the stage's when its parent dies
+// and it is adopted elsewhere (a child that ignores SIGTERM below a shell
+// that did not): it and what it starts get SIGKILL too. The wrapper
+// itself is left to write the stage's exit code (143 or 137), which ends
+// its follower. It returns how many processes were signalled; a stage
+// that already ended is not an error.
 func KillStage(ctx context.Context, o KillOptions, log io.Writer) (int, error) {
 	if o.Proc == "" {
 		o.Proc = "/proc"
@@ -43,9 +46,11 @@ func KillStage(ctx context.Context, o KillOptions, log io.Writer) (int, error) {
 	if err != nil || root <= 1 {
 		return 0, fmt.Errorf("bad pid %q in %s", strings.TrimSpace(string(b)), o.PIDFile)
 	}
+	var stage []int // the stage's processes: those below root, and those seen there before
 	signal := func(sig syscall.Signal) int {
+		stage = descendants(o.Proc, root, stage...)
 		n := 0
-		for _, pid := range descendants(o.Proc, root) {
+		for _, pid := range stage {
 			if syscall.Kill(pid, sig) == nil {
 				n++
 			}
@@ -66,7 +71,7 @@ func KillStage(ctx context.Context, o KillOptions, log io.Writer) (int, error) {
 		case <-ctx.Done():
 			return n, ctx.Err()
 		case <-tick.C:
-			if len(descendants(o.Proc, root)) == 0 {
+			if stage = descendants(o.Proc, root, stage...); len(stage) == 0 {
 				return n, nil
 			}
 		case <-deadline.C:
@@ -78,15 +83,17 @@ func KillStage(ctx context.Context, o KillOptions, log io.Writer) (int, error) {
 	}
 }
 
-// descendants lists the live processes below root (not root itself), from
-// the parent links in proc/<pid>/stat. Zombies are left out: they are
-// dead already.
-func descendants(proc string, root int) []int {
+// descendants lists the live processes below root (not root itself), and
+// those of also that live, with the live processes below them, from the
+// parent links in proc/<pid>/stat. Zombies are left out: they are dead
+// already.
+func descendants(proc string, root int, also ...int) []int {
 	ents, err := os.ReadDir(proc)
 	if err != nil {
 		return nil
 	}
 	children := map[int][]int{}
+	live := map[int]bool{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -111,15 +118,27 @@ func descendants(proc string, root int) []int {
 			continue
 		}
 		children[ppid] = append(children[ppid], pid)
+		live[pid] = true
 	}
 	var out []int
+	seen := map[int]bool{root: true}
 	queue := []int{root}
+	for _, p := range also {
+		if live[p] && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+			queue = append(queue, p)
+		}
+	}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+				queue = append(queue, c)
+			}
 		}
 	}
 	return out

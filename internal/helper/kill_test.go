@@ -160,6 +160,39 @@ func TestKillStage(t *testing.T) {
 	}
 }
 
+// A child that ignores SIGTERM below a shell that does not is adopted
+// elsewhere when that shell dies of the SIGTERM: it is still the stage's
+// and gets SIGKILL after the grace period.
+func TestKillStageOrphan(t *testing.T) {
+	t.Parallel()
+	tr := startTree(t, `sh -c '(trap "" TERM; echo ready; exec sleep 1000) & echo ready; wait' &
+echo $$ > "$PIDFILE"
+echo ready
+wait
+exit 7
+`, 3)
+	before := descendants("/proc", tr.cmd.Process.Pid)
+	if len(before) != 2 {
+		t.Fatalf("descendants = %v, want the shell and its child", before)
+	}
+	var log strings.Builder
+	n, err := KillStage(t.Context(), KillOptions{PIDFile: tr.pidFile, Grace: 300 * time.Millisecond}, &log)
+	if err != nil || n != 2 {
+		t.Fatalf("KillStage() = %d, %v; want 2, nil\n%s", n, err, log.String())
+	}
+	tr.waitExit(t)
+	if !strings.Contains(log.String(), "sent SIGKILL to 1 processes") {
+		t.Errorf("log = %q, want SIGKILL sent to the orphan", log.String())
+	}
+	// SIGKILL was sent: the orphan dies at once; the minute only bounds
+	// a failing test.
+	for deadline := time.Now().Add(time.Minute); len(alive(before)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the stage still exist", alive(before))
+		}
+	}
+}
+
 // A stage whose wrapper has no processes left (it ended, or is writing its
 // exit code) is not an error, and nothing is signalled, the wrapper least
 // of all.

@@ -17,7 +17,7 @@ import (
 // Main runs `drover helper <command> [flags]` with args after "helper"
 // and returns the exit code. Commands:
 //
-//	follow --log F --exit F [--gone F] [--from N] [--claim DIR] [--probe]
+//	follow --log F --exit F [--gone F] [--pid F] [--from N] [--claim DIR] [--probe]
 //	kill --pid-file F [--grace D]
 //	wait --timeout D host:port...
 //	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
@@ -46,6 +46,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&o.Log, "log", "", "the stage's output file")
 		fs.StringVar(&o.Exit, "exit", "", "the stage's exit code file")
 		fs.StringVar(&o.Gone, "gone", "", "created when the stage's container stopped")
+		fs.StringVar(&o.PID, "pid", "", "holds the pid of the stage's wrapper: vanished when it is dead without an exit file")
 		fs.StringVar(&o.Claim, "claim", "", "claim this directory if the stage never started")
 		fs.Int64Var(&o.From, "from", 0, "first byte of the output to copy")
 		fs.BoolVar(&o.Probe, "probe", false, "only report whether the stage started")

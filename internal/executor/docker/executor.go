@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/detached"
 )
 
 // Paths inside the containers.
@@ -75,20 +75,9 @@ type Executor struct {
 	services    []service
 	containers  []string // every container made, for Cleanup
 	resumable   bool
-	runs        int
-	running     *stageState
-	resume      *stageState
+	det         *detached.Runner // the job's stages, their output in the trace
 	cleanedUp   bool
 	cleaned     chan struct{} // closed when Cleanup's removals are done
-
-	out output
-}
-
-// output is the progress of the running stage's output into the trace.
-type output struct {
-	mu    sync.Mutex // held while stage output is written to the trace
-	stage executor.Stage
-	off   atomic.Int64
 }
 
 var (
@@ -154,6 +143,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.trace, e.logger, e.job, e.settings = trace, logger, opts.Job, opts.Settings
 	e.resumable = opts.Settings.Resumable
+	e.det = e.runner(trace, logger)
 	e.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
@@ -542,6 +532,8 @@ func (e *Executor) detectShell(ctx context.Context, id string) error {
 		why := e.containerDied(ctx, id)
 		if why == "" {
 			why = strings.TrimSpace(out)
+		} else {
+			why = "(" + why + ")"
 		}
 		return refuse(api.RunnerConfigurationError, "the build container of image %s did not start its shell (is the image's entrypoint one that runs its command? set the job's image entrypoint to [\"\"] if not): %v %s", e.image, err, why)
 	}
@@ -659,7 +651,7 @@ func (e *Executor) containerDied(ctx context.Context, id string) string {
 	if err != nil || ins.State == nil || ins.State.Running {
 		return ""
 	}
-	msg := fmt.Sprintf("(the container exited with code %d", ins.State.ExitCode)
+	msg := fmt.Sprintf("the container exited with code %d", ins.State.ExitCode)
 	if ins.State.OOMKilled {
 		msg += ", killed for lack of memory"
 	}
@@ -669,7 +661,7 @@ func (e *Executor) containerDied(ctx context.Context, id string) string {
 	if tail := e.containerLog(ctx, id, 20); tail != "" {
 		msg += "; its output: " + tail
 	}
-	return msg + ")"
+	return msg
 }
 
 // containerLog returns the last lines of a container's output.
@@ -807,3 +799,12 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 }
 
 var errNotPrepared = errors.New("docker executor: Run before Prepare")
+
+// runner is the job's detached.Runner: stage files in the job's volume,
+// followed by drover's helper in the helper container. A follower is not
+// started again when its stream breaks: the engine that broke it is the
+// one the stage runs on.
+func (e *Executor) runner(trace io.Writer, logger *slog.Logger) *detached.Runner {
+	return detached.New(detached.Config{Dir: jobDir, Tool: detached.Helper{Command: strings.Fields(helperCommand)},
+		Grace: e.GracePeriod, Trace: trace, Logger: logger})
+}

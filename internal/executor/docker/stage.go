@@ -2,7 +2,6 @@ package docker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -21,7 +20,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/executor"
-	"github.com/drover-ci/drover/internal/helper"
+	"github.com/drover-ci/drover/internal/executor/detached"
 	"github.com/drover-ci/drover/internal/shell"
 )
 
@@ -33,63 +32,33 @@ const helperCommand = "drover helper"
 // container was stopped, before it is abandoned.
 const drainTimeout = 10 * time.Second
 
-// stageState is the running stage of a resumable job: run number N in
-// container Container; its files are jobDir/<N>.{sh,log,exit,gone,claim}.
-type stageState struct {
-	Name      executor.Stage `json:"name"`
-	N         int            `json:"n"`
-	Container string         `json:"container"`
-	Started   time.Time      `json:"started"`
-}
-
-// stageFiles are the files of run n in the job's volume.
-type stageFiles struct{ script, log, exit, gone, claim string }
-
-func filesOf(n int) stageFiles {
-	base := fmt.Sprintf("%s/%03d", jobDir, n)
-	return stageFiles{script: base + ".sh", log: base + ".log", exit: base + ".exit", gone: base + ".gone", claim: base + ".claim"}
-}
-
 // Run runs one stage script by exec in the job's container: get_sources
 // in the helper container (git), every other stage in the build
 // container, which is started anew when a cancel or timeout stopped the
 // previous one. Its output goes to the trace. A non-zero exit is a
 // *executor.BuildError. When ctx is cancelled the stage's container gets
 // SIGTERM, then SIGKILL after the grace period (docker stop), and Run
-// returns ctx.Err() wrapped.
+// returns ctx.Err() wrapped. A resumable job's stages run detached (see
+// package detached), followed by drover's helper in the helper container.
 func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
-	return e.run(ctx, cmd, 0, false)
-}
-
-func (e *Executor) run(ctx context.Context, cmd executor.Command, from int64, mustAttach bool) error {
 	e.mu.Lock()
 	if e.eng == nil || e.shell == "" {
 		e.mu.Unlock()
 		return errNotPrepared
 	}
-	n, resumable := e.runs+1, e.resumable
+	resumable := e.resumable
 	e.mu.Unlock()
-	if err := ctx.Err(); err != nil && !mustAttach {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	cid, shellPath, user, err := e.stageContainer(ctx, cmd.Stage)
+	if err != nil {
 		return fmt.Errorf("%s: %w", cmd.Stage, err)
 	}
 	if !resumable {
-		if mustAttach {
-			return fmt.Errorf("%s: a stage of a job not prepared resumable cannot be re-attached", cmd.Stage)
-		}
-		cid, shellPath, user, err := e.stageContainer(ctx, cmd.Stage)
-		if err != nil {
-			return fmt.Errorf("%s: %w", cmd.Stage, err)
-		}
-		e.mu.Lock()
-		e.runs = n
-		e.mu.Unlock()
-		return e.runAttached(ctx, cmd, cid, shellPath, user, n)
+		return e.runAttached(ctx, cmd, cid, shellPath, user)
 	}
-	mode := startFresh
-	if mustAttach {
-		mode = attachSaved
-	}
-	return e.runDetached(ctx, cmd, n, from, mode)
+	return e.runDetached(ctx, cmd, cid, shellPath, user, detached.StartFresh, 0)
 }
 
 // stageContainer returns the container a stage runs in, with the shell
@@ -157,32 +126,58 @@ func (e *Executor) wrapper(cid string) string {
 // runAttached runs a stage of a job that is not resumable: its script goes
 // to the exec's stdin (stored to a file first, so that commands reading
 // stdin do not eat it), its output comes back on the exec's streams.
-func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, shellPath, user string, n int) error {
-	f := filesOf(n)
-	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s && exec %[2]s %[1]s </dev/null 2>&1\n", quote(f.script), quote(shellPath))
-	w := e.startOutput(cmd.Stage, 0)
-	defer e.endOutput()
+func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, shellPath, user string) error {
+	e.mu.Lock()
+	det := e.det
+	e.mu.Unlock()
+	f, w := det.Begin(detached.Stage{Name: cmd.Stage, Where: cid})
+	defer det.End()
+	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s && exec %[2]s %[1]s </dev/null 2>&1\n", quote(f.Script), quote(shellPath))
 	started := time.Now()
 	code, err := e.execAttached(ctx, cid, user, []string{"sh", "-c", script}, strings.NewReader(cmd.Script), w, w)
-	return e.stageResult(ctx, cmd.Stage, cid, code, err, started)
-}
-
-// stageResult turns an exec's end into Run's result.
-func (e *Executor) stageResult(ctx context.Context, stage executor.Stage, cid string, code int, err error, started time.Time) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", stage, ctx.Err())
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", stage, err)
-	}
-	if code == 0 {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", cmd.Stage, ctx.Err())
+	case err != nil:
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	case code == 0:
 		return nil
 	}
+	return e.exitResult(ctx, cmd.Stage, cid, code, started)
+}
+
+// runDetached runs a stage of a resumable job so that it survives the
+// manager (package detached): its shell is started by a detached exec in
+// container cid and writes its output and exit code to files in the
+// job's volume, which drover's helper in the helper container follows
+// for the trace.
+func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, cid, shellPath, user string, mode detached.Mode, from int64) error {
+	e.mu.Lock()
+	det, pd, umask := e.det, e.paths.ProjectDir, ""
+	if e.nonRoot && cid == e.helper {
+		// Files git writes must be the build container's user's too.
+		umask = "0000"
+	}
+	e.mu.Unlock()
+	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: cid, Shell: shellPath, Dir: pd, Umask: umask}
+	started := time.Now()
+	err := det.Run(ctx, &stageTarget{e: e, cid: cid, user: user}, s, mode, from)
+	var be *executor.BuildError
+	if errors.As(err, &be) && be.Inner == nil && be.Reason == "" {
+		return e.exitResult(ctx, cmd.Stage, cid, be.ExitCode, started)
+	}
+	return err
+}
+
+// exitResult is the result of a stage that exited with a non-zero code
+// in container cid: a *executor.BuildError, unless the container stopped
+// (the stage vanished with it).
+func (e *Executor) exitResult(ctx context.Context, stage executor.Stage, cid string, code int, started time.Time) error {
 	if code == 137 && e.oomKilled(ctx, cid, started) {
 		e.printf("\n\033[31;1mERROR: the stage was killed for lack of memory (out of memory; [runners.docker] memory = %d bytes)\033[0;m\n", e.cfg.Memory)
 	}
 	if why := e.containerDied(ctx, cid); why != "" {
-		return fmt.Errorf("%s: the container stopped %s: %w", stage, why, executor.ErrStageVanished)
+		return fmt.Errorf("%s: the container stopped (%s): %w", stage, why, executor.ErrStageVanished)
 	}
 	return &executor.BuildError{ExitCode: code}
 }
@@ -217,6 +212,13 @@ func (e *Executor) oomKilled(ctx context.Context, cid string, since time.Time) b
 // returns the exit code. When ctx ends, the container is stopped (which
 // ends the exec) and ctx.Err() is returned.
 func (e *Executor) execAttached(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return e.exec(ctx, cid, user, cmd, stdin, stdout, stderr, true)
+}
+
+// exec runs cmd in container cid as execAttached does; when ctx ends,
+// the container is stopped only with stopOnCancel, else the exec's
+// stream is closed (the command may go on).
+func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer, stopOnCancel bool) (int, error) {
 	resp, err := e.eng.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, Cmd: cmd,
 	})
@@ -242,6 +244,11 @@ func (e *Executor) execAttached(ctx context.Context, cid, user string, cmd []str
 	select {
 	case err = <-done:
 	case <-ctx.Done():
+		if !stopOnCancel {
+			hj.Close()
+			<-done
+			return -1, ctx.Err()
+		}
 		e.stopContainer(cid)
 		select {
 		case <-done:
@@ -292,247 +299,86 @@ func (e *Executor) stopContainer(cid string) {
 	}
 }
 
-// runDetached runs a stage of a resumable job so that it survives the
-// manager: the stage's shell is started by a detached exec and writes its
-// output and exit code to files in the job's volume; the helper container
-// follows the output file for the trace (see package helper). With
-// mustAttach (a resumed stage) nothing is started: the stage that the
-// dead manager started is followed from byte from.
-func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, n int, from int64, mode runMode) error {
-	f := filesOf(n)
-	var cid string
-	if mode == attachSaved {
-		e.mu.Lock()
-		if e.resume != nil {
-			cid = e.resume.Container
-		}
-		e.mu.Unlock()
-	} else {
-		var shellPath, user string
-		var err error
-		if cid, shellPath, user, err = e.stageContainer(ctx, cmd.Stage); err != nil {
-			return fmt.Errorf("%s: %w", cmd.Stage, err)
-		}
-		if from != 0 {
-			return fmt.Errorf("%s: output offset %d for a stage not started", cmd.Stage, from)
-		}
-		if mode == attachIfStarted {
-			// The dead manager may have started this stage after its last
-			// checkpoint: follow it if so, else claim it and start it here.
-			e.setRunning(cmd.Stage, n, cid, 0)
-			_, _, notStarted, err := e.follow(ctx, cmd.Stage, cid, f, 0, true, true)
-			if err != nil {
-				e.setEnded()
-				return fmt.Errorf("%s: %w", cmd.Stage, err)
-			}
-			if !notStarted {
-				e.setEnded()
-				return e.followToEnd(ctx, cmd.Stage, n, cid, f, 0)
-			}
-			e.logger.Info("the resumed stage had not started; running it", "stage", cmd.Stage)
-			if err := e.startDetached(ctx, cid, shellPath, user, cmd.Script, f, true); err != nil {
-				e.setEnded()
-				return fmt.Errorf("%s: %w", cmd.Stage, err)
-			}
-			e.setEnded()
-		} else {
-			e.setRunning(cmd.Stage, n, cid, 0)
-			err := e.startDetached(ctx, cid, shellPath, user, cmd.Script, f, false)
-			e.setEnded()
-			if err != nil {
-				return fmt.Errorf("%s: %w", cmd.Stage, err)
-			}
-		}
-	}
-	return e.followToEnd(ctx, cmd.Stage, n, cid, f, from)
+// stageTarget is where a detached stage runs (detached.Target): container
+// cid, as user; its files are in the job's volume, which the helper
+// container, where drover's helper follows them, shares.
+type stageTarget struct {
+	e    *Executor
+	cid  string
+	user string
 }
 
-// runMode says how runDetached treats a stage.
-type runMode int
-
-const (
-	startFresh      runMode = iota // start it
-	attachSaved                    // the dead manager started it: follow it
-	attachIfStarted                // follow it if the dead manager started it, else start it
+var (
+	_ detached.Watcher   = (*stageTarget)(nil)
+	_ detached.Explainer = (*stageTarget)(nil)
 )
 
-// followToEnd follows a detached stage from byte from to its end and
-// returns its result.
-func (e *Executor) followToEnd(ctx context.Context, stage executor.Stage, n int, cid string, f stageFiles, from int64) error {
-	e.setRunning(stage, n, cid, from)
-	defer e.setEnded()
-	started := time.Now()
-	code, vanished, _, err := e.follow(ctx, stage, cid, f, from, false, false)
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("%s: %w", stage, ctx.Err())
-	case err != nil:
-		return fmt.Errorf("%s: %w", stage, err)
-	case vanished:
-		why := e.containerDied(ctx, cid)
-		return fmt.Errorf("%s: %w %s", stage, executor.ErrStageVanished, why)
-	}
-	return e.stageResult(ctx, stage, cid, code, nil, started)
-}
-
-// startDetached stores the stage's script in the job's volume and starts
-// it with a detached exec. Unless claimed (by a follower that found the
-// stage not started), the stage first claims its run: a stage is started
-// at most once, even when a dead manager and its successor both try.
-func (e *Executor) startDetached(ctx context.Context, cid, shellPath, user, script string, f stageFiles, claimed bool) error {
-	tarball, err := dockerimage.FileTar(strings.TrimPrefix(f.script, jobDir+"/"), 0o644, []byte(script))
+// WriteFile copies the file into the container (name is in jobDir).
+func (t *stageTarget) WriteFile(ctx context.Context, name string, data []byte) error {
+	tarball, err := dockerimage.FileTar(strings.TrimPrefix(name, jobDir+"/"), 0o644, data)
 	if err != nil {
 		return err
 	}
-	if err := e.eng.CopyToContainer(ctx, cid, jobDir, tarball, container.CopyToContainerOptions{}); err != nil {
-		return fmt.Errorf("store the stage script: %w", err)
-	}
-	claim := fmt.Sprintf("mkdir %s 2>/dev/null || exit 0\n", quote(f.claim))
-	if claimed {
-		claim = ""
-	}
-	w := claim + fmt.Sprintf(": >> %[1]s\n", quote(f.log)) + e.wrapper(cid) +
-		fmt.Sprintf("%[1]s %[2]s </dev/null >> %[3]s 2>&1\necho $? > %[4]s.tmp && mv %[4]s.tmp %[4]s\n",
-			quote(shellPath), quote(f.script), quote(f.log), quote(f.exit))
-	// The wrapper's own failures (no project directory) go to the log too.
-	w = "exec >> " + quote(f.log) + " 2>&1\n" + w
-	resp, err := e.eng.ContainerExecCreate(ctx, cid, container.ExecOptions{User: user, Cmd: []string{"sh", "-c", w}})
+	return t.e.eng.CopyToContainer(ctx, t.cid, jobDir, tarball, container.CopyToContainerOptions{})
+}
+
+// Start runs the script by a detached exec: the engine keeps it running.
+func (t *stageTarget) Start(ctx context.Context, script string) error {
+	resp, err := t.e.eng.ContainerExecCreate(ctx, t.cid, container.ExecOptions{User: t.user, Cmd: []string{"sh", "-c", script}})
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
-	if err := e.eng.ContainerExecStart(ctx, resp.ID, container.ExecStartOptions{Detach: true}); err != nil {
+	if err := t.e.eng.ContainerExecStart(ctx, resp.ID, container.ExecStartOptions{Detach: true}); err != nil {
 		return fmt.Errorf("exec start: %w", err)
 	}
 	return nil
 }
 
-// follow copies a detached stage's output from byte from to the trace
-// through the helper container until it ends, and returns its exit code,
-// or that it vanished (its container stopped first) or, with claim, that
-// it never started (and is now claimed).
-func (e *Executor) follow(ctx context.Context, stage executor.Stage, cid string, f stageFiles, from int64, claim, quiet bool) (code int, vanished, notStarted bool, err error) {
-	hid, err := e.ensureHelper(ctx)
+// Exec runs argv in the helper container.
+func (t *stageTarget) Exec(ctx context.Context, argv []string, stdout, stderr io.Writer) (int, error) {
+	hid, err := t.e.ensureHelper(ctx)
 	if err != nil {
-		return 0, false, false, err
+		return -1, err
 	}
-	// Watch the stage's container: when it stops (a cancel, an OOM, the
-	// engine) the stage can write no more, and the follower is told so.
-	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWatch()
-	go func() {
-		waitC, errC := e.eng.ContainerWait(wctx, cid, container.WaitConditionNotRunning)
-		select {
-		case <-waitC:
-		case <-errC:
-		case <-wctx.Done():
-			return
-		}
-		if wctx.Err() != nil {
-			return
-		}
-		tb, err := dockerimage.FileTar(strings.TrimPrefix(f.gone, jobDir+"/"), 0o644, nil)
-		if err == nil {
-			err = e.eng.CopyToContainer(wctx, hid, jobDir, tb, container.CopyToContainerOptions{})
-		}
-		if err != nil && wctx.Err() == nil {
-			e.logger.Warn("cannot mark a stopped stage", "stage", stage, "err", err)
-		}
-	}()
-	args := []string{"drover", "helper", "follow", "--log", f.log, "--exit", f.exit, "--gone", f.gone, "--from", strconv.FormatInt(from, 10)}
-	if claim {
-		args = append(args, "--claim", f.claim)
-	}
-	var status bytes.Buffer
-	w := e.outputWriter()
-	if quiet {
-		// Only asking whether the stage started: when it did, the output
-		// is copied by the next follow.
-		args = append(args, "--probe")
-		w = io.Discard
-	}
-	// The follower is stopped with the stage: ctx here only cancels
-	// copying, which ends when the stage's container stops.
-	fctx := context.WithoutCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			e.stopContainer(cid)
-		case <-stopped:
-		}
-	}()
-	c, err := e.execAttached(fctx, hid, "", args, nil, w, &status)
-	close(stopped)
-	if err != nil {
-		return 0, false, false, fmt.Errorf("follow the stage's output: %w", err)
-	}
-	code, vanished, notStarted, perr := helper.ParseStatus(status.String())
-	if perr != nil {
-		if why := e.containerDied(ctx, hid); why != "" {
-			return 0, true, false, nil
-		}
-		return 0, false, false, fmt.Errorf("follow the stage's output (helper exit %d): %w", c, perr)
-	}
-	return code, vanished, notStarted, nil
+	return t.e.exec(ctx, hid, "", argv, nil, stdout, stderr, false)
 }
 
-// startOutput marks stage's output as flowing into the trace from byte
-// from, and returns the writer it goes through.
-func (e *Executor) startOutput(stage executor.Stage, from int64) io.Writer {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.out.stage = stage
-	e.out.off.Store(from)
-	return e.outputWriter()
+// Stop stops the stage's container (docker stop: SIGTERM, the grace
+// period, SIGKILL); WaitStopped then tells the follower.
+func (t *stageTarget) Stop(context.Context, detached.Files) error {
+	t.e.stopContainer(t.cid)
+	return nil
 }
 
-func (e *Executor) endOutput() {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.out.stage = ""
-	e.out.off.Store(0)
+// WaitStopped waits for the stage's container to stop (a cancel, an OOM,
+// the engine): the stage can write no more. An engine that cannot say
+// counts as stopped.
+func (t *stageTarget) WaitStopped(ctx context.Context) bool {
+	waitC, errC := t.e.eng.ContainerWait(ctx, t.cid, container.WaitConditionNotRunning)
+	select {
+	case <-waitC:
+	case <-errC:
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
 }
 
-// outputWriter writes stage output to the trace, counting it, with out.mu
-// held (so that a checkpoint sees the trace and the count agree).
-func (e *Executor) outputWriter() io.Writer { return (*outputWriter)(e) }
-
-type outputWriter Executor
-
-func (w *outputWriter) Write(p []byte) (int, error) {
-	e := (*Executor)(w)
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.mu.Lock()
-	t := e.trace
-	e.mu.Unlock()
-	// Errors of the log sink are the trace uploader's business.
-	_, _ = t.Write(p)
-	e.out.off.Add(int64(len(p)))
-	return len(p), nil
-}
-
-// setRunning records that run n of stage runs in container cid, its
-// output in the trace from byte from on.
-func (e *Executor) setRunning(stage executor.Stage, n int, cid string, from int64) {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.runs = n
-	e.running = &stageState{Name: stage, N: n, Container: cid, Started: time.Now().UTC()}
-	e.out.stage = stage
-	e.out.off.Store(from)
-}
-
-func (e *Executor) setEnded() {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.running = nil
-	e.out.stage = ""
-	e.out.off.Store(0)
+// Gone explains a stage's container, or the helper container, that is not
+// running.
+func (t *stageTarget) Gone(ctx context.Context) string {
+	if why := t.e.containerDied(ctx, t.cid); why != "" {
+		return why
+	}
+	t.e.mu.Lock()
+	hid := t.e.helper
+	t.e.mu.Unlock()
+	if hid == "" {
+		return ""
+	}
+	if why := t.e.containerDied(ctx, hid); why != "" {
+		return "the helper container: " + why
+	}
+	return ""
 }
 
 // demux splits the engine's multiplexed stream (an 8-byte header per
@@ -573,9 +419,7 @@ func demux(stdout, stderr io.Writer, r io.Reader) (int64, error) {
 }
 
 // quote returns s as one single-quoted sh word.
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+func quote(s string) string { return detached.Quote(s) }
 
 // OpenProjectFile opens a file of the project directory, in the job's
 // builds volume, by copying it out of the build (or helper) container: no

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/detached"
 )
 
 // stateVersion is the version of the state State writes.
@@ -16,28 +17,28 @@ const stateVersion = 1
 // ids of its containers, network and volumes, its shell and the stage
 // running. No secret is in it.
 type savedState struct {
-	Version    int            `json:"version"`
-	Prefix     string         `json:"prefix"`
-	Shell      string         `json:"shell"`
-	ShellPath  string         `json:"shell_path"`
-	Paths      executor.Paths `json:"paths"`
-	Image      string         `json:"image"`
-	ImageID    string         `json:"image_id"`
-	User       string         `json:"user,omitempty"`
-	Network    string         `json:"network,omitempty"`
-	NetName    string         `json:"net_name,omitempty"`
-	JobVolume  string         `json:"job_volume"`
-	Volumes    []string       `json:"volumes"`
-	Binds      []string       `json:"binds"`
-	Build      string         `json:"build,omitempty"`
-	Builds     int            `json:"builds"`
-	Helper     string         `json:"helper,omitempty"`
-	HelperImg  string         `json:"helper_image,omitempty"`
-	Services   []service      `json:"services,omitempty"`
-	Containers []string       `json:"containers"`
-	NonRoot    bool           `json:"non_root,omitempty"`
-	Runs       int            `json:"runs"`
-	Stage      *stageState    `json:"stage,omitempty"`
+	Version    int             `json:"version"`
+	Prefix     string          `json:"prefix"`
+	Shell      string          `json:"shell"`
+	ShellPath  string          `json:"shell_path"`
+	Paths      executor.Paths  `json:"paths"`
+	Image      string          `json:"image"`
+	ImageID    string          `json:"image_id"`
+	User       string          `json:"user,omitempty"`
+	Network    string          `json:"network,omitempty"`
+	NetName    string          `json:"net_name,omitempty"`
+	JobVolume  string          `json:"job_volume"`
+	Volumes    []string        `json:"volumes"`
+	Binds      []string        `json:"binds"`
+	Build      string          `json:"build,omitempty"`
+	Builds     int             `json:"builds"`
+	Helper     string          `json:"helper,omitempty"`
+	HelperImg  string          `json:"helper_image,omitempty"`
+	Services   []service       `json:"services,omitempty"`
+	Containers []string        `json:"containers"`
+	NonRoot    bool            `json:"non_root,omitempty"`
+	Runs       int             `json:"runs"`
+	Stage      *detached.State `json:"stage,omitempty"`
 }
 
 // State exports the job's containers, network, volumes and running stage.
@@ -54,16 +55,9 @@ func (e *Executor) State() (json.RawMessage, error) {
 		Version: stateVersion, Prefix: e.prefix, Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths,
 		Image: e.image, ImageID: e.imageID, User: e.user, Network: e.network, NetName: e.netName,
 		JobVolume: e.jobVolume, Volumes: e.volumes, Binds: e.binds, Build: e.build, Builds: e.builds,
-		Helper: e.helper, HelperImg: e.helperImg, Services: e.services, Containers: e.containers, Runs: e.runs, NonRoot: e.nonRoot,
+		Helper: e.helper, HelperImg: e.helperImg, Services: e.services, Containers: e.containers, NonRoot: e.nonRoot,
 	}
-	switch {
-	case e.running != nil:
-		s := *e.running
-		st.Stage = &s
-	case e.resume != nil:
-		st.Stage = e.resume
-		st.Runs++
-	}
+	st.Runs, st.Stage = e.det.Export()
 	return json.Marshal(st)
 }
 
@@ -83,8 +77,11 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 		return fmt.Errorf("docker executor state: version %d, want %d", st.Version, stateVersion)
 	case st.Shell != "bash" && st.Shell != "sh", st.Prefix == "", st.JobVolume == "":
 		return errors.New("docker executor state: incomplete")
-	case st.Stage != nil && (st.Stage.N != st.Runs || st.Stage.Container == ""):
-		return fmt.Errorf("docker executor state: running stage %d of %d runs", st.Stage.N, st.Runs)
+	}
+	trace, logger := executor.Sinks(opts)
+	det := e.runner(trace, logger)
+	if err := det.Restore(st.Runs, st.Stage); err != nil {
+		return fmt.Errorf("docker executor state: %w", err)
 	}
 	cfg, err := e.prov.o.Lookup(opts.Settings)
 	if err != nil {
@@ -94,7 +91,6 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	if err != nil {
 		return err
 	}
-	trace, logger := executor.Sinks(opts)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.cfg, e.eng, e.job, e.settings, e.trace, e.logger = cfg, eng, opts.Job, opts.Settings, trace, logger
@@ -103,10 +99,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	e.image, e.imageID, e.user, e.network, e.netName = st.Image, st.ImageID, st.User, st.Network, st.NetName
 	e.jobVolume, e.volumes, e.binds, e.build, e.builds = st.JobVolume, st.Volumes, st.Binds, st.Build, st.Builds
 	e.helper, e.helperImg, e.services, e.containers = st.Helper, st.HelperImg, st.Services, st.Containers
-	e.runs, e.resume, e.running, e.nonRoot = st.Runs, st.Stage, nil, st.NonRoot
-	if st.Stage != nil {
-		e.runs--
-	}
+	e.nonRoot, e.det = st.NonRoot, det
 	return nil
 }
 
@@ -115,37 +108,35 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 // stages, cmd is the next stage: it is followed if the dead manager had
 // started it, else started here (never twice: the stage's claim decides).
 func (e *Executor) Resume(ctx context.Context, cmd executor.Command, from int64) error {
-	if from < 0 {
-		return fmt.Errorf("%s: negative output offset %d", cmd.Stage, from)
-	}
 	e.mu.Lock()
-	saved := e.resume
-	n := e.runs + 1
+	det, prepared := e.det, e.eng != nil && e.shell != ""
 	e.mu.Unlock()
-	if saved != nil && saved.Name != cmd.Stage {
-		return fmt.Errorf("resume %s: the saved state's running stage is %s", cmd.Stage, saved.Name)
+	if !prepared {
+		return errNotPrepared
 	}
-	defer func() {
-		e.mu.Lock()
-		e.resume = nil
-		e.mu.Unlock()
-	}()
+	mode, saved, err := det.ResumeMode(cmd.Stage, from)
+	if err != nil {
+		return err
+	}
 	if saved != nil {
-		return e.runDetached(ctx, cmd, n, from, attachSaved)
+		return e.runDetached(ctx, cmd, saved.Where, "", "", mode, from)
 	}
-	return e.runDetached(ctx, cmd, n, 0, attachIfStarted)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	cid, shellPath, user, err := e.stageContainer(ctx, cmd.Stage)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
+	return e.runDetached(ctx, cmd, cid, shellPath, user, mode, 0)
 }
 
 // OutputCheckpoint calls fn with the state, the running stage and how many
 // bytes of its output are in the trace; no stage output is written and no
 // stage starts or ends while fn runs.
 func (e *Executor) OutputCheckpoint(fn func(state json.RawMessage, stage executor.Stage, offset int64)) error {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	state, err := e.State()
-	if err != nil {
-		return err
-	}
-	fn(state, e.out.stage, e.out.off.Load())
-	return nil
+	e.mu.Lock()
+	det := e.det
+	e.mu.Unlock()
+	return det.Checkpoint(e.State, fn)
 }

@@ -8,7 +8,8 @@
 // from a byte offset into the job's trace. A stage thus outlives the
 // manager that started it: a restarted manager (or another one sharing
 // its job store) re-attaches from the offset it saved, with no byte of
-// the log lost or doubled (executor.Stateful).
+// the log lost or doubled (executor.Stateful). The mechanism is package
+// detached's, shared with the docker executor.
 //
 // The job's variables are in a Secret of the job's own, read by
 // reference from the containers and mounted for file variables: no value

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/detached"
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/shell"
 )
@@ -57,21 +57,10 @@ type Executor struct {
 	shell           string // bash or sh
 	shellPath       string // its path in the build image
 	paths           executor.Paths
-	fileVars        bool // the job's file variables are in the Secret
-	runs            int
-	running         *stageState
-	resume          *stageState
+	fileVars        bool             // the job's file variables are in the Secret
+	det             *detached.Runner // the job's stages, their output in the trace
 	cleanedUp       bool
 	cleaned         chan struct{}
-
-	out output
-}
-
-// output is the progress of the running stage's output into the trace.
-type output struct {
-	mu    sync.Mutex // held while stage output is written to the trace
-	stage executor.Stage
-	off   atomic.Int64
 }
 
 var (
@@ -190,6 +179,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.trace, e.logger, e.job, e.settings = trace, logger, opts.Job, opts.Settings
 	e.resumable = opts.Settings.Resumable
+	e.det = e.runner(trace, logger)
 	e.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
@@ -534,3 +524,14 @@ func (e *Executor) cleanedLocked() chan struct{} {
 const cleanupTimeout = 2 * time.Minute
 
 var errNotPrepared = errors.New("kubernetes executor: Run before Prepare")
+
+// helperTool is drover's helper in the helper container.
+func helperTool() detached.Tool { return detached.Helper{Command: strings.Fields(helperCommand)} }
+
+// runner is the job's detached.Runner: stage files in the pod's
+// emptyDir, followed by drover's helper in the helper container, again
+// from the byte reached when the stream through the API server breaks.
+func (e *Executor) runner(trace io.Writer, logger *slog.Logger) *detached.Runner {
+	return detached.New(detached.Config{Dir: jobDir, Tool: helperTool(), Retries: followRetries,
+		Grace: e.GracePeriod, Trace: trace, Logger: logger})
+}

@@ -8,9 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,94 +20,42 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/drover-ci/drover/internal/executor"
-	"github.com/drover-ci/drover/internal/helper"
+	"github.com/drover-ci/drover/internal/executor/detached"
 	"github.com/drover-ci/drover/internal/shell"
 )
-
-// stageState is the running stage: run number N in container Container;
-// its files are jobDir/<N>.{sh,log,exit,gone,claim,pid}.
-type stageState struct {
-	Name      executor.Stage `json:"name"`
-	N         int            `json:"n"`
-	Container string         `json:"container"`
-	Started   time.Time      `json:"started"`
-}
-
-type stageFiles struct{ script, log, exit, gone, claim, pid string }
-
-func filesOf(n int) stageFiles {
-	base := fmt.Sprintf("%s/%03d", jobDir, n)
-	return stageFiles{script: base + ".sh", log: base + ".log", exit: base + ".exit", gone: base + ".gone", claim: base + ".claim", pid: base + ".pid"}
-}
 
 // How often a follower whose stream broke (the API server, the network)
 // starts again from the byte it reached before the stage counts as lost.
 const followRetries = 5
 
-// Run runs one stage script by the attach strategy: the script is stored
-// in the job's emptyDir and started detached in the build container (the
-// helper container for git and the cache and artifact stages), writing
-// its output and exit code to files there; the helper follows the output
-// file into the trace. When ctx is cancelled the stage's processes get
-// SIGTERM, SIGKILL after the grace period, and Run returns ctx.Err()
-// wrapped.
+// Run runs one stage script by the attach strategy (package detached):
+// the script is stored in the job's emptyDir and started detached in the
+// build container (the helper container for git and the cache and
+// artifact stages), writing its output and exit code to files there; the
+// helper follows the output file into the trace. When ctx is cancelled
+// the stage's processes get SIGTERM, SIGKILL after the grace period, and
+// Run returns ctx.Err() wrapped.
 func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
-	return e.run(ctx, cmd, 0, startFresh)
-}
-
-type runMode int
-
-const (
-	startFresh      runMode = iota // start it
-	attachSaved                    // the dead manager started it: follow it
-	attachIfStarted                // follow it if the dead manager started it, else start it
-)
-
-func (e *Executor) run(ctx context.Context, cmd executor.Command, from int64, mode runMode) error {
 	e.mu.Lock()
 	if e.cl == nil || e.shell == "" {
 		e.mu.Unlock()
 		return errNotPrepared
 	}
-	n := e.runs + 1
 	ctr := e.stageContainer(cmd.Stage)
-	if mode == attachSaved && e.resume != nil {
-		ctr = e.resume.Container
-	}
 	e.mu.Unlock()
-	if err := ctx.Err(); err != nil && mode == startFresh {
-		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	return e.run(ctx, cmd, ctr, detached.StartFresh, 0)
+}
+
+// run runs (or re-attaches to) a stage in container ctr as mode says.
+func (e *Executor) run(ctx context.Context, cmd executor.Command, ctr string, mode detached.Mode, from int64) error {
+	e.mu.Lock()
+	det, pd, shellPath := e.det, e.paths.ProjectDir, e.shellPath
+	e.mu.Unlock()
+	if ctr == containerHelper {
+		shellPath = "sh"
 	}
-	f := filesOf(n)
-	switch mode {
-	case startFresh:
-		if from != 0 {
-			return fmt.Errorf("%s: output offset %d for a stage not started", cmd.Stage, from)
-		}
-		e.setRunning(cmd.Stage, n, ctr, 0)
-		err := e.start(ctx, ctr, cmd.Script, f, false)
-		if err != nil {
-			e.setEnded()
-			return fmt.Errorf("%s: %w", cmd.Stage, err)
-		}
-	case attachIfStarted:
-		// The dead manager may have started this stage after its last
-		// checkpoint: follow it if so, else claim it and start it here.
-		e.setRunning(cmd.Stage, n, ctr, 0)
-		_, _, notStarted, err := e.followOnce(ctx, f, 0, true, true, io.Discard)
-		if err != nil {
-			e.setEnded()
-			return fmt.Errorf("%s: %w", cmd.Stage, err)
-		}
-		if notStarted {
-			e.logger.Info("the resumed stage had not started; running it", "stage", cmd.Stage)
-			if err := e.start(ctx, ctr, cmd.Script, f, true); err != nil {
-				e.setEnded()
-				return fmt.Errorf("%s: %w", cmd.Stage, err)
-			}
-		}
-	}
-	return e.followToEnd(ctx, cmd.Stage, n, ctr, f, from)
+	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: ctr, Shell: shellPath, Dir: pd}
+	return det.Run(ctx, &podTarget{e: e, ctr: ctr}, s, mode, from)
 }
 
 // stageContainer is the container a stage runs in (e.mu held): git and
@@ -130,157 +76,87 @@ func (e *Executor) stageContainer(stage executor.Stage) string {
 	return containerBuild
 }
 
-// start stores the stage's script in the job's emptyDir and starts it in
-// the background of container ctr, so that it outlives this exec (and the
-// manager). Unless claimed (by a follower that found the stage not
-// started), the stage first claims its run: a stage starts at most once,
-// even when a dead manager and its successor both try.
-func (e *Executor) start(ctx context.Context, ctr, script string, f stageFiles, claimed bool) error {
-	e.mu.Lock()
-	pd, shellPath := quote(e.paths.ProjectDir), e.shellPath
-	e.mu.Unlock()
-	if ctr == containerHelper {
-		shellPath = "sh"
+// podTarget is where a stage runs (detached.Target): container ctr of the
+// job's pod. The stage's files are in the pod's emptyDir, which the helper
+// container, where drover's helper follows and stops stages, shares, as
+// it shares the pod's process namespace.
+type podTarget struct {
+	e   *Executor
+	ctr string
+}
+
+var (
+	_ detached.WriteStarter = (*podTarget)(nil)
+	_ detached.Watcher      = (*podTarget)(nil)
+	_ detached.Explainer    = (*podTarget)(nil)
+)
+
+// WriteFile stores data as name, by an exec in the stage's container.
+func (t *podTarget) WriteFile(ctx context.Context, name string, data []byte) error {
+	return t.sh(ctx, "store a file", `cat > "$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"`, data, name)
+}
+
+// Start runs the script in the background of the stage's container, so
+// that it outlives the exec (and the manager).
+func (t *podTarget) Start(ctx context.Context, script string) error {
+	return t.sh(ctx, "start the stage", `sh -c "$1" </dev/null >/dev/null 2>&1 &`, nil, script)
+}
+
+// WriteStart stores the script and starts the wrapper by one exec: every
+// exec is a round trip through the API server.
+func (t *podTarget) WriteStart(ctx context.Context, name string, data []byte, script string) error {
+	return t.sh(ctx, "start the stage", `cat > "$1" || exit 1
+sh -c "$2" </dev/null >/dev/null 2>&1 &`, data, name, script)
+}
+
+// sh runs `sh -c script args...` in the stage's container with data on
+// its stdin (none if nil).
+func (t *podTarget) sh(ctx context.Context, what, script string, data []byte, args ...string) error {
+	var stdin io.Reader
+	if data != nil {
+		stdin = bytes.NewReader(data)
 	}
-	// The pid file is written whole (as the exit file): a kill that reads
-	// it half-written would take it for a bad pid and stop nothing.
-	wrapper := fmt.Sprintf(`echo $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s
-if { [ -d %[2]s ] || mkdir -p %[2]s; } && cd %[2]s; then
-	%[3]s %[4]s </dev/null
-	rc=$?
-else
-	echo "cannot enter the project directory "%[2]s
-	rc=1
-fi
-echo $rc > %[5]s.tmp && mv %[5]s.tmp %[5]s
-`, quote(f.pid), pd, quote(shellPath), quote(f.script), quote(f.exit))
-	claim := fmt.Sprintf("mkdir %s 2>/dev/null || exit 0\n", quote(f.claim))
-	if claimed {
-		claim = ""
-	}
-	starter := claim + fmt.Sprintf(`cat > %[1]s.tmp && mv %[1]s.tmp %[1]s || exit 1
-: >> %[2]s
-sh -c %[3]s </dev/null >> %[2]s 2>&1 &
-`, quote(f.script), quote(f.log), quote(wrapper))
 	var errb bytes.Buffer
-	code, err := e.exec(ctx, ctr, []string{"sh", "-c", starter}, strings.NewReader(script), io.Discard, &errb)
+	code, err := t.e.exec(ctx, t.ctr, append([]string{"sh", "-c", script, "sh"}, args...), stdin, io.Discard, &errb)
 	if err != nil {
-		return fmt.Errorf("start the stage in container %s: %w", ctr, err)
+		return fmt.Errorf("%s in container %s: %w", what, t.ctr, err)
 	}
 	if code != 0 {
-		return fmt.Errorf("start the stage in container %s: exit code %d: %s", ctr, code, strings.TrimSpace(errb.String()))
+		return fmt.Errorf("%s in container %s: exit code %d: %s", what, t.ctr, code, strings.TrimSpace(errb.String()))
 	}
 	return nil
 }
 
-// followToEnd follows a detached stage from byte from to its end and
-// returns its result. A stream that breaks is followed again from the
-// byte it reached, a few times; a pod or container that is gone makes the
-// stage vanished (runner_system_failure).
-func (e *Executor) followToEnd(ctx context.Context, stage executor.Stage, n int, ctr string, f stageFiles, from int64) error {
-	e.setRunning(stage, n, ctr, from)
-	defer e.setEnded()
-	// Cancelling ctx stops the stage's processes; the follower goes on
-	// until the stage's wrapper wrote their exit code.
-	fctx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopFollow()
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stopped:
-			return
-		}
-		e.kill(f)
-		// The follower ends when the wrapper writes the exit code; if the
-		// pod cannot say so any more, it is abandoned.
-		select {
-		case <-stopped:
-		case <-time.After(e.GracePeriod + 30*time.Second):
-			stopFollow()
-		}
-	}()
-	// Watch the stage's container: when it ends (OOM, the node) the stage
-	// can write no more, and the follower is told so.
-	go e.watchContainer(fctx, ctr, f)
-	var lastErr error
-	for attempt := 0; ; attempt++ {
-		off := e.out.off.Load()
-		code, vanished, _, err := e.followOnce(fctx, f, off, false, false, e.outputWriter())
-		switch {
-		case err == nil && vanished:
-			return fmt.Errorf("%s: %w (%s)", stage, executor.ErrStageVanished, e.containerGone(context.WithoutCancel(ctx), ctr))
-		case err == nil:
-			if ctx.Err() != nil {
-				return fmt.Errorf("%s: %w", stage, ctx.Err())
-			}
-			if code != 0 {
-				return &executor.BuildError{ExitCode: code}
-			}
-			return nil
-		}
-		if ctx.Err() != nil && fctx.Err() != nil {
-			return fmt.Errorf("%s: %w", stage, ctx.Err())
-		}
-		if why := e.containerGone(fctx, ctr); why != "" {
-			return fmt.Errorf("%s: %w (%s)", stage, executor.ErrStageVanished, why)
-		}
-		lastErr = err
-		if attempt == followRetries {
-			break
-		}
-		e.logger.Warn("following the stage's output failed; following again", "stage", stage, "from", e.out.off.Load(), "err", err)
-		select {
-		case <-time.After(time.Duration(attempt+1) * time.Second):
-		case <-fctx.Done():
-		}
-	}
-	return fmt.Errorf("%s: the stage's output could not be followed: %w: %w", stage, lastErr, executor.ErrStageVanished)
+// Exec runs argv in the helper container.
+func (t *podTarget) Exec(ctx context.Context, argv []string, stdout, stderr io.Writer) (int, error) {
+	return t.e.exec(ctx, containerHelper, argv, nil, stdout, stderr)
 }
 
-// followOnce runs the helper's follower once: it copies the stage's output
-// from byte from to w until the stage ends, and returns its exit code, or
-// that it vanished, or (with claim) that it never started and is now
-// claimed, or (with probe) nothing once it started.
-func (e *Executor) followOnce(ctx context.Context, f stageFiles, from int64, claim, probe bool, w io.Writer) (code int, vanished, notStarted bool, err error) {
-	args := []string{"drover", "helper", "follow", "--log", f.log, "--exit", f.exit, "--gone", f.gone, "--from", strconv.FormatInt(from, 10)}
-	if claim {
-		args = append(args, "--claim", f.claim)
+// Stop stops the stage's processes from the helper container, which
+// shares the pod's process namespace (drover helper kill).
+func (t *podTarget) Stop(ctx context.Context, f detached.Files) error {
+	// One writer each: read once the command ended.
+	var out, errb bytes.Buffer
+	code, err := t.Exec(ctx, helperTool().Stop(f, t.e.GracePeriod), &out, &errb)
+	switch {
+	case err != nil:
+		return err
+	case code != 0:
+		return fmt.Errorf("exit code %d: %s", code, strings.TrimSpace(errb.String()))
 	}
-	if probe {
-		args = append(args, "--probe")
-	}
-	var status bytes.Buffer
-	c, err := e.exec(ctx, containerHelper, args, nil, w, &status)
-	if err != nil {
-		return 0, false, false, fmt.Errorf("follow the stage's output: %w", err)
-	}
-	code, vanished, notStarted, perr := helper.ParseStatus(status.String())
-	if perr != nil {
-		return 0, false, false, fmt.Errorf("follow the stage's output (helper exit %d): %w", c, perr)
-	}
-	return code, vanished, notStarted, nil
+	t.e.logger.Info("stopped the stage", "output", strings.TrimSpace(out.String()))
+	return nil
 }
 
-// kill stops the running stage's processes from the helper container,
-// which shares the pod's process namespace.
-func (e *Executor) kill(f stageFiles) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.GracePeriod+30*time.Second)
-	defer cancel()
-	var out syncBuffer
-	args := []string{"drover", "helper", "kill", "--pid-file", f.pid, "--grace", e.GracePeriod.String()}
-	code, err := e.exec(ctx, containerHelper, args, nil, &out, &out)
-	if err != nil || code != 0 {
-		e.logger.Warn("cannot stop the stage's processes", "exit", code, "err", err, "output", strings.TrimSpace(out.String()))
-		return
+// WaitStopped waits for the stage's container to end (OOM, the node):
+// the stage can write no more. A stage in the helper container has no
+// one to tell: its follower ends with it.
+func (t *podTarget) WaitStopped(ctx context.Context) bool {
+	if t.ctr == containerHelper {
+		<-ctx.Done()
+		return false
 	}
-	e.logger.Info("stopped the stage", "output", strings.TrimSpace(out.String()))
-}
-
-// watchContainer marks the stage gone (for its follower) when the
-// container it runs in ends.
-func (e *Executor) watchContainer(ctx context.Context, ctr string, f stageFiles) {
+	e := t.e
 	e.mu.Lock()
 	cs, ns, pod := e.cl.cs, e.ns, e.pod
 	e.mu.Unlock()
@@ -289,28 +165,24 @@ func (e *Executor) watchContainer(ctx context.Context, ctr string, f stageFiles)
 		if err != nil {
 			select {
 			case <-ctx.Done():
-				return
+				return false
 			case <-time.After(2 * time.Second):
 				continue
 			}
 		}
 		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || !containerEnded(p, ctr) {
-				continue
+			if p, ok := ev.Object.(*corev1.Pod); ok && containerEnded(p, t.ctr) {
+				w.Stop()
+				return true
 			}
-			w.Stop()
-			if ctr != containerHelper {
-				var out syncBuffer
-				if _, err := e.exec(ctx, containerHelper, []string{"sh", "-c", "touch " + quote(f.gone)}, nil, &out, &out); err != nil && ctx.Err() == nil {
-					e.logger.Warn("cannot mark a stopped stage", "err", err)
-				}
-			}
-			return
 		}
 		w.Stop()
 	}
+	return false
 }
+
+// Gone explains a pod or stage container that is gone.
+func (t *podTarget) Gone(ctx context.Context) string { return t.e.containerGone(ctx, t.ctr) }
 
 func containerEnded(p *corev1.Pod, ctr string) bool {
 	if p.DeletionTimestamp != nil && ctr == containerHelper {
@@ -388,69 +260,6 @@ func podExec(ctx context.Context, cl *client, ns, pod, ctr string, cmd []string,
 		return -1, fmt.Errorf("exec in %s/%s container %s: %w", ns, pod, ctr, err)
 	}
 	return 0, nil
-}
-
-// startOutput marks stage's output as flowing into the trace from byte
-// from, and returns the writer it goes through.
-func (e *Executor) outputWriter() io.Writer { return (*outputWriter)(e) }
-
-type outputWriter Executor
-
-func (w *outputWriter) Write(p []byte) (int, error) {
-	e := (*Executor)(w)
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.mu.Lock()
-	t := e.trace
-	e.mu.Unlock()
-	_, _ = t.Write(p)
-	e.out.off.Add(int64(len(p)))
-	return len(p), nil
-}
-
-func (e *Executor) setRunning(stage executor.Stage, n int, ctr string, from int64) {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.runs = n
-	e.running = &stageState{Name: stage, N: n, Container: ctr, Started: time.Now().UTC()}
-	e.out.stage = stage
-	e.out.off.Store(from)
-}
-
-func (e *Executor) setEnded() {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.running = nil
-	e.out.stage = ""
-	e.out.off.Store(0)
-}
-
-// syncBuffer collects an exec's stdout and stderr together: the two
-// streams are copied by goroutines of their own.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// quote returns s as one single-quoted sh word.
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // OpenProjectFile streams a file of the project directory out of the

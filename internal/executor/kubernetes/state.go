@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/detached"
 )
 
 // stateVersion is the version of the state State writes.
@@ -18,18 +19,18 @@ const stateVersion = 1
 // seed's state of the kubernetes executor): the pod and secret (name and
 // namespace), the shell and the stage running. No secret value is in it.
 type savedState struct {
-	Version   int            `json:"version"`
-	Namespace string         `json:"namespace"`
-	Pod       string         `json:"pod"`
-	PodUID    types.UID      `json:"pod_uid,omitempty"`
-	Secret    string         `json:"secret,omitempty"`
-	Image     string         `json:"image"`
-	Shell     string         `json:"shell"`
-	ShellPath string         `json:"shell_path"`
-	Paths     executor.Paths `json:"paths"`
-	FileVars  bool           `json:"file_vars,omitempty"`
-	Runs      int            `json:"runs"`
-	Stage     *stageState    `json:"stage,omitempty"`
+	Version   int             `json:"version"`
+	Namespace string          `json:"namespace"`
+	Pod       string          `json:"pod"`
+	PodUID    types.UID       `json:"pod_uid,omitempty"`
+	Secret    string          `json:"secret,omitempty"`
+	Image     string          `json:"image"`
+	Shell     string          `json:"shell"`
+	ShellPath string          `json:"shell_path"`
+	Paths     executor.Paths  `json:"paths"`
+	FileVars  bool            `json:"file_vars,omitempty"`
+	Runs      int             `json:"runs"`
+	Stage     *detached.State `json:"stage,omitempty"`
 }
 
 // State exports the job's pod, secret and running stage.
@@ -41,16 +42,9 @@ func (e *Executor) State() (json.RawMessage, error) {
 	}
 	st := savedState{
 		Version: stateVersion, Namespace: e.ns, Pod: e.pod, PodUID: e.podUID, Secret: e.secret, Image: e.image,
-		Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths, FileVars: e.fileVars, Runs: e.runs,
+		Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths, FileVars: e.fileVars,
 	}
-	switch {
-	case e.running != nil:
-		s := *e.running
-		st.Stage = &s
-	case e.resume != nil:
-		st.Stage = e.resume
-		st.Runs++
-	}
+	st.Runs, st.Stage = e.det.Export()
 	return json.Marshal(st)
 }
 
@@ -70,8 +64,11 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 		return fmt.Errorf("kubernetes executor state: version %d, want %d", st.Version, stateVersion)
 	case st.Shell != "bash" && st.Shell != "sh", st.Pod == "", st.Namespace == "":
 		return errors.New("kubernetes executor state: incomplete")
-	case st.Stage != nil && (st.Stage.N != st.Runs || st.Stage.Container == ""):
-		return fmt.Errorf("kubernetes executor state: running stage %d of %d runs", st.Stage.N, st.Runs)
+	}
+	trace, logger := executor.Sinks(opts)
+	det := e.runner(trace, logger)
+	if err := det.Restore(st.Runs, st.Stage); err != nil {
+		return fmt.Errorf("kubernetes executor state: %w", err)
 	}
 	cfg, err := e.prov.o.Lookup(opts.Settings)
 	if err != nil {
@@ -81,17 +78,13 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	if err != nil {
 		return err
 	}
-	trace, logger := executor.Sinks(opts)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.cfg, e.cl, e.job, e.settings, e.trace, e.logger = cfg, cl, opts.Job, opts.Settings, trace, logger
 	e.resumable = true
 	e.ns, e.pod, e.podUID, e.secret, e.image = st.Namespace, st.Pod, st.PodUID, st.Secret, st.Image
 	e.shell, e.shellPath, e.paths, e.fileVars = st.Shell, st.ShellPath, st.Paths, st.FileVars
-	e.runs, e.resume, e.running = st.Runs, st.Stage, nil
-	if st.Stage != nil {
-		e.runs--
-	}
+	e.det = det
 	return nil
 }
 
@@ -100,39 +93,32 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 // stages, cmd is the next stage: it is followed if the dead manager had
 // started it, else started here (never twice: the stage's claim decides).
 func (e *Executor) Resume(ctx context.Context, cmd executor.Command, from int64) error {
-	if from < 0 {
-		return fmt.Errorf("%s: negative output offset %d", cmd.Stage, from)
-	}
 	e.mu.Lock()
-	saved := e.resume
-	e.mu.Unlock()
-	if saved != nil && saved.Name != cmd.Stage {
-		return fmt.Errorf("resume %s: the saved state's running stage is %s", cmd.Stage, saved.Name)
-	}
-	defer func() {
-		e.mu.Lock()
-		e.resume = nil
+	if e.cl == nil || e.shell == "" {
 		e.mu.Unlock()
-	}()
+		return errNotPrepared
+	}
+	det, ctr := e.det, e.stageContainer(cmd.Stage)
+	e.mu.Unlock()
+	mode, saved, err := det.ResumeMode(cmd.Stage, from)
+	if err != nil {
+		return err
+	}
 	if why := e.containerGone(ctx, containerHelper); why != "" {
 		return fmt.Errorf("resume %s: %w (%s)", cmd.Stage, executor.ErrStageVanished, why)
 	}
 	if saved != nil {
-		return e.run(ctx, cmd, from, attachSaved)
+		return e.run(ctx, cmd, saved.Where, mode, from)
 	}
-	return e.run(ctx, cmd, 0, attachIfStarted)
+	return e.run(ctx, cmd, ctr, mode, 0)
 }
 
 // OutputCheckpoint calls fn with the state, the running stage and how many
 // bytes of its output are in the trace; no stage output is written and no
 // stage starts or ends while fn runs.
 func (e *Executor) OutputCheckpoint(fn func(state json.RawMessage, stage executor.Stage, offset int64)) error {
-	e.out.mu.Lock()
-	defer e.out.mu.Unlock()
-	state, err := e.State()
-	if err != nil {
-		return err
-	}
-	fn(state, e.out.stage, e.out.off.Load())
-	return nil
+	e.mu.Lock()
+	det := e.det
+	e.mu.Unlock()
+	return det.Checkpoint(e.State, fn)
 }
