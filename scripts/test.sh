@@ -10,7 +10,8 @@
 # versitygw (the S3 server of the cache tests), helm (the chart's tests), Chromium (the web UI's
 # browser tests, headless), staticcheck, and for the Kubernetes test
 # cluster (scripts/kubecluster, internal/kubetest) etcd, containerd, runc,
-# the CNI plugins, openssl, curl, util-linux, iptables, iproute2 and gcc), so
+# the CNI plugins, openssl, curl, util-linux, iptables, iproute2 and gcc;
+# QEMU, qemu-img and mkfs.ext4 for the VM guest images of internal/vm), so
 # it works on a fresh Debian machine with Go (and Docker for the docker fleet
 # tests, which skip with a message when no engine answers).
 set -euo pipefail
@@ -28,7 +29,8 @@ missing=()
 # directory; internal/pgtest starts its own server from them on a free port
 # (a cluster the package's postinst may start on 5432 is not used).
 for tool in git bash procps:ps time:/usr/bin/time redis-server:redis-server 'postgresql:/usr/lib/postgresql/*/bin/initdb' openssh-server:/usr/sbin/sshd openssh-client:ssh-keygen dropbear-bin:/usr/sbin/dropbear busybox-static:busybox debootstrap:/usr/sbin/debootstrap rpm:rpm nginx-light:/usr/sbin/nginx zip:zip unzip:unzip chromium:/usr/bin/chromium \
-  etcd-server:etcd containernetworking-plugins:/usr/lib/cni/bridge containerd:/usr/bin/containerd runc:runc openssl:openssl curl:curl util-linux:unshare iptables:iptables iproute2:ip gcc:gcc 'libc6-dev:/usr/lib/*/libc.a'; do
+  etcd-server:etcd containernetworking-plugins:/usr/lib/cni/bridge containerd:/usr/bin/containerd runc:runc openssl:openssl curl:curl util-linux:unshare iptables:iptables iproute2:ip gcc:gcc 'libc6-dev:/usr/lib/*/libc.a' \
+  qemu-system-x86:qemu-system-x86_64 qemu-utils:qemu-img e2fsprogs:/usr/sbin/mkfs.ext4; do
   pkg=${tool%%:*}; bin=${tool##*:}
   { have "$bin" || [ -x "$bin" ] || compgen -G "$bin" >/dev/null; } || missing+=("$pkg")
 done

@@ -124,7 +124,7 @@ func Ensure(ctx context.Context, r Recipe, progress func(string)) (string, error
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cache directory: %w", err)
 	}
-	unlock, err := lockFile(ctx, final+".lock")
+	unlock, err := LockFile(ctx, final+".lock", "making the Debian root")
 	if err != nil {
 		return "", err
 	}
@@ -174,9 +174,12 @@ func Ensure(ctx context.Context, r Recipe, progress func(string)) (string, error
 	return final, nil
 }
 
-// lockFile takes an exclusive flock on name, polling (with backoff) until
-// it has it or ctx ends. unlock releases it.
-func lockFile(ctx context.Context, name string) (unlock func(), err error) {
+// LockFile takes an exclusive flock on name (created when missing),
+// polling with backoff until it has it or ctx ends; what says what the
+// holder is doing, for the error when ctx ends first. unlock releases it.
+// A process that dies holding it releases it too, so a crashed builder
+// never blocks the next one.
+func LockFile(ctx context.Context, name, what string) (unlock func(), err error) {
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
@@ -199,7 +202,7 @@ func lockFile(ctx context.Context, name string) (unlock func(), err error) {
 		case <-ctx.Done():
 			t.Stop()
 			f.Close()
-			return nil, fmt.Errorf("wait for the lock %s (another process is making the Debian root): %w", name, ctx.Err())
+			return nil, fmt.Errorf("wait for the lock %s (another process is %s): %w", name, what, ctx.Err())
 		case <-t.C:
 		}
 		wait = min(2*wait, 2*time.Second)
