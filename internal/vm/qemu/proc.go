@@ -15,7 +15,10 @@ import (
 )
 
 // kvmUsable reports whether /dev/kvm can run guests for this process: it
-// opens read-write and answers the stable API version.
+// opens read-write, answers the stable API version, and the CPU shows
+// virtualization extensions (vmx or svm). Some sandboxes have a /dev/kvm
+// that creates VMs but cannot run QEMU's (QEMU hangs or aborts setting
+// MSRs): their CPUs do not show the extensions.
 func kvmUsable() bool {
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
@@ -23,8 +26,24 @@ func kvmUsable() bool {
 	}
 	defer f.Close()
 	const kvmGetAPIVersion = 0xAE00
-	v, err := unix.IoctlRetInt(int(f.Fd()), kvmGetAPIVersion)
-	return err == nil && v == 12
+	if v, err := unix.IoctlRetInt(int(f.Fd()), kvmGetAPIVersion); err != nil || v != 12 {
+		return false
+	}
+	cpuinfo, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(cpuinfo), "\n") {
+		if name, flags, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(name) == "flags" {
+			for flag := range strings.FieldsSeq(flags) {
+				if flag == "vmx" || flag == "svm" {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return false
 }
 
 // ResolveAccel turns an accel setting into the accelerator QEMU gets:
