@@ -438,3 +438,76 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Info is what a VM's directory says of it, without connecting to it.
+type Info struct {
+	// PID is QEMU's process id when it runs.
+	PID int
+	// Running is set while QEMU runs.
+	Running bool
+	// SSHPort is the host port of the last start.
+	SSHPort int
+	// Machine is the last start's.
+	Machine Machine
+}
+
+// Inspect reads the state of the VM in dir. A directory where no VM ever
+// started is not an error: Running is false and the rest zero.
+func Inspect(dir string) (Info, error) {
+	var info Info
+	if pid, err := readPID(dir); err == nil && isQEMU(pid) {
+		info.PID, info.Running = pid, true
+	}
+	st, err := readState(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return info, nil
+	}
+	if err != nil {
+		return info, err
+	}
+	info.SSHPort, info.Machine = st.SSHPort, st.Machine
+	return info, nil
+}
+
+// KillDir ends the VM running in dir, if any, with SIGKILL and waits for
+// it: for a VM whose monitor does not answer.
+func KillDir(ctx context.Context, dir string) error {
+	pid, err := readPID(dir)
+	if err != nil || !isQEMU(pid) {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("qemu %s: kill %d: %w", dir, pid, err)
+	}
+	return waitExit(ctx, pid)
+}
+
+// ConsoleTail returns the last n lines of the console of the VM in dir.
+func ConsoleTail(dir string, n int) ([]string, error) {
+	f, err := os.Open(ConsolePath(dir))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// The end of the file holds the last lines; 64 KiB is plenty for n
+	// lines of a console.
+	const window = 64 << 10
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(0, fi.Size()-window)
+	buf := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return nil, err
+	}
+	text := strings.ReplaceAll(string(buf), "\r", "")
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if off > 0 && len(lines) > 0 {
+		lines = lines[1:] // cut mid-line
+	}
+	if len(lines) == 1 && lines[0] == "" {
+		return nil, nil
+	}
+	return lines[max(0, len(lines)-n):], nil
+}
