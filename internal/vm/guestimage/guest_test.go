@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ var stageTools = []string{"sh", "mkdir", "cat", "rm", "chmod", "mktemp", "env", 
 // guestChecks are commands run in a booted guest of either kind, with
 // what they must print (a substring) or exit with.
 func guestChecks(img guestimage.Image, hostPort int) []guestCheck {
+	bb := guestimage.BusyboxPath // the debian kind has no ip, no nc
 	return []guestCheck{
 		{name: "uname", cmd: "uname -a", want: "Linux " + guestimage.Hostname + " " + img.KernelVersion + " "},
 		{name: "root", cmd: "id -u", want: "0\n"},
@@ -37,17 +39,17 @@ func guestChecks(img guestimage.Image, hostPort int) []guestCheck {
 		{name: "stdin", cmd: "cat", stdin: "from the host", want: "from the host"},
 		{name: "exit code", cmd: "exit 3", exit: 3},
 		{name: "sh -c exit code", cmd: "sh -c 'exit 3'", exit: 3},
-		{name: "stderr and failure", cmd: "ls /nonexistent", exit: 1},
+		{name: "stderr and failure", cmd: "cat /nonexistent", exit: 1},
 		{name: "stage tools", cmd: "for c in " + strings.Join(stageTools, " ") + "; do command -v $c >/dev/null || echo missing $c; done; echo ok", want: "ok\n", exact: true},
 		{name: "tmp writable, sticky", cmd: "stat -c %a /tmp && mktemp -d /tmp/x.XXXXXX | grep -c '^/tmp/x'", want: "1777\n1\n", exact: true},
 		{name: "builds and cache", cmd: "test -d /builds && test -d /cache && echo yes", want: "yes\n"},
 		{name: "mounts", cmd: "cut -d' ' -f2,3 /proc/mounts | sort", want: "/dev/pts devpts\n"},
 		{name: "tmpfs", cmd: "cut -d' ' -f2,3 /proc/mounts | grep '^/tmp '", want: "/tmp tmpfs\n"},
 		{name: "date settable", cmd: "date -s @2000000000 >/dev/null && date +%s", want: "20000000"},
-		{name: "address", cmd: "ip -4 addr show eth0", want: "inet " + guestimage.GuestIP + "/24"},
-		{name: "route", cmd: "ip route", want: "default via " + guestimage.GatewayIP + " dev eth0"},
+		{name: "address", cmd: bb + " ip -4 addr show eth0", want: "inet " + guestimage.GuestIP + "/24"},
+		{name: "route", cmd: bb + " ip route", want: "default via " + guestimage.GatewayIP + " dev eth0"},
 		{name: "resolver", cmd: "cat /etc/resolv.conf", want: "nameserver " + guestimage.DNSIP + "\n", exact: true},
-		{name: "host loopback via the gateway", cmd: "echo from-the-guest | nc " + guestimage.GatewayIP + " " + strconv.Itoa(hostPort) + " && echo sent", want: "sent\n"},
+		{name: "host loopback via the gateway", cmd: "echo from-the-guest | " + bb + " nc " + guestimage.GatewayIP + " " + strconv.Itoa(hostPort) + " && echo sent", want: "sent\n"},
 	}
 }
 
@@ -148,6 +150,21 @@ func testGuest(t *testing.T, img guestimage.Image, more ...guestCheck) {
 		t.Error("the host's listener got no line from the guest")
 	}
 
+	t.Run("OpenSSH client with the known_hosts file", func(t *testing.T) {
+		sshBin, err := exec.LookPath("ssh")
+		if err != nil {
+			t.Skipf("no OpenSSH client: %v", err)
+		}
+		_, port, _ := net.SplitHostPort(g.Addr)
+		out, err := exec.CommandContext(t.Context(), sshBin, "-i", img.IdentityFile, "-p", port,
+			"-o", "HostKeyAlias="+guestimage.HostKeyAlias, "-o", "UserKnownHostsFile="+img.KnownHostsFile,
+			"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-F", "none",
+			img.User+"@127.0.0.1", "echo ok").CombinedOutput()
+		if err != nil || string(out) != "ok\n" {
+			t.Errorf("ssh = %q, %v; want \"ok\\n\"", out, err)
+		}
+	})
+
 	if _, err := g.QMP(t.Context(), "system_powerdown"); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +175,9 @@ func testGuest(t *testing.T, img guestimage.Image, more ...guestCheck) {
 	}
 	if !strings.Contains(g.Console(), "reboot: Power down") {
 		t.Errorf("QEMU exited without the guest powering down; console:\n%s", g.Console())
+	}
+	if strings.Contains(g.Console(), "can't remount") {
+		t.Errorf("the guest's shutdown left a file system writable; console:\n%s", g.Console())
 	}
 }
 

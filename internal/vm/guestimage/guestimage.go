@@ -76,7 +76,7 @@ func Kinds() []Kind { return []Kind{Busybox, Debian} }
 // recipeVersion changes whenever what Build makes changes in a way the
 // options do not show (scripts, layout, packages, kernel command line),
 // so that images of an old recipe are never reused.
-const recipeVersion = "v1"
+const recipeVersion = "v3"
 
 // Guest facts: what every image's init sets up.
 const (
@@ -145,7 +145,14 @@ type Image struct {
 	// HostKeyFile holds it in authorized_keys format.
 	HostKey     ssh.PublicKey
 	HostKeyFile string
+	// KnownHostsFile is a known_hosts file with HostKey for the host
+	// name HostKeyAlias, whatever the address and port: OpenSSH's
+	// ssh -o HostKeyAlias=drover-guest -o UserKnownHostsFile=FILE.
+	KnownHostsFile string
 }
+
+// HostKeyAlias is the host name of the guests' key in KnownHostsFile.
+const HostKeyAlias = Hostname
 
 // The files of an image's directory.
 const (
@@ -154,6 +161,7 @@ const (
 	diskFile     = "disk.qcow2"
 	identityFile = "id_ed25519"
 	hostKeyFile  = "ssh_host_ed25519_key.pub"
+	knownHosts   = "known_hosts"
 	manifestFile = "image.json"
 )
 
@@ -291,6 +299,7 @@ func Load(dir string) (Image, error) {
 		Disk: filepath.Join(dir, diskFile), KernelVersion: m.KernelVersion,
 		User: m.User, Shell: m.Shell,
 		IdentityFile: filepath.Join(dir, identityFile), HostKeyFile: filepath.Join(dir, hostKeyFile),
+		KnownHostsFile: filepath.Join(dir, knownHosts),
 	}
 	if img.PrivateKey, err = os.ReadFile(img.IdentityFile); err != nil {
 		return Image{}, fmt.Errorf("guest image %s: %w", dir, err)
@@ -307,7 +316,7 @@ func Load(dir string) (Image, error) {
 	if img.HostKey, _, _, _, err = ssh.ParseAuthorizedKey(hk); err != nil {
 		return Image{}, fmt.Errorf("guest image %s: %s: %w", dir, hostKeyFile, err)
 	}
-	for _, p := range []string{img.Kernel, img.Initrd, img.Disk} {
+	for _, p := range []string{img.Kernel, img.Initrd, img.Disk, img.KnownHostsFile} {
 		if _, err := os.Stat(p); err != nil {
 			return Image{}, fmt.Errorf("guest image %s: %w", dir, err)
 		}

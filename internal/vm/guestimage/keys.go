@@ -36,7 +36,10 @@ func (b *builder) keys() error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(b.out, hostKeyFile), hostPub, 0o644)
+	if err := os.WriteFile(filepath.Join(b.out, hostKeyFile), hostPub, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.out, knownHosts), append([]byte(HostKeyAlias+" "), hostPub...), 0o644)
 }
 
 // authorizedKey is the client's public key as an authorized_keys line.

@@ -47,20 +47,39 @@ func debianRecipe() debroot.Recipe {
 	return r
 }
 
+// BusyboxPath is the path of busybox in a guest of either kind (a Debian
+// root has no ip, nc or acpid: busybox has them).
+const BusyboxPath = droverDir + "/bin/busybox"
+
 // The files drover adds to every root.
 const (
-	droverDir  = "/opt/drover"
-	guestBB    = droverDir + "/bin/busybox" // busybox, in either kind
-	rcScript   = droverDir + "/rc"
+	droverDir = "/opt/drover"
+	guestBB   = BusyboxPath
+	rcScript  = droverDir + "/rc"
+
 	dropbearHK = "/etc/dropbear/dropbear_ed25519_host_key"
 )
 
 // inittab makes busybox init (the guest's PID 1) run drover's rc script
-// at boot and unmount cleanly at power-off.
+// at boot and its shutdown script at power-off.
 const inittab = `::sysinit:` + rcScript + `
 ::ctrlaltdel:` + guestBB + ` reboot
-::shutdown:` + guestBB + ` sync
-::shutdown:` + guestBB + ` umount -a -r
+::shutdown:` + shutdownScript + `
+`
+
+// shutdownScript ends the guest's processes and remounts the file
+// systems read-only. busybox init runs it before it signals the processes
+// itself, and a file system in use cannot be made read-only. kill -1
+// spares init and the kill process, not this shell: it ignores TERM.
+const shutdownScript = droverDir + "/shutdown"
+
+const shutdownText = `#!` + guestBB + ` sh
+bb=` + guestBB + `
+trap '' TERM
+$bb kill -TERM -1
+$bb sleep 0.5
+$bb sync
+$bb umount -a -r
 `
 
 // rcTemplate is drover's rc script; %s is the kind's SSH server start.
@@ -154,6 +173,7 @@ func (b *builder) common(root string) error {
 	}{
 		{"etc/inittab", 0o644, inittab},
 		{rcScript[1:], 0o755, fmt.Sprintf(rcTemplate, b.sshStart())},
+		{shutdownScript[1:], 0o755, shutdownText},
 		{"etc/acpi/PWRF/00000080", 0o755, "#!" + guestBB + " sh\nexec " + guestBB + " poweroff\n"},
 		{"etc/hostname", 0o644, Hostname + "\n"},
 		{"etc/hosts", 0o644, "127.0.0.1\tlocalhost\n" + GuestIP + "\t" + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
