@@ -153,9 +153,11 @@ func NewProvider(rs *Runners) *Provider {
 	return &Provider{p}
 }
 
-// Features are the instance executor's, but a job's VM is not shared: it
-// is reverted or deleted after the job.
+// Features are the instance executor's, but a job's VM is not shared (it
+// is reverted or deleted after the job), and a job's image: is taken:
+// with allowed_images it names the job's base image.
 func (p *Provider) Features(f *api.FeaturesInfo) {
 	p.Provider.Features(f)
 	f.Shared = false
+	f.Image = true
 }

@@ -102,7 +102,10 @@ func (s *Slots) Runner() instance.Runner {
 		BuildsDir:         "builds",
 		CacheDir:          "cache",
 		Disposable:        true,
-		Connected: func(ctx context.Context, c *sshx.Client, _ instance.Acquired, j instance.Job) error {
+		Connected: func(ctx context.Context, c *sshx.Client, acq instance.Acquired, j instance.Job) error {
+			if a, ok := acq.(*acquired); ok && a.restored {
+				setClock(ctx, c, s.opts.Clock.Now(), s.opts.Logger)
+			}
 			ForwardLoopback(c, j.Job, j.Trace, s.opts.Logger)
 			return nil
 		},
@@ -166,6 +169,7 @@ func (s *Slots) AcquireJob(ctx context.Context, _ instance.Reservation, j instan
 	if err != nil {
 		return nil, err
 	}
+	restored := reused || s.cfg.BaseSnapshot != ""
 	if !reused {
 		if err := s.create(ctx, base, name, trace); err != nil {
 			return nil, err
@@ -177,7 +181,7 @@ func (s *Slots) AcquireJob(ctx context.Context, _ instance.Reservation, j instan
 		return nil, fmt.Errorf("VM %s: %w", name, err)
 	}
 	fmt.Fprintf(trace, "VM %s is up (SSH on %s) after %v\n", name, addr, s.opts.Clock.Now().Sub(start).Round(10*time.Millisecond))
-	return &acquired{name: name, slot: j.Settings.ConcurrentID, info: fleet.ConnectInfo{ID: name, Protocol: "ssh", InternalAddr: addr}}, nil
+	return &acquired{name: name, slot: j.Settings.ConcurrentID, restored: restored, info: fleet.ConnectInfo{ID: name, Protocol: "ssh", InternalAddr: addr}}, nil
 }
 
 // reuse brings up the slot's existing VM, reverted to its Started
@@ -290,31 +294,47 @@ func (s *Slots) waitSSH(ctx context.Context, name string, trace io.Writer) error
 	if err != nil {
 		return err
 	}
-	var last error
+	addr, err := s.hv.SSHAddr(bctx, name)
+	if err != nil {
+		return err
+	}
+	cfg.Addr = addr
+	err = WaitSSH(bctx, cfg, func() bool {
+		running, err := s.hv.Running(bctx, name)
+		return err == nil && !running
+	}, s.opts.Clock)
+	if bctx.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("its guest did not answer SSH within the boot timeout (%v): %w", timeout, err)
+	}
+	return err
+}
+
+// WaitSSH tries to log in with cfg until it succeeds (the session is
+// closed at once), ctx ends (the error then wraps the last attempt's), a
+// changed host key answers, or stopped (checked after each failed
+// attempt; nil: never) reports that the VM stopped. Attempts are a second
+// apart, each bounded by cfg.Timeout.
+func WaitSSH(ctx context.Context, cfg sshx.Config, stopped func() bool, clk clock.Clock) error {
+	clk = clock.OrReal(clk)
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = sshDialTimeout
+	}
 	for {
-		addr, err := s.hv.SSHAddr(bctx, name)
+		c, err := sshx.Dial(ctx, cfg)
 		if err == nil {
-			cfg.Addr = addr
-			var c *sshx.Client
-			if c, err = sshx.Dial(bctx, cfg); err == nil {
-				c.Close()
-				return nil
-			}
-			if errors.Is(err, sshx.ErrHostKeyMismatch) {
-				return err
-			}
+			c.Close()
+			return nil
 		}
-		last = err
-		if running, rerr := s.hv.Running(bctx, name); rerr == nil && !running {
-			return fmt.Errorf("the VM stopped while its guest booted (last SSH attempt: %v)", last)
+		if errors.Is(err, sshx.ErrHostKeyMismatch) {
+			return err
+		}
+		if stopped != nil && stopped() {
+			return fmt.Errorf("the VM stopped while its guest booted (last SSH attempt: %w)", err)
 		}
 		select {
-		case <-bctx.Done():
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("its guest did not answer SSH within the boot timeout (%v): %v", timeout, last)
-		case <-s.opts.Clock.After(sshRetryInterval):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last SSH attempt: %w)", ctx.Err(), err)
+		case <-clk.After(sshRetryInterval):
 		}
 	}
 }
@@ -432,6 +452,17 @@ func (s *Slots) chooseBase(j instance.Job, trace io.Writer) (string, error) {
 	return "", refuse(api.RunnerConfigurationError, "the image %q is not allowed: it matches none of [runners.%s] allowed_images %s", image, s.cfg.Section, s.cfg.allowedList())
 }
 
+// setClock sets the guest's clock to now: a guest resumed from a saved
+// state keeps the saved moment's time (days old, for a base's state),
+// which breaks TLS and make. Best effort: a user that may not set the
+// date leaves it as it is.
+func setClock(ctx context.Context, c *sshx.Client, now time.Time, logger *slog.Logger) {
+	cmd := fmt.Sprintf("date -u -s @%d >/dev/null 2>&1 || true", now.Unix())
+	if out, err := c.Output(ctx, cmd, nil); err != nil {
+		logger.Warn("cannot set the guest's clock", "err", err, "output", string(out))
+	}
+}
+
 // refuse is a job that fails with reason before any script runs.
 func refuse(reason api.FailureReason, format string, args ...any) error {
 	return &executor.BuildError{Reason: reason, Inner: fmt.Errorf(format, args...)}
@@ -442,6 +473,9 @@ type acquired struct {
 	name string
 	slot int
 	info fleet.ConnectInfo
+	// restored is set for a guest resumed from a saved state: its clock
+	// is the saved moment's.
+	restored bool
 }
 
 func (a *acquired) InstanceID() string             { return a.name }
