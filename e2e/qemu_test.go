@@ -117,8 +117,8 @@ func waitLine(t testing.TB, lines <-chan string, want string) {
 // through a real coordinator and drover run, one slot reused: the first
 // job boots the slot's VM and snapshots it; the second finds nothing of
 // the first (reverted) and fails with its exit code; artifacts and a
-// cache go through drover's helper installed in the guest, to the
-// coordinator on the host's loopback (forwarded over SSH); a cancel and a
+// cache go through drover's helper installed in the guest, the artifacts
+// to the coordinator on the host's loopback (forwarded over SSH); a cancel and a
 // timeout stop the stage in the guest and leave the VM stopped, to be
 // reverted.
 func TestQemuExecutor(t *testing.T) {
@@ -135,6 +135,7 @@ func TestQemuExecutor(t *testing.T) {
 	cl := c.client()
 	ctx := context.Background()
 	noGit := client.Variable{Key: "GIT_STRATEGY", Value: "none"}
+	submitted := map[int64]time.Time{}
 	submit := func(spec client.JobSpec) int64 {
 		t.Helper()
 		spec.Variables = append(spec.Variables, noGit)
@@ -142,8 +143,16 @@ func TestQemuExecutor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		submitted[j.ID] = time.Now()
 		return j.ID
 	}
+	defer func() {
+		for id, at := range submitted {
+			if j, err := cl.Job(ctx, id); err == nil && j.FinishedAt != nil {
+				t.Logf("job %d %s: %s after %v", id, j.Name, j.Status, j.FinishedAt.Sub(at).Round(100*time.Millisecond))
+			}
+		}
+	}()
 	vmName := func() string {
 		names := vmDirs(t, dir)
 		if len(names) != 1 || !strings.Contains(names[0], "-runner-") || !strings.HasSuffix(names[0], "-concurrent-0") {
@@ -220,15 +229,6 @@ func TestQemuExecutor(t *testing.T) {
 			t.Errorf("artifacts job's log lacks %q:\n%s", want, log)
 		}
 	}
-	consumer := submit(client.JobSpec{
-		Name: "consumer", Project: "g/p", Dependencies: []client.Dependency{{ID: arts}},
-		Script: []string{fmt.Sprintf("grep -x built-%d dist/app.txt", arts)},
-	})
-	j = waitJob(t, cl, consumer, vmJobTimeout, finished)
-	if log = trace(t, cl, consumer); j.Status != "success" {
-		t.Errorf("consumer job = %s (%s):\n%s", j.Status, j.FailureReason, log)
-	}
-
 	port, lines := termListener(t)
 	long := submit(client.JobSpec{Name: "cancel", Script: trappedSleep(port, "cancel")})
 	waitTrace(t, cl, long, "stage-started", vmJobTimeout)
@@ -448,5 +448,34 @@ func TestQemuExecutorRefusals(t *testing.T) {
 	}
 	if names := vmDirs(t, dir); len(names) != 0 {
 		t.Errorf("VMs made for a refused job: %q", names)
+	}
+}
+
+// TestRegisterQemuExecutor: `drover register --executor qemu` writes the
+// [runners.qemu] and [runners.ssh] its --qemu-* and --ssh-* flags give
+// and says what is missing; drover run then refuses the runner without
+// an identity, naming file, line and key.
+func TestRegisterQemuExecutor(t *testing.T) {
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := filepath.Join(dir, "config.toml")
+	out, code := runCLI(t, dir, nil, "register", "--config", cfg, "--url", c.url, "--token", c.runnerToken(t),
+		"--executor", "qemu", "--name", "q", "--qemu-base-name", filepath.Join(dir, "base.qcow2"), "--qemu-memory", "256",
+		"--qemu-allowed-images", "^busybox$", "--ssh-user", "root")
+	if code != 0 {
+		t.Fatalf("register = exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "needs user and identity_file (or password) in the [runners.ssh] table") {
+		t.Errorf("register output lacks the missing identity:\n%s", out)
+	}
+	b, err := os.ReadFile(cfg)
+	for _, want := range []string{`executor = "qemu"`, "[runners.qemu]", "memory = 256", `allowed_images = ["^busybox$"]`, "[runners.ssh]", `user = "root"`} {
+		if err != nil || !strings.Contains(string(b), want) {
+			t.Fatalf("config.toml lacks %q (%v):\n%s", want, err, b)
+		}
+	}
+	out, code = runCLI(t, dir, nil, "run", "--config", cfg)
+	if code != 2 || !strings.Contains(out, cfg+":") || !strings.Contains(out, "runners[0].ssh: identity_file or password is required") {
+		t.Errorf("run = exit %d, want 2 naming the missing identity:\n%s", code, out)
 	}
 }

@@ -113,4 +113,3 @@ that drover vm image build made.`,
 	f.DurationVar(&bootTimeout, "boot-timeout", 0, "how long the guest may take to answer SSH (default 5m)")
 	return cmd
 }
-

@@ -161,7 +161,9 @@ func Args(m Machine, o StartOptions, accel string) []string {
 		"-serial", "chardev:console",
 		"-drive", "file=" + escapeOpt(m.Disk) + ",format=" + m.DiskFormat + ",if=virtio,cache=writeback,discard=unmap",
 		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:%d", o.SSHPort, m.GuestSSHPort),
-		"-device", "virtio-net-pci,netdev=net0",
+		// romfile= skips the network card's PXE ROM: nothing boots from
+		// the network, and loading it costs time under emulation.
+		"-device", "virtio-net-pci,netdev=net0,romfile=",
 		"-device", "virtio-rng-pci",
 	}
 	if m.Kernel != "" {
