@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
-	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/vm/guestimage"
 	"github.com/drover-ci/drover/internal/vm/guestimage/guestimagetest"
 	qemuvm "github.com/drover-ci/drover/internal/vm/qemu"
@@ -45,6 +44,18 @@ func qemuRunner(t testing.TB, dir, url, token string, img guestimage.Image, base
     user = %q
     identity_file = %q
 `, extraRunner, base, filepath.Join(dir, "vms"), img.Kernel, img.Initrd, img.Append, extraQemu, img.User, img.IdentityFile))
+}
+
+// startManager starts drover run on cfg, stopped (SIGTERM) when the test
+// ends.
+func startManager(t *testing.T, dir, cfg string) {
+	t.Helper()
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 30*time.Second)
+	t.Cleanup(func() {
+		m.signal(syscall.SIGTERM)
+		m.wait(30 * time.Second)
+	})
 }
 
 // vmDirs lists the VM directories under dir/vms.
@@ -126,12 +137,7 @@ func TestQemuExecutor(t *testing.T) {
 	dir := t.TempDir()
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
 	cfg := qemuRunner(t, dir, c.url, c.runnerToken(t), img, "", "", "")
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 30*time.Second)
-	defer func() {
-		m.signal(syscall.SIGTERM)
-		m.wait(30 * time.Second)
-	}()
+	startManager(t, dir, cfg)
 	cl := c.client()
 	ctx := context.Background()
 	noGit := client.Variable{Key: "GIT_STRATEGY", Value: "none"}
@@ -261,12 +267,7 @@ func TestQemuExecutorFreshClones(t *testing.T) {
 	base := snapshotBase(t, img, dir)
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
 	cfg := qemuRunner(t, dir, c.url, c.runnerToken(t), img, base, "    base_snapshot = \"ready\"\n    disable_snapshots = true\n", "")
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 30*time.Second)
-	defer func() {
-		m.signal(syscall.SIGTERM)
-		m.wait(30 * time.Second)
-	}()
+	startManager(t, dir, cfg)
 	cl := c.client()
 	ctx := context.Background()
 	noGit := []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}
@@ -305,24 +306,24 @@ func TestQemuExecutorFreshClones(t *testing.T) {
 	waitFor(t, time.Minute, "the canceled job's VM deleted", func() bool { return len(vmDirs(t, dir)) == 0 })
 }
 
-// snapshotBase copies the guest image's disk to dir and saves a running
-// state "ready" in the copy (what drover vm snapshot does).
+// snapshotBase saves a running state "ready" of the guest image in a
+// copy of its disk in dir, with drover vm snapshot.
 func snapshotBase(t testing.TB, img guestimage.Image, dir string) string {
 	t.Helper()
 	base := filepath.Join(dir, "busybox-ready.qcow2")
-	if err := (qemuvm.Images{}).Copy(t.Context(), img.Disk, base); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(droverBin, "vm", "snapshot", "--guest-image", img.Dir, "--output", base, "--name", "ready", "--boot-timeout", "3m")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("drover vm snapshot: %v\n%s", err, out)
 	}
-	if err := os.Chmod(base, 0o644); err != nil {
-		t.Fatal(err)
+	for _, want := range []string{"Waiting for SSH", `saving its state as "ready"`, `base_snapshot = "ready"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("drover vm snapshot's output lacks %q:\n%s", want, out)
+		}
 	}
-	var progress strings.Builder
-	if _, err := qemu.SnapshotBase(t.Context(), qemu.SnapshotOptions{
-		Base: base, Name: "ready", BootTimeout: 3 * time.Minute, Progress: &progress,
-		Machine: qemuvm.Machine{Kernel: img.Kernel, Initrd: img.Initrd, Append: img.Append},
-		SSH:     img.SSH(""),
-	}); err != nil {
-		t.Fatalf("SnapshotBase: %v\n%s", err, progress.String())
+	info, err := (qemuvm.Images{}).Info(t.Context(), base)
+	if err != nil || !info.HasSnapshot("ready", true) {
+		t.Fatalf("%s: %+v, %v; want the running state ready", base, info, err)
 	}
 	return base
 }
@@ -343,12 +344,7 @@ func TestQemuExecutorBootTimeout(t *testing.T) {
 	if err := os.WriteFile(cfg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 30*time.Second)
-	defer func() {
-		m.signal(syscall.SIGTERM)
-		m.wait(30 * time.Second)
-	}()
+	startManager(t, dir, cfg)
 	cl := c.client()
 	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "never", Script: []string{"echo never runs"}})
 	if err != nil {
@@ -429,12 +425,7 @@ func TestQemuExecutorRefusals(t *testing.T) {
 	}
 
 	cfg := qemuRunner(t, dir, c.url, token, img, "", "    allowed_images = [\"^busybox$\"]\n", "")
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 30*time.Second)
-	defer func() {
-		m.signal(syscall.SIGTERM)
-		m.wait(30 * time.Second)
-	}()
+	startManager(t, dir, cfg)
 	cl := c.client()
 	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "ubuntu", Image: &client.Image{Name: "ubuntu"}, Script: []string{"echo no"}})
 	if err != nil {

@@ -91,7 +91,7 @@ that drover vm image build made.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "\nIn config.toml:\n  [runners.qemu]\n    base_name = %q\n    base_snapshot = %q\n    memory = %d\n    cpus = %d\n",
-				o.Base, cmp.Or(o.Name, qemu.DefaultSnapshotName), max(o.Machine.MemoryMiB, 512), max(o.Machine.CPUs, 1))
+				o.Base, cmp.Or(o.Name, qemu.DefaultSnapshotName), o.Machine.MemoryMiB, o.Machine.CPUs)
 			return nil
 		},
 	}
