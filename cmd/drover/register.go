@@ -23,6 +23,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/kubernetes"
+	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
 )
 
@@ -105,7 +106,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	} {
 		envFlag(f, name, env)
 	}
-	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), kubernetesFlags(), cacheFlags()) {
+	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), kubernetesFlags(), qemuFlags(), cacheFlags()) {
 		switch d.kind {
 		case kindString:
 			f.String(d.flag, "", d.usage)
@@ -275,6 +276,8 @@ func (o *registerOptions) run(cmd *cobra.Command) error {
 		if rc.SSH["disable_strict_host_key_checking"] != true {
 			fmt.Fprintf(out, "The host's key must be in ~/.ssh/known_hosts (or known_hosts_file) of the user running drover run: ssh-keyscan -p PORT HOST >> ~/.ssh/known_hosts\n")
 		}
+	case qemu.Name:
+		qemuNotes(out, &rc)
 	case custom.Name:
 		if rc.Custom["run_exec"] == nil {
 			fmt.Fprintf(out, "Executor %q needs run_exec (the driver that runs each stage script) in the [runners.custom] table of this runner before drover run (--custom-run-exec); config_exec, prepare_exec and cleanup_exec are optional.\n", o.executor)
@@ -337,10 +340,10 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 		flags           []dockerFlag
 		dst             *map[string]any
 	}{{sshexec.Name, "ssh", sshFlags(), &rc.SSH}, {custom.Name, "custom", customFlags(), &rc.Custom},
-		{kubernetes.Name, "kubernetes", kubernetesFlags(), &rc.Kubernetes}} {
+		{kubernetes.Name, "kubernetes", kubernetesFlags(), &rc.Kubernetes}, {qemu.Name, "qemu", qemuFlags(), &rc.Qemu}} {
 		t, set := flagTable(cmd.Flags(), sec.flags)
 		switch {
-		case o.executor == sec.executor:
+		case o.executor == sec.executor, sec.table == "ssh" && o.executor == qemu.Name:
 			*sec.dst = t
 		case len(set) > 0:
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.%s]\n", strings.Join(set, ", "), o.executor, sec.table)
@@ -578,7 +581,7 @@ func flagProblem(err error) error {
 		return fmt.Errorf("the --cache-* flags: %s", ce.Msg)
 	}
 	for prefix, flags := range map[string][]dockerFlag{"docker.": dockerFlags(), "ssh.": sshFlags(), "custom.": customFlags(),
-		"kubernetes.": kubernetesFlags(), "cache.": cacheFlags()} {
+		"kubernetes.": kubernetesFlags(), "qemu.": qemuFlags(), "cache.": cacheFlags()} {
 		if dk, ok := strings.CutPrefix(top, prefix); ok {
 			for _, d := range flags {
 				// A table flag's problem may be about one of its keys

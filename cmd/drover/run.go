@@ -29,6 +29,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/kubernetes"
+	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
 	"github.com/drover-ci/drover/internal/fleet"
@@ -57,13 +58,17 @@ type tables struct {
 	custom *custom.Runners
 	// kube holds the [runners.kubernetes] of the kubernetes runners.
 	kube *kubernetes.Runners
+	// qemu holds the [runners.qemu] of the qemu runners.
+	qemu *qemu.Runners
 }
 
 // newTables returns empty tables; with dir set the host keys learnt on
 // first use are kept in files there, so they survive a restart.
 func newTables(dir string) *tables {
 	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}, kube: &kubernetes.Runners{}}
+	t.qemu = &qemu.Runners{HostKeys: &sshx.TOFU{}}
 	if dir != "" {
+		t.qemu.HostKeys.Path = filepath.Join(dir, ".drover-vm-host-keys")
 		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
 		t.ssh.HostKeys.Path = filepath.Join(dir, ".drover-ssh-host-keys")
 	}
@@ -85,6 +90,11 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 		return err
 	}
 	warns, err = t.kube.Apply(path, cfg)
+	logWarnings(logger, warns)
+	if err != nil {
+		return err
+	}
+	warns, err = t.qemu.Apply(context.Background(), path, cfg)
 	logWarnings(logger, warns)
 	if err != nil {
 		return err
@@ -126,6 +136,7 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 		instance.Name:   inst,
 		docker.Name:     dock,
 		sshexec.Name:    sshexec.NewProvider(t.ssh),
+		qemu.Name:       qemu.NewProvider(t.qemu),
 	}
 	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
 		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{

@@ -18,7 +18,7 @@ func newVMCmd() *cobra.Command {
 		Short: "Make and prepare the VM images of the qemu executor",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newVMImageCmd())
+	cmd.AddCommand(newVMImageCmd(), newVMSnapshotCmd())
 	return cmd
 }
 

@@ -122,6 +122,7 @@ type RunnerConfig struct {
 	Cache          map[string]any `toml:"cache"`
 	Kubernetes     map[string]any `toml:"kubernetes"`
 	SSH            map[string]any `toml:"ssh"`
+	Qemu           map[string]any `toml:"qemu"`
 	Store          map[string]any `toml:"store"`
 	CustomBuildDir map[string]any `toml:"custom_build_dir"`
 	Artifact       map[string]any `toml:"artifact"`
@@ -204,7 +205,7 @@ func (r *RunnerConfig) OutputLimitBytes() int64 {
 // the values of runners[].executor that Parse accepts. cmd/drover makes
 // one provider for each (a test there keeps the two in step).
 func Executors() []string {
-	return []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "shell", "ssh"}
+	return []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "qemu", "shell", "ssh"}
 }
 
 // gitLabOnlyExecutor reports whether name is one of GitLab Runner's

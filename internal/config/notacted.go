@@ -45,10 +45,10 @@ func sectionReaders(section string) []string {
 		return []string{"docker", "docker+machine", "docker-autoscaler"}
 	case "machine", "autoscaler", "instance":
 		return []string{"docker+machine", "docker-autoscaler", "instance"}
-	case "custom", "kubernetes", "parallels", "virtualbox":
+	case "custom", "kubernetes", "parallels", "qemu", "virtualbox":
 		return []string{section}
 	case "ssh":
-		return []string{"parallels", "ssh", "virtualbox"}
+		return []string{"parallels", "qemu", "ssh", "virtualbox"}
 	}
 	return nil
 }

@@ -338,6 +338,8 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 			r.Kubernetes, ok = d.table(kp, v)
 		case "ssh":
 			r.SSH, ok = d.table(kp, v)
+		case "qemu":
+			r.Qemu, ok = d.table(kp, v)
 		case "store":
 			r.Store, ok = d.table(kp, v)
 		case "custom_build_dir":

@@ -133,6 +133,7 @@ func (r *RunnerConfig) fields() []field {
 	tbl("cache", r.Cache)
 	tbl("kubernetes", r.Kubernetes)
 	tbl("ssh", r.SSH)
+	tbl("qemu", r.Qemu)
 	tbl("store", r.Store)
 	tbl("custom_build_dir", r.CustomBuildDir)
 	tbl("artifact", r.Artifact)

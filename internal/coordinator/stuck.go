@@ -99,9 +99,10 @@ func (c *Coordinator) listOnlineRunners(ctx context.Context, now time.Time) ([]o
 	return out, nil
 }
 
-// runsImages reports whether an executor runs a job's image and services.
+// runsImages reports whether an executor runs a job's image (and, but
+// for qemu, whose image names a VM's base, its services).
 func runsImages(executor string) bool {
-	return strings.HasPrefix(executor, "docker") || strings.HasPrefix(executor, "kubernetes") || executor == "podman"
+	return strings.HasPrefix(executor, "docker") || strings.HasPrefix(executor, "kubernetes") || executor == "podman" || executor == "qemu"
 }
 
 // stuckReason says why no online runner can take pending job j, as GitLab

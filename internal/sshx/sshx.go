@@ -268,6 +268,13 @@ func (c *Client) Session() (*ssh.Session, error) {
 	return s, nil
 }
 
+// Listen asks the server to listen on addr (host:port on its side) and
+// forward the connections it accepts over this connection (remote port
+// forwarding, ssh -R). The listener ends with the connection.
+func (c *Client) Listen(network, addr string) (net.Listener, error) {
+	return c.c.Listen(network, addr)
+}
+
 // DialContext opens a connection from the remote host to addr: network
 // "tcp" (host:port as the remote host resolves it) or "unix" (a socket
 // path on the remote host, OpenSSH's streamlocal forwarding, e.g. the

@@ -83,6 +83,14 @@ func (e *Executor) Shell() string {
 	return e.shell
 }
 
+// Disposable reports whether the job's instance is its own, thrown away
+// or reverted after it (Runner.Disposable); valid after Prepare.
+func (e *Executor) Disposable() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lease != nil && e.lease.runner.Disposable
+}
+
 // Paths returns the job's directories on the instance; valid after
 // Prepare.
 func (e *Executor) Paths() executor.Paths {
@@ -142,7 +150,11 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		fmt.Fprintf(trace, "Waiting for a slot on an instance...\n")
 	}
 	l.SetTimeInQueue(TimeInQueue(opts.Job))
-	acq, err := l.Acquire(ctx)
+	job := Job{Job: opts.Job, Settings: opts.Settings, Trace: trace}
+	acq, err := l.AcquireJob(ctx, job)
+	if err != nil && rn.Executor != Name {
+		return err // the slot's own words (a VM that did not come up)
+	}
 	if err != nil {
 		return fmt.Errorf("acquire a slot on an instance: %w", err)
 	}
@@ -182,6 +194,12 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		logger.Debug("reusing an SSH connection")
 	} else if client, err = e.dial(ctx, cfg, trace); err != nil {
 		return fmt.Errorf("instance %s: connect: %w", id, err)
+	}
+	if rn.Connected != nil {
+		if err := rn.Connected(ctx, client, acq, job); err != nil {
+			client.Close()
+			return fmt.Errorf("instance %s: %w", id, err)
+		}
 	}
 	e.mu.Lock()
 	e.client, e.connKey = client, key

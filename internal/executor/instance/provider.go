@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -55,6 +56,26 @@ type Slots interface {
 	Release(Acquired)
 }
 
+// JobSlots is a Slots whose Acquire needs the job: the VM executors
+// choose the VM by the job's image and concurrent id, and tell the job's
+// log how the VM comes up. The executor calls AcquireJob instead of
+// Acquire when the runner's Slots has it.
+type JobSlots interface {
+	Slots
+	// AcquireJob is Acquire for job j. A *executor.BuildError return
+	// (a refused image, a guest that never came up) fails the job
+	// with its reason instead of giving it back.
+	AcquireJob(ctx context.Context, r Reservation, j Job) (Acquired, error)
+}
+
+// Job is what JobSlots.AcquireJob learns of the job it acquires for.
+type Job struct {
+	Job      *api.JobResponse
+	Settings executor.Settings
+	// Trace is the job's log, for progress lines.
+	Trace io.Writer
+}
+
 // Runner is what the provider needs of one runner with executor
 // "instance".
 type Runner struct {
@@ -82,6 +103,15 @@ type Runner struct {
 	// BuildsDir and CacheDir are the defaults of builds_dir and cache_dir
 	// (DefaultBuildsDir, DefaultCacheDir).
 	BuildsDir, CacheDir string
+	// Disposable tells jobs (CI_DISPOSABLE_ENVIRONMENT) that their
+	// instance is theirs alone and thrown away or reverted after them:
+	// the VM executors' guests.
+	Disposable bool
+	// Connected, when set, is called with the job's connection once it is
+	// up, before the prepare script: the VM executors forward the
+	// coordinator's loopback ports into the guest over it. An error fails
+	// Prepare.
+	Connected func(ctx context.Context, c *sshx.Client, acq Acquired, j Job) error
 }
 
 // Options configure the provider. Lookup is required.
@@ -236,6 +266,12 @@ func (l *Lease) Runner() Runner { return l.runner }
 
 // Acquire turns the reservation into a slot, waiting within ctx.
 func (l *Lease) Acquire(ctx context.Context) (Acquired, error) {
+	return l.AcquireJob(ctx, Job{})
+}
+
+// AcquireJob is Acquire for job j: the runner's Slots gets the job when
+// it is a JobSlots.
+func (l *Lease) AcquireJob(ctx context.Context, j Job) (Acquired, error) {
 	l.mu.Lock()
 	if l.state != leaseReserved {
 		l.mu.Unlock()
@@ -244,7 +280,13 @@ func (l *Lease) Acquire(ctx context.Context) (Acquired, error) {
 	res := l.res
 	l.mu.Unlock()
 
-	acq, err := l.runner.Slots.Acquire(ctx, res)
+	var acq Acquired
+	var err error
+	if js, ok := l.runner.Slots.(JobSlots); ok {
+		acq, err = js.AcquireJob(ctx, res, j)
+	} else {
+		acq, err = l.runner.Slots.Acquire(ctx, res)
+	}
 	if err != nil {
 		return nil, err
 	}
