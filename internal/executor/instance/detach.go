@@ -29,8 +29,9 @@ type sshTarget struct {
 }
 
 var (
-	_ detached.Target    = (*sshTarget)(nil)
-	_ detached.Explainer = (*sshTarget)(nil)
+	_ detached.Target       = (*sshTarget)(nil)
+	_ detached.WriteStarter = (*sshTarget)(nil)
+	_ detached.Explainer    = (*sshTarget)(nil)
 )
 
 // WriteFile stores data as name on the host, in one session.
@@ -59,6 +60,20 @@ func (t *sshTarget) Start(ctx context.Context, script string) error {
 	}
 	if _, err := c.Output(ctx, shCommand(startScript(script)), nil); err != nil {
 		return fmt.Errorf("start the stage's wrapper: %w", err)
+	}
+	return nil
+}
+
+// WriteStart stores data as name and starts script (as Start) in one
+// session.
+func (t *sshTarget) WriteStart(ctx context.Context, name string, data []byte, script string) error {
+	c, err := t.conn(ctx)
+	if err != nil {
+		return err
+	}
+	cmd := "cat > " + quote(name) + " || exit 1\n" + startScript(script)
+	if _, err := c.Output(ctx, shCommand(cmd), bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("store %s and start the stage's wrapper: %w", name, err)
 	}
 	return nil
 }

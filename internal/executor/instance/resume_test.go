@@ -556,3 +556,15 @@ func BenchmarkStageResumable(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkJobResumable is BenchmarkJob for a job prepared resumable.
+func BenchmarkJobResumable(b *testing.B) {
+	f := resumable(b, "sh", sshxtest.Start(b))
+	j := newJob([]string{"echo hi"}, []string{"echo after"})
+	b.ResetTimer()
+	for b.Loop() {
+		if res := f.run(b, b.Context(), nil, j); res.State != api.StateSuccess {
+			b.Fatalf("job: %+v", res)
+		}
+	}
+}
