@@ -114,10 +114,7 @@ func (e *Executor) OutputCheckpoint(fn func(state json.RawMessage, stage executo
 	e.mu.Lock()
 	det := e.det
 	e.mu.Unlock()
-	if det == nil {
-		_, err := e.State()
-		return err
-	}
+	// A nil det (not resumable, not prepared): State's error.
 	return det.Checkpoint(e.State, fn)
 }
 
