@@ -55,12 +55,12 @@
 //
 // A job the manager keeps in a job store (Settings.Resumable) runs its
 // stages detached on the instance, with package detached's mechanism, so
-// that they survive the connection and the manager: the stage's script is
-// stored in the job's directory (one session), its wrapper is started
-// under setsid(1) with its streams away from the connection (a second
-// session; nohup(1) where there is no setsid), and its output file is
-// followed into the trace (a third session) by the POSIX sh follower, or
-// by drover's helper when the job installed it. When the script ends,
+// that they survive the connection and the manager: one session stores
+// the stage's script in the job's directory and starts its wrapper under
+// setsid(1) with its streams away from the connection (nohup(1) where
+// there is no setsid); a second one follows its output file into the
+// trace, with the POSIX sh follower, or with drover's helper when the job
+// installed it. When the script ends,
 // what it left in its process group is killed, as in the attached path. A
 // connection that ends while the instance is there is made again, and
 // the stage followed on from the byte the trace has.
