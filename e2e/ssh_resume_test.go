@@ -84,29 +84,55 @@ func marker(kind string) string { return fmt.Sprintf("sshresume-%s-%d", kind, ti
 // TestSSHResumeFileStore: a job of 20 numbered lines on the ssh executor;
 // its manager is SIGKILLed mid-job and started again on the same file
 // store: the job succeeds once, every line once and in order, and nothing
-// of it is left on the host.
+// of it is left on the host. Its stages are followed by the POSIX sh
+// follower, or, for a job with artifacts (drover's helper is installed on
+// the host for it), by the helper.
 func TestSSHResumeFileStore(t *testing.T) {
-	s := newSSHResume(t)
-	mk := marker("file")
-	m := s.manager(t)
-	id := s.submit(t, "ssh", mk, 20, "0.3")
-	s.kill(t, m, id, "ssh line 5\n")
-	if len(leftovers(mk)) == 0 {
-		t.Fatal("the job's stage died with its manager")
-	}
-	m2 := s.manager(t)
-	m2.waitLog(`resuming job.*job_id=`+strconv.FormatInt(id, 10), 30*time.Second)
-	j := waitJob(t, s.cl, id, 90*time.Second, finished)
-	log := trace(t, s.cl, id)
-	if j.Status != "success" {
-		t.Fatalf("job = %s (%s):\n%s", j.Status, j.FailureReason, log)
-	}
-	checkLines(t, log, "ssh", 20)
-	if n := strings.Count(s.c.log.String(), fmt.Sprintf("job finished\" job_id=%d ", id)); n != 1 {
-		t.Errorf("the coordinator finished job %d %d times, want once", id, n)
-	}
-	if ps := waitNoLeftovers(mk, 10*time.Second); len(ps) > 0 {
-		t.Errorf("processes of the job left on the host: %v", ps)
+	for _, helper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("helper %v", helper), func(t *testing.T) {
+			s := newSSHResume(t)
+			mk := marker("file")
+			m := s.manager(t)
+			spec := numberedJob("ssh", mk, 20, "0.3")
+			spec.Variables = []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}
+			if helper {
+				spec.Script = append(spec.Script, "echo kept > out.txt")
+				spec.Artifacts = &client.Artifacts{Paths: []string{"out.txt"}}
+			}
+			j, err := s.cl.Submit(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := j.ID
+			s.kill(t, m, id, "ssh line 5\n")
+			if len(leftovers(mk)) == 0 {
+				t.Fatal("the job's stage died with its manager")
+			}
+			m2 := s.manager(t)
+			m2.waitLog(`resuming job.*job_id=`+strconv.FormatInt(id, 10), 30*time.Second)
+			// The new manager follows the stage with the follower the job
+			// was prepared with.
+			var helpers, shs []string
+			waitFor(t, 30*time.Second, "a follower of the resumed stage", func() bool {
+				helpers, shs = leftovers(" helper follow --log /tmp/drover-job-"), leftovers("drover-follow /tmp/drover-job-")
+				return len(helpers)+len(shs) > 0
+			})
+			if helper != (len(helpers) > 0) || helper == (len(shs) > 0) {
+				t.Errorf("followers of the resumed stage: helper %v, sh %v; want the helper: %v", helpers, shs, helper)
+			}
+			j = waitJob(t, s.cl, id, 90*time.Second, finished)
+			log := trace(t, s.cl, id)
+			if j.Status != "success" {
+				t.Fatalf("job = %s (%s):\n%s", j.Status, j.FailureReason, log)
+			}
+			checkLines(t, log, "ssh", 20)
+			if n := strings.Count(s.c.log.String(), fmt.Sprintf("job finished\" job_id=%d ", id)); n != 1 {
+				t.Errorf("the coordinator finished job %d %d times, want once", id, n)
+			}
+			if ps := waitNoLeftovers(mk, 10*time.Second); len(ps) > 0 {
+				t.Errorf("processes of the job left on the host: %v", ps)
+			}
+		})
 	}
 }
 
