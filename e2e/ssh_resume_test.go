@@ -79,6 +79,18 @@ func (s *sshResume) kill(t *testing.T, m *proc, id int64, line string) {
 	m.wait(10 * time.Second)
 }
 
+// killed starts a manager, gives it a job of n numbered lines 0.3 s apart
+// ("ssh line N", its processes carrying a new marker of kind), and kills
+// it with SIGKILL after line 3: the job's stage runs on, unwatched.
+func (s *sshResume) killed(t *testing.T, kind string, n int) (mk string, id int64) {
+	t.Helper()
+	mk = marker(kind)
+	m := s.manager(t)
+	id = s.submit(t, "ssh", mk, n, "0.3")
+	s.kill(t, m, id, "ssh line 3\n")
+	return mk, id
+}
+
 func marker(kind string) string { return fmt.Sprintf("sshresume-%s-%d", kind, time.Now().UnixNano()) }
 
 // TestSSHResumeFileStore: a job of 20 numbered lines on the ssh executor;
@@ -170,10 +182,7 @@ func stageGroupOf(t *testing.T, marker string) int {
 // and says why.
 func TestSSHResumeStageKilled(t *testing.T) {
 	s := newSSHResume(t)
-	mk := marker("killed")
-	m := s.manager(t)
-	id := s.submit(t, "ssh", mk, 40, "0.3")
-	s.kill(t, m, id, "ssh line 3\n")
+	mk, id := s.killed(t, "killed", 40)
 	g := stageGroupOf(t, mk)
 	if err := syscall.Kill(-g, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -196,10 +205,7 @@ func TestSSHResumeStageKilled(t *testing.T) {
 // its stage is stopped on the host and the job ends canceled.
 func TestSSHResumeCancel(t *testing.T) {
 	s := newSSHResume(t)
-	mk := marker("cancel")
-	m := s.manager(t)
-	id := s.submit(t, "ssh", mk, 200, "0.3")
-	s.kill(t, m, id, "ssh line 3\n")
+	mk, id := s.killed(t, "cancel", 200)
 	m2 := s.manager(t)
 	m2.waitLog(`resuming job.*job_id=`+strconv.FormatInt(id, 10), 30*time.Second)
 	waitTrace(t, s.cl, id, "ssh line 8\n", 60*time.Second) // followed by the new manager
@@ -220,10 +226,7 @@ func TestSSHResumeCancel(t *testing.T) {
 // manager at its start, and its directory removed.
 func TestSSHResumeSweep(t *testing.T) {
 	s := newSSHResume(t)
-	mk := marker("sweep")
-	m := s.manager(t)
-	id := s.submit(t, "ssh", mk, 200, "0.3")
-	s.kill(t, m, id, "ssh line 3\n")
+	mk, id := s.killed(t, "sweep", 200)
 	if err := os.Remove(filepath.Join(s.dir, "store", fmt.Sprintf("job-%d.json", id))); err != nil {
 		t.Fatal(err)
 	}
