@@ -451,6 +451,7 @@ func TestSweep(t *testing.T) {
 				g := stageGroup(t, e.scriptDir, 1)
 				t.Cleanup(func() { _ = syscall.Kill(-g, syscall.SIGKILL) })
 				die(t, dead, e, nil)
+				t.Cleanup(func() { _ = os.RemoveAll(e.scriptDir) })
 				return left{e.scriptDir, pid}
 			}
 			gone, kept, other := start(21, "s_test"), start(22, "s_test"), start(23, "s_other")
