@@ -19,32 +19,54 @@ import (
 // with the ssh executor on a real sshd on loopback and, in the same run,
 // with the shell executor (the baseline): the difference is what running
 // a job over SSH costs (a session per stage, on a connection kept from
-// the previous job).
+// the previous job). The -resumable ones keep the jobs in a file store:
+// their stages run detached, on the host (issue 33) or on the manager's
+// own (the shell executor: the store's and the checkpoints' share).
 //
 //	go test -run '^$' -bench SSHExecutorOverhead -benchtime 200x ./e2e/
 func BenchmarkSSHExecutorOverhead(b *testing.B) {
 	b.Run("shell", benchShellBaseline)
-	b.Run("ssh", func(b *testing.B) {
-		srv := sshxtest.Start(b)
+	b.Run("ssh", func(b *testing.B) { benchSSH(b, false) })
+	b.Run("shell-resumable", func(b *testing.B) {
 		dir := b.TempDir()
-		key := filepath.Join(dir, "id")
-		if err := os.WriteFile(key, srv.Key, 0o600); err != nil {
-			b.Fatal(err)
-		}
-		host, port, _ := strings.Cut(srv.Addr, ":")
-		rs := &sshexec.Runners{HostKeys: &sshx.TOFU{Path: filepath.Join(dir, "host-keys")}}
-		rc := config.RunnerConfig{Executor: sshexec.Name, BuildsDir: filepath.Join(dir, "builds"), SSH: map[string]any{
-			"host": host, "port": port, "user": srv.User, "identity_file": key, "disable_strict_host_key_checking": true,
-		}}
-		prov := sshexec.NewProvider(rs)
-		defer prov.Close()
-		s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: prov}, func(cfg *config.Config) error {
-			_, err := rs.Apply("bench", cfg)
-			return err
-		})
+		s := newStackWith(b, 1, config.RunnerConfig{Executor: "shell", BuildsDir: filepath.Join(dir, "builds"), Store: fileStoreTable(dir)},
+			map[string]executor.Provider{"shell": shell.NewProvider()}, nil)
 		defer s.stop()
 		benchTrivial(b, s)
 	})
+	b.Run("ssh-resumable", func(b *testing.B) { benchSSH(b, true) })
+}
+
+// fileStoreTable is a [runners.store] of a file store in dir.
+func fileStoreTable(dir string) map[string]any {
+	return map[string]any{"name": "file", "file": map[string]any{"path": filepath.Join(dir, "store")}}
+}
+
+// benchSSH is benchTrivial with the ssh executor on a real sshd, the
+// jobs in a file store when resumable.
+func benchSSH(b *testing.B, resumable bool) {
+	srv := sshxtest.Start(b)
+	dir := b.TempDir()
+	key := filepath.Join(dir, "id")
+	if err := os.WriteFile(key, srv.Key, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	rs := &sshexec.Runners{HostKeys: &sshx.TOFU{Path: filepath.Join(dir, "host-keys")}}
+	rc := config.RunnerConfig{Executor: sshexec.Name, BuildsDir: filepath.Join(dir, "builds"), SSH: map[string]any{
+		"host": host, "port": port, "user": srv.User, "identity_file": key, "disable_strict_host_key_checking": true,
+	}}
+	if resumable {
+		rc.Store = fileStoreTable(dir)
+	}
+	prov := sshexec.NewProvider(rs)
+	defer prov.Close()
+	s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: prov}, func(cfg *config.Config) error {
+		_, err := rs.Apply("bench", cfg)
+		return err
+	})
+	defer s.stop()
+	benchTrivial(b, s)
 }
 
 // benchShellBaseline is benchTrivial with the shell executor: the

@@ -329,6 +329,9 @@ so that the file stays GitLab Runner's.`,
 					fp.SetKeepHeld(pools.KeepHeld)
 				}
 			}
+			if ip, ok := provs[instance.Name].(*instance.Provider); ok {
+				ip.SetKeepHeld(pools.KeepHeld)
+			}
 			m, err := manager.New(logger, manager.Options{
 				Config:     cfg,
 				ConfigPath: cfgPath,

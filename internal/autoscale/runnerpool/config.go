@@ -80,6 +80,10 @@ type Spec struct {
 
 	// UseCommonBuildDir is [runners.instance] use_common_build_dir.
 	UseCommonBuildDir bool
+	// Resumable: the runner keeps its jobs in a job store
+	// ([runners.store]), so the manager resumes them after a restart on
+	// the instances they ran on.
+	Resumable bool
 
 	// Warnings are problems that do not stop the runner (unknown or
 	// ignored keys), the policy's included.
@@ -87,10 +91,11 @@ type Spec struct {
 }
 
 // poolKey is what a running pool cannot change without being rebuilt:
-// everything but the policy and use_common_build_dir.
+// everything but the policy, use_common_build_dir and Resumable (which
+// counts only when the pool re-adopts its instances, at its start).
 func (s *Spec) poolKey() string {
 	c := *s
-	c.Policy, c.UseCommonBuildDir, c.Warnings, c.Name = nil, false, nil, ""
+	c.Policy, c.UseCommonBuildDir, c.Warnings, c.Name, c.Resumable = nil, false, nil, "", false
 	return fmt.Sprintf("%#v", c)
 }
 
@@ -137,6 +142,7 @@ func Parse(file string, concurrent int, r *config.RunnerConfig) (*Spec, error) {
 		Executor:   r.Executor,
 		Policy:     pol,
 		StateFile:  filepath.Join(filepath.Dir(file), DefaultStateDir, safeName(short), "state.json"),
+		Resumable:  r.Store != nil,
 	}
 	if r.Autoscaler != nil {
 		rd.autoscaler(s, r.Autoscaler)

@@ -54,6 +54,17 @@ func TestParse(t *testing.T) {
 			if s.ShortToken != "abcdefghi" {
 				t.Errorf("short token = %q", s.ShortToken)
 			}
+			if s.Resumable {
+				t.Error("resumable without a job store")
+			}
+		},
+	}, {
+		name: "job store",
+		body: "[runners.store]\n  name = \"file\"\n[runners.autoscaler]\n  plugin = \"docker\"\n",
+		check: func(t *testing.T, s *Spec) {
+			if !s.Resumable {
+				t.Error("not resumable with a job store: the pool would replace the instances of interrupted jobs")
+			}
 		},
 	}, {
 		name: "every key",

@@ -286,9 +286,10 @@ func (s *Set) start(sp *Spec) (*runnerPool, error) {
 		AcquireTimeout:              sp.AcquireTimeout,
 		UpdateInterval:              sp.UpdateInterval,
 		UpdateIntervalWhenExpecting: sp.UpdateIntervalWhenExpecting,
-		// The instance executor does not resume jobs: an instance that
-		// ran some when the manager died is replaced.
-		RemoveInterrupted:        sp.Executor == instance.Name,
+		// The instance executor resumes jobs only from a job store:
+		// without one, an instance that ran some when the manager died is
+		// replaced.
+		RemoveInterrupted:        sp.Executor == instance.Name && !sp.Resumable,
 		DeletionRetryInterval:    sp.DeletionRetryInterval,
 		ShutdownDeletionInterval: sp.ShutdownDeletionInterval,
 		Metrics:                  s.metrics,

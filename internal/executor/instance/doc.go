@@ -14,9 +14,10 @@
 //
 // # Stages
 //
-// One SSH connection serves the whole job; each stage is one session. The
-// session's command is a small POSIX sh wrapper (the instance needs sh and
-// the job's shell, bash or sh) that:
+// One SSH connection serves the whole job; each stage is one session
+// (unless the job is resumable: see below). The session's command is a
+// small POSIX sh wrapper (the instance needs sh and the job's shell, bash
+// or sh) that:
 //
 //   - stores the stage script, read from the session's stdin, under a
 //     private per-job directory (mode 0700, removed by Cleanup), after a
@@ -49,6 +50,47 @@
 // (GracePeriod) a third sends SIGKILL. Run returns once the stage's session
 // has ended. The stop mark closes the race with a stage that has not yet
 // written its pid file: it sees the mark and does not start.
+//
+// # Resuming after a manager restart
+//
+// A job the manager keeps in a job store (Settings.Resumable) runs its
+// stages detached on the instance, with package detached's mechanism, so
+// that they survive the connection and the manager: one session stores
+// the stage's script in the job's directory and starts its wrapper under
+// setsid(1) with its streams away from the connection (nohup(1) where
+// there is no setsid); a second one follows its output file into the
+// trace, with the POSIX sh follower, or with drover's helper when the job
+// installed it. When the script ends,
+// what it left in its process group is killed, as in the attached path. A
+// connection that ends while the instance is there is made again, and
+// the stage followed on from the byte the trace has.
+//
+// The executor is then executor.Stateful and executor.OutputCheckpointer.
+// Its state holds the instance id and slot, the address and user the
+// instance was reached at (never a password or a key: those come from
+// the configuration and the pool again), the job's directories, the
+// helper's path, the runs and the running stage. Restore claims the slot
+// from the runner's pool (Claimer: the autoscaler's pools, the ssh
+// executor's host, VM slots) and connects again; Resume follows the stage
+// from the checkpoint's byte, or starts the next stage if the dead
+// manager had not. A stage whose processes are gone without an exit
+// status, or whose job directory is gone from the host (a reboot),
+// vanished: the job fails with runner_system_failure. Jobs without a job
+// store keep the attached stages (one session each).
+//
+// # Sweep
+//
+// A job's directory on its host is named after the manager's system id
+// and the job's id (drover-job-<system id>-<job id>-XXXXXXXX in
+// $TMPDIR). At the manager's start (executor.Sweeper), the directories of
+// its system id whose jobs no job store will resume have their running
+// stages stopped (SIGTERM to their process groups, the grace period,
+// SIGKILL) and are removed: on the fixed hosts of Options.Hosts (the ssh
+// executor's) at once, on an autoscaled instance when this process first
+// reaches it, before any of its jobs runs there. The pools are told which
+// jobs will be resumed (SetKeepHeld), so the slots of the others are free
+// at once; without a job store, an instance on which jobs ran when the
+// manager died is replaced instead (runnerpool's RemoveInterrupted).
 //
 // # Lost instances
 //

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/detached"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/sshx"
 )
@@ -36,6 +37,11 @@ const connWait = 2 * time.Second
 // abandoning it.
 const drainTimeout = 5 * time.Second
 
+// How often a follower of a detached stage whose stream broke is started
+// again (each after a longer wait, 1 s, 2 s, 3 s; the connection is made
+// again if need be) before the stage counts as vanished.
+const followRetries = 3
+
 // Executor runs one job's stage scripts on an instance over SSH.
 type Executor struct {
 	// GracePeriod is the time between SIGTERM and SIGKILL when a stage is
@@ -46,30 +52,46 @@ type Executor struct {
 	clock     clock.Clock
 	helperBin *helperBinary
 	conns     *connPool
+	prov      *Provider // the sweep of hosts at first contact; nil in tests
+	lookup    func(executor.Settings) (Runner, error)
 
 	executor.StageRecorder
 
-	mu         sync.Mutex
-	shell      string
-	paths      executor.Paths
-	trace      io.Writer
-	logger     *slog.Logger
-	lease      *Lease
-	acq        Acquired
-	client     *sshx.Client
-	scriptDir  string // on the instance
-	hostname   string
-	helper     string // shell words running drover's helper on the host
-	connKey    string // the connection's key in conns
-	runs       int
+	// redial is held while the connection is made again (connection).
+	redial sync.Mutex
+
+	mu           sync.Mutex
+	executorName string // as the runner names it: instance, ssh, ...
+	shell        string
+	paths        executor.Paths
+	trace        io.Writer
+	logger       *slog.Logger
+	lease        *Lease
+	acq          Acquired
+	release      func() // gives the slot back (the lease's, or the claim's after Restore)
+	client       *sshx.Client
+	sshCfg       sshx.Config // how client was made, to make it again
+	scriptDir    string      // on the instance
+	hostname     string
+	helper       string // shell words running drover's helper on the host
+	helperPath   string // drover's binary on the host ("" when not installed)
+	connKey      string // the connection's key in conns
+	runs         int
+	// det runs the stages of a resumable job (Settings.Resumable)
+	// detached on the host; nil: they run attached, as sessions of the
+	// connection.
+	det        *detached.Runner
+	target     *sshTarget
 	finished   error
 	cleanedUp  bool
 	stopLostFn func() bool
 }
 
 var (
-	_ executor.Executor      = (*Executor)(nil)
-	_ executor.PathsReporter = (*Executor)(nil)
+	_ executor.Executor           = (*Executor)(nil)
+	_ executor.PathsReporter      = (*Executor)(nil)
+	_ executor.Stateful           = (*Executor)(nil)
+	_ executor.OutputCheckpointer = (*Executor)(nil)
 )
 
 // Shell returns the shell scripts run in.
@@ -112,19 +134,12 @@ func (e *Executor) InstanceID() string {
 
 // Prepare acquires a slot on a ready instance for the job's reservation
 // (waiting within ctx), connects to the instance, checks the shell and
-// creates the builds and cache directories there.
+// creates the builds and cache directories there. A resumable job
+// (Settings.Resumable) then runs its stages detached on the instance
+// (executor.Stateful).
 func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) error {
 	trace, logger := executor.Sinks(opts)
-	e.mu.Lock()
-	e.trace, e.logger = trace, logger
-	if e.GracePeriod <= 0 {
-		e.GracePeriod = DefaultGracePeriod
-	}
-	if e.hostKeys == nil {
-		e.hostKeys = &sshx.TOFU{}
-	}
-	e.clock = clock.OrReal(e.clock)
-	e.mu.Unlock()
+	e.init(trace, logger)
 	l, ok := opts.Data.(*Lease)
 	if !ok || l == nil {
 		return errors.New("instance executor: the job has no reservation (Provider.Acquire was not called)")
@@ -133,6 +148,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if rn.Executor == "" {
 		rn.Executor = Name
 	}
+	e.mu.Lock()
+	e.executorName = rn.Executor
+	e.mu.Unlock()
 	executor.PrepareHeader(trace, rn.Executor)
 
 	sh := opts.Settings.Shell
@@ -158,8 +176,13 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err != nil {
 		return fmt.Errorf("acquire a slot on an instance: %w", err)
 	}
+	var jobID int64
+	if opts.Job != nil {
+		jobID = opts.Job.ID
+	}
+	setJob(acq, jobID)
 	e.mu.Lock()
-	e.lease, e.acq = l, acq
+	e.lease, e.acq, e.release = l, acq, l.Release
 	e.mu.Unlock()
 	id := acq.InstanceID()
 	logger = logger.With("instance", id, "slot", acq.Slot())
@@ -174,43 +197,21 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	default:
 	}
 
-	cfg, err := sshConfig(acq.ConnectInfo(), rn.Connector)
+	client, err := e.connect(ctx, rn, acq, acq.ConnectInfo(), trace, logger)
 	if err != nil {
-		return fmt.Errorf("instance %s: %w", id, err)
+		return err
 	}
-	cfg.HostKey = e.hostKeys.Callback(id)
-	cfg.HostKeyAlgorithms = e.hostKeys.Algorithms(id)
-	if rn.HostKey != nil {
-		cfg.HostKey = rn.HostKey(id)
-		cfg.HostKeyAlgorithms = nil
-		if rn.HostKeyAlgorithms != nil {
-			cfg.HostKeyAlgorithms = rn.HostKeyAlgorithms(id)
-		}
-	}
-	cfg.Clock, cfg.Logger = e.clock, logger
-	key := poolKey(id, cfg)
-	client := e.conns.get(key)
-	if client != nil {
-		logger.Debug("reusing an SSH connection")
-	} else if client, err = e.dial(ctx, cfg, trace); err != nil {
-		return fmt.Errorf("instance %s: connect: %w", id, err)
-	}
+	e.prov.sweepFirst(ctx, id, client, logger)
 	if rn.Connected != nil {
 		if err := rn.Connected(ctx, client, acq, job); err != nil {
 			client.Close()
 			return fmt.Errorf("instance %s: %w", id, err)
 		}
 	}
-	e.mu.Lock()
-	e.client, e.connKey = client, key
-	// A lost instance ends the connection, which fails the running session
-	// at once; Run tells it apart from a network error by Lost.
-	e.stopLostFn = afterClose(acq.Lost(), func() { client.Close() })
-	e.mu.Unlock()
 
 	builds := cmp.Or(opts.Settings.BuildsDir, rn.BuildsDir, DefaultBuildsDir)
 	cache := cmp.Or(opts.Settings.CacheDir, rn.CacheDir, DefaultCacheDir)
-	out, err := client.Output(ctx, shCommand(prepareScript(sh, builds, cache)), nil)
+	out, err := client.Output(ctx, shCommand(prepareScript(sh, builds, cache, jobDir(opts.Settings.SystemID, jobID))), nil)
 	if err != nil {
 		return fmt.Errorf("instance %s: prepare: %w", id, describePrepare(err, sh))
 	}
@@ -227,20 +228,202 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		CacheDir:   pr.cacheDir,
 		ProjectDir: executor.ProjectDir(pr.buildsDir, opts.Settings.ShortToken, concurrentID, opts.Job),
 	}
-	var helper string
+	var helper, helperPath string
 	if needsHelper(opts.Job) {
-		helper = e.installHelper(ctx, client, pr.cacheDir, trace)
+		if helperPath = e.installHelper(ctx, client, pr.cacheDir, trace); helperPath != "" {
+			helper = quote(helperPath) + " helper"
+		}
+	}
+	var det *detached.Runner
+	if opts.Settings.Resumable {
+		det = e.newRunner(pr.scriptDir, helperPath, trace, logger)
 	}
 	e.mu.Lock()
-	e.shell, e.paths, e.scriptDir, e.hostname, e.helper = sh, paths, pr.scriptDir, pr.hostname, helper
+	e.shell, e.paths, e.scriptDir, e.hostname, e.helper, e.helperPath = sh, paths, pr.scriptDir, pr.hostname, helper, helperPath
+	e.det = det
 	e.mu.Unlock()
-	logger.Debug("instance prepared", "host", pr.hostname, "project_dir", paths.ProjectDir)
+	logger.Debug("instance prepared", "host", pr.hostname, "project_dir", paths.ProjectDir, "resumable", det != nil)
 	if rn.Executor == Name {
 		fmt.Fprintf(trace, "Using Instance (%s) executor on %s...\n", sh, pr.hostname)
 	} else {
 		fmt.Fprintf(trace, "Using %s (%s) executor on %s...\n", strings.ToUpper(rn.Executor), sh, pr.hostname)
 	}
 	return nil
+}
+
+// init sets the job's sinks and the defaults Prepare and Restore need.
+func (e *Executor) init(trace io.Writer, logger *slog.Logger) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.trace, e.logger = trace, logger
+	if e.GracePeriod <= 0 {
+		e.GracePeriod = DefaultGracePeriod
+	}
+	if e.hostKeys == nil {
+		e.hostKeys = &sshx.TOFU{}
+	}
+	e.clock = clock.OrReal(e.clock)
+}
+
+// name is the executor's name as its runner gives it.
+func (e *Executor) name() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return cmp.Or(e.executorName, Name)
+}
+
+// connect connects to the instance of acq at info (or takes an idle
+// connection to it) and makes it the job's; the connection is closed when
+// the pool reports the instance lost. A nil trace hears nothing of the
+// retries.
+func (e *Executor) connect(ctx context.Context, rn Runner, acq Acquired, info fleet.ConnectInfo, trace io.Writer, logger *slog.Logger) (*sshx.Client, error) {
+	id := acq.InstanceID()
+	cfg, err := sshConfig(info, rn.Connector)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", id, err)
+	}
+	cfg.HostKey = e.hostKeys.Callback(id)
+	cfg.HostKeyAlgorithms = e.hostKeys.Algorithms(id)
+	if rn.HostKey != nil {
+		cfg.HostKey = rn.HostKey(id)
+		cfg.HostKeyAlgorithms = nil
+		if rn.HostKeyAlgorithms != nil {
+			cfg.HostKeyAlgorithms = rn.HostKeyAlgorithms(id)
+		}
+	}
+	cfg.Clock, cfg.Logger = e.clock, logger
+	if trace == nil {
+		trace = io.Discard
+	}
+	key := poolKey(id, cfg)
+	client := e.conns.get(key)
+	if client != nil {
+		logger.Debug("reusing an SSH connection")
+	} else if client, err = e.dial(ctx, cfg, trace); err != nil {
+		return nil, fmt.Errorf("instance %s: connect: %w", id, err)
+	}
+	e.mu.Lock()
+	e.client, e.connKey, e.sshCfg = client, key, cfg
+	// A lost instance ends the connection, which fails the running session
+	// at once; Run tells it apart from a network error by Lost.
+	e.stopLostFn = afterClose(acq.Lost(), e.closeClient)
+	e.mu.Unlock()
+	return client, nil
+}
+
+// closeClient closes the job's connection.
+func (e *Executor) closeClient() {
+	e.mu.Lock()
+	c := e.client
+	e.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// connection returns the job's connection, made again when it ended,
+// unless the instance is lost or the job cleaned up: the detached stages
+// of a resumable job go on without it, and their followers and stops
+// need one.
+func (e *Executor) connection(ctx context.Context) (*sshx.Client, error) {
+	e.mu.Lock()
+	c, acq := e.client, e.acq
+	e.mu.Unlock()
+	if c != nil && c.Err() == nil {
+		return c, nil
+	}
+	if acq == nil {
+		return nil, errors.New("no connection before Prepare")
+	}
+	select {
+	case <-acq.Lost():
+		return nil, fmt.Errorf("instance %s: %w", acq.InstanceID(), ErrInstanceLost)
+	default:
+	}
+	e.redial.Lock()
+	defer e.redial.Unlock()
+	e.mu.Lock()
+	c, cfg, logger, done := e.client, e.sshCfg, e.logger, e.cleanedUp
+	e.mu.Unlock()
+	if c != nil && c.Err() == nil {
+		return c, nil // made again meanwhile
+	}
+	if done {
+		return nil, errors.New("the job was cleaned up")
+	}
+	var cause error
+	if c != nil {
+		cause = c.Err()
+	}
+	logger.Warn("the SSH connection to the instance ended; connecting again", "err", cause)
+	nc, err := e.dial(ctx, cfg, io.Discard)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: connect again (after %v): %w", acq.InstanceID(), cause, err)
+	}
+	e.mu.Lock()
+	e.client = nc
+	e.mu.Unlock()
+	select {
+	case <-acq.Lost():
+		// The watch closed the connection before this one.
+		nc.Close()
+		return nil, fmt.Errorf("instance %s: %w", acq.InstanceID(), ErrInstanceLost)
+	default:
+	}
+	return nc, nil
+}
+
+// goneReason tells a lost instance, for the errors of detached stages.
+func (e *Executor) goneReason() string {
+	e.mu.Lock()
+	acq := e.acq
+	e.mu.Unlock()
+	if acq == nil {
+		return ""
+	}
+	select {
+	case <-acq.Lost():
+		return fmt.Sprintf("instance %s lost", acq.InstanceID())
+	default:
+		return ""
+	}
+}
+
+// newRunner returns the detached stages' runner of a job whose files are
+// in dir on the host, followed by drover's helper at helperPath when it
+// is installed there, else by the POSIX sh follower.
+func (e *Executor) newRunner(dir, helperPath string, trace io.Writer, logger *slog.Logger) *detached.Runner {
+	var tool detached.Tool = detached.Sh{}
+	if helperPath != "" {
+		tool = detached.Helper{Command: []string{helperPath, "helper"}}
+	}
+	e.mu.Lock()
+	grace := e.GracePeriod
+	e.target = &sshTarget{conn: e.connection, tool: tool, grace: grace, gone: e.goneReason}
+	e.mu.Unlock()
+	return detached.New(detached.Config{
+		Dir: dir, Tool: tool, PIDGone: true, Retries: followRetries, Grace: grace, Trace: trace, Logger: logger,
+	})
+}
+
+// runDetached runs (mode StartFresh), follows or resumes a stage of a
+// resumable job detached on the instance.
+func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, mode detached.Mode, from int64) error {
+	e.mu.Lock()
+	det, t, acq, sh, paths := e.det, e.target, e.acq, e.shell, e.paths
+	e.mu.Unlock()
+	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: acq.InstanceID(), Shell: sh, Dir: paths.ProjectDir}
+	err := det.Run(ctx, t, s, mode, from)
+	var be *executor.BuildError
+	if err == nil || errors.As(err, &be) || ctx.Err() != nil {
+		return err
+	}
+	select {
+	case <-acq.Lost():
+		return fmt.Errorf("instance %s: %w: %w", acq.InstanceID(), ErrInstanceLost, err)
+	default:
+		return err
+	}
 }
 
 // prepared is what the prepare script printed.
@@ -381,12 +564,18 @@ func afterClose(ch <-chan struct{}, fn func()) (stop func() bool) {
 // the stage's process group gets SIGTERM, then SIGKILL after the grace
 // period, and Run returns ctx.Err() wrapped once the stage's session has
 // ended. A lost instance or connection is an error wrapping
-// ErrInstanceLost.
+// ErrInstanceLost. The stages of a resumable job run detached (see the
+// package doc): the same results, and a stage whose processes are gone
+// without an exit status is an error wrapping executor.ErrStageVanished.
 func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 	e.mu.Lock()
 	if e.client == nil || e.scriptDir == "" {
 		e.mu.Unlock()
 		return errors.New("instance executor: Run before Prepare")
+	}
+	if e.det != nil {
+		e.mu.Unlock()
+		return e.runDetached(ctx, cmd, detached.StartFresh, 0)
 	}
 	e.runs++
 	files := filesOf(e.scriptDir, e.runs)
@@ -513,19 +702,27 @@ func (e *Executor) Finish(err error) {
 	e.finished = err
 }
 
-// Cleanup removes the job's scripts from the instance, keeps the
+// Cleanup removes the job's scripts from the instance (for a resumable
+// job, after stopping whatever of its stages still runs there), keeps the
 // connection for the host's next job (or closes it) and gives the slot
-// back. The project directory stays, so
-// that the fetch strategy can reuse the checkout. It is safe after a failed
-// or skipped Prepare, and more than once.
+// back. The project directory stays, so that the fetch strategy can reuse
+// the checkout. It is safe after a failed or skipped Prepare, and more
+// than once.
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.mu.Lock()
 	if e.cleanedUp {
 		e.mu.Unlock()
 		return
 	}
+	det, dir, grace := e.det, e.scriptDir, e.GracePeriod
+	e.mu.Unlock()
+	if det != nil && dir != "" {
+		// Made again if it ended: a detached stage may still run.
+		_, _ = e.connection(ctx)
+	}
+	e.mu.Lock()
 	e.cleanedUp = true
-	client, dir, l, stopLost, logger, key, acq := e.client, e.scriptDir, e.lease, e.stopLostFn, e.logger, e.connKey, e.acq
+	client, l, release, stopLost, logger, key, acq := e.client, e.lease, e.release, e.stopLostFn, e.logger, e.connKey, e.acq
 	e.mu.Unlock()
 	if stopLost != nil {
 		stopLost()
@@ -540,11 +737,18 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	}
 	if client != nil {
 		if dir != "" && client.Err() == nil {
-			cctx, cancel := context.WithTimeout(ctx, controlTimeout)
-			if _, err := client.Output(cctx, shCommand(cleanupScript(dir)), nil); err != nil {
-				logger.Warn("cannot remove the job's scripts from the instance", "dir", dir, "err", err)
+			script, timeout := cleanupScript(dir), controlTimeout
+			if det != nil {
+				script, timeout = stopDirsScript(grace, dir), controlTimeout+grace
 			}
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			out, err := client.Output(cctx, shCommand(script), nil)
 			cancel()
+			if err != nil {
+				logger.Warn("cannot remove the job's scripts from the instance", "dir", dir, "err", err)
+			} else if len(out) > 0 {
+				logger.Info("stopped what the job's stages left running on the instance", "dir", dir, "stopped", strings.TrimSpace(string(out)))
+			}
 		}
 		if lost || dir == "" {
 			client.Close()
@@ -553,7 +757,10 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			e.conns.put(key, client)
 		}
 	}
-	if l != nil {
+	switch {
+	case release != nil:
+		release()
+	case l != nil:
 		l.Release()
 	}
 }

@@ -83,8 +83,8 @@ func runsOn(out string) bool {
 
 // installHelper makes sure the host has drover's binary at a path named
 // by its hash below cacheDir, uploading it over the connection when it is
-// missing (once per host and drover version), and returns the shell words
-// that run `drover helper` there. It returns "" with a warning in the
+// missing (once per host and drover version), and returns its path
+// there. It returns "" with a warning in the
 // job log when the binary cannot run there (another OS or architecture)
 // or cannot be installed: the cache and artifact stages are then skipped.
 func (e *Executor) installHelper(ctx context.Context, client *sshx.Client, cacheDir string, trace io.Writer) string {
@@ -105,9 +105,8 @@ func (e *Executor) installHelper(ctx context.Context, client *sshx.Client, cache
 	if err != nil {
 		return warn("cannot look for drover's helper on the host: %v", err)
 	}
-	words := quote(remote) + " helper"
 	if s := strings.TrimSpace(string(out)); s == "present" {
-		return words
+		return remote
 	} else if !runsOn(s) {
 		return warn("the host is %q, drover's binary is for %s/%s", s, runtime.GOOS, runtime.GOARCH)
 	}
@@ -124,7 +123,7 @@ mkdir -p -- "$d" && cat > "$t" && chmod 755 "$t" && mv -f -- "$t" %s || { rm -f 
 	if _, err := client.Output(ctx, shCommand(script), f); err != nil {
 		return warn("cannot install drover's helper at %s: %v", remote, err)
 	}
-	return words
+	return remote
 }
 
 // HelperCommand is how the job's cache and artifact stages call drover's

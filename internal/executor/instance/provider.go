@@ -138,6 +138,10 @@ type Options struct {
 	// executor's fixed host. Autoscaled instances come and go, and each
 	// job connects anew. Close closes the idle ones.
 	KeepConnections bool
+	// Hosts lists the runners' fixed hosts (the ssh executor's), which
+	// Sweep reaches at the manager's start; nil: none (autoscaled
+	// instances are swept when first reached).
+	Hosts func() []Host
 }
 
 // Provider creates instance executors and reserves their capacity in the
@@ -146,6 +150,14 @@ type Provider struct {
 	opts   Options
 	helper *helperBinary
 	conns  *connPool
+
+	mu sync.Mutex
+	// The manager's Sweep at start (keep nil before it), carried out on
+	// each host when this process first reaches it.
+	systemID string
+	keep     func(jobID int64) bool
+	keepHeld func(keep func(jobID int64) bool) // SetKeepHeld
+	swept    map[string]chan struct{}          // per instance id: closed once swept
 }
 
 var _ executor.Provider = (*Provider)(nil)
@@ -181,7 +193,8 @@ func (p *Provider) CanCreate() bool { return true }
 
 // Create returns a new, unprepared executor.
 func (p *Provider) Create() executor.Executor {
-	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock, helperBin: p.helper, conns: p.conns}
+	return &Executor{GracePeriod: p.opts.GracePeriod, shell: p.DefaultShell(), hostKeys: p.opts.HostKeys, clock: p.opts.Clock,
+		helperBin: p.helper, conns: p.conns, prov: p, lookup: p.opts.Lookup}
 }
 
 // Acquire reserves a slot in the runner's pool. It never blocks: when the

@@ -8,6 +8,15 @@
 // autoscaled instance, the ssh executor's "slot" is the configured host,
 // and concurrency is the runner's limit.
 //
+// # Resuming
+//
+// With a job store, the stages run detached on the host and a restarted
+// manager (or another one on the same Redis store) resumes the job there,
+// as the instance executor does (see its package doc): the host is the
+// slot it claims back. At start the manager stops, on every ssh runner's
+// host, the stages a dead process with its system id left running for
+// jobs no job store will resume.
+//
 // # Directories
 //
 // builds_dir defaults to "builds" and cache_dir to "cache", relative to
@@ -127,11 +136,26 @@ func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
 	return r, nil
 }
 
+// Hosts returns the runners' hosts, for the provider's sweep at start.
+func (rs *Runners) Hosts() []instance.Host {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	hosts := make([]instance.Host, 0, len(rs.m))
+	for _, r := range rs.m {
+		if h, ok := r.Slots.(host); ok {
+			hosts = append(hosts, instance.Host{Runner: r, Info: h.acq.info})
+		}
+	}
+	return hosts
+}
+
 // NewProvider returns the ssh executor's provider: the instance
 // executor's over rs, keeping each finished job's connection for the
-// host's next job (Close the provider to close them).
+// host's next job (Close the provider to close them). Its Sweep stops, on
+// every runner's host, the stages that a dead manager of the same system
+// id left running for jobs no job store will resume.
 func NewProvider(rs *Runners) *instance.Provider {
-	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys, KeepConnections: true})
+	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys, KeepConnections: true, Hosts: rs.Hosts})
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
@@ -224,8 +248,20 @@ func portOr22(p int) int {
 	return p
 }
 
-// host is the runner's one host as an instance pool: always a slot.
+// host is the runner's one host as an instance pool: always a slot, and
+// the slot of a job resumed after a restart (instance.Claimer) when the
+// job ran on this very host.
 type host struct{ acq acquired }
+
+var _ instance.Claimer = host{}
+
+// Claim gives a resumed job the host back, if it ran there.
+func (h host) Claim(_ context.Context, id string, slot int) (instance.Acquired, error) {
+	if id != h.acq.id || slot != 0 {
+		return nil, fmt.Errorf("the job ran on %s (slot %d); the runner's host is now %s", id, slot, h.acq.id)
+	}
+	return h.acq, nil
+}
 
 func (h host) Reserve() (instance.Reservation, error) { return nil, nil }
 func (h host) Unreserve(instance.Reservation)         {}
