@@ -46,7 +46,7 @@ func registerOnlyFlags() []gitlabFlag {
 	fs := []gitlabFlag{
 		noExecutor("parallels-", "parallels"),
 		{name: "ssh-", why: "not a flag of drover register: write it in [runners.ssh] of config.toml after registering"},
-		noExecutor("virtualbox-", "virtualbox"),
+		{name: "virtualbox-", why: "not a flag of drover register: write it in [runners.virtualbox] of config.toml after registering"},
 		{name: "machine-", why: "write [runners.machine] in config.toml after registering"},
 		{name: "cache-gcs-", why: "drover's shared cache supports s3 only yet"},
 		{name: "cache-azure-", why: "drover's shared cache supports s3 only yet"},

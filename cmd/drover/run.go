@@ -32,6 +32,8 @@ import (
 	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
+	"github.com/drover-ci/drover/internal/executor/virtualbox"
+	"github.com/drover-ci/drover/internal/executor/vm"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/engine"
 	"github.com/drover-ci/drover/internal/httpserver"
@@ -60,6 +62,8 @@ type tables struct {
 	kube *kubernetes.Runners
 	// qemu holds the [runners.qemu] of the qemu runners.
 	qemu *qemu.Runners
+	// vbox holds the [runners.virtualbox] of the virtualbox runners.
+	vbox *vm.Runners
 }
 
 // newTables returns empty tables; with dir set the host keys learnt on
@@ -67,6 +71,10 @@ type tables struct {
 func newTables(dir string) *tables {
 	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}, kube: &kubernetes.Runners{}}
 	t.qemu = &qemu.Runners{HostKeys: &sshx.TOFU{}}
+	// The VM executors share one host key store: a base's key is the
+	// base's whichever executor runs it.
+	t.vbox = virtualbox.NewRunners()
+	t.vbox.HostKeys = t.qemu.HostKeys
 	if dir != "" {
 		t.qemu.HostKeys.Path = filepath.Join(dir, ".drover-vm-host-keys")
 		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
@@ -95,6 +103,11 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 		return err
 	}
 	warns, err = t.qemu.Apply(context.Background(), path, cfg)
+	logWarnings(logger, warns)
+	if err != nil {
+		return err
+	}
+	warns, err = t.vbox.Apply(context.Background(), path, cfg)
 	logWarnings(logger, warns)
 	if err != nil {
 		return err
@@ -137,6 +150,7 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 		docker.Name:     dock,
 		sshexec.Name:    sshexec.NewProvider(t.ssh),
 		qemu.Name:       qemu.NewProvider(t.qemu),
+		virtualbox.Name: vm.NewProvider(t.vbox),
 	}
 	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
 		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{

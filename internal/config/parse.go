@@ -128,7 +128,6 @@ var knownGlobalExtra = map[string]valueKind{
 // RunnerConfig.Extra.
 var knownRunnerExtra = map[string]valueKind{
 	"parallels":               kindTable,
-	"virtualbox":              kindTable,
 	"referees":                kindTable,
 	"monitoring":              kindTable,
 	"experimental":            kindTable,
@@ -340,6 +339,8 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 			r.SSH, ok = d.table(kp, v)
 		case "qemu":
 			r.Qemu, ok = d.table(kp, v)
+		case "virtualbox":
+			r.VirtualBox, ok = d.table(kp, v)
 		case "store":
 			r.Store, ok = d.table(kp, v)
 		case "custom_build_dir":
