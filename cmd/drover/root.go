@@ -25,6 +25,7 @@ func newRootCmd() *cobra.Command {
   drover list          lists the runners of config.toml
   drover submit/jobs/logs/cancel/artifacts   use a drover coordinator's job API
   drover install/uninstall/start/stop/restart/status   run drover as a systemd service
+  drover vm image build   builds a guest image for the qemu executor
 
 config.toml is /etc/drover/config.toml for root, ~/.drover/config.toml for
 other users, or what --config (or $CONFIG_FILE) names.`,
@@ -60,6 +61,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newHelperImageCmd(),
 		newImageCmd(),
 		newFleetingCmd(),
+		newVMCmd(),
 	)
 	root.AddCommand(serviceCmds()...)
 	root.AddCommand(
