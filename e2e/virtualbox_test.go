@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,21 +38,83 @@ func buildStandin(t *testing.T, pkg, name string) string {
 	return dir
 }
 
-// vmCalls returns the commands a stand-in recorded after the first skip,
-// joined by spaces, the host port of NAT rules replaced by PORT; with
-// changes set only the commands that change something (not showvminfo,
-// list or snapshot list).
-func vmCalls(t *testing.T, calls [][]string, skip int, changes func([]string) bool) []string {
-	t.Helper()
+// vmCalls returns the commands a stand-in recorded after the first
+// skip that keep selects, joined by spaces, a command repeated at once
+// (a poll) kept once, the host port of NAT rules replaced by PORT and
+// snapshot ids by {ID}.
+func vmCalls(calls [][]string, skip int, keep func([]string) bool) []string {
 	port := regexp.MustCompile(`127\.0\.0\.1,\d+,`)
+	id := regexp.MustCompile(`\{[0-9a-f-]{36}\}`)
 	var out []string
 	for _, c := range calls[min(skip, len(calls)):] {
-		if changes != nil && !changes(c) {
+		if !keep(c) {
 			continue
 		}
-		out = append(out, port.ReplaceAllString(strings.Join(c, " "), "127.0.0.1,PORT,"))
+		line := id.ReplaceAllString(port.ReplaceAllString(strings.Join(c, " "), "127.0.0.1,PORT,"), "{ID}")
+		if len(out) == 0 || out[len(out)-1] != line {
+			out = append(out, line)
+		}
 	}
 	return out
+}
+
+// vmHarness runs jobs on a VM runner whose hypervisor program is a
+// stand-in, and reads the stand-in's call log.
+type vmHarness struct {
+	t       *testing.T
+	cl      *client.Client
+	program string
+	// callLog reads the stand-in's calls; keep selects the ones compared.
+	callLog func() ([][]string, error)
+	keep    func([]string) bool
+}
+
+func (h *vmHarness) calls() [][]string {
+	h.t.Helper()
+	cs, err := h.callLog()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return cs
+}
+
+// since returns the selected calls after the first before.
+func (h *vmHarness) since(before int) []string { return vmCalls(h.calls(), before, h.keep) }
+
+// waitLast waits until the last selected call after the first before
+// starts with prefix (the VM's cleanup after a job's end).
+func (h *vmHarness) waitLast(before int, prefix string) {
+	h.t.Helper()
+	waitFor(h.t, vmJobTimeout, h.program+" "+prefix, func() bool {
+		got := h.since(before)
+		return len(got) > 0 && strings.HasPrefix(got[len(got)-1], prefix)
+	})
+}
+
+// run runs a job (GIT_STRATEGY none) and waits until it has finished
+// and, when last is set, until the stand-in recorded a call starting so;
+// it returns the job, its log and the selected calls meanwhile.
+func (h *vmHarness) run(spec client.JobSpec, last string) (*client.Job, string, []string) {
+	h.t.Helper()
+	before := len(h.calls())
+	spec.Variables = append(spec.Variables, client.Variable{Key: "GIT_STRATEGY", Value: "none"})
+	sub, err := h.cl.Submit(context.Background(), spec)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	j := waitJob(h.t, h.cl, sub.ID, vmJobTimeout, finished)
+	if last != "" {
+		h.waitLast(before, last)
+	}
+	return j, trace(h.t, h.cl, sub.ID), h.since(before)
+}
+
+// check compares a job's calls with GitLab Runner's.
+func (h *vmHarness) check(what string, got, want []string) {
+	h.t.Helper()
+	if !slices.Equal(got, want) {
+		h.t.Errorf("%s: %s commands =\n  %s\nwant (GitLab Runner's)\n  %s", what, h.program, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
 }
 
 // vboxChanges reports whether a VBoxManage call changes something (or is
@@ -91,7 +152,8 @@ func TestVirtualBoxExecutor(t *testing.T) {
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
 	token := c.runnerToken(t)
 	short := api.ShortToken(token)
-	cl := c.client()
+	h := &vmHarness{t: t, cl: c.client(), program: "VBoxManage", keep: vboxChanges,
+		callLog: func() ([][]string, error) { return vboxstandin.CallLog(home) }}
 	config := func(extra string) string {
 		return writeRunnerConfig(t, dir, c.url, token, 1, "virtualbox", fmt.Sprintf(`  shell = "sh"
   [runners.virtualbox]
@@ -103,53 +165,18 @@ func TestVirtualBoxExecutor(t *testing.T) {
     identity_file = %q
 `, extra, img.User, img.IdentityFile))
 	}
-	calls := func() [][]string {
-		t.Helper()
-		cs, err := vboxstandin.CallLog(home)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
-	}
-	// run runs a job and waits until it has finished and, when wantLast
-	// is set, until the stand-in recorded that call (the VM's cleanup
-	// after the job's end); it returns the job, its log and the
-	// commands recorded meanwhile.
-	run := func(spec client.JobSpec, wantLast string) (*client.Job, string, []string) {
-		t.Helper()
-		before := len(calls())
-		spec.Variables = append(spec.Variables, client.Variable{Key: "GIT_STRATEGY", Value: "none"})
-		sub, err := cl.Submit(context.Background(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j := waitJob(t, cl, sub.ID, vmJobTimeout, finished)
-		if wantLast != "" {
-			waitFor(t, vmJobTimeout, "VBoxManage "+wantLast, func() bool {
-				got := vmCalls(t, calls(), before, vboxChanges)
-				return len(got) > 0 && got[len(got)-1] == wantLast
-			})
-		}
-		return j, trace(t, cl, sub.ID), vmCalls(t, calls(), before, vboxChanges)
-	}
-	check := func(what string, got, want []string) {
-		t.Helper()
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: VBoxManage commands =\n  %s\nwant (GitLab Runner's)\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-		}
-	}
 
 	mgr := start(t, dir, "run", "--config", config(""))
 	mgr.waitLog("runner manager started", 30*time.Second)
 	vm := "busybox-runner-" + short + "-concurrent-0"
 
-	j, log, got := run(client.JobSpec{Name: "first", Script: []string{
+	j, log, got := h.run(client.JobSpec{Name: "first", Script: []string{
 		`echo "guest=$(hostname) $(uname -s)"`, "touch $HOME/from-the-first-job",
 	}}, "controlvm "+vm+" poweroff")
 	if j.Status != "success" || !strings.Contains(log, "guest="+guestimage.Hostname+" Linux") || !strings.Contains(log, "VirtualBox "+vboxstandin.Version) {
 		t.Fatalf("first job = %s (%s), want success with the guest's host name and VirtualBox's version:\n%s", j.Status, j.FailureReason, log)
 	}
-	check("first job of the slot", got, []string{
+	h.check("first job of the slot", got, []string{
 		"--version",
 		"snapshot busybox take Base State",
 		"clonevm busybox --mode machine --name " + vm + " --register --snapshot Base State --options link",
@@ -159,54 +186,34 @@ func TestVirtualBoxExecutor(t *testing.T) {
 		"controlvm " + vm + " poweroff",
 	})
 
-	j, log, got = run(client.JobSpec{Name: "second", Script: []string{
+	j, log, got = h.run(client.JobSpec{Name: "second", Script: []string{
 		`test ! -e $HOME/from-the-first-job && echo "reverted on $(hostname)"`,
 	}}, "controlvm "+vm+" poweroff")
 	if j.Status != "success" || !strings.Contains(log, "reverted on "+guestimage.Hostname) {
 		t.Fatalf("second job = %s (%s), want success in a VM reverted to Started:\n%s", j.Status, j.FailureReason, log)
 	}
-	check("second job of the slot", got, []string{
+	h.check("second job of the slot", got, []string{
 		"--version",
 		"snapshot " + vm + " restorecurrent",
 		"startvm " + vm + " --type headless",
 		"controlvm " + vm + " poweroff",
 	})
 
-	j, log, got = run(client.JobSpec{Name: "refused", Image: &client.Image{Name: "debian:12"}, Script: []string{"true"}}, "")
-	if j.Status != "failed" || j.FailureReason != "runner_configuration_error" || !strings.Contains(log, `the image "debian:12" is not allowed`) || !strings.Contains(log, "^busybox") {
-		t.Errorf("job with a refused image = %s (%s), want failed (runner_configuration_error) naming the image and allowed_images:\n%s", j.Status, j.FailureReason, log)
-	}
-	check("refused image", got, nil)
-
-	j, log, got = run(client.JobSpec{Name: "no base", Image: &client.Image{Name: "busybox-gone"}, Script: []string{"true"}}, "")
-	if j.Status != "failed" || j.FailureReason != "runner_configuration_error" || !strings.Contains(log, `VirtualBox has no VM "busybox-gone"`) {
-		t.Errorf("job on a missing base VM = %s (%s), want failed (runner_configuration_error) naming the base:\n%s", j.Status, j.FailureReason, log)
-	}
-	check("missing base VM", got, []string{"--version"})
-
-	mgr.signal(syscall.SIGTERM)
-	if code := mgr.wait(60 * time.Second); code != 0 {
-		t.Errorf("exit code %d after SIGTERM", code)
-	}
+	refusals(t, h, "VirtualBox", []string{"--version"})
+	stopManager(t, mgr)
 
 	// disable_snapshots: a clone per job named after the project, deleted
 	// after it.
 	mgr = start(t, dir, "run", "--config", config("    disable_snapshots = true\n"))
 	mgr.waitLog("runner manager started", 30*time.Second)
-	before := len(calls())
-	j, log, _ = run(client.JobSpec{Name: "fresh", Script: []string{`echo "fresh=$(hostname)"`, "test ! -e $HOME/from-the-first-job"}}, "")
+	before := len(h.calls())
+	j, log, _ = h.run(client.JobSpec{Name: "fresh", Script: []string{`echo "fresh=$(hostname)"`, "test ! -e $HOME/from-the-first-job"}}, "")
 	if j.Status != "success" || !strings.Contains(log, "fresh="+guestimage.Hostname) {
 		t.Fatalf("job with disable_snapshots = %s (%s):\n%s", j.Status, j.FailureReason, log)
 	}
-	pvm := regexp.MustCompile(`busybox-runner-` + short + `-project-\d+-concurrent-0`).FindString(log)
-	if pvm == "" {
-		t.Fatalf("the job's log names no VM busybox-runner-%s-project-<id>-concurrent-0:\n%s", short, log)
-	}
-	waitFor(t, vmJobTimeout, "the VM deleted", func() bool {
-		got := vmCalls(t, calls(), before, vboxChanges)
-		return len(got) > 0 && strings.HasPrefix(got[len(got)-1], "unregistervm")
-	})
-	check("disable_snapshots", vmCalls(t, calls(), before, vboxChanges), []string{
+	pvm := projectVM(t, log, short)
+	h.waitLast(before, "unregistervm")
+	h.check("disable_snapshots", h.since(before), []string{
 		"--version",
 		"clonevm busybox --mode machine --name " + pvm + " --register --snapshot Base State --options link",
 		"modifyvm " + pvm + " --natpf1 guestssh,tcp,127.0.0.1,PORT,,22",
@@ -214,8 +221,34 @@ func TestVirtualBoxExecutor(t *testing.T) {
 		"controlvm " + pvm + " poweroff",
 		"unregistervm " + pvm + " --delete",
 	})
-	mgr.signal(syscall.SIGTERM)
-	if code := mgr.wait(60 * time.Second); code != 0 {
-		t.Errorf("exit code %d after SIGTERM", code)
+	stopManager(t, mgr)
+}
+
+// refusals runs a job whose image allowed_images refuses (no calls) and
+// one on a base VM that does not exist (baseCalls), both failing with
+// runner_configuration_error naming them.
+func refusals(t *testing.T, h *vmHarness, product string, baseCalls []string) {
+	t.Helper()
+	j, log, got := h.run(client.JobSpec{Name: "refused", Image: &client.Image{Name: "debian:12"}, Script: []string{"true"}}, "")
+	if j.Status != "failed" || j.FailureReason != "runner_configuration_error" || !strings.Contains(log, `the image "debian:12" is not allowed`) || !strings.Contains(log, "^busybox") {
+		t.Errorf("job with a refused image = %s (%s), want failed (runner_configuration_error) naming the image and allowed_images:\n%s", j.Status, j.FailureReason, log)
 	}
+	h.check("refused image", got, nil)
+
+	j, log, got = h.run(client.JobSpec{Name: "no base", Image: &client.Image{Name: "busybox-gone"}, Script: []string{"true"}}, "")
+	if j.Status != "failed" || j.FailureReason != "runner_configuration_error" || !strings.Contains(log, product+` has no VM "busybox-gone"`) {
+		t.Errorf("job on a missing base VM = %s (%s), want failed (runner_configuration_error) naming the base:\n%s", j.Status, j.FailureReason, log)
+	}
+	h.check("missing base VM", got, baseCalls)
+}
+
+// projectVM is the name of the VM of a job with disable_snapshots in its
+// log.
+func projectVM(t *testing.T, log, short string) string {
+	t.Helper()
+	name := regexp.MustCompile(`busybox-runner-` + regexp.QuoteMeta(short) + `-project-\d+-concurrent-0`).FindString(log)
+	if name == "" {
+		t.Fatalf("the job's log names no VM busybox-runner-%s-project-<id>-concurrent-0:\n%s", short, log)
+	}
+	return name
 }

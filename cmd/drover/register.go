@@ -23,6 +23,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/kubernetes"
+	"github.com/drover-ci/drover/internal/executor/parallels"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
 	"github.com/drover-ci/drover/internal/executor/virtualbox"
 )
@@ -338,9 +339,10 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 		table     string
 		flags     []dockerFlag
 		dst       *map[string]any
-	}{{[]string{sshexec.Name, virtualbox.Name}, "ssh", sshFlags(), &rc.SSH}, {[]string{custom.Name}, "custom", customFlags(), &rc.Custom},
+	}{{[]string{sshexec.Name, virtualbox.Name, parallels.Name}, "ssh", sshFlags(), &rc.SSH}, {[]string{custom.Name}, "custom", customFlags(), &rc.Custom},
 		{[]string{kubernetes.Name}, "kubernetes", kubernetesFlags(), &rc.Kubernetes},
-		{[]string{virtualbox.Name}, "virtualbox", virtualboxFlags(), &rc.VirtualBox}} {
+		{[]string{virtualbox.Name}, "virtualbox", virtualboxFlags(), &rc.VirtualBox},
+		{[]string{parallels.Name}, "parallels", parallelsFlags(), &rc.Parallels}} {
 		t, set := flagTable(cmd.Flags(), sec.flags)
 		switch {
 		case slices.Contains(sec.executors, o.executor):
@@ -351,6 +353,9 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 	}
 	if o.executor == virtualbox.Name && rc.VirtualBox["base_name"] == nil {
 		return rc, usageError(fmt.Errorf("--virtualbox-base-name (or $VIRTUALBOX_BASE_NAME) is required with --executor %s: the VirtualBox VM the jobs' VMs are cloned from", o.executor))
+	}
+	if o.executor == parallels.Name && rc.Parallels["base_name"] == nil {
+		return rc, usageError(fmt.Errorf("--parallels-base-name (or $PARALLELS_BASE_NAME) is required with --executor %s: the Parallels VM the jobs' VMs are cloned from", o.executor))
 	}
 	if t, _ := flagTable(cmd.Flags(), cacheFlags()); len(t) > 0 {
 		rc.Cache = nestCacheTable(t)

@@ -29,6 +29,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/kubernetes"
+	"github.com/drover-ci/drover/internal/executor/parallels"
 	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
@@ -64,6 +65,8 @@ type tables struct {
 	qemu *qemu.Runners
 	// vbox holds the [runners.virtualbox] of the virtualbox runners.
 	vbox *vm.Runners
+	// prl holds the [runners.parallels] of the parallels runners.
+	prl *vm.Runners
 }
 
 // newTables returns empty tables; with dir set the host keys learnt on
@@ -75,6 +78,8 @@ func newTables(dir string) *tables {
 	// base's whichever executor runs it.
 	t.vbox = virtualbox.NewRunners()
 	t.vbox.HostKeys = t.qemu.HostKeys
+	t.prl = parallels.NewRunners()
+	t.prl.HostKeys = t.qemu.HostKeys
 	if dir != "" {
 		t.qemu.HostKeys.Path = filepath.Join(dir, ".drover-vm-host-keys")
 		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
@@ -107,10 +112,12 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 	if err != nil {
 		return err
 	}
-	warns, err = t.vbox.Apply(context.Background(), path, cfg)
-	logWarnings(logger, warns)
-	if err != nil {
-		return err
+	for _, rs := range []*vm.Runners{t.vbox, t.prl} {
+		warns, err = rs.Apply(context.Background(), path, cfg)
+		logWarnings(logger, warns)
+		if err != nil {
+			return err
+		}
 	}
 	return t.custom.Apply(path, cfg)
 }
@@ -151,6 +158,7 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 		sshexec.Name:    sshexec.NewProvider(t.ssh),
 		qemu.Name:       qemu.NewProvider(t.qemu),
 		virtualbox.Name: vm.NewProvider(t.vbox),
+		parallels.Name:  vm.NewProvider(t.prl),
 	}
 	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
 		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{

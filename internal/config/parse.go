@@ -127,7 +127,6 @@ var knownGlobalExtra = map[string]valueKind{
 // [[runners]] keys of GitLab Runner that drover keeps in
 // RunnerConfig.Extra.
 var knownRunnerExtra = map[string]valueKind{
-	"parallels":               kindTable,
 	"referees":                kindTable,
 	"monitoring":              kindTable,
 	"experimental":            kindTable,
@@ -341,6 +340,8 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 			r.Qemu, ok = d.table(kp, v)
 		case "virtualbox":
 			r.VirtualBox, ok = d.table(kp, v)
+		case "parallels":
+			r.Parallels, ok = d.table(kp, v)
 		case "store":
 			r.Store, ok = d.table(kp, v)
 		case "custom_build_dir":

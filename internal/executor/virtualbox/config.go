@@ -93,25 +93,18 @@ func ParseConfig(file string, r *config.RunnerConfig, lookPath func(string) (str
 }
 
 // Parse is the executor's vm.ParseFunc: r's Hypervisor and slot Config.
-func Parse(ctx context.Context, file string, r *config.RunnerConfig) (vm.Hypervisor, vm.Config, []config.Warning, error) {
-	return parseWith(nil)(ctx, file, r)
-}
-
-// parseWith is Parse with lookPath finding the tools.
-func parseWith(lookPath func(string) (string, error)) vm.ParseFunc {
-	return func(_ context.Context, file string, r *config.RunnerConfig) (vm.Hypervisor, vm.Config, []config.Warning, error) {
-		c, w, err := ParseConfig(file, r, lookPath)
-		if err != nil {
-			return nil, c.VM, w, err
-		}
-		return c.Hypervisor(), c.VM, w, nil
+func Parse(_ context.Context, file string, r *config.RunnerConfig) (vm.Hypervisor, vm.Config, []config.Warning, error) {
+	c, w, err := ParseConfig(file, r, nil)
+	if err != nil {
+		return nil, c.VM, w, err
 	}
+	return c.Hypervisor(), c.VM, w, nil
 }
 
 // Hypervisor returns the Hypervisor of c's VMs.
 func (c Config) Hypervisor() *Hypervisor {
 	return &Hypervisor{
-		VBox: Manage{Path: c.VBoxManage}, BaseSnapshot: c.BaseSnapshot, BaseFolder: c.BaseFolder,
+		VBox: NewManage(c.VBoxManage), BaseSnapshot: c.BaseSnapshot, BaseFolder: c.BaseFolder,
 		StartType: c.StartType, GuestSSHPort: c.VM.SSH.Port, DisableSnapshots: c.VM.DisableSnapshots,
 	}
 }

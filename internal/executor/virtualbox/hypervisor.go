@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/drover-ci/drover/internal/executor/vm"
@@ -46,8 +44,7 @@ type Hypervisor struct {
 	// second).
 	PollInterval time.Duration
 
-	mu      sync.Mutex
-	version string
+	version vm.Version
 }
 
 var (
@@ -55,14 +52,7 @@ var (
 )
 
 // Product is "VirtualBox" with the version VBoxManage last reported.
-func (h *Hypervisor) Product() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.version == "" {
-		return "VirtualBox"
-	}
-	return "VirtualBox " + h.version
-}
+func (h *Hypervisor) Product() string { return h.version.Product("VirtualBox") }
 
 // Base reads VirtualBox's version (GitLab Runner prints it before each
 // job) and checks that the VM name exists.
@@ -71,9 +61,7 @@ func (h *Hypervisor) Base(ctx context.Context, name string) (vm.Base, error) {
 	if err != nil {
 		return vm.Base{}, err
 	}
-	h.mu.Lock()
-	h.version = v
-	h.mu.Unlock()
+	h.version.Set(v)
 	ok, err := h.VBox.Exists(ctx, name)
 	if err != nil {
 		return vm.Base{}, err
@@ -253,14 +241,5 @@ func (h *Hypervisor) Delete(ctx context.Context, name string) error {
 // List returns the registered VMs whose names start with prefix.
 func (h *Hypervisor) List(ctx context.Context, prefix string) ([]string, error) {
 	all, err := h.VBox.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, n := range all {
-		if strings.HasPrefix(n, prefix) {
-			names = append(names, n)
-		}
-	}
-	return names, nil
+	return vm.HasPrefix(all, prefix), err
 }

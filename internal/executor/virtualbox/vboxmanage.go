@@ -1,16 +1,16 @@
 package virtualbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/drover-ci/drover/internal/executor/vm"
 )
 
 // Program is VirtualBox's command line tool. GitLab Runner runs it as
@@ -47,49 +47,20 @@ func (s Status) Online() bool {
 }
 
 // Manage runs VBoxManage commands, one each call, and parses their
-// output as GitLab Runner's helpers/virtualbox does. Nothing retries.
+// output as GitLab Runner's helpers/virtualbox does. Nothing retries. A
+// failed command is a *vm.ProgramError.
 type Manage struct {
-	// Path is the VBoxManage binary.
-	Path string
+	vm.Program
 }
 
-// Error is a VBoxManage command that failed: its arguments and what it
-// wrote to stderr.
-type Error struct {
-	Args   []string
-	Stderr string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	msg := e.Stderr
-	if msg == "" {
-		msg = e.Err.Error()
-	}
-	return fmt.Sprintf("VBoxManage %s: %s", strings.Join(e.Args, " "), msg)
-}
-
-func (e *Error) Unwrap() error { return e.Err }
+// NewManage returns Manage running the VBoxManage at path.
+func NewManage(path string) Manage { return Manage{vm.Program{Name: Program, Path: path}} }
 
 // notFound reports whether err is VBoxManage's answer for a VM that does
 // not exist.
 func notFound(err error) bool {
-	var e *Error
+	var e *vm.ProgramError
 	return errors.As(err, &e) && (strings.Contains(e.Stderr, "VBOX_E_OBJECT_NOT_FOUND") || strings.Contains(e.Stderr, "Could not find a registered machine"))
-}
-
-// Run runs VBoxManage with args and returns its standard output.
-func (m Manage) Run(ctx context.Context, args ...string) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, m.Path, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", fmt.Errorf("VBoxManage %s: %w", strings.Join(args, " "), ctx.Err())
-		}
-		return stdout.String(), &Error{Args: args, Stderr: strings.TrimSpace(stderr.String()), Err: err}
-	}
-	return stdout.String(), nil
 }
 
 // Version returns VirtualBox's version (VBoxManage --version).
@@ -99,8 +70,8 @@ func (m Manage) Version(ctx context.Context) (string, error) {
 }
 
 // Exists reports whether VirtualBox knows the VM (showvminfo answers).
-func (m Manage) Exists(ctx context.Context, vm string) (bool, error) {
-	_, err := m.Run(ctx, "showvminfo", vm)
+func (m Manage) Exists(ctx context.Context, name string) (bool, error) {
+	_, err := m.Run(ctx, "showvminfo", name)
 	if notFound(err) {
 		return false, nil
 	}

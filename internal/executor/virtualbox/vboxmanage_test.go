@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+
+	"github.com/drover-ci/drover/internal/executor/vm"
 )
 
 // TestParseOutput: VBoxManage's output as VirtualBox prints it (LF and
@@ -59,8 +61,8 @@ func TestParseOutput(t *testing.T) {
 // TestNotFound: VBoxManage's answer for an unknown VM is told apart from
 // other failures.
 func TestNotFound(t *testing.T) {
-	unknown := &Error{Args: []string{"showvminfo", "x"}, Err: &exec.ExitError{}, Stderr: "VBoxManage: error: Could not find a registered machine named 'x'\nVBoxManage: error: Details: code VBOX_E_OBJECT_NOT_FOUND (0x80bb0001), component VirtualBoxWrap, interface IVirtualBox, callee nsISupports"}
-	other := &Error{Args: []string{"showvminfo", "x"}, Err: &exec.ExitError{}, Stderr: "VBoxManage: error: The object functionality is limited"}
+	unknown := &vm.ProgramError{Program: "VBoxManage", Args: []string{"showvminfo", "x"}, Err: &exec.ExitError{}, Stderr: "VBoxManage: error: Could not find a registered machine named 'x'\nVBoxManage: error: Details: code VBOX_E_OBJECT_NOT_FOUND (0x80bb0001), component VirtualBoxWrap, interface IVirtualBox, callee nsISupports"}
+	other := &vm.ProgramError{Program: "VBoxManage", Args: []string{"showvminfo", "x"}, Err: &exec.ExitError{}, Stderr: "VBoxManage: error: The object functionality is limited"}
 	if !notFound(unknown) || notFound(other) || notFound(errors.New("exec: not found")) {
 		t.Errorf("notFound = %v, %v; want true for VBOX_E_OBJECT_NOT_FOUND only", notFound(unknown), notFound(other))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -112,4 +113,16 @@ func (p *Provider) Features(f *api.FeaturesInfo) {
 	p.Provider.Features(f)
 	f.Shared = false
 	f.Image = true
+}
+
+// HasPrefix returns the names that start with prefix (a Hypervisor's
+// List over its program's list of every VM).
+func HasPrefix(names []string, prefix string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
