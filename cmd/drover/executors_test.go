@@ -28,7 +28,7 @@ func TestRunReportsEveryConfigError(t *testing.T) {
 [[runners]]
   url = "https://gitlab.example.com"
   token = "t"
-  executor = "virtualbox"
+  executor = "docker-windows"
 `
 	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestRunReportsEveryConfigError(t *testing.T) {
 	}
 	want := []string{
 		path + ":1: concurrent: must be at least 1",
-		path + `:5: runners[0].executor: "virtualbox" is not available in this build of drover (available: ` + strings.Join(config.Executors(), ", ") + ")",
+		path + `:5: runners[0].executor: "docker-windows" is not available in this build of drover (available: ` + strings.Join(config.Executors(), ", ") + ")",
 	}
 	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
 		t.Errorf("drover run error =\n%s\nwant\n%s", err, strings.Join(want, "\n"))

@@ -37,16 +37,13 @@ func gitlabOnlyFlags(command string) []gitlabFlag {
 }
 
 func registerOnlyFlags() []gitlabFlag {
-	noExecutor := func(prefix, executor string) gitlabFlag {
-		return gitlabFlag{name: prefix, why: "drover has no " + executor + " executor"}
-	}
 	noScripts := "drover does not run the runner's own scripts (pre_build_script and the like) yet"
 	notApplied := "drover reads this [runners.docker] key from config.toml but does not apply it yet"
 	inFile := "write it in [runners.docker] of config.toml after registering"
 	fs := []gitlabFlag{
-		noExecutor("parallels-", "parallels"),
 		{name: "ssh-", why: "not a flag of drover register: write it in [runners.ssh] of config.toml after registering"},
-		noExecutor("virtualbox-", "virtualbox"),
+		{name: "virtualbox-", why: "not a flag of drover register: write it in [runners.virtualbox] of config.toml after registering"},
+		{name: "parallels-", why: "not a flag of drover register: write it in [runners.parallels] of config.toml after registering"},
 		{name: "machine-", why: "write [runners.machine] in config.toml after registering"},
 		{name: "cache-gcs-", why: "drover's shared cache supports s3 only yet"},
 		{name: "cache-azure-", why: "drover's shared cache supports s3 only yet"},

@@ -23,8 +23,10 @@ import (
 	"github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/kubernetes"
+	"github.com/drover-ci/drover/internal/executor/parallels"
 	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
+	"github.com/drover-ci/drover/internal/executor/virtualbox"
 )
 
 func runnerInfo(executorName, shell string) api.VersionInfo {
@@ -106,7 +108,7 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	} {
 		envFlag(f, name, env)
 	}
-	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), kubernetesFlags(), qemuFlags(), cacheFlags()) {
+	for _, d := range slices.Concat(dockerFlags(), sshFlags(), customFlags(), kubernetesFlags(), qemuFlags(), cacheFlags(), vmFlags()) {
 		switch d.kind {
 		case kindString:
 			f.String(d.flag, "", d.usage)
@@ -336,18 +338,28 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 			"the image of drover's helper, as the cluster's nodes pull it (drover helper-image --tag REGISTRY/drover-helper:TAG --push builds and pushes it)", o.executor))
 	}
 	for _, sec := range []struct {
-		executor, table string
-		flags           []dockerFlag
-		dst             *map[string]any
-	}{{sshexec.Name, "ssh", sshFlags(), &rc.SSH}, {custom.Name, "custom", customFlags(), &rc.Custom},
-		{kubernetes.Name, "kubernetes", kubernetesFlags(), &rc.Kubernetes}, {qemu.Name, "qemu", qemuFlags(), &rc.Qemu}} {
+		executors []string
+		table     string
+		flags     []dockerFlag
+		dst       *map[string]any
+	}{{[]string{sshexec.Name, virtualbox.Name, parallels.Name, qemu.Name}, "ssh", sshFlags(), &rc.SSH}, {[]string{custom.Name}, "custom", customFlags(), &rc.Custom},
+		{[]string{kubernetes.Name}, "kubernetes", kubernetesFlags(), &rc.Kubernetes},
+		{[]string{qemu.Name}, "qemu", qemuFlags(), &rc.Qemu},
+		{[]string{virtualbox.Name}, "virtualbox", virtualboxFlags(), &rc.VirtualBox},
+		{[]string{parallels.Name}, "parallels", parallelsFlags(), &rc.Parallels}} {
 		t, set := flagTable(cmd.Flags(), sec.flags)
 		switch {
-		case o.executor == sec.executor, sec.table == "ssh" && o.executor == qemu.Name:
+		case slices.Contains(sec.executors, o.executor):
 			*sec.dst = t
 		case len(set) > 0:
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s ignored: executor %q has no [runners.%s]\n", strings.Join(set, ", "), o.executor, sec.table)
 		}
+	}
+	if o.executor == virtualbox.Name && rc.VirtualBox["base_name"] == nil {
+		return rc, usageError(fmt.Errorf("--virtualbox-base-name (or $VIRTUALBOX_BASE_NAME) is required with --executor %s: the VirtualBox VM the jobs' VMs are cloned from", o.executor))
+	}
+	if o.executor == parallels.Name && rc.Parallels["base_name"] == nil {
+		return rc, usageError(fmt.Errorf("--parallels-base-name (or $PARALLELS_BASE_NAME) is required with --executor %s: the Parallels VM the jobs' VMs are cloned from", o.executor))
 	}
 	if t, _ := flagTable(cmd.Flags(), cacheFlags()); len(t) > 0 {
 		rc.Cache = nestCacheTable(t)

@@ -234,8 +234,9 @@ func TestRegisterRefuses(t *testing.T) {
 		{"bad docker memory", append(base, "--executor", "docker", "--docker-image", "a", "--docker-memory", "lots"), "--docker-memory: "},
 		{"docker without image", append(base, "--executor", "docker"), "--docker-image (or $DOCKER_IMAGE) is required"},
 		{"bad access level", append(base, "--access-level", "all"), `--access-level "all"`},
-		{"unknown executor", append(base, "--executor", "virtualbox"), `--executor "virtualbox": not available`},
-		{"virtualbox flag", append(base, "--virtualbox-base-name", "vm"), "flag --virtualbox-base-name is a gitlab-runner flag drover does not support (yet): drover has no virtualbox executor"},
+		{"unknown executor", append(base, "--executor", "docker-windows"), `--executor "docker-windows": not available`},
+		{"virtualbox without base", append(base, "--executor", "virtualbox"), "--virtualbox-base-name (or $VIRTUALBOX_BASE_NAME) is required with --executor virtualbox"},
+		{"parallels without base", append(base, "--executor", "parallels"), "--parallels-base-name (or $PARALLELS_BASE_NAME) is required with --executor parallels"},
 		{"flag=value form", append(base, "--template-config=t.toml"), "flag --template-config is a gitlab-runner flag drover does not support (yet)"},
 		{"docker key not applied", append(base, "--docker-gpus", "all"), "flag --docker-gpus is a gitlab-runner flag drover does not support (yet): drover reads this [runners.docker] key"},
 		{"docker table", append(base, "--docker-sysctls", "{}"), "write it in [runners.docker] of config.toml"},
@@ -481,15 +482,15 @@ func TestListKeepsUnavailableExecutors(t *testing.T) {
   name = "vbox"
   url = "https://gitlab.example.com"
   token = "glrt-vboxvboxvbox"
-  executor = "virtualbox"
+  executor = "docker-windows"
 `)
 	out, code, err := drover(t, "list", "-c", cfg)
-	if code != 0 || !strings.Contains(out, "vbox") || !strings.Contains(out, "Executor=virtualbox") ||
-		!strings.Contains(out, cfg+`:5: runners[0].executor: "virtualbox" is not available in this build of drover`) {
+	if code != 0 || !strings.Contains(out, "vbox") || !strings.Contains(out, "Executor=docker-windows") ||
+		!strings.Contains(out, cfg+`:5: runners[0].executor: "docker-windows" is not available in this build of drover`) {
 		t.Errorf("list = exit %d (%v), want 0 with the runner and a warning at line 5:\n%s", code, err, out)
 	}
 	out, code, err = drover(t, "run", "-c", cfg)
-	if code != 2 || err == nil || !strings.Contains(err.Error(), cfg+`:5: runners[0].executor: "virtualbox" is not available`) {
+	if code != 2 || err == nil || !strings.Contains(err.Error(), cfg+`:5: runners[0].executor: "docker-windows" is not available`) {
 		t.Errorf("run = exit %d (%v), want 2 naming the executor's line:\n%s", code, err, out)
 	}
 }

@@ -29,9 +29,12 @@ import (
 	"github.com/drover-ci/drover/internal/executor/dockerfleet"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/kubernetes"
+	"github.com/drover-ci/drover/internal/executor/parallels"
 	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/executor/sshexec"
+	"github.com/drover-ci/drover/internal/executor/virtualbox"
+	"github.com/drover-ci/drover/internal/executor/vm"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/engine"
 	"github.com/drover-ci/drover/internal/httpserver"
@@ -60,6 +63,10 @@ type tables struct {
 	kube *kubernetes.Runners
 	// qemu holds the [runners.qemu] of the qemu runners.
 	qemu *qemu.Runners
+	// vbox holds the [runners.virtualbox] of the virtualbox runners.
+	vbox *vm.Runners
+	// prl holds the [runners.parallels] of the parallels runners.
+	prl *vm.Runners
 }
 
 // newTables returns empty tables; with dir set the host keys learnt on
@@ -67,6 +74,12 @@ type tables struct {
 func newTables(dir string) *tables {
 	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}, kube: &kubernetes.Runners{}}
 	t.qemu = &qemu.Runners{HostKeys: &sshx.TOFU{}}
+	// The VM executors share one host key store: a base's key is the
+	// base's whichever executor runs it.
+	t.vbox = virtualbox.NewRunners()
+	t.vbox.HostKeys = t.qemu.HostKeys
+	t.prl = parallels.NewRunners()
+	t.prl.HostKeys = t.qemu.HostKeys
 	if dir != "" {
 		t.qemu.HostKeys.Path = filepath.Join(dir, ".drover-vm-host-keys")
 		t.hostKeys.Path = filepath.Join(dir, ".drover-instance-host-keys")
@@ -98,6 +111,13 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 	logWarnings(logger, warns)
 	if err != nil {
 		return err
+	}
+	for _, rs := range []*vm.Runners{t.vbox, t.prl} {
+		warns, err = rs.Apply(context.Background(), path, cfg)
+		logWarnings(logger, warns)
+		if err != nil {
+			return err
+		}
 	}
 	return t.custom.Apply(path, cfg)
 }
@@ -137,6 +157,8 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 		docker.Name:     dock,
 		sshexec.Name:    sshexec.NewProvider(t.ssh),
 		qemu.Name:       qemu.NewProvider(t.qemu),
+		virtualbox.Name: vm.NewProvider(t.vbox),
+		parallels.Name:  vm.NewProvider(t.prl),
 	}
 	for _, name := range []string{docker.NameAutoscaler, docker.NameMachine} {
 		p, err := dockerfleet.NewProvider(name, dockerfleet.Options{

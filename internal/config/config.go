@@ -123,12 +123,14 @@ type RunnerConfig struct {
 	Kubernetes     map[string]any `toml:"kubernetes"`
 	SSH            map[string]any `toml:"ssh"`
 	Qemu           map[string]any `toml:"qemu"`
+	VirtualBox     map[string]any `toml:"virtualbox"`
+	Parallels      map[string]any `toml:"parallels"`
 	Store          map[string]any `toml:"store"`
 	CustomBuildDir map[string]any `toml:"custom_build_dir"`
 	Artifact       map[string]any `toml:"artifact"`
 
 	// Extra holds the other keys of this runner, verbatim: GitLab Runner
-	// keys drover does not interpret (parallels, virtualbox, referees,
+	// keys drover does not interpret (referees,
 	// monitoring, experimental, prepare_timeout, ...) and unknown keys
 	// (also reported as warnings). Save writes them back.
 	Extra map[string]any `toml:"-"`
@@ -205,7 +207,7 @@ func (r *RunnerConfig) OutputLimitBytes() int64 {
 // the values of runners[].executor that Parse accepts. cmd/drover makes
 // one provider for each (a test there keeps the two in step).
 func Executors() []string {
-	return []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "qemu", "shell", "ssh"}
+	return []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "parallels", "qemu", "shell", "ssh", "virtualbox"}
 }
 
 // gitLabOnlyExecutor reports whether name is one of GitLab Runner's
@@ -213,7 +215,7 @@ func Executors() []string {
 // runner as "not available" rather than as an unknown executor.
 func gitLabOnlyExecutor(name string) bool {
 	switch name {
-	case "docker-windows", "parallels", "virtualbox":
+	case "docker-windows":
 		return true
 	}
 	return false

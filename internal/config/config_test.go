@@ -410,12 +410,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown executor",
 			src:  minimalRunner + "[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"docker-ssh\"\n",
-			want: `config.toml:9: runners[1].executor: unknown executor "docker-ssh": want one of custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, qemu, shell, ssh`,
+			want: `config.toml:9: runners[1].executor: unknown executor "docker-ssh": want one of custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, parallels, qemu, shell, ssh, virtualbox`,
 		},
 		{
 			name: "executor this build does not have",
-			src:  minimalRunner + "[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"virtualbox\"\n",
-			want: `config.toml:9: runners[1].executor: "virtualbox" is not available in this build of drover (available: custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, qemu, shell, ssh)`,
+			src:  minimalRunner + "[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"docker-windows\"\n",
+			want: `config.toml:9: runners[1].executor: "docker-windows" is not available in this build of drover (available: custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, parallels, qemu, shell, ssh, virtualbox)`,
 		},
 		{
 			name: "bad shell",

@@ -157,8 +157,8 @@ func TestNotActedOnWarnings(t *testing.T) {
 				"  [runners.virtualbox]", `    base_name = "vm"`,
 			),
 			want: []string{
-				`config.toml:5: runners[0].parallels: ignored: executor "shell" does not use [runners.parallels]; it is for parallels, which this build of drover does not have`,
-				`config.toml:7: runners[0].virtualbox: ignored: executor "shell" does not use [runners.virtualbox]; it is for virtualbox, which this build of drover does not have`,
+				`config.toml:5: runners[0].parallels: ignored: executor "shell" does not use [runners.parallels]; only parallels does`,
+				`config.toml:7: runners[0].virtualbox: ignored: executor "shell" does not use [runners.virtualbox]; only virtualbox does`,
 			},
 		},
 		{
@@ -238,7 +238,7 @@ log_level = "loud"
 [[runners]]
   url = "gitlab.example.com"
   token = "t"
-  executor = "parallels"
+  executor = "docker-windows"
   limit = -1
 
 [[runners]]
@@ -255,11 +255,11 @@ log_level = "loud"
 		"config.toml:1: concurrent: must be at least 1",
 		`config.toml:2: log_level: unknown log level "loud" (want panic, fatal, error, warn, warning, info or debug)`,
 		`config.toml:5: runners[0].url: "gitlab.example.com" is not an absolute http:// or https:// URL`,
-		`config.toml:7: runners[0].executor: "parallels" is not available in this build of drover (available: custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, qemu, shell, ssh)`,
+		`config.toml:7: runners[0].executor: "docker-windows" is not available in this build of drover (available: custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, parallels, qemu, shell, ssh, virtualbox)`,
 		"config.toml:8: runners[0].limit: must be 0 (unlimited) or more",
 		"config.toml:10: runners[1].url: missing: every runner needs the GitLab URL",
 		"config.toml:11: runners[1].token: must be a string, not an integer",
-		`config.toml:12: runners[1].executor: unknown executor "shel": want one of custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, qemu, shell, ssh`,
+		`config.toml:12: runners[1].executor: unknown executor "shel": want one of custom, docker, docker+machine, docker-autoscaler, instance, kubernetes, parallels, qemu, shell, ssh, virtualbox`,
 		`config.toml:13: runners[1].shell: unsupported shell "fish": want bash, sh, pwsh or powershell`,
 		`config.toml:14: runners[1].unhealthy_interval: "soon" is not a duration (want e.g. "90s", "60m", "1h30m")`,
 		"config.toml:15: runners[1].limit: must be an integer, not a float",
@@ -280,7 +280,7 @@ func TestExecutors(t *testing.T) {
 	t.Parallel()
 	// The executors this build runs; cmd/drover checks that it has a
 	// provider for each, and no other.
-	want := []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "qemu", "shell", "ssh"}
+	want := []string{"custom", "docker", "docker+machine", "docker-autoscaler", "instance", "kubernetes", "parallels", "qemu", "shell", "ssh", "virtualbox"}
 	if got := Executors(); !slices.Equal(got, want) {
 		t.Fatalf("Executors() = %q, want %q", got, want)
 	}
@@ -296,7 +296,7 @@ func TestExecutors(t *testing.T) {
 			t.Errorf("executor %q: Parse() error = %v", exec, err)
 		}
 	}
-	for _, exec := range []string{"docker-windows", "parallels", "virtualbox"} {
+	for _, exec := range []string{"docker-windows"} {
 		_, _, err := Parse("config.toml", []byte(runnerOf(exec)))
 		wantErr := `config.toml:4: runners[0].executor: "` + exec + `" is not available in this build of drover (available: ` + list + ")"
 		if err == nil || err.Error() != wantErr {

@@ -127,8 +127,6 @@ var knownGlobalExtra = map[string]valueKind{
 // [[runners]] keys of GitLab Runner that drover keeps in
 // RunnerConfig.Extra.
 var knownRunnerExtra = map[string]valueKind{
-	"parallels":               kindTable,
-	"virtualbox":              kindTable,
 	"referees":                kindTable,
 	"monitoring":              kindTable,
 	"experimental":            kindTable,
@@ -340,6 +338,10 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 			r.SSH, ok = d.table(kp, v)
 		case "qemu":
 			r.Qemu, ok = d.table(kp, v)
+		case "virtualbox":
+			r.VirtualBox, ok = d.table(kp, v)
+		case "parallels":
+			r.Parallels, ok = d.table(kp, v)
 		case "store":
 			r.Store, ok = d.table(kp, v)
 		case "custom_build_dir":

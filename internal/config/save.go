@@ -134,6 +134,8 @@ func (r *RunnerConfig) fields() []field {
 	tbl("kubernetes", r.Kubernetes)
 	tbl("ssh", r.SSH)
 	tbl("qemu", r.Qemu)
+	tbl("virtualbox", r.VirtualBox)
+	tbl("parallels", r.Parallels)
 	tbl("store", r.Store)
 	tbl("custom_build_dir", r.CustomBuildDir)
 	tbl("artifact", r.Artifact)

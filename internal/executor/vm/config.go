@@ -40,6 +40,10 @@ type Config struct {
 	// it; otherwise each concurrency slot keeps its VM and reverts it to
 	// StartedSnapshot before each job.
 	DisableSnapshots bool
+	// ProjectNames names the VMs of DisableSnapshots after the job's
+	// project, as GitLab Runner's virtualbox and parallels executors do
+	// (ProjectVMName) rather than after the slot.
+	ProjectNames bool
 	// AllowedImages are regular expressions: a job's image: that one of
 	// them matches (anywhere, as GitLab Runner matches) names its base.
 	AllowedImages []*regexp.Regexp

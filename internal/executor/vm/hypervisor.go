@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 	"errors"
+	"io"
 )
 
 // ErrBaseNotFound is returned (wrapped) by Hypervisor.Base for a base VM
@@ -67,4 +68,12 @@ type Hypervisor interface {
 type Console interface {
 	// ConsoleTail returns the last n lines of the VM's console.
 	ConsoleTail(name string, n int) ([]string, error)
+}
+
+// Readier is a Hypervisor with work to do in a guest each time it is up
+// for a job (after the Started snapshot of a new VM): Parallels' clock
+// sync. Its messages go to trace, the job's log. An error fails the job
+// with runner_system_failure.
+type Readier interface {
+	Ready(ctx context.Context, name string, trace io.Writer) error
 }

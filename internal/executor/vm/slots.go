@@ -118,6 +118,44 @@ func VMName(base, shortToken string, slot int) string {
 	return fmt.Sprintf("%s-runner-%s-concurrent-%d", base, shortToken, slot)
 }
 
+// ProjectVMName is the name of a job's VM with disable_snapshots as
+// GitLab Runner's virtualbox and parallels executors name it: after the
+// project (its ProjectUniqueName), <base>-runner-<short
+// token>-project-<project id>-concurrent-<slot>.
+func ProjectVMName(base, shortToken string, projectID int64, slot int) string {
+	return fmt.Sprintf("%s-runner-%s-project-%d-concurrent-%d", base, shortToken, projectID, slot)
+}
+
+// vmName is the name of job j's VM on base.
+func (s *Slots) vmName(base Base, j instance.Job) string {
+	if s.cfg.DisableSnapshots && s.cfg.ProjectNames && j.Job != nil {
+		return ProjectVMName(base.Name, s.opts.ShortToken, j.Job.JobInfo.ProjectID, j.Settings.ConcurrentID)
+	}
+	return VMName(base.Name, s.opts.ShortToken, j.Settings.ConcurrentID)
+}
+
+// ready runs the hypervisor's Ready (Readier) on the VM that is up; on
+// failure the VM is powered off (deleted with disable_snapshots).
+func (s *Slots) ready(ctx context.Context, name string, trace io.Writer) error {
+	r, ok := s.hv.(Readier)
+	if !ok {
+		return nil
+	}
+	err := r.Ready(ctx, name, trace)
+	if err == nil {
+		return nil
+	}
+	if s.cfg.DisableSnapshots {
+		s.discard(name, s.opts.Logger)
+	} else {
+		s.stop(name, s.opts.Logger)
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	return refuse(api.RunnerSystemFailure, "VM %s: %v", name, err)
+}
+
 // Prefix is the start of the names of every VM of a runner on a base.
 func Prefix(base, shortToken string) string {
 	return fmt.Sprintf("%s-runner-%s-concurrent-", base, shortToken)
@@ -157,7 +195,7 @@ func (s *Slots) AcquireJob(ctx context.Context, _ instance.Reservation, j instan
 		}
 		return nil, refuse(api.RunnerConfigurationError, "base %s: %v", baseName, err)
 	}
-	name := VMName(base.Name, s.opts.ShortToken, j.Settings.ConcurrentID)
+	name := s.vmName(base, j)
 	s.mu.Lock()
 	s.bases[name] = base.ID
 	s.mu.Unlock()
@@ -174,6 +212,9 @@ func (s *Slots) AcquireJob(ctx context.Context, _ instance.Reservation, j instan
 		if err := s.create(ctx, base, name, trace); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.ready(ctx, name, trace); err != nil {
+		return nil, err
 	}
 	addr, err := s.hv.SSHAddr(ctx, name)
 	if err != nil {

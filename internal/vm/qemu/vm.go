@@ -98,6 +98,17 @@ type StartOptions struct {
 	// another host port than it was saved with: QEMU's user networking
 	// keeps its forwarding rules out of the saved state.
 	SSHPort int
+	// SSHHost is the host address the forward listens on (default
+	// 127.0.0.1): the Parallels stand-in gives each guest a loopback
+	// address of its own.
+	SSHHost string
+}
+
+func (o StartOptions) sshHost() string {
+	if o.SSHHost == "" {
+		return "127.0.0.1"
+	}
+	return o.SSHHost
 }
 
 // state is what a VM's directory records of its current start.
@@ -160,7 +171,7 @@ func Args(m Machine, o StartOptions, accel string) []string {
 		"-chardev", "file,id=console,path=" + fileConsole + ",append=on",
 		"-serial", "chardev:console",
 		"-drive", "file=" + escapeOpt(m.Disk) + ",format=" + m.DiskFormat + ",if=virtio,cache=writeback,discard=unmap",
-		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:%d", o.SSHPort, m.GuestSSHPort),
+		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:%s:%d-:%d", o.sshHost(), o.SSHPort, m.GuestSSHPort),
 		// romfile= skips the network card's PXE ROM: nothing boots from
 		// the network, and loading it costs time under emulation.
 		"-device", "virtio-net-pci,netdev=net0,romfile=",

@@ -1,0 +1,128 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/sshx"
+)
+
+// ErrUnknownRunner is returned (wrapped) by Runners.Lookup for a runner
+// that is not one of the table's.
+var ErrUnknownRunner = errors.New("no such VM runner")
+
+// ParseFunc reads one runner's hypervisor table and [runners.ssh] (from
+// file): the Hypervisor its jobs' VMs run on and the slot logic's
+// Config. Its errors are *config.Error values naming file, line and key.
+type ParseFunc func(ctx context.Context, file string, r *config.RunnerConfig) (Hypervisor, Config, []config.Warning, error)
+
+// Runners is the table of one VM executor's runners (those of
+// config.toml with executor = Executor), kept in step with config.toml by
+// Apply; Lookup is the instance provider's runner lookup. Safe for
+// concurrent use.
+type Runners struct {
+	// Executor is the executor's name in config.toml ("virtualbox").
+	Executor string
+	// Parse reads a runner's tables.
+	Parse ParseFunc
+	// HostKeys keeps the first host key each base's guests present (set
+	// its Path to keep them across restarts); nil = a store of the
+	// table's own.
+	HostKeys *sshx.TOFU
+
+	mu sync.RWMutex
+	m  map[string]instance.Runner
+}
+
+// Apply parses the tables of every runner of cfg (read from file) with
+// executor rs.Executor and, when all are right, makes them the table's.
+// It returns the warnings and the first error.
+func (rs *Runners) Apply(ctx context.Context, file string, cfg *config.Config) ([]config.Warning, error) {
+	m := map[string]instance.Runner{}
+	var warns []config.Warning
+	rs.mu.Lock()
+	if rs.HostKeys == nil {
+		rs.HostKeys = &sshx.TOFU{}
+	}
+	hk := rs.HostKeys
+	rs.mu.Unlock()
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		if r.Executor != rs.Executor {
+			continue
+		}
+		hv, c, w, err := rs.Parse(ctx, file, r)
+		warns = append(warns, w...)
+		if err != nil {
+			return warns, err
+		}
+		token := api.ShortToken(r.Token)
+		m[token] = NewSlots(hv, c, Options{ShortToken: token, HostKeys: hk}).Runner()
+	}
+	rs.mu.Lock()
+	rs.m = m
+	rs.mu.Unlock()
+	return warns, nil
+}
+
+// Lookup returns the runner of s, by its ShortToken.
+func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
+	rs.mu.RLock()
+	defer rs.mu.RUnlock()
+	r, ok := rs.m[s.ShortToken]
+	if !ok {
+		return instance.Runner{}, fmt.Errorf("%w: %s runner %s", ErrUnknownRunner, rs.Executor, s.ShortToken)
+	}
+	return r, nil
+}
+
+// Provider is a VM executor's provider: the instance executor's over the
+// runners' VM slots.
+type Provider struct {
+	*instance.Provider
+}
+
+// NewProvider returns the provider of the VM executor whose runners rs
+// holds.
+func NewProvider(rs *Runners) *Provider {
+	rs.mu.Lock()
+	if rs.HostKeys == nil {
+		rs.HostKeys = &sshx.TOFU{}
+	}
+	hk := rs.HostKeys
+	rs.mu.Unlock()
+	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: hk})
+	if err != nil {
+		panic(err) // only for a nil Lookup
+	}
+	return &Provider{p}
+}
+
+// Features are the instance executor's, but a job's VM is not shared (it
+// is reverted or deleted after the job), and a job's image: is taken: it
+// names the job's base VM (allowed_images), so a coordinator that hands
+// image jobs only to runners announcing images hands them here too.
+func (p *Provider) Features(f *api.FeaturesInfo) {
+	p.Provider.Features(f)
+	f.Shared = false
+	f.Image = true
+}
+
+// HasPrefix returns the names that start with prefix (a Hypervisor's
+// List over its program's list of every VM).
+func HasPrefix(names []string, prefix string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
