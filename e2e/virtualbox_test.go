@@ -20,10 +20,6 @@ import (
 	"github.com/drover-ci/drover/internal/vm/vboxstandin"
 )
 
-// vmJobTimeout bounds a VM job: a cold boot under emulation (no KVM) on
-// a loaded machine, a savevm and the job.
-const vmJobTimeout = 5 * time.Minute
-
 // buildStandin builds the stand-in program pkg (a path under the
 // module) as name in a new directory, puts that directory first on PATH
 // and returns it.
