@@ -51,9 +51,10 @@ func benchQemu(b *testing.B, img guestimage.Image, base string, keys map[string]
 	for k, v := range keys {
 		q[k] = v
 	}
-	rs := &qemu.Runners{HostKeys: &sshx.TOFU{Path: filepath.Join(dir, "host-keys")}}
+	rs := qemu.NewRunners(nil)
+	rs.HostKeys = &sshx.TOFU{Path: filepath.Join(dir, "host-keys")}
 	rc := config.RunnerConfig{Executor: qemu.Name, Shell: "sh", Qemu: q, SSH: map[string]any{"user": img.User, "identity_file": img.IdentityFile}}
-	s := newStackWith(b, 1, rc, map[string]executor.Provider{qemu.Name: qemu.NewProvider(rs)}, func(cfg *config.Config) error {
+	s := newStackWith(b, 1, rc, map[string]executor.Provider{qemu.Name: vm.NewProvider(rs)}, func(cfg *config.Config) error {
 		_, err := rs.Apply(context.Background(), filepath.Join(dir, "config.toml"), cfg)
 		return err
 	})

@@ -62,7 +62,7 @@ type tables struct {
 	// kube holds the [runners.kubernetes] of the kubernetes runners.
 	kube *kubernetes.Runners
 	// qemu holds the [runners.qemu] of the qemu runners.
-	qemu *qemu.Runners
+	qemu *vm.Runners
 	// vbox holds the [runners.virtualbox] of the virtualbox runners.
 	vbox *vm.Runners
 	// prl holds the [runners.parallels] of the parallels runners.
@@ -73,7 +73,8 @@ type tables struct {
 // first use are kept in files there, so they survive a restart.
 func newTables(dir string) *tables {
 	t := &tables{runners: &instance.Runners{}, hostKeys: &sshx.TOFU{}, dockers: &docker.Runners{}, ssh: &sshexec.Runners{HostKeys: &sshx.TOFU{}}, custom: &custom.Runners{}, kube: &kubernetes.Runners{}}
-	t.qemu = &qemu.Runners{HostKeys: &sshx.TOFU{}}
+	t.qemu = qemu.NewRunners(nil)
+	t.qemu.HostKeys = &sshx.TOFU{}
 	// The VM executors share one host key store: a base's key is the
 	// base's whichever executor runs it.
 	t.vbox = virtualbox.NewRunners()
@@ -107,12 +108,7 @@ func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) err
 	if err != nil {
 		return err
 	}
-	warns, err = t.qemu.Apply(context.Background(), path, cfg)
-	logWarnings(logger, warns)
-	if err != nil {
-		return err
-	}
-	for _, rs := range []*vm.Runners{t.vbox, t.prl} {
+	for _, rs := range []*vm.Runners{t.qemu, t.vbox, t.prl} {
 		warns, err = rs.Apply(context.Background(), path, cfg)
 		logWarnings(logger, warns)
 		if err != nil {
@@ -156,7 +152,7 @@ func providers(logger *slog.Logger, t *tables, engines docker.Dialer, fleetEngin
 		instance.Name:   inst,
 		docker.Name:     dock,
 		sshexec.Name:    sshexec.NewProvider(t.ssh),
-		qemu.Name:       qemu.NewProvider(t.qemu),
+		qemu.Name:       vm.NewProvider(t.qemu),
 		virtualbox.Name: vm.NewProvider(t.vbox),
 		parallels.Name:  vm.NewProvider(t.prl),
 	}

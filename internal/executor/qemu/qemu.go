@@ -55,109 +55,33 @@ package qemu
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
 
-	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
-	"github.com/drover-ci/drover/internal/executor"
-	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/executor/vm"
-	"github.com/drover-ci/drover/internal/sshx"
 	qemuvm "github.com/drover-ci/drover/internal/vm/qemu"
 )
 
 // Name is the executor's name in config.toml.
 const Name = "qemu"
 
-// ErrUnknownRunner is returned (wrapped) by Lookup for a runner without
-// [runners.qemu].
-var ErrUnknownRunner = errors.New("no [runners.qemu] for this runner")
-
-// Runners holds the qemu runners, kept in step with config.toml by Apply;
-// Lookup is the provider's runner lookup. HostKeys keeps the first host
-// key each base's guests present (set its Path to keep it across
-// restarts). Safe for concurrent use.
-type Runners struct {
-	HostKeys *sshx.TOFU
-	// LookPath finds the tools (nil: exec.LookPath); tests replace it.
-	LookPath func(string) (string, error)
-
-	mu sync.RWMutex
-	m  map[string]instance.Runner
-}
-
-// Apply parses the [runners.qemu] of every qemu runner of cfg (read
-// from file) and, when all are right, makes them the table's. It returns
-// the warnings and the first error (a *config.Error naming file, line and
-// key).
-func (rs *Runners) Apply(ctx context.Context, file string, cfg *config.Config) ([]config.Warning, error) {
-	m := map[string]instance.Runner{}
-	var warns []config.Warning
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
-		c, w, err := ParseConfig(ctx, file, r, rs.LookPath)
-		warns = append(warns, w...)
+// NewRunners returns the qemu runners' table: the VM executors' table
+// (vm.Runners, kept in step with config.toml by its Apply) reading
+// [runners.qemu] with ParseConfig. lookPath finds the tools (nil:
+// exec.LookPath); tests replace it. Its provider is vm.NewProvider's.
+func NewRunners(lookPath func(string) (string, error)) *vm.Runners {
+	return &vm.Runners{Executor: Name, Parse: func(ctx context.Context, file string, r *config.RunnerConfig) (vm.Hypervisor, vm.Config, []config.Warning, error) {
+		c, w, err := ParseConfig(ctx, file, r, lookPath)
 		if err != nil {
-			return warns, err
+			return nil, vm.Config{}, w, err
 		}
-		token := api.ShortToken(r.Token)
-		m[token] = rs.runner(c, token)
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return warns, nil
+		return hypervisorOf(c), c.VM, w, nil
+	}}
 }
 
-// runner is the instance runner of c's VMs.
-func (rs *Runners) runner(c Config, shortToken string) instance.Runner {
-	hv := &Hypervisor{
+// hypervisorOf is the Hypervisor of c's VMs.
+func hypervisorOf(c Config) *Hypervisor {
+	return &Hypervisor{
 		Folder: c.BaseFolder, Binary: c.Binary, Images: qemuvm.Images{QemuImg: c.QemuImg},
 		Machine: c.Machine, BaseName: c.VM.BaseName,
 	}
-	hk := rs.HostKeys
-	if hk == nil {
-		hk = &sshx.TOFU{}
-	}
-	return vm.NewSlots(hv, c.VM, vm.Options{ShortToken: shortToken, HostKeys: hk}).Runner()
-}
-
-// Lookup returns the runner of s, by its ShortToken.
-func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	r, ok := rs.m[s.ShortToken]
-	if !ok {
-		return instance.Runner{}, fmt.Errorf("%w: %s", ErrUnknownRunner, s.ShortToken)
-	}
-	return r, nil
-}
-
-// Provider is the qemu executor's provider: the instance executor's over
-// the runners' VM slots.
-type Provider struct {
-	*instance.Provider
-}
-
-// NewProvider returns the qemu executor's provider over rs.
-func NewProvider(rs *Runners) *Provider {
-	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys})
-	if err != nil {
-		panic(err) // only for a nil Lookup
-	}
-	return &Provider{p}
-}
-
-// Features are the instance executor's, but a job's VM is not shared (it
-// is reverted or deleted after the job), and a job's image: is taken:
-// with allowed_images it names the job's base image.
-func (p *Provider) Features(f *api.FeaturesInfo) {
-	p.Provider.Features(f)
-	f.Shared = false
-	f.Image = true
 }
