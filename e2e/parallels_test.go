@@ -91,7 +91,7 @@ func TestParallelsExecutor(t *testing.T) {
 		!strings.Contains(log, "Parallels "+prlstandin.Version) || !strings.Contains(log, "Neither sntp nor ntpdate are available") {
 		t.Fatalf("first job = %s (%s), want success with the guest's host name, Parallels' version and the time sync warning:\n%s", j.Status, j.FailureReason, log)
 	}
-	if !strings.Contains(log, fmt.Sprintf("(SSH on 127.211.55.")) || !strings.Contains(log, fmt.Sprintf(":%d)", port)) {
+	if !strings.Contains(log, "(SSH on 127.211.55.") || !strings.Contains(log, fmt.Sprintf(":%d)", port)) {
 		t.Errorf("first job's log lacks the guest's leased address and port (127.211.55.N:%d):\n%s", port, log)
 	}
 	h.check("first job of the slot", got, append([]string{
