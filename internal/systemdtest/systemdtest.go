@@ -168,8 +168,13 @@ func run(ctx context.Context, cli *dockerclient.Client, tag string) (*Container,
 	var out string
 	for {
 		out, _, err = c.Exec(wctx, "systemctl", "is-system-running", "--wait")
-		// Until systemd has made its socket systemctl cannot ask it.
-		if err == nil || !strings.Contains(err.Error(), "Failed to connect to bus") {
+		// Until systemd has made its socket systemctl cannot ask it; and
+		// until it has made /run/systemd/system (sd_booted), systemctl
+		// says "offline" without asking: both are the boot not yet begun,
+		// as long as the container runs.
+		notYet := err != nil && strings.Contains(err.Error(), "Failed to connect to bus") ||
+			strings.TrimSpace(out) == "offline"
+		if !notYet {
 			break
 		}
 		if ins, ierr := cli.ContainerInspect(ctx, c.ID); ierr == nil && ins.State != nil && !ins.State.Running {
@@ -178,7 +183,7 @@ func run(ctx context.Context, cli *dockerclient.Client, tag string) (*Container,
 		}
 		select {
 		case <-wctx.Done():
-			return c, fmt.Errorf("systemd in the container: no bus within 2 minutes: %w", err)
+			return c, fmt.Errorf("systemd in the container: not booting within 2 minutes (last answer %q): %w", strings.TrimSpace(out), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
