@@ -278,13 +278,19 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.closeStores()
 	m.sweep(ctx)
 
-	var wg sync.WaitGroup
+	// The jobs of a dead manager take their slots before any job request
+	// can take them.
+	var wg, first sync.WaitGroup
+	m.mu.Lock()
+	first.Add(len(m.stores))
+	m.mu.Unlock()
+	wg.Go(func() { m.watchStores(ctx, reqCtx, &first) })
+	first.Wait()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		m.feedRunners(reqCtx)
 	}()
-	wg.Go(func() { m.watchStores(ctx, reqCtx) })
 	defer m.resuming.Wait()
 	defer m.delivering.Wait()
 	spawn := func() {

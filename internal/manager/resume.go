@@ -123,13 +123,40 @@ func (m *Manager) closeStores() {
 type resumeTask struct {
 	store *openStore
 	rec   *jobstore.Record
+	// rs and slot are the job slot reserveSlot took for it, when it did.
+	rs   *runnerState
+	slot int
+}
+
+// reserveSlot takes the job slot of a claimed record before its resume
+// starts, the concurrent id it had when it can: a job request made
+// meanwhile must not get that id (a VM executor's slot id names the VM
+// the job still runs in). A record that will not run (unknown runner,
+// unreadable state, only its final update left) gets none.
+func (m *Manager) reserveSlot(t *resumeTask) {
+	if t.rec.State == jobstore.StateDelivering {
+		return
+	}
+	r := m.runnerByToken(t.rec.RunnerToken)
+	if r == nil {
+		return
+	}
+	var env envelope
+	if json.Unmarshal(t.rec.ExecutorState, &env) != nil {
+		return
+	}
+	t.rs = m.runnerState(r)
+	t.slot = t.rs.resumeSlot(env.Slot)
 }
 
 // watchStores claims the records of dead managers: at once for a file
 // store (its lock proves its previous holder is gone), after
 // health_timeout for Redis; then every health_interval, and removes
 // finished and stale records every cleanup_interval.
-func (m *Manager) watchStores(ctx, reqCtx context.Context) {
+// first is told (Done) once per store when its first claim has been
+// tried, the claimed jobs' slots taken: the manager asks for no job
+// before.
+func (m *Manager) watchStores(ctx, reqCtx context.Context, first *sync.WaitGroup) {
 	m.mu.Lock()
 	stores := make([]*openStore, 0, len(m.stores))
 	for _, st := range m.stores {
@@ -141,7 +168,7 @@ func (m *Manager) watchStores(ctx, reqCtx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.watchStore(ctx, reqCtx, st)
+			m.watchStore(ctx, reqCtx, st, first.Done)
 		}()
 	}
 	wg.Wait()
@@ -152,8 +179,10 @@ func (m *Manager) watchStores(ctx, reqCtx context.Context) {
 // would only delay them. They count against concurrent through the
 // running-jobs check before each job request, and against limit through
 // their runner's job slots.
-func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore) {
+func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore, firstDone func()) {
 	first := true
+	firstDone = sync.OnceFunc(firstDone)
+	defer firstDone()
 	lastCleanup := m.clock.Now()
 	backoff := st.cfg.HealthInterval
 	for {
@@ -176,9 +205,12 @@ func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore) {
 			backoff = st.cfg.HealthInterval
 			for _, rec := range recs {
 				m.logger.Info("job store: resuming a job of a stopped manager", "job_id", rec.JobID, "previous_owner_retries", rec.Retries, "stage", rec.Stage, "state", rec.State)
-				m.resuming.Go(func() { m.resume(ctx, resumeTask{store: st, rec: rec}) })
+				t := resumeTask{store: st, rec: rec}
+				m.reserveSlot(&t)
+				m.resuming.Go(func() { m.resume(ctx, t) })
 			}
 		}
+		firstDone()
 		if now := m.clock.Now(); now.Sub(lastCleanup) >= st.cfg.CleanupInterval {
 			lastCleanup = now
 			if n, err := st.Cleanup(reqCtx, st.cfg.StaleTimeout, now); err != nil {
@@ -208,6 +240,9 @@ func (m *Manager) runnerByToken(token string) *config.RunnerConfig {
 
 // resume continues a job from its record, in a limit slot of its runner.
 func (m *Manager) resume(ctx context.Context, t resumeTask) {
+	if t.rs != nil {
+		defer t.rs.jobDone(t.slot)
+	}
 	rec := t.rec
 	log := m.logger.With("job_id", rec.JobID, "runner", rec.RunnerShort, "resumed", true)
 	r := m.runnerByToken(rec.RunnerToken)
@@ -237,9 +272,12 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		m.resumeDelivery(log, t, r, client, &job, m.versionInfo(r, p), env)
 		return
 	}
-	rs := m.runnerState(r)
-	slot := rs.resumeSlot(env.Slot)
-	defer rs.jobDone(slot)
+	slot := t.slot
+	if t.rs == nil {
+		rs := m.runnerState(r)
+		slot = rs.resumeSlot(env.Slot)
+		defer rs.jobDone(slot)
+	}
 	settings := m.settings(r, slot)
 	settings.ServerTLS = jobTLS(r, log)
 	info := m.versionInfo(r, p)
