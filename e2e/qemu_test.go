@@ -470,3 +470,35 @@ func TestRegisterQemuExecutor(t *testing.T) {
 		t.Errorf("run = exit %d, want 2 naming the missing identity:\n%s", code, out)
 	}
 }
+
+// TestQemuExecutorDiskFull: base_folder on a file system with no room for
+// a VM's overlay (a 64 KiB tmpfs): the job fails with
+// runner_system_failure saying so, and nothing of the VM is left there.
+func TestQemuExecutorDiskFull(t *testing.T) {
+	img := guestimagetest.Image(t, guestimage.Busybox)
+	dir := t.TempDir()
+	vms := filepath.Join(dir, "vms")
+	if err := os.MkdirAll(vms, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", vms).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs here (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", vms).Run() })
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := qemuRunner(t, dir, c.url, c.runnerToken(t), img, "", "    disable_snapshots = true\n", "")
+	startManager(t, dir, cfg)
+	cl := c.client()
+	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "full", Script: []string{"true"}, Variables: []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitJob(t, cl, j.ID, vmJobTimeout, finished)
+	log := trace(t, cl, j.ID)
+	if got.Status != "failed" || got.FailureReason != "runner_system_failure" || !strings.Contains(log, "No space left on device") {
+		t.Errorf("job = %s (%s), want failed (runner_system_failure) saying the disk is full:\n%s", got.Status, got.FailureReason, log)
+	}
+	if names := vmDirs(t, dir); len(names) != 0 {
+		t.Errorf("left in base_folder: %q, want nothing", names)
+	}
+}

@@ -1,13 +1,20 @@
 package instance
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/sshx"
+	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
 
 func TestHelperRunsOn(t *testing.T) {
@@ -97,5 +104,43 @@ func TestKeepConnections(t *testing.T) {
 	p.conns.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d hosts with idle connections after Close", left)
+	}
+}
+
+// TestInstallHelper installs a binary on a host over SSH: the host gets
+// the same bytes, executable, and a second install finds them there
+// without uploading again.
+func TestInstallHelper(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "drover")
+	data := make([]byte, 3<<20)
+	for i := range data {
+		data[i] = byte(i * 7 % 251)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv := sshxtest.Start(t)
+	c, err := sshx.Dial(t.Context(), sshx.Config{Addr: srv.Addr, User: srv.User, Key: srv.Key, HostKey: ssh.FixedHostKey(srv.HostKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e := &Executor{helperBin: &helperBinary{path: bin}}
+	cache := t.TempDir()
+	var trace bytes.Buffer
+	remote := e.installHelper(t.Context(), c, cache, &trace)
+	if remote == "" || !strings.Contains(trace.String(), "Installing drover's helper on the host (3.0 MiB") {
+		t.Fatalf("installHelper = %q:\n%s", remote, trace.String())
+	}
+	got, err := os.ReadFile(remote)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("installed %s: %d bytes (%v), want the binary's %d", remote, len(got), err, len(data))
+	}
+	if st, err := os.Stat(remote); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("installed helper's mode: %v (%v), want 0755", st.Mode(), err)
+	}
+	trace.Reset()
+	if again := e.installHelper(t.Context(), c, cache, &trace); again != remote || trace.Len() != 0 {
+		t.Errorf("second install = %q, log %q; want %q found, nothing uploaded", again, trace.String(), remote)
 	}
 }

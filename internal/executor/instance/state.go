@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"sync"
 
@@ -176,6 +177,13 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 		return err
 	}
 	e.prov.sweepFirst(ctx, st.Instance, client, logger)
+	if rn.Connected != nil {
+		// What it says went to the log before the restart.
+		if err := rn.Connected(ctx, client, acq, Job{Job: opts.Job, Settings: opts.Settings, Trace: io.Discard}); err != nil {
+			client.Close()
+			return fmt.Errorf("instance %s: %w", st.Instance, err)
+		}
+	}
 	helper := ""
 	if st.Helper != "" {
 		helper = quote(st.Helper) + " helper"

@@ -134,15 +134,15 @@ func (p *Provider) sweepFirst(ctx context.Context, id string, client *sshx.Clien
 // sweepJobs stops and removes, over client, the script directories of
 // systemID's jobs that keep does not keep, and describes each.
 func sweepJobs(ctx context.Context, client *sshx.Client, systemID string, keep func(int64) bool, grace time.Duration) ([]string, error) {
-	out, err := client.Output(ctx, shCommand(listJobDirsScript(systemID)), nil)
+	found, err := jobDirsOn(ctx, client, systemID)
 	if err != nil {
-		return nil, fmt.Errorf("list the job directories: %w", err)
+		return nil, err
 	}
 	var dirs, removed []string
-	for _, d := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if id, ok := jobOfDir(systemID, d); ok && !keep(id) {
-			dirs = append(dirs, d)
-			removed = append(removed, fmt.Sprintf("directory %s of job %d", d, id))
+	for _, d := range found {
+		if !keep(d.job) {
+			dirs = append(dirs, d.dir)
+			removed = append(removed, fmt.Sprintf("directory %s of job %d", d.dir, d.job))
 		}
 	}
 	if len(dirs) == 0 {
@@ -150,7 +150,7 @@ func sweepJobs(ctx context.Context, client *sshx.Client, systemID string, keep f
 	}
 	sctx, cancel := context.WithTimeout(ctx, controlTimeout+grace)
 	defer cancel()
-	out, err = client.Output(sctx, shCommand(stopDirsScript(grace, dirs...)), nil)
+	out, err := client.Output(sctx, shCommand(stopDirsScript(grace, dirs...)), nil)
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if l != "" {
 			removed = append(removed, l)
@@ -160,4 +160,42 @@ func sweepJobs(ctx context.Context, client *sshx.Client, systemID string, keep f
 		return removed, fmt.Errorf("stop the stages of earlier jobs: %w", err)
 	}
 	return removed, nil
+}
+
+// jobDirOn is a job's script directory on a host.
+type jobDirOn struct {
+	dir string
+	job int64
+}
+
+// jobDirsOn lists, over client, the script directories of systemID's
+// jobs on the host.
+func jobDirsOn(ctx context.Context, client *sshx.Client, systemID string) ([]jobDirOn, error) {
+	out, err := client.Output(ctx, shCommand(listJobDirsScript(systemID)), nil)
+	if err != nil {
+		return nil, fmt.Errorf("list the job directories: %w", err)
+	}
+	var dirs []jobDirOn
+	for _, d := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if id, ok := jobOfDir(systemID, d); ok {
+			dirs = append(dirs, jobDirOn{dir: d, job: id})
+		}
+	}
+	return dirs, nil
+}
+
+// JobsOn returns the ids of systemID's jobs whose script directories are
+// on the host client reaches (what a dead manager with systemID left
+// there): the VM executors ask their guests at start whether a VM holds a
+// job to resume.
+func JobsOn(ctx context.Context, client *sshx.Client, systemID string) ([]int64, error) {
+	dirs, err := jobDirsOn(ctx, client, systemID)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(dirs))
+	for i, d := range dirs {
+		ids[i] = d.job
+	}
+	return ids, nil
 }

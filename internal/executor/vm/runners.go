@@ -87,6 +87,31 @@ func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
 // runners' VM slots.
 type Provider struct {
 	*instance.Provider
+	rs *Runners
+}
+
+var _ executor.Sweeper = (*Provider)(nil)
+
+// Sweep does the instance provider's sweep, then stops (deletes, with
+// disable_snapshots) each runner's VMs that a dead manager with systemID
+// left running for jobs keep does not keep (Slots.sweep).
+func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
+	removed, err := p.Provider.Sweep(ctx, systemID, keep)
+	errs := []error{err}
+	p.rs.mu.RLock()
+	var slots []*Slots
+	for _, r := range p.rs.m {
+		if s, ok := r.Slots.(*Slots); ok {
+			slots = append(slots, s)
+		}
+	}
+	p.rs.mu.RUnlock()
+	for _, s := range slots {
+		r, err := s.sweep(ctx, systemID, keep)
+		removed = append(removed, r...)
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // NewProvider returns the provider of the VM executor whose runners rs
@@ -102,7 +127,7 @@ func NewProvider(rs *Runners) *Provider {
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
-	return &Provider{p}
+	return &Provider{Provider: p, rs: rs}
 }
 
 // Features are the instance executor's, but a job's VM is not shared (it

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,7 +67,10 @@ type Slots struct {
 	bases map[string]string // VM name → its base's id (host keys)
 }
 
-var _ instance.JobSlots = (*Slots)(nil)
+var (
+	_ instance.JobSlots = (*Slots)(nil)
+	_ instance.Claimer  = (*Slots)(nil)
+)
 
 // NewSlots returns the slots of the runner with cfg on hv.
 func NewSlots(hv Hypervisor, cfg Config, o Options) *Slots {
@@ -223,6 +227,101 @@ func (s *Slots) AcquireJob(ctx context.Context, _ instance.Reservation, j instan
 	}
 	fmt.Fprintf(trace, "VM %s is up (SSH on %s) after %v\n", name, addr, s.opts.Clock.Now().Sub(start).Round(10*time.Millisecond))
 	return &acquired{name: name, slot: j.Settings.ConcurrentID, restored: restored, info: fleet.ConnectInfo{ID: name, Protocol: "ssh", InternalAddr: addr}}, nil
+}
+
+// Claim gives a job resumed after a manager restart the VM it ran in,
+// which kept running without the manager. A VM that no longer runs (its
+// hypervisor process killed, the host rebooted) took the job's stage with
+// it: the job fails with runner_system_failure.
+func (s *Slots) Claim(ctx context.Context, name string, slot int) (instance.Acquired, error) {
+	running, err := s.hv.Running(ctx, name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, refuse(api.RunnerSystemFailure, "VM %s of the resumed job: %v", name, err)
+	}
+	if !running {
+		return nil, refuse(api.RunnerSystemFailure, "the VM %s of the resumed job no longer runs: the job's stage ended with it", name)
+	}
+	addr, err := s.hv.SSHAddr(ctx, name)
+	if err != nil {
+		return nil, refuse(api.RunnerSystemFailure, "VM %s of the resumed job: %v", name, err)
+	}
+	s.opts.Logger.Info("the VM of a resumed job runs on", "vm", name, "ssh", addr)
+	return &acquired{name: name, slot: slot, info: fleet.ConnectInfo{ID: name, Protocol: "ssh", InternalAddr: addr}}, nil
+}
+
+// ours reports whether name is one of this runner's VMs (of any base:
+// allowed_images names several).
+func (s *Slots) ours(name string) bool {
+	return strings.Contains(name, "-runner-"+s.opts.ShortToken+"-")
+}
+
+// sweep stops (with disable_snapshots deletes) the VMs of this runner
+// that a dead manager with systemID left running for jobs keep does not
+// keep: a running VM is asked over SSH which jobs' script directories it
+// holds, and kept only when one is a job to resume. A stopped VM is the
+// slot's, to be reverted, unless snapshots are disabled (then it is a
+// leftover clone, deleted). It returns what it stopped or deleted.
+func (s *Slots) sweep(ctx context.Context, systemID string, keep func(int64) bool) ([]string, error) {
+	all, err := s.hv.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("list the %s VMs: %w", s.hv.Product(), err)
+	}
+	var removed []string
+	var errs []error
+	for _, name := range all {
+		if !s.ours(name) {
+			continue
+		}
+		running, err := s.hv.Running(ctx, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("VM %s: %w", name, err))
+			continue
+		}
+		why := "left stopped by an earlier run"
+		if running {
+			jobs, err := s.guestJobs(ctx, name, systemID)
+			if err != nil {
+				why = fmt.Sprintf("running, its guest unreachable (%v)", err)
+			} else if kept := slices.ContainsFunc(jobs, keep); kept {
+				continue
+			} else {
+				why = fmt.Sprintf("running, no job to resume in it (jobs %v)", jobs)
+			}
+		} else if !s.cfg.DisableSnapshots {
+			continue
+		}
+		logger := s.opts.Logger.With("vm", name)
+		if s.cfg.DisableSnapshots {
+			s.discard(name, logger)
+			removed = append(removed, fmt.Sprintf("VM %s (%s): deleted", name, why))
+		} else {
+			s.stop(name, logger)
+			removed = append(removed, fmt.Sprintf("VM %s (%s): stopped", name, why))
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// guestJobs asks the running VM name's guest which of systemID's jobs
+// have script directories in it.
+func (s *Slots) guestJobs(ctx context.Context, name, systemID string) ([]int64, error) {
+	cfg, err := s.sshConfig(name)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Addr, err = s.hv.SSHAddr(ctx, name); err != nil {
+		return nil, err
+	}
+	cfg.Clock = s.opts.Clock
+	c, err := sshx.Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return instance.JobsOn(ctx, c, systemID)
 }
 
 // reuse brings up the slot's existing VM, reverted to its Started

@@ -25,9 +25,10 @@ import (
 // one real sshd (the unit tests' "guest"): the slot logic's calls are
 // recorded, its SSH waits are real.
 type memHV struct {
-	sshAddr string // where running VMs answer
-	deadVMs bool   // VMs run, but nothing answers SSH
-	dieVMs  bool   // VMs stop right after they start
+	sshAddr string            // where running VMs answer
+	vmAddr  map[string]string // where these VMs answer instead
+	deadVMs bool              // VMs run, but nothing answers SSH
+	dieVMs  bool              // VMs stop right after they start
 
 	mu    sync.Mutex
 	calls []string
@@ -111,6 +112,9 @@ func (h *memHV) Start(ctx context.Context, name string) error {
 func (h *memHV) SSHAddr(ctx context.Context, name string) (string, error) {
 	if h.deadVMs {
 		return closedAddr, nil
+	}
+	if a, ok := h.vmAddr[name]; ok {
+		return a, nil
 	}
 	return h.sshAddr, nil
 }
@@ -402,6 +406,100 @@ func TestLoopbackAddrs(t *testing.T) {
 			got := loopbackAddrs(&api.JobResponse{GitInfo: api.GitInfo{RepoURL: tc.repo}, Variables: tc.vars})
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("loopbackAddrs = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSlotsClaim: a resumed job gets its VM back while it runs; a VM that
+// stopped or is gone fails the job with runner_system_failure.
+func TestSlotsClaim(t *testing.T) {
+	s, hv := newSlots(t, Config{})
+	name := "base-runner-tok123456-concurrent-1"
+	hv.vms[name] = &memVM{running: true, snapshots: []string{StartedSnapshot}}
+	acq, err := s.Claim(t.Context(), name, 1)
+	if err != nil {
+		t.Fatalf("Claim of a running VM: %v", err)
+	}
+	if acq.InstanceID() != name || acq.Slot() != 1 || acq.ConnectInfo().InternalAddr != hv.sshAddr {
+		t.Errorf("claimed %s slot %d at %s", acq.InstanceID(), acq.Slot(), acq.ConnectInfo().InternalAddr)
+	}
+	if got := hv.take(); len(got) != 0 {
+		t.Errorf("Claim called %q, want nothing that changes the VM", got)
+	}
+	hv.vms[name].running = false
+	for _, vm := range []string{name, "base-runner-tok123456-concurrent-7"} {
+		_, err := s.Claim(t.Context(), vm, 1)
+		var be *executor.BuildError
+		if !errors.As(err, &be) || be.Reason != api.RunnerSystemFailure || !strings.Contains(err.Error(), "no longer runs") {
+			t.Errorf("Claim of %s (not running) = %v, want a runner_system_failure saying it no longer runs", vm, err)
+		}
+	}
+}
+
+// jobDirFor makes, on this machine (the tests' "guest"), the script
+// directory a job of systemID leaves in a guest's /tmp.
+func jobDirFor(t *testing.T, systemID string, job int64) {
+	t.Helper()
+	d, err := os.MkdirTemp("", fmt.Sprintf("drover-job-%s-%d-", systemID, job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+}
+
+// TestSlotsSweep: at a manager's start the runner's VMs that run without
+// a job to resume in their guest (or whose guest does not answer) are
+// stopped, with disable_snapshots deleted, as are stopped leftover clones;
+// a VM whose guest holds a job to resume, stopped slot VMs (to be
+// reverted) and other runners' VMs are left alone.
+func TestSlotsSweep(t *testing.T) {
+	sys := fmt.Sprintf("s_vmsweep%d", time.Now().UnixNano())
+	jobDirFor(t, sys, 42)     // in the guest of vm
+	jobDirFor(t, sys+"x", 43) // another manager's
+	const (
+		vm      = "base-runner-tok123456-concurrent-0"
+		dead    = "base-runner-tok123456-concurrent-2"
+		stopped = "base-runner-tok123456-concurrent-3"
+		theirs  = "base-runner-zzz999999-concurrent-0"
+	)
+	for _, tc := range []struct {
+		disable bool
+		keep    int64 // the job to resume
+		want    []string
+		left    []string
+	}{
+		{false, 42, []string{"stop " + dead}, []string{vm, dead, stopped, theirs}},
+		{false, 43, []string{"stop " + dead, "stop " + vm}, []string{vm, dead, stopped, theirs}},
+		{true, 42, []string{"delete " + dead, "delete " + stopped}, []string{vm, theirs}},
+		{true, 7, []string{"delete " + dead, "delete " + stopped, "delete " + vm}, []string{theirs}},
+	} {
+		t.Run(fmt.Sprintf("disable_snapshots=%v keep=%d", tc.disable, tc.keep), func(t *testing.T) {
+			s, hv := newSlots(t, Config{DisableSnapshots: tc.disable})
+			hv.vmAddr = map[string]string{dead: closedAddr}
+			for _, n := range []string{vm, dead, theirs} {
+				hv.vms[n] = &memVM{running: true, snapshots: []string{StartedSnapshot}}
+			}
+			hv.vms[stopped] = &memVM{snapshots: []string{StartedSnapshot}}
+			removed, err := s.sweep(t.Context(), sys, func(id int64) bool { return id == tc.keep })
+			if err != nil {
+				t.Fatalf("sweep: %v", err)
+			}
+			got := hv.take()
+			slices.Sort(got)
+			slices.Sort(tc.want)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("sweep called %q, want %q (removed %q)", got, tc.want, removed)
+			}
+			if len(removed) != len(tc.want) {
+				t.Errorf("sweep says it removed %q, want %d", removed, len(tc.want))
+			}
+			left, _ := hv.List(t.Context(), "")
+			if !slices.Equal(left, tc.left) {
+				t.Errorf("VMs left %q, want %q", left, tc.left)
+			}
+			if r, _ := hv.Running(t.Context(), theirs); !r {
+				t.Error("another runner's VM was stopped")
 			}
 		})
 	}
