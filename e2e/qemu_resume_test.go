@@ -34,14 +34,24 @@ type qemuResume struct {
 
 func newQemuResume(t *testing.T, concurrent int) *qemuResume {
 	t.Helper()
+	return newQemuResumeStore(t, concurrent, "")
+}
+
+// newQemuResumeStore is newQemuResume with the [runners.store] table
+// store ("": a file store).
+func newQemuResumeStore(t *testing.T, concurrent int, store string) *qemuResume {
+	t.Helper()
 	img := guestimagetest.Image(t, guestimage.Busybox)
 	q := &qemuResume{dir: t.TempDir()}
 	base := snapshotBase(t, img, q.dir)
 	q.c = startCoordinator(t, filepath.Join(q.dir, "coord"), "--ack-timeout", "5s")
 	q.cl = q.c.client()
+	if store == "" {
+		store = fileStore(filepath.Join(q.dir, "store"))
+	}
 	q.cfg = qemuRunner(t, q.dir, q.c.url, q.c.runnerToken(t), img, base,
 		"    base_snapshot = \"ready\"\n    disable_snapshots = true\n",
-		fmt.Sprintf("  limit = %d\n", concurrent)+fileStore(filepath.Join(q.dir, "store")))
+		fmt.Sprintf("  limit = %d\n", concurrent)+store)
 	b, err := os.ReadFile(q.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -193,4 +203,42 @@ func TestQemuResumeSweep(t *testing.T) {
 	if names := vmDirs(t, q.dir); len(names) != 0 {
 		t.Errorf("VMs after the sweep: %q, want none", names)
 	}
+}
+
+// TestQemuResumeRedisRestart: on a Redis store the records of a killed
+// manager look alive until health_timeout; the manager started again
+// meanwhile must not give the job's slot, and so its VM, to the next job
+// in the queue: it waits for its previous run's job, resumes it (every
+// line once), then runs the next job.
+func TestQemuResumeRedisRestart(t *testing.T) {
+	url := startRedis(t)
+	q := newQemuResumeStore(t, 1, fmt.Sprintf(`  [runners.store]
+    name = "redis"
+    health_interval = "500ms"
+    health_timeout = "5s"
+    [runners.store.redis]
+      url = %q
+      prefix = "e2e:"
+`, url))
+	m := q.manager(t)
+	first := q.submit(t, "redis", 20, "0.5")
+	q.kill(t, m, first, "redis line 3\n")
+	next := q.submit(t, "next", 3, "0.1")
+	m = q.manager(t)
+	m.waitLog(`waiting for the jobs of this manager's previous run to go stale`, time.Minute)
+	for _, j := range []struct {
+		id    int64
+		name  string
+		lines int
+	}{{first, "redis", 20}, {next, "next", 3}} {
+		got := waitJob(t, q.cl, j.id, vmJobTimeout, finished)
+		log := trace(t, q.cl, j.id)
+		if got.Status != "success" {
+			t.Errorf("job %s = %s (%s):\n%s", j.name, got.Status, got.FailureReason, log)
+			continue
+		}
+		checkLines(t, log, j.name, j.lines)
+		q.finishedOnce(t, j.id)
+	}
+	waitFor(t, time.Minute, "every job's VM deleted", func() bool { return len(vmDirs(t, q.dir)) == 0 })
 }

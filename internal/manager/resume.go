@@ -183,6 +183,12 @@ func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore, firstDo
 	first := true
 	firstDone = sync.OnceFunc(firstDone)
 	defer firstDone()
+	// ours are the jobs of this manager's previous run (same system id
+	// and host, another process) on a shared store, which are not stale
+	// yet when it starts: job requests wait until they are claimed (their
+	// slots taken), at most until they must have gone stale.
+	var ours map[int64]bool
+	oursUntil := m.clock.Now().Add(st.cfg.HealthTimeout + 2*st.cfg.HealthInterval)
 	lastCleanup := m.clock.Now()
 	backoff := st.cfg.HealthInterval
 	for {
@@ -201,6 +207,9 @@ func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore, firstDo
 			wait = backoff
 			backoff = min(backoff*2, time.Minute)
 		} else {
+			if first && !st.exclusive {
+				ours = m.previousRun(reqCtx, st)
+			}
 			first = false
 			backoff = st.cfg.HealthInterval
 			for _, rec := range recs {
@@ -208,9 +217,12 @@ func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore, firstDo
 				t := resumeTask{store: st, rec: rec}
 				m.reserveSlot(&t)
 				m.resuming.Go(func() { m.resume(ctx, t) })
+				delete(ours, rec.JobID)
 			}
 		}
-		firstDone()
+		if len(ours) == 0 || !m.clock.Now().Before(oursUntil) {
+			firstDone()
+		}
 		if now := m.clock.Now(); now.Sub(lastCleanup) >= st.cfg.CleanupInterval {
 			lastCleanup = now
 			if n, err := st.Cleanup(reqCtx, st.cfg.StaleTimeout, now); err != nil {
@@ -225,6 +237,32 @@ func (m *Manager) watchStore(ctx, reqCtx context.Context, st *openStore, firstDo
 		case <-m.clock.After(wait):
 		}
 	}
+}
+
+// previousRun returns the running records of st held by an earlier
+// process of this manager on this host (its owner's system id and host
+// are this one's): that process is gone, but a shared store (Redis)
+// shows it only once the records go stale. Unreadable records count as
+// none.
+func (m *Manager) previousRun(ctx context.Context, st *openStore) map[int64]bool {
+	sys, rest, _ := strings.Cut(m.owner(), "/")
+	host, _, _ := strings.Cut(rest, "/")
+	prefix := sys + "/" + host + "/"
+	recs, err := st.List(ctx)
+	if err != nil {
+		m.logger.Warn("job store: cannot list the records of this manager's previous run", "err", err)
+		return nil
+	}
+	ours := map[int64]bool{}
+	for _, r := range recs {
+		if r.Owner != m.owner() && strings.HasPrefix(r.Owner, prefix) && (r.State == jobstore.StateRunning || r.State == jobstore.StateDelivering) {
+			ours[r.JobID] = true
+		}
+	}
+	if len(ours) > 0 {
+		m.logger.Info("job store: waiting for the jobs of this manager's previous run to go stale before asking for jobs", "jobs", len(ours), "health_timeout", st.cfg.HealthTimeout)
+	}
+	return ours
 }
 
 // runnerByToken finds the runner a record belongs to.
