@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,21 +77,13 @@ func (q *qemuResume) manager(t *testing.T) *proc {
 // submit submits a job of n numbered lines (named name), pause apart.
 func (q *qemuResume) submit(t *testing.T, name string, n int, pause string) int64 {
 	t.Helper()
-	spec := numberedJob(name, "qemuresume", n, pause)
-	spec.Variables = []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}
-	j, err := q.cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j.ID
+	return submitNumbered(t, q.cl, name, "qemuresume", n, pause)
 }
 
 // kill kills m with SIGKILL once job id's log holds line.
 func (q *qemuResume) kill(t *testing.T, m *proc, id int64, line string) {
 	t.Helper()
-	waitTrace(t, q.cl, id, line, vmJobTimeout)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
+	killWhen(t, q.cl, m, id, line, vmJobTimeout)
 }
 
 // runningVMs returns the VMs under q's base folder whose QEMU runs.
@@ -105,6 +96,21 @@ func (q *qemuResume) runningVMs(t *testing.T) []string {
 		}
 	}
 	return running
+}
+
+// killedMidJob starts a manager, gives it a job of 40 numbered lines
+// (named name) and kills it with SIGKILL after line 3; it returns the
+// job and its VM, which runs on.
+func (q *qemuResume) killedMidJob(t *testing.T, name string) (int64, string) {
+	t.Helper()
+	m := q.manager(t)
+	id := q.submit(t, name, 40, "0.5")
+	q.kill(t, m, id, name+" line 3\n")
+	vms := q.runningVMs(t)
+	if len(vms) != 1 {
+		t.Fatalf("running VMs after the manager was killed: %q, want the job's", vms)
+	}
+	return id, vms[0]
 }
 
 // finishedOnce asserts that the coordinator finished job id exactly once.
@@ -154,14 +160,8 @@ func TestQemuResumeChaos(t *testing.T) {
 // VM.
 func TestQemuResumeVMGone(t *testing.T) {
 	q := newQemuResume(t, 1)
-	m := q.manager(t)
-	id := q.submit(t, "gone", 40, "0.5")
-	q.kill(t, m, id, "gone line 3\n")
-	vms := q.runningVMs(t)
-	if len(vms) != 1 {
-		t.Fatalf("running VMs after the manager was killed: %q, want the job's", vms)
-	}
-	if err := qemuvm.KillDir(t.Context(), filepath.Join(q.dir, "vms", vms[0])); err != nil {
+	id, vm := q.killedMidJob(t, "gone")
+	if err := qemuvm.KillDir(t.Context(), filepath.Join(q.dir, "vms", vm)); err != nil {
 		t.Fatal(err)
 	}
 	q.manager(t)
@@ -183,12 +183,7 @@ func TestQemuResumeVMGone(t *testing.T) {
 // its start it deletes the job's VM, still running, and says so.
 func TestQemuResumeSweep(t *testing.T) {
 	q := newQemuResume(t, 1)
-	m := q.manager(t)
-	id := q.submit(t, "swept", 40, "0.5")
-	q.kill(t, m, id, "swept line 3\n")
-	if vms := q.runningVMs(t); len(vms) != 1 {
-		t.Fatalf("running VMs after the manager was killed: %q, want the job's", vms)
-	}
+	id, _ := q.killedMidJob(t, "swept")
 	b, err := os.ReadFile(q.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +193,7 @@ func TestQemuResumeSweep(t *testing.T) {
 	if err := os.WriteFile(q.cfg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m = q.manager(t)
+	m := q.manager(t)
 	m.waitLog(`removed a leftover of a job this manager will not resume.*VM busybox-ready-runner-\S+-concurrent-0 \(running, no job to resume in it \(jobs \[`+strconv.FormatInt(id, 10)+`\]\)\): deleted`, time.Minute)
 	if names := vmDirs(t, q.dir); len(names) != 0 {
 		t.Errorf("VMs after the sweep: %q, want none", names)

@@ -58,25 +58,39 @@ func (s *sshResume) manager(t *testing.T) *proc {
 	return m
 }
 
-// submit submits a job of n numbered lines, pause apart, whose processes
-// carry marker.
-func (s *sshResume) submit(t *testing.T, name, marker string, n int, pause string) int64 {
+// submitNumbered submits to cl a job without git of n numbered lines,
+// pause apart, whose processes carry marker.
+func submitNumbered(t *testing.T, cl *client.Client, name, marker string, n int, pause string) int64 {
 	t.Helper()
 	spec := numberedJob(name, marker, n, pause)
 	spec.Variables = []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}
-	j, err := s.cl.Submit(context.Background(), spec)
+	j, err := cl.Submit(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return j.ID
 }
 
+// killWhen kills manager m with SIGKILL once job id's log on cl holds
+// line (waiting at most d for it).
+func killWhen(t *testing.T, cl *client.Client, m *proc, id int64, line string, d time.Duration) {
+	t.Helper()
+	waitTrace(t, cl, id, line, d)
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+}
+
+// submit submits a job of n numbered lines, pause apart, whose processes
+// carry marker.
+func (s *sshResume) submit(t *testing.T, name, marker string, n int, pause string) int64 {
+	t.Helper()
+	return submitNumbered(t, s.cl, name, marker, n, pause)
+}
+
 // kill kills m with SIGKILL, while its job's line `line` is in the log.
 func (s *sshResume) kill(t *testing.T, m *proc, id int64, line string) {
 	t.Helper()
-	waitTrace(t, s.cl, id, line, 60*time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
+	killWhen(t, s.cl, m, id, line, 60*time.Second)
 }
 
 // killed starts a manager, gives it a job of n numbered lines 0.3 s apart
