@@ -502,3 +502,65 @@ func TestQemuExecutorDiskFull(t *testing.T) {
 		t.Errorf("left in base_folder: %q, want nothing", names)
 	}
 }
+
+// TestQemuFleet: [runners.autoscaler] plugin = "qemu" scales busybox VMs
+// of this host for the instance executor: a job waits for the first VM
+// (none idle), runs in its guest, and a second job reuses it; with
+// delete_instances_on_shutdown a stopped manager deletes the VM.
+func TestQemuFleet(t *testing.T) {
+	img := guestimagetest.Image(t, guestimage.Busybox)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := writeRunnerConfig(t, dir, c.url, c.runnerToken(t), 1, "instance", fmt.Sprintf(`  shell = "sh"
+  builds_dir = "/root/builds"
+  [runners.autoscaler]
+    plugin = "qemu"
+    capacity_per_instance = 1
+    max_instances = 1
+    update_interval = "1s"
+    update_interval_when_expecting = "200ms"
+    deletion_retry_interval = "1s"
+    shutdown_deletion_interval = "1s"
+    delete_instances_on_shutdown = true
+    [runners.autoscaler.plugin_config]
+      base_name = %q
+      base_folder = %q
+      kernel = %q
+      initrd = %q
+      append = %q
+      boot_timeout = "3m"
+    [runners.autoscaler.connector_config]
+      username = %q
+      key_path = %q
+      use_static_credentials = true
+    [[runners.autoscaler.policy]]
+      idle_count = 0
+      idle_time = "10m"
+`, img.Disk, filepath.Join(dir, "vms"), img.Kernel, img.Initrd, img.Append, img.User, img.IdentityFile))
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 30*time.Second)
+	cl := c.client()
+	noGit := []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}
+	var vm string
+	for i := range 2 {
+		id, log := runSuccess(t, cl, client.JobSpec{Name: "fleet", Variables: noGit, Script: []string{"uname -n", "cat /proc/cmdline"}}, vmJobTimeout)
+		for _, want := range []string{guestimage.Hostname, img.Append} {
+			if !strings.Contains(log, want) {
+				t.Errorf("job %d (%d)'s log lacks %q: it did not run in the guest:\n%s", i, id, want, log)
+			}
+		}
+		names := vmDirs(t, dir)
+		if len(names) != 1 || !strings.HasPrefix(names[0], "fleet-") {
+			t.Fatalf("VMs after job %d: %q, want one of the fleet", i, names)
+		}
+		if vm != "" && names[0] != vm {
+			t.Errorf("job %d ran in a new VM %s, want %s again", i, names[0], vm)
+		}
+		vm = names[0]
+	}
+	m.signal(syscall.SIGTERM)
+	m.wait(2 * time.Minute)
+	if names := vmDirs(t, dir); len(names) != 0 {
+		t.Errorf("VMs after the manager stopped with delete_instances_on_shutdown: %q", names)
+	}
+}

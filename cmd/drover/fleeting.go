@@ -38,7 +38,7 @@ at its newest version, "aws:1" the newest 1.x.y, "aws:1.2" the newest 1.2.y,
 "registry.example.com/ns/name:1" on registry.example.com. Plugins are
 installed in $FLEETING_PLUGIN_PATH, else ~/.config/fleeting/plugins, as
 <root>/<registry>/<repository>/<version>/plugin. The built-in providers
-(docker, static, sim) and values that name a program on disk (/path,
+(docker, static, sim, qemu) and values that name a program on disk (/path,
 ./path, dir/file that exists, fleeting-plugin-* in PATH) need no install.`,
 	}
 	configFlag(cmd.PersistentFlags(), &cfgPath, "config file")
@@ -185,7 +185,7 @@ func installedVersions(root, repository string) (map[string]bool, error) {
 // built in rather than a fleeting plugin.
 func isBuiltinProvider(plugin string) bool {
 	switch plugin {
-	case runnerpool.PluginDocker, runnerpool.PluginStatic, runnerpool.PluginSim:
+	case runnerpool.PluginDocker, runnerpool.PluginStatic, runnerpool.PluginSim, runnerpool.PluginQemu:
 		return true
 	}
 	return false

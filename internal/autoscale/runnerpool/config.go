@@ -1,6 +1,7 @@
 package runnerpool
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/drover-ci/drover/internal/config"
 	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
 	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/executor/qemu"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/docker"
 	"github.com/drover-ci/drover/internal/fleet/plugin"
@@ -26,6 +28,8 @@ const (
 	PluginDocker = "docker"
 	PluginStatic = "static"
 	PluginSim    = "sim"
+	// PluginQemu scales QEMU VMs of this host (docs/qemu.md).
+	PluginQemu = qemu.PluginName
 )
 
 // DefaultStateDir is the directory, next to config.toml, under which each
@@ -46,12 +50,15 @@ type Spec struct {
 	// Policy is the scaling policy (autoscale.FromRunner).
 	Policy *autoscale.Policy
 
-	// Plugin is docker, static, sim or the plugin program as written.
+	// Plugin is docker, static, sim, qemu or the plugin program as
+	// written.
 	Plugin string
 	// PluginPath is the resolved program of a plugin ("" for built-ins).
 	PluginPath string
 	// PluginConfig is plugin_config, given to the provider's Init.
 	PluginConfig map[string]any
+	// qemu is the qemu plugin's plugin_config, read and checked.
+	qemu qemu.Config
 	// PluginConfigSource is where plugin_config (or the plugin) is written,
 	// "config.toml:31: runners.autoscaler.plugin_config", for a plugin's
 	// refusal of it.
@@ -201,7 +208,7 @@ var ignoredAutoscalerKeys = []string{
 func (rd *reader) autoscaler(s *Spec, m map[string]any) {
 	plugin, hasPlugin := m["plugin"]
 	if !hasPlugin {
-		rd.Fail("autoscaler", "plugin: missing (docker, static, sim, or a fleeting plugin)")
+		rd.Fail("autoscaler", "plugin: missing (docker, static, sim, qemu, or a fleeting plugin)")
 	} else {
 		s.Plugin = rd.Str("autoscaler.plugin", plugin)
 		if s.Plugin == "" && rd.OK() {
@@ -317,7 +324,7 @@ func (rd *reader) stateStorage(s *Spec, table string, m map[string]any) {
 func (rd *reader) machine(s *Spec, m map[string]any) {
 	v, ok := m["MachineDriver"]
 	if !ok {
-		rd.Fail("machine", "MachineDriver: missing (docker, static, sim, or a fleeting plugin)")
+		rd.Fail("machine", "MachineDriver: missing (docker, static, sim, qemu, or a fleeting plugin)")
 		return
 	}
 	s.Plugin = rd.Str("machine.MachineDriver", v)
@@ -421,10 +428,12 @@ func (rd *reader) provider(s *Spec) {
 		if _, err := simOptions(s.PluginConfig); err != nil {
 			rd.Fail(cfgKey, "%v", err)
 		}
+	case PluginQemu:
+		s.qemu = qemu.ParseFleet(context.Background(), &rd.RawReader, cfgKey, key, filepath.Dir(rd.File), s.PluginConfig, nil)
 	default:
 		path, err := plugin.Resolve(s.Plugin, "")
 		if err != nil {
-			rd.Fail(key, "unknown plugin: not a built-in provider (docker, static, sim), and %v", err)
+			rd.Fail(key, "unknown plugin: not a built-in provider (docker, static, sim, qemu), and %v", err)
 			return
 		}
 		s.PluginPath = path

@@ -323,6 +323,8 @@ func (s *Set) newProvider(sp *Spec) (fleet.Provider, error) {
 		return docker.New(log, nil), nil
 	case PluginStatic:
 		return static.New(log), nil
+	case PluginQemu:
+		return sp.qemu.Fleet(0, log), nil
 	case PluginSim:
 		o, err := simOptions(sp.PluginConfig)
 		if err != nil {

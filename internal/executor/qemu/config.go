@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -61,46 +62,15 @@ func ParseConfig(ctx context.Context, file string, r *config.RunnerConfig, lookP
 	for _, k := range config.SortedKeys(r.Qemu) {
 		v, key := r.Qemu[k], "qemu."+k
 		switch k {
-		case "base_name":
-			c.VM.BaseName = rel(rd.Str(key, v))
-		case "base_snapshot":
-			c.VM.BaseSnapshot = rd.Str(key, v)
-			if c.VM.BaseSnapshot != "" {
-				if err := qemuvm.CheckSnapshotName(c.VM.BaseSnapshot); err != nil {
-					rd.Fail(key, "%v", err)
-				}
-			}
-		case "base_folder":
-			c.BaseFolder = rel(rd.Str(key, v))
 		case "disable_snapshots":
 			c.VM.DisableSnapshots = rd.Bool(key, v)
 		case "allowed_images":
 			c.VM.AllowedImages = vm.ParseAllowedImages(rd, key, v)
 			allowedSet = true
-		case "boot_timeout":
-			c.VM.BootTimeout = vm.ParseDuration(rd, key, v)
-		case "memory":
-			if c.Machine.MemoryMiB = rd.Count(key, v); c.Machine.MemoryMiB == 0 && rd.OK() {
-				rd.Fail(key, "want the guest's memory in MiB (at least 64), got 0")
-			} else if c.Machine.MemoryMiB > 0 && c.Machine.MemoryMiB < 64 {
-				rd.Fail(key, "want the guest's memory in MiB (at least 64), got %d", c.Machine.MemoryMiB)
-			}
-		case "cpus":
-			if c.Machine.CPUs = rd.Count(key, v); c.Machine.CPUs == 0 && rd.OK() {
-				rd.Fail(key, "want at least 1 CPU")
-			}
-		case "accel":
-			c.Machine.Accel = rd.Str(key, v)
-			if _, err := qemuvm.ResolveAccel(c.Machine.Accel); err != nil {
-				rd.Fail(key, "want auto, kvm or tcg, got %q", c.Machine.Accel)
-			}
-		case "kernel":
-			c.Machine.Kernel = rel(rd.Str(key, v))
-		case "initrd":
-			c.Machine.Initrd = rel(rd.Str(key, v))
-		case "append":
-			c.Machine.Append = rd.Str(key, v)
 		default:
+			if parseCommonKey(rd, key, k, v, &c, rel) {
+				continue
+			}
 			rd.Warn(key, "unknown key, ignored (known: accel, allowed_images, append, base_folder, base_name, base_snapshot, boot_timeout, cpus, disable_snapshots, initrd, kernel, memory)")
 		}
 	}
@@ -109,14 +79,76 @@ func ParseConfig(ctx context.Context, file string, r *config.RunnerConfig, lookP
 	if c.BaseFolder == "" {
 		c.BaseFolder = filepath.Join(dir, "qemu")
 	}
+	c.check(ctx, rd, "qemu", "executor", allowedSet, lookPath)
+	if !rd.OK() {
+		return c, rd.Warnings, rd.Err()
+	}
+	return c, rd.Warnings, nil
+}
+
+// parseCommonKey reads key k (value v, named key in messages) of the keys
+// [runners.qemu] shares with the qemu autoscaler plugin's plugin_config
+// into c, and reports whether k is one of them.
+func parseCommonKey(rd *config.RawReader, key, k string, v any, c *Config, rel func(string) string) bool {
+	switch k {
+	case "base_name":
+		c.VM.BaseName = rel(rd.Str(key, v))
+	case "base_snapshot":
+		c.VM.BaseSnapshot = rd.Str(key, v)
+		if c.VM.BaseSnapshot != "" {
+			if err := qemuvm.CheckSnapshotName(c.VM.BaseSnapshot); err != nil {
+				rd.Fail(key, "%v", err)
+			}
+		}
+	case "base_folder":
+		c.BaseFolder = rel(rd.Str(key, v))
+	case "boot_timeout":
+		c.VM.BootTimeout = vm.ParseDuration(rd, key, v)
+	case "memory":
+		if c.Machine.MemoryMiB = rd.Count(key, v); c.Machine.MemoryMiB == 0 && rd.OK() {
+			rd.Fail(key, "want the guest's memory in MiB (at least 64), got 0")
+		} else if c.Machine.MemoryMiB > 0 && c.Machine.MemoryMiB < 64 {
+			rd.Fail(key, "want the guest's memory in MiB (at least 64), got %d", c.Machine.MemoryMiB)
+		}
+	case "cpus":
+		if c.Machine.CPUs = rd.Count(key, v); c.Machine.CPUs == 0 && rd.OK() {
+			rd.Fail(key, "want at least 1 CPU")
+		}
+	case "accel":
+		c.Machine.Accel = rd.Str(key, v)
+		if _, err := qemuvm.ResolveAccel(c.Machine.Accel); err != nil {
+			rd.Fail(key, "want auto, kvm or tcg, got %q", c.Machine.Accel)
+		}
+	case "kernel":
+		c.Machine.Kernel = rel(rd.Str(key, v))
+	case "initrd":
+		c.Machine.Initrd = rel(rd.Str(key, v))
+	case "append":
+		c.Machine.Append = rd.Str(key, v)
+	default:
+		return false
+	}
+	return true
+}
+
+// check checks what the keys named (base_name given and an image, its
+// saved state, kernel and initrd readable, QEMU and qemu-img on PATH);
+// section is where the keys are in config.toml ("qemu", or the autoscaler
+// plugin's "autoscaler.plugin_config"), toolKey the key a missing QEMU is
+// reported at.
+func (c *Config) check(ctx context.Context, rd *config.RawReader, section, toolKey string, allowed bool, lookPath func(string) (string, error)) {
+	who := fmt.Sprintf("executor %q", Name)
+	if section != "qemu" {
+		who = "the qemu autoscaler plugin"
+	}
 	if rd.OK() && c.VM.BaseName == "" {
-		rd.Fail("qemu", "base_name is required: the qcow2 or raw image VMs are cloned from (or with allowed_images a directory of them)")
+		rd.Fail(section, "base_name is required: the qcow2 or raw image VMs are cloned from (or with allowed_images a directory of them)")
 	}
 	if rd.OK() {
 		for _, t := range tools {
 			p, err := lookPath(t.bin)
 			if err != nil {
-				rd.Fail("executor", "executor %q needs %s, which is not on PATH: install the %s package (apt-get install %s)", Name, t.bin, t.pkg, t.pkg)
+				rd.Fail(toolKey, "%s needs %s, which is not on PATH: install the %s package (apt-get install %s)", who, t.bin, t.pkg, t.pkg)
 				break
 			}
 			if t.bin == qemuvm.Binary {
@@ -127,10 +159,10 @@ func ParseConfig(ctx context.Context, file string, r *config.RunnerConfig, lookP
 		}
 	}
 	if rd.OK() {
-		checkBase(ctx, rd, &c, allowedSet)
+		checkBase(ctx, rd, c, section, allowed)
 	}
 	if rd.OK() {
-		for key, p := range map[string]string{"qemu.kernel": c.Machine.Kernel, "qemu.initrd": c.Machine.Initrd} {
+		for key, p := range map[string]string{section + ".kernel": c.Machine.Kernel, section + ".initrd": c.Machine.Initrd} {
 			if p == "" {
 				continue
 			}
@@ -143,31 +175,27 @@ func ParseConfig(ctx context.Context, file string, r *config.RunnerConfig, lookP
 	}
 	if rd.OK() && c.Machine.Accel == "kvm" {
 		if a, _ := qemuvm.ResolveAccel("auto"); a != "kvm" {
-			rd.Warn("qemu.accel", "kvm asked for, but /dev/kvm is not usable here (or the CPU lacks vmx/svm): QEMU will refuse to start VMs")
+			rd.Warn(section+".accel", "kvm asked for, but /dev/kvm is not usable here (or the CPU lacks vmx/svm): QEMU will refuse to start VMs")
 		}
 	}
-	if !rd.OK() {
-		return c, rd.Warnings, rd.Err()
-	}
-	return c, rd.Warnings, nil
 }
 
 // checkBase checks base_name (and base_snapshot in it).
-func checkBase(ctx context.Context, rd *config.RawReader, c *Config, allowed bool) {
+func checkBase(ctx context.Context, rd *config.RawReader, c *Config, section string, allowed bool) {
 	fi, err := os.Stat(c.VM.BaseName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		rd.Fail("qemu.base_name", "%s does not exist: make a base image (drover vm image build, see docs/vm.md)", c.VM.BaseName)
+		rd.Fail(section+".base_name", "%s does not exist: make a base image (drover vm image build, see docs/vm.md)", c.VM.BaseName)
 		return
 	case err != nil:
-		rd.Fail("qemu.base_name", "%v", err)
+		rd.Fail(section+".base_name", "%v", err)
 		return
 	case fi.IsDir() && !allowed:
-		rd.Fail("qemu.base_name", "%s is a directory: base_name is an image, or with allowed_images a directory of images", c.VM.BaseName)
+		rd.Fail(section+".base_name", "%s is a directory: base_name is an image, or with allowed_images a directory of images", c.VM.BaseName)
 		return
 	case fi.IsDir():
 		if c.VM.BaseSnapshot != "" {
-			rd.Warn("qemu.base_snapshot", "every image a job names must have the saved state %q", c.VM.BaseSnapshot)
+			rd.Warn(section+".base_snapshot", "every image a job names must have the saved state %q", c.VM.BaseSnapshot)
 		}
 		return
 	}
@@ -175,10 +203,10 @@ func checkBase(ctx context.Context, rd *config.RawReader, c *Config, allowed boo
 	defer cancel()
 	info, err := qemuvm.Images{QemuImg: c.QemuImg}.CheckBase(tctx, c.VM.BaseName)
 	if err != nil {
-		rd.Fail("qemu.base_name", "%v", err)
+		rd.Fail(section+".base_name", "%v", err)
 		return
 	}
 	if c.VM.BaseSnapshot != "" && !info.HasSnapshot(c.VM.BaseSnapshot, true) {
-		rd.Fail("qemu.base_snapshot", "%s has no saved running state %q: make one with drover vm snapshot --base %s --name %s", c.VM.BaseName, c.VM.BaseSnapshot, c.VM.BaseName, c.VM.BaseSnapshot)
+		rd.Fail(section+".base_snapshot", "%s has no saved running state %q: make one with drover vm snapshot --base %s --name %s", c.VM.BaseName, c.VM.BaseSnapshot, c.VM.BaseName, c.VM.BaseSnapshot)
 	}
 }
