@@ -121,7 +121,7 @@ func (q *qemuResume) finishedOnce(t *testing.T, id int64) {
 	}
 }
 
-// TestQemuResumeChaos: four jobs of 20 numbered lines on a qemu runner
+// TestQemuResumeChaos: four jobs of 30 numbered lines on a qemu runner
 // with two slots (two VMs at once) and a file store; the manager is
 // SIGKILLed twice, each time while a job prints, and started again: every
 // job succeeds once, every line is in its log once and in order, the VMs
@@ -134,12 +134,12 @@ func TestQemuResumeChaos(t *testing.T) {
 	m := q.manager(t)
 	var ids []int64
 	for i := range 4 {
-		ids = append(ids, q.submit(t, fmt.Sprintf("job%02d", i), 20, "0.5"))
+		ids = append(ids, q.submit(t, fmt.Sprintf("job%02d", i), 30, "0.5"))
 	}
 	for _, kill := range []struct {
 		job  int
 		line string
-	}{{0, "job00 line 3\n"}, {2, "job02 line 5\n"}} {
+	}{{0, "job00 line 3\n"}, {2, "job02 line 3\n"}} {
 		q.kill(t, m, ids[kill.job], kill.line)
 		if len(q.runningVMs(t)) == 0 {
 			t.Fatalf("no VM runs after the manager was killed while job %d printed: the VMs died with it", ids[kill.job])
@@ -147,7 +147,7 @@ func TestQemuResumeChaos(t *testing.T) {
 		m = q.manager(t)
 		m.waitLog(`resuming job.*job_id=`+strconv.FormatInt(ids[kill.job], 10), time.Minute)
 	}
-	checkChaosJobs(t, q.cl, ids, 20, vmJobTimeout)
+	checkChaosJobs(t, q.cl, ids, 30, vmJobTimeout)
 	for _, id := range ids {
 		q.finishedOnce(t, id)
 	}
