@@ -50,27 +50,19 @@ func ParseConfig(file string, r *config.RunnerConfig, lookPath func(string) (str
 	}
 	for _, k := range config.SortedKeys(r.Parallels) {
 		v, key := r.Parallels[k], Name+"."+k
+		if c.VM.ParseTableKey(rd, key, k, v) {
+			continue
+		}
 		switch k {
-		case "base_name":
-			c.VM.BaseName = rd.Str(key, v)
 		case "template_name":
 			c.TemplateName = rd.Str(key, v)
-		case "disable_snapshots":
-			c.VM.DisableSnapshots = rd.Bool(key, v)
 		case "time_server":
 			c.TimeServer = rd.Str(key, v)
-		case "allowed_images":
-			c.VM.AllowedImages = vm.ParseAllowedImages(rd, key, v)
-		case "boot_timeout":
-			c.VM.BootTimeout = vm.ParseDuration(rd, key, v)
 		default:
 			rd.Warn(key, "unknown key, ignored (known: allowed_images, base_name, boot_timeout, disable_snapshots, template_name, time_server)")
 		}
 	}
-	vm.ParseSSH(rd, Name, filepath.Dir(file), r.SSH, &c.VM)
-	if rd.OK() && c.VM.BaseName == "" {
-		rd.Fail(Name, "base_name is required: the Parallels VM that job VMs are cloned from")
-	}
+	c.VM.FinishTable(rd, filepath.Dir(file), r.SSH, "the Parallels VM that job VMs are cloned from")
 	if rd.OK() {
 		p, err := lookPath(Program)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/config/configtest"
 )
 
 // TestParseConfig: GitLab Runner's keys of [runners.parallels] with
@@ -19,15 +20,8 @@ func TestParseConfig(t *testing.T) {
 	file := filepath.Join(dir, "config.toml")
 	parse := func(lines string, lookPath func(string) (string, error)) (Config, []config.Warning, error) {
 		t.Helper()
-		src := "[[runners]]\n  url = \"https://g.example\"\n  token = \"glrt-abcdefghijk\"\n  executor = \"parallels\"\n" + lines
-		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg, _, err := config.Parse(file, []byte(src))
-		if err != nil {
-			t.Fatalf("config.Parse: %v", err)
-		}
-		return ParseConfig(file, &cfg.Runners[0], lookPath)
+		_, r := configtest.Runner(t, dir, "parallels", lines)
+		return ParseConfig(file, r, lookPath)
 	}
 	found := func(b string) (string, error) { return "/usr/local/bin/" + b, nil }
 	missing := func(string) (string, error) { return "", exec.ErrNotFound }

@@ -10,22 +10,15 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/config/configtest"
 )
 
 // parse parses a config.toml of one qemu runner with the given lines
 // after executor and returns its qemu Config.
 func parse(t *testing.T, dir, lines string, lookPath func(string) (string, error)) (Config, []config.Warning, error) {
 	t.Helper()
-	file := filepath.Join(dir, "config.toml")
-	src := "[[runners]]\n  url = \"https://g.example\"\n  token = \"glrt-abcdefghijk\"\n  executor = \"qemu\"\n" + lines
-	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := config.Parse(file, []byte(src))
-	if err != nil {
-		t.Fatalf("config.Parse: %v", err)
-	}
-	return ParseConfig(t.Context(), file, &cfg.Runners[0], lookPath)
+	file, r := configtest.Runner(t, dir, "qemu", lines)
+	return ParseConfig(t.Context(), file, r, lookPath)
 }
 
 func needQemuImg(t *testing.T) {

@@ -46,9 +46,10 @@ func ParseConfig(file string, r *config.RunnerConfig, lookPath func(string) (str
 	}
 	for _, k := range config.SortedKeys(r.VirtualBox) {
 		v, key := r.VirtualBox[k], Name+"."+k
+		if c.VM.ParseTableKey(rd, key, k, v) {
+			continue
+		}
 		switch k {
-		case "base_name":
-			c.VM.BaseName = rd.Str(key, v)
 		case "base_snapshot":
 			c.BaseSnapshot = rd.Str(key, v)
 		case "base_folder":
@@ -56,25 +57,16 @@ func ParseConfig(file string, r *config.RunnerConfig, lookPath func(string) (str
 			if c.BaseFolder != "" && !filepath.IsAbs(c.BaseFolder) {
 				c.BaseFolder = filepath.Join(filepath.Dir(file), c.BaseFolder)
 			}
-		case "disable_snapshots":
-			c.VM.DisableSnapshots = rd.Bool(key, v)
-		case "allowed_images":
-			c.VM.AllowedImages = vm.ParseAllowedImages(rd, key, v)
 		case "start_type":
 			c.StartType = rd.Str(key, v)
 			if c.StartType != "" && !slices.Contains(startTypes, c.StartType) {
 				rd.Fail(key, "want gui, headless, sdl or separate (startvm --type), got %q", c.StartType)
 			}
-		case "boot_timeout":
-			c.VM.BootTimeout = vm.ParseDuration(rd, key, v)
 		default:
 			rd.Warn(key, "unknown key, ignored (known: allowed_images, base_folder, base_name, base_snapshot, boot_timeout, disable_snapshots, start_type)")
 		}
 	}
-	vm.ParseSSH(rd, Name, filepath.Dir(file), r.SSH, &c.VM)
-	if rd.OK() && c.VM.BaseName == "" {
-		rd.Fail(Name, "base_name is required: the VirtualBox VM that job VMs are cloned from")
-	}
+	c.VM.FinishTable(rd, filepath.Dir(file), r.SSH, "the VirtualBox VM that job VMs are cloned from")
 	if rd.OK() {
 		for _, prog := range []string{Program, "vboxmanage"} {
 			if p, err := lookPath(prog); err == nil {

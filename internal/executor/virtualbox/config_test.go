@@ -10,22 +10,15 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/config/configtest"
 )
 
 // parse parses a config.toml of one virtualbox runner with the given
 // lines after executor.
 func parse(t *testing.T, dir, lines string, lookPath func(string) (string, error)) (Config, []config.Warning, error) {
 	t.Helper()
-	file := filepath.Join(dir, "config.toml")
-	src := "[[runners]]\n  url = \"https://g.example\"\n  token = \"glrt-abcdefghijk\"\n  executor = \"virtualbox\"\n" + lines
-	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := config.Parse(file, []byte(src))
-	if err != nil {
-		t.Fatalf("config.Parse: %v", err)
-	}
-	return ParseConfig(file, &cfg.Runners[0], lookPath)
+	file, r := configtest.Runner(t, dir, "virtualbox", lines)
+	return ParseConfig(file, r, lookPath)
 }
 
 // TestParseConfig: GitLab Runner's keys of [runners.virtualbox] with

@@ -69,6 +69,37 @@ type SSHConfig struct {
 	DisableStrictHostKeyChecking bool
 }
 
+// ParseTableKey reads key k (value v, named key in messages) of the keys
+// every VM executor's table has (base_name, disable_snapshots,
+// allowed_images, boot_timeout) into c, and reports whether k is one of
+// them.
+func (c *Config) ParseTableKey(rd *config.RawReader, key, k string, v any) bool {
+	switch k {
+	case "base_name":
+		c.BaseName = rd.Str(key, v)
+	case "disable_snapshots":
+		c.DisableSnapshots = rd.Bool(key, v)
+	case "allowed_images":
+		c.AllowedImages = ParseAllowedImages(rd, key, v)
+	case "boot_timeout":
+		c.BootTimeout = ParseDuration(rd, key, v)
+	default:
+		return false
+	}
+	return true
+}
+
+// FinishTable ends the reading of a VM runner's tables: [runners.ssh]
+// (ParseSSH, relative paths from dir) and base_name, required (what
+// says what the base is: "the VirtualBox VM that job VMs are cloned
+// from").
+func (c *Config) FinishTable(rd *config.RawReader, dir string, ssh map[string]any, what string) {
+	ParseSSH(rd, c.Executor, dir, ssh, c)
+	if rd.OK() && c.BaseName == "" {
+		rd.Fail(c.Section, "base_name is required: %s", what)
+	}
+}
+
 // ParseSSH reads the [runners.ssh] table m of a VM runner into c.SSH,
 // reporting problems through rd ("ssh.<key>"). user is required; an
 // identity_file must be readable now; a relative one is relative to dir.
