@@ -154,7 +154,15 @@ func (f *Fleet) Increase(ctx context.Context, n int) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("VM fleet: list: %w", err)
 		}
-		n = min(n, max(0, f.MaxSize-len(names)))
+		have := len(names)
+		f.mu.Lock()
+		for name := range f.creating {
+			if !slices.Contains(names, name) {
+				have++ // not cloned yet
+			}
+		}
+		f.mu.Unlock()
+		n = min(n, max(0, f.MaxSize-have))
 	}
 	for range n {
 		var b [4]byte
@@ -329,8 +337,8 @@ func (f *Fleet) Heartbeat(ctx context.Context, id string) error {
 	return nil
 }
 
-// Shutdown stops the boots and deletions under way (a VM half made is
-// found stopped next time and deleted) and waits for them; the VMs stay.
+// Shutdown stops the boots under way (a VM half made is deleted) and
+// waits for them and for the deletions under way; the VMs stay.
 func (f *Fleet) Shutdown(context.Context) error {
 	if f.cancel != nil {
 		f.cancel()
