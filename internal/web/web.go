@@ -1,3 +1,8 @@
+// Package web is drover's web UI: the coordinator's pages (jobs, their
+// live logs rendered from ANSI, runners, sign-in with the admin token) in
+// UI, and the runner manager's fleet page (instances, the autoscaler's
+// what-if) in FleetPage. It reads through the small interfaces it
+// declares (Jobs, Logs, Fleet); it owns no state of the jobs or the fleet.
 package web
 
 import (
