@@ -629,6 +629,14 @@ func TestHetznerPluginAPIOutage(t *testing.T) {
 	m := h.startManager(t, h.dir, cfg)
 	m.waitLog("fleet plugin started", time.Minute)
 	m.waitLog("runner manager started", time.Minute)
+	// The outage begins after the pool's first view of the servers: a
+	// pool that never saw the group does not grow it (it cannot tell what
+	// exists), so an outage from its very start would ask no POST.
+	h.waitServers(t, time.Minute, "the pool's first list of the servers", func() bool {
+		return slices.ContainsFunc(h.srv.Calls(), func(c hcloudtest.Call) bool {
+			return c.Route == "GET /servers" && c.Status == http.StatusOK
+		})
+	})
 
 	h.srv.SetFailing(http.StatusServiceUnavailable)
 	ids := []int64{
