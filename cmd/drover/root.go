@@ -21,6 +21,7 @@ func newRootCmd() *cobra.Command {
   drover coordinator   holds the job queue and speaks GitLab's runner API v4
   drover run           runner manager: takes jobs from a coordinator (drover's or GitLab) and runs them
   drover local         one-command demo: coordinator + manager in one process running examples/
+  drover lint          checks a .gitlab-ci.yml and shows the pipeline it makes
   drover register      adds a runner to config.toml (verifies a glrt- token)
   drover list          lists the runners of config.toml
   drover submit/jobs/logs/cancel/artifacts   use a drover coordinator's job API
@@ -56,6 +57,7 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newRetryCmd(),
 		newArtifactsCmd(),
 		newLocalCmd(),
+		newLintCmd(),
 		newAutoscaleCmd(),
 		newHelperCmd(),
 		newHelperImageCmd(),

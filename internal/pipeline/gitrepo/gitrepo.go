@@ -1,0 +1,235 @@
+// Package gitrepo reads what a pipeline needs to know about a commit from a
+// git repository (a work tree or a bare repository), with the git binary:
+// the ref and sha, the commit's message, author and time, the files a push
+// changed, and the predefined CI/CD variables GitLab derives from them.
+package gitrepo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// ZeroSHA is GitLab's before-sha of a pipeline with nothing before it (a
+// new branch, a tag, a manual run).
+const ZeroSHA = "0000000000000000000000000000000000000000"
+
+// Commit is a pipeline's commit and ref.
+type Commit struct {
+	SHA string
+	// BeforeSHA is the commit the push moved the ref from (ZeroSHA or
+	// "" when none).
+	BeforeSHA string
+	// Ref is the branch or tag name; Tag says which.
+	Ref string
+	Tag bool
+	// Message is the full message, Title its first line.
+	Message   string
+	Title     string
+	Author    string // "Name <email>"
+	Timestamp time.Time
+	// DefaultBranch is the repository's default branch.
+	DefaultBranch string
+}
+
+// Git runs git in one repository.
+type Git struct {
+	Dir string
+}
+
+func (g Git) run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", g.Dir}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", fmt.Errorf("git %s in %s: %s", strings.Join(args, " "), g.Dir, msg)
+	}
+	return out.String(), nil
+}
+
+// Resolve reads the commit rev names (a sha, a branch, a tag; "" = HEAD)
+// and what git knows about it. ref names the pipeline's ref when rev
+// alone does not (a sha); for HEAD it is the checked-out branch, or a tag
+// pointing at HEAD when detached.
+func (g Git) Resolve(ctx context.Context, rev, ref string) (Commit, error) {
+	if rev == "" {
+		rev = "HEAD"
+	}
+	out, err := g.run(ctx, "log", "-1", "--format=%H%x00%an <%ae>%x00%cI%x00%B", rev, "--")
+	if err != nil {
+		return Commit{}, err
+	}
+	parts := strings.SplitN(out, "\x00", 4)
+	if len(parts) != 4 {
+		return Commit{}, fmt.Errorf("git log of %s in %s: unexpected output", rev, g.Dir)
+	}
+	c := Commit{SHA: parts[0], Author: parts[1], Message: strings.TrimRight(parts[3], "\n")}
+	c.Title, _, _ = strings.Cut(c.Message, "\n")
+	if t, err := time.Parse(time.RFC3339, parts[2]); err == nil {
+		c.Timestamp = t
+	}
+	switch {
+	case ref != "":
+		c.Ref = strings.TrimPrefix(strings.TrimPrefix(ref, "refs/heads/"), "refs/tags/")
+		c.Tag = strings.HasPrefix(ref, "refs/tags/")
+		if !c.Tag && !strings.HasPrefix(ref, "refs/heads/") {
+			if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "refs/tags/"+ref); err == nil {
+				if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "refs/heads/"+ref); err != nil {
+					c.Tag = true
+				}
+			}
+		}
+	case rev == "HEAD":
+		if b, err := g.run(ctx, "symbolic-ref", "-q", "--short", "HEAD"); err == nil {
+			c.Ref = strings.TrimSpace(b)
+		} else if t, err := g.run(ctx, "describe", "--tags", "--exact-match", "HEAD"); err == nil {
+			c.Ref, c.Tag = strings.TrimSpace(t), true
+		} else {
+			return Commit{}, errors.New("HEAD is detached and no tag points at it: name the branch (--ref)")
+		}
+	default:
+		c.Ref = rev
+		if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "refs/tags/"+rev); err == nil {
+			if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "refs/heads/"+rev); err != nil {
+				c.Tag = true
+			}
+		}
+	}
+	c.DefaultBranch = g.defaultBranch(ctx)
+	return c, nil
+}
+
+// defaultBranch is origin's HEAD, else init.defaultBranch, else main
+// (or master when only that exists).
+func (g Git) defaultBranch(ctx context.Context) string {
+	if s, err := g.run(ctx, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD"); err == nil {
+		return strings.TrimPrefix(strings.TrimSpace(s), "origin/")
+	}
+	if s, err := g.run(ctx, "config", "init.defaultBranch"); err == nil && strings.TrimSpace(s) != "" {
+		return strings.TrimSpace(s)
+	}
+	if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "refs/heads/main"); err != nil {
+		if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "refs/heads/master"); err == nil {
+			return "master"
+		}
+	}
+	return "main"
+}
+
+// Changed returns the files that differ between from and to (commits or
+// refs). known is false when from is empty or ZeroSHA: GitLab then treats
+// every rules:changes as true.
+func (g Git) Changed(ctx context.Context, from, to string) (files []string, known bool, err error) {
+	if from == "" || from == ZeroSHA {
+		return nil, false, nil
+	}
+	out, err := g.run(ctx, "diff", "--name-only", "-z", from, to, "--")
+	if err != nil {
+		return nil, false, err
+	}
+	for f := range strings.SplitSeq(out, "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files, true, nil
+}
+
+// ChangedInWorkTree returns the files that differ between HEAD's parent
+// (or base, when set) and the work tree, untracked ones included: what a
+// local run compares rules:changes with.
+func (g Git) ChangedInWorkTree(ctx context.Context, base string) ([]string, error) {
+	if base == "" {
+		base = "HEAD~1"
+		if _, err := g.run(ctx, "rev-parse", "--verify", "-q", "HEAD~1"); err != nil {
+			base = "4b825dc642cb6eb9a060e54bf8d69288fbee4904" // the empty tree
+		}
+	}
+	out, err := g.run(ctx, "diff", "--name-only", "-z", base, "--")
+	if err != nil {
+		return nil, err
+	}
+	untracked, err := g.run(ctx, "ls-files", "-z", "--others", "--exclude-standard")
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for f := range strings.SplitSeq(out+untracked, "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
+
+var slugBad = regexp.MustCompile(`[^a-z0-9]`)
+
+// Slug is GitLab's CI_COMMIT_REF_SLUG of ref: lower-cased, every character
+// but 0-9 and a-z replaced by -, at most 63 bytes, no leading or trailing -.
+func Slug(ref string) string {
+	s := slugBad.ReplaceAllString(strings.ToLower(ref), "-")
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return strings.Trim(s, "-")
+}
+
+// Predefined returns the CI/CD variables GitLab derives from the commit
+// and the pipeline's source (push, web, api, schedule, trigger...).
+func (c Commit) Predefined(source string) map[string]string {
+	before := c.BeforeSHA
+	if before == "" {
+		before = ZeroSHA
+	}
+	short := c.SHA
+	if len(short) > 8 {
+		short = short[:8]
+	}
+	desc := ""
+	if _, rest, ok := strings.Cut(c.Message, "\n"); ok {
+		desc = strings.TrimLeft(rest, "\n")
+	}
+	m := map[string]string{
+		"CI":                    "true",
+		"GITLAB_CI":             "true",
+		"CI_PIPELINE_SOURCE":    source,
+		"CI_COMMIT_SHA":         c.SHA,
+		"CI_COMMIT_SHORT_SHA":   short,
+		"CI_COMMIT_BEFORE_SHA":  before,
+		"CI_COMMIT_REF_NAME":    c.Ref,
+		"CI_COMMIT_REF_SLUG":    Slug(c.Ref),
+		"CI_COMMIT_MESSAGE":     c.Message,
+		"CI_COMMIT_TITLE":       c.Title,
+		"CI_COMMIT_DESCRIPTION": desc,
+		"CI_COMMIT_AUTHOR":      c.Author,
+		"CI_DEFAULT_BRANCH":     c.DefaultBranch,
+	}
+	if !c.Timestamp.IsZero() {
+		m["CI_COMMIT_TIMESTAMP"] = c.Timestamp.Format(time.RFC3339)
+	}
+	if c.Tag {
+		m["CI_COMMIT_TAG"] = c.Ref
+		m["CI_COMMIT_TAG_MESSAGE"] = c.Message
+	} else {
+		m["CI_COMMIT_BRANCH"] = c.Ref
+	}
+	return m
+}
+
+// TopLevel returns the root of the work tree dir is in.
+func TopLevel(ctx context.Context, dir string) (string, error) {
+	out, err := Git{Dir: dir}.run(ctx, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(out), nil
+}
