@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,7 +152,7 @@ func (s *scope) getDepth(name string, depth int) (string, bool) {
 }
 
 func (c *compiler) compile() (*Pipeline, error) {
-	l := &loader{fsys: c.in.FS, limits: c.limits, budget: c.limits.Nodes, d: c.d, included: map[string]bool{c.in.File: true}}
+	l := &loader{fsys: c.in.FS, limits: c.limits, budget: c.limits.Nodes, d: c.d, included: map[string]bool{c.in.File: true}, subtree: map[string]int{}}
 	base := (&scope{}).pushMap(c.in.Predefined)
 	l.vars = base.pushMap(c.in.Variables).get
 	root, err := l.load(c.in.File, Pos{File: c.in.File}, 0)
@@ -230,6 +231,10 @@ func (c *compiler) stages(root *Value) []string {
 		v, key = root.Get("types"), "types"
 	}
 	if v == nil {
+		return []string{".pre", "build", "test", "deploy", ".post"}
+	}
+	if v.Kind != Seq {
+		c.d.errorf(v.Pos, key, "config should be an array of strings")
 		return []string{".pre", "build", "test", "deploy", ".post"}
 	}
 	list, ok := stringList(v, key, c.d)
@@ -344,12 +349,12 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 	name := f.Key
 	d := c.d
 	if len(name) > 255 {
-		d.errorf(f.KeyPos, name[:40]+"...", "a job name can be at most 255 characters")
+		d.errorf(f.KeyPos, "jobs:"+name[:40]+"...", "name is too long (maximum is 255 characters)")
 		return nil
 	}
 	v := f.Val
 	if v.Kind != Map {
-		d.errorf(f.KeyPos, name, "config should be a hash of job keys (script:, stage:...), found %s", v.Kind)
+		d.errorf(f.KeyPos, "jobs:"+name, "config should be a hash of job keys (script:, stage:...), found %s", v.Kind)
 		return nil
 	}
 	jp := &jobParser{d: d, name: name, v: v}
@@ -357,7 +362,7 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 	var unknownPos Pos
 	for _, kf := range v.Map {
 		if reason, ok := unsupportedJobKeys[kf.Key]; ok {
-			jp.errorf(kf.KeyPos, kf.Key, "not supported: %s", reason)
+			jp.errorf(kf.KeyPos, kf.Key, "is not supported: %s", reason)
 			continue
 		}
 		if !slices.Contains(jobKeys, kf.Key) {
@@ -368,10 +373,10 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 		}
 	}
 	if len(unknown) > 0 {
-		d.errorf(unknownPos, name, "config contains unknown keys: %s", strings.Join(unknown, ", "))
+		d.errorf(unknownPos, "jobs:"+name, "config contains unknown keys: %s", strings.Join(unknown, ", "))
 	}
 	if v.Has("rules") && (v.Has("only") || v.Has("except")) {
-		d.errorf(v.Pos, name, "config key may not be used with `rules`: only, except")
+		d.errorf(v.Pos, "jobs:"+name, "config key may not be used with `rules`: only, except")
 	}
 
 	// inherit:
@@ -392,7 +397,7 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 		j.Stage, stagePos = jp.str("stage", sv), sv.Pos
 	}
 	if !slices.Contains(p.Stages, j.Stage) {
-		jp.errorf(stagePos, "stage", "chosen stage %q does not exist; available stages are %s", j.Stage, strings.Join(p.Stages, ", "))
+		d.errorf(stagePos, "", "%s job: chosen stage %s does not exist; available stages are %s", name, j.Stage, strings.Join(p.Stages, ", "))
 	}
 	if x := get("image"); x != nil {
 		j.Image = jp.image("image", x, false)
@@ -408,7 +413,7 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 		j.Script = jp.script("script", sv)
 	}
 	if len(j.Script) == 0 {
-		d.errorf(f.KeyPos, name, "config should implement a script: (a non-empty one)")
+		d.errorf(f.KeyPos, "jobs:"+name, "config should implement the script:, run:, or trigger: keyword")
 	}
 	if x := get("after_script"); x != nil {
 		j.AfterScript = jp.script("after_script", x)
@@ -416,7 +421,7 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 	if x := get("hooks"); x != nil {
 		j.Hooks = jp.hooks(x)
 	}
-	jobVars := parseVariables(v.Get("variables"), name+":variables", d)
+	jobVars := parseVariables(v.Get("variables"), jp.path("variables"), d)
 	var inherited []Variable
 	for _, gv := range p.Variables {
 		if inheritVars(gv.Key) {
@@ -427,9 +432,11 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 
 	if x := v.Get("when"); x != nil {
 		j.When = jp.str("when", x)
-		if !slices.Contains([]string{"on_success", "on_failure", "always", "manual", "delayed"}, j.When) {
-			// when: never is for rules only (GitLab's linter).
-			jp.errorf(x.Pos, "when", "%q is not on_success, on_failure, always, manual or delayed (never is for rules:)", j.When)
+		switch {
+		case j.When == "never":
+			d.errorf(x.Pos, "jobs:"+name, "when:never can only be used in a rules section or workflow:rules")
+		case !slices.Contains([]string{"on_success", "on_failure", "always", "manual", "delayed"}, j.When):
+			d.errorf(x.Pos, "jobs:"+name, "when should be one of: on_success, on_failure, always, manual, delayed")
 		}
 	}
 	if x := v.Get("start_in"); x != nil {
@@ -491,11 +498,14 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 
 	var rules []*rule
 	if rv := v.Get("rules"); rv != nil {
-		if rv.Kind != Seq {
-			jp.errorf(rv.Pos, "rules", "must be an array of rules")
-		} else {
-			for _, r := range flatten(rv, name+":rules", d) {
-				rule, err := parseRule(r, name+":rules:rule", true)
+		switch {
+		case rv.Kind != Seq:
+			jp.errorf(rv.Pos, "rules", "config should be an array of hashes")
+		case len(rv.Seq) == 0:
+			jp.errorf(rv.Pos, "rules", "config can't be blank")
+		default:
+			for _, r := range flatten(rv, jp.path("rules"), d) {
+				rule, err := parseRule(r, jp.path("rules:rule"), true)
 				if err != nil {
 					d.add(err)
 					continue
@@ -515,6 +525,10 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 	}
 	var kept []*Job
 	for _, in := range instances {
+		if len(in.Name) > 255 {
+			d.errorf(f.KeyPos, "jobs:"+in.Name[:40]+"...", "name is too long (maximum is 255 characters)")
+			continue
+		}
 		vars := global.push(in.Variables).pushMap(c.in.Variables)
 		ec.vars = vars.get
 		keep := true
@@ -525,6 +539,15 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 			keep = oe.keep(ec, c.in.Predefined)
 		}
 		if keep && in.When != "never" {
+			if in.Environment != nil {
+				// GitLab expands the environment's name and URL when it
+				// creates the job, with the job's variables (its rule's
+				// and matrix's included).
+				env := *in.Environment
+				jv := global.pushMap(map[string]string{"CI_JOB_NAME": in.Name, "CI_JOB_STAGE": in.Stage}).push(in.Variables).pushMap(c.in.Variables)
+				env.Name, env.URL = expand(env.Name, jv.get), expand(env.URL, jv.get)
+				in.Environment = &env
+			}
 			kept = append(kept, in)
 		}
 	}
@@ -618,11 +641,6 @@ func (c *compiler) parallel(jp *jobParser, j *Job, v *Value) []*Job {
 			jp.errorf(v.Pos, "parallel", "must be a number from 1 to %d or a hash with matrix:", c.limits.MatrixJobs)
 			return nil
 		}
-		if n == 1 {
-			// GitLab: parallel: 1 is no parallel... but it still
-			// names the job "name 1/1"? It does not: one job.
-			return []*Job{j}
-		}
 		out := make([]*Job, 0, n)
 		for i := 1; i <= n; i++ {
 			in := j.copy()
@@ -659,7 +677,7 @@ func (c *compiler) parallel(jp *jobParser, j *Job, v *Value) []*Job {
 		partial := []map[string]string{{}}
 		var keys []string
 		for _, f := range entry.Map {
-			if !variableKeyRE.MatchString(f.Key) {
+			if !matrixKeyRE.MatchString(f.Key) {
 				jp.errorf(f.KeyPos, "parallel:matrix", "%q is not a variable name", f.Key)
 				return nil
 			}
@@ -713,6 +731,10 @@ func (c *compiler) parallel(jp *jobParser, j *Job, v *Value) []*Job {
 	return out
 }
 
+// matrixKeyRE is what a parallel:matrix key may be (GitLab allows - in
+// them, unlike other variable names).
+var matrixKeyRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
 func (j *Job) copy() *Job {
 	c := *j
 	c.Variables = slices.Clone(j.Variables)
@@ -721,7 +743,8 @@ func (j *Job) copy() *Job {
 }
 
 // link resolves needs and dependencies against the jobs the pipeline
-// has, and checks their order and that needs have no cycle.
+// has, and checks their order and that needs have no cycle. Messages are
+// GitLab's where it has one.
 func (c *compiler) link(jobs []*Job, stages []string, defined map[string]bool) {
 	d := c.d
 	stageIdx := map[string]int{}
@@ -734,51 +757,50 @@ func (c *compiler) link(jobs []*Job, stages []string, defined map[string]bool) {
 		byName[j.Name] = j
 		byBase[j.Base] = append(byBase[j.Base], j)
 	}
+	// targets returns the jobs a name stands for: the job of that name,
+	// or every parallel job of that base name.
+	targets := func(name string) []*Job {
+		if t, ok := byName[name]; ok {
+			return []*Job{t}
+		}
+		return byBase[name]
+	}
+	var selfNeed *Job
 	for _, j := range jobs {
 		if j.HasNeeds {
 			var resolved []Need
+			add := func(n Need, t *Job) {
+				if t == j {
+					selfNeed = j
+					return
+				}
+				if stageIdx[t.Stage] > stageIdx[j.Stage] {
+					d.errorf(n.Pos, "", "%s job: need %s is not defined in current or prior stages", j.Name, t.Name)
+					return
+				}
+				if slices.ContainsFunc(resolved, func(r Need) bool { return r.Job == t.Name }) {
+					return
+				}
+				resolved = append(resolved, Need{Job: t.Name, Artifacts: n.Artifacts, Optional: n.Optional, Pos: n.Pos})
+			}
 			for _, n := range j.Needs {
-				targets := byBase[n.Job]
-				if t, ok := byName[n.Job]; ok && t.Base != n.Job {
-					targets = []*Job{t}
-				}
 				if n.Matrix != nil {
-					var sel []*Job
-					for _, t := range targets {
-						for _, m := range n.Matrix {
-							if t.Matrix != nil && subset(m, t.Matrix) {
-								sel = append(sel, t)
-								break
-							}
-						}
-					}
-					if len(sel) == 0 && len(targets) > 0 && !n.Optional {
-						d.errorf(n.Pos, j.Base+":needs", "'%s' job needs '%s' with parallel:matrix values that none of its jobs has", j.Name, n.Job)
-						continue
-					}
-					targets = sel
-				}
-				if len(targets) == 0 {
-					if n.Optional {
-						continue
-					}
-					why := "does not exist in the pipeline"
-					if defined[n.Job] || len(byBase[n.Job]) > 0 {
-						why = "is not in the pipeline: its rules (or only/except) leave it out"
-					}
-					d.errorf(n.Pos, j.Base+":needs", "'%s' job needs '%s' job, but '%s' %s; use needs:optional if that is expected", j.Name, n.Job, n.Job, why)
+					c.matrixNeed(j, n, byName, byBase, add)
 					continue
 				}
-				for _, t := range targets {
-					if t == j {
-						d.errorf(n.Pos, j.Base+":needs", "'%s' job needs itself", j.Name)
-						continue
+				ts := targets(n.Job)
+				switch {
+				case len(ts) > 0:
+					for _, t := range ts {
+						add(n, t)
 					}
-					if stageIdx[t.Stage] > stageIdx[j.Stage] {
-						d.errorf(n.Pos, j.Base+":needs", "'%s' job needs '%s' job, but '%s' is not in any previous stage", j.Name, t.Name, t.Name)
-						continue
-					}
-					resolved = append(resolved, Need{Job: t.Name, Artifacts: n.Artifacts, Optional: n.Optional, Pos: n.Pos})
+				case n.Optional:
+				case defined[n.Job]:
+					// Defined, but its rules leave it out of this
+					// pipeline: GitLab's message.
+					d.errorf(n.Pos, "", "'%s' job needs '%s' job, but '%s' is not in any previous stage", j.Name, n.Job, n.Job)
+				default:
+					d.errorf(n.Pos, "", "%s job: undefined need: %s", j.Name, n.Job)
 				}
 			}
 			j.Needs = resolved
@@ -786,21 +808,21 @@ func (c *compiler) link(jobs []*Job, stages []string, defined map[string]bool) {
 		if j.HasDependencies {
 			var deps []string
 			for _, dep := range j.Dependencies {
-				targets := byBase[dep]
-				if t, ok := byName[dep]; ok {
-					targets = []*Job{t}
-				}
-				if len(targets) == 0 {
-					d.errorf(j.Pos, j.Base+":dependencies", "'%s' is not defined in the pipeline (or its rules leave it out)", dep)
+				ts := targets(dep)
+				if len(ts) == 0 {
+					if !defined[dep] {
+						d.errorf(j.Pos, "", "%s job: undefined dependency: %s", j.Name, dep)
+					}
+					// Left out by its rules: nothing to download.
 					continue
 				}
-				for _, t := range targets {
+				for _, t := range ts {
 					inNeeds := slices.ContainsFunc(j.Needs, func(n Need) bool { return n.Job == t.Name })
 					switch {
-					case j.HasNeeds && !inNeeds:
-						d.errorf(j.Pos, j.Base+":dependencies", "'%s' should be part of needs", t.Name)
-					case !j.HasNeeds && stageIdx[t.Stage] >= stageIdx[j.Stage]:
-						d.errorf(j.Pos, j.Base+":dependencies", "'%s' is not defined in a prior stage", t.Name)
+					case j.HasNeeds && len(j.Needs) > 0 && !inNeeds:
+						d.errorf(j.Pos, "jobs:"+j.Base, "dependencies the %s should be part of needs", t.Name)
+					case (!j.HasNeeds || len(j.Needs) == 0) && stageIdx[t.Stage] >= stageIdx[j.Stage]:
+						d.errorf(j.Pos, "", "%s job: dependency %s is not defined in current or prior stages", j.Name, t.Name)
 					default:
 						deps = append(deps, t.Name)
 					}
@@ -811,11 +833,12 @@ func (c *compiler) link(jobs []*Job, stages []string, defined map[string]bool) {
 	}
 	// needs within a stage may form a cycle.
 	state := map[string]int{} // 0 new, 1 visiting, 2 done
+	var cycle []string
 	var visit func(j *Job, path []string) bool
 	visit = func(j *Job, path []string) bool {
 		switch state[j.Name] {
 		case 1:
-			d.errorf(j.Pos, j.Base+":needs", "the needs form a cycle: %s", strings.Join(append(path, j.Name), " → "))
+			cycle = append(path, j.Name)
 			return false
 		case 2:
 			return true
@@ -831,7 +854,74 @@ func (c *compiler) link(jobs []*Job, stages []string, defined map[string]bool) {
 		return true
 	}
 	for _, j := range jobs {
-		visit(j, nil)
+		if cycle == nil {
+			visit(j, nil)
+		}
+	}
+	switch {
+	case cycle != nil:
+		d.errorf(byName[cycle[0]].Pos, "", "The pipeline has circular dependencies: %s", strings.Join(cycle, " → "))
+	case selfNeed != nil:
+		d.errorf(selfNeed.Pos, "", "The pipeline has circular dependencies: %s needs itself", selfNeed.Name)
+	}
+}
+
+// matrixExprRE is $[[ matrix.KEY ]] in a needs:parallel:matrix value.
+var matrixExprRE = regexp.MustCompile(`\$\[\[\s*matrix\.([A-Za-z0-9_-]*)\s*\]\]`)
+
+// matrixNeed resolves a need with parallel:matrix selectors for job j:
+// each selector's values (expressions replaced by j's own matrix values)
+// name a job "base: [v1, v2]"; a selector naming only some of the keys
+// selects every job whose values agree.
+func (c *compiler) matrixNeed(j *Job, n Need, byName map[string]*Job, byBase map[string][]*Job, add func(Need, *Job)) {
+	for _, sel := range n.Matrix {
+		// Every combination of the selector's values.
+		combos := []map[string]string{{}}
+		for _, k := range sel.Keys {
+			var next []map[string]string
+			for _, raw := range sel.Values[k] {
+				var bad string
+				val := matrixExprRE.ReplaceAllStringFunc(raw, func(m string) string {
+					key := matrixExprRE.FindStringSubmatch(m)[1]
+					v, ok := j.Matrix[key]
+					if !ok {
+						bad = key
+					}
+					return v
+				})
+				if bad != "" || strings.Contains(raw, "$[[") && !matrixExprRE.MatchString(raw) {
+					c.d.errorf(n.Pos, "", "%s job: needs:parallel:matrix value %q: unknown matrix identifier %s (the job's matrix has %s)", j.Name, raw, bad, strings.Join(slices.Sorted(maps.Keys(j.Matrix)), ", "))
+					return
+				}
+				for _, p := range combos {
+					q := maps.Clone(p)
+					q[k] = val
+					next = append(next, q)
+				}
+			}
+			combos = next
+		}
+		for _, combo := range combos {
+			vals := make([]string, len(sel.Keys))
+			for i, k := range sel.Keys {
+				vals[i] = combo[k]
+			}
+			name := fmt.Sprintf("%s: [%s]", n.Job, strings.Join(vals, ", "))
+			if t, ok := byName[name]; ok {
+				add(n, t)
+				continue
+			}
+			found := false
+			for _, t := range byBase[n.Job] {
+				if t.Matrix != nil && subset(combo, t.Matrix) {
+					add(n, t)
+					found = true
+				}
+			}
+			if !found && !n.Optional {
+				c.d.errorf(n.Pos, "", "%s job: undefined need: %s", j.Name, name)
+			}
+		}
 	}
 }
 

@@ -131,19 +131,19 @@ func TestCompileErrors(t *testing.T) {
 	}{
 		{"needs cycle", `
 a: {script: [x], needs: [b]}
-b: {script: [x], needs: [a]}`, nil, []string{"cycle"}, nil},
+b: {script: [x], needs: [a]}`, nil, []string{"The pipeline has circular dependencies: a → b → a"}, nil},
 		{"extends cycle", `
 .a: {extends: .b}
 .b: {extends: .a}
 j: {extends: .a, script: [x]}`, nil, []string{"circular dependency detected in `extends`"}, nil},
-		{"missing need", `j: {script: [x], needs: [nope]}`, nil, []string{".gitlab-ci.yml:1: j:needs: 'j' job needs 'nope' job, but 'nope' does not exist"}, nil},
+		{"missing need", `j: {script: [x], needs: [nope]}`, nil, []string{".gitlab-ci.yml:1: j job: undefined need: nope"}, nil},
 		{"later stage need", `
 a: {stage: build, script: [x], needs: [b]}
-b: {stage: deploy, script: [x]}`, nil, []string{"'b' is not in any previous stage"}, nil},
-		{"missing include", "include: nope.yml\nj: {script: [x]}", nil, []string{".gitlab-ci.yml:1: include: local file `nope.yml` does not exist"}, nil},
+b: {stage: deploy, script: [x]}`, nil, []string{"a job: need b is not defined in current or prior stages"}, nil},
+		{"missing include", "include: nope.yml\nj: {script: [x]}", nil, []string{".gitlab-ci.yml:1: include local file `nope.yml` does not exist"}, nil},
 		{"traversal include", "include: ../../etc/passwd.yml\nj: {script: [x]}", nil, []string{"not a path inside the repository"}, nil},
-		{"dangling reference", "j:\n  script: !reference [.nope, script]", nil, []string{".gitlab-ci.yml:2: j:script: !reference [.nope, script] could not be found"}, nil},
-		{"no script", "j: {stage: test}", nil, []string{".gitlab-ci.yml:1: j: config should implement a script:"}, nil},
+		{"dangling reference", "j:\n  script: !reference [.nope, script]", nil, []string{".gitlab-ci.yml:2: j:script !reference [.nope, script] could not be found"}, nil},
+		{"no script", "j: {stage: test}", nil, []string{".gitlab-ci.yml:1: jobs:j config should implement the script:, run:, or trigger: keyword"}, nil},
 		{"matrix too big", `
 j:
   script: [x]
@@ -156,9 +156,9 @@ j:
 a: {script: [x], scirpt: [y]}
 b: {script: [x], stage: nope}
 c: {script: [x], rules: [{if: '${X} == "1"'}]}`, nil, []string{
-			".gitlab-ci.yml:2: a: config contains unknown keys: scirpt",
-			".gitlab-ci.yml:3: b:stage: chosen stage \"nope\" does not exist",
-			"c:rules:rule: if invalid expression syntax"}, nil},
+			".gitlab-ci.yml:2: jobs:a config contains unknown keys: scirpt",
+			".gitlab-ci.yml:3: b job: chosen stage nope does not exist",
+			".gitlab-ci.yml:4: jobs:c:rules:rule if invalid expression syntax"}, nil},
 		{"rules excluded everything", "j: {script: [x], rules: [{if: $NOPE}]}", nil, nil, ErrNoJobs},
 		{"workflow", "workflow: {rules: [{if: $NOPE}]}\nj: {script: [x]}", nil, nil, ErrFiltered},
 		{"bad yaml", "j: {script: [x]\n", nil, []string{".gitlab-ci.yml:"}, nil},

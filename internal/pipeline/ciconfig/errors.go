@@ -24,7 +24,7 @@ func (e *Error) Error() string {
 	}
 	if e.Path != "" {
 		b.WriteString(e.Path)
-		b.WriteString(": ")
+		b.WriteString(" ")
 	}
 	b.WriteString(e.Msg)
 	return b.String()

@@ -118,7 +118,7 @@ func resolveReferences(root *Value, d *diag) {
 		id := strings.Join(keys, ".")
 		for _, c := range chain {
 			if c == id {
-				d.errorf(ref.Pos, path, "!reference [%s] is circular: %s", strings.Join(keys, ", "), strings.Join(append(chain, id), " → "))
+				d.errorf(ref.Pos, path, "!reference [%s] is a circular chain: %s", strings.Join(keys, ", "), strings.Join(append(chain, id), " → "))
 				return nil
 			}
 		}
@@ -166,8 +166,8 @@ func flatten(v *Value, path string, d *diag) []*Value {
 	var out []*Value
 	var rec func(v *Value, depth int)
 	rec = func(v *Value, depth int) {
-		if depth > 10 {
-			d.errorf(v.Pos, path, "arrays nested more than 10 levels")
+		if depth >= 10 {
+			d.errorf(v.Pos, path, "config should be a string or a nested array of strings up to 10 levels deep")
 			return
 		}
 		for _, it := range v.Seq {

@@ -1,6 +1,7 @@
 package ciconfig
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -80,9 +81,19 @@ type Need struct {
 	Job       string
 	Artifacts bool
 	Optional  bool
-	// Matrix selects instances of a parallel:matrix job (values by key).
-	Matrix []map[string]string
+	// Matrix selects instances of a parallel:matrix job: each entry
+	// values by key (several values: each of them), in the order written.
+	// A value may hold $[[ matrix.KEY ]]: the needing job's own value.
+	Matrix []MatrixSelector
 	Pos    Pos
+
+	external bool
+}
+
+// MatrixSelector is one entry of needs:parallel:matrix.
+type MatrixSelector struct {
+	Keys   []string
+	Values map[string][]string
 }
 
 // Retry is retry:.
@@ -116,6 +127,23 @@ type Artifacts struct {
 	ExposeAs  string
 	Public    *bool
 	Reports   map[string][]string
+}
+
+// isStrings reports whether v is a string or an array of strings (YAML
+// strings: not numbers or booleans).
+func isStrings(v *Value) bool {
+	switch v.Kind {
+	case Scalar:
+		return v.Tag == "!!str"
+	case Seq:
+		for _, it := range v.Seq {
+			if !isStrings(it) || it.Kind != Scalar {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // Environment is environment:.
@@ -162,7 +190,7 @@ type jobParser struct {
 	v    *Value
 }
 
-func (p *jobParser) path(key string) string { return p.name + ":" + key }
+func (p *jobParser) path(key string) string { return "jobs:" + p.name + ":" + key }
 
 func (p *jobParser) errorf(pos Pos, key, format string, args ...any) {
 	p.d.errorf(pos, p.path(key), format, args...)
@@ -448,8 +476,8 @@ func (p *jobParser) cache(v *Value) []Cache {
 					p.errorf(f.Val.Pos, k, "must be a string or a hash with files:")
 				}
 			case "paths":
-				if f.Val.Kind == Scalar {
-					p.errorf(f.Val.Pos, k, "must be an array of paths, not a string")
+				if f.Val.Kind != Seq {
+					p.errorf(f.Val.Pos, k, "config should be an array of strings")
 					continue
 				}
 				c.Paths = p.strings(k, f.Val)
@@ -542,6 +570,10 @@ func (p *jobParser) artifacts(v *Value) *Artifacts {
 							a.Reports[rf.Key] = []string{p.str(k+":coverage_report:path", pv)}
 						}
 					}
+					continue
+				}
+				if !isStrings(rf.Val) {
+					p.errorf(rf.Val.Pos, k, "%s should be an array of strings or a string", rf.Key)
 					continue
 				}
 				a.Reports[rf.Key] = p.strings(k+":"+rf.Key, rf.Val)
@@ -678,17 +710,25 @@ func (p *jobParser) needs(v *Value) []Need {
 							p.errorf(sel.Pos, k+":matrix", "each entry must be a hash of values")
 							continue
 						}
-						vals := map[string]string{}
+						ms := MatrixSelector{Values: map[string][]string{}}
 						for _, sf := range sel.Map {
-							vals[sf.Key] = p.str(k+":matrix:"+sf.Key, sf.Val)
+							ms.Keys = append(ms.Keys, sf.Key)
+							ms.Values[sf.Key] = p.strings(k+":matrix:"+sf.Key, sf.Val)
 						}
-						n.Matrix = append(n.Matrix, vals)
+						n.Matrix = append(n.Matrix, ms)
 					}
 				case "pipeline", "project", "ref":
-					p.errorf(f.KeyPos, "needs", "needs:%s (another pipeline's jobs) is not supported yet", f.Key)
+					// Another pipeline's or project's job: its
+					// artifacts are not this pipeline's to give, and
+					// it does not order this pipeline's jobs.
+					n.external = true
 				default:
 					p.errorf(f.KeyPos, "needs", "unknown key %q (job, artifacts, optional, parallel)", f.Key)
 				}
+			}
+			if n.external {
+				p.d.warn(it.Pos, fmt.Sprintf("%s: a need on another project's or pipeline's job (needs:project, needs:pipeline) is not supported: ignored", p.path("needs")))
+				continue
 			}
 			if n.Job == "" {
 				p.errorf(it.Pos, "needs", "a need needs job:")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -56,6 +57,7 @@ type loader struct {
 	budget   int
 	d        *diag
 	included map[string]bool
+	subtree  map[string]int // the includes a file's own includes make
 	count    int
 	vars     func(string) (string, bool) // for include:rules
 }
@@ -118,18 +120,27 @@ func (l *loader) load(name string, from Pos, depth int) (*Value, error) {
 	}
 	merged := &Value{Kind: Map, Pos: root.Pos}
 	for _, n := range names {
+		// Every include counts, a file included again too (GitLab).
+		l.count++
+		if l.count > l.limits.Includes {
+			return nil, &Error{Pos: n.pos, Path: "include", Msg: fmt.Sprintf("Maximum of %d nested includes are allowed", l.limits.Includes)}
+		}
 		if l.included[n.name] {
+			// Included again: merged once, but its includes count
+			// again.
+			l.count += l.subtree[n.name]
+			if l.count > l.limits.Includes {
+				return nil, &Error{Pos: n.pos, Path: "include", Msg: fmt.Sprintf("Maximum of %d nested includes are allowed", l.limits.Includes)}
+			}
 			continue
 		}
 		l.included[n.name] = true
-		l.count++
-		if l.count > l.limits.Includes {
-			return nil, &Error{Pos: n.pos, Path: "include", Msg: fmt.Sprintf("more than %d files included", l.limits.Includes)}
-		}
+		before := l.count
 		v, err := l.load(n.name, n.pos, depth+1)
 		if err != nil {
 			return nil, err
 		}
+		l.subtree[n.name] = l.count - before
 		deepMerge(merged, v)
 	}
 	deepMerge(merged, root)
@@ -189,6 +200,9 @@ func (l *loader) includes(v *Value) ([]includeName, error) {
 		default:
 			return nil, &Error{Pos: it.Pos, Path: "include", Msg: "want a file or a hash, not " + it.Kind.String()}
 		}
+		// include:local may use the pipeline's predefined and given
+		// variables (not the file's own).
+		local = expand(local, l.vars)
 		names, err := l.localNames(local, it.Pos)
 		if err != nil {
 			return nil, err
@@ -249,7 +263,7 @@ func (l *loader) localNames(p string, pos Pos) ([]string, error) {
 		if ext := path.Ext(name); ext != ".yml" && ext != ".yaml" {
 			return nil
 		}
-		if globMatch(clean, name) {
+		if includeGlob(clean, name) {
 			out = append(out, name)
 		}
 		return nil
@@ -318,6 +332,30 @@ func expandBraces(p string) []string {
 		}
 	}
 	return out
+}
+
+// includeGlob matches an include:local wildcard pattern: * matches within
+// a path segment, ** across segments (so configs/**.yml is every .yml
+// under configs, and configs/**/*.yml those of its subfolders only).
+func includeGlob(pattern, name string) bool {
+	var b strings.Builder
+	b.WriteString("^")
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; {
+		case c == '*' && i+1 < len(pattern) && pattern[i+1] == '*':
+			b.WriteString(".*")
+			i++
+		case c == '*':
+			b.WriteString("[^/]*")
+		case c == '?':
+			b.WriteString("[^/]")
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	re, err := regexp.Compile(b.String())
+	return err == nil && re.MatchString(name)
 }
 
 // deepMerge merges src into dst: hashes key by key, recursively; any other

@@ -33,7 +33,7 @@ func parseVariables(v *Value, path string, d *diag) []Variable {
 		return nil
 	}
 	if v.Kind != Map {
-		d.errorf(v.Pos, path, "want a hash of variables, found %s", v.Kind)
+		d.errorf(v.Pos, path, "config should be a hash of key value pairs, found %s", v.Kind)
 		return nil
 	}
 	var out []Variable
