@@ -279,9 +279,15 @@ type APIError struct {
 	// JobStatus is the job's state on the 409 of a cancel that came after
 	// the job finished (success, failed, canceled).
 	JobStatus string `json:"status"`
+	// Errors are every error of a CI configuration a pipeline was
+	// refused for (file:line: ...).
+	Errors []string `json:"errors"`
 }
 
 func (e *APIError) Error() string {
+	if len(e.Errors) > 0 {
+		return fmt.Sprintf("coordinator answered %d: %s:\n%s", e.Status, e.Msg, strings.Join(e.Errors, "\n"))
+	}
 	if e.Field != "" {
 		return fmt.Sprintf("coordinator answered %d: %s (field %s)", e.Status, e.Msg, e.Field)
 	}

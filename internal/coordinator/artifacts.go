@@ -515,7 +515,12 @@ func (c *Coordinator) mayDownload(w http.ResponseWriter, r *http.Request, id int
 		runnerapi.WriteError(w, http.StatusForbidden, fmt.Sprintf("403 Forbidden: job %d is %s, not running", dep.ID, dep.Status), "token")
 		return false
 	}
-	for _, d := range dep.Spec.Dependencies {
+	specs, err := c.jobDependencies(r.Context(), &dep)
+	if err != nil {
+		c.internalError(r.Context(), w, "job dependencies", err)
+		return false
+	}
+	for _, d := range specs {
 		if d.ID == id {
 			return true
 		}

@@ -150,6 +150,13 @@ type Coordinator struct {
 
 	jobLocks [256]sync.Mutex // serialize PATCH/PUT/reaper per job (by id)
 
+	// pipes wakes pipelines' advance (pipeline_sched.go); projectLocks
+	// serialize it per project in this process.
+	pipes        *pipelineWaker
+	projectLocks [64]sync.Mutex
+	// repos serializes git in each repository cache (pipelines.go).
+	repos repoLocks
+
 	// online is the runners online, kept briefly: a stuck reason is
 	// asked for on every submission, and listing every runner manager
 	// for each one would cost a fleet of 10,000 a scan per job.
@@ -199,6 +206,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		cfg:        cfg,
 		clock:      clock.OrReal(cfg.Clock),
 		freeSpace:  cfg.FreeSpace,
+		pipes:      newPipelineWaker(),
 		jobContact: map[int64]time.Time{},
 		mgrStarts:  map[runnerapi.ManagerKey]time.Time{},
 		// Contact times only need to be exact to a small part of the stale
@@ -376,7 +384,16 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			l.ListenQueue(ctx, c.listening, c.queuedElsewhere)
 		}()
 	}
-	clock.Every(ctx, c.clock, c.cfg.ReapInterval, c.reapOnce)
+	pipesDone := make(chan struct{})
+	defer func() { <-pipesDone }()
+	go func() {
+		defer close(pipesDone)
+		c.runPipelines(ctx)
+	}()
+	clock.Every(ctx, c.clock, c.cfg.ReapInterval, func(ctx context.Context) {
+		c.reapOnce(ctx)
+		c.sweepPipelines(ctx)
+	})
 	return nil
 }
 

@@ -51,6 +51,14 @@ func (c *Coordinator) routes() (http.Handler, error) {
 	m.Admin("POST /api/v1/jobs/{id}/cancel", c.handleCancelJob)
 	m.Admin("POST /api/v1/jobs/{id}/retry", c.handleRetryJob)
 	m.Admin("GET /api/v1/jobs/{id}/artifacts", c.handleAdminArtifacts)
+	m.Admin("POST /api/v1/jobs/{id}/play", c.handlePlayJob)
+
+	// Admin API v1: pipelines (pipelines.go).
+	m.Admin("POST /api/v1/pipelines", c.handleCreatePipeline)
+	m.Admin("GET /api/v1/pipelines", c.handleListPipelines)
+	m.Admin("GET /api/v1/pipelines/{id}", c.handleGetPipeline)
+	m.Admin("POST /api/v1/pipelines/{id}/cancel", c.handleCancelPipeline)
+	m.Admin("POST /api/v1/pipelines/{id}/retry", c.handleRetryPipeline)
 
 	desc := "store: sqlite"
 	if d, ok := c.st.(interface{ Describe() string }); ok {

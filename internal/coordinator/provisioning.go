@@ -97,7 +97,7 @@ func (c *Coordinator) handleProvisioning(w http.ResponseWriter, r *http.Request)
 		if req.Status == provDeclined && j.Status == store.StatusCanceling {
 			// Declining a job that is being canceled is as good as the
 			// runner's PUT failed.
-			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{store.StatusCanceling},
+			got, err = c.transitionJob(ctx, j.ID, []store.Status{store.StatusCanceling},
 				store.JobChange{Status: store.StatusCanceled, FinishedAt: now, At: now, IfVersion: j.Version})
 			if err == nil {
 				c.finished(&got)
@@ -174,7 +174,7 @@ func formatSeconds(d time.Duration) string {
 
 // keepAlive pushes the ack deadline of waiting job j to now + AckTimeout.
 func (c *Coordinator) keepAlive(ctx context.Context, j *store.Job, now time.Time) (store.Job, error) {
-	got, err := c.st.TransitionJob(ctx, j.ID, fromWaiting, store.JobChange{
+	got, err := c.transitionJob(ctx, j.ID, fromWaiting, store.JobChange{
 		Status: store.StatusWaitingForRunnerAck, AckDeadline: now.Add(c.cfg.AckTimeout),
 		ContactedAt: now, At: now, IfVersion: j.Version,
 	})
@@ -188,7 +188,7 @@ func (c *Coordinator) keepAlive(ctx context.Context, j *store.Job, now time.Time
 // now.
 func (c *Coordinator) accept(ctx context.Context, j *store.Job, reason string, now time.Time) (store.Job, error) {
 	prov := j.ProvisioningNanos + max(0, int64(now.Sub(j.AssignedAt)))
-	got, err := c.st.TransitionJob(ctx, j.ID, fromWaiting, store.JobChange{
+	got, err := c.transitionJob(ctx, j.ID, fromWaiting, store.JobChange{
 		Status: store.StatusRunning, StartedAt: now, AcceptedAt: now, ContactedAt: now,
 		ProvisioningNanos: &prov, At: now, IfVersion: j.Version,
 	})
@@ -240,7 +240,7 @@ func (c *Coordinator) giveBack(ctx context.Context, j *store.Job, outcome, reaso
 		zero := int64(0)
 		ch.Status, ch.RunnerID, ch.RunnerSystemID, ch.QueuedAt = store.StatusPending, &zero, &none, now
 	}
-	got, err := c.st.TransitionJob(ctx, j.ID, fromWaiting, ch)
+	got, err := c.transitionJob(ctx, j.ID, fromWaiting, ch)
 	if err != nil {
 		if size >= 0 {
 			if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {

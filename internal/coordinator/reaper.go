@@ -179,7 +179,7 @@ func (c *Coordinator) finishWithLine(ctx context.Context, j *store.Job, size int
 	if err != nil {
 		return *j, fmt.Errorf("append trace line: %w", err)
 	}
-	got, err := c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, ch)
+	got, err := c.transitionJob(ctx, j.ID, []store.Status{j.Status}, ch)
 	if err != nil {
 		if terr := c.traces.Truncate(context.WithoutCancel(ctx), j.ID, end, size); terr != nil {
 			c.log.Error("undo trace line", "job_id", j.ID, "err", terr)

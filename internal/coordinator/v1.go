@@ -586,6 +586,16 @@ func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, err
 		Image: j.Image, Spec: j.Spec,
 		Status: store.StatusPending, CreatedAt: now, QueuedAt: now, UpdatedAt: now,
 	}
+	if pj := j.Spec.Pipeline; pj != nil {
+		// A pipeline's job is retried in its pipeline: the retry replaces
+		// it there, and the pipeline's advance queues it (after what it
+		// waits for, which finished already).
+		retry := *pj
+		retry.Attempt, retry.RetryOf = pj.Attempt+1, j.ID
+		n.Spec.Pipeline = &retry
+		n.PipelineID = j.PipelineID
+		n.Status, n.QueuedAt = store.StatusCreated, time.Time{}
+	}
 	n, err = c.createJob(ctx, n)
 	if err != nil {
 		return store.Job{}, err
@@ -599,6 +609,10 @@ func (c *Coordinator) retryJob(ctx context.Context, j store.Job) (store.Job, err
 	}
 	c.metrics.submitted.Inc()
 	c.log.Info("job retried", "job_id", n.ID, "retry_of", j.ID, "project", n.Project)
+	if n.PipelineID != 0 {
+		c.pipes.wake(n.PipelineID)
+		return n, nil
+	}
 	c.poll.wake(&n)
 	return n, nil
 }
@@ -637,17 +651,20 @@ func (c *Coordinator) cancelJob(ctx context.Context, j store.Job) (store.Job, er
 		case j.Status == store.StatusCanceling:
 			return j, nil
 		case isActive(j.Status):
-			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
+			got, err = c.transitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{Status: store.StatusCanceling, At: now})
 		case j.Status == store.StatusWaitingForRunnerAck:
 			prov := j.ProvisioningNanos + max(0, int64(now.Sub(j.AssignedAt)))
 			none := ""
-			got, err = c.st.TransitionJob(ctx, j.ID, fromWaiting, store.JobChange{
+			got, err = c.transitionJob(ctx, j.ID, fromWaiting, store.JobChange{
 				Status: store.StatusCanceled, TokenHash: &none, ProvisioningNanos: &prov,
 				FinishedAt: now, At: now, IfVersion: j.Version,
 			})
-		default: // created, pending
-			queued := j.QueuedNanos + max(0, int64(now.Sub(j.QueuedAt)))
-			got, err = c.st.TransitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{
+		default: // created, pending, a pipeline's manual or scheduled job
+			queued := j.QueuedNanos
+			if j.Status == store.StatusPending {
+				queued += max(0, int64(now.Sub(j.QueuedAt)))
+			}
+			got, err = c.transitionJob(ctx, j.ID, []store.Status{j.Status}, store.JobChange{
 				Status: store.StatusCanceled, QueuedNanos: &queued, FinishedAt: now, At: now, IfVersion: j.Version,
 			})
 		}

@@ -1,12 +1,16 @@
 package coordinator
 
 import (
+	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -419,7 +423,11 @@ func payloadCache(cs []store.CacheSpec) []api.Cache {
 // dependency's archive out of the payload, with a warning.
 func (c *Coordinator) dependencies(ctx context.Context, j *store.Job, now time.Time) (deps []api.Dependency, expired []store.DependencySpec) {
 	deps = []api.Dependency{}
-	for _, d := range j.Spec.Dependencies {
+	specs, err := c.jobDependencies(ctx, j)
+	if err != nil {
+		c.log.Warn("dependencies: left out of the payload", "job_id", j.ID, "err", err)
+	}
+	for _, d := range specs {
 		dep := api.Dependency{ID: d.ID, Name: d.Name}
 		a, err := c.st.GetArtifact(ctx, d.ID, artifactTypeArchive)
 		switch {
@@ -451,4 +459,54 @@ func (c *Coordinator) failMissingDependency(ctx context.Context, j *store.Job, e
 		}
 		return store.StatusFailed, api.MissingDependencyFailure, line
 	})
+}
+
+// readArtifactText reads a small artifact's bytes: gunzipped when its
+// format is gzip, the first file of a zip, at most max bytes (more is an
+// error).
+func readArtifactText(file, format string, max int64) ([]byte, error) {
+	if format == "zip" {
+		zr, err := zip.OpenReader(file)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		for _, zf := range zr.File {
+			if zf.FileInfo().IsDir() {
+				continue
+			}
+			if zf.UncompressedSize64 > uint64(max) {
+				return nil, fmt.Errorf("more than %d bytes", max)
+			}
+			rc, err := zf.Open()
+			if err != nil {
+				return nil, err
+			}
+			defer rc.Close()
+			return io.ReadAll(io.LimitReader(rc, max))
+		}
+		return nil, errors.New("an empty zip archive")
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var src io.Reader = f
+	if format == "gzip" {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		src = zr
+	}
+	data, err := io.ReadAll(io.LimitReader(src, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("more than %d bytes", max)
+	}
+	return data, nil
 }

@@ -202,7 +202,7 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	for attempt := 1; ; attempt++ {
 		from, ch := finalChange(&j, &req, now)
 		var err error
-		got, err = c.st.TransitionJob(ctx, j.ID, from, ch)
+		got, err = c.transitionJob(ctx, j.ID, from, ch)
 		if errors.Is(err, store.ErrConflict) {
 			// Something without the job lock moved the job after it was
 			// read: an admin cancel (running → canceling) came first, and

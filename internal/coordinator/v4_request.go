@@ -284,7 +284,7 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 	} else {
 		ch.StartedAt, ch.AcceptedAt = now, now
 	}
-	got, err := c.st.TransitionJob(ctx, j.ID, fromQueue, ch)
+	got, err := c.transitionJob(ctx, j.ID, fromQueue, ch)
 	if err != nil {
 		return nil, err
 	}
@@ -294,6 +294,9 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 		"two_phase", twoPhase, "attempt", got.ProvisioningAttempts)
 	got.Spec = spec // the stored spec, which no transition changes, opened
 	resp := c.payload(r, rn, &got, token, wait.Seconds())
+	if got.PipelineID != 0 && got.Spec.Pipeline != nil {
+		c.pipelinePayload(ctx, r, &got, resp, deps)
+	}
 	resp.Features.TwoPhaseJobCommit = twoPhase
 	for i := range deps {
 		// The job's own token, as GitLab sends it: the download is

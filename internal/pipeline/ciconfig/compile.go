@@ -191,12 +191,11 @@ func (c *compiler) compile() (*Pipeline, error) {
 			break
 		}
 	}
-	if err := c.d.err(); err != nil {
-		return nil, err
-	}
-	if filtered {
+	if filtered && c.d.err() == nil {
 		return nil, fmt.Errorf("%s: %w", c.in.File, ErrFiltered)
 	}
+	// needs and dependencies are checked even when jobs had errors: all
+	// of a file's errors in one run.
 	c.link(jobs, p.Stages, defined)
 	if err := c.d.err(); err != nil {
 		return nil, err

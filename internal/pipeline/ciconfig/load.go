@@ -79,8 +79,14 @@ func (l *loader) readFile(name string, from Pos) (*Value, error) {
 	if st.IsDir() {
 		return nil, &Error{Pos: from, Msg: fmt.Sprintf("local file `%s` is a directory", name)}
 	}
-	if st.Size() > l.limits.FileSize {
-		return nil, &Error{Pos: from, Msg: fmt.Sprintf("%s is %d bytes, more than the limit of %d", name, st.Size(), l.limits.FileSize)}
+	size := st.Size()
+	if n, ok := st.Sys().(int64); ok {
+		// A file system listing a file without its contents gives its
+		// size this way (gitrepo.CommitFS).
+		size = n
+	}
+	if size > l.limits.FileSize {
+		return nil, &Error{Pos: from, Msg: fmt.Sprintf("%s is %d bytes, more than the limit of %d", name, size, l.limits.FileSize)}
 	}
 	data, err := fs.ReadFile(l.fsys, name)
 	if err != nil {

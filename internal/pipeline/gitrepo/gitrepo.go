@@ -10,8 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path"
 	"regexp"
+	"strconv"
 	"strings"
+	"testing/fstest"
 	"time"
 )
 
@@ -232,4 +235,135 @@ func TopLevel(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(out), nil
+}
+
+// Fetch brings the commit a pipeline runs into the bare repository at
+// g.Dir (created when missing) from url: the ref (a branch or tag name, or
+// a full refs/ name), and sha when given (it must be the ref's commit or
+// one the fetch brought). It returns the commit's sha.
+func (g Git) Fetch(ctx context.Context, url, ref, sha string) (string, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		return "", fmt.Errorf("git is needed to read the repository's CI configuration: %w", err)
+	}
+	if out, err := exec.CommandContext(ctx, "git", "init", "-q", "--bare", g.Dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git init %s: %s", g.Dir, strings.TrimSpace(string(out)))
+	}
+	if sha != "" {
+		// Already here (an earlier pipeline of the same commit)?
+		if _, err := g.run(ctx, "cat-file", "-e", sha+"^{commit}"); err == nil {
+			return g.revParse(ctx, sha)
+		}
+	}
+	var refspecs []string
+	switch {
+	case strings.HasPrefix(ref, "refs/"):
+		refspecs = []string{"+" + ref + ":" + ref}
+	case ref != "":
+		refspecs = []string{"+refs/heads/" + ref + ":refs/heads/" + ref, "+refs/tags/" + ref + ":refs/tags/" + ref}
+	}
+	var lastErr error
+	for _, rs := range refspecs {
+		if _, err := g.run(ctx, "fetch", "-q", "--no-tags", url, rs); err != nil {
+			lastErr = err
+			continue
+		}
+		lastErr = nil
+		if sha == "" {
+			return g.revParse(ctx, strings.TrimPrefix(strings.SplitN(rs, ":", 2)[1], "+"))
+		}
+		break
+	}
+	if sha != "" {
+		if _, err := g.run(ctx, "cat-file", "-e", sha+"^{commit}"); err != nil {
+			// Not on the ref: ask for the commit itself (servers that
+			// allow it, and local repositories, serve it).
+			if _, err := g.run(ctx, "fetch", "-q", "--no-tags", url, sha); err != nil {
+				return "", fmt.Errorf("commit %s is not on %s of %s and could not be fetched: %w", sha, ref, url, err)
+			}
+		}
+		return g.revParse(ctx, sha)
+	}
+	if lastErr != nil {
+		return "", fmt.Errorf("fetching %s of %s: %w", ref, url, lastErr)
+	}
+	return "", fmt.Errorf("fetching %s: no ref or sha given", url)
+}
+
+func (g Git) revParse(ctx context.Context, rev string) (string, error) {
+	out, err := g.run(ctx, "rev-parse", "--verify", "-q", rev+"^{commit}")
+	if err != nil {
+		return "", fmt.Errorf("%s is not a commit in %s", rev, g.Dir)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// CommitFS returns the files of commit sha as a file system for the
+// pipeline compiler: every file is listed (rules:exists, include
+// wildcards), and the YAML files (.yml, .yaml) and the file named config
+// have their contents (what include:local and the configuration read), up
+// to maxSize bytes each; larger ones are listed with their size only, so
+// reading them fails the size check.
+func (g Git) CommitFS(ctx context.Context, sha, config string, maxSize int64) (fstest.MapFS, error) {
+	out, err := g.run(ctx, "ls-tree", "-r", "-z", "--long", "--full-tree", sha)
+	if err != nil {
+		return nil, err
+	}
+	fsys := fstest.MapFS{}
+	var want []string
+	blobs := map[string]string{}
+	for entry := range strings.SplitSeq(out, "\x00") {
+		// "<mode> <type> <object> <size>\t<path>"
+		meta, name, ok := strings.Cut(entry, "\t")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(meta)
+		if len(f) != 4 || f[1] != "blob" {
+			continue
+		}
+		size, _ := strconv.ParseInt(f[3], 10, 64)
+		fsys[name] = &fstest.MapFile{Mode: 0o644}
+		ext := path.Ext(name)
+		if (ext == ".yml" || ext == ".yaml" || name == config) && size <= maxSize {
+			want = append(want, name)
+			blobs[name] = f[2]
+		} else if size > maxSize {
+			// Listed with a placeholder of the right size.
+			fsys[name].Data = make([]byte, 0)
+			fsys[name].Sys = size
+		}
+	}
+	if len(want) == 0 {
+		return fsys, nil
+	}
+	cmd := exec.CommandContext(ctx, "git", "-C", g.Dir, "cat-file", "--batch")
+	var in bytes.Buffer
+	for _, name := range want {
+		in.WriteString(blobs[name] + "\n")
+	}
+	cmd.Stdin = &in
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("git cat-file in %s: %s", g.Dir, strings.TrimSpace(stderr.String()))
+	}
+	data := stdout.Bytes()
+	for _, name := range want {
+		// "<object> blob <size>\n<contents>\n"
+		nl := bytes.IndexByte(data, '\n')
+		if nl < 0 {
+			return nil, fmt.Errorf("git cat-file in %s: short output", g.Dir)
+		}
+		f := strings.Fields(string(data[:nl]))
+		if len(f) != 3 {
+			return nil, fmt.Errorf("git cat-file in %s: %q", g.Dir, data[:nl])
+		}
+		n, _ := strconv.Atoi(f[2])
+		if nl+1+n > len(data) {
+			return nil, fmt.Errorf("git cat-file in %s: short output", g.Dir)
+		}
+		fsys[name].Data = bytes.Clone(data[nl+1 : nl+1+n])
+		data = data[nl+1+n+1:]
+	}
+	return fsys, nil
 }

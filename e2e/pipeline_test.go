@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+)
+
+// ciRepo makes a git repository whose main branch holds files (path →
+// contents) in one commit, and returns its path and the commit's sha.
+func ciRepo(t *testing.T, files map[string]string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Ada", "GIT_AUTHOR_EMAIL=ada@example.com", "GIT_COMMITTER_NAME=Ada", "GIT_COMMITTER_EMAIL=ada@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git("add", "-A")
+	git("commit", "-q", "-m", "CI pipeline\n\nWith a body.")
+	return dir, git("rev-parse", "HEAD")
+}
+
+// waitPipeline polls until pipeline id satisfies ok.
+func waitPipeline(t *testing.T, c *client.Client, id int64, d time.Duration, ok func(*client.Pipeline) bool) *client.Pipeline {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var p *client.Pipeline
+	var err error
+	for time.Now().Before(deadline) {
+		p, err = c.Pipeline(context.Background(), id)
+		if err == nil && ok(p) {
+			return p
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pipeline %d: condition not met within %v; last: %+v, err %v", id, d, p, err)
+	return nil
+}
+
+func pipelineJob(p *client.Pipeline, name string) *client.Job {
+	for i := range p.Jobs {
+		if p.Jobs[i].Name == name {
+			return &p.Jobs[i]
+		}
+	}
+	return nil
+}
+
+// pipelineFixture is a coordinator and a shell runner manager.
+func pipelineFixture(t *testing.T, concurrent int, coordArgs ...string) (*coordinator, *client.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"), coordArgs...)
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), concurrent, "  cache_dir = "+jsonQuote(filepath.Join(dir, "cache"))+"\n")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 30*time.Second)
+	t.Cleanup(func() {
+		m.signal(syscall.SIGTERM)
+		m.wait(30 * time.Second)
+	})
+	return c, c.client()
+}
+
+// TestPipelineShell runs a repository's .gitlab-ci.yml on a real
+// coordinator and a real manager (shell executor): the DAG order (a
+// need on a job of the same stage), allow_failure, the retry of a flaky
+// job, artifacts and a dotenv report across needs, parallel:matrix, a
+// manual job played, and the pipeline's status as it goes.
+func TestPipelineShell(t *testing.T) {
+	marks := t.TempDir() // where the flaky job remembers its first run
+	repo, sha := ciRepo(t, map[string]string{
+		".gitlab-ci.yml": strings.ReplaceAll(`
+stages: [build, test, deploy]
+variables:
+  GREETING: hello
+default:
+  before_script: [echo "before $CI_JOB_NAME"]
+build:
+  stage: build
+  script:
+    - mkdir -p out && echo "built at $CI_COMMIT_SHORT_SHA" > out/app.txt
+    - echo "VERSION=1.2.$CI_PIPELINE_IID" > build.env
+  artifacts:
+    paths: [out/]
+    reports:
+      dotenv: build.env
+lint:
+  stage: build
+  needs: [build]
+  script: [cat out/app.txt, 'echo "lint sees $VERSION"']
+flaky:
+  stage: test
+  retry: 2
+  script:
+    - 'if [ ! -e MARKS/flaky-$CI_PIPELINE_ID ]; then touch MARKS/flaky-$CI_PIPELINE_ID; exit 3; fi'
+    - echo flaky passed
+may-fail:
+  stage: test
+  allow_failure: true
+  script: [exit 1]
+test:
+  stage: test
+  parallel:
+    matrix:
+      - OS: [linux, bsd]
+  script: ['echo "$GREETING from $OS $CI_NODE_INDEX/$CI_NODE_TOTAL"', cat out/app.txt]
+deploy:
+  stage: deploy
+  script: ['echo "deploying $VERSION"']
+  rules:
+    - if: $CI_COMMIT_BRANCH == "main"
+      when: manual
+never:
+  script: [exit 1]
+  rules:
+    - if: $CI_COMMIT_TAG
+`, "MARKS", marks),
+	})
+	_, cl := pipelineFixture(t, 2)
+	ctx := context.Background()
+	p, err := cl.CreatePipeline(ctx, client.PipelineSpec{Project: "g/app", RepoURL: repo, Ref: "main", Source: "push"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.SHA != sha || p.IID != 1 || len(p.Jobs) != 7 {
+		t.Fatalf("pipeline = %+v, want sha %s, iid 1, 7 jobs", p, sha)
+	}
+	// The manual deploy blocks: the pipeline waits for a person.
+	p = waitPipeline(t, cl, p.ID, 3*time.Minute, func(p *client.Pipeline) bool { return p.Status == "manual" || p.Finished() })
+	if p.Status != "manual" {
+		t.Fatalf("pipeline = %s, want manual (blocked on deploy); jobs: %+v", p.Status, p.Jobs)
+	}
+	want := map[string]string{"build": "success", "lint": "success", "flaky": "success", "may-fail": "failed",
+		"test: [linux]": "success", "test: [bsd]": "success", "deploy": "manual"}
+	for name, st := range want {
+		j := pipelineJob(p, name)
+		if j == nil || j.Status != st {
+			t.Errorf("job %s = %+v, want %s", name, j, st)
+		}
+	}
+	if pipelineJob(p, "never") != nil {
+		t.Error("job never is in the pipeline: its rules should leave it out")
+	}
+	if len(p.Retried) != 1 || p.Retried[0].Name != "flaky" || p.Retried[0].Status != "failed" {
+		t.Errorf("retried jobs = %+v, want flaky's first (failed) run", p.Retried)
+	}
+	lint := trace(t, cl, pipelineJob(p, "lint").ID)
+	for _, w := range []string{"before lint", "built at " + sha[:8], "lint sees 1.2.1"} {
+		if !strings.Contains(lint, w) {
+			t.Errorf("lint's log lacks %q:\n%s", w, lint)
+		}
+	}
+	tl := trace(t, cl, pipelineJob(p, "test: [bsd]").ID)
+	if !strings.Contains(tl, "hello from bsd 2/2") {
+		t.Errorf("test: [bsd]'s log lacks its matrix values:\n%s", tl)
+	}
+	// lint ran before the test stage: a need within its stage.
+	b, l, f := pipelineJob(p, "build"), pipelineJob(p, "lint"), p.Retried[0]
+	if l.StartedAt.Before(*b.FinishedAt) || f.StartedAt.Before(*l.FinishedAt) {
+		t.Errorf("order: build ended %v, lint ran %v–%v, flaky started %v", b.FinishedAt, l.StartedAt, l.FinishedAt, f.StartedAt)
+	}
+
+	deploy := pipelineJob(p, "deploy")
+	if _, err := cl.Play(ctx, deploy.ID); err != nil {
+		t.Fatal(err)
+	}
+	p = waitPipeline(t, cl, p.ID, 2*time.Minute, (*client.Pipeline).Finished)
+	if p.Status != "success" {
+		t.Fatalf("pipeline = %s after the deploy, want success (may-fail may fail); jobs %+v", p.Status, p.Jobs)
+	}
+	if d := trace(t, cl, deploy.ID); !strings.Contains(d, "deploying 1.2.1") {
+		t.Errorf("deploy's log lacks the dotenv variable of build:\n%s", d)
+	}
+
+	// A second pipeline of the project: iid 2; cancel it while a job runs.
+	slow, _ := ciRepo(t, map[string]string{".gitlab-ci.yml": "wait:\n  script: [sleep 600]\nafter:\n  stage: deploy\n  script: [echo never]\n"})
+	p2, err := cl.CreatePipeline(ctx, client.PipelineSpec{Project: "g/app", RepoURL: slow, Ref: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.IID != 2 {
+		t.Errorf("second pipeline's iid = %d, want 2", p2.IID)
+	}
+	waitPipeline(t, cl, p2.ID, time.Minute, func(p *client.Pipeline) bool { return p.Status == "running" })
+	if _, err := cl.CancelPipeline(ctx, p2.ID); err != nil {
+		t.Fatal(err)
+	}
+	p2 = waitPipeline(t, cl, p2.ID, time.Minute, (*client.Pipeline).Finished)
+	if p2.Status != "canceled" || pipelineJob(p2, "after").Status != "canceled" {
+		t.Errorf("canceled pipeline = %s, jobs %+v", p2.Status, p2.Jobs)
+	}
+}
+
+// TestPipelineErrors: a configuration with errors is refused with every
+// error, file and line, and nothing is created.
+func TestPipelineErrors(t *testing.T) {
+	repo, _ := ciRepo(t, map[string]string{".gitlab-ci.yml": "a:\n  scirpt: [x]\nb:\n  script: [x]\n  needs: [nope]\n"})
+	_, cl := pipelineFixture(t, 1)
+	ctx := context.Background()
+	_, err := cl.CreatePipeline(ctx, client.PipelineSpec{Project: "g/bad", RepoURL: repo, Ref: "main"})
+	if err == nil || !strings.Contains(err.Error(), ".gitlab-ci.yml:2: jobs:a config contains unknown keys: scirpt") ||
+		!strings.Contains(err.Error(), "b job: undefined need: nope") {
+		t.Fatalf("CreatePipeline = %v, want both errors with file:line", err)
+	}
+	if ps, err := cl.Pipelines(ctx, "g/bad", 10); err != nil || len(ps) != 0 {
+		t.Errorf("pipelines of g/bad = %+v, %v; want none", ps, err)
+	}
+	if _, err := cl.CreatePipeline(ctx, client.PipelineSpec{Project: "g/bad", RepoURL: repo, Ref: "no-such-branch"}); err == nil || !strings.Contains(err.Error(), "no-such-branch") {
+		t.Errorf("CreatePipeline of a missing branch = %v, want an error naming it", err)
+	}
+}
