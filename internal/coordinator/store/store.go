@@ -75,12 +75,19 @@ const (
 	StatusSuccess             Status = "success"
 	StatusFailed              Status = "failed"
 	StatusCanceled            Status = "canceled"
+	// A pipeline's job can also be waiting for a person to play it,
+	// waiting for its start_in to pass, or skipped (its turn came and
+	// its when: said not to run).
+	StatusManual    Status = "manual"
+	StatusScheduled Status = "scheduled"
+	StatusSkipped   Status = "skipped"
 )
 
 // AllStatuses lists every status, in lifecycle order.
 var AllStatuses = []Status{
 	StatusCreated, StatusPending, StatusWaitingForRunnerAck, StatusRunning,
 	StatusCanceling, StatusSuccess, StatusFailed, StatusCanceled,
+	StatusManual, StatusScheduled, StatusSkipped,
 }
 
 // Valid reports whether s is a known status.
@@ -95,7 +102,7 @@ func (s Status) Valid() bool {
 
 // Finished reports whether s is final.
 func (s Status) Finished() bool {
-	return s == StatusSuccess || s == StatusFailed || s == StatusCanceled
+	return s == StatusSuccess || s == StatusFailed || s == StatusCanceled || s == StatusSkipped
 }
 
 // Runner is a registered runner (the thing a glrt- token authenticates).
@@ -188,6 +195,9 @@ type JobSpec struct {
 	Cache        []CacheSpec      `json:"cache,omitempty"`
 	Artifacts    *ArtifactsSpec   `json:"artifacts,omitempty"`
 	Dependencies []DependencySpec `json:"dependencies,omitempty"`
+	// Pipeline is how the job runs in its pipeline; nil for a job
+	// submitted on its own.
+	Pipeline *PipelineJob `json:"pipeline,omitempty"`
 	// Sealed is the variables of the job, of its image and of each of its
 	// services, sealed by the coordinator (package secretbox) before the
 	// job is stored; those Variables fields are then empty. Records from
@@ -263,7 +273,10 @@ func (a *Artifact) Retired() bool { return a.File == "" }
 
 // Job is one job and its lifecycle record.
 type Job struct {
-	ID             int64
+	ID int64
+	// PipelineID is the pipeline the job belongs to, 0 for a job
+	// submitted on its own.
+	PipelineID     int64
 	Name           string
 	Project        string
 	ProjectID      int64 // assigned by the store per distinct Project
@@ -366,10 +379,12 @@ type JobFilter struct {
 	Statuses []Status // any of; empty = all
 	Project  string   // "" = all
 	Name     string   // "" = all
-	AfterID  int64    // only jobs with ID > AfterID
-	BeforeID int64    // when > 0, only jobs with ID < BeforeID
-	Newest   bool     // highest ID first (with Limit: the newest jobs)
-	Limit    int      // <= 0 means no limit
+	// PipelineID, when > 0, selects the jobs of that pipeline.
+	PipelineID int64
+	AfterID    int64 // only jobs with ID > AfterID
+	BeforeID   int64 // when > 0, only jobs with ID < BeforeID
+	Newest     bool  // highest ID first (with Limit: the newest jobs)
+	Limit      int   // <= 0 means no limit
 }
 
 // Store is the persistence driver. Implementations are safe for concurrent
@@ -459,7 +474,153 @@ type Store interface {
 	// the job for the same reason), rather than never existed.
 	RetireArtifact(ctx context.Context, a Artifact) error
 
+	// CreatePipeline inserts p (ID, ProjectID and IID are assigned: IID
+	// counts the project's pipelines from 1) and its jobs, which get
+	// PipelineID (and their own IDs and ProjectID), in one transaction:
+	// either all exist afterwards or none. The jobs are returned in the
+	// order given.
+	CreatePipeline(ctx context.Context, p Pipeline, jobs []Job) (Pipeline, []Job, error)
+	GetPipeline(ctx context.Context, id int64) (Pipeline, error)
+	ListPipelines(ctx context.Context, f PipelineFilter) ([]Pipeline, error)
+	// UpdatePipeline applies ch to pipeline id if its Version is
+	// ch.IfVersion (0: whatever it is), bumping Version; otherwise it
+	// returns the current pipeline and ErrConflict. Unknown: ErrNotFound.
+	UpdatePipeline(ctx context.Context, id int64, ch PipelineChange) (Pipeline, error)
+
 	// Ping reports whether the store is usable.
 	Ping(ctx context.Context) error
 	Close() error
+}
+
+// PipelineStatus is a pipeline's status, GitLab's set.
+type PipelineStatus string
+
+// Pipeline statuses.
+const (
+	PipelineCreated   PipelineStatus = "created"
+	PipelinePending   PipelineStatus = "pending"
+	PipelineRunning   PipelineStatus = "running"
+	PipelineSuccess   PipelineStatus = "success"
+	PipelineFailed    PipelineStatus = "failed"
+	PipelineCanceled  PipelineStatus = "canceled"
+	PipelineSkipped   PipelineStatus = "skipped"
+	PipelineManual    PipelineStatus = "manual"
+	PipelineScheduled PipelineStatus = "scheduled"
+)
+
+// Finished reports whether a pipeline in s has nothing left to run by
+// itself (a manual pipeline waits for a person, so it is not finished).
+func (s PipelineStatus) Finished() bool {
+	switch s {
+	case PipelineSuccess, PipelineFailed, PipelineCanceled, PipelineSkipped:
+		return true
+	}
+	return false
+}
+
+// Pipeline is one run of a project's CI configuration for a commit.
+type Pipeline struct {
+	ID        int64
+	Project   string
+	ProjectID int64 // assigned by the store, as for jobs
+	// IID counts the project's pipelines from 1 (CI_PIPELINE_IID).
+	IID int64
+	// Source is CI_PIPELINE_SOURCE: push, web, api, schedule, trigger...
+	Source string
+	// Ref is the branch or tag (Tag) the pipeline runs for; SHA its
+	// commit, BeforeSHA what the push moved the ref from.
+	Ref       string
+	Tag       bool
+	SHA       string
+	BeforeSHA string
+	Status    PipelineStatus
+	// Spec is what the coordinator needs besides: the store keeps it as
+	// an opaque document.
+	Spec       PipelineSpec
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	UpdatedAt  time.Time
+	// Version is bumped by every UpdatePipeline; CreatePipeline sets 1.
+	Version int64
+}
+
+// PipelineSpec is the part of a pipeline the store does not query.
+type PipelineSpec struct {
+	// RepoURL is where the jobs fetch the sources from.
+	RepoURL string `json:"repo_url,omitempty"`
+	// ConfigFile is the CI configuration's path in the repository.
+	ConfigFile string `json:"config_file,omitempty"`
+	// Name is workflow:name.
+	Name string `json:"name,omitempty"`
+	// Stages are the pipeline's stages in order.
+	Stages []string `json:"stages,omitempty"`
+	// Sealed is the pipeline's own variables (given when it was run),
+	// sealed as job variables are.
+	Sealed string `json:"sealed,omitempty"`
+	// Warnings are what the compiler warned about.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// PipelineChange is what UpdatePipeline writes. Zero fields are left as
+// they are.
+type PipelineChange struct {
+	Status     PipelineStatus
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// At is the time of the change; it becomes UpdatedAt. Required.
+	At        time.Time
+	IfVersion int64
+}
+
+// PipelineFilter selects pipelines for ListPipelines, ordered by ID, the
+// newest (highest) first when Newest is set.
+type PipelineFilter struct {
+	Project  string // "" = all
+	Ref      string // "" = all
+	Statuses []PipelineStatus
+	BeforeID int64 // when > 0, only pipelines with ID < BeforeID
+	AfterID  int64
+	Newest   bool
+	Limit    int // <= 0: no limit
+}
+
+// PipelineJob is what a pipeline's scheduler knows about one of its jobs.
+type PipelineJob struct {
+	// StageIndex is the job's stage's place in the pipeline's stages.
+	StageIndex int `json:"stage_index"`
+	// When is on_success, on_failure, always, manual or delayed;
+	// StartIn a delayed job's wait, in seconds.
+	When    string `json:"when"`
+	StartIn int    `json:"start_in,omitempty"`
+	// AllowFailure lets the job fail without failing the pipeline (for
+	// the exit codes AllowFailureExitCodes only, when set).
+	AllowFailure          bool  `json:"allow_failure,omitempty"`
+	AllowFailureExitCodes []int `json:"allow_failure_exit_codes,omitempty"`
+	// Needs, when HasNeeds, are the jobs (by name) it waits for; without,
+	// it waits for every job of the earlier stages.
+	Needs    []PipelineNeed `json:"needs,omitempty"`
+	HasNeeds bool           `json:"has_needs,omitempty"`
+	// Retry is retry: (automatic retries); Attempt counts the job's
+	// retries so far (0: the first run).
+	RetryMax       int      `json:"retry_max,omitempty"`
+	RetryWhen      []string `json:"retry_when,omitempty"`
+	RetryExitCodes []int    `json:"retry_exit_codes,omitempty"`
+	Attempt        int      `json:"attempt,omitempty"`
+	// RetryOf is the job this one retries (0: none); a retried job is
+	// replaced by its retry in the pipeline's view.
+	RetryOf       int64  `json:"retry_of,omitempty"`
+	ResourceGroup string `json:"resource_group,omitempty"`
+	Interruptible bool   `json:"interruptible,omitempty"`
+	// Coverage is the regex applied to the log.
+	Coverage       string `json:"coverage,omitempty"`
+	Environment    string `json:"environment,omitempty"`
+	EnvironmentURL string `json:"environment_url,omitempty"`
+}
+
+// PipelineNeed is one need of a pipeline's job.
+type PipelineNeed struct {
+	Name      string `json:"name"`
+	Artifacts bool   `json:"artifacts"`
+	Optional  bool   `json:"optional,omitempty"`
 }
