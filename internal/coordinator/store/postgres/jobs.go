@@ -50,10 +50,15 @@ func scanJob(row pgx.Row) (store.Job, error) {
 }
 
 func (s *Store) collectJobs(ctx context.Context, op string, rows pgx.Rows, err error) ([]store.Job, error) {
+	return collect(ctx, s, op, rows, err, scanJob)
+}
+
+// collect scans every row of a query (rows and err are its result).
+func collect[T any](ctx context.Context, s *Store, op string, rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Job, error) { return scanJob(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -170,18 +175,27 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if f.PipelineID > 0 {
 		q += ` AND j.pipeline_id = ` + a.add(f.PipelineID)
 	}
-	if f.BeforeID > 0 {
-		q += ` AND j.id < ` + a.add(f.BeforeID)
-	}
-	q += ` ORDER BY j.id`
-	if f.Newest {
-		q += ` DESC`
-	}
-	if f.Limit > 0 {
-		q += ` LIMIT ` + a.add(f.Limit)
-	}
+	q += page(&a, "j.id", f.BeforeID, f.Newest, f.Limit)
 	rows, err := s.pool.Query(ctx, q, a...)
 	return s.collectJobs(ctx, "list jobs", rows, err)
+}
+
+// page ends a listing query in id order (ListJobs, ListPipelines): ids
+// below before (when > 0), the highest first when newest, at most limit
+// (when > 0).
+func page(a *args, id string, before int64, newest bool, limit int) string {
+	q := ""
+	if before > 0 {
+		q += ` AND ` + id + ` < ` + a.add(before)
+	}
+	q += ` ORDER BY ` + id
+	if newest {
+		q += ` DESC`
+	}
+	if limit > 0 {
+		q += ` LIMIT ` + a.add(limit)
+	}
+	return q
 }
 
 // QueueHeads implements store.Store.

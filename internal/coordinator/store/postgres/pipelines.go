@@ -127,11 +127,7 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 	var a args
 	q := `SELECT ` + pipelineCols + pipelineFrom + ` WHERE pl.id > ` + a.add(f.AfterID)
 	if len(f.Statuses) > 0 {
-		sts := make([]string, len(f.Statuses))
-		for i, st := range f.Statuses {
-			sts[i] = string(st)
-		}
-		q += ` AND pl.status = ANY(` + a.add(sts) + `)`
+		q += ` AND pl.status = ANY(` + a.add(statusStrings(f.Statuses)) + `)`
 	}
 	if f.Project != "" {
 		q += ` AND p.path = ` + a.add(f.Project)
@@ -139,25 +135,9 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 	if f.Ref != "" {
 		q += ` AND pl.ref = ` + a.add(f.Ref)
 	}
-	if f.BeforeID > 0 {
-		q += ` AND pl.id < ` + a.add(f.BeforeID)
-	}
-	q += ` ORDER BY pl.id`
-	if f.Newest {
-		q += ` DESC`
-	}
-	if f.Limit > 0 {
-		q += ` LIMIT ` + a.add(f.Limit)
-	}
+	q += page(&a, "pl.id", f.BeforeID, f.Newest, f.Limit)
 	rows, err := s.pool.Query(ctx, q, a...)
-	if err != nil {
-		return nil, s.fail(ctx, "list pipelines", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Pipeline, error) { return scanPipeline(row) })
-	if err != nil {
-		return nil, s.fail(ctx, "list pipelines", err)
-	}
-	return nonNil(out), nil
+	return collect(ctx, s, "list pipelines", rows, err, scanPipeline)
 }
 
 // UpdatePipeline implements store.Store, in one statement: the update's

@@ -104,48 +104,13 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q := `SELECT ` + pipelineCols + pipelineFrom + ` WHERE pl.id > ?`
-	args := []any{f.AfterID}
-	if len(f.Statuses) > 0 {
-		q += ` AND pl.status IN (` + placeholders(len(f.Statuses)) + `)`
-		for _, st := range f.Statuses {
-			args = append(args, string(st))
-		}
-	}
-	if f.Project != "" {
-		q += ` AND p.path = ?`
-		args = append(args, f.Project)
-	}
-	if f.Ref != "" {
-		q += ` AND pl.ref = ?`
-		args = append(args, f.Ref)
-	}
-	if f.BeforeID > 0 {
-		q += ` AND pl.id < ?`
-		args = append(args, f.BeforeID)
-	}
-	q += ` ORDER BY pl.id`
-	if f.Newest {
-		q += ` DESC`
-	}
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	rows, err := s.rs.QueryContext(ctx, q, args...)
+	l := listing{q: `SELECT ` + pipelineCols + pipelineFrom + ` WHERE pl.id > ?`, args: []any{f.AfterID}}
+	l.in("pl.status", strs(f.Statuses))
+	l.and(f.Project != "", "p.path = ?", f.Project)
+	l.and(f.Ref != "", "pl.ref = ?", f.Ref)
+	q, args := l.page("pl.id", f.BeforeID, f.Newest, f.Limit)
+	out, err := queryAll(ctx, s.rs, scanPipeline, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list pipelines: %w", err)
-	}
-	defer rows.Close()
-	out := []store.Pipeline{}
-	for rows.Next() {
-		p, err := scanPipeline(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list pipelines: %w", err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list pipelines: %w", err)
 	}
 	return out, nil

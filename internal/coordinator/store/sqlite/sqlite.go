@@ -583,50 +583,81 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q := `SELECT ` + jobCols + jobFrom + ` WHERE j.id > ?`
-	args := []any{f.AfterID}
-	if len(f.Statuses) > 0 {
-		q += ` AND j.status IN (` + placeholders(len(f.Statuses)) + `)`
-		for _, st := range f.Statuses {
-			args = append(args, string(st))
-		}
-	}
-	if f.Project != "" {
-		q += ` AND p.path = ?`
-		args = append(args, f.Project)
-	}
-	if f.Name != "" {
-		q += ` AND j.name = ?`
-		args = append(args, f.Name)
-	}
-	if f.PipelineID > 0 {
-		q += ` AND j.pipeline_id = ?`
-		args = append(args, f.PipelineID)
-	}
-	if f.BeforeID > 0 {
-		q += ` AND j.id < ?`
-		args = append(args, f.BeforeID)
-	}
-	q += ` ORDER BY j.id`
-	if f.Newest {
-		q += ` DESC`
-	}
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	rows, err := s.rs.QueryContext(ctx, q, args...)
+	l := listing{q: `SELECT ` + jobCols + jobFrom + ` WHERE j.id > ?`, args: []any{f.AfterID}}
+	l.in("j.status", strs(f.Statuses))
+	l.and(f.Project != "", "p.path = ?", f.Project)
+	l.and(f.Name != "", "j.name = ?", f.Name)
+	l.and(f.PipelineID > 0, "j.pipeline_id = ?", f.PipelineID)
+	q, args := l.page("j.id", f.BeforeID, f.Newest, f.Limit)
+	out, err := queryAll(ctx, s.rs, scanJob, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
+	return out, nil
+}
+
+// listing builds the query of a list in id order (ListJobs,
+// ListPipelines): conditions, then the page.
+type listing struct {
+	q    string
+	args []any
+}
+
+// and adds cond, with v for its placeholder, when ok.
+func (l *listing) and(ok bool, cond string, v any) {
+	if ok {
+		l.q += ` AND ` + cond
+		l.args = append(l.args, v)
+	}
+}
+
+// in adds col IN vs when vs is not empty.
+func (l *listing) in(col string, vs []string) {
+	if len(vs) > 0 {
+		l.q += ` AND ` + col + ` IN (` + placeholders(len(vs)) + `)`
+		for _, v := range vs {
+			l.args = append(l.args, v)
+		}
+	}
+}
+
+// page ends the query: ids below before (when > 0), in the order of id
+// (the highest first when newest), at most limit (when > 0).
+func (l *listing) page(id string, before int64, newest bool, limit int) (string, []any) {
+	l.and(before > 0, id+` < ?`, before)
+	l.q += ` ORDER BY ` + id
+	if newest {
+		l.q += ` DESC`
+	}
+	if limit > 0 {
+		l.q += ` LIMIT ?`
+		l.args = append(l.args, limit)
+	}
+	return l.q, l.args
+}
+
+func strs[S ~string](l []S) []string {
+	out := make([]string, len(l))
+	for i, v := range l {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// queryAll runs q on the read pool and scans every row.
+func queryAll[T any](ctx context.Context, st *stmts, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := st.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	out := []store.Job{}
+	out := []T{}
 	for rows.Next() {
-		j, err := scanJob(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, j)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
