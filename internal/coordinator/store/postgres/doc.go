@@ -27,6 +27,16 @@
 // waits on the lock sees the winner's committed row, no longer matching:
 // exactly one of concurrent callers wins, across processes.
 //
+// # Pipelines
+//
+// CreatePipeline bumps the project's pipeline counter (projects.pipeline_iid)
+// with an UPDATE in the transaction that inserts the pipeline and its jobs:
+// a concurrent creation in the same project, through any coordinator,
+// waits for that row's lock and then bumps the committed value, so no IID
+// is given twice (pipelines' UNIQUE (project_id, iid) would refuse it
+// anyway). A failed creation leaves no pipeline, job or IID used; only
+// the project row, created beforehand as CreateJob creates it, stays.
+//
 // # Errors
 //
 // Failures to reach the database (refused or broken connections, a server

@@ -18,7 +18,8 @@ import (
 // joined with projects as p.
 const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
 	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at,
-	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids`
+	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids,
+	j.pipeline_id`
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
@@ -28,7 +29,8 @@ func scanJob(row pgx.Row) (store.Job, error) {
 	var created, queued, started, finished, updated, contacted, assigned, deadline, accepted int64
 	if err := row.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &status, &j.FailureReason, &j.ExitCode, &j.Tags, &j.Timeout, &j.RunTimeout,
 		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted,
-		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &j.AvoidSystemIDs); err != nil {
+		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &j.AvoidSystemIDs,
+		&j.PipelineID); err != nil {
 		return store.Job{}, err
 	}
 	j.Status = store.Status(status)
@@ -48,10 +50,15 @@ func scanJob(row pgx.Row) (store.Job, error) {
 }
 
 func (s *Store) collectJobs(ctx context.Context, op string, rows pgx.Rows, err error) ([]store.Job, error) {
+	return collect(ctx, s, op, rows, err, scanJob)
+}
+
+// collect scans every row of a query (rows and err are its result).
+func collect[T any](ctx context.Context, s *Store, op string, rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Job, error) { return scanJob(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -87,32 +94,45 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	if err != nil {
 		return j, s.fail(ctx, fmt.Sprintf("create job: project %q", j.Project), err)
 	}
-	spec, err := json.Marshal(j.Spec)
+	q, a, err := s.insertJob(pid, j)
 	if err != nil {
-		return j, fmt.Errorf("create job: spec: %w", err)
+		return j, fmt.Errorf("create job: %w", err)
 	}
-	// A queued job is announced in the same statement (see ListenQueue).
-	notify, extra := "", []any{}
-	if j.Status == store.StatusPending {
-		notify = ` CROSS JOIN LATERAL (SELECT ` + notifyJobSQL("$29", "$30") + `) n`
-		extra = []any{s.origin, len(j.Spec.Services) > 0}
-	}
-	out, err := scanJob(s.pool.QueryRow(ctx, `WITH j AS (
-		INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
-			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
-			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-			1, $21, $22, $23, $24, $25, $26, $27, $28)
-		RETURNING *)
-		SELECT `+jobCols+` FROM j JOIN projects p ON p.id = j.project_id`+notify, append([]any{
-		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, j.ExitCode, nonNil(j.Tags), j.Timeout, j.RunTimeout, j.Image, string(spec),
-		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
-		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs)},
-		extra...)...))
+	out, err := scanJob(s.pool.QueryRow(ctx, q, a...))
 	if err != nil {
 		return j, s.fail(ctx, "create job", err)
 	}
 	return out, nil
+}
+
+// insertJob returns the statement, and its arguments, that inserts j into
+// project pid and returns it as jobCols. A queued job is announced in the
+// same statement (see ListenQueue).
+func (s *Store) insertJob(pid int64, j store.Job) (string, []any, error) {
+	spec, err := json.Marshal(j.Spec)
+	if err != nil {
+		return "", nil, fmt.Errorf("spec: %w", err)
+	}
+	notify, extra := "", []any{}
+	if j.Status == store.StatusPending {
+		notify = ` CROSS JOIN LATERAL (SELECT ` + notifyJobSQL("$30", "$31") + `) n`
+		extra = []any{s.origin, len(j.Spec.Services) > 0}
+	}
+	q := `WITH j AS (
+		INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
+			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
+			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids,
+			pipeline_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+			1, $21, $22, $23, $24, $25, $26, $27, $28, $29)
+		RETURNING *)
+		SELECT ` + jobCols + ` FROM j JOIN projects p ON p.id = j.project_id` + notify
+	return q, append([]any{
+		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, j.ExitCode, nonNil(j.Tags), j.Timeout, j.RunTimeout, j.Image, string(spec),
+		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
+		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs),
+		j.PipelineID},
+		extra...), nil
 }
 
 // GetJob implements store.Store.
@@ -152,18 +172,30 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if f.Name != "" {
 		q += ` AND j.name = ` + a.add(f.Name)
 	}
-	if f.BeforeID > 0 {
-		q += ` AND j.id < ` + a.add(f.BeforeID)
+	if f.PipelineID > 0 {
+		q += ` AND j.pipeline_id = ` + a.add(f.PipelineID)
 	}
-	q += ` ORDER BY j.id`
-	if f.Newest {
-		q += ` DESC`
-	}
-	if f.Limit > 0 {
-		q += ` LIMIT ` + a.add(f.Limit)
-	}
+	q += page(&a, "j.id", f.BeforeID, f.Newest, f.Limit)
 	rows, err := s.pool.Query(ctx, q, a...)
 	return s.collectJobs(ctx, "list jobs", rows, err)
+}
+
+// page ends a listing query in id order (ListJobs, ListPipelines): ids
+// below before (when > 0), the highest first when newest, at most limit
+// (when > 0).
+func page(a *args, id string, before int64, newest bool, limit int) string {
+	q := ""
+	if before > 0 {
+		q += ` AND ` + id + ` < ` + a.add(before)
+	}
+	q += ` ORDER BY ` + id
+	if newest {
+		q += ` DESC`
+	}
+	if limit > 0 {
+		q += ` LIMIT ` + a.add(limit)
+	}
+	return q
 }
 
 // QueueHeads implements store.Store.

@@ -311,7 +311,7 @@ func (a *args) add(v any) string {
 	return "$" + strconv.Itoa(len(*a))
 }
 
-func statusStrings(sts []store.Status) []string {
+func statusStrings[S ~string](sts []S) []string {
 	out := make([]string, len(sts))
 	for i, st := range sts {
 		out[i] = string(st)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,17 @@ func (h *harness) open(t *testing.T, url string) store.Store {
 	h.urls[s] = url
 	h.mu.Unlock()
 	return s
+}
+
+// FailJobInserts implements storetest.JobInsertFailer with a trigger.
+func (h *harness) FailJobInserts(t *testing.T, s store.Store, name string) {
+	h.mu.Lock()
+	url := h.urls[s]
+	h.mu.Unlock()
+	sql(t, url, `CREATE FUNCTION refuse_job() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'job refused by the test'; END $$`)
+	sql(t, url, `CREATE TRIGGER refuse_job BEFORE INSERT ON jobs FOR EACH ROW
+		WHEN (NEW.name = '`+strings.ReplaceAll(name, "'", "''")+`') EXECUTE FUNCTION refuse_job()`)
 }
 
 func TestConformance(t *testing.T) {
@@ -407,4 +419,93 @@ func (traceHarness) OpenTraces(t *testing.T) (store.Traces, func(t *testing.T) i
 
 func TestTraces(t *testing.T) {
 	storetest.RunTraces(t, traceHarness{})
+}
+
+// TestPipelinesAcrossStores creates pipelines of one project through
+// four stores, each with its own pool as separate coordinators have: the
+// IIDs are 1 to n, none given twice.
+func TestPipelinesAcrossStores(t *testing.T) {
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	const coordinators, each = 4, 5
+	var mu sync.Mutex
+	var iids []int64
+	var wg sync.WaitGroup
+	for range coordinators {
+		s := open(t, url)
+		wg.Go(func() {
+			for range each {
+				p, _, err := s.CreatePipeline(ctx, store.Pipeline{Project: "a/b", Ref: "main", Status: store.PipelineCreated},
+					[]store.Job{{Name: "j", Status: store.StatusCreated}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				iids = append(iids, p.IID)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(iids)
+	want := []int64{}
+	for i := range coordinators * each {
+		want = append(want, int64(i+1))
+	}
+	if d := cmp.Diff(want, iids); d != "" {
+		t.Errorf("IIDs (-want +got):\n%s", d)
+	}
+}
+
+// TestPipelineJobsAnnounced: the queued jobs of a pipeline are announced
+// to the other coordinators when, and only if, the pipeline is committed;
+// its jobs waiting (created, manual) are not.
+func TestPipelineJobsAnnounced(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	url := pgtest.NewDatabase(t)
+	a, b := open(t, url), open(t, url)
+	events := make(chan store.QueueEvent, 16)
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.ListenQueue(ctx, ready, func(ev store.QueueEvent) { events <- ev })
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+
+	pl := store.Pipeline{Project: "a/b", Ref: "main", Status: store.PipelinePending}
+	jobs := []store.Job{
+		{Name: "build", Status: store.StatusPending, Tags: []string{"linux"}, Image: "alpine"},
+		{Name: "test", Status: store.StatusCreated},
+		{Name: "deploy", Status: store.StatusManual},
+	}
+	_, created, err := a.CreatePipeline(ctx, pl, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pipeline that fails after its queued job was inserted announces
+	// nothing.
+	h := &harness{urls: map[store.Store]string{a: url}}
+	h.FailJobInserts(t, a, "refused")
+	if _, _, err := a.CreatePipeline(ctx, pl, append(jobs[:1:1], store.Job{Name: "refused", Status: store.StatusPending})); err == nil {
+		t.Fatal("CreatePipeline with a refused job succeeded")
+	}
+	marker, err := a.CreateJob(ctx, store.Job{Name: "marker", Project: "a/b", Status: store.StatusPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []store.QueueEvent
+	for ev := range events {
+		got = append(got, ev)
+		if ev.JobID == marker.ID {
+			break
+		}
+	}
+	want := []store.QueueEvent{{JobID: created[0].ID, Tags: []string{"linux"}, Image: true}, {JobID: marker.ID, Tags: []string{}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
 }

@@ -116,4 +116,32 @@ CREATE INDEX jobs_project_name ON jobs(project_id, name, id);
 	`
 ALTER TABLE runner_managers ADD COLUMN fleet_url TEXT NOT NULL DEFAULT '';
 `,
+	// 7: pipelines. A project counts its pipelines in pipeline_iid (the
+	// last IID given); a job belongs to pipeline pipeline_id, 0 for a job
+	// submitted on its own.
+	`
+ALTER TABLE projects ADD COLUMN pipeline_iid INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE pipelines (
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	project_id  INTEGER NOT NULL REFERENCES projects(id),
+	iid         INTEGER NOT NULL,
+	source      TEXT NOT NULL DEFAULT '',
+	ref         TEXT NOT NULL DEFAULT '',
+	tag         INTEGER NOT NULL DEFAULT 0,
+	sha         TEXT NOT NULL DEFAULT '',
+	before_sha  TEXT NOT NULL DEFAULT '',
+	status      TEXT NOT NULL,
+	spec        TEXT NOT NULL DEFAULT '{}',
+	created_at  INTEGER NOT NULL DEFAULT 0,
+	started_at  INTEGER NOT NULL DEFAULT 0,
+	finished_at INTEGER NOT NULL DEFAULT 0,
+	updated_at  INTEGER NOT NULL DEFAULT 0,
+	version     INTEGER NOT NULL DEFAULT 1,
+	UNIQUE (project_id, iid)
+);
+CREATE INDEX pipelines_project_ref ON pipelines(project_id, ref, id);
+CREATE INDEX pipelines_status_id ON pipelines(status, id);
+ALTER TABLE jobs ADD COLUMN pipeline_id INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_pipeline_id ON jobs(pipeline_id, id);
+`,
 }

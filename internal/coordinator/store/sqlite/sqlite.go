@@ -449,7 +449,8 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 
 const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
 	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at,
-	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids`
+	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids,
+	j.pipeline_id`
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
@@ -460,7 +461,8 @@ func scanJob(sc scanner) (store.Job, error) {
 	var created, queued, started, finished, updated, contacted, assigned, deadline, accepted int64
 	if err := sc.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &j.Status, &j.FailureReason, &exit, &tags, &j.Timeout, &j.RunTimeout,
 		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted,
-		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &avoid); err != nil {
+		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &avoid,
+		&j.PipelineID); err != nil {
 		return j, err
 	}
 	if err := json.Unmarshal([]byte(avoid), &j.AvoidSystemIDs); err != nil {
@@ -501,15 +503,48 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		return j, err
 	}
 	defer tx.Rollback()
-	pid, known := s.projects[j.Project]
-	if !known {
-		if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, j.Project); err != nil {
-			return j, fmt.Errorf("create job: project: %w", err)
-		}
-		if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, j.Project).Scan(&pid); err != nil {
-			return j, fmt.Errorf("create job: project: %w", err)
-		}
+	pid, known, err := s.projectID(ctx, tx, j.Project)
+	if err != nil {
+		return j, fmt.Errorf("create job: project: %w", err)
 	}
+	out, err := s.insertJob(ctx, tx, pid, j)
+	if err != nil {
+		return j, fmt.Errorf("create job: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return out, err
+	}
+	s.remember(j.Project, pid, known)
+	return out, nil
+}
+
+// projectID returns the id of the project at path, creating it in tx if
+// needed; known says it came from s.projects. The caller holds the write
+// turn.
+func (s *Store) projectID(ctx context.Context, tx *sql.Tx, path string) (id int64, known bool, err error) {
+	if id, known := s.projects[path]; known {
+		return id, true, nil
+	}
+	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO projects (path) VALUES (?) ON CONFLICT (path) DO NOTHING`, path); err != nil {
+		return 0, false, err
+	}
+	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT id FROM projects WHERE path = ?`, path).Scan(&id); err != nil {
+		return 0, false, err
+	}
+	return id, false, nil
+}
+
+// remember caches the id of the project at path once the transaction that
+// found or created it has committed (the id is then the project's for
+// good). The caller holds the write turn.
+func (s *Store) remember(path string, id int64, known bool) {
+	if !known && len(s.projects) < maxCachedProjects {
+		s.projects[path] = id
+	}
+}
+
+// insertJob inserts j into project pid in tx and returns it as stored.
+func (s *Store) insertJob(ctx context.Context, tx *sql.Tx, pid int64, j store.Job) (store.Job, error) {
 	var exit any
 	if j.ExitCode != nil {
 		exit = *j.ExitCode
@@ -517,25 +552,17 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	var id int64
 	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
 			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
-			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids,
+			pipeline_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, exit, tagsText(j.Tags), j.Timeout, j.RunTimeout, j.Image, jsonText(j.Spec),
 		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
 		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, tagsText(j.AvoidSystemIDs),
+		j.PipelineID,
 	).Scan(&id); err != nil {
-		return j, fmt.Errorf("create job: %w", err)
+		return j, err
 	}
-	out, err := scanJob((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
-	if err != nil {
-		return j, fmt.Errorf("create job: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return out, err
-	}
-	if !known && len(s.projects) < maxCachedProjects {
-		s.projects[j.Project] = pid // committed: the id is the project's for good
-	}
-	return out, nil
+	return scanJob((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
 }
 
 // GetJob implements store.Store.
@@ -556,46 +583,81 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter) ([]store.Job, e
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q := `SELECT ` + jobCols + jobFrom + ` WHERE j.id > ?`
-	args := []any{f.AfterID}
-	if len(f.Statuses) > 0 {
-		q += ` AND j.status IN (` + placeholders(len(f.Statuses)) + `)`
-		for _, st := range f.Statuses {
-			args = append(args, string(st))
-		}
-	}
-	if f.Project != "" {
-		q += ` AND p.path = ?`
-		args = append(args, f.Project)
-	}
-	if f.Name != "" {
-		q += ` AND j.name = ?`
-		args = append(args, f.Name)
-	}
-	if f.BeforeID > 0 {
-		q += ` AND j.id < ?`
-		args = append(args, f.BeforeID)
-	}
-	q += ` ORDER BY j.id`
-	if f.Newest {
-		q += ` DESC`
-	}
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	rows, err := s.rs.QueryContext(ctx, q, args...)
+	l := listing{q: `SELECT ` + jobCols + jobFrom + ` WHERE j.id > ?`, args: []any{f.AfterID}}
+	l.in("j.status", strs(f.Statuses))
+	l.and(f.Project != "", "p.path = ?", f.Project)
+	l.and(f.Name != "", "j.name = ?", f.Name)
+	l.and(f.PipelineID > 0, "j.pipeline_id = ?", f.PipelineID)
+	q, args := l.page("j.id", f.BeforeID, f.Newest, f.Limit)
+	out, err := queryAll(ctx, s.rs, scanJob, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
+	return out, nil
+}
+
+// listing builds the query of a list in id order (ListJobs,
+// ListPipelines): conditions, then the page.
+type listing struct {
+	q    string
+	args []any
+}
+
+// and adds cond, with v for its placeholder, when ok.
+func (l *listing) and(ok bool, cond string, v any) {
+	if ok {
+		l.q += ` AND ` + cond
+		l.args = append(l.args, v)
+	}
+}
+
+// in adds col IN vs when vs is not empty.
+func (l *listing) in(col string, vs []string) {
+	if len(vs) > 0 {
+		l.q += ` AND ` + col + ` IN (` + placeholders(len(vs)) + `)`
+		for _, v := range vs {
+			l.args = append(l.args, v)
+		}
+	}
+}
+
+// page ends the query: ids below before (when > 0), in the order of id
+// (the highest first when newest), at most limit (when > 0).
+func (l *listing) page(id string, before int64, newest bool, limit int) (string, []any) {
+	l.and(before > 0, id+` < ?`, before)
+	l.q += ` ORDER BY ` + id
+	if newest {
+		l.q += ` DESC`
+	}
+	if limit > 0 {
+		l.q += ` LIMIT ?`
+		l.args = append(l.args, limit)
+	}
+	return l.q, l.args
+}
+
+func strs[S ~string](l []S) []string {
+	out := make([]string, len(l))
+	for i, v := range l {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// queryAll runs q on the read pool and scans every row.
+func queryAll[T any](ctx context.Context, st *stmts, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := st.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	out := []store.Job{}
+	out := []T{}
 	for rows.Next() {
-		j, err := scanJob(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, j)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

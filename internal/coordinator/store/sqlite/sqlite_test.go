@@ -43,6 +43,19 @@ func (h *harness) Reopen(t *testing.T, s store.Store) store.Store {
 	return s2
 }
 
+// FailJobInserts implements storetest.JobInsertFailer with a trigger.
+func (h *harness) FailJobInserts(t *testing.T, s store.Store, name string) {
+	db, err := sql.Open("sqlite", "file:"+h.paths[s]+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), `CREATE TRIGGER refuse_job BEFORE INSERT ON jobs WHEN NEW.name = '`+strings.ReplaceAll(name, "'", "''")+`'
+		BEGIN SELECT RAISE(ABORT, 'job refused by the test'); END`); err != nil {
+		t.Fatalf("create trigger: %v", err)
+	}
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, &harness{paths: map[store.Store]string{}})
 }

@@ -54,6 +54,12 @@ func Run(t *testing.T, h Harness) {
 		{"PutArtifactOnce", testPutArtifactOnce},
 		{"ArtifactExpiry", testArtifactExpiry},
 		{"JobArtifacts", testJobArtifacts},
+		{"Pipelines", testPipelines},
+		{"ListPipelines", testListPipelines},
+		{"UpdatePipeline", testUpdatePipeline},
+		{"ConcurrentPipelines", testConcurrentPipelines},
+		{"PipelineAtomic", testPipelineAtomic},
+		{"PipelinesClosed", testPipelinesClosed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
