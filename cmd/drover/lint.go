@@ -25,9 +25,14 @@ type pipelineFlags struct {
 }
 
 func (f *pipelineFlags) add(cmd *cobra.Command) {
+	f.addRef(cmd)
+	cmd.Flags().StringVar(&f.source, "source", "push", "the pipeline's source, CI_PIPELINE_SOURCE (push, web, api, schedule, trigger, merge_request_event)")
+}
+
+// addRef adds --ref and --variable.
+func (f *pipelineFlags) addRef(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.ref, "ref", "", "the branch or tag the pipeline runs for (default: the checked-out branch, or the tag at HEAD)")
-	fl.StringVar(&f.source, "source", "push", "the pipeline's source, CI_PIPELINE_SOURCE (push, web, api, schedule, trigger, merge_request_event)")
 	fl.StringArrayVar(&f.variables, "variable", nil, "a pipeline variable KEY=VALUE, as given to a manual run (repeatable; wins over the file's variables)")
 }
 

@@ -22,6 +22,8 @@ func newRootCmd() *cobra.Command {
   drover run           runner manager: takes jobs from a coordinator (drover's or GitLab) and runs them
   drover local         one-command demo: coordinator + manager in one process running examples/
   drover lint          checks a .gitlab-ci.yml and shows the pipeline it makes
+  drover exec          runs this work tree's .gitlab-ci.yml here (embedded coordinator + manager)
+  drover pipeline      runs and inspects pipelines on a drover coordinator
   drover register      adds a runner to config.toml (verifies a glrt- token)
   drover list          lists the runners of config.toml
   drover submit/jobs/logs/cancel/artifacts   use a drover coordinator's job API
@@ -58,6 +60,8 @@ other users, or what --config (or $CONFIG_FILE) names.`,
 		newArtifactsCmd(),
 		newLocalCmd(),
 		newLintCmd(),
+		newExecCmd(),
+		newPipelineCmd(),
 		newAutoscaleCmd(),
 		newHelperCmd(),
 		newHelperImageCmd(),

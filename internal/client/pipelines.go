@@ -18,6 +18,10 @@ type PipelineSpec struct {
 	Source     string     `json:"source,omitempty"`
 	ConfigFile string     `json:"config_file,omitempty"`
 	Variables  []Variable `json:"variables,omitempty"`
+	// FetchRef is a ref (refs/...) the commit is fetched from when it is
+	// not on Ref; Jobs, when set, the only jobs to run, with their needs.
+	FetchRef string   `json:"fetch_ref,omitempty"`
+	Jobs     []string `json:"jobs,omitempty"`
 }
 
 // Pipeline is a pipeline as the coordinator reports it.

@@ -41,6 +41,12 @@ type createPipelineRequest struct {
 	ConfigFile string `json:"config_file"`
 	// Variables are the pipeline's own, which win over the file's.
 	Variables []api.Variable `json:"variables"`
+	// FetchRef is a ref (refs/...) the commit is fetched from when it is
+	// not on Ref: drover exec's snapshot of a work tree.
+	FetchRef string `json:"fetch_ref"`
+	// Jobs, when set, are the only jobs created: these (a base name
+	// selects all its parallel jobs) and what they need, transitively.
+	Jobs []string `json:"jobs"`
 }
 
 var pipelineSources = []string{"push", "web", "api", "schedule", "trigger", "merge_request_event", "external", "chat", "pipeline", "parent_pipeline", "ondemand_dast_scan", "webide"}
@@ -208,6 +214,9 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	if req.ConfigFile == "" {
 		req.ConfigFile = ".gitlab-ci.yml"
 	}
+	if req.FetchRef != "" && (!strings.HasPrefix(req.FetchRef, "refs/") || strings.ContainsAny(req.FetchRef, " \t\n~^:?*[\\") || dotSegment(req.FetchRef)) {
+		return store.Pipeline{}, bad("fetch_ref must be a full ref name (refs/...)")
+	}
 	if !validConfigPath(req.ConfigFile) {
 		return store.Pipeline{}, bad("config_file must be a path inside the repository")
 	}
@@ -227,7 +236,11 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	g := gitrepo.Git{Dir: dir}
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	sha, err := g.Fetch(fctx, req.RepoURL, req.Ref, req.SHA)
+	fetchRef := req.Ref
+	if req.FetchRef != "" {
+		fetchRef = req.FetchRef
+	}
+	sha, err := g.Fetch(fctx, req.RepoURL, fetchRef, req.SHA)
 	if err != nil {
 		return store.Pipeline{}, bad("%v", err)
 	}
@@ -273,10 +286,17 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 		}
 		return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity, msg: err.Error()}
 	}
+	if len(req.Jobs) > 0 {
+		sel, err := compiled.Select(req.Jobs, true)
+		if err != nil {
+			return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity, msg: err.Error()}
+		}
+		compiled.Jobs = sel
+	}
 	p := store.Pipeline{
 		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
 		BeforeSHA: req.BeforeSHA, Status: store.PipelineCreated,
-		Spec: store.PipelineSpec{RepoURL: req.RepoURL, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages},
+		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages},
 	}
 	for _, w := range compiled.Warnings {
 		p.Spec.Warnings = append(p.Spec.Warnings, w.String())
@@ -675,6 +695,9 @@ func (c *Coordinator) pipelinePayload(ctx context.Context, r *http.Request, j *s
 	}
 	if p.BeforeSHA != "" {
 		resp.GitInfo.BeforeSha = p.BeforeSHA
+	}
+	if p.Spec.FetchRef != "" {
+		resp.GitInfo.Refspecs = append(resp.GitInfo.Refspecs, "+"+p.Spec.FetchRef+":"+p.Spec.FetchRef)
 	}
 	// dotenv reports of the jobs it downloads from.
 	var dotenv []api.Variable

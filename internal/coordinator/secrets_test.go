@@ -159,6 +159,8 @@ func TestUpgradeFromPlaintext(t *testing.T) {
 	}
 	if _, err := db.ExecContext(t.Context(), `DROP TABLE settings; DROP TABLE artifacts; DROP INDEX jobs_token_hash; DROP INDEX jobs_project_name;
 		ALTER TABLE runner_managers DROP COLUMN fleet_url;
+		DROP TABLE pipelines; DROP INDEX jobs_pipeline_id; ALTER TABLE jobs DROP COLUMN pipeline_id;
+		ALTER TABLE projects DROP COLUMN pipeline_iid;
 		DELETE FROM schema_migrations WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}

@@ -549,6 +549,10 @@ type Pipeline struct {
 type PipelineSpec struct {
 	// RepoURL is where the jobs fetch the sources from.
 	RepoURL string `json:"repo_url,omitempty"`
+	// FetchRef, when set, is the ref the jobs fetch the commit from
+	// besides the pipeline's ref (drover exec's snapshot of a work tree,
+	// which no branch points at).
+	FetchRef string `json:"fetch_ref,omitempty"`
 	// ConfigFile is the CI configuration's path in the repository.
 	ConfigFile string `json:"config_file,omitempty"`
 	// Name is workflow:name.

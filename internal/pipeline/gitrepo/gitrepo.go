@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -366,4 +368,83 @@ func (g Git) CommitFS(ctx context.Context, sha, config string, maxSize int64) (f
 		data = data[nl+1+n+1:]
 	}
 	return fsys, nil
+}
+
+// Snapshot records the work tree as it is (tracked files with their
+// changes, and untracked files git does not ignore) as a commit whose
+// parent is HEAD, points ref at it and returns its sha. The user's index,
+// branch and files are untouched: the commit is made with a temporary
+// index (in tmpDir).
+func (g Git) Snapshot(ctx context.Context, ref, tmpDir string) (string, error) {
+	index := filepath.Join(tmpDir, "snapshot-index")
+	_ = os.Remove(index)
+	defer os.Remove(index)
+	run := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", g.Dir}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_INDEX_FILE="+index,
+			"GIT_AUTHOR_NAME=drover exec", "GIT_AUTHOR_EMAIL=drover@localhost",
+			"GIT_COMMITTER_NAME=drover exec", "GIT_COMMITTER_EMAIL=drover@localhost")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("git %s in %s: %s", strings.Join(args, " "), g.Dir, strings.TrimSpace(errb.String()))
+		}
+		return strings.TrimSpace(out.String()), nil
+	}
+	head, headErr := run("rev-parse", "--verify", "-q", "HEAD")
+	if headErr == nil {
+		if _, err := run("read-tree", "HEAD"); err != nil {
+			return "", err
+		}
+	}
+	if _, err := run("add", "-A", "."); err != nil {
+		return "", err
+	}
+	tree, err := run("write-tree")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"commit-tree", tree, "-m", "drover exec: the work tree"}
+	if headErr == nil {
+		args = append(args, "-p", head)
+	}
+	sha, err := run(args...)
+	if err != nil {
+		return "", err
+	}
+	if _, err := run("update-ref", ref, sha); err != nil {
+		return "", err
+	}
+	return sha, nil
+}
+
+// Exclude adds pattern to the repository's .git/info/exclude (git ignores
+// it without a change to .gitignore), once.
+func (g Git) Exclude(ctx context.Context, pattern string) error {
+	dir, err := g.run(ctx, "rev-parse", "--git-path", "info/exclude")
+	if err != nil {
+		return err
+	}
+	file := strings.TrimSpace(dir)
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(g.Dir, file)
+	}
+	data, _ := os.ReadFile(file)
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.TrimSpace(line) == pattern {
+			return nil
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
+		fmt.Fprintln(f)
+	}
+	_, err = fmt.Fprintf(f, "# drover exec's state (artifacts, caches, logs)\n%s\n", pattern)
+	return errors.Join(err, f.Close())
 }
