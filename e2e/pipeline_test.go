@@ -15,7 +15,7 @@ import (
 
 // ciRepo makes a git repository whose main branch holds files (path →
 // contents) in one commit, and returns its path and the commit's sha.
-func ciRepo(t *testing.T, files map[string]string) (string, string) {
+func ciRepo(t testing.TB, files map[string]string) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	git := func(args ...string) string {

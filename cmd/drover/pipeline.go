@@ -115,6 +115,10 @@ succeeded. A configuration with errors is refused with every error, exit 2.`,
 				return err
 			}
 			local.PipelineSummary(out, final)
+			if final.Status == "manual" {
+				fmt.Fprintln(out, "the pipeline waits for its manual jobs: drover pipeline play JOB_ID")
+				return nil
+			}
 			if final.Status != "success" {
 				return &exitError{code: 1, err: fmt.Errorf("pipeline %d: %s", final.ID, final.Status)}
 			}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"gopkg.in/yaml.v3"
 )
 
 // bigConfig is a 300-job configuration: 3 included files of templates,
@@ -64,5 +66,20 @@ func TestBigConfig(t *testing.T) {
 	}
 	if m := p.Job("matrix-3: [a2, b1]"); m == nil || m.Needs[0].Job != "job-3" {
 		t.Errorf("matrix-3: [a2, b1] = %+v", m)
+	}
+}
+
+// BenchmarkYAMLDecode300Jobs is the floor of BenchmarkCompile300Jobs: the
+// same four files decoded by yaml.v3 into maps, with no GitLab semantics.
+func BenchmarkYAMLDecode300Jobs(b *testing.B) {
+	fsys := bigConfig()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, name := range []string{".gitlab-ci.yml", "ci/part0.yml", "ci/part1.yml", "ci/part2.yml"} {
+			var m map[string]any
+			if err := yaml.Unmarshal(fsys[name].Data, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
