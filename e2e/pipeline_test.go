@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/pgtest"
 )
 
 // ciRepo makes a git repository whose main branch holds files (path →
@@ -230,5 +231,67 @@ func TestPipelineErrors(t *testing.T) {
 	}
 	if _, err := cl.CreatePipeline(ctx, client.PipelineSpec{Project: "g/bad", RepoURL: repo, Ref: "no-such-branch"}); err == nil || !strings.Contains(err.Error(), "no-such-branch") {
 		t.Errorf("CreatePipeline of a missing branch = %v, want an error naming it", err)
+	}
+}
+
+// TestPipelinePostgresTwoCoordinators: a pipeline created through one
+// coordinator is run by a manager of the other, both on one PostgreSQL
+// database: every job runs once, in order, and two pipelines of one
+// project with a resource_group never run its jobs at once.
+func TestPipelinePostgresTwoCoordinators(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	dir := t.TempDir()
+	c1 := startCoordinator(t, filepath.Join(dir, "coord1"), "--database-url", url)
+	c1.waitLog(`job store: PostgreSQL`, 10*time.Second)
+	c2 := startCoordinator(t, filepath.Join(dir, "coord2"), "--database-url", url,
+		"--secret-key-file", filepath.Join(dir, "coord1", "secret-key"))
+	c2.waitLog(`job store: PostgreSQL`, 10*time.Second)
+	cfg := writeConfig(t, dir, c2.url, c2.runnerToken(t), 4, "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	t.Cleanup(func() {
+		m.signal(syscall.SIGTERM)
+		m.wait(30 * time.Second)
+	})
+	marks := t.TempDir()
+	repo, _ := ciRepo(t, map[string]string{".gitlab-ci.yml": strings.ReplaceAll(`
+stages: [build, deploy]
+build:
+  stage: build
+  script: ['echo "$CI_PIPELINE_ID" >> MARKS/build-runs']
+deploy:
+  stage: deploy
+  resource_group: production
+  script:
+    - 'if [ -e MARKS/deploying ]; then echo "another deploy is running"; exit 1; fi'
+    - touch MARKS/deploying
+    - sleep 1
+    - rm MARKS/deploying
+    - 'echo "$CI_PIPELINE_ID" >> MARKS/deploys'
+`, "MARKS", marks)})
+	ctx := context.Background()
+	cl1 := c1.client()
+	var ids []int64
+	for range 2 {
+		p, err := cl1.CreatePipeline(ctx, client.PipelineSpec{Project: "g/pg", RepoURL: repo, Ref: "main"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	for _, id := range ids {
+		p := waitPipeline(t, c2.client(), id, 2*time.Minute, (*client.Pipeline).Finished)
+		if p.Status != "success" {
+			t.Errorf("pipeline %d = %s, jobs %+v", id, p.Status, p.Jobs)
+		}
+	}
+	for _, f := range []string{"build-runs", "deploys"} {
+		b, err := os.ReadFile(filepath.Join(marks, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lines := strings.Fields(string(b)); len(lines) != 2 || lines[0] == lines[1] {
+			t.Errorf("%s = %q, want each pipeline's job once", f, lines)
+		}
 	}
 }

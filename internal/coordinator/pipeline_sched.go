@@ -40,8 +40,30 @@ func (c *Coordinator) transitionJob(ctx context.Context, id int64, from []store.
 	got, err := c.st.TransitionJob(ctx, id, from, ch)
 	if err == nil && got.PipelineID != 0 && got.Status.Finished() {
 		c.pipes.wake(got.PipelineID)
+		if got.Spec.Pipeline != nil && got.Spec.Pipeline.ResourceGroup != "" {
+			// Its resource group is free: the project's other
+			// pipelines may have a job waiting for it.
+			c.wakeProjectPipelines(ctx, got.Project)
+		}
 	}
 	return got, err
+}
+
+// wakeProjectPipelines wakes the advance of every unfinished pipeline of
+// project.
+func (c *Coordinator) wakeProjectPipelines(ctx context.Context, project string) {
+	ps, err := c.st.ListPipelines(ctx, store.PipelineFilter{
+		Project:  project,
+		Statuses: []store.PipelineStatus{store.PipelineCreated, store.PipelinePending, store.PipelineRunning, store.PipelineScheduled, store.PipelineManual},
+		Limit:    500,
+	})
+	if err != nil {
+		c.log.Warn("wake the project's pipelines", "project", project, "err", err)
+		return
+	}
+	for _, p := range ps {
+		c.pipes.wake(p.ID)
+	}
 }
 
 // pipelineWaker coalesces requests to advance pipelines for the
