@@ -143,6 +143,12 @@ type Policy struct {
 	// Decide.
 	ScaleThrottle ScaleThrottle
 
+	// Billing is how the cloud bills the instances (billing_increment,
+	// billing_minimum): the simulator reports billed instance-time with
+	// it, and the adaptive policy's scale-in keeps an idle instance whose
+	// paid period has time left (see AdaptiveKeep).
+	Billing Billing
+
 	// Warnings found while reading the configuration (unknown keys,
 	// deprecated keys, periods that can hardly match).
 	Warnings []config.Warning
