@@ -473,7 +473,7 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 					tooMany = fmt.Sprintf("too many instances: max_instances %d reached by the instances before it", p.MaxInstances)
 				}
 				reason = tooMany
-			case now.Sub(in.idleSince()) > idleTime && free >= needFree:
+			case now.Sub(in.idleSince()) > idleTime && free >= needFree && !(s.Adaptive && AdaptiveKeep(p.Billing, in.Created, now)):
 				if tooIdle == "" {
 					what := "idle_time " + s.IdleTime.String()
 					if idleTime != s.IdleTime {
