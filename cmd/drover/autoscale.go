@@ -543,12 +543,13 @@ type hourJSON struct {
 	BusyS     float64 `json:"busy_instance_s"`
 	IdleS     float64 `json:"idle_instance_s"`
 	CreatingS float64 `json:"creating_instance_s"`
+	BilledS   float64 `json:"billed_instance_s"` // the increments that started in the hour
 }
 
 func hoursJSON(hs []simulate.Hour) []hourJSON {
 	out := make([]hourJSON, len(hs))
 	for i, h := range hs {
-		out[i] = hourJSON{StartS: h.Start.Seconds(), Jobs: h.Jobs, Late: h.Late, WaitP95S: h.WaitP95, BusyS: h.BusyS, IdleS: h.IdleS, CreatingS: h.CreatingS}
+		out[i] = hourJSON{StartS: h.Start.Seconds(), Jobs: h.Jobs, Late: h.Late, WaitP95S: h.WaitP95, BusyS: h.BusyS, IdleS: h.IdleS, CreatingS: h.CreatingS, BilledS: h.BilledS}
 	}
 	return out
 }

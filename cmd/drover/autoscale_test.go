@@ -125,14 +125,14 @@ func TestAutoscaleCLI(t *testing.T) {
 			t.Errorf("sweep over the grid: code %d, output lacks %q\n%s", code, want, out)
 		}
 	}
-	if n := strings.Count(out, "\n"); n != 1+6+1+3 {
-		t.Errorf("sweep over the grid: %d lines, want header, 6 runs (count 0 non-preemptive only), best, 3 comparison lines\n%s", n, out)
+	if n := strings.Count(out, "\n"); n != 1+6+1+4 || !strings.Contains(out, "adaptive billed / least billed static = ") {
+		t.Errorf("sweep over the grid: %d lines, want header, 6 runs (count 0 non-preemptive only), best, 4 comparison lines (the last billed time)\n%s", n, out)
 	}
 	// --hourly: the day hour by hour, in text and JSON, and the sweep's
 	// comparison hour by hour.
 	out, code, _ = drover(t, "autoscale", "simulate", "-c", cfg, "-t", trace, "--duration", "3h", "--hourly", "--late-after", "5s")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 4+1+3 ||
-		strings.Join(strings.Fields(lines[4]), " ") != "hour jobs late p95_wait busy idle booting" || !strings.HasPrefix(lines[7], "02:00 ") {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 5+1+3 || !strings.HasPrefix(lines[3], "billed ") ||
+		strings.Join(strings.Fields(lines[5]), " ") != "hour jobs late p95_wait busy idle booting" || !strings.HasPrefix(lines[8], "02:00 ") {
 		t.Errorf("simulate --hourly: code %d, want the report, a header and 3 hours\n%s", code, out)
 	}
 	out, code, _ = drover(t, "autoscale", "simulate", "-c", cfg, "-t", trace, "--duration", "3h", "--hourly", "-o", "json")
@@ -150,7 +150,7 @@ func TestAutoscaleCLI(t *testing.T) {
 	}
 	out, code, _ = drover(t, "autoscale", "sweep", "-c", cfg, "-t", trace, "--duration", "3h", "--poll-interval", "3s",
 		"--idle-counts", "0,2", "--idle-times", "30s", "--target-p95", "10m", "--hourly")
-	if code != 0 || !strings.Contains(out, "best static") || !strings.Contains(out, "\n02:00 ") || strings.Count(out, "\n") != 1+2+1+3+2+3 {
+	if code != 0 || !strings.Contains(out, "best static") || !strings.Contains(out, "\n02:00 ") || strings.Count(out, "\n") != 1+2+1+4+2+3 {
 		t.Errorf("sweep --hourly: code %d, want the sweep, the comparison and 3 hours side by side\n%s", code, out)
 	}
 

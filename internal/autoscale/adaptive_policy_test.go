@@ -15,8 +15,8 @@ func TestAdaptiveIdleTime(t *testing.T) {
 		boot     time.Duration
 		want     time.Duration
 	}{
-		{"a third of target_wait", 10 * time.Minute, 2 * time.Minute, 20 * time.Second},
-		{"half the boot time when shorter", 10 * time.Minute, 30 * time.Second, 15 * time.Second},
+		{"boot time − target_wait when boots are longer", 10 * time.Minute, 2 * time.Minute, time.Minute},
+		{"a third of target_wait when boots are short", 10 * time.Minute, 30 * time.Second, 20 * time.Second},
 		{"idle_time bounds it", 10 * time.Second, 2 * time.Minute, 10 * time.Second},
 		{"no boot observed yet", 10 * time.Minute, 0, 10 * time.Minute},
 		{"idle_time 0", 0, 30 * time.Second, 0},
@@ -30,9 +30,48 @@ func TestAdaptiveIdleTime(t *testing.T) {
 	}
 }
 
+// TestDecideAdaptiveBillingAware: billed per started hour, an idle
+// instance beyond the hold that nothing needs is kept while its paid hour
+// has more than 5 min left and removed in the last 5 min, unless the load
+// needs it then; per second with a minute's minimum, it is kept through
+// the minute's first 50 s only.
+func TestDecideAdaptiveBillingAware(t *testing.T) {
+	o := Observed{ArrivalRate: 0.01, MeanDuration: 5 * time.Minute, BootTime: 30 * time.Second}
+	idle := func(age time.Duration) []Instance {
+		return []Instance{{ID: "a", State: StateIdle, Created: t0.Add(-age), Ready: t0.Add(-age + 30*time.Second), LastUsed: t0.Add(-time.Minute), UseCount: 1}}
+	}
+	for _, tc := range []struct {
+		name    string
+		billing Billing
+		age     time.Duration
+		demand  Demand
+		removed bool
+	}{
+		{"per hour, 40 min into its hour: kept", Billing{Increment: time.Hour}, 40 * time.Minute, Demand{Observed: o}, false},
+		{"per hour, 56 min into its hour: removed", Billing{Increment: time.Hour}, 56 * time.Minute, Demand{Observed: o}, true},
+		{"per hour, second hour, 30 min into it: kept", Billing{Increment: time.Hour}, 90 * time.Minute, Demand{Observed: o}, false},
+		{"per hour, 56 min in, a job waits: kept into the next hour", Billing{Increment: time.Hour}, 56 * time.Minute, Demand{Waiting: 1, Observed: o}, false},
+		{"per second, 1 min minimum, 30 s old: kept", Billing{Increment: time.Second, Minimum: time.Minute}, 30 * time.Second, Demand{Observed: o}, false},
+		{"per second, 1 min minimum, 55 s old: removed", Billing{Increment: time.Second, Minimum: time.Minute}, 55 * time.Second, Demand{Observed: o}, true},
+		{"per second, past the minimum: removed", Billing{Increment: time.Second, Minimum: time.Minute}, 10 * time.Minute, Demand{Observed: o}, true},
+	} {
+		p := slotPolicy(1, 0, 0, Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute})
+		p.Billing = tc.billing
+		dec := Decide(p, t0, idle(tc.age), tc.demand)
+		if got := len(dec.Remove) == 1; got != tc.removed {
+			t.Errorf("%s: removals %+v, want removed %v", tc.name, dec.Remove, tc.removed)
+		}
+		// A static schedule does not know of billing: idle_time decides.
+		p.Base.Adaptive = false
+		if dec := Decide(p, t0, idle(tc.age), tc.demand); len(dec.Remove) != 0 {
+			t.Errorf("%s: a static schedule removed %+v within idle_time", tc.name, dec.Remove)
+		}
+	}
+}
+
 // An adaptive schedule removes idle instances beyond what the demand and
-// its idle target need once they have idled the adaptive hold (here half
-// a boot time, 15 s, below a third of the target, 20 s); a static one
+// its idle target need once they have idled the adaptive hold (here a
+// third of the target, 20 s, as boots are shorter than it); a static one
 // with the same idle_time keeps them for idle_time; the instances the
 // target needs stay either way.
 func TestDecideAdaptiveRemovesSurplusAfterTheHold(t *testing.T) {
@@ -51,7 +90,7 @@ func TestDecideAdaptiveRemovesSurplusAfterTheHold(t *testing.T) {
 		demand   Demand
 		wantGone []string
 	}{
-		{"adaptive: idle beyond half a boot time go", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Observed: o}, []string{"a", "c"}},
+		{"adaptive: idle beyond the hold go", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Observed: o}, []string{"a", "c"}},
 		{"adaptive: a waiting job keeps the first", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 10 * time.Minute}, Demand{Waiting: 1, Observed: o}, []string{"c"}},
 		{"adaptive: idle_time is the bound", Schedule{Adaptive: true, TargetWait: time.Minute, IdleTime: 5 * time.Second}, Demand{Observed: o}, []string{"a", "b", "c"}},
 		{"static keeps idle_time", Schedule{IdleTime: 10 * time.Minute}, Demand{Observed: o}, nil},
@@ -73,7 +112,7 @@ func TestDecideAdaptiveRemovesSurplusAfterTheHold(t *testing.T) {
 				}
 			}
 			if tc.s.Adaptive && len(dec.Remove) > 0 && tc.s.IdleTime > o.BootTime {
-				if r := dec.Remove[0].Reason; !strings.Contains(r, "adaptive hold 15s") {
+				if r := dec.Remove[0].Reason; !strings.Contains(r, "adaptive hold 20s") {
 					t.Errorf("reason %q does not name the adaptive hold", r)
 				}
 			}

@@ -141,3 +141,39 @@ func checkKeptFree(t *testing.T, p *Policy, insts []Instance, d Demand, dec Deci
 		fail("idle instances removed as not needed leave %d free slots, %d wanted", free, need)
 	}
 }
+
+// TestAdaptiveBillingAwareProperties: with a billing step the adaptive
+// scale-in never removes an instance with a job, never asks for more than
+// max_instances, removes an idle instance as not needed only in the last
+// margin of its paid period, and still leaves the free slots the demand
+// and the idle target want.
+func TestAdaptiveBillingAwareProperties(t *testing.T) {
+	billings := []Billing{{Increment: time.Hour}, {Increment: time.Second, Minimum: time.Minute}, {Increment: time.Minute}}
+	rng := rand.New(rand.NewPCG(38, 38))
+	for n := range 4000 {
+		p, insts, d := randomAdaptiveCase(rng)
+		p.Billing = billings[rng.IntN(len(billings))]
+		dec := Decide(p, t0, insts, d)
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("case %d: %s\npolicy %+v\ninstances %+v\ndemand %+v\ndecision %+v", n, fmt.Sprintf(format, args...), p, insts, d, dec)
+		}
+		byID := map[string]Instance{}
+		for _, in := range insts {
+			byID[in.ID] = in
+		}
+		for _, r := range dec.Remove {
+			in := byID[r.ID]
+			if in.Acquired > 0 || in.State == StateBusy {
+				fail("removes %s, which has %d jobs", in.ID, in.Acquired)
+			}
+			if strings.Contains(r.Reason, "not needed") && AdaptiveKeep(p.Billing, in.Created, t0) {
+				fail("removes %s as not needed with its paid period ending at %s", in.ID, p.Billing.PaidUntil(in.Created, t0))
+			}
+		}
+		if p.MaxInstances > 0 && dec.Create > 0 && len(insts)+dec.Create > p.MaxInstances {
+			fail("%d instances + %d created > max_instances %d", len(insts), dec.Create, p.MaxInstances)
+		}
+		checkKeptFree(t, p, insts, d, dec, fail)
+	}
+}

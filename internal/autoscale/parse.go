@@ -200,6 +200,8 @@ func (rd *reader) machine(m map[string]any, limit, concurrent int) *Policy {
 			p.MaxGrowthRate = rd.Count(key, v)
 		case "MaxBuilds":
 			p.MaxUseCount = rd.Count(key, v)
+		case "billing_increment", "billing_minimum":
+			rd.billing(&p.Billing, k, key, v)
 		case "autoscaling":
 			for i, t := range rd.tables(key, v) {
 				p.Schedules = append(p.Schedules, rd.machinePeriod(config.IndexKey(key, i), t))
@@ -291,6 +293,8 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 			p.ReservationThrottling = rd.Bool(key, v)
 		case "scale_throttle":
 			p.ScaleThrottle = rd.scaleThrottle(key, v)
+		case "billing_increment", "billing_minimum":
+			rd.billing(&p.Billing, k, key, v)
 		case "policy":
 			for i, t := range rd.tables(key, v) {
 				p.Schedules = append(p.Schedules, rd.autoscalerPolicy(config.IndexKey(key, i), t))
@@ -302,6 +306,27 @@ func (rd *reader) autoscaler(m map[string]any, concurrent int) *Policy {
 		}
 	}
 	return p
+}
+
+// billing reads billing_increment (more than 0) or billing_minimum, both
+// duration strings of at most MaxBillingStep, written the same in
+// [runners.autoscaler] and [runners.machine].
+func (rd *reader) billing(b *Billing, k, key string, v any) {
+	errs := len(rd.Errs)
+	d := rd.duration(key, v)
+	if len(rd.Errs) > errs {
+		return
+	}
+	switch {
+	case d > MaxBillingStep:
+		rd.Fail(key, "%s is more than %s: no cloud bills in larger steps", d, MaxBillingStep)
+	case k == "billing_increment" && d == 0:
+		rd.Fail(key, "must be more than 0 (per-second billing is \"1s\", the default)")
+	case k == "billing_increment":
+		b.Increment = d
+	default:
+		b.Minimum = d
+	}
 }
 
 // scaleThrottle reads [runners.autoscaler.scale_throttle]: limit

@@ -136,6 +136,43 @@ func TestFromRunnerAutoscaler(t *testing.T) {
 	}
 }
 
+// TestFromRunnerBilling: billing_increment and billing_minimum in both
+// tables, per-second billing without a minimum when left out.
+func TestFromRunnerBilling(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       Billing
+	}{
+		{"defaults", `  executor = "instance"
+  [runners.autoscaler]
+    max_instances = 3
+`, Billing{}},
+		{"autoscaler, per started hour", `  executor = "instance"
+  [runners.autoscaler]
+    billing_increment = "1h"
+`, Billing{Increment: time.Hour}},
+		{"machine, per second with a minute's minimum", `  executor = "docker+machine"
+  [runners.machine]
+    billing_increment = "1s"
+    billing_minimum = "1m"
+`, Billing{Increment: time.Second, Minimum: time.Minute}},
+	} {
+		p, err := readPolicy(t, header+tc.body)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if p.Billing != tc.want {
+			t.Errorf("%s: billing %+v, want %+v", tc.name, p.Billing, tc.want)
+		}
+		if len(p.Warnings) > 0 {
+			t.Errorf("%s: warnings %v", tc.name, p.Warnings)
+		}
+	}
+	if got := (Billing{}).Billed(1500 * time.Millisecond); got != 2*time.Second {
+		t.Errorf("default billing bills 1.5 s as %s, want 2s (per second)", got)
+	}
+}
+
 func TestFromRunnerNone(t *testing.T) {
 	p, err := readPolicy(t, header+`  executor = "shell"
 `)
@@ -212,6 +249,22 @@ func TestFromRunnerErrors(t *testing.T) {
       adaptive = true
       target_wait = "0s"
 `, "config.toml:9: runners[0].autoscaler.policy[0].target_wait: must be more than 0"},
+		{"zero billing_increment", `  executor = "instance"
+  [runners.autoscaler]
+    billing_increment = "0s"
+`, "config.toml:7: runners[0].autoscaler.billing_increment: must be more than 0"},
+		{"billing_minimum not a duration", `  executor = "instance"
+  [runners.autoscaler]
+    billing_minimum = "a minute"
+`, "config.toml:7: runners[0].autoscaler.billing_minimum: \"a minute\" is not a duration"},
+		{"negative billing_minimum", `  executor = "docker+machine"
+  [runners.machine]
+    billing_minimum = "-1m"
+`, "config.toml:7: runners[0].machine.billing_minimum: must not be negative"},
+		{"billing_increment beyond a day", `  executor = "docker+machine"
+  [runners.machine]
+    billing_increment = "48h"
+`, "config.toml:7: runners[0].machine.billing_increment: 48h0m0s is more than 24h0m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readPolicy(t, header+tc.body)

@@ -143,6 +143,12 @@ type Policy struct {
 	// Decide.
 	ScaleThrottle ScaleThrottle
 
+	// Billing is how the cloud bills the instances (billing_increment,
+	// billing_minimum): the simulator reports billed instance-time with
+	// it, and the adaptive policy's scale-in keeps an idle instance whose
+	// paid period has time left (see AdaptiveKeep).
+	Billing Billing
+
 	// Warnings found while reading the configuration (unknown keys,
 	// deprecated keys, periods that can hardly match).
 	Warnings []config.Warning
@@ -467,7 +473,7 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 					tooMany = fmt.Sprintf("too many instances: max_instances %d reached by the instances before it", p.MaxInstances)
 				}
 				reason = tooMany
-			case now.Sub(in.idleSince()) > idleTime && free >= needFree:
+			case now.Sub(in.idleSince()) > idleTime && free >= needFree && !(s.Adaptive && AdaptiveKeep(p.Billing, in.Created, now)):
 				if tooIdle == "" {
 					what := "idle_time " + s.IdleTime.String()
 					if idleTime != s.IdleTime {

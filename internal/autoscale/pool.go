@@ -284,7 +284,8 @@ type Pool struct {
 	sizeErr      string // max_instances above the provider's max_size: no creations
 	lastDecision DecisionStatus
 	history      history
-	jobs         jobLog // served jobs, for JobTrace (pool_jobs.go)
+	gone         []lifetime // instances gone within the last HistoryWindow, for Usage
+	jobs         jobLog     // served jobs, for JobTrace (pool_jobs.go)
 }
 
 // NewPool checks the options, fills in defaults and reads the state file
@@ -686,6 +687,7 @@ func (p *Pool) dropLocked(in *poolInstance, why string) {
 	}
 	p.dirty = true
 	p.log.Info("instance gone", "instance", in.id, "why", why, "jobs", in.acquired)
+	p.recordGoneLocked(in.created, p.clk.Now())
 	// Only an instance that vanished unasked was not deleted.
 	p.metricGoneLocked(in, why != "vanished" || in.state == StateRemoving, p.clk.Now())
 	p.signalSlotsLocked()

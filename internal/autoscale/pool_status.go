@@ -84,6 +84,77 @@ type PoolStatus struct {
 	// History holds samples of the last HistoryWindow, oldest first, a
 	// scaling pass apart (at least historyStep), the last one taken now.
 	History []Sample
+	// Usage is the instance time of the last HistoryWindow by state, and
+	// what the cloud bills for it (Policy.Billing).
+	Usage Usage
+}
+
+// Usage is a pool's instance time over a window: by state, from the
+// history's samples (each one's counts held until the next), and billed,
+// from the instances' lifetimes (creation requested to deletion
+// confirmed) as Policy.Billing rounds them: the increments that started
+// in the window, an instance's first with the minimum.
+type Usage struct {
+	Since, Until                   time.Time
+	Busy, Idle, Creating, Removing time.Duration
+	Billed                         time.Duration
+	Billing                        Billing
+}
+
+// lifetime is an instance's life as the cloud bills it.
+type lifetime struct{ created, gone time.Time }
+
+// recordGoneLocked keeps the lifetime of an instance that is gone (its
+// deletion confirmed at gone) while it can still be part of Usage.
+func (p *Pool) recordGoneLocked(created, gone time.Time) {
+	keep := p.gone[:0]
+	for _, l := range p.gone {
+		if l.gone.After(gone.Add(-HistoryWindow)) {
+			keep = append(keep, l)
+		}
+	}
+	p.gone = append(keep, lifetime{created, gone})
+}
+
+// usageLocked is the Usage of [since, now) with the samples hist (the
+// last one taken now).
+func (p *Pool) usageLocked(since, now time.Time, hist []Sample) Usage {
+	u := Usage{Since: since, Until: now, Billing: p.pol.Billing}
+	for i, s := range hist {
+		from := maxTime(s.At, since)
+		to := now
+		if i+1 < len(hist) {
+			to = hist[i+1].At
+		}
+		if !to.After(from) {
+			continue
+		}
+		dt := to.Sub(from)
+		u.Busy += time.Duration(s.Busy) * dt
+		u.Idle += time.Duration(s.Idle) * dt
+		u.Creating += time.Duration(s.Creating) * dt
+		u.Removing += time.Duration(s.Removing) * dt
+	}
+	// An increment that starts now (an instance created now) is billed
+	// now: the window's end is just after now.
+	b, end := p.pol.Billing, now.Add(time.Nanosecond)
+	for _, in := range p.insts {
+		u.Billed += b.BilledWithin(in.created, time.Time{}, since, end)
+	}
+	for _, t := range p.pending {
+		u.Billed += b.BilledWithin(t, time.Time{}, since, end)
+	}
+	for _, l := range p.gone {
+		u.Billed += b.BilledWithin(l.created, l.gone, since, end)
+	}
+	return u
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // history is a ring of samples.
@@ -181,6 +252,7 @@ func (p *Pool) Status() PoolStatus {
 		st.Instances = append(st.Instances, InstanceStatus{State: StateCreating, Created: t})
 	}
 	st.History = append(p.history.since(now.Add(-HistoryWindow)), p.sampleLocked(now))
+	st.Usage = p.usageLocked(now.Add(-HistoryWindow), now, st.History)
 	p.provErrMu.Lock()
 	st.ProviderError = p.lastProvErr
 	p.provErrMu.Unlock()

@@ -83,3 +83,42 @@ func TestHistoryRing(t *testing.T) {
 		t.Errorf("a sample within a step did not replace the newest")
 	}
 }
+
+// TestPoolUsageBilled: the fleet page's usage bills every instance as the
+// policy's billing rounds it, beside its booting and idle time; one that
+// is gone still counts for the window.
+func TestPoolUsageBilled(t *testing.T) {
+	pol := poolTestPolicy(1, 1, time.Minute, 3)
+	pol.Billing = Billing{Increment: time.Hour}
+	h := newPoolHarness(t, pol, sim.Options{BootTime: 30 * time.Second}, nil)
+	for range 60 {
+		h.advance(10 * time.Second) // ten minutes
+	}
+	u := h.pool.Status().Usage
+	if u.Billed != time.Hour {
+		t.Errorf("one instance for ten minutes, per started hour: billed %s, want 1h0m0s", u.Billed)
+	}
+	if u.Creating < 20*time.Second || u.Creating > 45*time.Second || u.Idle < 9*time.Minute || u.Idle > 10*time.Minute {
+		t.Errorf("booting %s, idle %s: want about 30 s booting and the rest of ten minutes idle", u.Creating, u.Idle)
+	}
+	// A job takes the idle instance: a second one is made for the idle
+	// target; when the job ends one is too many and goes after idle_time.
+	a := h.mustAcquire()
+	for range 6 {
+		h.advance(10 * time.Second)
+	}
+	h.pool.Release(a)
+	for range 30 {
+		h.advance(10 * time.Second)
+	}
+	st := h.pool.Status()
+	if n := len(st.Instances); n != 1 {
+		t.Fatalf("%d instances, want 1 after the second one's idle time", n)
+	}
+	if st.Usage.Billed != 2*time.Hour {
+		t.Errorf("two instances, one gone, per started hour: billed %s, want 2h0m0s", st.Usage.Billed)
+	}
+	if st.Usage.Busy < 50*time.Second || st.Usage.Busy > 70*time.Second {
+		t.Errorf("busy %s, want about a minute", st.Usage.Busy)
+	}
+}

@@ -149,3 +149,43 @@ func testBrowserFleetLive(t *testing.T, browser context.Context) {
 	f.advance(t, 90*time.Minute)
 	counts("back to 2 idle", "0,2,0,0")
 }
+
+// usageBilled is JavaScript: the fleet page's billed time of the last
+// hour, "" when it is not shown.
+const usageBilled = `(document.querySelector('#fleet-runners .usage-billed') || {textContent: ''}).textContent`
+
+// testBrowserBilledTime: in the browser, the fleet page (left open, its
+// pool billed per started hour) shows the last hour's billed time beside
+// booting and idle time and follows it as instances are made; the
+// what-if page shows the billed instance-hours of both runs.
+func testBrowserBilledTime(t *testing.T, browser context.Context) {
+	f, srv := newSimFleet(t, "billed-fleet")
+	tick := func() { f.clk.Advance(2 * time.Second) }
+	b := newTab(t, browser, &env{t: t, srv: srv})
+	b.do("the fleet page", b.open("/fleet"), until(`document.getElementById('fleet-runners') !== null`))
+	f.advance(t, 15*time.Second)
+	b.untilTicking("two instances asked for: two started hours", usageBilled+` === "2h 00m"`, tick)
+	f.advance(t, 2*time.Minute)
+	defer f.pool.Release(f.acquire(t))
+	f.advance(t, 15*time.Second)
+	b.untilTicking("a third made for the idle target: three started hours", usageBilled+` === "3h 00m"`, tick)
+	if !eval[bool](b, `(() => { const u = document.querySelector('#fleet-runners p.usage'); return u !== null && u.textContent.includes('idle') && u.textContent.includes('booting') && u.textContent.includes('(billing_increment 1h0m0s)') })()`) {
+		t.Error("the fleet page's usage line lacks idle, booting or the billing model")
+	}
+
+	wsrv, _ := newTraceFleet(t, nil)
+	w := newTab(t, browser, &env{t: t, srv: wsrv})
+	w.do("the what-if page",
+		chromedp.Navigate(whatIfURL(wsrv, map[string]string{"idle_count": "3"})),
+		until(`document.querySelectorAll('.whatif-run svg').length === 2`),
+	)
+	// Both runs bill more than they idle (the jobs' busy time is billed
+	// too), per second as the policy has it.
+	if !eval[bool](w, `(() => {
+		const billed = Array.from(document.querySelectorAll('.whatif-run td.r-billed'));
+		const idle = Array.from(document.querySelectorAll('.whatif-run td.r-idle'));
+		return billed.length === 2 && idle.length === 2 && billed.every((c, i) => Number(c.dataset.seconds) > Number(idle[i].dataset.seconds) && c.textContent.includes(' h') && c.textContent.includes('billing_increment 1s'));
+	})()`) {
+		t.Error("the what-if page does not show billed instance-hours above idle ones for both runs")
+	}
+}

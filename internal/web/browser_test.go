@@ -183,6 +183,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("RunnersLive", func(t *testing.T) { testBrowserRunnersLive(t, browser) })
 	t.Run("FleetLive", func(t *testing.T) { testBrowserFleetLive(t, browser) })
 	t.Run("FleetSignIn", func(t *testing.T) { testBrowserFleetSignIn(t, browser) })
+	t.Run("BilledTime", func(t *testing.T) { testBrowserBilledTime(t, browser) })
 }
 
 // testBrowserLogin: a page without a session leads to the form, which

@@ -119,6 +119,13 @@ type fleetRunner struct {
 	Counts []stateCount
 	Groups []instanceGroup
 	Chart  template.HTML // SVG made by chartSVG from numbers only
+	Usage  *usageView    // nil before the pool's first pass
+}
+
+// usageView is the pool's instance time of the last hour, by state and
+// billed, as the page writes it.
+type usageView struct {
+	Idle, Creating, Busy, Billed, Billing string
 }
 
 // stateCount is how many instances are in a state, for the summary.
@@ -164,6 +171,12 @@ func (f *FleetPage) page() fleetPage {
 func fleetView(r FleetRunner) fleetRunner {
 	st := &r.Status
 	v := fleetRunner{FleetRunner: r, Chart: template.HTML(chartSVG(st.Now, st.History))}
+	if u := st.Usage; !u.Until.IsZero() {
+		v.Usage = &usageView{
+			Idle: formatDuration(u.Idle), Creating: formatDuration(u.Creating), Busy: formatDuration(u.Busy),
+			Billed: formatDuration(u.Billed), Billing: u.Billing.String(),
+		}
+	}
 	for _, s := range fleetStates {
 		g := instanceGroup{stateCount: stateCount{State: s.state.String(), Label: s.label}}
 		for _, in := range st.Instances {

@@ -39,7 +39,8 @@ func newSimFleet(t *testing.T, name string) (*simFleet, *httptest.Server) {
 	pool, err := autoscale.NewPool(autoscale.PoolOptions{
 		Policy: &autoscale.Policy{
 			Dialect: autoscale.DialectAutoscaler, CapacityPerInstance: 1, MaxInstances: 4,
-			Base: autoscale.Schedule{IdleCount: 2, IdleTime: time.Hour, Preemptive: true},
+			Base:    autoscale.Schedule{IdleCount: 2, IdleTime: time.Hour, Preemptive: true},
+			Billing: autoscale.Billing{Increment: time.Hour},
 		},
 		Provider: sim.New(sim.Options{Clock: clk, BootTime: time.Minute}),
 		Settings: fleet.Settings{Name: "abc123"},
@@ -141,7 +142,9 @@ func TestFleetPage(t *testing.T) {
 	if c := counts(page); c["creating"] != "2" || c["idle"] != "0" {
 		t.Errorf("after the first pass: counts %v, want 2 creating", c)
 	}
-	for _, want := range []string{"Last decision", "create 2", "idle target 2 slots", "<h3>creating (2)</h3>", "(abc123, sim)", `Provider <code class="provider-id">sim/`, `version <span class="provider-version">sim</span>`} {
+	// Two instances asked for: two started hours billed, 30 s booting.
+	for _, want := range []string{`billed <b class="usage-billed">2h 00m</b>`, `<span class="hint usage-billing">(billing_increment 1h0m0s)</span>`,
+		"Last decision", "create 2", "idle target 2 slots", "<h3>creating (2)</h3>", "(abc123, sim)", `Provider <code class="provider-id">sim/`, `version <span class="provider-version">sim</span>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("fleet page lacks %q:\n%s", want, page)
 		}
@@ -155,6 +158,12 @@ func TestFleetPage(t *testing.T) {
 	// One in use; the policy creates one more for the idle target.
 	if c := counts(page); c["busy"] != "1" || c["idle"] != "1" || c["creating"] != "1" {
 		t.Errorf("with a job: counts %v, want 1 in use, 1 idle, 1 creating", c)
+	}
+	// Three started hours; the first two booted a minute each.
+	for _, want := range []string{`billed <b class="usage-billed">3h 00m</b>`, `booting <b class="usage-booting">2m 00s</b>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("fleet page lacks %q:\n%s", want, page)
+		}
 	}
 	if !strings.Contains(page, "<h3>in use (1)</h3>") || !strings.Contains(page, "<h3>idle (1)</h3>") {
 		t.Errorf("fleet page does not group the instances by state:\n%s", page)

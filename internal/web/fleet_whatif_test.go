@@ -145,7 +145,10 @@ type svgDoc struct {
 	} `xml:"path"`
 }
 
-var idleRE = regexp.MustCompile(`class="r-idle" data-seconds="([0-9.e+]+)"`)
+var (
+	idleRE   = regexp.MustCompile(`class="r-idle" data-seconds="([0-9.e+]+)"`)
+	billedRE = regexp.MustCompile(`class="r-billed" data-seconds="([0-9.e+]+)"`)
+)
 
 func TestWhatIfRuns(t *testing.T) {
 	t.Parallel()
@@ -192,6 +195,18 @@ func TestWhatIfRuns(t *testing.T) {
 	alt, _ := strconv.ParseFloat(idle[1][1], 64)
 	if !(alt > cur) || cur <= 0 {
 		t.Errorf("idle instance time: current %.0f s, idle_count 6 %.0f s; want more with more idle", cur, alt)
+	}
+	// Billed per second (the default): more than idle, the jobs' 12.5
+	// hours of busy time included.
+	billed := billedRE.FindAllStringSubmatch(page, -1)
+	if len(billed) != 2 || !strings.Contains(page, "(billing_increment 1s)") {
+		t.Fatalf("billed cells %v", billed)
+	}
+	for i, idle := range []float64{cur, alt} {
+		b, _ := strconv.ParseFloat(billed[i][1], 64)
+		if !(b > idle+12.5*3600) {
+			t.Errorf("run %d: billed %.0f s, want more than idle %.0f s + the jobs' 12.5 h", i, b, idle)
+		}
 	}
 	// The form shows what was asked.
 	if v := formValues(page); v["idle_count"] != "6" {

@@ -240,3 +240,106 @@ func BenchmarkAdaptiveTuningDays(b *testing.B) {
 		}
 	}
 }
+
+// billingModels are the two billing models issue 38 measures in: per
+// second with a one-minute minimum (AWS, GCP) and per started hour
+// (Hetzner Cloud and others).
+var billingModels = []struct {
+	name string
+	b    autoscale.Billing
+}{
+	{"per-second-1m-min", autoscale.Billing{Increment: time.Second, Minimum: time.Minute}},
+	{"per-started-hour", autoscale.Billing{Increment: time.Hour}},
+}
+
+// BenchmarkBilledYardsticks measures billed instance time side by side,
+// for each day × boot case of BenchmarkAdaptiveVsBestStatic and each of
+// billingModels: the adaptive policy knowing the billing model, the same
+// policy billing-blind (deciding as if billed per second, billed in the
+// model), the cheapest static configuration of the full grid meeting the
+// 30 s p95 target in billed time, and the hindsight schedule minimising
+// billed time in the model. The static grid is run once per case and
+// billed in both models (every run keeps its instances' lifetimes). Each
+// run starts after the day before, as in BenchmarkAdaptiveVsBestStatic;
+// the adaptive policy is also run from a fresh pool. Run with -benchtime
+// 1x; it logs one markdown row per case and model, the table of
+// docs/BENCHMARKS.md, ratios measured in the same run.
+func BenchmarkBilledYardsticks(b *testing.B) {
+	for _, shape := range tracegen.Shapes() {
+		seed := reportSeeds[shape.Name]
+		tr, err := tracegen.Day(shape.Name, seed)
+		if err != nil {
+			b.Fatal(err)
+		}
+		warm, err := tracegen.Day(shape.Name, yesterdaySeed(seed))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, boot := range benchBoots {
+			b.Run(fmt.Sprintf("day=%s/boot=%s", shape.Name, boot), func(b *testing.B) {
+				for b.Loop() {
+					billedYardsticks(b, shape.Name, boot, tr, warm)
+				}
+			})
+		}
+	}
+}
+
+func billedYardsticks(b *testing.B, shape string, boot time.Duration, tr, warm []simulate.Job) {
+	ctx := b.Context()
+	so := benchOptions(adaptivePolicy(), boot)
+	so.WarmUp, so.WarmUpSpan, so.Samples = warm, simulate.StaticWarmUpSpan, -1
+	_, grid, err := simulate.SweepGrid(ctx, so, tr, simulate.FullGrid(), benchTarget)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, more, err := simulate.SweepGrid(ctx, so, tr, hindsightGrid(), benchTarget)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range billingModels {
+		run := func(policyBilling autoscale.Billing, warmUp []simulate.Job) *simulate.Result {
+			pol := adaptivePolicy()
+			pol.Billing = policyBilling
+			o := benchOptions(pol, boot)
+			o.WarmUp, o.Samples, o.LateAfter = warmUp, -1, benchTarget
+			o.Billing = &m.b
+			res, err := simulate.Run(ctx, o, tr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return res
+		}
+		aware := run(m.b, warm)
+		blind := run(autoscale.Billing{}, warm)
+		fresh := run(m.b, nil)
+		static := make([]simulate.SweepResult, 0, len(grid)+len(more))
+		for _, r := range append(slices.Clone(grid), more...) {
+			r.Rebill(m.b, simulate.DefaultStart)
+			static = append(static, r)
+		}
+		best := simulate.BestBilled(static[:len(grid)], benchTarget)
+		ho := so
+		ho.Billing = &m.b
+		hs, err := simulate.RunHindsightCost(ctx, ho, tr, static, benchTarget, simulate.BilledCost)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := func(r *simulate.Report) float64 { return r.BilledInstanceS / 3600 }
+		if best == nil {
+			b.Logf("| %s | %s | %s | none meets the target | | %.1f (%.1f s) | | %.1f | | %.1f | | %.1f s |", shape, boot, m.name,
+				h(&aware.Report), aware.WaitP95, h(&blind.Report), h(&hs.Report), fresh.WaitP95)
+			continue
+		}
+		st := h(&best.Report)
+		b.ReportMetric(h(&aware.Report)/st, m.name+"_adaptive/static")
+		b.ReportMetric(h(&aware.Report)/h(&hs.Report), m.name+"_adaptive/hindsight")
+		b.ReportMetric(h(&aware.Report)/h(&blind.Report), m.name+"_aware/blind")
+		b.Logf("| %s | %s | %s | %.1f (%.1f s; %s) | %.1f (%.1f s) | **%.2f** | %.1f (%.1f s) | **%.2f** | %.1f (%.1f s) | **%.2f** | %.1f s |",
+			shape, boot, m.name, st, best.Report.WaitP95, best.Setting(),
+			h(&aware.Report), aware.WaitP95, h(&aware.Report)/st,
+			h(&blind.Report), blind.WaitP95, h(&aware.Report)/h(&blind.Report),
+			h(&hs.Report), hs.Report.WaitP95, h(&aware.Report)/h(&hs.Report),
+			fresh.WaitP95)
+	}
+}

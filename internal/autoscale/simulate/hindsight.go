@@ -55,6 +55,22 @@ const targetQuantile = 0.95
 // hours, or not even the least-late setting of each hour stays within
 // budget.
 func PlanHindsight(runs []SweepResult, budget int) (*HindsightPlan, error) {
+	return PlanHindsightCost(runs, budget, IdleCost)
+}
+
+// HourCost is what a hindsight schedule minimises, hour by hour.
+type HourCost func(*Hour) float64
+
+// IdleCost is an hour's idle instance-seconds (issue 19's yardstick).
+func IdleCost(h *Hour) float64 { return h.IdleS }
+
+// BilledCost is an hour's billed instance-seconds (Hour.BilledS): what
+// the person paying minimises.
+func BilledCost(h *Hour) float64 { return h.BilledS }
+
+// PlanHindsightCost is PlanHindsight minimising cost instead of idle
+// time (PredictedIdleS is then the predicted cost).
+func PlanHindsightCost(runs []SweepResult, budget int, cost HourCost) (*HindsightPlan, error) {
 	if len(runs) == 0 {
 		return nil, errors.New("hindsight: no static runs")
 	}
@@ -69,7 +85,7 @@ func PlanHindsight(runs []SweepResult, budget int) (*HindsightPlan, error) {
 		}
 		for _, h := range r.Hours {
 			hod := int(h.Start/time.Hour) % HindsightHours
-			idle[i][hod] += h.IdleS
+			idle[i][hod] += cost(&h)
 			late[i][hod] += h.Late
 		}
 	}
@@ -166,6 +182,15 @@ type Hindsight struct {
 	// Budget is the late-job budget the plan was made for; Tries how many
 	// plans were run to find one that meets the target.
 	Budget, Tries int
+	cost          float64 // of the run, as RunHindsightCost measured it
+}
+
+func hoursCost(hours []Hour, cost HourCost) float64 {
+	c := 0.0
+	for i := range hours {
+		c += cost(&hours[i])
+	}
+	return c
 }
 
 // maxHindsightTries bounds the plans RunHindsight tries.
@@ -178,6 +203,12 @@ const maxHindsightTries = 8
 // budget cut by the excess, up to 8 times; it returns the cheapest plan
 // that met the target, or an error when none did.
 func RunHindsight(ctx context.Context, o Options, jobs []Job, runs []SweepResult, targetP95 time.Duration) (*Hindsight, error) {
+	return RunHindsightCost(ctx, o, jobs, runs, targetP95, IdleCost)
+}
+
+// RunHindsightCost is RunHindsight minimising cost (BilledCost: the
+// billed time of runs' Hours, in o's billing model) instead of idle time.
+func RunHindsightCost(ctx context.Context, o Options, jobs []Job, runs []SweepResult, targetP95 time.Duration, cost HourCost) (*Hindsight, error) {
 	if o.Policy == nil {
 		return nil, errors.New("hindsight: no policy")
 	}
@@ -197,7 +228,7 @@ func RunHindsight(ctx context.Context, o Options, jobs []Job, runs []SweepResult
 	}
 	var best *Hindsight
 	for try := 1; try <= maxHindsightTries && budget >= 0; try++ {
-		plan, err := PlanHindsight(runs, budget)
+		plan, err := PlanHindsightCost(runs, budget, cost)
 		if err != nil {
 			if best != nil {
 				break // a smaller budget than any setting allows: keep the plan that met the target
@@ -219,8 +250,8 @@ func RunHindsight(ctx context.Context, o Options, jobs []Job, runs []SweepResult
 			lateRun += h.Late
 		}
 		if res.WaitP95 <= targetP95.Seconds() {
-			if best == nil || res.IdleInstanceS < best.Report.IdleInstanceS {
-				best = &Hindsight{Plan: plan, Report: res.Report, Hours: res.Hours, Budget: budget, Tries: try}
+			if c := hoursCost(res.Hours, cost); best == nil || c < best.cost {
+				best = &Hindsight{Plan: plan, Report: res.Report, Hours: res.Hours, Budget: budget, Tries: try, cost: c}
 			}
 			if lateRun >= allowed-allowed/50 {
 				break // within 2 % of the allowance: little left to gain

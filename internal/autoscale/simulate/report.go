@@ -13,11 +13,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	_, err := fmt.Fprintf(w, `jobs              %d (%d still queued at the end)
 queue wait        p50 %s  p95 %s  p99 %s  max %s
 instance time     busy %s  idle %s  creating %s  removing %s
+billed            %s  (%s)
 instances         peak %d  final %d  created %d  removed %d
 `,
 		r.Jobs, r.Unstarted,
 		FormatWait(r.WaitP50), FormatWait(r.WaitP95), FormatWait(r.WaitP99), FormatWait(r.WaitMax),
 		h(r.BusyInstanceS), h(r.IdleInstanceS), h(r.CreatingInstanceS), h(r.RemovingInstanceS),
+		h(r.BilledInstanceS), r.Billing,
 		r.PeakInstances, r.FinalInstances, r.Created, r.Removed)
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)
@@ -28,13 +30,15 @@ instances         peak %d  final %d  created %d  removed %d
 // WriteSweepText writes the results of a sweep for people: one row per
 // configuration (idle_count, idle_time, preemptive mode; p95 and longest
 // wait, idle and busy instance-hours), then the best one when there is
-// one. Waits are written as in WriteText.
+// one. Waits are written as in WriteText. The billed instance-hours
+// are in the billing model of the runs (Report.Billing).
 func WriteSweepText(w io.Writer, all []SweepResult, best *SweepResult) error {
-	if _, err := fmt.Fprintf(w, "%10s %9s %10s %12s %12s %12s %12s\n", "idle_count", "idle_time", "preemptive", "p95_wait", "max_wait", "idle_inst_h", "busy_inst_h"); err != nil {
+	if _, err := fmt.Fprintf(w, "%10s %9s %10s %12s %12s %12s %12s %12s %14s\n", "idle_count", "idle_time", "preemptive", "p95_wait", "max_wait", "idle_inst_h", "busy_inst_h", "boot_inst_h", "billed_inst_h"); err != nil {
 		return fmt.Errorf("write sweep: %w", err)
 	}
 	for _, r := range all {
-		if _, err := fmt.Fprintf(w, "%10d %9s %10s %12s %12s %12.1f %12.1f\n", r.IdleCount, r.IdleTime, onOff(r.Preemptive), FormatWait(r.Report.WaitP95), FormatWait(r.Report.WaitMax), r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600); err != nil {
+		if _, err := fmt.Fprintf(w, "%10d %9s %10s %12s %12s %12.1f %12.1f %12.1f %14.1f\n", r.IdleCount, r.IdleTime, onOff(r.Preemptive), FormatWait(r.Report.WaitP95), FormatWait(r.Report.WaitMax),
+			r.Report.IdleInstanceS/3600, r.Report.BusyInstanceS/3600, r.Report.CreatingInstanceS/3600, r.Report.BilledInstanceS/3600); err != nil {
 			return fmt.Errorf("write sweep: %w", err)
 		}
 	}
@@ -52,8 +56,8 @@ func WriteSweepText(w io.Writer, all []SweepResult, best *SweepResult) error {
 // instance time: what `drover autoscale sweep` ends with.
 func WriteComparisonText(w io.Writer, c *Comparison) error {
 	row := func(name string, r *Report) string {
-		return fmt.Sprintf("%-9s p95 wait %-8s idle %7.1f h  booting %6.1f h  busy %7.1f h", name,
-			FormatWait(r.WaitP95), r.IdleInstanceS/3600, r.CreatingInstanceS/3600, r.BusyInstanceS/3600)
+		return fmt.Sprintf("%-9s p95 wait %-8s idle %7.1f h  booting %6.1f h  busy %7.1f h  billed %7.1f h", name,
+			FormatWait(r.WaitP95), r.IdleInstanceS/3600, r.CreatingInstanceS/3600, r.BusyInstanceS/3600, r.BilledInstanceS/3600)
 	}
 	var b strings.Builder
 	fmt.Fprintln(&b, row("adaptive", &c.Policy))
@@ -66,6 +70,10 @@ func WriteComparisonText(w io.Writer, c *Comparison) error {
 			verdict = "MISSES"
 		}
 		fmt.Fprintf(&b, "ratio     adaptive idle / best static idle = %.2f (adaptive %s p95 wait %s)\n", c.IdleRatio(), verdict, c.TargetP95)
+		if lb := BestBilled(c.Static, c.TargetP95); lb != nil && lb.Report.BilledInstanceS > 0 {
+			fmt.Fprintf(&b, "billed    %s: least billed static %.1f h (%s); adaptive billed / least billed static = %.2f\n",
+				c.Policy.Billing, lb.Report.BilledInstanceS/3600, lb.Setting(), c.Policy.BilledInstanceS/lb.Report.BilledInstanceS)
+		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write comparison: %w", err)

@@ -65,6 +65,11 @@ type Options struct {
 	// static configuration) needs only the last hour or two to start the
 	// day as it would have.
 	WarmUpSpan time.Duration
+	// Billing is how the cloud bills the instances, for the billed
+	// instance time reported: nil = Policy.Billing (which the policy also
+	// decides with). A different one measures a policy in a billing model
+	// it does not know of (billing-blind).
+	Billing *autoscale.Billing
 }
 
 // WarmUpDay is the length of a warm-up trace: a day, before Start.
@@ -89,7 +94,13 @@ type Report struct {
 	// Not in the JSON report (its keys are fixed), shown in the text one.
 	CreatingInstanceS float64 `json:"-"`
 	RemovingInstanceS float64 `json:"-"`
-	Unstarted         int     `json:"-"` // jobs still queued at the end
+	// BilledInstanceS is what the cloud bills for the day: every
+	// instance's lifetime (creation requested to deletion done) as
+	// Options.Billing rounds it, each increment counted in the day when it
+	// starts in it (an instance alive at the end pays the one it is in).
+	BilledInstanceS float64           `json:"-"`
+	Billing         autoscale.Billing `json:"-"`
+	Unstarted       int               `json:"-"` // jobs still queued at the end
 }
 
 // Sample is the pool and queue at one point of the simulation.
@@ -111,6 +122,41 @@ type Result struct {
 	// instance time went and which jobs waited (the last one may be
 	// shorter than an hour).
 	Hours []Hour
+	// Lifetimes are the lives of the instances billed in the day, for
+	// billing them in another model (Bill).
+	Lifetimes []Lifetime
+}
+
+// Lifetime is an instance's life as a cloud bills it: from the creation
+// request to the end of its deletion (zero: alive at the end).
+type Lifetime struct{ Created, Deleted time.Time }
+
+// Bill bills lives with b over the day [start, start+d): the total and,
+// into hours (the day's, from start), each hour's BilledS; the sum of
+// the hours is the total.
+func Bill(lives []Lifetime, b autoscale.Billing, start time.Time, d time.Duration, hours []Hour) float64 {
+	for h := range hours {
+		hours[h].BilledS = 0
+	}
+	end := start.Add(d)
+	total := 0.0
+	for _, l := range lives {
+		last := end
+		if !l.Deleted.IsZero() {
+			last = minTime(l.Deleted.Add(time.Nanosecond), end)
+		}
+		first := max(int(l.Created.Sub(start)/time.Hour), 0)
+		for h := first; h < len(hours); h++ {
+			from := start.Add(time.Duration(h) * time.Hour)
+			if !from.Before(last) {
+				break
+			}
+			s := b.BilledWithin(l.Created, l.Deleted, from, minTime(from.Add(time.Hour), end)).Seconds()
+			hours[h].BilledS += s
+			total += s
+		}
+	}
+	return total
 }
 
 // Hour is one hour of a simulation: the jobs that arrived in it, how
@@ -124,6 +170,9 @@ type Hour struct {
 	IdleS   float64       // instance-seconds idle
 	// CreatingS is the instance-seconds spent booting.
 	CreatingS float64
+	// BilledS is the instance-seconds billed for the increments that
+	// started in this hour (Bill).
+	BilledS float64
 }
 
 // account adds the state cur held over [from, to) to the hours it spans.
@@ -387,6 +436,20 @@ func Run(ctx context.Context, o Options, jobs []Job) (*Result, error) {
 	res.Created, res.Removed = prov.Counts()
 	res.Created -= created0
 	res.Removed -= removed0
+	// The instances deleted by the end are deleted when billed.
+	if d := end.Sub(clk.Now()); d > 0 {
+		clk.Advance(d)
+	}
+	res.Billing = o.Policy.Billing
+	if o.Billing != nil {
+		res.Billing = *o.Billing
+	}
+	prov.Lifetimes(func(c, d time.Time) {
+		if d.IsZero() || d.After(o.Start) {
+			res.Lifetimes = append(res.Lifetimes, Lifetime{Created: c, Deleted: d})
+		}
+	})
+	res.BilledInstanceS = Bill(res.Lifetimes, res.Billing, o.Start, o.Duration, res.Hours)
 	return res, nil
 }
 

@@ -46,7 +46,14 @@ func TestRunPreemptiveHandcrafted(t *testing.T) {
 	}
 	got := res.Report
 	idle := got.IdleInstanceS
-	got.IdleInstanceS, got.CreatingInstanceS, got.RemovingInstanceS = 0, 0, 0
+	// Per-second billing bills the instances' whole lives, each rounded
+	// up to the second; a removal ends the bill when the cloud has
+	// deleted the instance (at once here), before the pool sees it gone.
+	lives := got.BusyInstanceS + got.IdleInstanceS + got.CreatingInstanceS
+	if got.BilledInstanceS < lives || got.BilledInstanceS > lives+got.RemovingInstanceS+3 {
+		t.Errorf("billed %v s, want the %v s the 3 instances lived (+ %v s removing), rounded up to the second", got.BilledInstanceS, lives, got.RemovingInstanceS)
+	}
+	got.IdleInstanceS, got.CreatingInstanceS, got.RemovingInstanceS, got.BilledInstanceS = 0, 0, 0, 0
 	if got != want {
 		t.Errorf("report\n got %+v\nwant %+v", got, want)
 	}
@@ -55,6 +62,17 @@ func TestRunPreemptiveHandcrafted(t *testing.T) {
 	// the next scaling pass.
 	if lo, hi := 30+3420+2*600.0, 30+3420+2*660.0+30; idle < lo || idle > hi {
 		t.Errorf("idle_instance_s = %v, want in [%v, %v]", idle, lo, hi)
+	}
+	// The same run billed per started hour: three started hours, all in
+	// the first hour of the day.
+	hourly := autoscale.Billing{Increment: time.Hour}
+	res, err = simulate.Run(t.Context(), simulate.Options{Policy: pol, BootTime: 30 * time.Second, Duration: time.Hour, Billing: &hourly},
+		readTrace(t, "arrival_s,duration_s\n60,120\n61,60\n"))
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if res.BilledInstanceS != 3*3600 || len(res.Hours) != 1 || res.Hours[0].BilledS != 3*3600 {
+		t.Errorf("per started hour: billed %v s (first hour %v s), want 10800", res.BilledInstanceS, res.Hours[0].BilledS)
 	}
 }
 
@@ -353,7 +371,7 @@ func TestReportsShareWaitFormat(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("sweep table: %d lines, want header, one row, best:\n%s", len(lines), sw.String())
 	}
-	if got, want := strings.Fields(lines[1]), []string{"3", "1m0s", "off", "28.3s", "4m27.7s", "0.0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
+	if got, want := strings.Fields(lines[1]), []string{"3", "1m0s", "off", "28.3s", "4m27.7s", "0.0", "0.0", "0.0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("sweep row %q, want fields %q", lines[1], want)
 	}
 	if want := "best: idle_count 3, idle_time 1m0s, preemptive off (p95 wait 28.3s, idle 0.0 instance-hours)"; lines[2] != want {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,34 @@ type SweepResult struct {
 	Preemptive bool          // preemptive_mode of the run
 	Report     Report
 	Hours      []Hour // the run hour by hour, late meaning over the sweep's target
+	// Lifetimes are the run's instance lives, for Rebill.
+	Lifetimes []Lifetime
+}
+
+// Rebill bills r's run in billing model b (the day from start, as the
+// run had it): Report.BilledInstanceS and every hour's BilledS.
+func (r *SweepResult) Rebill(b autoscale.Billing, start time.Time) {
+	if start.IsZero() {
+		start = DefaultStart
+	}
+	r.Hours = slices.Clone(r.Hours)
+	d := time.Duration(len(r.Hours)) * time.Hour
+	r.Report.BilledInstanceS = Bill(r.Lifetimes, b, start, d, r.Hours)
+	r.Report.Billing = b
+}
+
+// BestBilled is the result of all with the least billed instance time
+// whose p95 wait is at most targetP95: the cheapest static configuration
+// for the person paying. nil when none meets the target.
+func BestBilled(all []SweepResult, targetP95 time.Duration) *SweepResult {
+	var best *SweepResult
+	for i := range all {
+		r := &all[i]
+		if r.Report.WaitP95 <= targetP95.Seconds() && (best == nil || r.Report.BilledInstanceS < best.Report.BilledInstanceS) {
+			best = r
+		}
+	}
+	return best
 }
 
 // Setting describes the configuration of r as an operator writes it:
@@ -169,7 +198,7 @@ func SweepGrid(ctx context.Context, o Options, jobs []Job, g Grid, targetP95 tim
 					errs[i] = fmt.Errorf("sweep idle_count %d (idle_time %s, preemptive %v): %w", c.IdleCount, c.IdleTime, c.Preemptive, err)
 					continue
 				}
-				c.Report, c.Hours = res.Report, res.Hours
+				c.Report, c.Hours, c.Lifetimes = res.Report, res.Hours, res.Lifetimes
 				all[i] = c
 			}
 		})

@@ -46,6 +46,7 @@ type Options struct {
 
 type instance struct {
 	id       string
+	created  time.Time
 	readyAt  time.Time
 	deleteAt time.Time // zero until Decrease
 	reported bool      // deleted state reported once
@@ -61,6 +62,7 @@ type Provider struct {
 	name    string
 	seq     int
 	insts   []*instance // creation order
+	all     []*instance // every instance ever created, for Lifetimes
 	byID    map[string]*instance
 	created int
 	removed int
@@ -160,8 +162,9 @@ func (p *Provider) Increase(ctx context.Context, n int) (int, error) {
 		if p.o.BootSpread > 0 {
 			boot += time.Duration((p.rng.Float64()*2 - 1) * float64(p.o.BootSpread))
 		}
-		in := &instance{id: fmt.Sprintf("%s-%06d", p.name, p.seq), readyAt: now.Add(max(0, boot))}
+		in := &instance{id: fmt.Sprintf("%s-%06d", p.name, p.seq), created: now, readyAt: now.Add(max(0, boot))}
 		p.insts = append(p.insts, in)
+		p.all = append(p.all, in)
 		p.byID[in.id] = in
 		p.created++
 	}
@@ -237,6 +240,26 @@ func (p *Provider) Heartbeat(_ context.Context, id string) error {
 
 // Shutdown does nothing: instances outlive the provider, as real ones do.
 func (p *Provider) Shutdown(context.Context) error { return nil }
+
+// Lifetimes calls fn with the life of every instance ever created, in
+// creation order: when it was created and when its deletion completed
+// (zero while it is not deleted yet), what a cloud bills.
+func (p *Provider) Lifetimes(fn func(created, deleted time.Time)) {
+	p.mu.Lock()
+	now := p.clk.Now()
+	type life struct{ c, d time.Time }
+	lives := make([]life, len(p.all))
+	for i, in := range p.all {
+		lives[i].c = in.created
+		if !in.deleteAt.IsZero() && !now.Before(in.deleteAt) {
+			lives[i].d = in.deleteAt
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range lives {
+		fn(l.c, l.d)
+	}
+}
 
 // FailCreate makes the next n instance creations fail.
 func (p *Provider) FailCreate(n int) { p.mu.Lock(); p.failCreate += n; p.mu.Unlock() }

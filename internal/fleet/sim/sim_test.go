@@ -119,3 +119,46 @@ func TestRealClock(t *testing.T) {
 		t.Fatalf("state %v after the boot time, want running", st)
 	}
 }
+
+// TestLifetimes: an instance's life runs from its creation to the end of
+// its deletion, a refused deletion request not ending it, and one not
+// deleted yet has no end.
+func TestLifetimes(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	clk := clock.NewFake(t0)
+	p := New(Options{Clock: clk, DeleteTime: 5 * time.Second})
+	if n, err := p.Increase(t.Context(), 3); n != 3 || err != nil {
+		t.Fatalf("Increase = %d, %v", n, err)
+	}
+	// sim-000001 deleted in the second it was created.
+	if _, err := p.Decrease(t.Context(), []string{"sim-000001"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	p.FailDelete(1)
+	if _, err := p.Decrease(t.Context(), []string{"sim-000002"}); !errors.Is(err, ErrInjected) {
+		t.Fatalf("Decrease = %v, want an injected failure", err)
+	}
+	clk.Advance(time.Minute)
+	if _, err := p.Decrease(t.Context(), []string{"sim-000002"}); err != nil {
+		t.Fatalf("retried Decrease = %v", err)
+	}
+	clk.Advance(time.Minute)
+	var got [][2]time.Duration
+	p.Lifetimes(func(c, d time.Time) {
+		end := time.Duration(-1)
+		if !d.IsZero() {
+			end = d.Sub(t0)
+		}
+		got = append(got, [2]time.Duration{c.Sub(t0), end})
+	})
+	want := [][2]time.Duration{{0, 5 * time.Second}, {0, 2*time.Minute + 5*time.Second}, {0, -1}}
+	if len(got) != len(want) {
+		t.Fatalf("lifetimes %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("instance %d: created, deleted at %v, want %v", i+1, got[i], want[i])
+		}
+	}
+}
