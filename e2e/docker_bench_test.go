@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,17 +63,26 @@ func runJob(b *testing.B, s *stack, spec client.JobSpec) (time.Duration, *client
 	if err != nil {
 		b.Fatal(err)
 	}
+	got := awaitEnd(b, s, j.ID, "success")
+	return time.Since(start), got
+}
+
+// awaitEnd polls job id every millisecond until it finished, and fails
+// the benchmark with its log unless it ended with status want.
+func awaitEnd(b *testing.B, s *stack, id int64, want string) *client.Job {
+	b.Helper()
+	ctx := context.Background()
 	for {
-		got, err := s.api.Job(ctx, j.ID)
+		got, err := s.api.Job(ctx, id)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if got.Finished() {
-			if got.Status != "success" {
-				tr, _, _ := s.api.Trace(ctx, j.ID, 0)
-				b.Fatalf("job %d: %s %s\n%s", j.ID, got.Status, got.FailureReason, tr)
+			if got.Status != want {
+				tr, _, _ := s.api.Trace(ctx, id, 0)
+				b.Fatalf("job %d: %s %s, want %s\n%s", id, got.Status, got.FailureReason, want, tr)
 			}
-			return time.Since(start), got
+			return got
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -227,4 +237,45 @@ func BenchmarkDockerResumeLatency(b *testing.B) {
 		waitJob(b, cl, j.ID, time.Minute, finished)
 	}()
 	resumeLatency(b, dir, cfg, cl, j.ID, time.Minute)
+}
+
+// BenchmarkDockerCancel measures the cancel of a container job that
+// prints nothing (`sleep 600`, no after_script): from the cancel request
+// to the job `canceled` on the coordinator (polled every millisecond).
+// Each iteration starts a job and waits until its script runs, untimed.
+func BenchmarkDockerCancel(b *testing.B) {
+	s := newDockerStack(b, 1)
+	defer s.stop()
+	ctx := context.Background()
+	spec := client.JobSpec{Name: "to cancel", Timeout: 3600, Script: []string{"echo sleeping-now", "sleep 600"}}
+	runJob(b, s, client.JobSpec{Name: "warm", Script: []string{"true"}})
+	var lat []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		s.settle()
+		j, err := s.api.Submit(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			tr, _, err := s.api.Trace(ctx, j.ID, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(string(tr), "sleeping-now") {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if _, err := s.api.Cancel(ctx, j.ID); err != nil {
+			b.Fatal(err)
+		}
+		awaitEnd(b, s, j.ID, "canceled")
+		lat = append(lat, time.Since(start))
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(lat, 0.5)), "cancel-p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.95)), "cancel-p95-ms")
 }

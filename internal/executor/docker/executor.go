@@ -38,8 +38,8 @@ const (
 // image, on a network of the job's own. Stage scripts run in the
 // long-lived build (or helper) container by exec; see the package doc.
 type Executor struct {
-	// GracePeriod is the time between SIGTERM and SIGKILL when containers
-	// are stopped; set by the provider.
+	// GracePeriod is the time between SIGTERM and SIGKILL when a stage's
+	// processes, or a container, are stopped; set by the provider.
 	GracePeriod time.Duration
 
 	prov *Provider

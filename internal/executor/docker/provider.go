@@ -39,9 +39,12 @@ type Target struct {
 	Where string
 }
 
-// DefaultGracePeriod is how long a stopped container gets between SIGTERM
-// and SIGKILL (a cancel, a timeout).
-const DefaultGracePeriod = 10 * time.Second
+// DefaultGracePeriod is how long a cancelled or timed-out stage's
+// processes get between SIGTERM and SIGKILL (see Executor.stopStage), and
+// a container stopped whole (an exec of the preparation) between SIGTERM
+// and SIGKILL: short, so that a cancel ends the job within about a second
+// even when the job ignores SIGTERM.
+const DefaultGracePeriod = time.Second
 
 // Options configure the provider.
 type Options struct {
