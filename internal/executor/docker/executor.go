@@ -189,7 +189,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 
 	e.mu.Lock()
-	e.cfg, e.eng, e.image, e.user = cfg, eng, img, user
+	e.cfg, e.eng, e.image, e.user = cfg, e.prov.traced(eng, logger), img, user
 	e.prefix = jobPrefix(opts.Settings, job.ID)
 	e.paths = executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
 	e.mu.Unlock()
@@ -455,6 +455,7 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	if job.Image.Entrypoint != nil {
 		cc.Entrypoint = job.Image.Entrypoint
 	}
+	start := time.Now()
 	id, err := e.createStart(ctx, name, cc, e.hostConfig(e.binds, cfg.Privileged, cfg.Tmpfs), nil)
 	if err != nil {
 		return fmt.Errorf("build container: %w", err)
@@ -466,7 +467,9 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	if detected {
 		return nil
 	}
-	return e.detectShell(ctx, id)
+	err = e.detectShell(ctx, id)
+	spanOf(e.eng, spanBoot, start, err)
+	return err
 }
 
 // createStart creates and starts a container, recording it for Cleanup

@@ -227,7 +227,8 @@ func (e *Executor) execAttached(ctx context.Context, cid, user string, cmd []str
 // onCancel is called to end the command (its output is then copied to
 // its end, for drainTimeout at most), or, when nil, the exec's stream is
 // closed (the command may go on).
-func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer, onCancel func()) (int, error) {
+func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer, onCancel func()) (code int, err error) {
+	defer func(start time.Time) { spanOf(e.eng, spanExec, start, err) }(time.Now())
 	resp, err := e.eng.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, Cmd: cmd,
 	})
