@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	dockerclient "github.com/docker/docker/client"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/config"
@@ -23,6 +27,13 @@ import (
 // busybox test image; the helper image is built from the drover binary
 // the e2e tests built (not from this test binary).
 func newDockerStack(b *testing.B, concurrent int) *stack {
+	b.Helper()
+	s, _ := newDockerStackProvider(b, concurrent)
+	return s
+}
+
+// newDockerStackProvider is newDockerStack, and its docker provider.
+func newDockerStackProvider(b *testing.B, concurrent int) (*stack, *dockerexec.Provider) {
 	b.Helper()
 	needDockerImages(b)
 	runners := &dockerexec.Runners{}
@@ -49,7 +60,62 @@ func newDockerStack(b *testing.B, concurrent int) *stack {
 		stop()
 		s.settle() // the last job's containers are being removed
 	}
-	return s
+	return s, prov
+}
+
+// engineCalls reads the docker provider's histogram of engine calls:
+// count and total seconds by call.
+type engineCalls map[string]struct {
+	n   uint64
+	sum float64
+}
+
+func readEngineCalls(b *testing.B, reg *prometheus.Registry) engineCalls {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls := engineCalls{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			calls[m.GetLabel()[0].GetValue()] = struct {
+				n   uint64
+				sum float64
+			}{h.GetSampleCount(), h.GetSampleSum()}
+		}
+	}
+	return calls
+}
+
+// logBreakdown prints, per job (jobs of them ran between before and
+// after), each engine call's count and mean and total duration, the
+// longest total first.
+func logBreakdown(b *testing.B, before, after engineCalls, jobs int) {
+	b.Helper()
+	type row struct {
+		call    string
+		n, mean float64
+		total   float64
+	}
+	var rows []row
+	for call, a := range after {
+		n, sum := a.n-before[call].n, a.sum-before[call].sum
+		if n == 0 {
+			continue
+		}
+		rows = append(rows, row{call, float64(n) / float64(jobs), sum / float64(n) * 1000, sum / float64(jobs) * 1000})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].total > rows[j].total })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "engine calls per job (%d jobs; removals are after the result, off the job's path):\n", jobs)
+	fmt.Fprintf(&sb, "%-22s %7s %9s %10s\n", "call", "n/job", "mean ms", "ms/job")
+	for _, r := range rows {
+		fmt.Fprintf(&sb, "%-22s %7.2f %9.1f %10.1f\n", r.call, r.n, r.mean, r.total)
+	}
+	// Printed, not logged: a benchmark's log is cut to its first lines.
+	fmt.Print(sb.String())
 }
 
 // runJob submits spec and waits for it to succeed; it returns the time
@@ -62,17 +128,26 @@ func runJob(b *testing.B, s *stack, spec client.JobSpec) (time.Duration, *client
 	if err != nil {
 		b.Fatal(err)
 	}
+	got := awaitEnd(b, s, j.ID, "success")
+	return time.Since(start), got
+}
+
+// awaitEnd polls job id every millisecond until it finished, and fails
+// the benchmark with its log unless it ended with status want.
+func awaitEnd(b *testing.B, s *stack, id int64, want string) *client.Job {
+	b.Helper()
+	ctx := context.Background()
 	for {
-		got, err := s.api.Job(ctx, j.ID)
+		got, err := s.api.Job(ctx, id)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if got.Finished() {
-			if got.Status != "success" {
-				tr, _, _ := s.api.Trace(ctx, j.ID, 0)
-				b.Fatalf("job %d: %s %s\n%s", j.ID, got.Status, got.FailureReason, tr)
+			if got.Status != want {
+				tr, _, _ := s.api.Trace(ctx, id, 0)
+				b.Fatalf("job %d: %s %s, want %s\n%s", id, got.Status, got.FailureReason, want, tr)
 			}
-			return time.Since(start), got
+			return got
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -117,8 +192,10 @@ func dockerRunFloor(b *testing.B, cli *dockerclient.Client) time.Duration {
 // the same run, the floor: the same echo by `docker run --rm` through the
 // engine API. Iterations alternate between the two.
 func BenchmarkDockerTrivialJob(b *testing.B) {
-	s := newDockerStack(b, 1)
+	s, prov := newDockerStackProvider(b, 1)
 	defer s.stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prov.Collector())
 	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		b.Fatal(err)
@@ -129,6 +206,7 @@ func BenchmarkDockerTrivialJob(b *testing.B) {
 	s.settle()
 	dockerRunFloor(b, cli)
 	var lat, floor []time.Duration
+	before := readEngineCalls(b, reg)
 	for b.Loop() {
 		d, _ := runJob(b, s, spec)
 		lat = append(lat, d)
@@ -139,6 +217,7 @@ func BenchmarkDockerTrivialJob(b *testing.B) {
 		b.StartTimer()
 		floor = append(floor, dockerRunFloor(b, cli))
 	}
+	logBreakdown(b, before, readEngineCalls(b, reg), len(lat))
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
 	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
@@ -227,4 +306,45 @@ func BenchmarkDockerResumeLatency(b *testing.B) {
 		waitJob(b, cl, j.ID, time.Minute, finished)
 	}()
 	resumeLatency(b, dir, cfg, cl, j.ID, time.Minute)
+}
+
+// BenchmarkDockerCancel measures the cancel of a container job that
+// prints nothing (`sleep 600`, no after_script): from the cancel request
+// to the job `canceled` on the coordinator (polled every millisecond).
+// Each iteration starts a job and waits until its script runs, untimed.
+func BenchmarkDockerCancel(b *testing.B) {
+	s := newDockerStack(b, 1)
+	defer s.stop()
+	ctx := context.Background()
+	spec := client.JobSpec{Name: "to cancel", Timeout: 3600, Script: []string{"echo sleeping-now", "sleep 600"}}
+	runJob(b, s, client.JobSpec{Name: "warm", Script: []string{"true"}})
+	var lat []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		s.settle()
+		j, err := s.api.Submit(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			tr, _, err := s.api.Trace(ctx, j.ID, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(string(tr), "sleeping-now") {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if _, err := s.api.Cancel(ctx, j.ID); err != nil {
+			b.Fatal(err)
+		}
+		awaitEnd(b, s, j.ID, "canceled")
+		lat = append(lat, time.Since(start))
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(lat, 0.5)), "cancel-p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.95)), "cancel-p95-ms")
 }

@@ -8,7 +8,6 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,12 +69,7 @@ func TestDockerPullAlwaysRegistry(t *testing.T) {
 	pushImage(ctx, t, cli, dockerimage.TestImageBusybox, ref)
 	pushed := len(regLog.String())
 
-	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
-	cl := c.client()
-	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 2, "", "")
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 20*time.Second)
+	c, cl := startDockerManager(t, 2)
 
 	run := func(name string, policy any) (status, reason, log string) {
 		t.Helper()

@@ -70,6 +70,19 @@ func dockerConfig(t testing.TB, dir, url, token string, concurrent int, runner, 
       %s = %q`, runner, dockerimage.TestImageBusybox, docker, testLabel, testName(t)))
 }
 
+// startDockerManager starts a coordinator and a manager with one docker
+// runner of concurrent slots (the defaults of dockerConfig), and returns
+// the coordinator and its client once the manager runs.
+func startDockerManager(t *testing.T, concurrent int) (*coordinator, *client.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), concurrent, "", "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	return c, c.client()
+}
+
 // removeLabelled removes the containers, networks and volumes carrying
 // label (k=v) from the shared engine.
 func removeLabelled(t testing.TB, label string) {

@@ -333,6 +333,11 @@ so that the file stays GitLab Runner's.`,
 			fleetEngines := engine.New(hostKeys, nil, logger)
 			defer fleetEngines.Close()
 			provs := providers(logger, t, engines, fleetEngines)
+			if dp, ok := provs[docker.Name].(*docker.Provider); ok {
+				if err := reg.Register(dp.Collector()); err != nil {
+					return err
+				}
+			}
 			po := runnerpool.Options{
 				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
 				SystemID: systemID,

@@ -38,8 +38,8 @@ const (
 // image, on a network of the job's own. Stage scripts run in the
 // long-lived build (or helper) container by exec; see the package doc.
 type Executor struct {
-	// GracePeriod is the time between SIGTERM and SIGKILL when containers
-	// are stopped; set by the provider.
+	// GracePeriod is the time between SIGTERM and SIGKILL when a stage's
+	// processes, or a container, are stopped; set by the provider.
 	GracePeriod time.Duration
 
 	prov *Provider
@@ -189,7 +189,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	}
 
 	e.mu.Lock()
-	e.cfg, e.eng, e.image, e.user = cfg, eng, img, user
+	e.cfg, e.eng, e.image, e.user = cfg, e.prov.traced(eng, logger), img, user
 	e.prefix = jobPrefix(opts.Settings, job.ID)
 	e.paths = executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
 	e.mu.Unlock()
@@ -455,6 +455,7 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	if job.Image.Entrypoint != nil {
 		cc.Entrypoint = job.Image.Entrypoint
 	}
+	start := time.Now()
 	id, err := e.createStart(ctx, name, cc, e.hostConfig(e.binds, cfg.Privileged, cfg.Tmpfs), nil)
 	if err != nil {
 		return fmt.Errorf("build container: %w", err)
@@ -466,7 +467,9 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	if detected {
 		return nil
 	}
-	return e.detectShell(ctx, id)
+	err = e.detectShell(ctx, id)
+	spanOf(e.eng, spanBoot, start, err)
+	return err
 }
 
 // createStart creates and starts a container, recording it for Cleanup

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/config"
@@ -39,9 +41,12 @@ type Target struct {
 	Where string
 }
 
-// DefaultGracePeriod is how long a stopped container gets between SIGTERM
-// and SIGKILL (a cancel, a timeout).
-const DefaultGracePeriod = 10 * time.Second
+// DefaultGracePeriod is how long a cancelled or timed-out stage's
+// processes get between SIGTERM and SIGKILL (see Executor.stopStage), and
+// a container stopped whole (an exec of the preparation) between SIGTERM
+// and SIGKILL: short, so that a cancel ends the job within about a second
+// even when the job ignores SIGTERM.
+const DefaultGracePeriod = time.Second
 
 // Options configure the provider.
 type Options struct {
@@ -68,7 +73,8 @@ type Provider struct {
 	o Options
 
 	mu      sync.Mutex
-	helpers map[Engine]*helperImage // per engine: built or found once
+	helpers map[Engine]*helperImage  // per engine: built or found once
+	calls   *prometheus.HistogramVec // jobs' engine calls (tracedEngine)
 
 	cleanups sync.WaitGroup // jobs' resources being removed
 }
@@ -99,7 +105,7 @@ func NewProvider(o Options) (*Provider, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	o.Clock = clock.OrReal(o.Clock)
-	return &Provider{o: o, helpers: map[Engine]*helperImage{}}, nil
+	return &Provider{o: o, helpers: map[Engine]*helperImage{}, calls: newEngineCalls()}, nil
 }
 
 // Wait waits until the resources of finished jobs are removed (Cleanup
@@ -181,6 +187,7 @@ func (p *Provider) helperTag(ctx context.Context, eng Engine, c *Config, trace f
 	if c.HelperImage != "" {
 		return c.HelperImage, nil
 	}
+	eng = untraced(eng) // kept per engine, not per job
 	p.mu.Lock()
 	h, ok := p.helpers[eng]
 	if !ok {

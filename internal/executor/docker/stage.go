@@ -2,6 +2,7 @@ package docker
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -36,10 +37,11 @@ const drainTimeout = 10 * time.Second
 // in the helper container (git), every other stage in the build
 // container, which is started anew when a cancel or timeout stopped the
 // previous one. Its output goes to the trace. A non-zero exit is a
-// *executor.BuildError. When ctx is cancelled the stage's container gets
-// SIGTERM, then SIGKILL after the grace period (docker stop), and Run
-// returns ctx.Err() wrapped. A resumable job's stages run detached (see
-// package detached), followed by drover's helper in the helper container.
+// *executor.BuildError. When ctx is cancelled the stage's processes get
+// SIGTERM, then SIGKILL after the grace period (stopStage), its container
+// is stopped, and Run returns ctx.Err() wrapped. A resumable job's stages
+// run detached (see package detached), followed by drover's helper in the
+// helper container.
 func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 	e.mu.Lock()
 	if e.eng == nil || e.shell == "" {
@@ -132,9 +134,15 @@ func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, s
 	e.mu.Unlock()
 	f, w := det.Begin(detached.Stage{Name: cmd.Stage, Where: cid})
 	defer det.End()
-	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s && exec %[2]s %[1]s </dev/null 2>&1\n", quote(f.Script), quote(shellPath))
+	// The exec's shell stays the parent of the stage's shell and writes
+	// its pid where stopStage finds it: a cancel signals what is below it.
+	// (One write of a few bytes: a reader never sees half a pid, and the
+	// stage needs no mv.)
+	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s || exit\necho $$ > %[3]s\n%[2]s %[1]s </dev/null 2>&1\nexit $?\n",
+		quote(f.Script), quote(shellPath), quote(f.PID))
 	started := time.Now()
-	code, err := e.execAttached(ctx, cid, user, []string{"sh", "-c", script}, strings.NewReader(cmd.Script), w, w)
+	code, err := e.exec(ctx, cid, user, []string{"sh", "-c", script}, strings.NewReader(cmd.Script), w, w,
+		func() { e.stopStage(context.Background(), cid, user, f) })
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: %w", cmd.Stage, ctx.Err())
@@ -212,13 +220,15 @@ func (e *Executor) oomKilled(ctx context.Context, cid string, since time.Time) b
 // returns the exit code. When ctx ends, the container is stopped (which
 // ends the exec) and ctx.Err() is returned.
 func (e *Executor) execAttached(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	return e.exec(ctx, cid, user, cmd, stdin, stdout, stderr, true)
+	return e.exec(ctx, cid, user, cmd, stdin, stdout, stderr, func() { e.stopContainer(cid) })
 }
 
 // exec runs cmd in container cid as execAttached does; when ctx ends,
-// the container is stopped only with stopOnCancel, else the exec's
-// stream is closed (the command may go on).
-func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer, stopOnCancel bool) (int, error) {
+// onCancel is called to end the command (its output is then copied to
+// its end, for drainTimeout at most), or, when nil, the exec's stream is
+// closed (the command may go on).
+func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, stdin io.Reader, stdout, stderr io.Writer, onCancel func()) (code int, err error) {
+	defer func(start time.Time) { spanOf(e.eng, spanExec, start, err) }(time.Now())
 	resp, err := e.eng.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true, Cmd: cmd,
 	})
@@ -244,12 +254,12 @@ func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, std
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		if !stopOnCancel {
+		if onCancel == nil {
 			hj.Close()
 			<-done
 			return -1, ctx.Err()
 		}
-		e.stopContainer(cid)
+		onCancel()
 		select {
 		case <-done:
 		case <-time.After(drainTimeout):
@@ -278,18 +288,76 @@ func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, std
 	}
 }
 
-// stopContainer stops a job container (SIGTERM, the grace period, SIGKILL)
-// on a context of its own: the stage's is over. A build or helper
-// container that was stopped is not used again.
-func (e *Executor) stopContainer(cid string) {
+// containerStopGrace is what a container whose stage was stopped gets
+// between SIGTERM (to its first process: the idle shell, which ignores
+// it) and SIGKILL: what is left in it is what the stage left behind, after
+// the stage's own processes had their grace period.
+const containerStopGrace = time.Second
+
+// stopStage stops a cancelled or timed-out stage in container cid whose
+// wrapper's pid is in f.PID, as GitLab Runner's cancel does what a job
+// sees: every process below the wrapper gets SIGTERM and, those still
+// there after the grace period, SIGKILL, by an exec as the stage's user
+// (detached.Sh's stop: sh, kill and /proc or ps are enough); the wrapper
+// then writes the stage's exit status or ends its exec. The container is
+// stopped too, off the stage's path (retire): what the stage started in
+// the background goes with it, and it is not used again. When the
+// processes cannot be stopped so (an image without a shell's kill), the
+// container is stopped at once instead, which ends the stage too.
+func (e *Executor) stopStage(ctx context.Context, cid, user string, f detached.Files) {
 	e.mu.Lock()
-	eng, grace, logger := e.eng, e.GracePeriod, e.logger
+	grace, logger := e.GracePeriod, e.logger
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, grace+30*time.Second)
+	defer cancel()
+	var out bytes.Buffer // one writer: the exec's streams are copied by one goroutine
+	code, err := e.exec(ctx, cid, user, detached.Sh{}.Stop(f, grace), nil, &out, &out, nil)
+	if err != nil || code != 0 {
+		logger.Warn("cannot stop the stage's processes; stopping its container", "container", cid,
+			"exit", code, "err", err, "output", strings.TrimSpace(out.String()))
+		e.stopContainer(cid)
+		return
+	}
+	logger.Debug("stopped the stage's processes", "container", cid, "output", strings.TrimSpace(out.String()))
+	e.retire(cid)
+}
+
+// retire takes container cid out of use (a build or helper container
+// whose stage was stopped is not used again) and stops it in the
+// background with containerStopGrace (Provider.Wait waits for that).
+func (e *Executor) retire(cid string) {
+	e.mu.Lock()
+	eng, logger := e.eng, e.logger
+	e.forgetLocked(cid)
+	e.mu.Unlock()
+	e.prov.cleanups.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), containerStopGrace+30*time.Second)
+		defer cancel()
+		secs := int(containerStopGrace / time.Second)
+		if err := eng.ContainerStop(ctx, cid, container.StopOptions{Timeout: &secs}); err != nil && !cerrdefs.IsNotFound(err) {
+			logger.Warn("cannot stop a job container", "container", cid, "err", err)
+		}
+	})
+}
+
+// forgetLocked takes container cid out of use as the build or helper
+// container (e.mu held).
+func (e *Executor) forgetLocked(cid string) {
 	if e.build == cid {
 		e.build = ""
 	}
 	if e.helper == cid {
 		e.helper = ""
 	}
+}
+
+// stopContainer stops a job container (SIGTERM, the grace period, SIGKILL)
+// on a context of its own: the stage's is over. A build or helper
+// container that was stopped is not used again.
+func (e *Executor) stopContainer(cid string) {
+	e.mu.Lock()
+	eng, grace, logger := e.eng, e.GracePeriod, e.logger
+	e.forgetLocked(cid)
 	e.mu.Unlock()
 	secs := int(grace / time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), grace+30*time.Second)
@@ -340,13 +408,15 @@ func (t *stageTarget) Exec(ctx context.Context, argv []string, stdout, stderr io
 	if err != nil {
 		return -1, err
 	}
-	return t.e.exec(ctx, hid, "", argv, nil, stdout, stderr, false)
+	return t.e.exec(ctx, hid, "", argv, nil, stdout, stderr, nil)
 }
 
-// Stop stops the stage's container (docker stop: SIGTERM, the grace
-// period, SIGKILL); WaitStopped then tells the follower.
-func (t *stageTarget) Stop(context.Context, detached.Files) error {
-	t.e.stopContainer(t.cid)
+// Stop stops the stage's processes (stopStage: SIGTERM, the grace
+// period, SIGKILL), whose wrapper then writes the exit status the
+// follower reports, and its container; a container stopped at once
+// because the processes could not be is told by WaitStopped.
+func (t *stageTarget) Stop(ctx context.Context, f detached.Files) error {
+	t.e.stopStage(ctx, t.cid, t.user, f)
 	return nil
 }
 

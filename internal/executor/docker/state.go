@@ -93,7 +93,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.cfg, e.eng, e.job, e.settings, e.trace, e.logger = cfg, eng, opts.Job, opts.Settings, trace, logger
+	e.cfg, e.eng, e.job, e.settings, e.trace, e.logger = cfg, e.prov.traced(eng, logger), opts.Job, opts.Settings, trace, logger
 	e.resumable = true
 	e.prefix, e.shell, e.shellPath, e.paths = st.Prefix, st.Shell, st.ShellPath, st.Paths
 	e.image, e.imageID, e.user, e.network, e.netName = st.Image, st.ImageID, st.User, st.Network, st.NetName

@@ -18,9 +18,11 @@ import (
 	"github.com/drover-ci/drover/internal/executor"
 )
 
-// DefaultGracePeriod is how long a cancelled stage's processes get between
-// SIGTERM and SIGKILL.
-const DefaultGracePeriod = 10 * time.Second
+// DefaultGracePeriod is how long a cancelled or timed-out stage's
+// processes get between SIGTERM and SIGKILL: short, so that a cancel ends
+// the job within about a second even when the job ignores SIGTERM (as the
+// docker executor's).
+const DefaultGracePeriod = time.Second
 
 // Options configure the provider.
 type Options struct {
