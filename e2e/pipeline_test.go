@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,7 +114,7 @@ build:
 lint:
   stage: build
   needs: [build]
-  script: [cat out/app.txt, 'echo "lint sees $VERSION"']
+  script: [cat out/app.txt, 'echo "lint sees $VERSION"', 'echo "pipeline page $CI_PIPELINE_URL"']
 flaky:
   stage: test
   retry: 2
@@ -140,7 +143,7 @@ never:
     - if: $CI_COMMIT_TAG
 `, "MARKS", marks),
 	})
-	_, cl := pipelineFixture(t, 2)
+	coord, cl := pipelineFixture(t, 2)
 	ctx := context.Background()
 	p, err := cl.CreatePipeline(ctx, client.PipelineSpec{Project: "g/app", RepoURL: repo, Ref: "main", Source: "push"})
 	if err != nil {
@@ -169,7 +172,8 @@ never:
 		t.Errorf("retried jobs = %+v, want flaky's first (failed) run", p.Retried)
 	}
 	lint := trace(t, cl, pipelineJob(p, "lint").ID)
-	for _, w := range []string{"before lint", "built at " + sha[:8], "lint sees 1.2.1"} {
+	pageURL := fmt.Sprintf("%s/pipelines/%d", coord.url, p.ID)
+	for _, w := range []string{"before lint", "built at " + sha[:8], "lint sees 1.2.1", "pipeline page " + pageURL} {
 		if !strings.Contains(lint, w) {
 			t.Errorf("lint's log lacks %q:\n%s", w, lint)
 		}
@@ -182,6 +186,24 @@ never:
 	b, l, f := pipelineJob(p, "build"), pipelineJob(p, "lint"), p.Retried[0]
 	if l.StartedAt.Before(*b.FinishedAt) || f.StartedAt.Before(*l.FinishedAt) {
 		t.Errorf("order: build ended %v, lint ran %v–%v, flaky started %v", b.FinishedAt, l.StartedAt, l.FinishedAt, f.StartedAt)
+	}
+
+	// CI_PIPELINE_URL is a page: the stages, each job linked.
+	req, _ := http.NewRequest(http.MethodGet, pageURL, nil)
+	req.Header.Set("Authorization", "Bearer "+coord.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %d:\n%s", pageURL, resp.StatusCode, page)
+	}
+	for _, w := range []string{"Pipeline #" + fmt.Sprint(p.ID), "<h2>build</h2>", "<h2>deploy</h2>", fmt.Sprintf(`href="/jobs/%d"`, l.ID), "test: [bsd]", "st-manual"} {
+		if !strings.Contains(string(page), w) {
+			t.Errorf("the pipeline page lacks %q:\n%s", w, page)
+		}
 	}
 
 	deploy := pipelineJob(p, "deploy")

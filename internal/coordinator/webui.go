@@ -22,7 +22,7 @@ func (c *Coordinator) webUI() (*web.UI, error) {
 	src := webSource{c}
 	ui, err := web.New(c.log.With("component", "web"), web.Config{
 		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken, ViewerToken: c.viewerToken,
-		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src,
+		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src, Pipelines: src,
 		Unavailable: unavailableCause,
 	})
 	if err != nil {
@@ -35,7 +35,8 @@ func (c *Coordinator) webUI() (*web.UI, error) {
 type webSource struct{ c *Coordinator }
 
 var (
-	_ web.Jobs     = webSource{}
+	_ web.Jobs      = webSource{}
+	_ web.Pipelines = webSource{}
 	_ web.Logs     = webSource{}
 	_ web.Notifier = webSource{}
 )
@@ -156,4 +157,55 @@ func webJob(j *store.Job, v *jobView) web.Job {
 		out.Artifacts = append(out.Artifacts, web.Artifact{Type: a.FileType, Filename: a.Filename, Size: a.Size})
 	}
 	return out
+}
+
+func webPipeline(p *store.Pipeline) web.Pipeline {
+	return web.Pipeline{
+		ID: p.ID, IID: p.IID, Project: p.Project, Ref: p.Ref, SHA: p.SHA, Source: p.Source, Name: p.Spec.Name,
+		Status: string(p.Status), Tag: p.Tag, CreatedAt: p.CreatedAt, FinishedAt: p.FinishedAt,
+	}
+}
+
+func (s webSource) ListPipelines(ctx context.Context, project string, limit int) ([]web.Pipeline, error) {
+	ps, err := s.c.st.ListPipelines(ctx, store.PipelineFilter{Project: project, Newest: true, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("list pipelines: %w", err)
+	}
+	out := make([]web.Pipeline, len(ps))
+	for i := range ps {
+		out[i] = webPipeline(&ps[i])
+	}
+	return out, nil
+}
+
+func (s webSource) Pipeline(ctx context.Context, id int64) (web.Pipeline, error) {
+	p, err := s.c.st.GetPipeline(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return web.Pipeline{}, web.ErrNotFound
+	}
+	if err != nil {
+		return web.Pipeline{}, fmt.Errorf("get pipeline %d: %w", id, err)
+	}
+	all, err := s.c.st.ListJobs(ctx, store.JobFilter{PipelineID: id})
+	if err != nil {
+		return web.Pipeline{}, fmt.Errorf("list the jobs of pipeline %d: %w", id, err)
+	}
+	jobs := effectiveJobs(all)
+	views, err := s.c.jobViews(ctx, jobs)
+	if err != nil {
+		return web.Pipeline{}, err
+	}
+	out := webPipeline(&p)
+	for _, stage := range p.Spec.Stages {
+		st := web.PipelineStage{Name: stage}
+		for i := range jobs {
+			if jobs[i].Stage == stage {
+				st.Jobs = append(st.Jobs, webJob(&jobs[i], &views[i]))
+			}
+		}
+		if len(st.Jobs) > 0 {
+			out.Stages = append(out.Stages, st)
+		}
+	}
+	return out, nil
 }

@@ -106,8 +106,8 @@ type Artifact struct {
 
 // Finished reports whether status is final: the log will not grow.
 func Finished(status string) bool {
-	return status == "success" || status == "failed" || status == "canceled"
+	return status == "success" || status == "failed" || status == "canceled" || status == "skipped"
 }
 
 // Statuses are the job statuses, in lifecycle order, for the filter.
-var statuses = []string{"created", "pending", "waiting_for_runner_ack", "running", "canceling", "success", "failed", "canceled"}
+var statuses = []string{"created", "pending", "waiting_for_runner_ack", "running", "canceling", "success", "failed", "canceled", "manual", "scheduled", "skipped"}

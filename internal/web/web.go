@@ -45,6 +45,8 @@ type Config struct {
 
 	// Runners, if set, serves the runners page (/runners).
 	Runners Runners
+	// Pipelines, if set, serves the pipelines' pages (/pipelines).
+	Pipelines Pipelines
 	// LogTail is how much of a log a job's page shows at first (from a
 	// line boundary), and how much more each "load earlier" adds; default
 	// DefaultLogTail.
@@ -122,6 +124,8 @@ func (u *UI) Mount(m Mounter) {
 		{"GET /jobs/{id}/artifacts", u.page(u.handleArtifacts)},
 		{"POST /jobs/{id}/cancel", u.adminAction(u.handleCancel)},
 		{"POST /jobs/{id}/retry", u.adminAction(u.handleRetry)},
+		{"GET /pipelines", u.page(u.handlePipelines)},
+		{"GET /pipelines/{id}", u.page(u.handlePipeline)},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
