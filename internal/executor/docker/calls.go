@@ -181,3 +181,8 @@ func (t *tracedEngine) CopyFromContainer(ctx context.Context, id, src string) (r
 	defer func(start time.Time) { t.span("CopyFromContainer", start, err) }(time.Now())
 	return t.Engine.CopyFromContainer(ctx, id, src)
 }
+
+func (t *tracedEngine) NetworkList(ctx context.Context, opts network.ListOptions) (r []network.Summary, err error) {
+	defer func(start time.Time) { t.span("NetworkList", start, err) }(time.Now())
+	return t.Engine.NetworkList(ctx, opts)
+}

@@ -202,7 +202,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.imageID = id
 	e.mu.Unlock()
-	if err := e.createNetwork(ctx); err != nil {
+	_, stacked := opts.Data.(*Target)
+	// See slotnet.go for when a job joins its slot's network.
+	if err := e.createNetwork(ctx, len(specs) == 0 && !stacked && !e.resumable); err != nil {
 		return err
 	}
 	if err := e.createVolumes(ctx); err != nil {
@@ -271,12 +273,23 @@ func containerUser(cfg *Config, img api.Image) (user, ignored string, err error)
 	return want, "", nil
 }
 
-// createNetwork makes the job's own bridge network, unless network_mode
-// names one to use.
-func (e *Executor) createNetwork(ctx context.Context) error {
+// createNetwork makes the job's own bridge network, or with slot finds
+// or makes its slot's (slotNetwork), unless network_mode names one to
+// use.
+func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 	if e.cfg.NetworkMode != "" {
 		e.mu.Lock()
 		e.netName = e.cfg.NetworkMode
+		e.mu.Unlock()
+		return nil
+	}
+	if slot {
+		name, err := e.slotNetwork(ctx, e.Cleaned())
+		if err != nil {
+			return err
+		}
+		e.mu.Lock()
+		e.netName = name // not the job's: Cleanup leaves it
 		e.mu.Unlock()
 		return nil
 	}

@@ -75,6 +75,8 @@ type Provider struct {
 	mu      sync.Mutex
 	helpers map[Engine]*helperImage  // per engine: built or found once
 	calls   *prometheus.HistogramVec // jobs' engine calls (tracedEngine)
+	// slotNets: the slot networks' turns (slotnet.go).
+	slotNets map[slotNetKey]*slotNets
 
 	cleanups sync.WaitGroup // jobs' resources being removed
 }

@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/dockerimage"
+)
+
+// TestDockerJobsIsolated: jobs of one slot share no network, files or
+// processes. Job A serves a file over HTTP from a background process and
+// prints its address; the two jobs after it (handed out as A ends, while
+// its containers are being removed, on the slot's two networks) cannot
+// reach it, see its files or its process. A job with a service is followed
+// by one that cannot reach the service by its alias.
+func TestDockerJobsIsolated(t *testing.T) {
+	needDockerImages(t)
+	c, cl := startDockerManager(t, 1)
+	a := submitJSON(t, c, map[string]any{"name": "serves", "script": []string{
+		"mkdir -p /tmp/www && echo secret-of-job-a > /tmp/www/index.html && httpd -p 8080 -h /tmp/www",
+		"wget -qO- http://127.0.0.1:8080/ && echo ip=$(hostname -i)", "sleep 3"}})
+	var ip string
+	ipRE := regexp.MustCompile(`ip=([0-9.]+)`)
+	waitJob(t, cl, a, 2*time.Minute, func(*client.Job) bool {
+		m := ipRE.FindStringSubmatch(trace(t, cl, a))
+		if m != nil {
+			ip = m[1]
+		}
+		return m != nil
+	})
+	probe := []string{
+		"if wget -T 3 -qO- http://" + ip + ":8080/; then echo REACHED-A; else echo a-unreachable; fi",
+		"if [ -e /tmp/www/index.html ]; then echo SAW-A-FILES; else echo no-a-files; fi",
+		"if ps | grep -v grep | grep -q httpd; then echo SAW-A-PROCESS; else echo no-a-process; fi",
+	}
+	b := submitJSON(t, c, map[string]any{"name": "next", "script": probe})
+	d := submitJSON(t, c, map[string]any{"name": "after next", "script": probe})
+	svc := submitJSON(t, c, map[string]any{"name": "service", "script": []string{"wget -qO- http://web:8080/"},
+		"services": []any{map[string]any{"name": dockerimage.TestImageService, "alias": "web"}}})
+	after := submitJSON(t, c, map[string]any{"name": "after service", "script": []string{
+		"if wget -T 3 -qO- http://web:8080/; then echo REACHED-SERVICE; else echo service-unreachable; fi"}})
+	cases := []struct {
+		name string
+		id   int64
+		has  []string
+	}{
+		{"serves", a, []string{"secret-of-job-a"}},
+		{"next", b, []string{"a-unreachable", "no-a-files", "no-a-process"}},
+		{"after next", d, []string{"a-unreachable", "no-a-files", "no-a-process"}},
+		{"service", svc, []string{"drover service ok"}},
+		{"after service", after, []string{"service-unreachable"}},
+	}
+	for _, tc := range cases {
+		j := waitJob(t, cl, tc.id, 3*time.Minute, finished)
+		log := trace(t, cl, tc.id)
+		if j.Status != "success" {
+			t.Errorf("%s: status %s %s\n%s", tc.name, j.Status, j.FailureReason, log)
+		}
+		for _, s := range tc.has {
+			if !strings.Contains(log, s) {
+				t.Errorf("%s: log lacks %q:\n%s", tc.name, s, log)
+			}
+		}
+	}
+	for _, tc := range cases {
+		waitNoResources(t, tc.id)
+	}
+}

@@ -1,0 +1,96 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/drover-ci/drover/internal/executor"
+)
+
+// Slot networks. A job without services does not get a network of its
+// own: it joins one of two bridge networks of its runner's concurrent
+// slot, used in turn, which outlive jobs (as the builds volumes do). That
+// saves the network's create on the job's path and its removal after it,
+// the largest engine work a job does besides its containers (see
+// docs/BENCHMARKS.md). Isolation holds as with a network per job: a job
+// joins a slot network only once every container of the last job on it
+// is removed (that job's Cleanup is over), and the job before it, whose
+// removal may still run, is on the other network. A job with services
+// keeps a network of its own (its services must never be reachable from a
+// later job), as do jobs on an autoscaled instance's engine and resumable
+// jobs.
+
+// slotNetKey names one slot network of the provider.
+type slotNetKey struct {
+	eng    Engine
+	runner string
+	slot   int
+}
+
+// slotNets are a slot's two networks and which one the next job takes.
+type slotNets struct {
+	next int
+	// cleaned: closed when the containers of the last job on the
+	// network are removed (nil: no job yet).
+	cleaned [2]<-chan struct{}
+}
+
+// slotNetwork returns the name of the slot network job's executor joins,
+// after the last job on it is removed, creating the network if the
+// engine lacks it. cleaned is closed once this job's containers are
+// removed.
+func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (string, error) {
+	s := e.settings
+	p := e.prov
+	key := slotNetKey{eng: untraced(e.eng), runner: s.ShortToken, slot: s.ConcurrentID}
+	p.mu.Lock()
+	if p.slotNets == nil {
+		p.slotNets = map[slotNetKey]*slotNets{}
+	}
+	sn := p.slotNets[key]
+	if sn == nil {
+		sn = &slotNets{}
+		p.slotNets[key] = sn
+	}
+	i := sn.next
+	sn.next = 1 - i
+	last := sn.cleaned[i]
+	sn.cleaned[i] = cleaned
+	p.mu.Unlock()
+	if last != nil {
+		select {
+		case <-last:
+		case <-ctx.Done():
+			return "", fmt.Errorf("wait for the removal of the last job on the slot's network: %w", ctx.Err())
+		}
+	}
+	name := slotNetName(s, i)
+	nets, err := e.eng.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
+	if err != nil {
+		return "", fmt.Errorf("find the slot's network: %w", err)
+	}
+	for _, n := range nets {
+		if n.Name == name {
+			return name, nil
+		}
+	}
+	// The client asks engines before API 1.44 to refuse a duplicate name
+	// (CheckDuplicate); later ones always do.
+	_, err = e.eng.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver: "bridge",
+		Labels: labels(s, 0, roleNetwork, e.cfg.ContainerLabels),
+	})
+	if err != nil && !cerrdefs.IsConflict(err) { // a conflict: made meanwhile
+		return "", fmt.Errorf("create the slot's network: %w", err)
+	}
+	return name, nil
+}
+
+// slotNetName is the name of network i (0 or 1) of a runner's slot.
+func slotNetName(s executor.Settings, i int) string {
+	return fmt.Sprintf("drover-%s-concurrent-%d-network-%d", nameSafe(s.ShortToken), s.ConcurrentID, i)
+}
