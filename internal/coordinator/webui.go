@@ -37,8 +37,8 @@ type webSource struct{ c *Coordinator }
 var (
 	_ web.Jobs      = webSource{}
 	_ web.Pipelines = webSource{}
-	_ web.Logs     = webSource{}
-	_ web.Notifier = webSource{}
+	_ web.Logs      = webSource{}
+	_ web.Notifier  = webSource{}
 )
 
 func (s webSource) ListJobs(ctx context.Context, q web.Query) ([]web.Job, error) {
