@@ -50,7 +50,9 @@ func autoscaledExamples(t *testing.T, path string) []string {
 		default:
 			continue
 		}
-		if strings.Contains(block, "[runners.autoscaler]") || strings.Contains(block, "[runners.machine]") {
+		// Whole configurations: a fragment of one table (the billing
+		// keys) is not one.
+		if strings.Contains(block, "[[runners]]") && (strings.Contains(block, "[runners.autoscaler]") || strings.Contains(block, "[runners.machine]")) {
 			blocks = append(blocks, block+"\n")
 		}
 	}
