@@ -105,8 +105,8 @@ func TestDocumentedAutoscalerExamples(t *testing.T) {
 	}
 	loadExample(t, "README.md", readme[0])
 	docs := autoscaledExamples(t, filepath.Join("..", "..", "docs", "autoscaler.md"))
-	if len(docs) != 2 {
-		t.Fatalf("docs/autoscaler.md: %d autoscaled examples, want 2", len(docs))
+	if len(docs) != 4 {
+		t.Fatalf("docs/autoscaler.md: %d autoscaled examples, want 4 (the pool in both dialects, two billing models)", len(docs))
 	}
 	for i, src := range docs {
 		loadExample(t, "docs/autoscaler.md example "+string(rune('1'+i)), src)
