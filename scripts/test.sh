@@ -67,7 +67,9 @@ fi
 # helm, for the chart's tests (e2e TestHelmChart, TestHelmTemplate): the
 # CLI only, never in go.mod (about 4 minutes to build the first time).
 HELM_VERSION=v3.22.0
-if [ ! -x "$DROVER_BIN/helm" ] || ! "$DROVER_BIN/helm" version --short 2>/dev/null | grep -q "^$HELM_VERSION"; then
+# (helm built by go install prints "v3.22" for --short: the module's version
+# in the binary's build info is what says which release it is.)
+if ! { [ -x "$DROVER_BIN/helm" ] && go version -m "$DROVER_BIN/helm" | grep -Eq "^[[:space:]]+mod[[:space:]]+helm.sh/helm/v3[[:space:]]+$HELM_VERSION[[:space:]]"; }; then
   echo "== installing helm $HELM_VERSION"
   GOBIN="$DROVER_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
