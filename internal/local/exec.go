@@ -174,6 +174,7 @@ func Exec(ctx context.Context, opts ExecOptions) (bool, error) {
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 			defer cancel()
 			_ = dockerProv.Wait(wctx)
+			_ = dockerProv.RemoveSlotNetworks(wctx)
 		}
 	}()
 

@@ -311,6 +311,10 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 			if err := dockerProv.Wait(wctx); err != nil {
 				fmt.Fprintf(out, "drover local: warning: %v\n", err)
 			}
+			// The slot networks outlive jobs, not this command.
+			if err := dockerProv.RemoveSlotNetworks(wctx); err != nil {
+				fmt.Fprintf(out, "drover local: warning: %v\n", err)
+			}
 		}
 	}()
 	fmt.Fprintf(out, "drover local: runner manager with %s, concurrent = %d\n\n", executors, opts.Concurrent)

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -92,5 +93,34 @@ func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (st
 
 // slotNetName is the name of network i (0 or 1) of a runner's slot.
 func slotNetName(s executor.Settings, i int) string {
-	return fmt.Sprintf("drover-%s-concurrent-%d-network-%d", nameSafe(s.ShortToken), s.ConcurrentID, i)
+	return slotNetNameOf(s.ShortToken, s.ConcurrentID, i)
+}
+
+func slotNetNameOf(shortToken string, slot, i int) string {
+	return fmt.Sprintf("drover-%s-concurrent-%d-network-%d", nameSafe(shortToken), slot, i)
+}
+
+// RemoveSlotNetworks removes the slot networks the provider's jobs used,
+// once their jobs' removal is over (call Wait first): for a process whose
+// runners end with it (drover local, drover exec). A manager that keeps
+// running jobs leaves them, as it leaves its builds volumes, for its next
+// jobs.
+func (p *Provider) RemoveSlotNetworks(ctx context.Context) error {
+	p.mu.Lock()
+	keys := make([]slotNetKey, 0, len(p.slotNets))
+	for k := range p.slotNets {
+		keys = append(keys, k)
+	}
+	clear(p.slotNets)
+	p.mu.Unlock()
+	var errs []error
+	for _, k := range keys {
+		for i := range 2 {
+			name := slotNetNameOf(k.runner, k.slot, i)
+			if err := k.eng.NetworkRemove(ctx, name); err != nil && !cerrdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("remove the slot network %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
