@@ -317,3 +317,35 @@ deploy:
 		}
 	}
 }
+
+// TestPipelineDelayed: a when: delayed job waits its start_in after the
+// jobs before it, then runs (woken by its own timer, not the sweep).
+func TestPipelineDelayed(t *testing.T) {
+	repo, _ := ciRepo(t, map[string]string{".gitlab-ci.yml": `
+build:
+  stage: build
+  script: [echo built]
+later:
+  stage: deploy
+  when: delayed
+  start_in: 2 seconds
+  script: [echo later]
+`})
+	_, cl := pipelineFixture(t, 1)
+	p, err := cl.CreatePipeline(context.Background(), client.PipelineSpec{Project: "g/delayed", RepoURL: repo, Ref: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPipeline(t, cl, p.ID, time.Minute, func(p *client.Pipeline) bool {
+		j := pipelineJob(p, "later")
+		return j != nil && j.Status == "scheduled"
+	})
+	p = waitPipeline(t, cl, p.ID, time.Minute, (*client.Pipeline).Finished)
+	build, later := pipelineJob(p, "build"), pipelineJob(p, "later")
+	if p.Status != "success" || later.Status != "success" {
+		t.Fatalf("pipeline = %s, jobs %+v", p.Status, p.Jobs)
+	}
+	if wait := later.StartedAt.Sub(*build.FinishedAt); wait < 2*time.Second {
+		t.Errorf("the delayed job started %v after build ended, want at least its start_in, 2s", wait)
+	}
+}

@@ -365,10 +365,24 @@ func (c *Coordinator) advanceRound(ctx context.Context, p *store.Pipeline, jobs 
 		}
 		*j = got
 		moved = true
+		if to == store.StatusScheduled {
+			c.wakeAfter(p.ID, time.Duration(pj.StartIn)*time.Second)
+		}
 		c.log.Info("pipeline job "+string(to), "pipeline_id", p.ID, "job_id", j.ID, "job", j.Name)
 		c.pages.changed(j.ID)
 	}
 	return moved, nil
+}
+
+// wakeAfter wakes pipeline id's advance once d has passed: a delayed
+// job's start_in. A coordinator that stops before then leaves it to the
+// reaper's sweep of whichever coordinator runs.
+func (c *Coordinator) wakeAfter(id int64, d time.Duration) {
+	after := c.clock.After(d)
+	go func() {
+		<-after
+		c.pipes.wake(id)
+	}()
 }
 
 // queuePipelineJob queues created or scheduled job j, unless its
