@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/drover-ci/drover/internal/dockerimage"
 )
 
 // hasLogLine reports whether drover exec's output has a line of job's
@@ -104,5 +107,52 @@ deploy:
 	out, code = runCLI(t, repo, nil, "lint")
 	if code != 2 || !strings.Contains(out, "jobs:a config contains unknown keys: scirpt") {
 		t.Errorf("drover lint of an invalid file = exit %d, want 2:\n%s", code, out)
+	}
+}
+
+// TestExecDocker: jobs that name images run on the docker executor when
+// an engine answers (no flag needed), cloning the work tree mounted
+// read-only into their containers and reaching the embedded coordinator
+// (artifacts) and their services; --shell runs them on the shell
+// executor with image: and services: ignored, and says so.
+func TestExecDocker(t *testing.T) {
+	needDockerImages(t)
+	repo, _ := ciRepo(t, map[string]string{".gitlab-ci.yml": fmt.Sprintf(`
+build:
+  stage: build
+  image: %[1]s
+  script:
+    - 'if [ -f /.dockerenv ]; then echo "where: container"; else echo "where: host"; fi'
+    - mkdir -p out && echo "built in $CI_JOB_NAME" > out/x
+  artifacts: {paths: [out/]}
+test:
+  stage: test
+  image: %[1]s
+  services:
+    - name: %[2]s
+      alias: web
+  script:
+    - cat out/x
+    - wget -qO- http://web:8080/
+`, dockerimage.TestImageBusybox, dockerimage.TestImageService)})
+
+	out, code := runCLI(t, repo, nil, "exec")
+	if code != 0 {
+		t.Fatalf("drover exec = exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"on the docker executor", "jobs name images (" + dockerimage.TestImageBusybox + ")", "pipeline 1: success"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("drover exec's output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, want := range [][2]string{{"build", "where: container"}, {"test", "built in build"}, {"test", "drover service ok"}} {
+		if !hasLogLine(out, want[0], want[1]) {
+			t.Errorf("drover exec's output lacks %s's log line %q:\n%s", want[0], want[1], out)
+		}
+	}
+
+	out, code = runCLI(t, repo, nil, "exec", "--shell", "build")
+	if code != 0 || !strings.Contains(out, "on the shell executor") || !strings.Contains(out, "image: and services: ignored") || !hasLogLine(out, "build", "where: host") {
+		t.Errorf("drover exec --shell build = exit %d, want build on the host with a warning that its image is ignored:\n%s", code, out)
 	}
 }

@@ -15,7 +15,8 @@ import (
 func newExecCmd() *cobra.Command {
 	var pf pipelineFlags
 	var file, logLevel string
-	var manual, committed, useDocker, quiet, verbose, noColor bool
+	var manual, committed, useDocker, useShell, noNeeds, quiet, verbose, noColor bool
+	var play []string
 	var concurrent int
 	cmd := &cobra.Command{
 		Use:   "exec [JOB...]",
@@ -23,17 +24,22 @@ func newExecCmd() *cobra.Command {
 		Long: `Runs the pipeline of the git work tree you are in: its .gitlab-ci.yml (or
 --file) compiled as GitLab compiles it for the checked-out branch (rules,
 needs, parallel:matrix, ...), run by an embedded coordinator and runner
-manager with drover's shell executor (--docker: the docker executor, which
-honours image: and services:).
+manager. Jobs that name an image run on drover's docker executor when a
+Docker engine answers (it honours image: and services:), else on the shell
+executor; --docker and --shell choose one for every job.
 
 The jobs see the work tree as it is: uncommitted changes and untracked
 files git does not ignore are included (the work tree is recorded as a
 commit on refs/drover/exec, without touching your index or branch);
 --committed runs HEAD as committed instead.
 
-With JOB names, only those jobs run, with what they need; a manual job named
-is played. --manual plays every manual job when its turn comes; otherwise a
-manual job waits and the run ends when nothing else can run.
+With JOB names, only those jobs run, with what they need (--no-needs: only
+those; their needs on jobs not run are ignored); a manual job named is
+played. --play JOB plays that manual job when its turn comes, --manual every
+one; otherwise a manual job waits and the run ends when nothing else can run.
+
+rules:changes compares the work tree with HEAD's parent: the last commit
+and what is not committed yet are the push.
 
 Artifacts, caches and logs stay in .drover/ at the root of the work tree
 (ignored by git) between runs. Each job's log is printed with the job's name
@@ -58,9 +64,12 @@ error is printed with file:line).`,
 			self, _ := os.Executable()
 			out, done := logOutput(cmd, noColor, false)
 			defer done()
-			ok, err := local.Exec(ctx, local.ExecOptions{
-				File: file, Jobs: args, Ref: pf.ref, Variables: vars, Manual: manual, Committed: committed,
-				Docker: useDocker, Concurrent: concurrent, Out: out, Logger: logger, Quiet: quiet,
+			if noNeeds && len(args) == 0 {
+				return usageError(errors.New("--no-needs: name the jobs to run"))
+			}
+			res, err := local.Exec(ctx, local.ExecOptions{
+				File: file, Jobs: args, WithoutNeeds: noNeeds, Ref: pf.ref, Variables: vars, Manual: manual, Play: play,
+				Committed: committed, Docker: useDocker, Shell: useShell, Concurrent: concurrent, Out: out, Logger: logger, Quiet: quiet,
 				Providers: providers(nil, nil, nil, nil), Version: version,
 				HelperCommand: helperCommand(), HelperBinary: self,
 			})
@@ -74,7 +83,7 @@ error is printed with file:line).`,
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if !res.OK {
 				return &exitError{code: 1, err: errors.New("the pipeline did not succeed")}
 			}
 			return nil
@@ -84,8 +93,11 @@ error is printed with file:line).`,
 	f := cmd.Flags()
 	f.StringVar(&file, "file", "", "the CI configuration, relative to the work tree's root (default .gitlab-ci.yml)")
 	f.BoolVar(&manual, "manual", false, "play every manual job when its turn comes")
+	f.StringArrayVar(&play, "play", nil, "play this manual job when its turn comes (repeatable; a base name plays all its parallel jobs)")
+	f.BoolVar(&noNeeds, "no-needs", false, "run only the named jobs, not what they need")
 	f.BoolVar(&committed, "committed", false, "run HEAD as committed, not the work tree with its changes")
-	f.BoolVar(&useDocker, "docker", false, "run the jobs on the docker executor (image:, services:) instead of the shell executor")
+	f.BoolVar(&useDocker, "docker", false, "run every job on the docker executor (image:, services:)")
+	f.BoolVar(&useShell, "shell", false, "run every job on the shell executor, even those that name an image")
 	f.IntVar(&concurrent, "concurrent", 4, "jobs run at once")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print the progress and the table, not the jobs' logs")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print drover's own log (at --log-level) besides the jobs'")

@@ -617,12 +617,23 @@ func mkdir(root *os.Root, name string, known map[string]bool) error {
 	return nil
 }
 
-// tempName is a fresh name next to name for writing it before the rename.
+// tempName is a fresh name next to name for writing it before the rename:
+// at most 255 bytes (a file system's limit for one name), however long
+// name's own is.
 func tempName(name string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return path.Join(path.Dir(name), ".drover-extract-"+hex.EncodeToString(b[:])+"-"+path.Base(name))
+	prefix := ".drover-extract-" + hex.EncodeToString(b[:]) + "-"
+	base := path.Base(name)
+	if len(prefix)+len(base) > maxNameLen {
+		base = base[:maxNameLen-len(prefix)]
+	}
+	return path.Join(path.Dir(name), prefix+base)
 }
+
+// maxNameLen is the longest name of one path element most file systems
+// take (NAME_MAX).
+const maxNameLen = 255
 
 // placeSymlink makes the symlink name (cleaned) of the entry raw, to
 // link.

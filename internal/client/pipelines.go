@@ -19,9 +19,13 @@ type PipelineSpec struct {
 	ConfigFile string     `json:"config_file,omitempty"`
 	Variables  []Variable `json:"variables,omitempty"`
 	// FetchRef is a ref (refs/...) the commit is fetched from when it is
-	// not on Ref; Jobs, when set, the only jobs to run, with their needs.
-	FetchRef string   `json:"fetch_ref,omitempty"`
-	Jobs     []string `json:"jobs,omitempty"`
+	// not on Ref; Jobs, when set, the only jobs to run, with their needs
+	// unless WithoutNeeds.
+	FetchRef     string   `json:"fetch_ref,omitempty"`
+	Jobs         []string `json:"jobs,omitempty"`
+	WithoutNeeds bool     `json:"without_needs,omitempty"`
+	// WithoutImages creates the jobs without image: and services:.
+	WithoutImages bool `json:"without_images,omitempty"`
 }
 
 // Pipeline is a pipeline as the coordinator reports it.

@@ -45,8 +45,16 @@ type createPipelineRequest struct {
 	// not on Ref: drover exec's snapshot of a work tree.
 	FetchRef string `json:"fetch_ref"`
 	// Jobs, when set, are the only jobs created: these (a base name
-	// selects all its parallel jobs) and what they need, transitively.
-	Jobs []string `json:"jobs"`
+	// selects all its parallel jobs) and what they need, transitively,
+	// unless WithoutNeeds: then needs on jobs not created are ignored,
+	// as optional needs are.
+	Jobs         []string `json:"jobs"`
+	WithoutNeeds bool     `json:"without_needs"`
+	// WithoutImages creates the jobs without their image: and services:
+	// (drover exec on the shell executor, which GitLab's shell executor
+	// also ignores them on): jobs with an image go only to runners whose
+	// executor runs images.
+	WithoutImages bool `json:"without_images"`
 }
 
 var pipelineSources = []string{"push", "web", "api", "schedule", "trigger", "merge_request_event", "external", "chat", "pipeline", "parent_pipeline", "ondemand_dast_scan", "webide"}
@@ -287,11 +295,28 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 		return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity, msg: err.Error()}
 	}
 	if len(req.Jobs) > 0 {
-		sel, err := compiled.Select(req.Jobs, true)
+		sel, err := compiled.Select(req.Jobs, !req.WithoutNeeds)
 		if err != nil {
 			return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity, msg: err.Error()}
 		}
 		compiled.Jobs = sel
+	}
+	if req.WithoutImages {
+		var named []string
+		var at ciconfig.Pos
+		for _, j := range compiled.Jobs {
+			if j.Image != nil || len(j.Services) > 0 {
+				if named == nil {
+					at = j.Pos
+				}
+				named = append(named, j.Name)
+			}
+			j.Image, j.Services = nil, nil
+		}
+		if len(named) > 0 {
+			compiled.Warnings = append(compiled.Warnings, ciconfig.Warning{Pos: at,
+				Msg: fmt.Sprintf("image: and services: ignored (the pipeline runs without images): %d jobs name them (%s)", len(named), strings.Join(named[:min(len(named), 5)], ", "))})
+		}
 	}
 	p := store.Pipeline{
 		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
@@ -366,6 +391,17 @@ func pipelineJob(p store.Pipeline, cj *ciconfig.Job, compiled *ciconfig.Pipeline
 	for _, k := range keys {
 		spec.Variables = append(spec.Variables, api.Variable{Key: k, Value: predefined[k], Public: true})
 	}
+	if e := cj.Environment; e != nil {
+		// GitLab's deployment variables, below the file's.
+		env := [][2]string{{"CI_ENVIRONMENT_NAME", e.Name}, {"CI_ENVIRONMENT_SLUG", ciconfig.EnvironmentSlug(e.Name)},
+			{"CI_ENVIRONMENT_ACTION", e.Action}, {"CI_ENVIRONMENT_TIER", e.Tier}}
+		if e.URL != "" {
+			env = append(env, [2]string{"CI_ENVIRONMENT_URL", e.URL})
+		}
+		for _, kv := range env {
+			spec.Variables = append(spec.Variables, api.Variable{Key: kv[0], Value: kv[1], Raw: true, Public: true})
+		}
+	}
 	for _, v := range cj.Variables {
 		spec.Variables = append(spec.Variables, api.Variable{Key: v.Key, Value: v.Value, Raw: v.Raw, Public: true})
 	}
@@ -403,22 +439,26 @@ func pipelineJob(p store.Pipeline, cj *ciconfig.Job, compiled *ciconfig.Pipeline
 	for _, n := range cj.Needs {
 		pj.Needs = append(pj.Needs, store.PipelineNeed{Name: n.Job, Artifacts: n.Artifacts, Optional: n.Optional})
 	}
-	// Whose artifacts it downloads.
-	switch {
-	case cj.HasDependencies:
-		pj.Artifacts = slices.Clone(cj.Dependencies)
-	case cj.HasNeeds:
+	// Whose artifacts it downloads: the needs with artifacts (or the
+	// earlier stages' jobs), narrowed to dependencies: when it names
+	// them, as GitLab's Ci::BuildDependencies does.
+	if cj.HasNeeds {
 		for _, n := range cj.Needs {
 			if n.Artifacts {
 				pj.Artifacts = append(pj.Artifacts, n.Job)
 			}
 		}
-	default:
+	} else if cj.HasDependencies {
+		pj.Artifacts = slices.Clone(cj.Dependencies)
+	} else {
 		for _, o := range compiled.Jobs {
 			if stageIdx[o.Stage] < stageIdx[cj.Stage] {
 				pj.Artifacts = append(pj.Artifacts, o.Name)
 			}
 		}
+	}
+	if cj.HasNeeds && cj.HasDependencies {
+		pj.Artifacts = slices.DeleteFunc(pj.Artifacts, func(n string) bool { return !slices.Contains(cj.Dependencies, n) })
 	}
 	spec.Pipeline = pj
 	return j

@@ -471,19 +471,38 @@ func readArtifactText(file, format string, max int64) ([]byte, error) {
 			return nil, err
 		}
 		defer zr.Close()
+		// Every file, in the archive's order, a newline between them:
+		// a report of several files (dotenv: [a.env, b.env]) is their
+		// concatenation, later ones winning.
+		var out []byte
+		files := 0
 		for _, zf := range zr.File {
 			if zf.FileInfo().IsDir() {
 				continue
 			}
-			if zf.UncompressedSize64 > uint64(max) {
+			files++
+			if zf.UncompressedSize64 > uint64(max) || int64(len(out))+int64(zf.UncompressedSize64) > max {
 				return nil, fmt.Errorf("more than %d bytes", max)
 			}
 			rc, err := zf.Open()
 			if err != nil {
 				return nil, err
 			}
-			defer rc.Close()
-			return io.ReadAll(io.LimitReader(rc, max))
+			b, err := io.ReadAll(io.LimitReader(rc, max-int64(len(out))+1))
+			rc.Close()
+			if err != nil {
+				return nil, err
+			}
+			if len(out) > 0 && out[len(out)-1] != '\n' {
+				out = append(out, '\n')
+			}
+			out = append(out, b...)
+			if int64(len(out)) > max {
+				return nil, fmt.Errorf("more than %d bytes", max)
+			}
+		}
+		if files > 0 {
+			return out, nil
 		}
 		return nil, errors.New("an empty zip archive")
 	}

@@ -185,6 +185,11 @@ func makeArchive(ctx context.Context, w io.Writer, tempDir, root string, sel sel
 		return st, err
 	}
 	for _, p := range st.Found {
+		if p.Count == 0 {
+			// GitLab Runner's words, which users search for.
+			fmt.Fprintf(out, "WARNING: %s: no matching files. Ensure that the artifact path is relative to the working directory (%s)\n", p.Pattern, root)
+			continue
+		}
 		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Count)
 	}
 	for _, p := range st.Excluded {

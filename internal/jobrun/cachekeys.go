@@ -41,10 +41,20 @@ func (b *build) cacheKeyed(ctx context.Context, job *api.JobResponse) *api.JobRe
 		if open == nil {
 			err = errors.New("this executor cannot read the project's files")
 		} else {
-			key, err = cache.FilesKey(c.KeyPrefix, c.KeyFiles, open)
+			// The files' names may name variables ($CI_PROJECT_DIR/x
+			// is x), as the prefix may.
+			files := make([]string, len(c.KeyFiles))
+			for i, f := range c.KeyFiles {
+				f = b.info.ExpandVariables(f)
+				if rel, ok := strings.CutPrefix(f, strings.TrimSuffix(b.info.ProjectDir, "/")+"/"); ok && b.info.ProjectDir != "" {
+					f = rel
+				}
+				files[i] = f
+			}
+			key, err = cache.FilesKey(b.info.ExpandVariables(c.KeyPrefix), files, open)
 		}
 		if err != nil {
-			key, _ = cache.FilesKey(c.KeyPrefix, nil, nil)
+			key, _ = cache.FilesKey(b.info.ExpandVariables(c.KeyPrefix), nil, nil)
 			b.trace.line(ansiYellow, fmt.Sprintf("WARNING: cache key from files %s: %v; using %q", strings.Join(c.KeyFiles, ", "), err, key))
 		}
 		cp.Cache[i].Key = key

@@ -2,16 +2,20 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/dockerimage"
@@ -197,4 +201,39 @@ func containerTags(tags []string) []string {
 		return tags
 	}
 	return append(slices.Clip(tags), dockerTag)
+}
+
+// bridgeGateway is the address of the engine's default bridge network on
+// this machine (docker0's, 172.17.0.1 by default): a server listening on
+// it is reachable from the jobs' containers, whatever network they are on.
+func bridgeGateway(ctx context.Context, engines docker.Dialer) (string, error) {
+	eng, err := engines.Engine(&docker.Config{})
+	if err != nil {
+		return "", err
+	}
+	nets, err := eng.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", "bridge"))})
+	if err != nil {
+		return "", fmt.Errorf("list the engine's networks: %w", err)
+	}
+	for _, n := range nets {
+		if n.Name != "bridge" {
+			continue
+		}
+		for _, c := range n.IPAM.Config {
+			if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
+				return c.Gateway, nil
+			}
+		}
+		// Older engines leave the gateway out: the bridge's interface
+		// (docker0) holds it.
+		if ifc, err := net.InterfaceByName(n.Options["com.docker.network.bridge.name"]); err == nil {
+			addrs, _ := ifc.Addrs()
+			for _, a := range addrs {
+				if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+					return ipn.IP.String(), nil
+				}
+			}
+		}
+	}
+	return "", errors.New("the engine's default bridge network has no IPv4 gateway")
 }

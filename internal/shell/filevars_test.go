@@ -140,8 +140,9 @@ func TestFileVariablesContent(t *testing.T) {
 		return "", false
 	}
 	want := map[string]string{
-		// PORT is defined after CONF: unknown when CONF is expanded.
-		"CONF":  "host=db.example.com port= env=env-value",
+		// PORT is defined after CONF: its value as written, as GitLab
+		// Runner looks names up in the whole list.
+		"CONF":  "host=db.example.com port=5432 env=env-value",
 		"RAW":   "host=$HOST",
 		"REF":   "conf at /drover-secrets/CONF",
 		"TWICE": "second db.example.com",
@@ -149,7 +150,7 @@ func TestFileVariablesContent(t *testing.T) {
 	if diff := cmp.Diff(want, FileVariables(vars, "/drover-secrets", env)); diff != "" {
 		t.Errorf("FileVariables() mismatch (-want +got):\n%s", diff)
 	}
-	want["CONF"] = "host=db.example.com port= env="
+	want["CONF"] = "host=db.example.com port=5432 env="
 	if diff := cmp.Diff(want, FileVariables(vars, "/drover-secrets", nil)); diff != "" {
 		t.Errorf("FileVariables(env nil) mismatch (-want +got):\n%s", diff)
 	}

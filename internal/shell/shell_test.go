@@ -272,9 +272,9 @@ func TestRawAndExpandedVariables(t *testing.T) {
 				{Key: "BASE", Value: "base"},
 				{Key: "EXPANDED", Value: "$BASE/x ${BASE}y $$BASE $UNDEFINED. $FROM_ENV $ end$"},
 				{Key: "RAW", Value: "$BASE ${BASE} $(echo no)", Raw: true},
-				{Key: "LATER", Value: "$NEXT"}, // defined after: not visible
+				{Key: "LATER", Value: "$NEXT"}, // defined after: its value as written (GitLab Runner's lookup)
 				{Key: "NEXT", Value: "next"},
-				{Key: "BASE", Value: "again-$BASE"}, // redefinition sees the old value
+				{Key: "BASE", Value: "again-$BASE"}, // redefinition sees the old value; earlier references see this one, unexpanded
 				{Key: "bad-name", Value: "skipped"},
 			}
 			out := t.TempDir()
@@ -288,9 +288,9 @@ func TestRawAndExpandedVariables(t *testing.T) {
 			}
 			want := map[string]string{
 				"BASE":     "again-base",
-				"EXPANDED": "base/x basey $BASE . env-value $ end$",
+				"EXPANDED": "again-$BASE/x again-$BASEy $BASE . env-value $ end$",
 				"RAW":      "$BASE ${BASE} $(echo no)",
-				"LATER":    "",
+				"LATER":    "next",
 			}
 			got := map[string]string{}
 			for k := range want {

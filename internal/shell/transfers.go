@@ -122,6 +122,20 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 	job := info.Job
 	w := &writer{}
 	t := info.Transfers
+	// Keys, paths and names may name variables: GitLab Runner expands
+	// them with the job's (a path under the project directory, such as
+	// $CI_PROJECT_DIR/dist, is taken relative to it).
+	expand := info.ExpandVariables
+	path := func(p string) string {
+		p = expand(p)
+		if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(info.ProjectDir, "/")+"/"); ok && info.ProjectDir != "" {
+			if rel == "" {
+				return "."
+			}
+			return rel
+		}
+		return p
+	}
 	skip := func(what string) (string, error) {
 		w.echo(ansiYellow, "WARNING: "+what+" skipped: drover's helper is not available on this executor yet")
 		return w.String(), nil
@@ -144,7 +158,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			keys := append([]string{c.Key}, c.FallbackKeys...)
 			first := true
 			for _, raw := range keys {
-				key, file, ok := cacheFile(w, info, raw)
+				key, file, ok := cacheFile(w, info, expand(raw))
 				if !ok {
 					continue
 				}
@@ -176,14 +190,14 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			return skip("saving the cache")
 		}
 		for _, c := range entries {
-			key, file, ok := cacheFile(w, info, c.Key)
+			key, file, ok := cacheFile(w, info, expand(c.Key))
 			if !ok {
 				continue
 			}
 			w.echo(ansiBoldGreen, "Creating cache "+key+"...")
 			args := []string{"cache-archiver", "--file", quote(file), "--root", quote(info.ProjectDir)}
 			for _, p := range c.Paths {
-				args = append(args, "--path", quote(p))
+				args = append(args, "--path", quote(path(p)))
 			}
 			if c.Untracked {
 				args = append(args, "--untracked")
@@ -231,16 +245,16 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 		for _, a := range arts {
 			args := []string{"artifacts-uploader", "--url", quote(t.ServerURL), "--id", strconv.FormatInt(job.ID, 10), `--token "$CI_JOB_TOKEN"`, "--root", quote(info.ProjectDir)}
 			for _, p := range a.Paths {
-				args = append(args, "--path", quote(p))
+				args = append(args, "--path", quote(path(p)))
 			}
 			for _, p := range a.Exclude {
-				args = append(args, "--exclude", quote(p))
+				args = append(args, "--exclude", quote(path(p)))
 			}
 			if a.Untracked {
 				args = append(args, "--untracked")
 			}
 			if a.Name != "" {
-				args = append(args, "--name", quote(a.Name))
+				args = append(args, "--name", quote(expand(a.Name)))
 			}
 			if a.Type != "" {
 				args = append(args, "--artifact-type", quote(a.Type))

@@ -1,6 +1,7 @@
 package shell
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -93,11 +94,26 @@ type resolved struct {
 
 // resolve expands the variables in order. A later definition of a key
 // replaces an earlier one in place of the export list, so each key is
-// exported once, with the value it has last.
+// exported once, with the value it has last. A reference to a variable
+// defined later in the list (a job variable naming one of a dotenv
+// report, which comes after it) is its last definition's value as
+// written, unexpanded, as GitLab Runner looks names up in the whole list;
+// one defined only before is its expanded value.
 func resolve(vars api.Variables, tmpDir string, env func(string) (string, bool)) (list []resolved, values map[string]string) {
 	values = make(map[string]string, len(vars))
 	index := make(map[string]int, len(vars))
+	last := make(map[string]int, len(vars))
+	for i, v := range vars {
+		last[v.Key] = i
+	}
+	at := 0
 	lookup := func(name string) (string, bool) {
+		if l, ok := last[name]; ok && l > at {
+			if vars[l].File {
+				return filepath.Join(tmpDir, name), true
+			}
+			return vars[l].Value, true
+		}
 		if v, ok := values[name]; ok {
 			return v, true
 		}
@@ -106,7 +122,8 @@ func resolve(vars api.Variables, tmpDir string, env func(string) (string, bool))
 		}
 		return "", false
 	}
-	for _, v := range vars {
+	for i, v := range vars {
+		at = i
 		if !validName(v.Key) {
 			// The shell cannot hold such a name; GitLab skips them too.
 			continue
@@ -148,4 +165,25 @@ func FileVariables(vars api.Variables, dir string, env func(string) (string, boo
 		}
 	}
 	return m
+}
+
+// ExpandVariables expands $NAME and ${NAME} in s with the job's variables
+// as its scripts see them (names no variable defines from LookupEnv, or
+// the process's environment): what GitLab Runner expands in cache keys,
+// key files, and cache and artifact paths.
+func (info Info) ExpandVariables(s string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	env := info.LookupEnv
+	if env == nil {
+		env = os.LookupEnv
+	}
+	_, values := resolve(info.Variables, info.tmpDir(), env)
+	return Expand(s, func(k string) (string, bool) {
+		if v, ok := values[k]; ok {
+			return v, true
+		}
+		return env(k)
+	})
 }

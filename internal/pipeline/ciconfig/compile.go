@@ -545,6 +545,9 @@ func (c *compiler) job(f Field, defaults *Value, p *Pipeline, global *scope, ec 
 				env := *in.Environment
 				jv := global.pushMap(map[string]string{"CI_JOB_NAME": in.Name, "CI_JOB_STAGE": in.Stage}).push(in.Variables).pushMap(c.in.Variables)
 				env.Name, env.URL = expand(env.Name, jv.get), expand(env.URL, jv.get)
+				if env.Tier == "" {
+					env.Tier = GuessTier(env.Name)
+				}
 				in.Environment = &env
 			}
 			kept = append(kept, in)

@@ -151,6 +151,8 @@ type Environment struct {
 	Name   string
 	URL    string
 	Action string
+	// Tier is deployment_tier, or the tier GitLab guesses from the name.
+	Tier string
 }
 
 // jobKeys are the keys a job may have; unsupported are GitLab's that
@@ -609,9 +611,14 @@ func (p *jobParser) environment(v *Value) *Environment {
 			if !slices.Contains([]string{"start", "prepare", "stop", "verify", "access"}, e.Action) {
 				p.errorf(f.Val.Pos, k, "%q is not start, prepare, stop, verify or access", e.Action)
 			}
-		case "on_stop", "auto_stop_in", "deployment_tier", "kubernetes":
+		case "deployment_tier":
+			e.Tier = p.str(k, f.Val)
+			if !slices.Contains(environmentTiers, e.Tier) {
+				p.errorf(f.Val.Pos, k, "%q is not production, staging, testing, development or other", e.Tier)
+			}
+		case "on_stop", "auto_stop_in", "kubernetes":
 			// Recorded by GitLab for its environments page; drover keeps
-			// name, url and action.
+			// name, url, action and tier.
 		default:
 			p.errorf(f.KeyPos, "environment", "unknown key %q", f.Key)
 		}

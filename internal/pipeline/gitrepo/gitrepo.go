@@ -178,6 +178,16 @@ func (g Git) ChangedInWorkTree(ctx context.Context, base string) ([]string, erro
 
 var slugBad = regexp.MustCompile(`[^a-z0-9]`)
 
+// CommonDir is the absolute path of the repository's git directory (for a
+// linked work tree, the main repository's, which holds the objects).
+func (g Git) CommonDir(ctx context.Context) (string, error) {
+	out, err := g.run(ctx, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(out), nil
+}
+
 // Slug is GitLab's CI_COMMIT_REF_SLUG of ref: lower-cased, every character
 // but 0-9 and a-z replaced by -, at most 63 bytes, no leading or trailing -.
 func Slug(ref string) string {
