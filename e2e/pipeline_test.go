@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -114,7 +115,12 @@ build:
 lint:
   stage: build
   needs: [build]
-  script: [cat out/app.txt, 'echo "lint sees $VERSION"', 'echo "pipeline page $CI_PIPELINE_URL"']
+  script:
+    - cat out/app.txt
+    - 'echo "lint sees $VERSION"'
+    - 'echo "pipeline page $CI_PIPELINE_URL"'
+    - 'printf "  Lines:   48.46%% (510/650)\n\033[32m  Lines:   78.456%%\033[0m (510/650)\n"'
+  coverage: '/^\s*Lines:\s*(\d+.\d+)\%/'
 flaky:
   stage: test
   retry: 2
@@ -124,7 +130,8 @@ flaky:
 may-fail:
   stage: test
   allow_failure: true
-  script: [exit 1]
+  script: ['echo "TOTAL  18  0  100%"', exit 1]
+  coverage: /total.*? (\d+)%$/i
 test:
   stage: test
   parallel:
@@ -168,6 +175,17 @@ never:
 	if pipelineJob(p, "never") != nil {
 		t.Error("job never is in the pipeline: its rules should leave it out")
 	}
+	// coverage: the last line of the log that matches, colours and all,
+	// for a job that succeeds or fails; the pipeline's is the average.
+	covs := map[string]string{}
+	for _, j := range p.Jobs {
+		if j.Coverage != "" {
+			covs[j.Name] = j.Coverage
+		}
+	}
+	if want := map[string]string{"lint": "78.46", "may-fail": "100"}; !maps.Equal(covs, want) || p.Coverage != "89.23" {
+		t.Errorf("coverage: jobs %v, pipeline %q; want %v and 89.23", covs, p.Coverage, want)
+	}
 	if len(p.Retried) != 1 || p.Retried[0].Name != "flaky" || p.Retried[0].Status != "failed" {
 		t.Errorf("retried jobs = %+v, want flaky's first (failed) run", p.Retried)
 	}
@@ -200,7 +218,8 @@ never:
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s = %d:\n%s", pageURL, resp.StatusCode, page)
 	}
-	for _, w := range []string{"Pipeline #" + fmt.Sprint(p.ID), "<h2>build</h2>", "<h2>deploy</h2>", fmt.Sprintf(`href="/jobs/%d"`, l.ID), "test: [bsd]", "st-manual"} {
+	for _, w := range []string{"Pipeline #" + fmt.Sprint(p.ID), "<h2>build</h2>", "<h2>deploy</h2>", fmt.Sprintf(`href="/jobs/%d"`, l.ID), "test: [bsd]", "st-manual",
+		"<td>78.46%</td>", "<dd>89.23%</dd>"} {
 		if !strings.Contains(string(page), w) {
 			t.Errorf("the pipeline page lacks %q:\n%s", w, page)
 		}

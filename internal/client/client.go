@@ -213,6 +213,7 @@ type Job struct {
 	FailureReason string `json:"failure_reason,omitempty"`
 	StuckReason   string `json:"stuck_reason,omitempty"` // why no online runner can take it (pending jobs)
 	ExitCode      *int   `json:"exit_code,omitempty"`
+	Coverage      string `json:"coverage,omitempty"` // the test coverage its log gave (coverage:), a percentage: "78.46"
 	RunnerID      *int64 `json:"runner_id,omitempty"`
 	// RunnerDescription is the description of runner RunnerID.
 	RunnerDescription string     `json:"runner_description,omitempty"`

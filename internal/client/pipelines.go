@@ -44,6 +44,7 @@ type Pipeline struct {
 	CreatedAt  *time.Time `json:"created_at,omitempty"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Coverage   string     `json:"coverage,omitempty"` // the average of its jobs' coverage (given with the jobs)
 	Jobs       []Job      `json:"jobs,omitempty"`
 	Retried    []Job      `json:"retried,omitempty"`
 }

@@ -76,6 +76,7 @@ type pipelineView struct {
 	CreatedAt  *string   `json:"created_at,omitempty"`
 	StartedAt  *string   `json:"started_at,omitempty"`
 	FinishedAt *string   `json:"finished_at,omitempty"`
+	Coverage   string    `json:"coverage,omitempty"` // its jobs' average (pipelineCoverage), with the jobs
 	Jobs       []jobView `json:"jobs,omitempty"`
 	// Retried are the jobs a retry replaced.
 	Retried []jobView `json:"retried,omitempty"`
@@ -111,7 +112,7 @@ func (c *Coordinator) pipelineView(ctx context.Context, p *store.Pipeline, withJ
 	if err != nil {
 		return v, err
 	}
-	v.Jobs = views
+	v.Jobs, v.Coverage = views, pipelineCoverage(eff)
 	var retried []store.Job
 	for _, j := range all {
 		if !slices.ContainsFunc(eff, func(e store.Job) bool { return e.ID == j.ID }) {

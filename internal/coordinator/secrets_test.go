@@ -161,6 +161,7 @@ func TestUpgradeFromPlaintext(t *testing.T) {
 		ALTER TABLE runner_managers DROP COLUMN fleet_url;
 		DROP TABLE pipelines; DROP INDEX jobs_pipeline_id; ALTER TABLE jobs DROP COLUMN pipeline_id;
 		ALTER TABLE projects DROP COLUMN pipeline_iid;
+		ALTER TABLE jobs DROP COLUMN coverage;
 		DELETE FROM schema_migrations WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}

@@ -153,6 +153,7 @@ type jobView struct {
 	// pending (GitLab marks such jobs stuck).
 	StuckReason string `json:"stuck_reason,omitempty"`
 	ExitCode    *int   `json:"exit_code,omitempty"`
+	Coverage    string `json:"coverage,omitempty"` // the test coverage its log gave (coverage:), a percentage: "78.46"
 	RunnerID    int64  `json:"runner_id,omitempty"`
 	// RunnerDescription is the description of the runner RunnerID.
 	RunnerDescription string   `json:"runner_description,omitempty"`
@@ -209,7 +210,7 @@ func (c *Coordinator) jobView(ctx context.Context, j *store.Job) jobView {
 	}
 	v := jobView{
 		ID: j.ID, Name: j.Name, Project: j.Project, Stage: j.Stage, Status: string(j.Status),
-		FailureReason: j.FailureReason, ExitCode: j.ExitCode, RunnerID: j.RunnerID, RunnerSystemID: j.RunnerSystemID,
+		FailureReason: j.FailureReason, ExitCode: j.ExitCode, Coverage: j.Coverage, RunnerID: j.RunnerID, RunnerSystemID: j.RunnerSystemID,
 		Tags: tags, Timeout: j.Timeout, Image: j.Image,
 		CreatedAt: runnerapi.RFC3339(j.CreatedAt), QueuedAt: runnerapi.RFC3339(j.QueuedAt), StartedAt: runnerapi.RFC3339(j.StartedAt),
 		FinishedAt: runnerapi.RFC3339(j.FinishedAt), UpdatedAt: runnerapi.RFC3339(j.UpdatedAt), TraceSize: size,

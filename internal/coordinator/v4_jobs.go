@@ -199,8 +199,18 @@ func (c *Coordinator) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 
 	now := c.clock.Now()
 	var got store.Job
+	cov, covRead := "", false // the log's coverage, read once
 	for attempt := 1; ; attempt++ {
 		from, ch := finalChange(&j, &req, now)
+		if ch.Status == store.StatusSuccess || ch.Status == store.StatusFailed {
+			// A canceled job gets none: its log was cut short.
+			if !covRead {
+				cov, covRead = c.jobCoverage(ctx, log, &j), true
+			}
+			if cov != "" {
+				ch.Coverage = &cov
+			}
+		}
 		var err error
 		got, err = c.transitionJob(ctx, j.ID, from, ch)
 		if errors.Is(err, store.ErrConflict) {

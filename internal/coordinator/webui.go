@@ -147,7 +147,7 @@ func webJob(j *store.Job, v *jobView) web.Job {
 	secs := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 	out := web.Job{
 		ID: j.ID, Name: j.Name, Project: j.Project, Stage: j.Stage, Status: string(j.Status),
-		FailureReason: j.FailureReason, StuckReason: v.StuckReason, ExitCode: j.ExitCode,
+		FailureReason: j.FailureReason, StuckReason: v.StuckReason, ExitCode: j.ExitCode, Coverage: j.Coverage,
 		RunnerID: j.RunnerID, Runner: v.RunnerDescription, Image: j.Image, Tags: v.Tags,
 		CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt, StartedAt: j.StartedAt, AcceptedAt: j.AcceptedAt, FinishedAt: j.FinishedAt,
 		Queued: secs(v.QueuedDuration), Provisioning: secs(v.ProvisioningDuration), Running: secs(v.RunningDuration),
@@ -196,6 +196,7 @@ func (s webSource) Pipeline(ctx context.Context, id int64) (web.Pipeline, error)
 		return web.Pipeline{}, err
 	}
 	out := webPipeline(&p)
+	out.Coverage = pipelineCoverage(jobs)
 	for _, stage := range p.Spec.Stages {
 		st := web.PipelineStage{Name: stage}
 		for i := range jobs {

@@ -475,7 +475,7 @@ func statusCounts(counts map[string]int) string {
 func PipelineSummary(out io.Writer, p *client.Pipeline) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STAGE\tJOB\tID\tSTATUS\tREASON\tEXIT\tTIME")
+	fmt.Fprintln(tw, "STAGE\tJOB\tID\tSTATUS\tREASON\tEXIT\tTIME\tCOVERAGE")
 	for _, j := range p.Jobs {
 		exit := ""
 		if j.ExitCode != nil {
@@ -489,8 +489,16 @@ func PipelineSummary(out io.Writer, p *client.Pipeline) {
 		if st == "manual" {
 			st = "manual (not played)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Stage, j.Name, j.ID, st, j.FailureReason, exit, dur)
+		cov := ""
+		if j.Coverage != "" {
+			cov = j.Coverage + "%"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.Stage, j.Name, j.ID, st, j.FailureReason, exit, dur, cov)
 	}
 	_ = tw.Flush()
+	if p.Coverage != "" {
+		fmt.Fprintf(out, "\npipeline %d: %s, coverage %s%%\n", p.ID, p.Status, p.Coverage)
+		return
+	}
 	fmt.Fprintf(out, "\npipeline %d: %s\n", p.ID, p.Status)
 }

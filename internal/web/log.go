@@ -206,6 +206,40 @@ func (p *Parser) line(b []byte, n int64, emit func(Event)) {
 	}
 }
 
+// PlainText appends to dst the text of line, one line of a job log
+// without its newline, for matching it (the coverage: regex): without
+// the timestamps GitLab Runner puts on lines, section markers, terminal
+// escape sequences and carriage returns. Unlike a page, which shows what
+// follows a carriage return over what comes before, it keeps both.
+func PlainText(dst, line []byte) []byte {
+	if m := stampRE.FindIndex(line); m != nil {
+		line = line[m[1]:]
+	}
+	// Inner timestamps and section markers follow a carriage return:
+	// most lines have none and skip the regexes.
+	if bytes.IndexByte(line, '\r') >= 0 {
+		if innerStampRE.Match(line) {
+			line = innerStampRE.ReplaceAll(line, []byte("\r"))
+		}
+		if bytes.Contains(line, []byte("section_")) {
+			line = sectionRE.ReplaceAll(line, nil)
+		}
+	}
+	for i := 0; i < len(line); {
+		switch c := line[i]; c {
+		case 0x1b:
+			n, _, _ := escapeSeq(line[i:])
+			i += n
+		case '\r':
+			i++
+		default:
+			dst = append(dst, c)
+			i++
+		}
+	}
+	return dst
+}
+
 // end closes section name, and the sections opened in it that are still
 // open; an end of no open section is ignored.
 func (p *Parser) end(name string, at, end int64, emit func(Event)) {

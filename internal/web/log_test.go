@@ -54,6 +54,35 @@ func TestANSIStyleCarriesOver(t *testing.T) {
 	}
 }
 
+func TestPlainText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"plain", "Lines: 78.46%", "Lines: 78.46%"},
+		{"colours", "\x1b[32;1mLines:\x1b[0;m  \x1b[1m78.46%\x1b[0m", "Lines:  78.46%"},
+		{"other escapes", "a\x1b[0Kb\x1b]8;;http://x\x07c\x1b]8;;\x1b\\", "abc"},
+		{"unterminated escape", "a\x1b[31", "a"},
+		{"section start", "section_start:1700000000:step_script[collapsed=true]\r\x1b[0KExecuting \"step_script\"", "Executing \"step_script\""},
+		{"section end", "section_end:1700000000:step_script\r\x1b[0K", ""},
+		{"text around markers", "done\x1b[0;m section_end:1:a\r\x1b[0Ksection_start:2:b\r\x1b[0Knext", "done next"},
+		{"not a marker", "section_start: 12", "section_start: 12"},
+		{"carriage returns kept apart", "10%\r100%\r\r", "10%100%"},
+		{"timestamp", "2025-07-04T10:08:01.123456Z 00O Lines: 9%", "Lines: 9%"},
+		{"timestamp after a carriage return", "2025-07-04T10:08:01.123456Z 00O+ a\r2025-07-04T10:08:02.123456Z 00O b", "ab"},
+		{"other control characters kept", "a\tb\x00c", "a\tb\x00c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(PlainText(nil, []byte(tc.in))); got != tc.want {
+				t.Errorf("PlainText(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+	if got := string(PlainText([]byte("kept "), []byte("\x1b[1mx"))); got != "kept x" {
+		t.Errorf("PlainText appends to dst: %q, want %q", got, "kept x")
+	}
+}
+
 // parse parses log whole, in pieces of size n (0: at once).
 func parse(log string, n int) []Event {
 	var evs []Event

@@ -26,6 +26,9 @@ type Pipeline struct {
 	Status                          string
 	Tag                             bool
 	CreatedAt, FinishedAt           time.Time
+	// Coverage is the average of its jobs' coverage; "" when none has
+	// one.
+	Coverage string
 	// Stages are its stages in order, each with its jobs (the stages
 	// without jobs left out).
 	Stages []PipelineStage

@@ -80,6 +80,7 @@ type Job struct {
 	// StuckReason says why no online runner can take a pending job.
 	StuckReason string
 	ExitCode    *int
+	Coverage    string // the test coverage its log gave (coverage:), a percentage: "78.46"
 	RunnerID    int64
 	Runner      string // the runner's description
 	Image       string

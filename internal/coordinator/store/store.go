@@ -324,6 +324,10 @@ type Job struct {
 	// AvoidSystemIDs are the runner managers that declined the job or let
 	// its ack deadline pass.
 	AvoidSystemIDs []string
+	// Coverage is the test coverage its log gave (the coverage: keyword
+	// of a pipeline's job), a percentage as GitLab shows it: "78.46",
+	// "100"; "" for none.
+	Coverage string
 }
 
 // JobChange is what a transition writes besides Status. Nil or zero fields
@@ -349,6 +353,7 @@ type JobChange struct {
 	QueuedNanos          *int64
 	ProvisioningNanos    *int64
 	AvoidSystemIDs       *[]string
+	Coverage             *string
 
 	// At is the time of the change; it becomes UpdatedAt. Required.
 	At time.Time
@@ -625,7 +630,9 @@ type PipelineJob struct {
 	// of the list, are the pipeline's own (given when it was run): they
 	// win over everything, dotenv reports' variables included.
 	PipelineVariables int `json:"pipeline_variables,omitempty"`
-	// Coverage is the regex applied to the log.
+	// Coverage is the regex of coverage:, applied to the job's log when it
+	// ends (Job.Coverage): Go syntax, the slashes of the keyword's
+	// /regex/ removed and its flags, if any, made a (?flags) prefix.
 	Coverage       string `json:"coverage,omitempty"`
 	Environment    string `json:"environment,omitempty"`
 	EnvironmentURL string `json:"environment_url,omitempty"`

@@ -179,3 +179,36 @@ c: {script: [x], rules: [{if: '${X} == "1"'}]}`, nil, []string{
 		})
 	}
 }
+
+// TestCompileCoverage: coverage: is a regex between slashes with GitLab's
+// flags after them; the job gets it in Go syntax.
+func TestCompileCoverage(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{`/^\s*Lines:\s*(\d+.\d+)\%/`, `^\s*Lines:\s*(\d+.\d+)\%`, ""},
+		{`/Total: (\d+)%/i`, `(?i)Total: (\d+)%`, ""},
+		{`/a/b/ms`, `(?ms)a/b`, ""},
+		{`//`, ``, ""},
+		{`Coverage: \d+%`, "", "must be a regular expression between slashes"},
+		{`/\d+%/g`, "", "must be a regular expression between slashes"},
+		{`/(\d+%/`, "", "invalid regular expression"},
+		{`/(?<=x)\d+/`, "", "invalid regular expression"}, // RE2 has no look-behind
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			p, err := compileString(t, "j:\n  script: [x]\n  coverage: '"+tc.in+"'\n", nil)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("Compile = %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Job("j").Coverage; got != tc.want {
+				t.Errorf("Coverage = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

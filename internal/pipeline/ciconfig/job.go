@@ -56,7 +56,9 @@ type Job struct {
 	Interruptible bool
 	ResourceGroup string
 	Environment   *Environment
-	Coverage      string // the regex, without slashes
+	// Coverage is coverage:'s regex in Go syntax: without its slashes,
+	// its flags (/…/i) made a (?i) prefix.
+	Coverage string
 
 	// NodeIndex and NodeTotal are set for parallel jobs (1-based).
 	NodeIndex, NodeTotal int
@@ -629,7 +631,9 @@ func (p *jobParser) environment(v *Value) *Environment {
 	return e
 }
 
-var coverageRE = regexp.MustCompile(`^/(.*)/$`)
+// coverageRE is GitLab's syntax of a regex in a CI file: between slashes,
+// followed by the flags RE2 knows.
+var coverageRE = regexp.MustCompile(`^/(.*)/([ismU]*)$`)
 
 func (p *jobParser) coverage(v *Value) string {
 	s := p.str("coverage", v)
@@ -638,11 +642,15 @@ func (p *jobParser) coverage(v *Value) string {
 		p.errorf(v.Pos, "coverage", "must be a regular expression between slashes, like /Coverage: \\d+%%/")
 		return ""
 	}
-	if _, err := regexp.Compile(m[1]); err != nil {
+	re := m[1]
+	if m[2] != "" {
+		re = "(?" + m[2] + ")" + re
+	}
+	if _, err := regexp.Compile(re); err != nil {
 		p.errorf(v.Pos, "coverage", "invalid regular expression: %v", err)
 		return ""
 	}
-	return m[1]
+	return re
 }
 
 func (p *jobParser) hooks(v *Value) map[string][]string {

@@ -19,7 +19,7 @@ import (
 const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
 	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at,
 	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids,
-	j.pipeline_id`
+	j.pipeline_id, j.coverage`
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
@@ -30,7 +30,7 @@ func scanJob(row pgx.Row) (store.Job, error) {
 	if err := row.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &status, &j.FailureReason, &j.ExitCode, &j.Tags, &j.Timeout, &j.RunTimeout,
 		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted,
 		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &j.AvoidSystemIDs,
-		&j.PipelineID); err != nil {
+		&j.PipelineID, &j.Coverage); err != nil {
 		return store.Job{}, err
 	}
 	j.Status = store.Status(status)
@@ -115,23 +115,23 @@ func (s *Store) insertJob(pid int64, j store.Job) (string, []any, error) {
 	}
 	notify, extra := "", []any{}
 	if j.Status == store.StatusPending {
-		notify = ` CROSS JOIN LATERAL (SELECT ` + notifyJobSQL("$30", "$31") + `) n`
+		notify = ` CROSS JOIN LATERAL (SELECT ` + notifyJobSQL("$31", "$32") + `) n`
 		extra = []any{s.origin, len(j.Spec.Services) > 0}
 	}
 	q := `WITH j AS (
 		INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
 			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
 			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids,
-			pipeline_id)
+			pipeline_id, coverage)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-			1, $21, $22, $23, $24, $25, $26, $27, $28, $29)
+			1, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30)
 		RETURNING *)
 		SELECT ` + jobCols + ` FROM j JOIN projects p ON p.id = j.project_id` + notify
 	return q, append([]any{
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, j.ExitCode, nonNil(j.Tags), j.Timeout, j.RunTimeout, j.Image, string(spec),
 		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
 		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, nonNil(j.AvoidSystemIDs),
-		j.PipelineID},
+		j.PipelineID, j.Coverage},
 		extra...), nil
 }
 
@@ -286,6 +286,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	setIf("queued_ns", ch.QueuedNanos != nil, func() any { return *ch.QueuedNanos })
 	setIf("provisioning_ns", ch.ProvisioningNanos != nil, func() any { return *ch.ProvisioningNanos })
 	setIf("avoid_system_ids", ch.AvoidSystemIDs != nil, func() any { return nonNil(*ch.AvoidSystemIDs) })
+	setIf("coverage", ch.Coverage != nil, func() any { return *ch.Coverage })
 	for _, t := range []struct {
 		col string
 		t   time.Time

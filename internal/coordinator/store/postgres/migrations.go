@@ -161,4 +161,9 @@ ALTER TABLE jobs ADD COLUMN pipeline_id BIGINT NOT NULL DEFAULT 0;
 -- ListJobs of a pipeline, in id order.
 CREATE INDEX jobs_pipeline_id ON jobs (pipeline_id, id);
 `,
+	// 7: the test coverage a pipeline's job's log gave (coverage:), ''
+	// for none.
+	`
+ALTER TABLE jobs ADD COLUMN coverage TEXT NOT NULL DEFAULT '';
+`,
 }

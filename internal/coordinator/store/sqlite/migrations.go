@@ -144,4 +144,9 @@ CREATE INDEX pipelines_status_id ON pipelines(status, id);
 ALTER TABLE jobs ADD COLUMN pipeline_id INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX jobs_pipeline_id ON jobs(pipeline_id, id);
 `,
+	// 8: the test coverage a pipeline's job's log gave (coverage:), ''
+	// for none.
+	`
+ALTER TABLE jobs ADD COLUMN coverage TEXT NOT NULL DEFAULT '';
+`,
 }

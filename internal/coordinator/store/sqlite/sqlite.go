@@ -450,7 +450,7 @@ func (s *Store) ListRunnerManagers(ctx context.Context, runnerID int64) ([]store
 const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failure_reason, j.exit_code, j.tags, j.timeout, j.run_timeout,
 	j.image, j.spec, j.runner_id, j.runner_system_id, j.token_hash, j.created_at, j.queued_at, j.started_at, j.finished_at, j.updated_at, j.contacted_at,
 	j.version, j.assigned_at, j.ack_deadline, j.accepted_at, j.provisioning_attempts, j.provisioning_returns, j.queued_ns, j.provisioning_ns, j.avoid_system_ids,
-	j.pipeline_id`
+	j.pipeline_id, j.coverage`
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
@@ -462,7 +462,7 @@ func scanJob(sc scanner) (store.Job, error) {
 	if err := sc.Scan(&j.ID, &j.Name, &j.Project, &j.ProjectID, &j.Stage, &j.Status, &j.FailureReason, &exit, &tags, &j.Timeout, &j.RunTimeout,
 		&j.Image, &spec, &j.RunnerID, &j.RunnerSystemID, &j.TokenHash, &created, &queued, &started, &finished, &updated, &contacted,
 		&j.Version, &assigned, &deadline, &accepted, &j.ProvisioningAttempts, &j.ProvisioningReturns, &j.QueuedNanos, &j.ProvisioningNanos, &avoid,
-		&j.PipelineID); err != nil {
+		&j.PipelineID, &j.Coverage); err != nil {
 		return j, err
 	}
 	if err := json.Unmarshal([]byte(avoid), &j.AvoidSystemIDs); err != nil {
@@ -553,12 +553,12 @@ func (s *Store) insertJob(ctx context.Context, tx *sql.Tx, pid int64, j store.Jo
 	if err := (txStmts{tx, s.ws}).QueryRowContext(ctx, `INSERT INTO jobs (name, project_id, stage, status, failure_reason, exit_code, tags, timeout, run_timeout, image, spec,
 			runner_id, runner_system_id, token_hash, created_at, queued_at, started_at, finished_at, updated_at, contacted_at,
 			version, assigned_at, ack_deadline, accepted_at, provisioning_attempts, provisioning_returns, queued_ns, provisioning_ns, avoid_system_ids,
-			pipeline_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			pipeline_id, coverage)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		j.Name, pid, j.Stage, string(j.Status), j.FailureReason, exit, tagsText(j.Tags), j.Timeout, j.RunTimeout, j.Image, jsonText(j.Spec),
 		j.RunnerID, j.RunnerSystemID, j.TokenHash, store.Nanos(j.CreatedAt), store.Nanos(j.QueuedAt), store.Nanos(j.StartedAt), store.Nanos(j.FinishedAt), store.Nanos(j.UpdatedAt), store.Nanos(j.ContactedAt),
 		store.Nanos(j.AssignedAt), store.Nanos(j.AckDeadline), store.Nanos(j.AcceptedAt), j.ProvisioningAttempts, j.ProvisioningReturns, j.QueuedNanos, j.ProvisioningNanos, tagsText(j.AvoidSystemIDs),
-		j.PipelineID,
+		j.PipelineID, j.Coverage,
 	).Scan(&id); err != nil {
 		return j, err
 	}
@@ -747,6 +747,9 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	}
 	if ch.AvoidSystemIDs != nil {
 		add("avoid_system_ids", tagsText(*ch.AvoidSystemIDs))
+	}
+	if ch.Coverage != nil {
+		add("coverage", *ch.Coverage)
 	}
 	for _, t := range []struct {
 		col string

@@ -303,6 +303,71 @@ func testUpdatePipeline(t *testing.T, h Harness) {
 	}
 }
 
+// testJobCoverage: a job's coverage is written by CreateJob and by a
+// transition's change, left alone by a change without one, and read back
+// by GetJob and ListJobs, also after a reopen.
+func testJobCoverage(t *testing.T, h Harness) {
+	ctx := t.Context()
+	s := h.Open(t)
+	p, jobs, err := s.CreatePipeline(ctx, samplePipeline("a/b", "main"), pipelineJobs("a/b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jobs[1].Coverage != "" {
+		t.Errorf("CreatePipeline: coverage %q, want none", jobs[1].Coverage)
+	}
+	in := sampleJob("imported", "a/b")
+	in.Status, in.Coverage = store.StatusSuccess, "12.5"
+	imported, err := s.CreateJob(ctx, in)
+	if err != nil || imported.Coverage != "12.5" {
+		t.Fatalf("CreateJob with coverage 12.5 = %q, %v", imported.Coverage, err)
+	}
+	// The build job (pending) runs, then ends with a coverage.
+	at := t0.Add(time.Minute)
+	build := jobs[0]
+	build, err = s.TransitionJob(ctx, build.ID, []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, StartedAt: at, At: at})
+	if err != nil || build.Coverage != "" {
+		t.Fatalf("TransitionJob to running = %q, %v", build.Coverage, err)
+	}
+	cov := "78.46"
+	end := at.Add(time.Minute)
+	got, err := s.TransitionJob(ctx, build.ID, []store.Status{store.StatusRunning}, store.JobChange{Status: store.StatusSuccess, FinishedAt: end, Coverage: &cov, At: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := build
+	want.Status, want.FinishedAt, want.UpdatedAt, want.Version, want.Coverage = store.StatusSuccess, end, end, build.Version+1, "78.46"
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("TransitionJob with a coverage (-want +got):\n%s", d)
+	}
+	// A change without a coverage leaves it; an empty one clears it.
+	got, err = s.TransitionJob(ctx, build.ID, []store.Status{store.StatusSuccess}, store.JobChange{Status: store.StatusSuccess, At: end})
+	if err != nil || got.Coverage != "78.46" {
+		t.Errorf("TransitionJob without a coverage = %q, %v; want 78.46 kept", got.Coverage, err)
+	}
+	none := ""
+	cleared, err := s.TransitionJob(ctx, imported.ID, []store.Status{store.StatusSuccess}, store.JobChange{Status: store.StatusSuccess, Coverage: &none, At: end})
+	if err != nil || cleared.Coverage != "" {
+		t.Errorf("TransitionJob with coverage \"\" = %q, %v; want it cleared", cleared.Coverage, err)
+	}
+	s = h.Reopen(t, s)
+	defer s.Close()
+	if reread, err := s.GetJob(ctx, build.ID); err != nil || reread.Coverage != "78.46" {
+		t.Errorf("GetJob after reopen: coverage %q, %v; want 78.46", reread.Coverage, err)
+	}
+	listed, err := s.ListJobs(ctx, store.JobFilter{PipelineID: p.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	covs := []string{}
+	for _, j := range listed {
+		covs = append(covs, j.Name+"="+j.Coverage)
+	}
+	if w := []string{"build=78.46", "test [A, 1]=", "deploy="}; !cmp.Equal(covs, w) {
+		t.Errorf("ListJobs coverages = %q, want %q", covs, w)
+	}
+}
+
 // testConcurrentPipelines: concurrent creations in the same projects get
 // distinct IIDs, each project's 1 to n with no gap.
 func testConcurrentPipelines(t *testing.T, h Harness) {

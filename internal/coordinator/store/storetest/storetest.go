@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"Pipelines", testPipelines},
 		{"ListPipelines", testListPipelines},
 		{"UpdatePipeline", testUpdatePipeline},
+		{"JobCoverage", testJobCoverage},
 		{"ConcurrentPipelines", testConcurrentPipelines},
 		{"PipelineAtomic", testPipelineAtomic},
 		{"PipelinesClosed", testPipelinesClosed},
