@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -120,7 +122,11 @@ lint:
     - 'echo "lint sees $VERSION"'
     - 'echo "pipeline page $CI_PIPELINE_URL"'
     - 'printf "  Lines:   48.46%% (510/650)\n\033[32m  Lines:   78.456%%\033[0m (510/650)\n"'
+    - echo '<testsuite name="lint" tests="1"><testcase name="style"/></testsuite>' > report.xml
   coverage: '/^\s*Lines:\s*(\d+.\d+)\%/'
+  artifacts:
+    reports:
+      junit: report.xml
 flaky:
   stage: test
   retry: 2
@@ -194,6 +200,23 @@ never:
 	for _, w := range []string{"before lint", "built at " + sha[:8], "lint sees 1.2.1", "pipeline page " + pageURL} {
 		if !strings.Contains(lint, w) {
 			t.Errorf("lint's log lacks %q:\n%s", w, lint)
+		}
+	}
+	// reports:junit: stored as the job's junit report.
+	if a, err := cl.Artifacts(ctx, pipelineJob(p, "lint").ID, "junit"); err != nil {
+		t.Errorf("lint's junit report: %v", err)
+	} else {
+		br := bufio.NewReader(a.Body)
+		var r io.Reader = br
+		if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+			if r, err = gzip.NewReader(br); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := io.ReadAll(r)
+		a.Body.Close()
+		if err != nil || !strings.Contains(string(b), `<testcase name="style"/>`) {
+			t.Errorf("lint's junit report = %q, %v; want the report.xml it wrote", b, err)
 		}
 	}
 	tl := trace(t, cl, pipelineJob(p, "test: [bsd]").ID)
