@@ -17,9 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/pipeline/corpustest"
 )
 
 // corpusDir holds gitlab-ci-local's test cases ported as data (its
@@ -29,41 +28,10 @@ import (
 // that say what a run does.
 const corpusDir = "../pipeline/testdata/gitlab-ci-local"
 
-// corpusScenario is what a run needs of a scenario of expect.yaml.
-type corpusScenario struct {
-	Name      string            `yaml:"name"`
-	File      string            `yaml:"file"`
-	Ref       string            `yaml:"ref"`
-	Tag       string            `yaml:"tag"`
-	Variables map[string]string `yaml:"variables"`
-	Select    []string          `yaml:"select"`
-	WithNeeds bool              `yaml:"with_needs"`
-	Manual    []string          `yaml:"manual"`
-	Changed   []string          `yaml:"changed"`
-	Run       *corpusRun        `yaml:"run"`
-	Rerun     *corpusRun        `yaml:"rerun"`
-	Artifacts map[string]struct {
-		Contains    []string `yaml:"contains"`
-		NotContains []string `yaml:"not_contains"`
-	} `yaml:"artifacts"`
-	Caches map[string]struct {
-		Contains []string `yaml:"contains"`
-		Saved    *bool    `yaml:"saved"`
-	} `yaml:"caches"`
-	CacheKeys      map[string]string `yaml:"cache_keys"`
-	Coverage       map[string]string `yaml:"coverage"`
-	PipelineStatus string            `yaml:"pipeline_status"`
-}
-
-// corpusRun is what one run shows.
-type corpusRun struct {
-	Success   []string            `yaml:"success"`
-	Failed    []string            `yaml:"failed"`
-	NotRun    []string            `yaml:"not_run"`
-	Output    map[string][]string `yaml:"output"`
-	NotOutput map[string][]string `yaml:"not_output"`
-	ExitOK    *bool               `yaml:"exit_ok"`
-}
+type (
+	corpusScenario = corpustest.Scenario
+	corpusRun      = corpustest.Run
+)
 
 // corpusRunKnown are scenarios drover exec does not pass, with why: each
 // is a gap to close or a difference the scenario cannot express.
@@ -86,39 +54,25 @@ func TestExecCorpus(t *testing.T) {
 		t.Skip("runs ~150 pipelines")
 	}
 	bin := sync.OnceValue(func() string { return buildDrover(t) })
-	entries, err := os.ReadDir(corpusDir)
+	cases, err := corpustest.Load(corpusDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ran := 0
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(corpusDir, e.Name(), "expect.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Scenarios []corpusScenario `yaml:"scenarios"`
-		}
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			t.Fatalf("%s/expect.yaml: %v", e.Name(), err)
-		}
-		for i, s := range doc.Scenarios {
+	for _, c := range cases {
+		for i, s := range c.Scenarios {
 			if s.Run == nil {
 				continue
 			}
 			ran++
-			id := fmt.Sprintf("%s/%d", e.Name(), i)
-			caseDir := filepath.Join(corpusDir, e.Name())
+			id := fmt.Sprintf("%s/%d", c.Name, i)
 			helper := bin()
 			t.Run(id, func(t *testing.T) {
 				if why, ok := corpusRunKnown[id]; ok {
 					t.Skipf("%s (%s): known gap: %s", id, s.Name, why)
 				}
 				t.Parallel()
-				runScenario(t, caseDir, s, helper)
+				runScenario(t, c.Dir, s, helper)
 			})
 		}
 	}

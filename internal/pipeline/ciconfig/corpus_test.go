@@ -6,11 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"github.com/drover-ci/drover/internal/pipeline/corpustest"
 )
 
 // corpusDir holds gitlab-ci-local's test cases ported as data (see its
@@ -18,25 +17,7 @@ import (
 const corpusDir = "../testdata/gitlab-ci-local"
 
 // Scenario is one scenario of a case's expect.yaml.
-type Scenario struct {
-	Name       string               `yaml:"name"`
-	File       string               `yaml:"file"`
-	Ref        string               `yaml:"ref"`
-	Tag        string               `yaml:"tag"`
-	Variables  map[string]string    `yaml:"variables"`
-	Select     []string             `yaml:"select"`
-	WithNeeds  bool                 `yaml:"with_needs"`
-	Manual     []string             `yaml:"manual"`
-	Changed    []string             `yaml:"changed"`
-	Jobs       map[string]yaml.Node `yaml:"jobs"`
-	Absent     []string             `yaml:"absent"`
-	AbsentVars map[string][]string  `yaml:"absent_variables"`
-	Error      string               `yaml:"error"`
-	Errors     []string             `yaml:"errors"`
-	Filtered   bool                 `yaml:"filtered"`
-	Run        yaml.Node            `yaml:"run"`
-	Differs    string               `yaml:"differs"`
-}
+type Scenario = corpustest.Scenario
 
 // expectedJob is what a scenario says about one job; nil fields are not
 // checked.
@@ -61,30 +42,13 @@ type expectedJob struct {
 // Each entry is a gap to close, not an accepted difference.
 var corpusKnown = map[string]string{}
 
-func loadCorpus(t testing.TB) map[string][]Scenario {
+func loadCorpus(t testing.TB) []corpustest.Case {
 	t.Helper()
-	entries, err := os.ReadDir(corpusDir)
+	cases, err := corpustest.Load(corpusDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]Scenario{}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(corpusDir, e.Name(), "expect.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Scenarios []Scenario `yaml:"scenarios"`
-		}
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			t.Fatalf("%s/expect.yaml: %v", e.Name(), err)
-		}
-		out[e.Name()] = doc.Scenarios
-	}
-	return out
+	return cases
 }
 
 // scenarioInput is the compilation input of a scenario: the case's
@@ -121,22 +85,16 @@ func scenarioInput(dir string, s Scenario) Input {
 // keys, the jobs rules leave out, and the errors. What a run prints is
 // checked by drover exec's tests.
 func TestCorpus(t *testing.T) {
-	corpus := loadCorpus(t)
-	names := make([]string, 0, len(corpus))
-	for n := range corpus {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	checked := 0
-	for _, c := range names {
-		for i, s := range corpus[c] {
-			id := fmt.Sprintf("%s/%d", c, i)
+	for _, c := range loadCorpus(t) {
+		for i, s := range c.Scenarios {
+			id := fmt.Sprintf("%s/%d", c.Name, i)
 			t.Run(id, func(t *testing.T) {
 				if why, ok := corpusKnown[id]; ok {
 					t.Skipf("%s (%s): known gap: %s", id, s.Name, why)
 				}
 				checked++
-				checkScenario(t, filepath.Join(corpusDir, c), s)
+				checkScenario(t, c.Dir, s)
 			})
 		}
 	}
