@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,7 +82,8 @@ func pipelineFixture(t *testing.T, concurrent int, coordArgs ...string) (*coordi
 	t.Helper()
 	dir := t.TempDir()
 	c := startCoordinator(t, filepath.Join(dir, "coord"), coordArgs...)
-	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), concurrent, "  cache_dir = "+jsonQuote(filepath.Join(dir, "cache"))+"\n")
+	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), concurrent, "  cache_dir = "+jsonQuote(filepath.Join(dir, "cache"))+"\n"+
+		"  pre_get_sources_script = \"echo runner pre-get-sources hook\"\n  pre_build_script = \"echo runner pre-build hook\"\n")
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 30*time.Second)
 	t.Cleanup(func() {
@@ -117,6 +119,8 @@ build:
 lint:
   stage: build
   needs: [build]
+  hooks:
+    pre_get_sources_script: [echo "job pre-get-sources hook"]
   script:
     - cat out/app.txt
     - 'echo "lint sees $VERSION"'
@@ -201,6 +205,10 @@ never:
 		if !strings.Contains(lint, w) {
 			t.Errorf("lint's log lacks %q:\n%s", w, lint)
 		}
+	}
+	// The runner's hooks and the job's, where GitLab Runner runs them.
+	if !regexp.MustCompile(`(?s)runner pre-get-sources hook\n.*job pre-get-sources hook\n.*Fetching changes.*runner pre-build hook\n.*before lint`).MatchString(lint) {
+		t.Errorf("lint's log lacks the hooks in order (runner's and job's pre_get_sources_script before the fetch, pre_build_script before the script):\n%s", lint)
 	}
 	// reports:junit: stored as the job's junit report.
 	if a, err := cl.Artifacts(ctx, pipelineJob(p, "lint").ID, "junit"); err != nil {

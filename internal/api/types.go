@@ -439,6 +439,10 @@ type ArtifactsFile struct {
 	Size     int64  `json:"size"`
 }
 
+// HookPreGetSourcesScript is the hook a job's hooks:pre_get_sources_script
+// is sent as: run before the git commands of get_sources.
+const HookPreGetSourcesScript = "pre_get_sources_script"
+
 // Hook is one entry of hooks.
 type Hook struct {
 	Name   string   `json:"name"`

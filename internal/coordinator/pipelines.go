@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path"
 	"path/filepath"
@@ -415,6 +416,10 @@ func pipelineJob(p store.Pipeline, cj *ciconfig.Job, compiled *ciconfig.Pipeline
 		spec.Services = append(spec.Services, imageSpec(&cj.Services[i]))
 	}
 	spec.Git = store.GitSpec{RepoURL: p.Spec.RepoURL, Ref: p.Ref, Sha: p.SHA, Depth: 20}
+	hookNames := slices.Sorted(maps.Keys(cj.Hooks))
+	for _, name := range hookNames {
+		spec.Hooks = append(spec.Hooks, api.Hook{Name: name, Script: cj.Hooks[name]})
+	}
 	for _, ch := range cj.Cache {
 		spec.Cache = append(spec.Cache, store.CacheSpec{
 			Key: ch.Key, KeyFiles: ch.KeyFiles, KeyPrefix: ch.KeyPrefix, Paths: ch.Paths, Untracked: ch.Untracked,

@@ -429,6 +429,7 @@ func (c *Coordinator) payload(r *http.Request, rn store.Runner, j *store.Job, to
 		Services:     services,
 		Artifacts:    payloadArtifacts(j.Spec.Artifacts),
 		Cache:        payloadCache(j.Spec.Cache),
+		Hooks:        j.Spec.Hooks,
 		Credentials:  []api.Credentials{},
 		Dependencies: []api.Dependency{},
 		Features: api.JobFeatures{

@@ -100,6 +100,20 @@ type Settings struct {
 	// ServerTLS is set for a job whose runner reaches its coordinator
 	// with TLS files of its own.
 	ServerTLS ServerTLS
+	// Hooks are the runner's hook scripts (config.toml), which the job's
+	// stages run where GitLab Runner runs them.
+	Hooks Hooks
+}
+
+// Hooks are a runner's hook scripts: shell code the operator adds around
+// the job's own (pre_get_sources_script and post_get_sources_script around
+// the git stage, pre_build_script and post_build_script around the job's
+// script, in the same shell). "" = none.
+type Hooks struct {
+	PreGetSources  string
+	PostGetSources string
+	PreBuild       string
+	PostBuild      string
 }
 
 // ServerTLS is what a job needs to reach its coordinator over TLS as its

@@ -359,6 +359,7 @@ func (b *build) setup(settings executor.Settings) error {
 		Variables:  b.vars,
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
+		Hooks:      settings.Hooks,
 		Transfers: shell.Transfers{
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,

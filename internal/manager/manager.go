@@ -513,6 +513,10 @@ func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
 		SystemID:     m.opts.SystemID,
 		FeatureFlags: r.FeatureFlags,
 		Resumable:    m.storeFor(r) != nil,
+		Hooks: executor.Hooks{
+			PreGetSources: r.PreGetSourcesScript, PostGetSources: r.PostGetSourcesScript,
+			PreBuild: r.PreBuildScript, PostBuild: r.PostBuildScript,
+		},
 	}
 	// The docker executor ignores these: its builds and cache live in
 	// volumes mounted at /builds and /cache.

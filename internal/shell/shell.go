@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -56,6 +57,12 @@ type Info struct {
 	// Transfers say how the cache and artifact stages reach drover's
 	// helper and where local caches are kept.
 	Transfers Transfers
+	// Hooks are the runner's hook scripts: get_sources runs
+	// PreGetSources before the git commands and PostGetSources after them
+	// (in the project directory); step_script runs PreBuild before the
+	// job's script and PostBuild after it, in the same shell (a failing
+	// hook fails the stage, as a failing script line does).
+	Hooks executor.Hooks
 }
 
 func (info Info) tmpDir() string {
@@ -94,8 +101,22 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		w.raw(`printf 'Running on %s...\n' "$(hostname 2>/dev/null || uname -n)"`)
 	case executor.StageGetSources:
 		w.prelude(info, vars)
+		if h := info.Hooks.PreGetSources; strings.TrimSpace(h) != "" {
+			w.commands([]string{h})
+		}
+		// The job's own (hooks:pre_get_sources_script), after the
+		// runner's.
+		for _, h := range info.Job.Hooks {
+			if h.Name == api.HookPreGetSourcesScript {
+				w.commands(h.Script)
+			}
+		}
 		if err := w.getSources(info, values); err != nil {
 			return "", err
+		}
+		if h := info.Hooks.PostGetSources; strings.TrimSpace(h) != "" {
+			w.cdProject(info)
+			w.commands([]string{h})
 		}
 	case executor.StageAfterScript:
 		step := info.Job.Step(api.StepAfterScript)
@@ -138,12 +159,16 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		if step == nil {
 			return "", fmt.Errorf("%w: %s: the job has no step %q", ErrUnsupportedStage, stage, name)
 		}
-		if !hasCommands(step.Script) {
+		lines := step.Script
+		if name == api.StepScript {
+			lines = slices.Concat([]string{info.Hooks.PreBuild}, lines, []string{info.Hooks.PostBuild})
+		}
+		if !hasCommands(lines) {
 			return "", nil
 		}
 		w.prelude(info, vars)
 		w.cdProject(info)
-		w.commands(step.Script)
+		w.commands(lines)
 	}
 	return w.String(), nil
 }

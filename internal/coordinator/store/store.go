@@ -195,6 +195,9 @@ type JobSpec struct {
 	Cache        []CacheSpec      `json:"cache,omitempty"`
 	Artifacts    *ArtifactsSpec   `json:"artifacts,omitempty"`
 	Dependencies []DependencySpec `json:"dependencies,omitempty"`
+	// Hooks are the job's hooks: (GitLab's hooks:pre_get_sources_script),
+	// sent to the runner in the payload.
+	Hooks []api.Hook `json:"hooks,omitempty"`
 	// Pipeline is how the job runs in its pipeline; nil for a job
 	// submitted on its own.
 	Pipeline *PipelineJob `json:"pipeline,omitempty"`
