@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	stdlog "log"
 	"net"
 	"net/http"
@@ -14,11 +16,13 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
+	registrytypes "github.com/docker/docker/api/types/registry"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
+	"github.com/drover-ci/drover/internal/fleet/fleetingdir/fleetingdirtest"
 )
 
 // TestDockerPullAlwaysRegistry pulls a job's image from a real registry
@@ -149,11 +153,17 @@ func TestDockerPullAlwaysRegistry(t *testing.T) {
 // from by then.
 func pushImage(ctx context.Context, t testing.TB, cli *dockerclient.Client, src, ref string) {
 	t.Helper()
+	pushImageAuth(ctx, t, cli, src, ref, "e30=") // base64 of {}
+}
+
+// pushImageAuth is pushImage with the X-Registry-Auth auth.
+func pushImageAuth(ctx context.Context, t testing.TB, cli *dockerclient.Client, src, ref, auth string) {
+	t.Helper()
 	if err := cli.ImageTag(ctx, src, ref); err != nil {
 		t.Fatalf("ImageTag %s %s: %v", src, ref, err)
 	}
 	t.Cleanup(func() { removeTag(t, cli, ref) })
-	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: "e30="}) // base64 of {}
+	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: auth})
 	if err != nil {
 		t.Fatalf("ImagePush %s: %v", ref, err)
 	}
@@ -178,5 +188,58 @@ func removeTag(t testing.TB, cli *dockerclient.Client, ref string) {
 	defer cancel()
 	if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		t.Errorf("ImageRemove %s: %v", ref, err)
+	}
+}
+
+// TestDockerPrivateRegistry pulls a job's image from distribution's
+// registry with htpasswd authentication (real, on loopback): without
+// credentials the pull fails (image_pull_failure, the registry's "no basic
+// auth credentials"); with the job variable DOCKER_AUTH_CONFIG, as GitLab
+// documents it, the executor logs in and the job runs in the image.
+func TestDockerPrivateRegistry(t *testing.T) {
+	needDockerImages(t)
+	cli := dockertest.Engine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	reg := fleetingdirtest.Start(ctx, t, fleetingdirtest.Options{Username: "ci-user", Password: "s3cret pass"})
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ref := reg.Host + "/private/busybox:" + hex.EncodeToString(b[:])
+	auth, err := registrytypes.EncodeAuthConfig(registrytypes.AuthConfig{Username: "ci-user", Password: "s3cret pass", ServerAddress: reg.Host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushImageAuth(ctx, t, cli, dockerimage.TestImageBusybox, ref, auth)
+
+	c, cl := startDockerManager(t, 1)
+	run := func(name string, vars []map[string]any) (status, reason, log string) {
+		t.Helper()
+		id := submitJSON(t, c, map[string]any{"name": name, "timeout": 120, "variables": vars,
+			"image":  map[string]any{"name": ref, "pull_policy": "always"},
+			"script": []string{"echo ran-in-private-image"}})
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		log = trace(t, cl, id)
+		waitNoResources(t, id)
+		return j.Status, j.FailureReason, log
+	}
+
+	status, reason, log := run("no credentials", nil)
+	if status != "failed" || reason != "image_pull_failure" || strings.Contains(log, "ran-in-private-image") {
+		t.Errorf("job without credentials = %s %q, want failed image_pull_failure\nlog:\n%s", status, reason, log)
+	}
+
+	authJSON := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, "http://"+reg.Host, base64.StdEncoding.EncodeToString([]byte("ci-user:s3cret pass")))
+	status, reason, log = run("DOCKER_AUTH_CONFIG", []map[string]any{{"key": "DOCKER_AUTH_CONFIG", "value": authJSON, "masked": true}})
+	if status != "success" {
+		t.Fatalf("job with DOCKER_AUTH_CONFIG = %s %q, want success\nlog:\n%s", status, reason, log)
+	}
+	for _, w := range []string{"Authenticating with credentials from $DOCKER_AUTH_CONFIG", "Pulling docker image " + ref, "ran-in-private-image"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("log lacks %q:\n%s", w, log)
+		}
+	}
+	if strings.Contains(log, "s3cret") {
+		t.Errorf("the password is in the log:\n%s", log)
 	}
 }

@@ -60,8 +60,15 @@ func (e *Executor) pullOnce(ctx context.Context, img, ref string, p PullPolicy) 
 			return "", fmt.Errorf("not present on the engine, and pull_policy is never")
 		}
 	}
+	auth, from, err := e.registryAuth(ctx, ref)
+	if err != nil {
+		return "", fmt.Errorf("pull (policy %s): %w", p, err)
+	}
+	if from != "" {
+		e.printf("Authenticating with credentials from %s\n", from)
+	}
 	e.printf("Pulling docker image %s ...\n", img)
-	rc, err := e.eng.ImagePull(ctx, ref, image.PullOptions{})
+	rc, err := e.eng.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: auth})
 	if err != nil {
 		return "", fmt.Errorf("pull (policy %s): %w", p, err)
 	}
