@@ -1,6 +1,8 @@
 package helper
 
 import (
+	"archive/zip"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -12,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +38,11 @@ type ArtifactsUploadOptions struct {
 	Paths, Exclude []string
 	Untracked      bool
 	// Name is the archive's name (default "artifacts"); Type its
-	// artifact_type (default "archive"); ExpireIn its expire_in ("":
-	// the job's).
-	Name, Type, ExpireIn string
+	// artifact_type (default "archive"); Format its artifact_format
+	// (zip, the default; gzip: each file a gzip member, named in its
+	// header, one after the other, as GitLab wants reports; raw: the one
+	// file as it is); ExpireIn its expire_in ("": the job's).
+	Name, Type, Format, ExpireIn string
 	// TempDir holds the archive while it is uploaded ("": the system's).
 	TempDir string
 	// Client makes the requests (nil: a default one); Backoff is the wait
@@ -88,14 +93,43 @@ func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Write
 	if typ == "" {
 		typ = "archive"
 	}
-	q := url.Values{"artifact_format": {"zip"}, "artifact_type": {typ}}
+	format := o.Format
+	if format == "" {
+		format = "zip"
+	}
+	upload, filename, size := f, name+".zip", st.ArchiveBytes
+	switch format {
+	case "zip":
+	case "gzip", "raw":
+		conv, err := os.CreateTemp(o.TempDir, "drover-artifacts-*."+format)
+		if err != nil {
+			return fmt.Errorf("artifacts-uploader: %w", err)
+		}
+		defer os.Remove(conv.Name())
+		defer conv.Close()
+		base, err := convertArchive(f, st.ArchiveBytes, conv, format)
+		if err != nil {
+			return fmt.Errorf("artifacts-uploader: %s format: %w", format, err)
+		}
+		fi, err := conv.Stat()
+		if err != nil {
+			return fmt.Errorf("artifacts-uploader: %w", err)
+		}
+		upload, size = conv, fi.Size()
+		if filename = name + ".gz"; format == "raw" {
+			filename = base
+		}
+	default:
+		return fmt.Errorf("artifacts-uploader: artifact format %q: zip, gzip or raw", format)
+	}
+	q := url.Values{"artifact_format": {format}, "artifact_type": {typ}}
 	if o.ExpireIn != "" {
 		q.Set("expire_in", o.ExpireIn)
 	}
 	target := strings.TrimSuffix(o.URL, "/") + "/api/v4/jobs/" + strconv.FormatInt(o.ID, 10) + "/artifacts?" + q.Encode()
-	fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... (%d files, %d bytes)\n", typ, st.Files, st.ArchiveBytes)
+	fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... (%d files, %d bytes)\n", typ, st.Files, size)
 	return retryHTTP(ctx, o.Backoff, func() (retry bool, err error) {
-		code, msg, err := postArchive(ctx, httpClient(o.Client), target, o.Token, name+".zip", f, st.ArchiveBytes)
+		code, msg, err := postArchive(ctx, httpClient(o.Client), target, o.Token, filename, upload, size)
 		switch {
 		case err != nil:
 			return true, fmt.Errorf("artifacts-uploader: %w", err)
@@ -345,4 +379,46 @@ func httpClient(c *http.Client) *http.Client {
 // (api.ClientTLS; nil: the system's CAs).
 func newHTTPClient(tlsCfg *tls.Config) *http.Client {
 	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 10 * time.Minute, TLSClientConfig: tlsCfg}}
+}
+
+// convertArchive writes the regular files of the zip archive src (size
+// bytes) to dst in format: gzip, each file a gzip member whose header
+// names it, one after the other (GitLab Runner's gzip artifacts); raw,
+// the content of the only file. It returns the base name of the last file.
+func convertArchive(src io.ReaderAt, size int64, dst io.Writer, format string) (string, error) {
+	zr, err := zip.NewReader(src, size)
+	if err != nil {
+		return "", err
+	}
+	var files []*zip.File
+	for _, zf := range zr.File {
+		if zf.Mode().IsRegular() {
+			files = append(files, zf)
+		}
+	}
+	if format == "raw" && len(files) != 1 {
+		return "", fmt.Errorf("takes exactly one file, the paths matched %d", len(files))
+	}
+	base := ""
+	for _, zf := range files {
+		rc, err := zf.Open()
+		if err != nil {
+			return "", err
+		}
+		base = path.Base(zf.Name)
+		if format == "raw" {
+			_, err = io.Copy(dst, rc)
+		} else {
+			gw := gzip.NewWriter(dst)
+			gw.Name, gw.ModTime = zf.Name, zf.Modified
+			if _, err = io.Copy(gw, rc); err == nil {
+				err = gw.Close()
+			}
+		}
+		rc.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return base, nil
 }

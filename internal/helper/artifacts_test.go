@@ -1,10 +1,13 @@
 package helper
 
 import (
+	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -189,4 +192,64 @@ func TestArtifactsRetry(t *testing.T) {
 		t.Fatalf("the coordinator has no artifact: %v", err)
 	}
 	art.Body.Close()
+}
+
+// TestArtifactsReportFormat: a report is uploaded in the format its
+// payload asks for: gzip, each file a gzip member named in its header
+// (GitLab Runner's form, which GitLab requires for junit), read back from
+// a real coordinator as the concatenation of the files; raw takes exactly
+// one file.
+func TestArtifactsReportFormat(t *testing.T) {
+	c := startCoord(t, coordinator.Config{})
+	ctx := context.Background()
+	a := c.take(t, client.JobSpec{Name: "test", Script: []string{"true"}})
+	proj := t.TempDir()
+	writeTree(t, proj, map[string]string{"reports/a.xml": "<testsuite name=\"a\"/>\n", "reports/b.xml": "<testsuite name=\"b\"/>\n"})
+	var out bytes.Buffer
+	err := UploadArtifacts(ctx, ArtifactsUploadOptions{
+		URL: c.url, ID: a.ID, Token: a.Token, Root: proj, Paths: []string{"reports/*.xml"}, Name: "junit.xml",
+		Type: "junit", Format: "gzip", Backoff: time.Millisecond,
+	}, &out)
+	if err != nil {
+		t.Fatalf("upload: %v\n%s", err, out.String())
+	}
+	art, err := c.api.Artifacts(ctx, a.ID, "junit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer art.Body.Close()
+	// A ByteReader: gzip reads no further than each member's end.
+	body := bufio.NewReader(art.Body)
+	zr, err := gzip.NewReader(body)
+	if err != nil {
+		t.Fatalf("the junit report is not gzip: %v", err)
+	}
+	zr.Multistream(false)
+	var members []string
+	var all bytes.Buffer
+	for {
+		members = append(members, zr.Name)
+		if _, err := io.Copy(&all, zr); err != nil {
+			t.Fatal(err)
+		}
+		if err := zr.Reset(body); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		zr.Multistream(false)
+	}
+	if want := "<testsuite name=\"a\"/>\n<testsuite name=\"b\"/>\n"; all.String() != want || strings.Join(members, " ") != "reports/a.xml reports/b.xml" {
+		t.Errorf("junit report = %q in members %v, want %q in reports/a.xml and reports/b.xml", all.String(), members, want)
+	}
+	if art.Filename != "junit.xml.gz" {
+		t.Errorf("report file name = %q, want junit.xml.gz", art.Filename)
+	}
+
+	err = UploadArtifacts(ctx, ArtifactsUploadOptions{
+		URL: c.url, ID: a.ID, Token: a.Token, Root: proj, Paths: []string{"reports/*.xml"}, Type: "metrics", Format: "raw", Backoff: time.Hour,
+	}, &out)
+	if err == nil || !strings.Contains(err.Error(), "exactly one file") {
+		t.Errorf("raw upload of two files = %v, want a refusal", err)
+	}
 }

@@ -22,7 +22,7 @@ import (
 //	wait --timeout D host:port...
 //	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
 //	cache-extractor --file F [--url U] [--timeout D] [--extract-max-size N] [--extract-max-entries N]
-//	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--expire-in E] [TLS]
+//	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--artifact-format F] [--expire-in E] [TLS]
 //	artifacts-downloader --url U --id N --token T [--name N] [--extract-max-size N] [--extract-max-entries N] [TLS]
 //
 // TLS is [--tls-ca-file F] [--tls-cert-file F --tls-key-file F], by
@@ -191,7 +191,7 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 	fs.StringVar(&tlsFiles.KeyFile, "tls-key-file", "", "its PEM key (default $"+api.VarTLSKeyFile+")")
 	var paths, excludes listFlag
 	var untracked bool
-	var aname, atype, expire string
+	var aname, atype, aformat, expire string
 	var extractMaxSize int64
 	var extractMaxEntries int
 	if name == "artifacts-downloader" {
@@ -204,6 +204,7 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 		fs.BoolVar(&untracked, "untracked", false, "add the files git does not track")
 		fs.StringVar(&aname, "name", "", "the archive's name (default artifacts)")
 		fs.StringVar(&atype, "artifact-type", "", "archive (default), junit, ...")
+		fs.StringVar(&aformat, "artifact-format", "", "zip (default), gzip (each file a gzip member) or raw (one file as it is)")
 		fs.StringVar(&expire, "expire-in", "", "how long the coordinator keeps them (default: the job's)")
 	}
 	if err := fs.Parse(args); err != nil {
@@ -232,7 +233,7 @@ func artifactsMain(ctx context.Context, name string, args []string, stdout, stde
 	if name == "artifacts-uploader" {
 		err = UploadArtifacts(ctx, ArtifactsUploadOptions{
 			URL: *base, ID: *id, Token: *token, Root: *root, Paths: paths, Exclude: excludes, Untracked: untracked,
-			Name: aname, Type: atype, ExpireIn: expire, Client: client,
+			Name: aname, Type: atype, Format: aformat, ExpireIn: expire, Client: client,
 		}, stdout)
 	} else {
 		err = DownloadArtifacts(ctx, ArtifactsDownloadOptions{

@@ -259,6 +259,9 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if a.Type != "" {
 				args = append(args, "--artifact-type", quote(a.Type))
 			}
+			if a.Format != "" && a.Format != "zip" {
+				args = append(args, "--artifact-format", quote(a.Format))
+			}
 			if a.ExpireIn != "" {
 				args = append(args, "--expire-in", quote(a.ExpireIn))
 			}
