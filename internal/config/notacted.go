@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -28,10 +29,27 @@ func notActedOnKeys() []notActedOn {
 	}
 }
 
-// actedOnFeatureFlags are the GitLab Runner feature flags drover
-// implements: none yet, so every FF_ flag set in runners[].feature_flags
-// or runners[].environment draws a warning.
-func actedOnFeatureFlags() []string { return nil }
+// actedOnFeatureFlags are the GitLab Runner feature flags whose behaviour
+// drover has whatever they say: a network per job (the docker executor
+// makes one for every job, or per concurrency slot when the job has no
+// services), and a fast archiver (drover's own, parallel, is used for
+// every cache and artifact). Any other flag set to true in
+// runners[].feature_flags or runners[].environment draws a warning; one
+// set to GitLab Runner's default (false, but for the flags of
+// defaultOnFeatureFlags) asks for nothing and draws none.
+func actedOnFeatureFlags() []string { return []string{"FF_NETWORK_PER_BUILD", "FF_USE_FASTZIP"} }
+
+// defaultOnFeatureFlags are GitLab Runner's feature flags that are on
+// unless set to false.
+func defaultOnFeatureFlags() []string { return []string{"FF_USE_ADAPTIVE_REQUEST_CONCURRENCY"} }
+
+// askedFlag reports whether feature flag name set to value asks for
+// something else than GitLab Runner's default (a value that is no bool
+// does).
+func askedFlag(name, value string) bool {
+	on, err := strconv.ParseBool(value)
+	return err != nil || on != slices.Contains(defaultOnFeatureFlags(), name)
+}
 
 // sectionReaders returns the executors that read the executor-specific
 // runner sub-table section ([runners.docker], ...), or nil when section is
@@ -72,13 +90,13 @@ func (d *decoder) warnNotActedOn(p keyPath, runner bool, m map[string]any, set m
 func (d *decoder) warnRunnerNotActedOn(p keyPath, m map[string]any, r *RunnerConfig, set map[string]bool) {
 	d.warnNotActedOn(p, true, m, set)
 	for _, name := range SortedKeys(r.FeatureFlags) {
-		if !slices.Contains(actedOnFeatureFlags(), name) {
+		if askedFlag(name, strconv.FormatBool(r.FeatureFlags[name])) && !slices.Contains(actedOnFeatureFlags(), name) {
 			d.warn(p.key("feature_flags").key(name), "not acted on: drover does not implement this feature flag")
 		}
 	}
 	for i, e := range r.Environment {
-		name, _, isVar := strings.Cut(e, "=")
-		if isVar && strings.HasPrefix(name, "FF_") && !slices.Contains(actedOnFeatureFlags(), name) {
+		name, val, isVar := strings.Cut(e, "=")
+		if isVar && strings.HasPrefix(name, "FF_") && askedFlag(name, val) && !slices.Contains(actedOnFeatureFlags(), name) {
 			d.warn(p.key("environment").index(i), "%s: not acted on: drover does not implement this feature flag (the job still gets the variable)", name)
 		}
 	}

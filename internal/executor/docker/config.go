@@ -263,10 +263,14 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 		case "services":
 			c.Services = rd.services(key, v)
 		default:
-			if slices.Contains(notHonoured, k) {
-				rd.Warn(key, notHonouredMsg)
-			} else {
+			// A key at GitLab Runner's default (false, 0, "", empty: what
+			// gitlab-runner register writes) asks for nothing drover
+			// lacks.
+			switch {
+			case !slices.Contains(notHonoured, k):
 				rd.Warn(key, "unknown key, ignored")
+			case !zeroValue(v):
+				rd.Warn(key, notHonouredMsg)
 			}
 		}
 	}
@@ -782,4 +786,24 @@ func (rd *reader) services(key string, v any) []ServiceConfig {
 		out = append(out, s)
 	}
 	return out
+}
+
+// zeroValue reports whether a TOML value is its type's zero: false, 0,
+// "", an empty array or table.
+func zeroValue(v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return !x
+	case int64:
+		return x == 0
+	case float64:
+		return x == 0
+	case string:
+		return x == ""
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
 }

@@ -640,3 +640,25 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// Keys drover does not honour draw no warning at GitLab Runner's default,
+// which `gitlab-runner register` writes into every config.toml: asking
+// for the default asks for nothing drover lacks.
+func TestParseConfigDefaultsNotWarned(t *testing.T) {
+	_, warnings, err := parseDocker(t, `[runners.docker]
+  image = "alpine"
+  disable_entrypoint_overwrite = false
+  network_mtu = 0
+  enable_ipv6 = false
+  hostname = ""
+  volumes_from = []
+  oom_score_adjust = 0
+`)
+	if err != nil || len(warnings) != 0 {
+		t.Errorf("ParseConfig of defaults = %v, warnings %v; want none", err, warnings)
+	}
+	_, warnings, err = parseDocker(t, "[runners.docker]\n  network_mtu = 1400\n")
+	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0].String(), "network_mtu: GitLab Runner key read but not honoured") {
+		t.Errorf("ParseConfig of network_mtu = 1400 = %v, warnings %v; want one warning", err, warnings)
+	}
+}
