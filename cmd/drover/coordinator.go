@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drover-ci/drover/internal/coordinator"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/secretbox"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/postgres"
 )
 
 // openPostgres opens the PostgreSQL store; a URL that does not parse, a

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/drover-ci/drover/internal/buildinfo"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
+	"github.com/drover-ci/drover/internal/store/sqlite"
 )
 
 // TestCoordinatorSecretKeyEnv: a DROVER_SECRET_KEY or DROVER_SECRET_KEY_OLD

@@ -16,6 +16,10 @@ import (
 	"github.com/drover-ci/drover/internal/web"
 )
 
+// The runner manager's pools are what its fleet page shows: the two meet
+// here, so that neither package imports the other.
+var _ web.Fleet = (*runnerpool.Set)(nil)
+
 // fleetFlags are drover run's flags of the fleet page's sign-in: flags,
 // not config.toml keys, as the other --listen- ones, so that the file
 // stays GitLab Runner's.

@@ -40,7 +40,7 @@ const MaxTracePatch = 1 << 20
 
 // Response is what callers need from one HTTP exchange.
 type Response struct {
-	StatusCode int
+	StatusCode int // the HTTP status code; callers branch on it, nothing here does
 	// JobStatus is the Job-Status header (running, canceling, canceled, failed), if any.
 	JobStatus string
 	// UpdateInterval is X-GitLab-Trace-Update-Interval, or 0 when absent.
@@ -52,7 +52,7 @@ type Response struct {
 	HasRange bool
 	// RetryAfter is the Retry-After delay, if any.
 	RetryAfter time.Duration
-	RequestID  string
+	RequestID  string // X-Request-Id of the answer (each request carries a new one), for the logs
 	// AckTimeout is X-Drover-Ack-Timeout (two-phase start), or 0.
 	AckTimeout time.Duration
 	// Duration is the time from sending the request to its answer's
@@ -88,7 +88,7 @@ type ClientOptions struct {
 type TLSFiles struct {
 	CAFile   string // CA certificates trusted besides the system's
 	CertFile string // client certificate (mutual TLS), with KeyFile
-	KeyFile  string
+	KeyFile  string // the client certificate's private key
 }
 
 // The variables that hold, in a job, the files of the TLS its runner

@@ -162,9 +162,9 @@ type VerifyRequest struct {
 
 // VerifyResponse is the answer of verify and legacy register.
 type VerifyResponse struct {
-	ID             int64  `json:"id"`
-	Token          string `json:"token"`
-	TokenExpiresAt string `json:"token_expires_at,omitempty"`
+	ID             int64  `json:"id"`                         // the runner's id at the coordinator
+	Token          string `json:"token"`                      // the runner token (legacy registration: the new one)
+	TokenExpiresAt string `json:"token_expires_at,omitempty"` // RFC 3339; "" when it never expires
 }
 
 // RegisterRequest is the body of POST /api/v4/runners (legacy registration).
@@ -189,17 +189,17 @@ type UnregisterRequest struct {
 
 // JobOutput describes the runner's copy of the log in a state update.
 type JobOutput struct {
-	Checksum string `json:"checksum,omitempty"`
-	Bytesize int64  `json:"bytesize,omitempty"`
+	Checksum string `json:"checksum,omitempty"` // "crc32:<hex>" of the whole log
+	Bytesize int64  `json:"bytesize,omitempty"` // the log's length in bytes
 }
 
 // UpdateJobRequest is the body of PUT /api/v4/jobs/:id.
 type UpdateJobRequest struct {
 	Info          VersionInfo   `json:"info"`
 	Token         string        `json:"token"`
-	State         JobState      `json:"state"`
-	FailureReason FailureReason `json:"failure_reason,omitempty"`
-	Checksum      string        `json:"checksum,omitempty"`
+	State         JobState      `json:"state"`                    // running or pending (keep-alives), success or failed
+	FailureReason FailureReason `json:"failure_reason,omitempty"` // with state failed
+	Checksum      string        `json:"checksum,omitempty"`       // the log's checksum, as older runners send it (Output.Checksum wins)
 	Output        JobOutput     `json:"output"`
 	// ExitCode is the failing script's exit code; nil (omitted) when the
 	// failure has none (a timeout, a cancel, a system failure).
@@ -208,19 +208,27 @@ type UpdateJobRequest struct {
 
 // ProvisioningRequest is the body of POST /api/v4/jobs/:id/runner_provisioning (two-phase start).
 type ProvisioningRequest struct {
-	Status string `json:"status"`
-	Reason string `json:"reason,omitempty"`
+	Status string `json:"status"`           // pending (keep-alive while the executor prepares), accepted or declined
+	Reason string `json:"reason,omitempty"` // why a job was declined, for the coordinator's log
 }
 
 // Variable is one job variable.
 type Variable struct {
-	Key      string `json:"key"`
-	Value    string `json:"value"`
-	Public   bool   `json:"public"`
-	Internal bool   `json:"-"`
-	File     bool   `json:"file"`
-	Masked   bool   `json:"masked"`
-	Raw      bool   `json:"raw"`
+	Key   string `json:"key"`
+	Value string `json:"value"`
+	// Public is GitLab's flag for a value that is no secret (the
+	// predefined CI_* variables).
+	Public bool `json:"public"`
+	// Internal marks a variable the runner added itself (its predefined
+	// ones); it is never sent.
+	Internal bool `json:"-"`
+	// File makes the variable a file variable: Value is written to a
+	// file, and the job's variable holds that file's path.
+	File bool `json:"file"`
+	// Masked values are replaced by [MASKED] in the job's log.
+	Masked bool `json:"masked"`
+	// Raw values are not expanded: a $NAME in them stays as written.
+	Raw bool `json:"raw"`
 }
 
 // Variables is an ordered list of variables; later keys win on lookup.
@@ -264,14 +272,14 @@ type JobInfo struct {
 
 // GitInfo is git_info of the payload.
 type GitInfo struct {
-	RepoURL          string   `json:"repo_url"`
-	RepoObjectFormat string   `json:"repo_object_format,omitempty"`
-	Ref              string   `json:"ref"`
-	Sha              string   `json:"sha"`
-	BeforeSha        string   `json:"before_sha"`
-	RefType          string   `json:"ref_type"`
-	Refspecs         []string `json:"refspecs"`
-	Depth            int      `json:"depth"`
+	RepoURL          string   `json:"repo_url"`                     // where to clone from, with the job token's credentials
+	RepoObjectFormat string   `json:"repo_object_format,omitempty"` // sha1 or sha256; "" = sha1
+	Ref              string   `json:"ref"`                          // the branch or tag name
+	Sha              string   `json:"sha"`                          // the commit to check out
+	BeforeSha        string   `json:"before_sha"`                   // the ref's commit before the push; zeros when none
+	RefType          string   `json:"ref_type"`                     // branch or tag
+	Refspecs         []string `json:"refspecs"`                     // what git fetch fetches
+	Depth            int      `json:"depth"`                        // shallow clone depth; 0 = full history
 }
 
 // RunnerInfo is runner_info of the payload.
@@ -285,11 +293,11 @@ const DefaultJobTimeout = 7200
 
 // Step is one entry of steps.
 type Step struct {
-	Name         string   `json:"name"`
-	Script       []string `json:"script"`
-	Timeout      int      `json:"timeout"`
-	When         string   `json:"when"`
-	AllowFailure bool     `json:"allow_failure"`
+	Name         string   `json:"name"`          // StepScript or StepAfterScript
+	Script       []string `json:"script"`        // the lines, run in order
+	Timeout      int      `json:"timeout"`       // seconds
+	When         string   `json:"when"`          // WhenOnSuccess, WhenOnFailure or WhenAlways
+	AllowFailure bool     `json:"allow_failure"` // a failure of the step does not fail the job
 }
 
 // Step names and `when` values.
@@ -374,29 +382,29 @@ func StringOrInt(b json.RawMessage) (string, error) {
 
 // Port is one exposed port of an image.
 type Port struct {
-	Number   int    `json:"number"`
-	Protocol string `json:"protocol,omitempty"`
-	Name     string `json:"name,omitempty"`
+	Number   int    `json:"number"`             // the port in the container
+	Protocol string `json:"protocol,omitempty"` // as the job wrote it (GitLab: http, https); the docker executor waits on "" and tcp ports
+	Name     string `json:"name,omitempty"`     // a name to refer to it by
 }
 
 // JobFeatures is features of the payload.
 type JobFeatures struct {
-	TraceSections     bool            `json:"trace_sections"`
-	TokenMaskPrefixes []string        `json:"token_mask_prefixes,omitempty"`
-	FailureReasons    []FailureReason `json:"failure_reasons,omitempty"`
-	TwoPhaseJobCommit bool            `json:"two_phase_job_commit,omitempty"`
+	TraceSections     bool            `json:"trace_sections"`                 // the log may carry collapsible section markers
+	TokenMaskPrefixes []string        `json:"token_mask_prefixes,omitempty"`  // token prefixes (glpat-, ...) whose tokens are masked in the log
+	FailureReasons    []FailureReason `json:"failure_reasons,omitempty"`      // the failure reasons the coordinator accepts
+	TwoPhaseJobCommit bool            `json:"two_phase_job_commit,omitempty"` // the job starts two-phase: accept it with runner_provisioning
 }
 
 // Artifact is one entry of artifacts.
 type Artifact struct {
-	Name      string   `json:"name"`
-	Untracked bool     `json:"untracked"`
-	Paths     []string `json:"paths"`
-	Exclude   []string `json:"exclude"`
-	When      string   `json:"when"`
-	Type      string   `json:"artifact_type"`
-	Format    string   `json:"artifact_format"`
-	ExpireIn  string   `json:"expire_in"`
+	Name      string   `json:"name"`            // the archive's name
+	Untracked bool     `json:"untracked"`       // also every file git does not track
+	Paths     []string `json:"paths"`           // globs of the files to upload
+	Exclude   []string `json:"exclude"`         // globs of files left out
+	When      string   `json:"when"`            // on_success, on_failure or always
+	Type      string   `json:"artifact_type"`   // archive, or a report (junit, dotenv, ...)
+	Format    string   `json:"artifact_format"` // zip, gzip or raw
+	ExpireIn  string   `json:"expire_in"`       // how long the coordinator keeps it, as GitLab writes it ("1 week")
 }
 
 // Cache is one entry of cache.
@@ -407,17 +415,17 @@ type Cache struct {
 	// contents, KeyPrefix first. Key is then KeyPrefix, or "default".
 	KeyFiles     []string `json:"drover_key_files,omitempty"`
 	KeyPrefix    string   `json:"drover_key_prefix,omitempty"`
-	Untracked    bool     `json:"untracked"`
-	Policy       string   `json:"policy"`
-	Paths        []string `json:"paths"`
-	When         string   `json:"when"`
-	FallbackKeys []string `json:"fallback_keys"`
+	Untracked    bool     `json:"untracked"`     // also every file git does not track
+	Policy       string   `json:"policy"`        // pull, push or pull-push
+	Paths        []string `json:"paths"`         // globs of the files cached
+	When         string   `json:"when"`          // on_success, on_failure or always: when the cache is saved
+	FallbackKeys []string `json:"fallback_keys"` // keys restored from, in order, when Key has no cache
 }
 
 // Credentials is one entry of credentials.
 type Credentials struct {
-	Type     string `json:"type"`
-	URL      string `json:"url"`
+	Type     string `json:"type"` // registry: for pulling the job's images
+	URL      string `json:"url"`  // the registry's host
 	Username string `json:"username"`
 	Password string `json:"password"`
 }
@@ -425,9 +433,9 @@ type Credentials struct {
 // Dependency is one entry of dependencies: an earlier job whose
 // artifacts the job downloads (GET jobs/{ID}/artifacts with Token).
 type Dependency struct {
-	ID    int64  `json:"id"`
-	Token string `json:"token"`
-	Name  string `json:"name"`
+	ID    int64  `json:"id"`    // the earlier job's id
+	Token string `json:"token"` // a token that may download its artifacts
+	Name  string `json:"name"`  // the earlier job's name, for the log
 	// ArtifactsFile is absent when the dependency has no artifacts (or
 	// they expired), as GitLab sends it.
 	ArtifactsFile *ArtifactsFile `json:"artifacts_file,omitempty"`
@@ -435,8 +443,8 @@ type Dependency struct {
 
 // ArtifactsFile is a dependency's artifacts archive.
 type ArtifactsFile struct {
-	Filename string `json:"filename"`
-	Size     int64  `json:"size"`
+	Filename string `json:"filename"` // the archive's file name
+	Size     int64  `json:"size"`     // its size in bytes
 }
 
 // HookPreGetSourcesScript is the hook a job's hooks:pre_get_sources_script
@@ -445,28 +453,30 @@ const HookPreGetSourcesScript = "pre_get_sources_script"
 
 // Hook is one entry of hooks.
 type Hook struct {
-	Name   string   `json:"name"`
-	Script []string `json:"script"`
+	Name   string   `json:"name"`   // which hook (pre_get_sources_script)
+	Script []string `json:"script"` // its lines
 }
 
 // JobResponse is the job payload: the 201 body of jobs/request.
 type JobResponse struct {
-	ID            int64         `json:"id"`
+	ID int64 `json:"id"`
+	// Token is the job token: it authenticates the job's own calls
+	// (state updates, traces, artifacts) and its git clone.
 	Token         string        `json:"token"`
-	AllowGitFetch bool          `json:"allow_git_fetch"`
+	AllowGitFetch bool          `json:"allow_git_fetch"` // an earlier clone may be fetched into (GIT_STRATEGY fetch)
 	JobInfo       JobInfo       `json:"job_info"`
 	GitInfo       GitInfo       `json:"git_info"`
 	RunnerInfo    RunnerInfo    `json:"runner_info"`
-	Variables     Variables     `json:"variables"`
-	Steps         []Step        `json:"steps"`
-	Image         Image         `json:"image"`
-	Services      []Image       `json:"services"`
-	Artifacts     []Artifact    `json:"artifacts"`
-	Cache         []Cache       `json:"cache"`
-	Credentials   []Credentials `json:"credentials"`
-	Dependencies  []Dependency  `json:"dependencies"`
+	Variables     Variables     `json:"variables"`    // the job's variables, predefined ones included
+	Steps         []Step        `json:"steps"`        // script, then after_script
+	Image         Image         `json:"image"`        // the job's image; Name "" = the runner's default
+	Services      []Image       `json:"services"`     // containers started beside the job
+	Artifacts     []Artifact    `json:"artifacts"`    // what to upload when the job ends
+	Cache         []Cache       `json:"cache"`        // what to restore before the script and save after
+	Credentials   []Credentials `json:"credentials"`  // for pulling images from private registries
+	Dependencies  []Dependency  `json:"dependencies"` // earlier jobs whose artifacts to download first
 	Features      JobFeatures   `json:"features"`
-	Hooks         []Hook        `json:"hooks,omitempty"`
+	Hooks         []Hook        `json:"hooks,omitempty"` // the job's hooks: keyword
 	// Tags is a drover extension: the job's tags, so that a router can
 	// match jobs to its own runners. GitLab does not send it.
 	Tags []string `json:"tags,omitempty"`

@@ -21,9 +21,9 @@ const MaxWatchedJobs = 1000
 // the runner last saw ("pending" before a two-phase accept, "running",
 // "canceling").
 type WatchedJob struct {
-	ID        int64  `json:"id"`
-	Token     string `json:"token"`
-	JobStatus string `json:"job_status"`
+	ID        int64  `json:"id"`         // the job's id
+	Token     string `json:"token"`      // the job's own token (JobResponse.Token)
+	JobStatus string `json:"job_status"` // the Job-Status last seen
 }
 
 // WatchRequest is the body of POST jobs/watch: answer when the status of
@@ -31,9 +31,9 @@ type WatchedJob struct {
 // Timeout seconds. Token is the runner token the jobs were handed to, as
 // in jobs/request: only that runner's jobs are answered.
 type WatchRequest struct {
-	Token   string       `json:"token"`
-	Jobs    []WatchedJob `json:"jobs"`
-	Timeout float64      `json:"timeout,omitempty"`
+	Token   string       `json:"token"`             // the runner token
+	Jobs    []WatchedJob `json:"jobs"`              // the jobs to watch
+	Timeout float64      `json:"timeout,omitempty"` // seconds to wait at most; 0 = the coordinator's default
 }
 
 // JobChange is one changed job in a watch answer: the status code and
@@ -41,15 +41,15 @@ type WatchRequest struct {
 // except that a job that is not the runner's (unknown, another runner's,
 // or named with a token that never was its) is 404, whichever it is.
 type JobChange struct {
-	ID         int64  `json:"id"`
-	StatusCode int    `json:"status_code"`
-	JobStatus  string `json:"job_status,omitempty"`
+	ID         int64  `json:"id"`                   // the job's id
+	StatusCode int    `json:"status_code"`          // what a PUT would be answered with now
+	JobStatus  string `json:"job_status,omitempty"` // the Job-Status header that PUT would carry
 }
 
 // WatchResponse is the 200 answer of POST jobs/watch; Jobs is empty when
 // the wait ended with nothing changed.
 type WatchResponse struct {
-	Jobs []JobChange `json:"jobs"`
+	Jobs []JobChange `json:"jobs"` // the jobs whose status changed
 }
 
 // WatchJobs calls POST jobs/watch (drover's coordinator only; see

@@ -66,6 +66,16 @@ type ProviderError struct {
 	At  time.Time // zero: none yet
 }
 
+// RunnerStatus is one autoscaled runner of a runner manager (a runner of
+// config.toml with its own pool) and its pool's status: what a runner
+// manager reports about its pools, for instance on its fleet page.
+type RunnerStatus struct {
+	Name       string // the runner's name in config.toml
+	ShortToken string
+	Plugin     string // the fleet provider
+	Status     PoolStatus
+}
+
 // PoolStatus is a pool at the time Status was called.
 type PoolStatus struct {
 	Now time.Time

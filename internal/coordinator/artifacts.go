@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // Artifacts (facts §1.6).

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/secretbox"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // BenchmarkSubmitToClaim is one admin submit plus one jobs/request that

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
 	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/drover-ci/drover/internal/secretbox"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

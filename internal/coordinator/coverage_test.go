@@ -15,8 +15,8 @@ import (
 	"testing/iotest"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/pipeline/ciconfig"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // shellLog is a job log as GitLab Runner's shell executor writes it: the

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // The runner endpoints of API v4 that deal with runner tokens and runner

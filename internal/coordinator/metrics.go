@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/store/postgres"
 	"github.com/google/go-cmp/cmp"
 )
 

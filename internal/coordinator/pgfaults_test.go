@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/store/postgres"
 )
 
 // PostgreSQL faults the red-team pass did not reach (docs/SECURITY.md):

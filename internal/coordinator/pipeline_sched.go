@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // A pipeline's jobs and who moves them (the runner side is the job state

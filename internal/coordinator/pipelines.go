@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/pipeline/ciconfig"
 	"github.com/drover-ci/drover/internal/pipeline/gitrepo"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // createPipelineRequest is the body of POST /api/v1/pipelines.

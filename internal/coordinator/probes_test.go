@@ -20,8 +20,8 @@ import (
 	"testing"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/store/postgres"
 )
 
 // The red-team probes (docs/SECURITY.md): what an attacker sends to the

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // Two-phase job start: a runner that announces two_phase_job_commit gets a

@@ -14,8 +14,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // requestAs is jobs/request from runner manager systemID; twoPhase sets

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // reapOnce ends the jobs whose runner let them down, once:

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // clockSkewMargin is how far a runner manager's clock may run ahead of the

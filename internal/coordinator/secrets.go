@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/secretbox"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // Secrets at rest.

@@ -17,11 +17,11 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
-	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
 	"github.com/drover-ci/drover/internal/pgtest"
 	"github.com/drover-ci/drover/internal/secretbox"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/postgres"
+	"github.com/drover-ci/drover/internal/store/storetest"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )

@@ -1,6 +1,6 @@
 package coordinator
 
-import "github.com/drover-ci/drover/internal/coordinator/store"
+import "github.com/drover-ci/drover/internal/store"
 
 // Job states and who moves a job between them:
 //

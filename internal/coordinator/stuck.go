@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // onlineWindow is how recently a runner manager must have asked for jobs

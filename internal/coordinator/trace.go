@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // traceDir keeps job logs as plain files, DataDir/traces/<id>.log: the

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/postgres"
 )
 
 // BenchmarkTraceRead: the memory a whole-trace read takes (GET …/trace's

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // The cache, artifacts and dependencies of a job spec (POST /api/v1/jobs),

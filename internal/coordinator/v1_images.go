@@ -11,8 +11,8 @@ import (
 	"unicode"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // The image and services of POST /api/v1/jobs. Each is a JSON string (the

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 	"github.com/google/go-cmp/cmp"
 )
 

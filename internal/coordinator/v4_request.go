@@ -15,9 +15,9 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // claimPage is how many pending jobs one claim attempt looks at per query.

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlite"
 )
 
 // watching returns how many jobs/watch calls c holds.

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 	"github.com/drover-ci/drover/internal/web"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 	"github.com/drover-ci/drover/internal/web"
 )
 

@@ -34,9 +34,11 @@ func (r *StageRecorder) SetCurrentStage(s Stage) {
 // goroutines (a stage's output, the executor's own lines).
 type SyncWriter struct {
 	mu sync.Mutex
-	W  io.Writer
+	W  io.Writer // the writer every Write goes to, one at a time
 }
 
+// Write writes p to W, after any Write in progress from another goroutine
+// has returned.
 func (s *SyncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -51,11 +51,20 @@ var ErrNoFreeExecutor = errors.New("no free executor")
 // BuildError is a failure of the user's script: the job fails with
 // script_failure (or Reason, when set) and ExitCode.
 type BuildError struct {
+	// ExitCode is the script's exit code, reported to the coordinator
+	// (0 for a job refused before any script ran).
 	ExitCode int
-	Reason   api.FailureReason
-	Inner    error
+	// Reason replaces script_failure as the job's failure reason when
+	// set (a job the runner refuses as written, e.g. with an image it may
+	// not use: runner_configuration_error).
+	Reason api.FailureReason
+	// Inner is what went wrong, when there is more to say than the exit
+	// code; errors.Is and errors.As see it through Unwrap.
+	Inner error
 }
 
+// Error says what failed: the exit code, with Inner's text when there is
+// one (Inner's alone for a job refused before any script ran).
 func (e *BuildError) Error() string {
 	if e.Inner != nil && e.ExitCode == 0 {
 		// A job refused before any script ran (an image it may not use).
@@ -67,6 +76,8 @@ func (e *BuildError) Error() string {
 	return fmt.Sprintf("exit code %d", e.ExitCode)
 }
 
+// Unwrap returns Inner, so that callers can test for the error below the
+// script's failure.
 func (e *BuildError) Unwrap() error { return e.Inner }
 
 // Data is what Acquire reserved; the provider gets it back in Release and
@@ -76,17 +87,19 @@ type Data any
 // Settings are the runner settings an executor needs, copied out of
 // config.toml so that executors do not depend on the config package.
 type Settings struct {
-	RunnerName   string
-	ShortToken   string // first 9 characters of the runner token (builds path)
-	BuildsDir    string // default: $PWD/builds
-	CacheDir     string // default: $PWD/cache
-	Shell        string // bash or sh; empty = provider default
-	Environment  []string
-	ConcurrentID int // slot number of the job within this runner (0-based)
+	RunnerName   string   // the runner's name in config.toml, for the job log and errors
+	ShortToken   string   // first 9 characters of the runner token (builds path)
+	BuildsDir    string   // default: $PWD/builds
+	CacheDir     string   // default: $PWD/cache
+	Shell        string   // bash or sh; empty = provider default
+	Environment  []string // the runner's environment (K=V), given to the job after its own variables
+	ConcurrentID int      // slot number of the job within this runner (0-based)
 	// SystemID is the manager's system_id: executors that leave resources
 	// behind (containers, volumes) label them with it, so that a restarted
 	// manager finds its own (see Sweeper).
-	SystemID     string
+	SystemID string
+	// FeatureFlags are the runner's [runners.feature_flags], by GitLab
+	// Runner's flag name.
 	FeatureFlags map[string]bool
 	// Disposable is set by executors whose jobs run in an environment made
 	// for them alone (containers): CI_DISPOSABLE_ENVIRONMENT instead of
@@ -123,7 +136,7 @@ type Hooks struct {
 // api.VarTLSCertFile and api.VarTLSKeyFile, which drover's helper reads
 // for its artifact transfers.
 type ServerTLS struct {
-	CA, Cert, Key string
+	CA, Cert, Key string // PEM: tls-ca-file, tls-cert-file, tls-key-file
 }
 
 // Provider creates executors and manages their capacity.
@@ -149,11 +162,13 @@ type Provider interface {
 
 // PrepareOptions is what Prepare gets.
 type PrepareOptions struct {
-	Job      *api.JobResponse
-	Settings Settings
-	Data     Data
+	Job      *api.JobResponse // the job as the coordinator handed it out
+	Settings Settings         // the runner's settings, Shell filled in
+	Data     Data             // what the provider's Acquire reserved for the job
 	// Trace is the user-visible job log. Never the manager's own log.
-	Trace  io.Writer
+	Trace io.Writer
+	// Logger is the manager's own log of this job (job id attached);
+	// nothing written to it reaches the job's trace.
 	Logger *slog.Logger
 	// Variables returns the job's variables as its scripts see them, given
 	// the executor's paths: for executors that provide the job's file
@@ -163,7 +178,7 @@ type PrepareOptions struct {
 
 // Command is one stage script to run.
 type Command struct {
-	Stage  Stage
+	Stage  Stage  // which stage the script is: where it runs may depend on it (get_sources in a helper)
 	Script string // the whole script text, in the executor's shell
 }
 
@@ -245,6 +260,9 @@ type FileOpener interface {
 // point each file variable at FileVariablesDir()/KEY and neither write
 // nor remove it. An empty directory means the scripts write them as usual.
 type FileVariablesHost interface {
+	// FileVariablesDir returns the directory, as the job's scripts see
+	// it, holding one file per file variable; "" when the executor did
+	// not put them in place for this job. Called after Prepare.
 	FileVariablesDir() string
 }
 

@@ -13,7 +13,7 @@ import (
 // Paths are where a job's files live, as its scripts see them.
 type Paths struct {
 	BuildsDir  string // CI_BUILDS_DIR
-	CacheDir   string
+	CacheDir   string // where the job's cache archives are kept (cache_dir)
 	ProjectDir string // CI_PROJECT_DIR: <BuildsDir>/<short token>/<concurrent id>/<project path>
 }
 
@@ -21,6 +21,8 @@ type Paths struct {
 // Prepare. The build runner asks it after a successful Prepare; for
 // executors without it, it uses HostPaths.
 type PathsReporter interface {
+	// Paths returns the job's paths as the executor decided them in
+	// Prepare.
 	Paths() Paths
 }
 

@@ -53,43 +53,48 @@ type Settings struct {
 }
 
 // ConnectorConfig is [runners.autoscaler.connector_config].
+// The credentials are used for an instance whose ConnectInfo has none, or
+// for every instance when UseStaticCredentials is set.
 type ConnectorConfig struct {
-	OS                   string
-	Arch                 string
-	Protocol             string // ssh (only ssh is supported)
-	ProtocolPort         int    // default 22
-	Username             string
-	Password             string
-	KeyPath              string
-	UseStaticCredentials bool
-	Keepalive            time.Duration
-	Timeout              time.Duration
-	UseExternalAddr      bool
+	OS                   string        // the instances' operating system, for plugins that ask (linux)
+	Arch                 string        // the instances' architecture, for plugins that ask (amd64)
+	Protocol             string        // ssh (only ssh is supported)
+	ProtocolPort         int           // default 22
+	Username             string        // SSH user
+	Password             string        // SSH password
+	KeyPath              string        // file of the SSH private key (PEM)
+	UseStaticCredentials bool          // use these credentials even when the instance has its own
+	Keepalive            time.Duration // between SSH keep-alive requests
+	Timeout              time.Duration // bounds the SSH connect and a keep-alive's answer
+	UseExternalAddr      bool          // dial ConnectInfo.ExternalAddr instead of InternalAddr
 }
 
 // Info describes a provider after Init.
 type Info struct {
 	ID        string // unique id of the group, e.g. "docker/runner-abc"
 	MaxSize   int    // most instances the provider can hold; 0 = no limit
-	Version   string
-	BuildInfo string
+	Version   string // the provider's (or plugin's) version
+	BuildInfo string // the provider's build details (commit, date), for the log
 	// Capabilities are what the provider can do beyond the Provider
 	// interface, as fleeting plugins advertise them ("suspend_resume").
 	Capabilities []string
 }
 
 // ConnectInfo tells how to reach one instance.
+// Credentials left empty are taken from the ConnectorConfig.
 type ConnectInfo struct {
-	ID           string
-	OS           string
-	Arch         string
+	ID           string // the instance's id in the group
+	OS           string // the instance's operating system (linux)
+	Arch         string // the instance's architecture (amd64)
 	Protocol     string // ssh
-	Username     string
-	Password     string
+	Username     string // SSH user
+	Password     string // SSH password
 	Key          []byte // private key, PEM
 	InternalAddr string // host:port
 	ExternalAddr string // host:port
-	Expires      *time.Time
+	// Expires is when the credentials stop working (short-lived ones a
+	// plugin hands out): the pool asks again before then. Nil: never.
+	Expires *time.Time
 }
 
 // Addr returns the address to dial: the external one when useExternal is

@@ -315,7 +315,7 @@ func (b *build) prepareOptions(settings executor.Settings) executor.PrepareOptio
 	return executor.PrepareOptions{
 		Job: b.opts.Job, Settings: settings, Data: b.opts.Data, Trace: &stageWriter{b}, Logger: b.log,
 		Variables: func(p executor.Paths) api.Variables {
-			return Variables(b.opts.Job, settings, p, b.opts.Version)
+			return executor.JobVariables(b.opts.Job, settings, p, b.opts.Version)
 		},
 	}
 }
@@ -352,7 +352,7 @@ func (b *build) setup(settings executor.Settings) error {
 	if d, ok := b.exec.(interface{ Disposable() bool }); ok {
 		settings.Disposable = d.Disposable()
 	}
-	b.vars = Variables(b.opts.Job, settings, paths, b.opts.Version)
+	b.vars = executor.JobVariables(b.opts.Job, settings, paths, b.opts.Version)
 	b.info = shell.Info{
 		Shell:      b.exec.Shell(),
 		Job:        b.opts.Job,

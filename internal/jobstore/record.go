@@ -45,7 +45,7 @@ type Record struct {
 	ExecutorState json.RawMessage
 	// Stage is the stage reached and StageDone whether it finished.
 	Stage     string
-	StageDone bool
+	StageDone bool // whether Stage finished
 	// TraceOffset is the number of log bytes the coordinator acknowledged.
 	TraceOffset int64
 	// Retries counts resume attempts; ClaimStale increments it.

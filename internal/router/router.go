@@ -20,9 +20,9 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/config"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlite"
 )
 
 // Config configures New. Zero values mean the documented defaults.

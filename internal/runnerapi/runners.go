@@ -14,8 +14,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store"
 	"github.com/drover-ci/drover/internal/fleetticket"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // Registry is where Runners keeps runner tokens and runner managers: the

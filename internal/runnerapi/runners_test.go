@@ -12,8 +12,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store/sqlite"
 )
 
 // TestRunnersHooks: the daemon hears of managers' contact (throttled to

@@ -14,8 +14,8 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" driver, to seed the store in bulk
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlite"
 )
 
 // The server's time for the pages at scale: the handler called in

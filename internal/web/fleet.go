@@ -27,19 +27,11 @@ import (
 // Fleet is the autoscaled runners of a runner manager.
 type Fleet interface {
 	// FleetRunners returns each autoscaled runner with its pool's status.
-	FleetRunners() []FleetRunner
+	FleetRunners() []autoscale.RunnerStatus
 	// FleetTrace returns the jobs the pool of the runner with short token
 	// shortToken served in the last day, for the what-if page
 	// (fleet_whatif.go); false when there is no such runner.
 	FleetTrace(shortToken string) (autoscale.JobTrace, bool)
-}
-
-// FleetRunner is one autoscaled runner.
-type FleetRunner struct {
-	Name       string // the runner's name in config.toml
-	ShortToken string
-	Plugin     string // the fleet provider
-	Status     autoscale.PoolStatus
 }
 
 // FleetConfig configures NewFleetPage.
@@ -115,7 +107,7 @@ type fleetPage struct {
 }
 
 type fleetRunner struct {
-	FleetRunner
+	autoscale.RunnerStatus
 	Counts []stateCount
 	Groups []instanceGroup
 	Chart  template.HTML // SVG made by chartSVG from numbers only
@@ -161,16 +153,16 @@ var fleetStates = []struct {
 func (f *FleetPage) page() fleetPage {
 	p := fleetPage{base: base{Title: "Fleet", Home: "/fleet"}}
 	rs := f.cfg.Fleet.FleetRunners()
-	slices.SortFunc(rs, func(a, b FleetRunner) int { return cmp.Compare(a.Name+a.ShortToken, b.Name+b.ShortToken) })
+	slices.SortFunc(rs, func(a, b autoscale.RunnerStatus) int { return cmp.Compare(a.Name+a.ShortToken, b.Name+b.ShortToken) })
 	for _, r := range rs {
 		p.Runners = append(p.Runners, fleetView(r))
 	}
 	return p
 }
 
-func fleetView(r FleetRunner) fleetRunner {
+func fleetView(r autoscale.RunnerStatus) fleetRunner {
 	st := &r.Status
-	v := fleetRunner{FleetRunner: r, Chart: template.HTML(chartSVG(st.Now, st.History))}
+	v := fleetRunner{RunnerStatus: r, Chart: template.HTML(chartSVG(st.Now, st.History))}
 	if u := st.Usage; !u.Until.IsZero() {
 		v.Usage = &usageView{
 			Idle: formatDuration(u.Idle), Creating: formatDuration(u.Creating), Busy: formatDuration(u.Busy),

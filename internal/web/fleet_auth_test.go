@@ -18,8 +18,8 @@ import (
 // oneRunnerFleet is a fleet of one autoscaled runner with no instances.
 type oneRunnerFleet struct{}
 
-func (oneRunnerFleet) FleetRunners() []web.FleetRunner {
-	return []web.FleetRunner{{Name: "fleet-one", ShortToken: "abcd1234", Plugin: "sim"}}
+func (oneRunnerFleet) FleetRunners() []autoscale.RunnerStatus {
+	return []autoscale.RunnerStatus{{Name: "fleet-one", ShortToken: "abcd1234", Plugin: "sim"}}
 }
 
 func (oneRunnerFleet) FleetTrace(string) (autoscale.JobTrace, bool) {

@@ -23,8 +23,8 @@ type simFleet struct {
 	name string
 }
 
-func (f *simFleet) FleetRunners() []web.FleetRunner {
-	return []web.FleetRunner{{Name: f.name, ShortToken: "abc123", Plugin: "sim", Status: f.pool.Status()}}
+func (f *simFleet) FleetRunners() []autoscale.RunnerStatus {
+	return []autoscale.RunnerStatus{{Name: f.name, ShortToken: "abc123", Plugin: "sim", Status: f.pool.Status()}}
 }
 
 func (f *simFleet) FleetTrace(string) (autoscale.JobTrace, bool) { return f.pool.JobTrace(), true }

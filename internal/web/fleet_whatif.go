@@ -158,7 +158,7 @@ func setting(alt simulate.Alternative, boot time.Duration) string {
 func (f *FleetPage) handleWhatIf(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	token := q.Get("runner")
-	var fr *FleetRunner
+	var fr *autoscale.RunnerStatus
 	for _, x := range f.cfg.Fleet.FleetRunners() {
 		if x.ShortToken == token {
 			fr = &x

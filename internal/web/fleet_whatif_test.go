@@ -25,8 +25,8 @@ type traceFleet struct {
 	jobs []autoscale.JobRecord
 }
 
-func (f *traceFleet) FleetRunners() []web.FleetRunner {
-	return []web.FleetRunner{{Name: "day <b>", ShortToken: "tok123", Plugin: "sim", Status: autoscale.PoolStatus{Now: f.now}}}
+func (f *traceFleet) FleetRunners() []autoscale.RunnerStatus {
+	return []autoscale.RunnerStatus{{Name: "day <b>", ShortToken: "tok123", Plugin: "sim", Status: autoscale.PoolStatus{Now: f.now}}}
 }
 
 func (f *traceFleet) FleetTrace(token string) (autoscale.JobTrace, bool) {

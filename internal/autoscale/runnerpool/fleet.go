@@ -5,28 +5,25 @@ import (
 	"slices"
 
 	"github.com/drover-ci/drover/internal/autoscale"
-
-	"github.com/drover-ci/drover/internal/web"
 )
 
-var _ web.Fleet = (*Set)(nil)
-
 // FleetRunners returns every pool's status, by runner name, for the
-// runner manager's fleet page (web.Fleet).
-func (s *Set) FleetRunners() []web.FleetRunner {
+// runner manager's fleet page (cmd/drover hands the Set to the page as its
+// web.Fleet).
+func (s *Set) FleetRunners() []autoscale.RunnerStatus {
 	s.mu.Lock()
 	rps := make([]*runnerPool, 0, len(s.pools))
 	for _, rp := range s.pools {
 		rps = append(rps, rp)
 	}
 	s.mu.Unlock()
-	out := make([]web.FleetRunner, 0, len(rps))
+	out := make([]autoscale.RunnerStatus, 0, len(rps))
 	for _, rp := range rps {
-		out = append(out, web.FleetRunner{
+		out = append(out, autoscale.RunnerStatus{
 			Name: rp.spec.Name, ShortToken: rp.spec.ShortToken, Plugin: rp.spec.Plugin, Status: rp.pool.Status(),
 		})
 	}
-	slices.SortFunc(out, func(a, b web.FleetRunner) int {
+	slices.SortFunc(out, func(a, b autoscale.RunnerStatus) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ShortToken, b.ShortToken))
 	})
 	return out
@@ -34,7 +31,7 @@ func (s *Set) FleetRunners() []web.FleetRunner {
 
 // FleetTrace returns the jobs the pool of the runner with short token
 // shortToken served in the last day (autoscale.Pool.JobTrace), for the
-// fleet page's what-if (web.Fleet).
+// fleet page's what-if.
 func (s *Set) FleetTrace(shortToken string) (autoscale.JobTrace, bool) {
 	s.mu.Lock()
 	rp := s.pools[shortToken]

@@ -20,7 +20,6 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
-	"github.com/drover-ci/drover/internal/jobrun"
 )
 
 // Name is the executor's name in config.toml.
@@ -242,7 +241,7 @@ func (e *Executor) environ(paths executor.Paths, jobEnv map[string]string) []str
 	for _, k := range sortedKeys(jobEnv) {
 		env = append(env, k+"="+jobEnv[k])
 	}
-	for _, v := range jobrun.Variables(e.job, e.settings, paths, "") {
+	for _, v := range executor.JobVariables(e.job, e.settings, paths, "") {
 		if v.Key == "" || strings.ContainsAny(v.Key, "=\x00") || strings.ContainsRune(v.Value, 0) {
 			continue
 		}

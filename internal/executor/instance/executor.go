@@ -94,11 +94,11 @@ var (
 	_ executor.OutputCheckpointer = (*Executor)(nil)
 )
 
-// Shell returns the shell scripts run in.
 // ExitWording is how the job's last line names a failing script's exit:
 // "exit status", as GitLab Runner words it for scripts run over SSH.
 func (e *Executor) ExitWording() string { return "exit status" }
 
+// Shell returns the shell scripts run in.
 func (e *Executor) Shell() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -13,9 +13,9 @@ import (
 // Name is the executor's name in config.toml.
 const Name = "parallels"
 
-// LeasesFileEnv, when set, replaces DefaultLeasesFile: only for tests,
-// whose stand-in for prlctl keeps its leases elsewhere. It is not a
-// setting.
+// LeasesFileEnv names the environment variable that, when set, replaces
+// DefaultLeasesFile: only for tests, whose stand-in for prlctl keeps its
+// leases elsewhere. It is not a setting.
 const LeasesFileEnv = "DROVER_TEST_PARALLELS_DHCP_LEASES"
 
 // Config is [runners.parallels] (with [runners.ssh]) of one runner.

@@ -72,12 +72,12 @@ var (
 	_ executor.OutputCheckpointer = (*Executor)(nil)
 )
 
-// Shell returns the shell scripts run in: the runner's shell setting once
-// prepared, the provider's default before.
 // ExitWording is how the job's last line names a failing script's exit:
 // "exit status", as GitLab Runner's shell executor words it.
 func (e *Executor) ExitWording() string { return "exit status" }
 
+// Shell returns the shell scripts run in: the runner's shell setting once
+// prepared, the provider's default before.
 func (e *Executor) Shell() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()

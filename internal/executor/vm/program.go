@@ -27,6 +27,8 @@ type ProgramError struct {
 	Err     error
 }
 
+// Error names the command with its arguments and says what it wrote to
+// stderr, else how it failed.
 func (e *ProgramError) Error() string {
 	msg := e.Stderr
 	if msg == "" {
@@ -35,6 +37,8 @@ func (e *ProgramError) Error() string {
 	return fmt.Sprintf("%s %s: %s", e.Program, strings.Join(e.Args, " "), msg)
 }
 
+// Unwrap returns Err: how the command failed (an *exec.ExitError, or the
+// error that kept it from starting).
 func (e *ProgramError) Unwrap() error { return e.Err }
 
 // Run runs the program with args and returns its standard output; a

@@ -54,6 +54,8 @@ type NotInstalledError struct {
 	Versions []string
 }
 
+// Error names the plugin, its constraint, the directory looked in and the
+// versions installed there.
 func (e *NotInstalledError) Error() string {
 	installed := "none"
 	if len(e.Versions) > 0 {
@@ -63,6 +65,8 @@ func (e *NotInstalledError) Error() string {
 		e.Ref.Repository, e.Ref.Constraint, e.Dir, installed)
 }
 
+// Unwrap returns ErrNotInstalled, so that errors.Is tells a missing plugin
+// from other failures of Find.
 func (e *NotInstalledError) Unwrap() error { return ErrNotInstalled }
 
 // Find returns the program and version of the newest installed version

@@ -172,6 +172,8 @@ type Call struct {
 	Unexpected bool
 }
 
+// String writes the call as a test's log shows it: "METHOD path?query ->
+// status".
 func (c Call) String() string {
 	s := c.Method + " " + c.Path
 	if c.Query != "" {

@@ -1,4 +1,4 @@
-// Package sqlite is the SQLite backend of the coordinator's store
+// Package sqlite is the SQLite backend of package store
 // (modernc.org/sqlite, no cgo).
 //
 // # Layout

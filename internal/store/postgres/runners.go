@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 const runnerCols = `id, token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at`

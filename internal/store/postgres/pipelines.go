@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // pipelineCols are a pipeline's columns, from pipelines (or a CTE of its

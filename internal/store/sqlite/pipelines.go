@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // pipelineCols are a pipeline's columns, from pipelines as pl joined with

@@ -17,10 +17,10 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/buildinfo"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/postgres"
-	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
 	"github.com/drover-ci/drover/internal/pgtest"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/postgres"
+	"github.com/drover-ci/drover/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // TraceHarness opens trace stores for RunTraces.

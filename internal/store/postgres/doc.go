@@ -1,4 +1,4 @@
-// Package postgres is the PostgreSQL backend of the coordinator's store
+// Package postgres is the PostgreSQL backend of package store
 // (github.com/jackc/pgx/v5 with its pool). Several coordinators may share
 // one database.
 //

@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every coordinator store
+// Package storetest is the conformance suite every store
 // backend must pass: call Run from the backend's tests.
 package storetest
 
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 	"github.com/google/go-cmp/cmp"
 )
 

@@ -1,6 +1,8 @@
-// Package store is the coordinator's persistence boundary: one interface,
-// [Store], for runners, runner managers and jobs, implemented by backends in
+// Package store is the persistence boundary of the coordinator, the router
+// and the runner API server they share: one interface, [Store], for
+// runners, runner managers and jobs, implemented by backends in
 // subpackages: sqlite, and postgres for coordinators sharing a database.
+// It sits below all three and imports none of them.
 //
 // # Contract
 //

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/buildinfo"
-	"github.com/drover-ci/drover/internal/coordinator/store"
-	"github.com/drover-ci/drover/internal/coordinator/store/sqlite"
-	"github.com/drover-ci/drover/internal/coordinator/store/storetest"
+	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlite"
+	"github.com/drover-ci/drover/internal/store/storetest"
 	"github.com/google/go-cmp/cmp"
 )
 

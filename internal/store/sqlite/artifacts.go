@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // JobByTokenHash implements store.Store.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/buildinfo"
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )

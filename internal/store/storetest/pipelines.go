@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 	"github.com/google/go-cmp/cmp"
 )
 

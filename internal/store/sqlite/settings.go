@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/drover-ci/drover/internal/coordinator/store"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 var _ store.Settings = (*Store)(nil)
