@@ -7,22 +7,55 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// readmeBlock is one fenced ```sh block of README.md.
+// walkPages are the pages whose ```sh blocks make the documentation's
+// walk-through, in the order they run, relative to the repository's root:
+// a block may use what the blocks before it, on its page or an earlier
+// one, started or wrote (the coordinator of getting-started.md serves the
+// pages after it). docs/README.md lists the same pages in the same order.
+var walkPages = []string{
+	"README.md",
+	"docs/getting-started.md",
+	"docs/pipelines.md",
+	"docs/web-ui.md",
+	"docs/https-and-secrets.md",
+	"docs/cache-and-artifacts.md",
+	"docs/several-coordinators.md",
+	"docs/docker.md",
+	"docs/router.md",
+	"docs/autoscaling.md",
+}
+
+// standalonePages are the pages whose ```sh blocks are not part of the
+// walk-through, each with the reason. A page of docs/ with an ```sh block
+// is in one of the two lists (TestReadmePages).
+var standalonePages = map[string]string{
+	"docs/BENCHMARKS.md":       "benchmark runs, minutes to hours each",
+	"docs/SECURITY.md":         "go test runs of the probe suites, which the test suite runs itself",
+	"docs/KUBERNETES-TESTS.md": "builds and starts the test cluster (15-25 minutes the first time)",
+	"docs/vm.md":               "builds VM images and boots guests under QEMU",
+	"docs/qemu.md":             "needs a VM image from scripts/vm-image.sh and a runner token",
+	"docs/autoscaler.md":       "the simulator on the reader's own config.toml",
+}
+
+// readmeBlock is one fenced ```sh block of a Markdown page.
 type readmeBlock struct {
 	line int // of the opening fence
 	text string
 }
 
-// readmeBlocks returns the ```sh blocks of the README at path, in order.
-func readmeBlocks(path string) ([]readmeBlock, error) {
-	f, err := os.Open(path)
+// readmeBlocks returns the ```sh blocks of the Markdown page at path, in
+// order.
+func readmeBlocks(file string) ([]readmeBlock, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
@@ -53,9 +86,113 @@ func readmeBlocks(path string) ([]readmeBlock, error) {
 		}
 	}
 	if inside {
-		return nil, fmt.Errorf("%s: a fence is never closed", path)
+		return nil, fmt.Errorf("%s: a fence is never closed", file)
 	}
 	return blocks, sc.Err()
+}
+
+// walkBlock is an ```sh block of the walk-through and the page it is on.
+type walkBlock struct {
+	page string // relative to the repository's root
+	readmeBlock
+}
+
+// walkBlocks returns the ```sh blocks of walkPages under root, in the
+// walk-through's order.
+func walkBlocks(root string) ([]walkBlock, error) {
+	var all []walkBlock
+	for _, page := range walkPages {
+		blocks, err := readmeBlocks(filepath.Join(root, page))
+		if err != nil {
+			return nil, err
+		}
+		if len(blocks) == 0 {
+			return nil, fmt.Errorf("%s is a page of the walk-through but has no sh block", page)
+		}
+		for _, b := range blocks {
+			all = append(all, walkBlock{page, b})
+		}
+	}
+	return all, nil
+}
+
+// TestReadmePages checks the lists of pages against the documentation: a
+// listed page exists and has ```sh blocks, every page of docs/ with one is
+// in a list (no example escapes TestReadmeBlocks unsaid), the index lists
+// the walk-through in walkPages' order, and the index links every page of
+// docs/, so that each capability is two clicks from it.
+func TestReadmePages(t *testing.T) {
+	for _, page := range walkPages {
+		if _, ok := standalonePages[page]; ok {
+			t.Errorf("%s is in both walkPages and standalonePages", page)
+		}
+	}
+	if _, err := walkBlocks(".."); err != nil {
+		t.Error(err)
+	}
+	for page := range standalonePages {
+		blocks, err := readmeBlocks(filepath.Join("..", page))
+		if err != nil {
+			t.Error(err)
+		} else if len(blocks) == 0 {
+			t.Errorf("%s is in standalonePages but has no sh block: remove it from the list", page)
+		}
+	}
+	pages, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexBytes, err := os.ReadFile("../docs/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := string(indexBytes)
+	for _, p := range pages {
+		page := strings.TrimPrefix(filepath.ToSlash(p), "../")
+		blocks, err := readmeBlocks(p)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		_, standalone := standalonePages[page]
+		if len(blocks) > 0 && !slices.Contains(walkPages, page) && !standalone {
+			t.Errorf("%s has %d sh blocks (the first at line %d) but is in neither walkPages nor standalonePages of e2e/readme_test.go",
+				page, len(blocks), blocks[0].line)
+		}
+		name := filepath.Base(page)
+		if name != "README.md" && !strings.Contains(index, "]("+name+")") && !strings.Contains(index, "]("+name+"#") {
+			t.Errorf("docs/README.md does not link %s", page)
+		}
+	}
+	if got := indexWalk(index); !slices.Equal(got, walkPages) {
+		t.Errorf("docs/README.md's walk-through lists\n%q\nwant walkPages\n%q", got, walkPages)
+	}
+}
+
+// indexWalk returns the pages of the numbered list under "## The
+// walk-through" in docs/README.md, relative to the repository's root.
+func indexWalk(index string) []string {
+	_, section, ok := strings.Cut(index, "\n## The walk-through\n")
+	if !ok {
+		return nil
+	}
+	var pages []string
+	for line := range strings.SplitSeq(section, "\n") {
+		if strings.HasPrefix(line, "## ") {
+			break
+		}
+		num, rest, ok := strings.Cut(line, ". [")
+		if !ok || strings.Trim(num, "0123456789") != "" {
+			continue
+		}
+		_, target, ok := strings.Cut(rest, "](")
+		if !ok {
+			continue
+		}
+		target, _, _ = strings.Cut(target, ")")
+		pages = append(pages, path.Clean(path.Join("docs", target)))
+	}
+	return pages
 }
 
 func TestReadmeBlocksParse(t *testing.T) {
@@ -75,7 +212,7 @@ func TestReadmeBlocksParse(t *testing.T) {
 	}
 }
 
-// What the README's walk-through leaves outside its directory, removed
+// What the documentation's walk-through leaves outside its directory, removed
 // before and after the test.
 var (
 	readmeTmpPaths = []string{"/tmp/drover-pg", "/tmp/drover-lb", "/tmp/busybox-image", "/tmp/bookworm-root",
@@ -83,7 +220,7 @@ var (
 	readmeImages = []string{"my-busybox:1", "my-debian:bookworm", "127.0.0.1:5000/demo/busybox:1"}
 )
 
-// cleanReadmeState stops the daemons the README starts outside the shell's
+// cleanReadmeState stops the daemons the walk-through starts outside the shell's
 // process group (PostgreSQL, nginx), and removes its files and images.
 func cleanReadmeState() {
 	quiet := func(name string, args ...string) { _ = exec.Command(name, args...).Run() }
@@ -105,7 +242,7 @@ func cleanReadmeState() {
 
 // copyRepo copies the repository's files (tracked and new, not ignored:
 // what a fresh clone with the working tree's changes has) to a new
-// repository on branch main, as the README's examples expect.
+// repository on branch main, as the walk-through's examples expect.
 func copyRepo(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("git", "-C", "..", "ls-files", "-co", "--exclude-standard", "-z").Output()
@@ -147,9 +284,10 @@ func copyRepo(t *testing.T) string {
 	return dst
 }
 
-// TestReadmeBlocks pastes the README's ```sh blocks, in order, into one
-// shell in a fresh copy of the repository, as a newcomer following it on a
-// fresh machine would, and checks that every command succeeds (set -e):
+// TestReadmeBlocks pastes the ```sh blocks of the README and the docs
+// pages of walkPages, in order, into one shell in a fresh copy of the
+// repository, as a newcomer following them on a fresh machine would, and
+// checks that every command succeeds (set -e):
 // the coordinator, manager and jobs; PostgreSQL and two coordinators
 // behind nginx; the docker executor; images built without a registry; the
 // router; the autoscaling simulator; a docker-autoscaler fleet. The first
@@ -157,15 +295,15 @@ func copyRepo(t *testing.T) string {
 // test suite itself, which this is part of.
 func TestReadmeBlocks(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the README walk-through takes minutes")
+		t.Skip("the documentation's walk-through takes minutes")
 	}
 	if os.Getuid() != 0 {
-		t.Skip("the README's blocks install packages and build images with as_root; run the suite as root")
+		t.Skip("the walk-through's blocks install packages and build images with as_root; run the suite as root")
 	}
 	if err := exec.Command("docker", "info").Run(); err != nil {
 		t.Skipf("no docker engine: %v", err)
 	}
-	blocks, err := readmeBlocks("../README.md")
+	blocks, err := walkBlocks("..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +314,11 @@ func TestReadmeBlocks(t *testing.T) {
 		if strings.Contains(b.text, "scripts/test.sh") {
 			continue // the suite this test is part of
 		}
-		fmt.Fprintf(&script, "echo '=== README.md:%d' >&2\n%s", b.line, b.text)
+		fmt.Fprintf(&script, "echo '=== %s:%d' >&2\n%s", b.page, b.line, b.text)
 		ran++
 	}
 	if ran < 5 {
-		t.Fatalf("found %d runnable blocks in README.md; the parser or the README changed", ran)
+		t.Fatalf("found %d runnable blocks in the walk-through's pages; the parser or the pages changed", ran)
 	}
 	script.WriteString("echo '=== README walk-through done' >&2\n")
 
@@ -211,11 +349,11 @@ func TestReadmeBlocks(t *testing.T) {
 	if runErr != nil {
 		last := "(before the first block)"
 		for l := range strings.SplitSeq(string(out), "\n") {
-			if strings.HasPrefix(l, "=== README.md:") {
+			if strings.HasPrefix(l, "=== ") && strings.Contains(l, ".md:") {
 				last = strings.TrimPrefix(l, "=== ")
 			}
 		}
-		t.Fatalf("the README's blocks failed in the block at %s: %v\n%s", last, runErr, tail(string(out), 6000))
+		t.Fatalf("the walk-through's blocks failed in the block at %s: %v\n%s", last, runErr, tail(string(out), 6000))
 	}
 	for _, want := range []string{
 		"hello\n",                // submit --wait shows the job's log

@@ -95,15 +95,15 @@ func loadExample(t *testing.T, name, src string) (path string, cfg *config.Confi
 	return path, cfg
 }
 
-// The README's autoscaled runner and the examples of docs/autoscaler.md
-// are configurations drover takes without a word: in particular, their
-// concurrent lets the pool fill up.
+// The autoscaled runner of docs/autoscaling.md and the examples of
+// docs/autoscaler.md are configurations drover takes without a word: in
+// particular, their concurrent lets the pool fill up.
 func TestDocumentedAutoscalerExamples(t *testing.T) {
-	readme := autoscaledExamples(t, filepath.Join("..", "..", "README.md"))
+	readme := autoscaledExamples(t, filepath.Join("..", "..", "docs", "autoscaling.md"))
 	if len(readme) != 1 {
-		t.Fatalf("README.md: %d autoscaled examples, want 1", len(readme))
+		t.Fatalf("docs/autoscaling.md: %d autoscaled examples, want 1", len(readme))
 	}
-	loadExample(t, "README.md", readme[0])
+	loadExample(t, "docs/autoscaling.md", readme[0])
 	docs := autoscaledExamples(t, filepath.Join("..", "..", "docs", "autoscaler.md"))
 	if len(docs) != 4 {
 		t.Fatalf("docs/autoscaler.md: %d autoscaled examples, want 4 (the pool in both dialects, two billing models)", len(docs))
@@ -113,21 +113,21 @@ func TestDocumentedAutoscalerExamples(t *testing.T) {
 	}
 }
 
-// The README's tuning commands on its example: the synthetic day runs to
-// the end (no job left queued) and meets the 30 s p95 the sweep targets
-// with idle_count 0, as `drover autoscale sweep` reports. With the
-// README's old example (no concurrent, so 1 job at once) 19,787 of the
+// The tuning commands of docs/autoscaling.md on its example: the
+// synthetic day runs to the end (no job left queued) and meets the 30 s
+// p95 the sweep targets with idle_count 0, as `drover autoscale sweep`
+// reports. With the README's old example (no concurrent, so 1 job at once) 19,787 of the
 // 20,000 jobs were still queued.
 func TestReadmeAutoscalerTuning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates a 20,000-job day")
 	}
 	t.Parallel() // seconds of CPU, many under -race
-	readme := autoscaledExamples(t, filepath.Join("..", "..", "README.md"))
+	readme := autoscaledExamples(t, filepath.Join("..", "..", "docs", "autoscaling.md"))
 	if len(readme) != 1 {
-		t.Fatalf("README.md: %d autoscaled examples, want 1", len(readme))
+		t.Fatalf("docs/autoscaling.md: %d autoscaled examples, want 1", len(readme))
 	}
-	path, cfg := loadExample(t, "README.md", readme[0])
+	path, cfg := loadExample(t, "docs/autoscaling.md", readme[0])
 	pol, err := runnerPolicy(cfg, path, "")
 	if err != nil {
 		t.Fatal(err)
