@@ -537,7 +537,17 @@ func TestKubernetesStatefulSetManager(t *testing.T) {
 	if err != nil || now.UID == old.UID {
 		t.Fatalf("the StatefulSet's new pod: %v (uid %v, old %s)", err, now, old.UID)
 	}
-	logs, err := pods.GetLogs(now.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	// The log comes from the kubelet through the API server, which
+	// answers an error now and then while the node is busy: asked again.
+	var logs []byte
+	for attempt := 1; ; attempt++ {
+		logs, err = pods.GetLogs(now.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err == nil || attempt == 30 || ctx.Err() != nil {
+			break
+		}
+		t.Logf("log of pod %s (attempt %d): %v", now.Name, attempt, err)
+		time.Sleep(time.Second)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
