@@ -317,7 +317,7 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 		}
 		if len(named) > 0 {
 			compiled.Warnings = append(compiled.Warnings, ciconfig.Warning{Pos: at,
-				Msg: fmt.Sprintf("image: and services: ignored (the pipeline runs without images): %d jobs name them (%s)", len(named), strings.Join(named[:min(len(named), 5)], ", "))})
+				Msg: fmt.Sprintf("%s: %d jobs name them (%s)", WithoutImagesWarning, len(named), strings.Join(named[:min(len(named), 5)], ", "))})
 		}
 	}
 	p := store.Pipeline{
@@ -336,6 +336,10 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 func validConfigPath(p string) bool {
 	return p != "" && !strings.HasPrefix(p, "/") && !dotSegment(p) && !strings.Contains(p, "\\") && len(p) <= 1024
 }
+
+// WithoutImagesWarning starts the warning of a pipeline created with
+// without_images whose jobs named images or services.
+const WithoutImagesWarning = "image: and services: ignored (the pipeline runs without images)"
 
 // storePipeline creates pipeline p with the jobs of compiled, and wakes
 // its advance.

@@ -220,7 +220,7 @@ func Exec(ctx context.Context, opts ExecOptions) (ExecResult, error) {
 	switch {
 	case opts.Docker || opts.Shell:
 	case engineErr != nil:
-		if len(p.Warnings) > 0 && strings.Contains(p.Warnings[len(p.Warnings)-1], "image: and services: ignored") {
+		if slices.ContainsFunc(p.Warnings, func(w string) bool { return strings.Contains(w, coordinator.WithoutImagesWarning) }) {
 			note = fmt.Sprintf("no Docker engine answers (%v): the shell executor runs every job", engineErr)
 		}
 	default:
