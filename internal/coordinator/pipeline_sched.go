@@ -247,6 +247,9 @@ func (c *Coordinator) advancePipeline(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
+	if len(p.Spec.Errors) > 0 {
+		return nil // failed at creation: nothing to run
+	}
 	unlock, err := c.lockProject(ctx, p.ProjectID)
 	if err != nil {
 		return fmt.Errorf("lock project %d: %w", p.ProjectID, err)
@@ -292,6 +295,9 @@ func (c *Coordinator) advanceRound(ctx context.Context, p *store.Pipeline, jobs 
 	}
 	if moved {
 		return true, nil
+	}
+	if moved, err := c.cancelOnJobFailure(ctx, p, jobs); moved || err != nil {
+		return moved, err
 	}
 	for i := range jobs {
 		j := &jobs[i]
@@ -534,5 +540,6 @@ func (c *Coordinator) recordPipelineStatus(ctx context.Context, p store.Pipeline
 		return err
 	}
 	c.log.Info("pipeline "+string(st), "pipeline_id", got.ID, "project", got.Project, "ref", got.Ref)
+	c.pipelineStatusChanged(ctx, got)
 	return nil
 }

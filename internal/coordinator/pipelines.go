@@ -56,6 +56,10 @@ type createPipelineRequest struct {
 	// also ignores them on): jobs with an image go only to runners whose
 	// executor runs images.
 	WithoutImages bool `json:"without_images"`
+	// RecordErrors (a push's or a schedule's pipeline, never the API's)
+	// makes a configuration that does not compile a failed pipeline
+	// without jobs that keeps the errors, where the API answers 422.
+	RecordErrors bool `json:"-"`
 }
 
 var pipelineSources = []string{"push", "web", "api", "schedule", "trigger", "merge_request_event", "external", "chat", "pipeline", "parent_pipeline", "ondemand_dast_scan", "webide"}
@@ -291,6 +295,9 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 			for i, e := range es {
 				msgs[i] = e.Error()
 			}
+			if req.RecordErrors {
+				return c.storeInvalidPipeline(ctx, req, commit, sha, msgs)
+			}
 			return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity,
 				msg: fmt.Sprintf("%s is invalid: %d errors", req.ConfigFile, len(es)), errors: msgs}
 		}
@@ -323,12 +330,37 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	p := store.Pipeline{
 		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
 		BeforeSHA: req.BeforeSHA, Status: store.PipelineCreated,
-		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages},
+		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages,
+			AutoCancel: compiled.AutoCancel.OnNewCommit, CancelOnJobFailure: compiled.AutoCancel.OnJobFailure == "all"},
 	}
 	for _, w := range compiled.Warnings {
 		p.Spec.Warnings = append(p.Spec.Warnings, w.String())
 	}
-	return c.storePipeline(ctx, p, compiled, pre, req.Variables)
+	p, err = c.storePipeline(ctx, p, compiled, pre, req.Variables)
+	if err != nil {
+		return p, err
+	}
+	c.cancelRedundant(ctx, p)
+	return p, nil
+}
+
+// storeInvalidPipeline records the pipeline of a commit whose
+// configuration does not compile: failed, without jobs, with the errors.
+func (c *Coordinator) storeInvalidPipeline(ctx context.Context, req createPipelineRequest, commit gitrepo.Commit, sha string, msgs []string) (store.Pipeline, error) {
+	now := c.clock.Now()
+	p := store.Pipeline{
+		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
+		BeforeSHA: req.BeforeSHA, Status: store.PipelineFailed, CreatedAt: now, UpdatedAt: now, FinishedAt: now,
+		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Errors: msgs},
+	}
+	p, _, err := c.st.CreatePipeline(ctx, p, nil)
+	if err != nil {
+		return p, err
+	}
+	c.log.Warn("pipeline failed: the configuration does not compile", "pipeline_id", p.ID, "project", p.Project,
+		"ref", p.Ref, "sha", p.SHA, "errors", len(msgs), "first", msgs[0])
+	c.pipelineStatusChanged(ctx, p)
+	return p, nil
 }
 
 // validConfigPath reports whether p is a relative path without . or ..

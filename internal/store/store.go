@@ -572,6 +572,16 @@ type PipelineSpec struct {
 	Sealed string `json:"sealed,omitempty"`
 	// Warnings are what the compiler warned about.
 	Warnings []string `json:"warnings,omitempty"`
+	// Errors, when set, say why the configuration did not compile (each
+	// file:line first): the pipeline failed without jobs (one a push or
+	// a schedule started, so that the error shows where its pipeline
+	// would have).
+	Errors []string `json:"errors,omitempty"`
+	// AutoCancel is workflow:auto_cancel:on_new_commit (conservative,
+	// interruptible or none; "" is conservative); CancelOnJobFailure
+	// its on_job_failure: all.
+	AutoCancel         string `json:"auto_cancel,omitempty"`
+	CancelOnJobFailure bool   `json:"cancel_on_job_failure,omitempty"`
 }
 
 // PipelineChange is what UpdatePipeline writes. Zero fields are left as

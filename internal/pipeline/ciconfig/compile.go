@@ -45,6 +45,9 @@ type Pipeline struct {
 	// Warnings are things GitLab accepts that a user probably did not
 	// mean (a duplicated key, a second YAML document).
 	Warnings []Warning
+	// AutoCancel is workflow:auto_cancel (or that of the matched workflow
+	// rule, which wins key by key), GitLab's defaults where not set.
+	AutoCancel AutoCancel
 }
 
 // Job returns the job named name, nil when the pipeline has none.
@@ -169,7 +172,7 @@ func (c *compiler) compile() (*Pipeline, error) {
 	defaults := c.defaults(root)
 
 	// workflow: (rules and name).
-	wfVars, name, filtered := c.workflow(root, base.push(globalVars).pushMap(c.in.Variables))
+	wfVars, name, filtered := c.workflow(root, base.push(globalVars).pushMap(c.in.Variables), &p.AutoCancel)
 	p.Variables = append(globalVars, wfVars...)
 	global := base.push(p.Variables)
 	if name != "" {
@@ -288,7 +291,8 @@ func (c *compiler) defaults(root *Value) *Value {
 // workflow evaluates workflow:rules; it returns the matched rule's
 // variables, workflow:name, and whether the rules keep the pipeline from
 // running.
-func (c *compiler) workflow(root *Value, vars *scope) ([]Variable, string, bool) {
+func (c *compiler) workflow(root *Value, vars *scope, ac *AutoCancel) ([]Variable, string, bool) {
+	*ac = AutoCancel{OnNewCommit: AutoCancelConservative, OnJobFailure: "none"}
 	wf := root.Get("workflow")
 	if wf == nil {
 		return nil, "", false
@@ -306,7 +310,9 @@ func (c *compiler) workflow(root *Value, vars *scope) ([]Variable, string, bool)
 				continue
 			}
 			name = f.Val.Str
-		case "rules", "auto_cancel":
+		case "auto_cancel":
+			ac.merge(parseAutoCancel(f.Val, "workflow:auto_cancel", c.d))
+		case "rules":
 		default:
 			c.d.errorf(f.KeyPos, "workflow", "unknown key %q (rules, name, auto_cancel)", f.Key)
 		}
@@ -336,6 +342,7 @@ func (c *compiler) workflow(root *Value, vars *scope) ([]Variable, string, bool)
 			return nil, name, false
 		}
 		if ok {
+			ac.merge(r.AutoCancel)
 			return r.Variables, name, r.When == "never"
 		}
 	}

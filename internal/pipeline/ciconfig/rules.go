@@ -23,6 +23,8 @@ type rule struct {
 	Needs        *Value // the raw needs:, read by the job's compiler
 	HasNeeds     bool
 	Interrupt    *bool
+	// AutoCancel is a workflow rule's auto_cancel: (nil when not set).
+	AutoCancel *AutoCancel
 }
 
 type changesClause struct {
@@ -168,6 +170,9 @@ func parseRule(v *Value, path string, job bool) (*rule, error) {
 		case "needs":
 			r.Needs, r.HasNeeds = val, true
 		case "auto_cancel":
+			var d diag
+			r.AutoCancel = parseAutoCancel(val, path+":auto_cancel", &d)
+			errs = append(errs, d.errs...)
 		}
 	}
 	if r.When == "delayed" && r.StartIn == 0 {
