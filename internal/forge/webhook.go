@@ -151,11 +151,11 @@ type commit struct {
 // headCommit returns head when the forge sent one, else the commit of
 // commits whose id is after (forges differ in their order), else nil.
 func headCommit(head *commit, commits []commit, after string) *commit {
-	if head != nil && head.ID != "" {
+	if head != nil && head.ID != "" && !isZeroSHA(head.ID) {
 		return head
 	}
 	for i := range commits {
-		if after != "" && strings.EqualFold(commits[i].ID, after) {
+		if after != "" && !isZeroSHA(after) && strings.EqualFold(commits[i].ID, after) {
 			return &commits[i]
 		}
 	}
