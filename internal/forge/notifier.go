@@ -236,6 +236,13 @@ func (n *Notifier) work(ctx context.Context) {
 		if wait > 0 {
 			t = n.clk.NewTimer(wait)
 			due = t.C()
+			// The clock may have moved on between take and NewTimer, and
+			// then the timer fires late: look once more.
+			if e, s, _ := n.take(); e != nil {
+				t.Stop()
+				n.deliver(ctx, e, s)
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
