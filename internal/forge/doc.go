@@ -11,6 +11,7 @@
 // 25 MiB), then calls Parse with the project's forge and secret:
 //
 //	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+//	if err != nil { ... }                     // 413 or 400
 //	push, err := forge.Parse(proj.Forge, proj.WebhookSecret, r.Header, body)
 //	switch {
 //	case errors.Is(err, forge.ErrSignature): // 401

@@ -91,7 +91,7 @@ func gitlabBody(kind, ref, before, after, msg string) map[string]any {
 	commits := []any{
 		// GitLab's order of commits varies; the head is found by its id.
 		map[string]any{"id": after, "message": msg, "title": Title(msg), "timestamp": "2024-04-14T00:19:23+02:00",
-			"url": "https://gitlab.example.com/g/sub/r/-/commit/" + after,
+			"url":    "https://gitlab.example.com/g/sub/r/-/commit/" + after,
 			"author": map[string]any{"name": "Ada Lovelace", "email": "ada@example.com"}},
 		map[string]any{"id": sha2, "message": "older [skip ci]\n", "title": "older [skip ci]",
 			"author": map[string]any{"name": "Bob", "email": "bob@example.com"}},
@@ -281,9 +281,13 @@ func TestParseGitHub(t *testing.T) {
 		{name: "new branch", header: signed("push", newBranch), body: newBranch,
 			want: with(func(p *Push) { p.Ref, p.Name, p.Before = "refs/heads/feat", "feat", "" })},
 		{name: "skip ci", header: signed("push", skip), body: skip,
-			want: with(func(p *Push) { p.Ref, p.Name, p.Message, p.Title = "refs/heads/main", "main", "Update README\n\n[ci-skip]", "Update README" })},
+			want: with(func(p *Push) {
+				p.Ref, p.Name, p.Message, p.Title = "refs/heads/main", "main", "Update README\n\n[ci-skip]", "Update README"
+			})},
 		{name: "no skip without brackets", header: signed("push", noskip), body: noskip,
-			want: with(func(p *Push) { p.Ref, p.Name, p.Message, p.Title = "refs/heads/main", "main", "ci skip, not in brackets", "ci skip, not in brackets" })},
+			want: with(func(p *Push) {
+				p.Ref, p.Name, p.Message, p.Title = "refs/heads/main", "main", "ci skip, not in brackets", "ci skip, not in brackets"
+			})},
 		{name: "deleted branch", header: signed("push", del), body: del, wantErr: ErrIgnored,
 			ignoredPush: &Push{Forge: GitHub, Ref: "refs/heads/gone", Name: "gone", Before: sha0, Deleted: true,
 				Pusher: "ada", Repo: "o/r", RepoURL: "https://github.com/o/r.git", DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958"}},
@@ -413,10 +417,10 @@ func TestSkipCI(t *testing.T) {
 func TestTitle(t *testing.T) {
 	t.Parallel()
 	for msg, want := range map[string]string{
-		"one":                "one",
-		"  two  \n\nbody":    "two",
+		"one":               "one",
+		"  two  \n\nbody":   "two",
 		"\r\nthree\r\nbody": "three",
-		"":                   "",
+		"":                  "",
 	} {
 		if got := Title(msg); got != want {
 			t.Errorf("Title(%q) = %q, want %q", msg, got, want)
