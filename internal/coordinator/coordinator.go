@@ -372,7 +372,8 @@ func (c *Coordinator) sharedToken(ctx context.Context, key, file, prefix string)
 // /login, /jobs... and /static/.
 func (c *Coordinator) Handler() http.Handler { return c.handler }
 
-// Run runs the reapers until ctx is done, then returns nil. With a store
+// Run runs the reapers and the pipeline schedules (schedules.go) until
+// ctx is done, then returns nil. With a store
 // shared by several coordinators (a store.QueueListener) it also listens
 // for jobs queued through the others, to wake the requests held here.
 func (c *Coordinator) Run(ctx context.Context) error {
@@ -393,6 +394,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	clock.Every(ctx, c.clock, c.cfg.ReapInterval, func(ctx context.Context) {
 		c.reapOnce(ctx)
 		c.sweepPipelines(ctx)
+		c.runDueSchedules(ctx)
 	})
 	return nil
 }

@@ -60,6 +60,25 @@ func (c *Coordinator) routes() (http.Handler, error) {
 	m.Admin("POST /api/v1/pipelines/{id}/cancel", c.handleCancelPipeline)
 	m.Admin("POST /api/v1/pipelines/{id}/retry", c.handleRetryPipeline)
 
+	// Admin API v1: projects and their pipeline schedules (projects.go,
+	// schedules.go). {project} is a project's id or its path URL-encoded
+	// (group%2Fname).
+	m.Admin("POST /api/v1/projects", c.handleCreateProject)
+	m.Admin("GET /api/v1/projects", c.handleListProjects)
+	m.Admin("GET /api/v1/projects/{project}", c.handleGetProject)
+	m.Admin("PATCH /api/v1/projects/{project}", c.handleUpdateProject)
+	m.Admin("DELETE /api/v1/projects/{project}", c.handleDeleteProject)
+	m.Admin("GET /api/v1/projects/{project}/webhook_secret", c.handleProjectWebhookSecret)
+	m.Admin("GET /api/v1/projects/{project}/variables", c.handleListProjectVariables)
+	m.Admin("PUT /api/v1/projects/{project}/variables/{key}", c.handleSetProjectVariable)
+	m.Admin("DELETE /api/v1/projects/{project}/variables/{key}", c.handleDeleteProjectVariable)
+	m.Admin("GET /api/v1/projects/{project}/schedules", c.handleListSchedules)
+	m.Admin("POST /api/v1/projects/{project}/schedules", c.handleCreateSchedule)
+	m.Admin("GET /api/v1/projects/{project}/schedules/{id}", c.handleGetSchedule)
+	m.Admin("PATCH /api/v1/projects/{project}/schedules/{id}", c.handleUpdateSchedule)
+	m.Admin("DELETE /api/v1/projects/{project}/schedules/{id}", c.handleDeleteSchedule)
+	m.Admin("POST /api/v1/projects/{project}/schedules/{id}/play", c.handlePlaySchedule)
+
 	desc := "store: sqlite"
 	if d, ok := c.st.(interface{ Describe() string }); ok {
 		desc = "store: " + d.Describe()

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -207,6 +208,16 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	if !projectRE.MatchString(req.Project) || dotSegment(req.Project) || len(req.Project) > 255 {
 		return store.Pipeline{}, bad("project must be a path like group/project")
 	}
+	// A registered project gives what the request leaves out.
+	proj, err := c.projectSettings(ctx, req.Project)
+	if err != nil {
+		return store.Pipeline{}, err
+	}
+	if proj != nil {
+		req.RepoURL = cmp.Or(req.RepoURL, proj.RepoURL)
+		req.Ref = cmp.Or(req.Ref, proj.DefaultBranch)
+		req.ConfigFile = cmp.Or(req.ConfigFile, proj.ConfigPath)
+	}
 	if req.RepoURL == "" || strings.HasPrefix(req.RepoURL, "-") {
 		return store.Pipeline{}, bad("repo_url is required: the repository to fetch the commit from")
 	}
@@ -263,6 +274,21 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 		return store.Pipeline{}, bad("%v", err)
 	}
 	commit.BeforeSHA = req.BeforeSHA
+	// The project's CI/CD variables, below the pipeline's own and above
+	// the file's (GitLab's order).
+	vars := req.Variables
+	if proj != nil {
+		pv, err := c.pipelineProjectVariables(proj, commit.Ref, commit.Tag)
+		if err != nil {
+			return store.Pipeline{}, err
+		}
+		vars = append(pv, req.Variables...)
+		for _, v := range pv {
+			if _, ok := given[v.Key]; !ok {
+				given[v.Key] = v.Value
+			}
+		}
+	}
 	fsys, err := g.CommitFS(ctx, sha, req.ConfigFile, 1<<20)
 	if err != nil {
 		return store.Pipeline{}, err
@@ -277,6 +303,9 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	pre["CI_PROJECT_NAMESPACE"] = strings.TrimSuffix(ns, "/")
 	pre["CI_PROJECT_PATH_SLUG"] = gitrepo.Slug(req.Project)
 	pre["CI_CONFIG_PATH"] = req.ConfigFile
+	if proj != nil {
+		pre["CI_DEFAULT_BRANCH"] = proj.DefaultBranch
+	}
 	in := ciconfig.Input{
 		FS: fsys, File: req.ConfigFile, Predefined: pre, Variables: given,
 		Changes: func(compareTo string) ([]string, bool, error) {
@@ -336,7 +365,7 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	for _, w := range compiled.Warnings {
 		p.Spec.Warnings = append(p.Spec.Warnings, w.String())
 	}
-	p, err = c.storePipeline(ctx, p, compiled, pre, req.Variables)
+	p, err = c.storePipeline(ctx, p, compiled, pre, vars)
 	if err != nil {
 		return p, err
 	}

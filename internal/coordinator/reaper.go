@@ -20,6 +20,8 @@ import (
 //     failed with runner_provisioning_timeout once MaxProvisioningRetries
 //     returns are used up (giveBack);
 //   - artifacts past their expire_at → deleted (expireArtifacts);
+//   - webhook deliveries older than deliveryRetention → forgotten
+//     (expireDeliveries);
 //   - on the first pass and then every orphanSweepInterval, files of the
 //     artifacts directory that no record names → removed (sweepOrphans).
 //
@@ -29,6 +31,7 @@ func (c *Coordinator) reapOnce(ctx context.Context) {
 	now := c.clock.Now()
 	c.expireOnce(ctx, now)
 	c.expireArtifacts(ctx, now)
+	c.expireDeliveries(ctx, now)
 	if c.sweeps.due(now) {
 		c.sweepOrphans(ctx, now)
 	}

@@ -495,6 +495,11 @@ type Store interface {
 	// returns the current pipeline and ErrConflict. Unknown: ErrNotFound.
 	UpdatePipeline(ctx context.Context, id int64, ch PipelineChange) (Pipeline, error)
 
+	// Projects' settings, webhook deliveries and pipeline schedules
+	// (projects.go).
+	ProjectStore
+	ScheduleStore
+
 	// Ping reports whether the store is usable.
 	Ping(ctx context.Context) error
 	Close() error

@@ -149,4 +149,51 @@ CREATE INDEX jobs_pipeline_id ON jobs(pipeline_id, id);
 	`
 ALTER TABLE jobs ADD COLUMN coverage TEXT NOT NULL DEFAULT '';
 `,
+	// 9: projects' settings (a project row created by its first
+	// pipeline or job has none: registered = 0), webhook deliveries (one
+	// row per delivery, its project's, for de-duplication; expired after
+	// days) and pipeline schedules. Secrets (variables, the webhook
+	// secret, the forge token) are sealed by the coordinator.
+	`
+ALTER TABLE projects ADD COLUMN registered INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE projects ADD COLUMN repo_url TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN default_branch TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN config_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN variables TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN webhook_secret TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN forge_kind TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN forge_url TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN forge_repo TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN forge_token TEXT NOT NULL DEFAULT '';
+ALTER TABLE projects ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE projects ADD COLUMN updated_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE projects ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE webhook_deliveries (
+	project_id  INTEGER NOT NULL REFERENCES projects(id),
+	delivery_id TEXT NOT NULL,
+	pipeline_id INTEGER NOT NULL DEFAULT 0,
+	created_at  INTEGER NOT NULL,
+	PRIMARY KEY (project_id, delivery_id)
+);
+CREATE INDEX webhook_deliveries_created_at ON webhook_deliveries (created_at);
+CREATE TABLE pipeline_schedules (
+	id               INTEGER PRIMARY KEY AUTOINCREMENT,
+	project_id       INTEGER NOT NULL REFERENCES projects(id),
+	description      TEXT NOT NULL DEFAULT '',
+	ref              TEXT NOT NULL,
+	cron             TEXT NOT NULL,
+	cron_timezone    TEXT NOT NULL DEFAULT 'UTC',
+	variables        TEXT NOT NULL DEFAULT '',
+	active           INTEGER NOT NULL DEFAULT 1,
+	next_run_at      INTEGER NOT NULL DEFAULT 0,
+	last_pipeline_id INTEGER NOT NULL DEFAULT 0,
+	owner            TEXT NOT NULL DEFAULT '',
+	created_at       INTEGER NOT NULL DEFAULT 0,
+	updated_at       INTEGER NOT NULL DEFAULT 0,
+	version          INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX pipeline_schedules_project ON pipeline_schedules (project_id, id);
+-- DueSchedules: the active schedules in order of their next run.
+CREATE INDEX pipeline_schedules_due ON pipeline_schedules (next_run_at) WHERE active = 1;
+`,
 }

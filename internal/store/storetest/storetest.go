@@ -61,6 +61,9 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentPipelines", testConcurrentPipelines},
 		{"PipelineAtomic", testPipelineAtomic},
 		{"PipelinesClosed", testPipelinesClosed},
+		{"Projects", testProjects},
+		{"Deliveries", testDeliveries},
+		{"Schedules", testSchedules},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
