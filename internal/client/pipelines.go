@@ -30,17 +30,21 @@ type PipelineSpec struct {
 
 // Pipeline is a pipeline as the coordinator reports it.
 type Pipeline struct {
-	ID         int64      `json:"id"`
-	IID        int64      `json:"iid"`
-	Project    string     `json:"project"`
-	Source     string     `json:"source"`
-	Ref        string     `json:"ref"`
-	Tag        bool       `json:"tag"`
-	SHA        string     `json:"sha"`
-	Status     string     `json:"status"`
-	Name       string     `json:"name,omitempty"`
-	Stages     []string   `json:"stages"`
-	Warnings   []string   `json:"warnings,omitempty"`
+	ID        int64    `json:"id"`
+	IID       int64    `json:"iid"`
+	Project   string   `json:"project"`
+	Source    string   `json:"source"`
+	Ref       string   `json:"ref"`
+	Tag       bool     `json:"tag"`
+	SHA       string   `json:"sha"`
+	BeforeSHA string   `json:"before_sha,omitempty"`
+	Status    string   `json:"status"`
+	Name      string   `json:"name,omitempty"`
+	Stages    []string `json:"stages"`
+	Warnings  []string `json:"warnings,omitempty"`
+	// Errors say why the configuration did not compile (a push's or a
+	// schedule's pipeline that failed at once).
+	Errors     []string   `json:"errors,omitempty"`
 	CreatedAt  *time.Time `json:"created_at,omitempty"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`

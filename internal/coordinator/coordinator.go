@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/forge"
 	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/drover-ci/drover/internal/secretbox"
 	"github.com/drover-ci/drover/internal/store"
@@ -43,9 +44,13 @@ type Config struct {
 	// expiry fails it with runner_provisioning_timeout. Default 3; negative
 	// means none: the first decline or expiry fails the job.
 	MaxProvisioningRetries int
-	PublicURL              string                // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
-	Clock                  clock.Clock           // nil = real
-	Registerer             prometheus.Registerer // nil = a private registry served on /metrics
+	PublicURL              string // base URL for CI_SERVER_URL/job URLs; "" = derive from the request's Host
+	// ForgeStatuses posts the commit statuses of projects with a forge
+	// (forge_status.go); nil means forge.StatusClient with a 30s timeout.
+	// For tests.
+	ForgeStatuses forge.Poster
+	Clock         clock.Clock           // nil = real
+	Registerer    prometheus.Registerer // nil = a private registry served on /metrics
 	// Store is the job store; nil = SQLite in DataDir/coordinator.db. The
 	// coordinator closes it.
 	Store store.Store
@@ -154,6 +159,9 @@ type Coordinator struct {
 	// serialize it per project in this process.
 	pipes        *pipelineWaker
 	projectLocks [64]sync.Mutex
+	// statuses sends pipelines' commit statuses to their forges
+	// (forge_status.go).
+	statuses *forge.Notifier
 	// repos serializes git in each repository cache (pipelines.go).
 	repos repoLocks
 
@@ -223,6 +231,7 @@ func New(ctx context.Context, logger *slog.Logger, cfg Config) (*Coordinator, er
 		}
 	}
 	c.st = st
+	c.statuses = c.newStatusNotifier()
 	c.listening = make(chan struct{})
 	c.upSince = c.clock.Now()
 	if c.freeSpace == nil {
@@ -390,6 +399,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	go func() {
 		defer close(pipesDone)
 		c.runPipelines(ctx)
+	}()
+	statusesDone := make(chan struct{})
+	defer func() { <-statusesDone }()
+	go func() {
+		defer close(statusesDone)
+		c.statuses.Run(ctx)
 	}()
 	clock.Every(ctx, c.clock, c.cfg.ReapInterval, func(ctx context.Context) {
 		c.reapOnce(ctx)

@@ -79,6 +79,12 @@ func (c *Coordinator) routes() (http.Handler, error) {
 	m.Admin("DELETE /api/v1/projects/{project}/schedules/{id}", c.handleDeleteSchedule)
 	m.Admin("POST /api/v1/projects/{project}/schedules/{id}/play", c.handlePlaySchedule)
 
+	// Webhooks of forges and git servers (hooks.go): the signature is the
+	// authentication. Status badges (badge.go) on the paths nothing else
+	// serves: /{project path}/badge.svg.
+	m.Handle("POST /api/v1/hooks/{forge}/{project...}", http.HandlerFunc(c.handleWebhook))
+	m.Handle("GET /{path...}", http.HandlerFunc(c.handleFallback))
+
 	desc := "store: sqlite"
 	if d, ok := c.st.(interface{ Describe() string }); ok {
 		desc = "store: " + d.Describe()

@@ -36,6 +36,9 @@ type metrics struct {
 	// lowDisk counts writes (trace, artifact) answered 507 because the
 	// data directory's disk was under --min-free-disk.
 	lowDisk *prometheus.CounterVec
+	// forgeStatuses counts commit status posts by forge and result:
+	// delivered, retried, failed.
+	forgeStatuses *prometheus.CounterVec
 }
 
 // jobsCollector reports jobs by status from the store at scrape time, so
@@ -97,6 +100,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: metricPrefix + "writes_refused_low_disk_total",
 			Help: "Trace PATCHes and artifact uploads answered 507: the data directory's disk was under --min-free-disk.",
 		}, []string{"what"}),
+		forgeStatuses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPrefix + "forge_statuses_total",
+			Help: "Commit status posts to forges, by forge and result: delivered, retried (failed, tried again), failed (given up).",
+		}, []string{"forge", "result"}),
 	}
 	// The artifact counters, by name and help.
 	for _, a := range []struct {
@@ -119,7 +126,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	}
 	jobs := jobsCollector{c: c, desc: prometheus.NewDesc(metricPrefix+"jobs", "Jobs by status.", []string{"status"}, nil)}
 
-	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable, m.lowDisk,
+	cs := []prometheus.Collector{m.submitted, m.finished, m.queueWait, m.waiters, m.watches, m.provisioning, m.unavailable, m.lowDisk, m.forgeStatuses,
 		m.artifactsUploaded, m.artifactsDownloaded, m.artifactsTooLarge, m.artifactsExpired, m.artifactsOrphaned, jobs}
 	if sc, ok := c.st.(interface{ Collector() prometheus.Collector }); ok {
 		// The store's own: a database pool and query latency.

@@ -61,24 +61,30 @@ type createPipelineRequest struct {
 	// makes a configuration that does not compile a failed pipeline
 	// without jobs that keeps the errors, where the API answers 422.
 	RecordErrors bool `json:"-"`
+	// BaseURL is where the pipeline's page is (scheme://host): the
+	// target of its commit statuses.
+	BaseURL string `json:"-"`
 }
 
 var pipelineSources = []string{"push", "web", "api", "schedule", "trigger", "merge_request_event", "external", "chat", "pipeline", "parent_pipeline", "ondemand_dast_scan", "webide"}
 
 // pipelineView is a pipeline as the admin API shows it.
 type pipelineView struct {
-	ID         int64     `json:"id"`
-	IID        int64     `json:"iid"`
-	Project    string    `json:"project"`
-	Source     string    `json:"source"`
-	Ref        string    `json:"ref"`
-	Tag        bool      `json:"tag"`
-	SHA        string    `json:"sha"`
-	BeforeSHA  string    `json:"before_sha,omitempty"`
-	Status     string    `json:"status"`
-	Name       string    `json:"name,omitempty"`
-	Stages     []string  `json:"stages"`
-	Warnings   []string  `json:"warnings,omitempty"`
+	ID        int64    `json:"id"`
+	IID       int64    `json:"iid"`
+	Project   string   `json:"project"`
+	Source    string   `json:"source"`
+	Ref       string   `json:"ref"`
+	Tag       bool     `json:"tag"`
+	SHA       string   `json:"sha"`
+	BeforeSHA string   `json:"before_sha,omitempty"`
+	Status    string   `json:"status"`
+	Name      string   `json:"name,omitempty"`
+	Stages    []string `json:"stages"`
+	Warnings  []string `json:"warnings,omitempty"`
+	// Errors say why the configuration did not compile (a pipeline a
+	// push or a schedule started fails with them).
+	Errors     []string  `json:"errors,omitempty"`
 	CreatedAt  *string   `json:"created_at,omitempty"`
 	StartedAt  *string   `json:"started_at,omitempty"`
 	FinishedAt *string   `json:"finished_at,omitempty"`
@@ -100,7 +106,7 @@ func (c *Coordinator) pipelineView(ctx context.Context, p *store.Pipeline, withJ
 	v := pipelineView{
 		ID: p.ID, IID: p.IID, Project: p.Project, Source: p.Source, Ref: p.Ref, Tag: p.Tag, SHA: p.SHA,
 		BeforeSHA: p.BeforeSHA, Status: string(p.Status), Name: p.Spec.Name, Stages: p.Spec.Stages,
-		Warnings: p.Spec.Warnings, CreatedAt: timeString(p.CreatedAt), StartedAt: timeString(p.StartedAt),
+		Warnings: p.Spec.Warnings, Errors: p.Spec.Errors, CreatedAt: timeString(p.CreatedAt), StartedAt: timeString(p.StartedAt),
 		FinishedAt: timeString(p.FinishedAt),
 	}
 	if v.Stages == nil {
@@ -161,9 +167,11 @@ type pipelineError struct {
 	code   int
 	msg    string
 	errors []string
+	cause  error // what the compiler said, when it was not a list of errors
 }
 
 func (e *pipelineError) Error() string { return e.msg }
+func (e *pipelineError) Unwrap() error { return e.cause }
 
 // handleCreatePipeline is POST /api/v1/pipelines: fetch the commit, compile
 // its CI configuration, create the pipeline and its jobs. 201 with the
@@ -176,6 +184,7 @@ func (c *Coordinator) handleCreatePipeline(w http.ResponseWriter, r *http.Reques
 		runnerapi.WriteBad(w, e)
 		return
 	}
+	req.BaseURL = c.baseURL(r)
 	p, err := c.createPipeline(r.Context(), req)
 	var pe *pipelineError
 	if errors.As(err, &pe) {
@@ -330,7 +339,7 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 			return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity,
 				msg: fmt.Sprintf("%s is invalid: %d errors", req.ConfigFile, len(es)), errors: msgs}
 		}
-		return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity, msg: err.Error()}
+		return store.Pipeline{}, &pipelineError{code: http.StatusUnprocessableEntity, msg: err.Error(), cause: err}
 	}
 	if len(req.Jobs) > 0 {
 		sel, err := compiled.Select(req.Jobs, !req.WithoutNeeds)
@@ -359,7 +368,7 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	p := store.Pipeline{
 		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
 		BeforeSHA: req.BeforeSHA, Status: store.PipelineCreated,
-		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages,
+		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages, BaseURL: req.BaseURL,
 			AutoCancel: compiled.AutoCancel.OnNewCommit, CancelOnJobFailure: compiled.AutoCancel.OnJobFailure == "all"},
 	}
 	for _, w := range compiled.Warnings {
@@ -380,7 +389,7 @@ func (c *Coordinator) storeInvalidPipeline(ctx context.Context, req createPipeli
 	p := store.Pipeline{
 		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
 		BeforeSHA: req.BeforeSHA, Status: store.PipelineFailed, CreatedAt: now, UpdatedAt: now, FinishedAt: now,
-		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Errors: msgs},
+		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Errors: msgs, BaseURL: req.BaseURL},
 	}
 	p, _, err := c.st.CreatePipeline(ctx, p, nil)
 	if err != nil {

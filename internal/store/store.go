@@ -587,6 +587,9 @@ type PipelineSpec struct {
 	// its on_job_failure: all.
 	AutoCancel         string `json:"auto_cancel,omitempty"`
 	CancelOnJobFailure bool   `json:"cancel_on_job_failure,omitempty"`
+	// BaseURL is the coordinator's URL as the pipeline's creator reached
+	// it: where its page is, for the commit statuses.
+	BaseURL string `json:"base_url,omitempty"`
 }
 
 // PipelineChange is what UpdatePipeline writes. Zero fields are left as
