@@ -19,11 +19,11 @@ import (
 
 // workTree is a git work tree with commits made by the real git binary.
 type workTree struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 }
 
-func newWorkTree(t *testing.T) *workTree {
+func newWorkTree(t testing.TB) *workTree {
 	w := &workTree{t: t, dir: t.TempDir()}
 	w.git("init", "-q", "-b", "main")
 	return w
