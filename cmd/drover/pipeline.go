@@ -66,11 +66,17 @@ succeeded. A configuration with errors is refused with every error, exit 2.`,
 				return usageError(err)
 			}
 			ref := pf.ref
+			// Outside a work tree, --project alone names a registered
+			// project: the coordinator takes its repository and default
+			// branch.
+			root, rootErr := "", error(nil)
 			if repo == "" || ref == "" || project == "" {
-				root, err := gitrepo.TopLevel(ctx, ".")
-				if err != nil {
-					return usageError(fmt.Errorf("not in a git work tree: pass --repo, --ref and --project (%v)", err))
+				root, rootErr = gitrepo.TopLevel(ctx, ".")
+				if rootErr != nil && project == "" {
+					return usageError(fmt.Errorf("not in a git work tree: pass --repo, --ref and --project, or --project of a registered project (%v)", rootErr))
 				}
+			}
+			if (repo == "" || ref == "" || project == "") && rootErr == nil {
 				g := gitrepo.Git{Dir: root}
 				if repo == "" {
 					repo = "file://" + root

@@ -160,6 +160,20 @@ func TestUpgradeFromPlaintext(t *testing.T) {
 	if _, err := db.ExecContext(t.Context(), `DROP TABLE settings; DROP TABLE artifacts; DROP INDEX jobs_token_hash; DROP INDEX jobs_project_name;
 		ALTER TABLE runner_managers DROP COLUMN fleet_url;
 		DROP TABLE pipelines; DROP INDEX jobs_pipeline_id; ALTER TABLE jobs DROP COLUMN pipeline_id;
+		DROP TABLE webhook_deliveries; DROP TABLE pipeline_schedules;
+		ALTER TABLE projects DROP COLUMN registered;
+		ALTER TABLE projects DROP COLUMN repo_url;
+		ALTER TABLE projects DROP COLUMN default_branch;
+		ALTER TABLE projects DROP COLUMN config_path;
+		ALTER TABLE projects DROP COLUMN variables;
+		ALTER TABLE projects DROP COLUMN webhook_secret;
+		ALTER TABLE projects DROP COLUMN forge_kind;
+		ALTER TABLE projects DROP COLUMN forge_url;
+		ALTER TABLE projects DROP COLUMN forge_repo;
+		ALTER TABLE projects DROP COLUMN forge_token;
+		ALTER TABLE projects DROP COLUMN created_at;
+		ALTER TABLE projects DROP COLUMN updated_at;
+		ALTER TABLE projects DROP COLUMN version;
 		ALTER TABLE projects DROP COLUMN pipeline_iid;
 		ALTER TABLE jobs DROP COLUMN coverage;
 		DELETE FROM schema_migrations WHERE version >= 4`); err != nil {

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/drover-ci/drover/internal/coordinator"
+)
+
+// TestProjectAndScheduleCommands drives a real coordinator with drover
+// project and drover schedule.
+func TestProjectAndScheduleCommands(t *testing.T) {
+	co, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.Close() })
+	srv := httptest.NewServer(co.Handler())
+	t.Cleanup(srv.Close)
+	api := []string{"--url", srv.URL, "--token", co.AdminToken()}
+	run := func(want int, args ...string) string {
+		t.Helper()
+		stdout, stderr, code, err := droverSplit(t, append(args, api...)...)
+		if code != want {
+			t.Fatalf("drover %s: exit %d (%v), want %d\n%s%s", strings.Join(args, " "), code, err, want, stdout, stderr)
+		}
+		return stdout
+	}
+	out := run(0, "project", "add", "g/app", "--repo", "https://example.com/app.git", "--variable", "TOKEN:masked,protected=long-secret-value",
+		"--variable", "PLAIN=x", "--forge", "github", "--forge-repo", "o/app", "--forge-token", "ghp_x")
+	if !strings.Contains(out, "project g/app") || !strings.Contains(out, "webhook secret: ") {
+		t.Fatalf("project add: %s", out)
+	}
+	secret := strings.TrimSpace(out[strings.Index(out, "webhook secret: ")+len("webhook secret: "):])
+	if got := strings.TrimSpace(run(0, "project", "show", "g/app", "--secret")); got != secret {
+		t.Errorf("project show --secret = %q, want %q", got, secret)
+	}
+	out = run(0, "project", "show", "g/app")
+	for _, want := range []string{"default branch: main", "github https://api.github.com, repository o/app, token set", "TOKEN (masked, protected)", "PLAIN"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("project show lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "long-secret-value") || strings.Contains(out, "ghp_x") || strings.Contains(out, secret) {
+		t.Errorf("project show shows a secret:\n%s", out)
+	}
+	run(0, "project", "edit", "g/app", "--default-branch", "trunk")
+	run(2, "project", "edit", "g/app")
+	run(1, "project", "add", "g/app")
+	run(2, "project", "add", "g/bad", "--variable", "K:secret=v")
+	run(0, "project", "variable", "set", "g/app", "FILEVAR", "content", "--file")
+	run(0, "project", "variable", "unset", "g/app", "PLAIN")
+	out = run(0, "project", "variable", "list", "g/app")
+	if !strings.Contains(out, "FILEVAR") || strings.Contains(out, "PLAIN") || !strings.Contains(out, "TOKEN") {
+		t.Errorf("project variable list:\n%s", out)
+	}
+	if out = run(0, "project", "list"); !strings.Contains(out, "g/app") || !strings.Contains(out, "trunk") {
+		t.Errorf("project list:\n%s", out)
+	}
+
+	out = run(0, "schedule", "add", "g/app", "--cron", "0 3 * * *", "--timezone", "Europe/Berlin", "--description", "nightly", "--variable", "NIGHTLY=1")
+	if !strings.Contains(out, "schedule 1 of g/app") || !strings.Contains(out, "on trunk") {
+		t.Fatalf("schedule add: %s", out)
+	}
+	run(2, "schedule", "add", "g/app")
+	run(1, "schedule", "add", "g/app", "--cron", "0 3 * * *", "--timezone", "Mars/Olympus")
+	if out = run(0, "schedule", "edit", "g/app", "1", "--active=false"); !strings.Contains(out, "never (inactive)") {
+		t.Errorf("schedule edit --active=false: %s", out)
+	}
+	if out = run(0, "schedule", "list", "g/app"); !strings.Contains(out, "nightly") || !strings.Contains(out, "Europe/Berlin") {
+		t.Errorf("schedule list:\n%s", out)
+	}
+	run(0, "schedule", "delete", "g/app", "1")
+	run(1, "schedule", "delete", "g/app", "1")
+	run(0, "project", "delete", "g/app")
+	run(1, "project", "show", "g/app", "--secret")
+}
