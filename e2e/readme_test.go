@@ -25,6 +25,7 @@ var walkPages = []string{
 	"README.md",
 	"docs/getting-started.md",
 	"docs/pipelines.md",
+	"docs/projects.md",
 	"docs/web-ui.md",
 	"docs/https-and-secrets.md",
 	"docs/cache-and-artifacts.md",

@@ -357,7 +357,9 @@ func (c *Coordinator) runSchedule(ctx context.Context, s *store.Schedule) (store
 	if err != nil {
 		return store.Pipeline{}, fmt.Errorf("schedule %d variables: %w", s.ID, err)
 	}
-	req := createPipelineRequest{Project: s.Project, Ref: s.Ref, Source: "schedule"}
+	// A configuration that does not compile is a failed pipeline, as for
+	// a push: the schedule ran, and its page says why nothing did.
+	req := createPipelineRequest{Project: s.Project, Ref: s.Ref, Source: "schedule", RecordErrors: true}
 	for _, v := range vs {
 		req.Variables = append(req.Variables, v.apiVariable())
 	}
