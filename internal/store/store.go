@@ -572,6 +572,15 @@ type PipelineSpec struct {
 	Sealed string `json:"sealed,omitempty"`
 	// Warnings are what the compiler warned about.
 	Warnings []string `json:"warnings,omitempty"`
+	// Errors are the compile errors of a pipeline whose configuration
+	// could not be compiled (it has no jobs then).
+	Errors []string `json:"errors,omitempty"`
+	// CommitTitle and CommitAuthor are the first line of the commit's
+	// message and its author's name, for the pages; TriggeredBy is who
+	// or what ran the pipeline, as the request said (free text).
+	CommitTitle  string `json:"commit_title,omitempty"`
+	CommitAuthor string `json:"commit_author,omitempty"`
+	TriggeredBy  string `json:"triggered_by,omitempty"`
 }
 
 // PipelineChange is what UpdatePipeline writes. Zero fields are left as
