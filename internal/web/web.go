@@ -526,12 +526,12 @@ type jobPage struct {
 	URL string
 	// Files is the first page of the files in its artifacts archive,
 	// JUnit its JUnit report's failures (nil: none, or not readable).
-	Files *artifactListing
-	JUnit *junitView
-	Log        []logNode
-	Live       bool  // the log is followed
-	From       int64 // where the log shown starts (its tail of Config.LogTail)
-	Offset     int64 // where the live log carries on
+	Files  *artifactListing
+	JUnit  *junitView
+	Log    []logNode
+	Live   bool  // the log is followed
+	From   int64 // where the log shown starts (its tail of Config.LogTail)
+	Offset int64 // where the live log carries on
 	// Earlier, when the log shown does not start at the log's start, is
 	// the button that loads the piece before it.
 	Earlier *earlier
