@@ -209,6 +209,8 @@ type pipelinePage struct {
 	// Manual are its manual jobs (play), Failed its failed and canceled
 	// ones (retry).
 	Manual, Failed []Job
+	// Covered are its jobs that have a coverage.
+	Covered []Job
 }
 
 // loadPipeline reads pipeline {id} of the path into its page; false when
@@ -242,6 +244,9 @@ func (u *UI) pipelinePage(ctx context.Context, cr credentials, id int64) (pipeli
 	}
 	for _, s := range p.Stages {
 		for _, j := range s.Jobs {
+			if j.Coverage != "" {
+				pg.Covered = append(pg.Covered, j)
+			}
 			switch j.Status {
 			case "manual":
 				pg.Manual = append(pg.Manual, j)
