@@ -243,6 +243,8 @@ func prerequisites(j *store.Job, jobs []store.Job) []*store.Job {
 // advancePipeline moves pipeline id's jobs whose turn came and records
 // the pipeline's status.
 func (c *Coordinator) advancePipeline(ctx context.Context, id int64) error {
+	// Whatever moved, the pipeline's page shows it.
+	defer c.pages.changed(pipelinePageKey(id))
 	p, err := c.st.GetPipeline(ctx, id)
 	if err != nil {
 		return err

@@ -64,6 +64,9 @@ type createPipelineRequest struct {
 	// BaseURL is where the pipeline's page is (scheme://host): the
 	// target of its commit statuses.
 	BaseURL string `json:"-"`
+	// TriggeredBy is who or what runs the pipeline, free text shown on
+	// the pages (a user's name, a bot's); optional.
+	TriggeredBy string `json:"triggered_by"`
 }
 
 var pipelineSources = []string{"push", "web", "api", "schedule", "trigger", "merge_request_event", "external", "chat", "pipeline", "parent_pipeline", "ondemand_dast_scan", "webide"}
@@ -82,14 +85,17 @@ type pipelineView struct {
 	Name      string   `json:"name,omitempty"`
 	Stages    []string `json:"stages"`
 	Warnings  []string `json:"warnings,omitempty"`
-	// Errors say why the configuration did not compile (a pipeline a
-	// push or a schedule started fails with them).
-	Errors     []string  `json:"errors,omitempty"`
-	CreatedAt  *string   `json:"created_at,omitempty"`
-	StartedAt  *string   `json:"started_at,omitempty"`
-	FinishedAt *string   `json:"finished_at,omitempty"`
-	Coverage   string    `json:"coverage,omitempty"` // its jobs' average (pipelineCoverage), with the jobs
-	Jobs       []jobView `json:"jobs,omitempty"`
+	Errors    []string `json:"errors,omitempty"`
+	// CommitTitle and CommitAuthor are the commit's first line and its
+	// author's name; TriggeredBy what the request that ran it said.
+	CommitTitle  string    `json:"commit_title,omitempty"`
+	CommitAuthor string    `json:"commit_author,omitempty"`
+	TriggeredBy  string    `json:"triggered_by,omitempty"`
+	CreatedAt    *string   `json:"created_at,omitempty"`
+	StartedAt    *string   `json:"started_at,omitempty"`
+	FinishedAt   *string   `json:"finished_at,omitempty"`
+	Coverage     string    `json:"coverage,omitempty"` // its jobs' average (pipelineCoverage), with the jobs
+	Jobs         []jobView `json:"jobs,omitempty"`
 	// Retried are the jobs a retry replaced.
 	Retried []jobView `json:"retried,omitempty"`
 }
@@ -106,7 +112,8 @@ func (c *Coordinator) pipelineView(ctx context.Context, p *store.Pipeline, withJ
 	v := pipelineView{
 		ID: p.ID, IID: p.IID, Project: p.Project, Source: p.Source, Ref: p.Ref, Tag: p.Tag, SHA: p.SHA,
 		BeforeSHA: p.BeforeSHA, Status: string(p.Status), Name: p.Spec.Name, Stages: p.Spec.Stages,
-		Warnings: p.Spec.Warnings, Errors: p.Spec.Errors, CreatedAt: timeString(p.CreatedAt), StartedAt: timeString(p.StartedAt),
+		Warnings: p.Spec.Warnings, Errors: p.Spec.Errors, CommitTitle: p.Spec.CommitTitle, CommitAuthor: p.Spec.CommitAuthor,
+		TriggeredBy: p.Spec.TriggeredBy, CreatedAt: timeString(p.CreatedAt), StartedAt: timeString(p.StartedAt),
 		FinishedAt: timeString(p.FinishedAt),
 	}
 	if v.Stages == nil {
@@ -251,6 +258,9 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 	if req.FetchRef != "" && (!strings.HasPrefix(req.FetchRef, "refs/") || strings.ContainsAny(req.FetchRef, " \t\n~^:?*[\\") || dotSegment(req.FetchRef)) {
 		return store.Pipeline{}, bad("fetch_ref must be a full ref name (refs/...)")
 	}
+	if len(req.TriggeredBy) > 255 || strings.ContainsAny(req.TriggeredBy, "\n\r\x00") {
+		return store.Pipeline{}, bad("triggered_by must be one line of at most 255 bytes")
+	}
 	if !validConfigPath(req.ConfigFile) {
 		return store.Pipeline{}, bad("config_file must be a path inside the repository")
 	}
@@ -369,7 +379,8 @@ func (c *Coordinator) createPipeline(ctx context.Context, req createPipelineRequ
 		Project: req.Project, Source: req.Source, Ref: commit.Ref, Tag: commit.Tag, SHA: sha,
 		BeforeSHA: req.BeforeSHA, Status: store.PipelineCreated,
 		Spec: store.PipelineSpec{RepoURL: req.RepoURL, FetchRef: req.FetchRef, ConfigFile: req.ConfigFile, Name: compiled.Name, Stages: compiled.Stages, BaseURL: req.BaseURL,
-			AutoCancel: compiled.AutoCancel.OnNewCommit, CancelOnJobFailure: compiled.AutoCancel.OnJobFailure == "all"},
+			AutoCancel: compiled.AutoCancel.OnNewCommit, CancelOnJobFailure: compiled.AutoCancel.OnJobFailure == "all",
+			CommitTitle: commit.Title, CommitAuthor: authorName(commit.Author), TriggeredBy: req.TriggeredBy},
 	}
 	for _, w := range compiled.Warnings {
 		p.Spec.Warnings = append(p.Spec.Warnings, w.String())
@@ -399,6 +410,13 @@ func (c *Coordinator) storeInvalidPipeline(ctx context.Context, req createPipeli
 		"ref", p.Ref, "sha", p.SHA, "errors", len(msgs), "first", msgs[0])
 	c.pipelineStatusChanged(ctx, p)
 	return p, nil
+}
+
+// authorName is the name of author "Name <email>" (gitrepo.Commit's):
+// the pages show no addresses.
+func authorName(author string) string {
+	name, _, _ := strings.Cut(author, " <")
+	return strings.TrimSpace(name)
 }
 
 // validConfigPath reports whether p is a relative path without . or ..
@@ -667,30 +685,38 @@ func (c *Coordinator) handleCancelPipeline(w http.ResponseWriter, r *http.Reques
 	if !ok {
 		return
 	}
-	all, err := c.st.ListJobs(r.Context(), store.JobFilter{PipelineID: p.ID})
-	if err != nil {
-		c.internalError(r.Context(), w, "cancel pipeline", err)
-		return
-	}
-	for _, j := range effectiveJobs(all) {
-		if j.Status.Finished() {
-			continue
-		}
-		if _, err := c.cancelJob(r.Context(), j); err != nil {
-			var ce *cancelConflict
-			if !errors.As(err, &ce) {
-				c.internalError(r.Context(), w, "cancel pipeline", err)
-				return
-			}
-		}
-	}
-	c.log.Info("pipeline cancel requested", "pipeline_id", p.ID)
-	if err := c.advancePipeline(r.Context(), p.ID); err != nil {
+	if err := c.cancelPipeline(r.Context(), p.ID); err != nil {
 		c.internalError(r.Context(), w, "cancel pipeline", err)
 		return
 	}
 	c.writePipeline(w, r, p.ID, http.StatusOK)
 }
+
+// cancelPipeline cancels every job of pipeline id not finished and
+// advances the pipeline (the API's and the web UI's cancel).
+func (c *Coordinator) cancelPipeline(ctx context.Context, id int64) error {
+	all, err := c.st.ListJobs(ctx, store.JobFilter{PipelineID: id})
+	if err != nil {
+		return err
+	}
+	for _, j := range effectiveJobs(all) {
+		if j.Status.Finished() {
+			continue
+		}
+		if _, err := c.cancelJob(ctx, j); err != nil {
+			var ce *cancelConflict
+			if !errors.As(err, &ce) {
+				return err
+			}
+		}
+	}
+	c.log.Info("pipeline cancel requested", "pipeline_id", id)
+	return c.advancePipeline(ctx, id)
+}
+
+// errNothingToRetry is a pipeline retry that found no failed, canceled or
+// skipped job.
+var errNothingToRetry = errors.New("the pipeline has no failed, canceled or skipped job to retry")
 
 // handleRetryPipeline is POST /api/v1/pipelines/{id}/retry: its failed
 // and canceled jobs are retried, and the jobs skipped after them run
@@ -700,35 +726,43 @@ func (c *Coordinator) handleRetryPipeline(w http.ResponseWriter, r *http.Request
 	if !ok {
 		return
 	}
-	all, err := c.st.ListJobs(r.Context(), store.JobFilter{PipelineID: p.ID})
+	err := c.retryPipeline(r.Context(), p.ID)
+	if errors.Is(err, errNothingToRetry) {
+		runnerapi.WriteError(w, http.StatusConflict, err.Error(), "")
+		return
+	}
 	if err != nil {
 		c.internalError(r.Context(), w, "retry pipeline", err)
 		return
+	}
+	c.writePipeline(w, r, p.ID, http.StatusCreated)
+}
+
+// retryPipeline retries the failed, canceled and skipped jobs of pipeline
+// id and advances it; errNothingToRetry when there is none.
+func (c *Coordinator) retryPipeline(ctx context.Context, id int64) error {
+	all, err := c.st.ListJobs(ctx, store.JobFilter{PipelineID: id})
+	if err != nil {
+		return err
 	}
 	n := 0
 	for _, j := range effectiveJobs(all) {
 		if j.Status != store.StatusFailed && j.Status != store.StatusCanceled && j.Status != store.StatusSkipped {
 			continue
 		}
-		if _, err := c.retryJob(r.Context(), j); err != nil {
+		if _, err := c.retryJob(ctx, j); err != nil {
 			var re *retriedError
 			if !errors.As(err, &re) {
-				c.internalError(r.Context(), w, "retry pipeline", err)
-				return
+				return err
 			}
 		}
 		n++
 	}
 	if n == 0 {
-		runnerapi.WriteError(w, http.StatusConflict, "the pipeline has no failed, canceled or skipped job to retry", "")
-		return
+		return errNothingToRetry
 	}
-	c.log.Info("pipeline retried", "pipeline_id", p.ID, "jobs", n)
-	if err := c.advancePipeline(r.Context(), p.ID); err != nil {
-		c.internalError(r.Context(), w, "retry pipeline", err)
-		return
-	}
-	c.writePipeline(w, r, p.ID, http.StatusCreated)
+	c.log.Info("pipeline retried", "pipeline_id", id, "jobs", n)
+	return c.advancePipeline(ctx, id)
 }
 
 // handlePlayJob is POST /api/v1/jobs/{id}/play: a manual job is queued.
@@ -737,28 +771,42 @@ func (c *Coordinator) handlePlayJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if j.Status != store.StatusManual {
-		runnerapi.WriteError(w, http.StatusConflict, fmt.Sprintf("job %d is %s, not manual: only a manual job is played", j.ID, j.Status), "")
-		return
-	}
-	now := c.clock.Now()
-	got, err := c.st.TransitionJob(r.Context(), j.ID, []store.Status{store.StatusManual}, store.JobChange{
-		Status: store.StatusPending, QueuedAt: now, At: now, IfVersion: j.Version,
-	})
-	if errors.Is(err, store.ErrConflict) {
-		runnerapi.WriteError(w, http.StatusConflict, fmt.Sprintf("job %d is %s now", j.ID, got.Status), "")
+	got, err := c.playJob(r.Context(), j)
+	var ce *cancelConflict
+	if errors.As(err, &ce) {
+		runnerapi.WriteError(w, http.StatusConflict, ce.msg, "")
 		return
 	}
 	if err != nil {
 		c.internalError(r.Context(), w, "play job", err)
 		return
 	}
+	c.writeJob(w, r, &got)
+}
+
+// playJob queues manual job j (as read); a *cancelConflict when it is not
+// manual (any more).
+func (c *Coordinator) playJob(ctx context.Context, j store.Job) (store.Job, error) {
+	if j.Status != store.StatusManual {
+		return j, &cancelConflict{msg: fmt.Sprintf("job %d is %s, not manual: only a manual job is played", j.ID, j.Status), status: j.Status}
+	}
+	now := c.clock.Now()
+	got, err := c.st.TransitionJob(ctx, j.ID, []store.Status{store.StatusManual}, store.JobChange{
+		Status: store.StatusPending, QueuedAt: now, At: now, IfVersion: j.Version,
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return got, &cancelConflict{msg: fmt.Sprintf("job %d is %s now", j.ID, got.Status), status: got.Status}
+	}
+	if err != nil {
+		return got, err
+	}
 	c.log.Info("manual job played", "job_id", got.ID, "pipeline_id", got.PipelineID)
 	c.poll.wake(&got)
+	c.pages.changed(got.ID)
 	if got.PipelineID != 0 {
 		c.pipes.wake(got.PipelineID)
 	}
-	c.writeJob(w, r, &got)
+	return got, nil
 }
 
 func (c *Coordinator) writePipeline(w http.ResponseWriter, r *http.Request, id int64, code int) {

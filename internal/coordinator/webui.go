@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/drover-ci/drover/internal/store"
@@ -23,6 +25,7 @@ func (c *Coordinator) webUI() (*web.UI, error) {
 	ui, err := web.New(c.log.With("component", "web"), web.Config{
 		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken, ViewerToken: c.viewerToken,
 		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src, Pipelines: src,
+		PipelineActions: src, ArtifactFiles: src, BaseURL: c.baseURL,
 		Unavailable: unavailableCause,
 	})
 	if err != nil {
@@ -39,6 +42,10 @@ var (
 	_ web.Pipelines = webSource{}
 	_ web.Logs      = webSource{}
 	_ web.Notifier  = webSource{}
+
+	_ web.PipelineActions  = webSource{}
+	_ web.PipelineNotifier = webSource{}
+	_ web.ArtifactFiles    = webSource{}
 )
 
 func (s webSource) ListJobs(ctx context.Context, q web.Query) ([]web.Job, error) {
@@ -154,7 +161,13 @@ func webJob(j *store.Job, v *jobView) web.Job {
 		ProvisioningAttempts: j.ProvisioningAttempts, LogSize: v.TraceSize,
 	}
 	for _, a := range v.Artifacts {
-		out.Artifacts = append(out.Artifacts, web.Artifact{Type: a.FileType, Filename: a.Filename, Size: a.Size})
+		out.Artifacts = append(out.Artifacts, web.Artifact{Type: a.FileType, Format: a.FileFormat, Filename: a.Filename, Size: a.Size})
+	}
+	if pj := j.Spec.Pipeline; pj != nil {
+		out.PipelineID, out.HasNeeds, out.When, out.AllowFailure = j.PipelineID, pj.HasNeeds, pj.When, pj.AllowFailure
+		for _, n := range pj.Needs {
+			out.Needs = append(out.Needs, n.Name)
+		}
 	}
 	return out
 }
@@ -162,12 +175,18 @@ func webJob(j *store.Job, v *jobView) web.Job {
 func webPipeline(p *store.Pipeline) web.Pipeline {
 	return web.Pipeline{
 		ID: p.ID, IID: p.IID, Project: p.Project, Ref: p.Ref, SHA: p.SHA, Source: p.Source, Name: p.Spec.Name,
-		Status: string(p.Status), Tag: p.Tag, CreatedAt: p.CreatedAt, FinishedAt: p.FinishedAt,
+		Status: string(p.Status), Tag: p.Tag, CreatedAt: p.CreatedAt, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,
+		CommitTitle: p.Spec.CommitTitle, CommitAuthor: p.Spec.CommitAuthor, TriggeredBy: p.Spec.TriggeredBy,
+		Warnings: p.Spec.Warnings, Errors: p.Spec.Errors,
 	}
 }
 
-func (s webSource) ListPipelines(ctx context.Context, project string, limit int) ([]web.Pipeline, error) {
-	ps, err := s.c.st.ListPipelines(ctx, store.PipelineFilter{Project: project, Newest: true, Limit: limit})
+func (s webSource) ListPipelines(ctx context.Context, q web.PipelineQuery) ([]web.Pipeline, error) {
+	f := store.PipelineFilter{Project: q.Project, Ref: q.Ref, BeforeID: q.BeforeID, Newest: true, Limit: q.Limit}
+	for _, st := range q.Statuses {
+		f.Statuses = append(f.Statuses, store.PipelineStatus(st))
+	}
+	ps, err := s.c.st.ListPipelines(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("list pipelines: %w", err)
 	}
@@ -209,4 +228,71 @@ func (s webSource) Pipeline(ctx context.Context, id int64) (web.Pipeline, error)
 		}
 	}
 	return out, nil
+}
+
+// pipelinePageKey is pipeline id's key in c.pages: job ids are positive,
+// pipelines' keys negative.
+func pipelinePageKey(id int64) int64 { return -id }
+
+func (s webSource) SubscribePipeline(id int64, jobs []int64) (<-chan struct{}, func()) {
+	return s.c.pages.subscribe(append([]int64{pipelinePageKey(id)}, jobs...))
+}
+
+// webError is err as the pages tell it: ErrNotFound, or ErrConflict with
+// the reason of a *cancelConflict.
+func webError(err error) error {
+	var ce *cancelConflict
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return web.ErrNotFound
+	case errors.As(err, &ce):
+		return fmt.Errorf("%w: %s", web.ErrConflict, ce.msg)
+	case errors.Is(err, errNothingToRetry):
+		return fmt.Errorf("%w: %s", web.ErrConflict, err.Error())
+	}
+	return err
+}
+
+func (s webSource) CancelPipeline(ctx context.Context, id int64) error {
+	if _, err := s.c.st.GetPipeline(ctx, id); err != nil {
+		return webError(err)
+	}
+	return webError(s.c.cancelPipeline(ctx, id))
+}
+
+func (s webSource) RetryPipeline(ctx context.Context, id int64) error {
+	if _, err := s.c.st.GetPipeline(ctx, id); err != nil {
+		return webError(err)
+	}
+	return webError(s.c.retryPipeline(ctx, id))
+}
+
+func (s webSource) PlayJob(ctx context.Context, id int64) error {
+	j, err := s.c.st.GetJob(ctx, id)
+	if err != nil {
+		return webError(err)
+	}
+	_, err = s.c.playJob(ctx, j)
+	return webError(err)
+}
+
+// OpenArtifact opens job id's artifact of type typ on this coordinator's
+// disk.
+func (s webSource) OpenArtifact(ctx context.Context, id int64, typ string) (web.Artifact, web.ArtifactReader, error) {
+	a, err := s.c.st.GetArtifact(ctx, id, typ)
+	if errors.Is(err, store.ErrNotFound) || err == nil && (a.Retired() || a.Expired(s.c.clock.Now())) {
+		return web.Artifact{}, nil, web.ErrNotFound
+	}
+	if err != nil {
+		return web.Artifact{}, nil, fmt.Errorf("get the %s artifact of job %d: %w", typ, id, err)
+	}
+	f, err := os.Open(s.c.artifacts.path(a.File))
+	if errors.Is(err, fs.ErrNotExist) {
+		// A shared store without a shared artifacts directory.
+		return web.Artifact{}, nil, web.ErrNotFound
+	}
+	if err != nil {
+		return web.Artifact{}, nil, fmt.Errorf("open the %s artifact of job %d: %w", typ, id, err)
+	}
+	return web.Artifact{Type: a.Type, Format: a.Format, Filename: a.Filename, Size: a.Size}, f, nil
 }

@@ -590,6 +590,12 @@ type PipelineSpec struct {
 	// BaseURL is the coordinator's URL as the pipeline's creator reached
 	// it: where its page is, for the commit statuses.
 	BaseURL string `json:"base_url,omitempty"`
+	// CommitTitle and CommitAuthor are the first line of the commit's
+	// message and its author's name, for the pages; TriggeredBy is who
+	// or what ran the pipeline, as the request said (free text).
+	CommitTitle  string `json:"commit_title,omitempty"`
+	CommitAuthor string `json:"commit_author,omitempty"`
+	TriggeredBy  string `json:"triggered_by,omitempty"`
 }
 
 // PipelineChange is what UpdatePipeline writes. Zero fields are left as

@@ -29,6 +29,7 @@ func parseTemplates() (*template.Template, error) {
 		"when":     formatTime,
 		"bytes":    formatBytes,
 		"finished": Finished,
+		"minute":   entryTime,
 		// safe marks HTML that the log parser made (escaped text in
 		// spans of its own): the only HTML not escaped by the template.
 		"safe": func(s string) template.HTML { return template.HTML(s) },

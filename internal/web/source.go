@@ -96,11 +96,22 @@ type Job struct {
 	Variables []string
 	Artifacts []Artifact
 	LogSize   int64
+
+	// PipelineID is the job's pipeline (0: a job submitted on its own);
+	// the rest is how it runs there: Needs are the names of the jobs it
+	// waits for when HasNeeds (else it waits for the earlier stages),
+	// When its when:, AllowFailure its allow_failure:.
+	PipelineID   int64
+	Needs        []string
+	HasNeeds     bool
+	When         string
+	AllowFailure bool
 }
 
 // Artifact is one of a job's artifacts.
 type Artifact struct {
 	Type     string // archive, junit, ...
+	Format   string // zip, gzip, raw
 	Filename string
 	Size     int64
 }

@@ -47,6 +47,17 @@ type Config struct {
 	Runners Runners
 	// Pipelines, if set, serves the pipelines' pages (/pipelines).
 	Pipelines Pipelines
+	// PipelineActions, if set, gives the admin the pipelines' buttons:
+	// cancel and retry a pipeline, play a manual job.
+	PipelineActions PipelineActions
+	// ArtifactFiles, if set, lets the job page read a job's artifacts:
+	// the files in its archive (listed, and downloaded one by one) and
+	// its JUnit report.
+	ArtifactFiles ArtifactFiles
+	// BaseURL, if set, is the URL the pages are at for request r, as
+	// jobs see it (CI_JOB_URL's start); default: the request's scheme
+	// and host.
+	BaseURL func(r *http.Request) string
 	// LogTail is how much of a log a job's page shows at first (from a
 	// line boundary), and how much more each "load earlier" adds; default
 	// DefaultLogTail.
@@ -126,6 +137,15 @@ func (u *UI) Mount(m Mounter) {
 		{"POST /jobs/{id}/retry", u.adminAction(u.handleRetry)},
 		{"GET /pipelines", u.page(u.handlePipelines)},
 		{"GET /pipelines/{id}", u.page(u.handlePipeline)},
+		// The pipeline graph, its actions; a job's artifacts browser.
+		{"GET /pipelines/{id}/events", u.stream(u.handlePipelineEvents)},
+		{"POST /pipelines/{id}/cancel", u.adminAction(u.handleCancelPipeline)},
+		{"POST /pipelines/{id}/retry", u.adminAction(u.handleRetryPipeline)},
+		{"POST /pipelines/{id}/jobs/{job}/play", u.adminAction(u.pipelineJobAction("play"))},
+		{"POST /pipelines/{id}/jobs/{job}/retry", u.adminAction(u.pipelineJobAction("retry"))},
+		{"POST /jobs/{id}/play", u.adminAction(u.handlePlay)},
+		{"GET /jobs/{id}/artifacts/files", u.page(u.handleArtifactFiles)},
+		{"GET /jobs/{id}/artifacts/file", u.page(u.handleArtifactFile)},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
@@ -501,10 +521,17 @@ type jobPage struct {
 	Timeline   []phase
 	Cancelable bool
 	Retryable  bool
-	Log        []logNode
-	Live       bool  // the log is followed
-	From       int64 // where the log shown starts (its tail of Config.LogTail)
-	Offset     int64 // where the live log carries on
+	Playable   bool // a manual job the admin may play
+	// URL is the job's page as its CI_JOB_URL says.
+	URL string
+	// Files is the first page of the files in its artifacts archive,
+	// JUnit its JUnit report's failures (nil: none, or not readable).
+	Files  *artifactListing
+	JUnit  *junitView
+	Log    []logNode
+	Live   bool  // the log is followed
+	From   int64 // where the log shown starts (its tail of Config.LogTail)
+	Offset int64 // where the live log carries on
 	// Earlier, when the log shown does not start at the log's start, is
 	// the button that loads the piece before it.
 	Earlier *earlier
@@ -528,6 +555,7 @@ func (u *UI) jobPage(cr credentials, j Job) jobPage {
 		base: u.base(fmt.Sprintf("#%d %s", j.ID, j.Name), cr), Job: j, Timeline: timeline(&j),
 		Cancelable: !Finished(j.Status) && j.Status != "canceling",
 		Retryable:  Finished(j.Status),
+		Playable:   j.Status == "manual" && u.cfg.PipelineActions != nil,
 	}
 }
 
@@ -545,8 +573,10 @@ func (u *UI) handleJob(w http.ResponseWriter, r *http.Request, cr credentials) {
 		return
 	}
 	p := u.jobPage(cr, j)
-	var tree logTree
+	p.URL = fmt.Sprintf("%s/jobs/%d", u.baseURL(r), j.ID)
 	ctx := r.Context()
+	p.Files, p.JUnit = u.jobArtifacts(ctx, &j)
+	var tree logTree
 	size, err := u.cfg.Logs.LogSize(ctx, j.ID)
 	var from int64
 	if err == nil {
@@ -668,6 +698,19 @@ func (u *UI) readLog(ctx context.Context, id, from, to int64, parser *Parser, em
 			return fmt.Errorf("read log of job %d: %w", id, err)
 		}
 	}
+}
+
+// baseURL is where the pages are for r: Config.BaseURL's, or the
+// request's scheme and host.
+func (u *UI) baseURL(r *http.Request) string {
+	if u.cfg.BaseURL != nil {
+		return strings.TrimSuffix(u.cfg.BaseURL(r), "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
 }
 
 // handleRaw is GET /jobs/{id}/raw: the log as the runner sent it, a
