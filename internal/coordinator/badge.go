@@ -12,14 +12,22 @@ import (
 // GET /{project path}/badge.svg?ref=main.
 const badgeSuffix = "/badge.svg"
 
-// handleFallback serves the paths no other route has: a project's
-// pipeline status badge, else 404.
-func (c *Coordinator) handleFallback(w http.ResponseWriter, r *http.Request) {
-	if !strings.HasSuffix(r.URL.Path, badgeSuffix) {
-		http.NotFound(w, r)
-		return
-	}
-	c.handleBadge(w, r, strings.Trim(strings.TrimSuffix(r.URL.Path, badgeSuffix), "/"))
+// badgePaths serves a project's badge path, /{project}/badge.svg (which a
+// ServeMux pattern cannot say: the project has slashes), as the route
+// GET /-/badge/{project...}; every other request goes to next as it is.
+func badgePaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasSuffix(p, badgeSuffix) &&
+			!strings.HasPrefix(p, "/api/") && !strings.HasPrefix(p, "/static/") && !strings.HasPrefix(p, "/-/") {
+			r2 := r.Clone(r.Context())
+			r2.URL.Path = "/-/badge/" + strings.Trim(strings.TrimSuffix(p, badgeSuffix), "/")
+			r2.URL.RawPath = ""
+			next.ServeHTTP(w, r2)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // handleBadge draws the status of the newest pipeline of a registered
@@ -28,7 +36,8 @@ func (c *Coordinator) handleFallback(w http.ResponseWriter, r *http.Request) {
 // project: they show one word of a project whose name is known, and are
 // embedded in READMEs that cannot send a token. An unregistered project
 // is 404, so the badge does not tell which projects exist.
-func (c *Coordinator) handleBadge(w http.ResponseWriter, r *http.Request, project string) {
+func (c *Coordinator) handleBadge(w http.ResponseWriter, r *http.Request) {
+	project := r.PathValue("project")
 	proj, err := c.projectSettings(r.Context(), project)
 	if err != nil {
 		c.internalError(r.Context(), w, "badge", err)

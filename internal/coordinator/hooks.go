@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/drover-ci/drover/internal/forge"
 	"github.com/drover-ci/drover/internal/pipeline/ciconfig"
@@ -126,7 +127,7 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := c.createPipeline(r.Context(), createPipelineRequest{
 		Project: proj.Name, RepoURL: repoURL, Ref: ref, SHA: push.After, BeforeSHA: push.Before,
-		Source: "push", RecordErrors: true, BaseURL: c.baseURL(r),
+		Source: "push", RecordErrors: true, BaseURL: c.baseURL(r), TriggeredBy: triggeredBy(kind, push),
 	})
 	if errors.Is(err, ciconfig.ErrFiltered) || errors.Is(err, ciconfig.ErrNoJobs) {
 		c.log.Info("webhook: no pipeline", "project", name, "ref", push.Ref, "sha", push.After, "reason", err)
@@ -160,4 +161,28 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	runnerapi.WriteJSON(w, http.StatusCreated, hookAnswer{Pipeline: &hookPipelineRef{
 		ID: p.ID, IID: p.IID, Status: string(p.Status), WebURL: c.baseURL(r) + "/pipelines/" + strconv.FormatInt(p.ID, 10),
 	}})
+}
+
+// triggeredBy says who pushed, for the pipeline pages.
+func triggeredBy(kind forge.Forge, p *forge.Push) string {
+	who := p.Pusher
+	if who == "" {
+		who = p.AuthorName
+	}
+	s := string(kind) + " push"
+	if who != "" {
+		s += " by " + who
+	}
+	return oneLine(s, 255)
+}
+
+// oneLine is s with its runs of white space made one space, cut to at
+// most n bytes on a character's boundary.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
 }

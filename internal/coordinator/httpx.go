@@ -80,10 +80,10 @@ func (c *Coordinator) routes() (http.Handler, error) {
 	m.Admin("POST /api/v1/projects/{project}/schedules/{id}/play", c.handlePlaySchedule)
 
 	// Webhooks of forges and git servers (hooks.go): the signature is the
-	// authentication. Status badges (badge.go) on the paths nothing else
-	// serves: /{project path}/badge.svg.
+	// authentication. Status badges (badge.go): /{project path}/badge.svg
+	// is served as /-/badge/{project path} (badgePaths).
 	m.Handle("POST /api/v1/hooks/{forge}/{project...}", http.HandlerFunc(c.handleWebhook))
-	m.Handle("GET /{path...}", http.HandlerFunc(c.handleFallback))
+	m.Handle("GET /-/badge/{project...}", http.HandlerFunc(c.handleBadge))
 
 	desc := "store: sqlite"
 	if d, ok := c.st.(interface{ Describe() string }); ok {
@@ -106,5 +106,5 @@ func (c *Coordinator) routes() (http.Handler, error) {
 		return nil, err
 	}
 	ui.Mount(m)
-	return m, nil
+	return badgePaths(m), nil
 }

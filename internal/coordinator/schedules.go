@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -359,7 +360,8 @@ func (c *Coordinator) runSchedule(ctx context.Context, s *store.Schedule) (store
 	}
 	// A configuration that does not compile is a failed pipeline, as for
 	// a push: the schedule ran, and its page says why nothing did.
-	req := createPipelineRequest{Project: s.Project, Ref: s.Ref, Source: "schedule", RecordErrors: true}
+	req := createPipelineRequest{Project: s.Project, Ref: s.Ref, Source: "schedule", RecordErrors: true,
+		TriggeredBy: oneLine(fmt.Sprintf("schedule %d (%s)", s.ID, cmp.Or(s.Description, s.Cron)), 255)}
 	for _, v := range vs {
 		req.Variables = append(req.Variables, v.apiVariable())
 	}
