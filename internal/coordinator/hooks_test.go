@@ -296,4 +296,29 @@ func TestWebhookGitea(t *testing.T) {
 			break
 		}
 	}
+
+	// A push whose configuration does not compile: a failed pipeline, and
+	// the forge's status says why.
+	broken := w.commit("break CI", map[string]string{".gitlab-ci.yml": "build:\n  script: [make]\n  when: sometimes\n"})
+	w.git("push", "-q", g.PushURL("app"), "main")
+	for {
+		select {
+		case err := <-posts.ch:
+			if err != nil {
+				t.Fatalf("a commit status post failed: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("no status posted for the broken commit")
+		}
+		st, err := g.CommitStatuses(ctx, "app", broken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st) > 0 {
+			if st[0].State != "failure" || !strings.Contains(st[0].Description, ".gitlab-ci.yml:3") {
+				t.Errorf("status of the broken commit = %+v, want failure naming .gitlab-ci.yml:3", st[0])
+			}
+			break
+		}
+	}
 }
