@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -102,8 +103,14 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		runnerapi.WriteJSON(w, http.StatusAccepted, hookAnswer{Message: "skipped: the commit message asks for no pipeline ([ci skip])"})
 		return
 	}
+	// From here the push is the coordinator's: a forge that stops waiting
+	// for the answer (Gitea's webhooks give up after 5 s, GitHub's and
+	// GitLab's after 10) must not leave a claimed delivery without its
+	// pipeline, since the forge's redelivery would find it claimed. The
+	// fetch has its own bound (createPipeline).
+	ctx := context.WithoutCancel(r.Context())
 	if push.DeliveryID != "" {
-		isNew, pid, err := c.st.ClaimDelivery(r.Context(), proj.ID, push.DeliveryID, c.clock.Now())
+		isNew, pid, err := c.st.ClaimDelivery(ctx, proj.ID, push.DeliveryID, c.clock.Now())
 		if err != nil {
 			c.internalError(r.Context(), w, "webhook: record the delivery", err)
 			return
@@ -125,7 +132,7 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if repoURL == "" {
 		repoURL = push.RepoURL
 	}
-	p, err := c.createPipeline(r.Context(), createPipelineRequest{
+	p, err := c.createPipeline(ctx, createPipelineRequest{
 		Project: proj.Name, RepoURL: repoURL, Ref: ref, SHA: push.After, BeforeSHA: push.Before,
 		Source: "push", RecordErrors: true, BaseURL: c.baseURL(r), TriggeredBy: triggeredBy(kind, push),
 	})
@@ -148,11 +155,11 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		c.internalError(r.Context(), w, "webhook: create the pipeline", err)
+		c.internalError(ctx, w, "webhook: create the pipeline", err)
 		return
 	}
 	if push.DeliveryID != "" {
-		if err := c.st.SetDeliveryPipeline(r.Context(), proj.ID, push.DeliveryID, p.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := c.st.SetDeliveryPipeline(ctx, proj.ID, push.DeliveryID, p.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			c.log.Error("webhook: attach the pipeline to its delivery", "pipeline_id", p.ID, "delivery", push.DeliveryID, "err", err)
 		}
 	}
