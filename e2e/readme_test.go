@@ -217,7 +217,8 @@ func TestReadmeBlocksParse(t *testing.T) {
 // before and after the test.
 var (
 	readmeTmpPaths = []string{"/tmp/drover-pg", "/tmp/drover-lb", "/tmp/busybox-image", "/tmp/bookworm-root",
-		"/tmp/drover-registry", "/tmp/drover-registry.yml", "/tmp/drover-registry.log", "/tmp/drover-demo"}
+		"/tmp/drover-registry", "/tmp/drover-registry.yml", "/tmp/drover-registry.log", "/tmp/drover-demo",
+		"/tmp/drover-demo.git", "/tmp/drover-demo.secret"}
 	readmeImages = []string{"my-busybox:1", "my-debian:bookworm", "127.0.0.1:5000/demo/busybox:1"}
 )
 
