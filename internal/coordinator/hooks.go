@@ -141,11 +141,23 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		runnerapi.WriteJSON(w, http.StatusAccepted, hookAnswer{Message: "no pipeline: " + err.Error()})
 		return
 	}
+	// A failure that another try may not meet (the repository could not
+	// be fetched, the database failed) gives the delivery back: the
+	// forge's redelivery gets its pipeline.
+	release := func() {
+		if push.DeliveryID == "" {
+			return
+		}
+		if err := c.st.ReleaseDelivery(ctx, proj.ID, push.DeliveryID); err != nil {
+			c.log.Error("webhook: give the delivery back", "project", name, "delivery", push.DeliveryID, "err", err)
+		}
+	}
 	var pe *pipelineError
 	if errors.As(err, &pe) {
 		code := pe.code
 		if code == http.StatusBadRequest {
 			code = http.StatusUnprocessableEntity // the request was the forge's: the commit is what failed
+			release()
 		}
 		c.log.Warn("webhook: no pipeline", "project", name, "ref", push.Ref, "sha", push.After, "err", pe.msg)
 		runnerapi.WriteJSON(w, code, struct {
@@ -155,6 +167,7 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
+		release()
 		c.internalError(ctx, w, "webhook: create the pipeline", err)
 		return
 	}

@@ -121,6 +121,9 @@ func TestWebhookGeneric(t *testing.T) {
 			http.StatusAccepted, "filtered out by workflow rules"},
 		{"a commit that is not there", "team/app", "s3cret-hook", forge.GenericPush{Ref: "refs/heads/main", After: strings.Repeat("1", 40), DeliveryID: "d-5"},
 			http.StatusUnprocessableEntity, ""},
+		// Its delivery was given back: the redelivery is tried again.
+		{"a commit that is not there, delivered again", "team/app", "s3cret-hook", forge.GenericPush{Ref: "refs/heads/main", After: strings.Repeat("1", 40), DeliveryID: "d-5"},
+			http.StatusUnprocessableEntity, "could not be fetched"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, a := push(tc.project, tc.token, tc.push)

@@ -116,6 +116,11 @@ type ProjectStore interface {
 	// SetDeliveryPipeline attaches the pipeline a delivery created.
 	// Unknown delivery: ErrNotFound.
 	SetDeliveryPipeline(ctx context.Context, projectID int64, id string, pipelineID int64) error
+	// ReleaseDelivery forgets delivery id of project projectID if no
+	// pipeline is attached to it (its pipeline could not be created): the
+	// forge's redelivery is then new. Unknown or with a pipeline: nothing
+	// happens.
+	ReleaseDelivery(ctx context.Context, projectID int64, id string) error
 	// ExpireDeliveries forgets the deliveries that arrived before
 	// before, and returns how many.
 	ExpireDeliveries(ctx context.Context, before time.Time) (int64, error)

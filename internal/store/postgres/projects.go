@@ -173,6 +173,17 @@ func (s *Store) SetDeliveryPipeline(ctx context.Context, projectID int64, id str
 		`UPDATE webhook_deliveries SET pipeline_id = $3 WHERE project_id = $1 AND delivery_id = $2`, projectID, id, pipelineID)
 }
 
+// ReleaseDelivery implements store.Store.
+func (s *Store) ReleaseDelivery(ctx context.Context, projectID int64, id string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE project_id = $1 AND delivery_id = $2 AND pipeline_id = 0`, projectID, id); err != nil {
+		return s.fail(ctx, fmt.Sprintf("release delivery %q", id), err)
+	}
+	return nil
+}
+
 // ExpireDeliveries implements store.Store.
 func (s *Store) ExpireDeliveries(ctx context.Context, before time.Time) (int64, error) {
 	if err := s.check(); err != nil {

@@ -195,6 +195,18 @@ func (s *Store) SetDeliveryPipeline(ctx context.Context, projectID int64, id str
 		`UPDATE webhook_deliveries SET pipeline_id = ? WHERE project_id = ? AND delivery_id = ?`, pipelineID, projectID, id)
 }
 
+// ReleaseDelivery implements store.Store.
+func (s *Store) ReleaseDelivery(ctx context.Context, projectID int64, id string) error {
+	err := s.inWrite(ctx, func(tx txStmts) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE project_id = ? AND delivery_id = ? AND pipeline_id = 0`, projectID, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release delivery %q of project %d: %w", id, projectID, err)
+	}
+	return nil
+}
+
 // ExpireDeliveries implements store.Store.
 func (s *Store) ExpireDeliveries(ctx context.Context, before time.Time) (int64, error) {
 	var n int64

@@ -166,8 +166,25 @@ func testDeliveries(t *testing.T, h Harness) {
 	if isNew, _, err := s.ClaimDelivery(ctx, q.ID, "abc", t0); err != nil || !isNew {
 		t.Errorf("ClaimDelivery(same id, other project) = %v, %v; want new", isNew, err)
 	}
+	// A claim without a pipeline released: the redelivery is new.
+	if isNew, _, err := s.ClaimDelivery(ctx, p.ID, "failed", t0); err != nil || !isNew {
+		t.Fatalf("ClaimDelivery(failed) = %v, %v", isNew, err)
+	}
+	if err := s.ReleaseDelivery(ctx, p.ID, "failed"); err != nil {
+		t.Fatalf("ReleaseDelivery = %v", err)
+	}
+	if isNew, _, err := s.ClaimDelivery(ctx, p.ID, "failed", t0); err != nil || !isNew {
+		t.Errorf("ClaimDelivery after ReleaseDelivery = %v, %v; want new", isNew, err)
+	}
+	if err := s.ReleaseDelivery(ctx, p.ID, "unknown"); err != nil {
+		t.Errorf("ReleaseDelivery(unknown) = %v, want nil", err)
+	}
 	if err := s.SetDeliveryPipeline(ctx, p.ID, "abc", 42); err != nil {
 		t.Fatalf("SetDeliveryPipeline = %v", err)
+	}
+	// One with its pipeline stays.
+	if err := s.ReleaseDelivery(ctx, p.ID, "abc"); err != nil {
+		t.Errorf("ReleaseDelivery(with a pipeline) = %v", err)
 	}
 	if isNew, pid, err := s.ClaimDelivery(ctx, p.ID, "abc", t0); err != nil || isNew || pid != 42 {
 		t.Errorf("ClaimDelivery(repeat) = %v, %d, %v; want repeat of 42", isNew, pid, err)
@@ -196,8 +213,8 @@ func testDeliveries(t *testing.T, h Harness) {
 	}
 
 	n, err := s.ExpireDeliveries(ctx, t0.Add(time.Minute))
-	if err != nil || n != 2 {
-		t.Errorf("ExpireDeliveries = %d, %v; want 2 (the ones at t0)", n, err)
+	if err != nil || n != 3 {
+		t.Errorf("ExpireDeliveries = %d, %v; want 3 (the ones at t0)", n, err)
 	}
 	if isNew, _, err := s.ClaimDelivery(ctx, p.ID, "abc", t0); err != nil || !isNew {
 		t.Errorf("ClaimDelivery after expiry = %v, %v; want new", isNew, err)
