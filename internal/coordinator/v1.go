@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/pipeline/gitrepo"
 	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/drover-ci/drover/internal/store"
 )
@@ -312,6 +313,18 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 	if e != nil {
 		runnerapi.WriteBad(w, e)
 		return
+	}
+	if g := &j.Spec.Git; g.RepoURL != "" && g.Sha == "" {
+		// GitLab always sends the commit: a runner given none checks
+		// out 40 zeros and fails (GitLab Runner does). The ref is resolved
+		// now, as GitLab's pipeline does when it is created, or the job
+		// is refused.
+		sha, err := gitrepo.ResolveRemote(r.Context(), g.RepoURL, g.Ref)
+		if err != nil {
+			runnerapi.WriteBad(w, runnerapi.Invalid("git.ref", "git.sha not given and %v", err))
+			return
+		}
+		g.Sha = sha
 	}
 	e, err := c.resolveDependencies(r.Context(), &j)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +339,55 @@ func TestExternalRegisterer(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("/metrics with a Registry = %d", resp.StatusCode)
+	}
+}
+
+// TestSubmitResolvesRef: a job given a repository and a ref but no sha
+// carries the ref's commit (GitLab Runner fails a job whose sha is 40
+// zeros); a ref that cannot be resolved refuses the job.
+func TestSubmitResolvesRef(t *testing.T) {
+	e := newEnv(t, nil)
+	repo := gitRepo(t, map[string]string{"a.txt": "a"})
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.TrimSpace(string(out))
+	for _, tc := range []struct {
+		name string
+		git  map[string]any
+		code int
+		want string // the stored sha, or the error's field
+	}{
+		{"branch", map[string]any{"repo_url": repo, "ref": "dev"}, 201, head},
+		{"tag", map[string]any{"repo_url": "file://" + repo, "ref": "v1"}, 201, head},
+		{"the remote's HEAD", map[string]any{"repo_url": repo}, 201, head},
+		{"sha given: kept", map[string]any{"repo_url": repo, "ref": "dev", "sha": strings.Repeat("b", 40)}, 201, strings.Repeat("b", 40)},
+		{"no such ref", map[string]any{"repo_url": repo, "ref": "nope"}, 400, "git.ref"},
+		{"no such repository", map[string]any{"repo_url": filepath.Join(t.TempDir(), "none"), "ref": "main"}, 400, "git.ref"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := e.admin("POST", "/api/v1/jobs", map[string]any{"name": "j", "script": []string{"x"}, "git": tc.git})
+			if resp.StatusCode != tc.code {
+				t.Fatalf("POST /api/v1/jobs = %d %s, want %d", resp.StatusCode, b, tc.code)
+			}
+			if tc.code != 201 {
+				var ae struct{ Field string }
+				e.decode(b, &ae)
+				if ae.Field != tc.want {
+					t.Errorf("error field %q (%s), want %q", ae.Field, b, tc.want)
+				}
+				return
+			}
+			var v jobView
+			e.decode(b, &v)
+			j, err := e.c.st.GetJob(t.Context(), v.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Spec.Git.Sha != tc.want {
+				t.Errorf("stored sha %q, want %q", j.Spec.Git.Sha, tc.want)
+			}
+		})
 	}
 }

@@ -292,7 +292,8 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 	c.metrics.queueWait.Observe(wait.Seconds())
 	c.log.Info("job handed out", "job_id", got.ID, "runner_id", rn.ID, "system_id", sys, "queued", wait,
 		"two_phase", twoPhase, "attempt", got.ProvisioningAttempts)
-	c.pages.changed(got.ID) // its page and its pipeline's show it running
+	// Its page and its pipeline's show it running.
+	c.pages.changed(got.ID)
 	got.Spec = spec // the stored spec, which no transition changes, opened
 	resp := c.payload(r, rn, &got, token, wait.Seconds())
 	if got.PipelineID != 0 && got.Spec.Pipeline != nil {
