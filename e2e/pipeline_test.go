@@ -237,7 +237,7 @@ never:
 		t.Errorf("order: build ended %v, lint ran %v–%v, flaky started %v", b.FinishedAt, l.StartedAt, l.FinishedAt, f.StartedAt)
 	}
 
-	// CI_PIPELINE_URL is a page: the stages, each job linked.
+	// CI_PIPELINE_URL is a page: the graph's stages, each job linked.
 	req, _ := http.NewRequest(http.MethodGet, pageURL, nil)
 	req.Header.Set("Authorization", "Bearer "+coord.token)
 	resp, err := http.DefaultClient.Do(req)
@@ -249,7 +249,7 @@ never:
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s = %d:\n%s", pageURL, resp.StatusCode, page)
 	}
-	for _, w := range []string{"Pipeline #" + fmt.Sprint(p.ID), "<h2>build</h2>", "<h2>deploy</h2>", fmt.Sprintf(`href="/jobs/%d"`, l.ID), "test: [bsd]", "st-manual",
+	for _, w := range []string{"Pipeline #" + fmt.Sprint(p.ID), `class="stage-name" x="`, ">build</text>", ">deploy</text>", fmt.Sprintf(`href="/jobs/%d"`, l.ID), "test: [bsd]", "st-manual",
 		"<td>78.46%</td>", "<dd>89.23%</dd>"} {
 		if !strings.Contains(string(page), w) {
 			t.Errorf("the pipeline page lacks %q:\n%s", w, page)
