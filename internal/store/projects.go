@@ -189,6 +189,8 @@ type ProjectTokenStore interface {
 	// ProjectTokenByHash returns the token whose hash is hash, or
 	// ErrNotFound ("" is never found). Expiry is the caller's to check.
 	ProjectTokenByHash(ctx context.Context, hash string) (ProjectToken, error)
+	// GetProjectToken returns token id, or ErrNotFound.
+	GetProjectToken(ctx context.Context, id int64) (ProjectToken, error)
 	// DeleteProjectToken revokes token id of project name; a token of
 	// another project, or none, is ErrNotFound.
 	DeleteProjectToken(ctx context.Context, project string, id int64) error

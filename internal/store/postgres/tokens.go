@@ -66,6 +66,18 @@ func (s *Store) ProjectTokenByHash(ctx context.Context, hash string) (store.Proj
 	return t, nil
 }
 
+// GetProjectToken implements store.Store.
+func (s *Store) GetProjectToken(ctx context.Context, id int64) (store.ProjectToken, error) {
+	if err := s.check(); err != nil {
+		return store.ProjectToken{}, err
+	}
+	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.id = $1`, id))
+	if err != nil {
+		return t, s.fail(ctx, fmt.Sprintf("get project token %d", id), err)
+	}
+	return t, nil
+}
+
 // DeleteProjectToken implements store.Store.
 func (s *Store) DeleteProjectToken(ctx context.Context, project string, id int64) error {
 	return s.execOne(ctx, fmt.Sprintf("delete token %d of project %q", id, project),

@@ -70,6 +70,15 @@ func (s *Store) ProjectTokenByHash(ctx context.Context, hash string) (store.Proj
 	return t, notFound(err, "project token", "by hash")
 }
 
+// GetProjectToken implements store.Store.
+func (s *Store) GetProjectToken(ctx context.Context, id int64) (store.ProjectToken, error) {
+	if err := s.check(); err != nil {
+		return store.ProjectToken{}, err
+	}
+	t, err := scanToken(s.rs.QueryRowContext(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.id = ?`, id))
+	return t, notFound(err, "project token", id)
+}
+
 // DeleteProjectToken implements store.Store.
 func (s *Store) DeleteProjectToken(ctx context.Context, project string, id int64) error {
 	return s.execOne(ctx, "delete project token", id,

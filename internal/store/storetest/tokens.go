@@ -65,6 +65,12 @@ func testProjectTokens(t *testing.T, h Harness) {
 			t.Errorf("ProjectTokenByHash(%q) = %v, want ErrNotFound", h, err)
 		}
 	}
+	if got, err := s.GetProjectToken(ctx, a2.ID); err != nil || !cmp.Equal(got, a2) {
+		t.Errorf("GetProjectToken = %+v, %v; want %+v", got, err, a2)
+	}
+	if _, err := s.GetProjectToken(ctx, 1<<40); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetProjectToken(unknown) = %v, want ErrNotFound", err)
+	}
 	list, err := s.ListProjectTokens(ctx, "t/a")
 	if err != nil {
 		t.Fatal(err)
