@@ -273,7 +273,7 @@ type base struct {
 	// Scoped is set for a project token's sign-in: the nav hides what
 	// it may not see (runners).
 	Scoped bool
-	Home  string // where the brand links; "" = /jobs
+	Home   string // where the brand links; "" = /jobs
 	// FleetCSRF is the CSRF token of a fleet page session: the fleet
 	// page's sign-out is shown when set.
 	FleetCSRF string
