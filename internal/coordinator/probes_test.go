@@ -1048,6 +1048,18 @@ func tokenProbes() []probe {
 			}, code(403)),
 		row("PUT /api/v4/jobs/{a} with a project token as job token", "403",
 			func(fx *probeFixture) sent { return put(fx.a.ID, fx.otherMaintainer) }, code(403)),
+		row("POST /jobs/{pending}/cancel (web) with another project's maintainer token as bearer", "404, as a job that does not exist",
+			func(fx *probeFixture) sent {
+				return sent{method: "POST", path: fmt.Sprintf("/jobs/%d/cancel", fx.pending), hdr: fx.bearer(fx.otherMaintainer)}
+			}, code(404)),
+		row("GET /jobs/{a}/raw (web) with another project's viewer token as bearer", "404, no log",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: fmt.Sprintf("/jobs/%d/raw", fx.a.ID), hdr: fx.bearer(fx.otherViewer)}
+			}, code(404), lacks(aTrace)),
+		row("GET /runners (web) with a project token as bearer", "404",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: "/runners", hdr: fx.bearer(fx.otherMaintainer)}
+			}, code(404), lacks("probe runner")),
 		row("POST /api/v4/jobs/watch (with the runner's token) of job b with job a's token", "200, job b answered 404 as a job that does not exist",
 			func(fx *probeFixture) sent {
 				return sent{method: "POST", path: "/api/v4/jobs/watch", body: []byte(fmt.Sprintf(`{"token":%q,"jobs":[{"id":%d,"token":%q,"job_status":"running"}],"timeout":1}`, fx.runnerTok, fx.b.ID, fx.a.Token))}
