@@ -19,7 +19,7 @@ func newProjectCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newProjectAddCmd(), newProjectListCmd(), newProjectShowCmd(), newProjectEditCmd(), newProjectDeleteCmd(),
-		newProjectVariableCmd())
+		newProjectVariableCmd(), newProjectTokenCmd())
 	return cmd
 }
 

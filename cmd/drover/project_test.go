@@ -76,3 +76,50 @@ func TestProjectAndScheduleCommands(t *testing.T) {
 	run(0, "project", "delete", "g/app")
 	run(1, "project", "show", "g/app", "--secret")
 }
+
+// TestProjectTokenCommands: drover project token add, list and revoke
+// against a real coordinator; the token works with the CLI until it is
+// revoked.
+func TestProjectTokenCommands(t *testing.T) {
+	co, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.Close() })
+	srv := httptest.NewServer(co.Handler())
+	t.Cleanup(srv.Close)
+	run := func(want int, token string, args ...string) string {
+		t.Helper()
+		stdout, stderr, code, err := droverSplit(t, append(args, "--url", srv.URL, "--token", token)...)
+		if code != want {
+			t.Fatalf("drover %s: exit %d (%v), want %d\n%s%s", strings.Join(args, " "), code, err, want, stdout, stderr)
+		}
+		return stdout
+	}
+	admin := co.AdminToken()
+	run(0, admin, "project", "add", "g/app", "--repo", "https://example.com/app.git")
+	out := run(0, admin, "project", "token", "add", "g/app", "ci bot", "--role", "maintainer", "--expires", "720h")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "token 1 of g/app (ci bot, maintainer), expires ") || !strings.HasPrefix(lines[1], "drp_") {
+		t.Fatalf("project token add:\n%s", out)
+	}
+	tok := lines[1]
+	run(2, admin, "project", "token", "add", "g/app", "x", "--role", "owner")
+	run(2, admin, "project", "token", "add", "g/app", "x", "--expires", "someday")
+	run(1, admin, "project", "token", "add", "g/none", "x")
+
+	// The token reads its project's pipelines, and nothing of the admin's.
+	run(0, tok, "pipeline", "list")
+	run(1, tok, "project", "list")
+	out = run(0, admin, "project", "token", "list", "g/app")
+	if !strings.Contains(out, "ci bot") || !strings.Contains(out, "maintainer") || strings.Contains(out, "drp_") {
+		t.Errorf("project token list:\n%s", out)
+	}
+	run(0, admin, "project", "token", "revoke", "g/app", "1")
+	run(1, admin, "project", "token", "revoke", "g/app", "1")
+	run(2, admin, "project", "token", "revoke", "g/app", "one")
+	run(1, tok, "pipeline", "list")
+	if out = run(0, admin, "project", "token", "list", "g/app"); strings.Contains(out, "ci bot") {
+		t.Errorf("project token list after revoke:\n%s", out)
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/runnerapi"
+	"github.com/drover-ci/drover/internal/store"
 )
 
 // Header names of the runner API v4.
@@ -43,22 +44,30 @@ func (c *Coordinator) routes() (http.Handler, error) {
 		Wrap: c.advertiseWatch,
 	})
 
-	// Admin API v1: jobs.
+	// Admin API v1: jobs and pipelines (pipelines.go). Besides the admin
+	// token, project tokens (access.go) read their project's, and
+	// maintainers' act on them; POST /api/v1/jobs (a job of its own) is
+	// the admin's.
+	read := func(pattern string, fn http.HandlerFunc) {
+		m.Handle(pattern, c.projectAuth(store.RoleViewer, fn))
+	}
+	act := func(pattern string, fn http.HandlerFunc) {
+		m.Handle(pattern, c.projectAuth(store.RoleMaintainer, fn))
+	}
 	m.Admin("POST /api/v1/jobs", c.handleSubmitJob)
-	m.Admin("GET /api/v1/jobs", c.handleListJobs)
-	m.Admin("GET /api/v1/jobs/{id}", c.handleGetJob)
-	m.Admin("GET /api/v1/jobs/{id}/trace", c.handleGetTrace)
-	m.Admin("POST /api/v1/jobs/{id}/cancel", c.handleCancelJob)
-	m.Admin("POST /api/v1/jobs/{id}/retry", c.handleRetryJob)
-	m.Admin("GET /api/v1/jobs/{id}/artifacts", c.handleAdminArtifacts)
-	m.Admin("POST /api/v1/jobs/{id}/play", c.handlePlayJob)
+	read("GET /api/v1/jobs", c.handleListJobs)
+	read("GET /api/v1/jobs/{id}", c.handleGetJob)
+	read("GET /api/v1/jobs/{id}/trace", c.handleGetTrace)
+	act("POST /api/v1/jobs/{id}/cancel", c.handleCancelJob)
+	act("POST /api/v1/jobs/{id}/retry", c.handleRetryJob)
+	read("GET /api/v1/jobs/{id}/artifacts", c.handleAdminArtifacts)
+	act("POST /api/v1/jobs/{id}/play", c.handlePlayJob)
 
-	// Admin API v1: pipelines (pipelines.go).
-	m.Admin("POST /api/v1/pipelines", c.handleCreatePipeline)
-	m.Admin("GET /api/v1/pipelines", c.handleListPipelines)
-	m.Admin("GET /api/v1/pipelines/{id}", c.handleGetPipeline)
-	m.Admin("POST /api/v1/pipelines/{id}/cancel", c.handleCancelPipeline)
-	m.Admin("POST /api/v1/pipelines/{id}/retry", c.handleRetryPipeline)
+	act("POST /api/v1/pipelines", c.handleCreatePipeline)
+	read("GET /api/v1/pipelines", c.handleListPipelines)
+	read("GET /api/v1/pipelines/{id}", c.handleGetPipeline)
+	act("POST /api/v1/pipelines/{id}/cancel", c.handleCancelPipeline)
+	act("POST /api/v1/pipelines/{id}/retry", c.handleRetryPipeline)
 
 	// Admin API v1: projects and their pipeline schedules (projects.go,
 	// schedules.go). {project} is a project's id or its path URL-encoded
@@ -78,6 +87,9 @@ func (c *Coordinator) routes() (http.Handler, error) {
 	m.Admin("PATCH /api/v1/projects/{project}/schedules/{id}", c.handleUpdateSchedule)
 	m.Admin("DELETE /api/v1/projects/{project}/schedules/{id}", c.handleDeleteSchedule)
 	m.Admin("POST /api/v1/projects/{project}/schedules/{id}/play", c.handlePlaySchedule)
+	m.Admin("POST /api/v1/projects/{project}/tokens", c.handleCreateProjectToken)
+	m.Admin("GET /api/v1/projects/{project}/tokens", c.handleListProjectTokens)
+	m.Admin("DELETE /api/v1/projects/{project}/tokens/{id}", c.handleDeleteProjectToken)
 
 	// Webhooks of forges and git servers (hooks.go): the signature is the
 	// authentication. Status badges (badge.go): /{project path}/badge.svg

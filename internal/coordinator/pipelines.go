@@ -192,6 +192,25 @@ func (c *Coordinator) handleCreatePipeline(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	req.BaseURL = c.baseURL(r)
+	if who := principalOf(r); !who.admin {
+		// A maintainer token runs its project's pipelines, in its own
+		// name; another project is one it does not know.
+		if req.Project == "" {
+			req.Project = who.token.Project
+		}
+		if req.Project != who.token.Project {
+			runnerapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("project %s not found", req.Project), "project")
+			return
+		}
+		// It runs the project's repository: a repo_url of its own could
+		// be any repository this coordinator reaches (a path on its disk
+		// included).
+		if req.RepoURL != "" {
+			runnerapi.WriteBad(w, runnerapi.Invalid("repo_url", "a project token runs its project's repository: leave repo_url out"))
+			return
+		}
+		req.TriggeredBy = who.who()
+	}
 	p, err := c.createPipeline(r.Context(), req)
 	var pe *pipelineError
 	if errors.As(err, &pe) {
@@ -612,9 +631,10 @@ func (c *Coordinator) loadPipeline(w http.ResponseWriter, r *http.Request) (stor
 		return store.Pipeline{}, false
 	}
 	p, err := c.st.GetPipeline(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
+	// Another project's pipeline is none to a project token (access.go).
+	if errors.Is(err, store.ErrNotFound) || err == nil && !principalOf(r).sees(p.Project) {
 		runnerapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("pipeline %d not found", id), "")
-		return p, false
+		return store.Pipeline{}, false
 	}
 	if err != nil {
 		c.internalError(r.Context(), w, "load pipeline", err)
@@ -643,6 +663,14 @@ func (c *Coordinator) handleGetPipeline(w http.ResponseWriter, r *http.Request) 
 func (c *Coordinator) handleListPipelines(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.PipelineFilter{Project: q.Get("project"), Ref: q.Get("ref"), Newest: true, Limit: 50}
+	if who := principalOf(r); !who.admin {
+		// A project token lists its project's pipelines only.
+		if f.Project != "" && f.Project != who.token.Project {
+			runnerapi.WriteJSON(w, http.StatusOK, []pipelineView{})
+			return
+		}
+		f.Project = who.token.Project
+	}
 	if s := q.Get("status"); s != "" {
 		for st := range strings.SplitSeq(s, ",") {
 			f.Statuses = append(f.Statuses, store.PipelineStatus(st))

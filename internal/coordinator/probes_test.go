@@ -125,6 +125,9 @@ type probeFixture struct {
 	viewerSession string
 	viewerCSRF    string
 	jobs          int // jobs in the store once set up
+	// otherMaintainer and otherViewer are tokens of project probe/other,
+	// which none of the jobs is of.
+	otherMaintainer, otherViewer string
 }
 
 const aTrace = "0123456789"
@@ -220,6 +223,12 @@ func newProbeFixture(t *testing.T, e *env) *probeFixture {
 		t.Fatalf("list jobs: %v %s", err, list)
 	}
 	fx.jobs = len(all)
+
+	if resp, b := e.admin("POST", "/api/v1/projects", map[string]any{"name": "probe/other", "repo_url": "https://example.com/probe/other.git"}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST project = %d %s", resp.StatusCode, b)
+	}
+	fx.otherMaintainer = e.createToken("probe/other", "probe maintainer", "maintainer", "").Token
+	fx.otherViewer = e.createToken("probe/other", "probe viewer", "viewer", "").Token
 
 	fx.adminSession, fx.adminCSRF = fx.signIn(fx.admin)
 	fx.viewerSession, fx.viewerCSRF = fx.signIn(fx.viewer)
@@ -1009,6 +1018,48 @@ func tokenProbes() []probe {
 				return sent{method: "POST", path: fmt.Sprintf("/runners/%d/delete", fx.runnerID), hdr: formHdr,
 					cookie: "drover_session=" + fx.viewerSession, body: form(url.Values{"csrf": {fx.viewerCSRF}})}
 			}, code(403)),
+		row("POST /api/v1/jobs/{pending}/cancel with another project's maintainer token", "404, as a job that does not exist",
+			func(fx *probeFixture) sent {
+				return sent{method: "POST", path: fmt.Sprintf("/api/v1/jobs/%d/cancel", fx.pending), hdr: fx.bearer(fx.otherMaintainer)}
+			}, code(404)),
+		row("GET /api/v1/jobs/{a}/trace with another project's maintainer token", "404, no trace",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: fmt.Sprintf("/api/v1/jobs/%d/trace", fx.a.ID), hdr: fx.bearer(fx.otherMaintainer)}
+			}, code(404), lacks(aTrace)),
+		row("GET /api/v1/jobs/{done}/artifacts with another project's viewer token", "404, no archive",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: fmt.Sprintf("/api/v1/jobs/%d/artifacts", fx.done.ID), hdr: fx.bearer(fx.otherViewer)}
+			}, code(404), lacks("PK archive")),
+		row("GET /api/v1/jobs?limit=1000 with another project's viewer token", "200, no job listed",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: "/api/v1/jobs?limit=1000", hdr: fx.bearer(fx.otherViewer)}
+			}, code(200), jobCount(0)),
+		row("POST /api/v1/pipelines/1/cancel with a viewer's project token", "403",
+			func(fx *probeFixture) sent {
+				return sent{method: "POST", path: "/api/v1/pipelines/1/cancel", hdr: fx.bearer(fx.otherViewer)}
+			}, code(403)),
+		row("PATCH /api/v1/projects/probe%2Fother with the project's maintainer token", "403",
+			func(fx *probeFixture) sent {
+				return sent{method: "PATCH", path: "/api/v1/projects/probe%2Fother", hdr: fx.bearer(fx.otherMaintainer), body: []byte(`{"repo_url":"/etc"}`)}
+			}, code(403)),
+		row("POST /api/v4/jobs/request with a project token as runner token", "403, no job handed out",
+			func(fx *probeFixture) sent {
+				return sent{method: "POST", path: "/api/v4/jobs/request", body: []byte(`{"token":"` + fx.otherMaintainer + `"}`)}
+			}, code(403)),
+		row("PUT /api/v4/jobs/{a} with a project token as job token", "403",
+			func(fx *probeFixture) sent { return put(fx.a.ID, fx.otherMaintainer) }, code(403)),
+		row("POST /jobs/{pending}/cancel (web) with another project's maintainer token as bearer", "404, as a job that does not exist",
+			func(fx *probeFixture) sent {
+				return sent{method: "POST", path: fmt.Sprintf("/jobs/%d/cancel", fx.pending), hdr: fx.bearer(fx.otherMaintainer)}
+			}, code(404)),
+		row("GET /jobs/{a}/raw (web) with another project's viewer token as bearer", "404, no log",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: fmt.Sprintf("/jobs/%d/raw", fx.a.ID), hdr: fx.bearer(fx.otherViewer)}
+			}, code(404), lacks(aTrace)),
+		row("GET /runners (web) with a project token as bearer", "404",
+			func(fx *probeFixture) sent {
+				return sent{method: "GET", path: "/runners", hdr: fx.bearer(fx.otherMaintainer)}
+			}, code(404), lacks("probe runner")),
 		row("POST /api/v4/jobs/watch (with the runner's token) of job b with job a's token", "200, job b answered 404 as a job that does not exist",
 			func(fx *probeFixture) sent {
 				return sent{method: "POST", path: "/api/v4/jobs/watch", body: []byte(fmt.Sprintf(`{"token":%q,"jobs":[{"id":%d,"token":%q,"job_status":"running"}],"timeout":1}`, fx.runnerTok, fx.b.ID, fx.a.Token))}

@@ -160,7 +160,7 @@ func TestUpgradeFromPlaintext(t *testing.T) {
 	if _, err := db.ExecContext(t.Context(), `DROP TABLE settings; DROP TABLE artifacts; DROP INDEX jobs_token_hash; DROP INDEX jobs_project_name;
 		ALTER TABLE runner_managers DROP COLUMN fleet_url;
 		DROP TABLE pipelines; DROP INDEX jobs_pipeline_id; ALTER TABLE jobs DROP COLUMN pipeline_id;
-		DROP TABLE webhook_deliveries; DROP TABLE pipeline_schedules;
+		DROP TABLE webhook_deliveries; DROP TABLE pipeline_schedules; DROP TABLE project_tokens;
 		ALTER TABLE projects DROP COLUMN registered;
 		ALTER TABLE projects DROP COLUMN repo_url;
 		ALTER TABLE projects DROP COLUMN default_branch;

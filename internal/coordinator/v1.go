@@ -358,6 +358,14 @@ func (c *Coordinator) handleSubmitJob(w http.ResponseWriter, r *http.Request) {
 func (c *Coordinator) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.JobFilter{Project: q.Get("project"), Limit: 100}
+	if who := principalOf(r); !who.admin {
+		// A project token lists its project's jobs only.
+		if f.Project != "" && f.Project != who.token.Project {
+			runnerapi.WriteJSON(w, http.StatusOK, []jobView{})
+			return
+		}
+		f.Project = who.token.Project
+	}
 	if s := q.Get("status"); s != "" {
 		for st := range strings.SplitSeq(s, ",") {
 			if !store.Status(st).Valid() {
@@ -433,9 +441,11 @@ func (c *Coordinator) loadJob(w http.ResponseWriter, r *http.Request) (store.Job
 		return store.Job{}, false
 	}
 	j, err := c.st.GetJob(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
+	// A job of another project than a project token's is one it cannot
+	// tell from none (access.go).
+	if errors.Is(err, store.ErrNotFound) || err == nil && !principalOf(r).sees(j.Project) {
 		runnerapi.WriteError(w, http.StatusNotFound, "job not found", "id")
-		return j, false
+		return store.Job{}, false
 	}
 	if err != nil {
 		c.internalError(r.Context(), w, "get job", err)

@@ -26,7 +26,7 @@ func (c *Coordinator) webUI() (*web.UI, error) {
 		Jobs: src, Logs: src, Notifier: src, AdminToken: c.adminToken, ViewerToken: c.viewerToken,
 		Artifacts: http.HandlerFunc(c.handleAdminArtifacts), Clock: c.clock, Runners: src, Pipelines: src,
 		PipelineActions: src, ArtifactFiles: src, BaseURL: c.baseURL,
-		Unavailable: unavailableCause,
+		Unavailable: unavailableCause, ProjectTokens: src, Projects: src,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -46,6 +46,8 @@ var (
 	_ web.PipelineActions  = webSource{}
 	_ web.PipelineNotifier = webSource{}
 	_ web.ArtifactFiles    = webSource{}
+	_ web.ProjectTokens    = webSource{}
+	_ web.Projects         = webSource{}
 )
 
 func (s webSource) ListJobs(ctx context.Context, q web.Query) ([]web.Job, error) {

@@ -103,7 +103,7 @@ type ProjectStore interface {
 	// and ErrConflict. An unknown or unregistered project is ErrNotFound.
 	UpdateProject(ctx context.Context, p Project, ifVersion int64, at time.Time) (Project, error)
 	// DeleteProject drops the settings of registered project name, its
-	// schedules and its webhook deliveries, in one transaction; the row
+	// schedules, its tokens and its webhook deliveries, in one transaction; the row
 	// stays (unregistered) with its pipelines and jobs. Not registered:
 	// ErrNotFound.
 	DeleteProject(ctx context.Context, name string) error
@@ -153,4 +153,52 @@ type ScheduleStore interface {
 	// SetScheduleLastPipeline records the pipeline a run created (the
 	// Version is left as it is).
 	SetScheduleLastPipeline(ctx context.Context, id, pipelineID int64) error
+}
+
+// Roles of project tokens.
+const (
+	// RoleViewer reads a project's pipelines, jobs, logs and artifacts.
+	RoleViewer = "viewer"
+	// RoleMaintainer is a viewer that also runs, cancels, retries and
+	// plays the project's pipelines and jobs.
+	RoleMaintainer = "maintainer"
+)
+
+// ProjectToken is an access token of one project (GitLab's project access
+// token): its holder may act on that project's pipelines and jobs as Role
+// says, and on nothing else. The token itself is never stored, only the
+// SHA-256 of it (TokenHash).
+type ProjectToken struct {
+	ID        int64
+	ProjectID int64
+	Project   string // the project's name, filled in by the store
+	// Name says what the token is for (free text, shown in lists and as
+	// who triggered the pipelines it runs).
+	Name      string
+	Role      string // RoleViewer or RoleMaintainer
+	TokenHash string
+	CreatedAt time.Time
+	// LastUsedAt is when the token last authenticated a request (zero:
+	// never); ExpiresAt when it stops working (zero: never).
+	LastUsedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// ProjectTokenStore keeps project tokens.
+type ProjectTokenStore interface {
+	// CreateProjectToken inserts t (ID assigned) for registered project
+	// t.Project (else ErrNotFound) and returns it as stored.
+	CreateProjectToken(ctx context.Context, t ProjectToken) (ProjectToken, error)
+	// ListProjectTokens returns the tokens of project name, by id.
+	ListProjectTokens(ctx context.Context, project string) ([]ProjectToken, error)
+	// ProjectTokenByHash returns the token whose hash is hash, or
+	// ErrNotFound ("" is never found). Expiry is the caller's to check.
+	ProjectTokenByHash(ctx context.Context, hash string) (ProjectToken, error)
+	// GetProjectToken returns token id, or ErrNotFound.
+	GetProjectToken(ctx context.Context, id int64) (ProjectToken, error)
+	// DeleteProjectToken revokes token id of project name; a token of
+	// another project, or none, is ErrNotFound.
+	DeleteProjectToken(ctx context.Context, project string, id int64) error
+	// TouchProjectToken sets LastUsedAt of token id to at.
+	TouchProjectToken(ctx context.Context, id int64, at time.Time) error
 }

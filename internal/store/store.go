@@ -499,6 +499,7 @@ type Store interface {
 	// (projects.go).
 	ProjectStore
 	ScheduleStore
+	ProjectTokenStore
 
 	// Ping reports whether the store is usable.
 	Ping(ctx context.Context) error

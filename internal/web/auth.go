@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -36,6 +37,13 @@ import (
 // A request with the bearer token needs none: a browser never adds that
 // header on its own. The login form is protected the same way by a
 // random value in a cookie of its own and in the form (double submit).
+//
+// A project token (Config.ProjectTokens) signs in too: its session is
+// limited to the token's project (another project's pages are 404, the
+// lists show the project's only), with the actions on its pipelines and
+// jobs for a maintainer's token. Its cookie names the token's id: each
+// request checks that the token still exists and has not expired, so that
+// revoking the token ends its sessions.
 
 const (
 	sessionCookie = "drover_session"
@@ -49,12 +57,15 @@ type auth struct {
 	token  string
 	viewer string // "" = no viewer token
 	clock  clock.Clock
+	tokens ProjectTokens // nil = no project tokens
 }
 
 // Roles, as a session cookie records them.
 const (
 	roleAdmin  = "a"
 	roleViewer = "v"
+	// roleToken is followed by a project token's id: "t12".
+	roleToken = "t"
 )
 
 func (a *auth) mac(parts ...string) string {
@@ -72,15 +83,41 @@ func (a *auth) tokenOK(tok string) bool {
 	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.token)) == 1
 }
 
-// role returns the role tok signs in as: roleAdmin, roleViewer, or "".
-func (a *auth) role(tok string) string {
+// role returns the role tok signs in as: roleAdmin, roleViewer, a
+// project token's roleToken+id, or "".
+func (a *auth) role(ctx context.Context, tok string) string {
 	switch {
 	case a.tokenOK(tok):
 		return roleAdmin
 	case tok != "" && a.viewer != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.viewer)) == 1:
 		return roleViewer
+	case a.tokens != nil && strings.HasPrefix(tok, ProjectTokenPrefix):
+		if m, err := a.tokens.ProjectToken(ctx, tok); err == nil {
+			return roleToken + strconv.FormatInt(m.TokenID, 10)
+		}
 	}
 	return ""
+}
+
+// credentials returns the credentials of role (as role or session
+// returned it); ok is false for a project token that is no more.
+func (a *auth) credentials(ctx context.Context, role string) (credentials, bool) {
+	switch role {
+	case roleAdmin:
+		return credentials{ok: true, admin: true, who: "admin"}, true
+	case roleViewer:
+		return credentials{ok: true, who: "viewer"}, true
+	}
+	idText, found := strings.CutPrefix(role, roleToken)
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if !found || err != nil || a.tokens == nil {
+		return credentials{}, false
+	}
+	m, err := a.tokens.ProjectTokenByID(ctx, id)
+	if err != nil {
+		return credentials{}, false
+	}
+	return credentials{ok: true, project: m.Project, maintainer: m.Maintainer, who: m.Name}, true
 }
 
 // newSession returns the value of a new session cookie for role.
@@ -106,7 +143,7 @@ func (a *auth) session(v string) string {
 	if n, err := strconv.ParseInt(exp, 10, 64); err != nil || a.clock.Now().Unix() >= n {
 		return ""
 	}
-	if role == roleAdmin || role == roleViewer && a.viewer != "" {
+	if role == roleAdmin || role == roleViewer && a.viewer != "" || strings.HasPrefix(role, roleToken) && a.tokens != nil {
 		return role
 	}
 	return ""
@@ -121,6 +158,12 @@ type credentials struct {
 	// admin is set for the admin token and its sessions; a viewer's
 	// requests are ok but not admin.
 	admin bool
+	// project, when set, is the one project a project token's requests
+	// see; maintainer is set for a maintainer's token, which acts on it.
+	project    string
+	maintainer bool
+	// who is "admin", "viewer" or the project token's name.
+	who string
 	// bad is set when the request carried a bearer token that is wrong.
 	bad bool
 	// session is the session cookie's value; "" when the request came
@@ -128,17 +171,32 @@ type credentials struct {
 	session string
 }
 
+// sees reports whether cr may see the pipelines and jobs of project.
+func (cr credentials) sees(project string) bool {
+	return cr.ok && (cr.project == "" || cr.project == project)
+}
+
+// canAct reports whether cr may act on project's pipelines and jobs.
+func (cr credentials) canAct(project string) bool {
+	return cr.admin || cr.maintainer && cr.project == project
+}
+
 func (a *auth) check(r *http.Request) credentials {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, found := strings.CutPrefix(h, "Bearer ")
-		if role := a.role(tok); found && role != "" {
-			return credentials{ok: true, admin: role == roleAdmin}
+		if role := a.role(r.Context(), tok); found && role != "" {
+			if cr, ok := a.credentials(r.Context(), role); ok {
+				return cr
+			}
 		}
 		return credentials{bad: true}
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		if role := a.session(c.Value); role != "" {
-			return credentials{ok: true, admin: role == roleAdmin, session: c.Value}
+			if cr, ok := a.credentials(r.Context(), role); ok {
+				cr.session = c.Value
+				return cr
+			}
 		}
 	}
 	return credentials{}
@@ -195,4 +253,27 @@ func randomString() string {
 	b := make([]byte, 18)
 	rand.Read(b) // never fails (crypto/rand)
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ProjectTokenPrefix starts every project token.
+const ProjectTokenPrefix = "drp_"
+
+// ProjectTokens finds project tokens, for sign-in with one.
+type ProjectTokens interface {
+	// ProjectToken returns the member token tok is; ErrNotFound when
+	// it is none (unknown, revoked or expired).
+	ProjectToken(ctx context.Context, tok string) (ProjectMember, error)
+	// ProjectTokenByID is ProjectToken of a session's token id.
+	ProjectTokenByID(ctx context.Context, id int64) (ProjectMember, error)
+}
+
+// ProjectMember is who a project token signs in as.
+type ProjectMember struct {
+	TokenID int64
+	Project string
+	// Name is the token's, shown as who triggered what it runs.
+	Name string
+	// Maintainer is set for a maintainer's token, which acts on the
+	// project's pipelines and jobs; a viewer's reads them.
+	Maintainer bool
 }

@@ -156,6 +156,10 @@ func (u *UI) handlePipelines(w http.ResponseWriter, r *http.Request, cr credenti
 		u.errorPage(w, r, cr, http.StatusBadRequest, err.Error())
 		return
 	}
+	if cr.project != "" {
+		// A project token's list is of its project.
+		f.Project = cr.project
+	}
 	want := f.Limit
 	f.Limit++
 	ps, err := u.cfg.Pipelines.ListPipelines(r.Context(), f)
@@ -238,9 +242,13 @@ func (u *UI) pipelinePage(ctx context.Context, cr credentials, id int64) (pipeli
 	if err != nil {
 		return pipelinePage{}, err
 	}
+	if !cr.sees(p.Project) {
+		// Another project's pipeline is none to a project token.
+		return pipelinePage{}, ErrNotFound
+	}
 	pg := pipelinePage{
 		base: u.base(fmt.Sprintf("Pipeline #%d", p.ID), cr), Pipeline: p, Duration: p.Duration(u.cfg.Clock.Now()),
-		Graph: layoutGraph(p.Stages), Actions: cr.admin && u.cfg.PipelineActions != nil,
+		Graph: layoutGraph(p.Stages), Actions: cr.canAct(p.Project) && u.cfg.PipelineActions != nil,
 	}
 	for _, s := range p.Stages {
 		for _, j := range s.Jobs {
@@ -281,7 +289,7 @@ func (u *UI) handlePipelineEvents(w http.ResponseWriter, r *http.Request, cr cre
 		http.NotFound(w, r)
 		return
 	}
-	if _, err := u.cfg.Pipelines.Pipeline(r.Context(), id); err != nil {
+	if p, err := u.cfg.Pipelines.Pipeline(r.Context(), id); err != nil || !cr.sees(p.Project) {
 		http.Error(w, "no such pipeline", http.StatusNotFound)
 		return
 	}
@@ -337,6 +345,16 @@ func (u *UI) pipelineAction(w http.ResponseWriter, r *http.Request, cr credentia
 	if err != nil || id <= 0 || u.cfg.PipelineActions == nil {
 		u.errorPage(w, r, cr, http.StatusNotFound, "No such pipeline.")
 		return
+	}
+	if !cr.admin {
+		// A maintainer's token acts on its project's pipelines only.
+		p, err := u.cfg.Pipelines.Pipeline(r.Context(), id)
+		if err == nil && !cr.canAct(p.Project) {
+			err = ErrNotFound
+		}
+		if !u.actionDone(w, r, cr, "get pipeline", fmt.Sprintf("There is no pipeline %d.", id), err) {
+			return
+		}
 	}
 	if !u.actionDone(w, r, cr, name+" pipeline", fmt.Sprintf("There is no pipeline %d.", id), act(r.Context(), id)) {
 		return

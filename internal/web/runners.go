@@ -145,12 +145,12 @@ func (u *UI) mountRunners(m Mounter) {
 		pattern string
 		h       http.HandlerFunc
 	}{
-		{"GET /runners", u.page(u.handleRunners)},
-		{"GET /runners/events", u.stream(u.handleRunnersEvents)},
-		{"GET /runners/{id}/fleet", u.page(u.handleRunnerFleet)},
-		{"POST /runners/{id}/pause", u.adminAction(u.handleRunnerPause(true))},
-		{"POST /runners/{id}/resume", u.adminAction(u.handleRunnerPause(false))},
-		{"POST /runners/{id}/delete", u.adminAction(u.handleRunnerDelete)},
+		{"GET /runners", u.page(unscoped(u.handleRunners))},
+		{"GET /runners/events", u.stream(unscoped(u.handleRunnersEvents))},
+		{"GET /runners/{id}/fleet", u.page(unscoped(u.handleRunnerFleet))},
+		{"POST /runners/{id}/pause", u.adminAction(unscoped(u.handleRunnerPause(true)))},
+		{"POST /runners/{id}/resume", u.adminAction(unscoped(u.handleRunnerPause(false)))},
+		{"POST /runners/{id}/delete", u.adminAction(unscoped(u.handleRunnerDelete))},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}

@@ -88,11 +88,14 @@ func (u *UI) wait(ctx context.Context, ch <-chan struct{}) bool {
 
 // handleJobsEvents is GET /jobs/events?<the filter of /jobs>: the rows of
 // the table whenever they change.
-func (u *UI) handleJobsEvents(w http.ResponseWriter, r *http.Request, _ credentials) {
+func (u *UI) handleJobsEvents(w http.ResponseWriter, r *http.Request, cr credentials) {
 	f, _, err := u.jobsQuery(r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	}
+	if cr.project != "" {
+		f.Project = cr.project
 	}
 	ctx := r.Context()
 	s := newSSE(w)
@@ -189,7 +192,7 @@ func (u *UI) handleLogEvents(w http.ResponseWriter, r *http.Request, cr credenti
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
 	j, err := u.cfg.Jobs.Job(ctx, id)
-	if err != nil {
+	if err != nil || !cr.sees(j.Project) {
 		http.Error(w, "no such job", http.StatusNotFound)
 		return
 	}

@@ -43,6 +43,12 @@ type Config struct {
 	Poll      time.Duration // how often live pages check for changes; default 2s
 	PageSize  int           // jobs a page; default 50
 
+	// ProjectTokens, if set, lets project tokens sign in: sessions
+	// limited to one project (see auth.go).
+	ProjectTokens ProjectTokens
+	// Projects, if set, serves the projects' pages (/projects).
+	Projects Projects
+
 	// Runners, if set, serves the runners page (/runners).
 	Runners Runners
 	// Pipelines, if set, serves the pipelines' pages (/pipelines).
@@ -102,7 +108,7 @@ func New(logger *slog.Logger, cfg Config) (*UI, error) {
 	}
 	return &UI{
 		log: cmp.Or(logger, slog.New(slog.DiscardHandler)), cfg: cfg, tmpl: t,
-		auth: auth{token: cfg.AdminToken, viewer: cfg.ViewerToken, clock: cfg.Clock},
+		auth: auth{token: cfg.AdminToken, viewer: cfg.ViewerToken, clock: cfg.Clock, tokens: cfg.ProjectTokens},
 	}, nil
 }
 
@@ -133,23 +139,24 @@ func (u *UI) Mount(m Mounter) {
 		{"GET /jobs/{id}/log/range", u.stream(u.handleLogRange)},
 		{"GET /jobs/{id}/raw", u.page(u.handleRaw)},
 		{"GET /jobs/{id}/artifacts", u.page(u.handleArtifacts)},
-		{"POST /jobs/{id}/cancel", u.adminAction(u.handleCancel)},
-		{"POST /jobs/{id}/retry", u.adminAction(u.handleRetry)},
+		{"POST /jobs/{id}/cancel", u.projectAction(u.handleCancel)},
+		{"POST /jobs/{id}/retry", u.projectAction(u.handleRetry)},
 		{"GET /pipelines", u.page(u.handlePipelines)},
 		{"GET /pipelines/{id}", u.page(u.handlePipeline)},
 		// The pipeline graph, its actions; a job's artifacts browser.
 		{"GET /pipelines/{id}/events", u.stream(u.handlePipelineEvents)},
-		{"POST /pipelines/{id}/cancel", u.adminAction(u.handleCancelPipeline)},
-		{"POST /pipelines/{id}/retry", u.adminAction(u.handleRetryPipeline)},
-		{"POST /pipelines/{id}/jobs/{job}/play", u.adminAction(u.pipelineJobAction("play"))},
-		{"POST /pipelines/{id}/jobs/{job}/retry", u.adminAction(u.pipelineJobAction("retry"))},
-		{"POST /jobs/{id}/play", u.adminAction(u.handlePlay)},
+		{"POST /pipelines/{id}/cancel", u.projectAction(u.handleCancelPipeline)},
+		{"POST /pipelines/{id}/retry", u.projectAction(u.handleRetryPipeline)},
+		{"POST /pipelines/{id}/jobs/{job}/play", u.projectAction(u.pipelineJobAction("play"))},
+		{"POST /pipelines/{id}/jobs/{job}/retry", u.projectAction(u.pipelineJobAction("retry"))},
+		{"POST /jobs/{id}/play", u.projectAction(u.handlePlay)},
 		{"GET /jobs/{id}/artifacts/files", u.page(u.handleArtifactFiles)},
 		{"GET /jobs/{id}/artifacts/file", u.page(u.handleArtifactFile)},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
 	u.mountRunners(m)
+	u.mountProjects(m)
 }
 
 // secure sets the headers of every answer: a strict
@@ -231,6 +238,31 @@ func (u *UI) adminAction(h authedHandler) http.HandlerFunc {
 	})
 }
 
+// projectAction is action for what a maintainer's project token may do
+// on its project (the handler checks the project): the admin and
+// maintainers pass, a viewer (of either kind) gets 403.
+func (u *UI) projectAction(h authedHandler) http.HandlerFunc {
+	return u.action(func(w http.ResponseWriter, r *http.Request, cr credentials) {
+		if !cr.admin && !cr.maintainer {
+			http.Error(w, "read-only sign-in (a viewer's token): sign in with the admin token or a maintainer's project token to do this", http.StatusForbidden)
+			return
+		}
+		h(w, r, cr)
+	})
+}
+
+// unscoped serves h to sign-ins that see every project: a project
+// token's session gets 404 (runners, fleets).
+func unscoped(h authedHandler) authedHandler {
+	return func(w http.ResponseWriter, r *http.Request, cr credentials) {
+		if cr.project != "" {
+			http.NotFound(w, r)
+			return
+		}
+		h(w, r, cr)
+	}
+}
+
 // base is what every page's header needs.
 type base struct {
 	Title    string
@@ -238,14 +270,17 @@ type base struct {
 	// Admin is set when the actions' buttons are shown (not for a viewer).
 	Admin bool
 	CSRF  string // of the session; "" for bearer requests
-	Home  string // where the brand links; "" = /jobs
+	// Scoped is set for a project token's sign-in: the nav hides what
+	// it may not see (runners).
+	Scoped bool
+	Home   string // where the brand links; "" = /jobs
 	// FleetCSRF is the CSRF token of a fleet page session: the fleet
 	// page's sign-out is shown when set.
 	FleetCSRF string
 }
 
 func (u *UI) base(title string, cr credentials) base {
-	b := base{Title: title, SignedIn: cr.ok, Admin: cr.admin}
+	b := base{Title: title, SignedIn: cr.ok, Admin: cr.admin, Scoped: cr.project != ""}
 	if cr.session != "" {
 		b.CSRF = u.auth.csrf(cr.session)
 	}
@@ -324,9 +359,9 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 		u.loginForm(w, r, http.StatusOK, "", to)
 		return
 	}
-	role := u.auth.role(tok)
+	role := u.auth.role(r.Context(), tok)
 	if role == "" {
-		u.loginForm(w, r, http.StatusForbidden, "That is not the admin token (nor the viewer token).", to)
+		u.loginForm(w, r, http.StatusForbidden, "That is not the admin token, the viewer token or a valid project token.", to)
 		return
 	}
 	setCookie(w, r, sessionCookie, u.auth.newSession(role), sessionTTL)
@@ -419,6 +454,10 @@ func (u *UI) handleJobs(w http.ResponseWriter, r *http.Request, cr credentials) 
 		u.errorPage(w, r, cr, http.StatusBadRequest, err.Error())
 		return
 	}
+	if cr.project != "" {
+		// A project token's list is of its project.
+		f.Project = cr.project
+	}
 	jobs, newer, older, err := u.listJobs(r.Context(), f)
 	if err != nil {
 		u.fail(w, r, "list jobs", err)
@@ -462,9 +501,9 @@ func (u *UI) loadJob(w http.ResponseWriter, r *http.Request, cr credentials) (Jo
 		return Job{}, false
 	}
 	j, err := u.cfg.Jobs.Job(r.Context(), id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrNotFound) || err == nil && !cr.sees(j.Project) {
 		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("There is no job %d.", id))
-		return j, false
+		return Job{}, false
 	}
 	if err != nil {
 		u.fail(w, r, "get job", err)
@@ -551,8 +590,10 @@ type logRange struct {
 }
 
 func (u *UI) jobPage(cr credentials, j Job) jobPage {
+	b := u.base(fmt.Sprintf("#%d %s", j.ID, j.Name), cr)
+	b.Admin = cr.canAct(j.Project)
 	return jobPage{
-		base: u.base(fmt.Sprintf("#%d %s", j.ID, j.Name), cr), Job: j, Timeline: timeline(&j),
+		base: b, Job: j, Timeline: timeline(&j),
 		Cancelable: !Finished(j.Status) && j.Status != "canceling",
 		Retryable:  Finished(j.Status),
 		Playable:   j.Status == "manual" && u.cfg.PipelineActions != nil,
@@ -745,6 +786,9 @@ func (u *UI) handleArtifacts(w http.ResponseWriter, r *http.Request, cr credenti
 		u.errorPage(w, r, cr, http.StatusNotFound, "This server keeps no artifacts.")
 		return
 	}
+	if _, ok := u.loadJob(w, r, cr); !ok {
+		return
+	}
 	u.cfg.Artifacts.ServeHTTP(w, r)
 }
 
@@ -782,6 +826,21 @@ func (u *UI) jobAction(w http.ResponseWriter, r *http.Request, cr credentials, n
 	if err != nil || id <= 0 {
 		u.errorPage(w, r, cr, http.StatusNotFound, "No such job.")
 		return
+	}
+	if !cr.admin {
+		// A maintainer's token acts on its project's jobs only.
+		j, err := u.cfg.Jobs.Job(r.Context(), id)
+		if err == nil && !cr.canAct(j.Project) {
+			err = ErrNotFound
+		}
+		if errors.Is(err, ErrNotFound) {
+			u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("There is no job %d.", id))
+			return
+		}
+		if err != nil {
+			u.fail(w, r, "get job", err)
+			return
+		}
 	}
 	next, err := act(r.Context(), id)
 	switch {

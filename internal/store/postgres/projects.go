@@ -129,6 +129,8 @@ func (s *Store) DeleteProject(ctx context.Context, name string) error {
 			DELETE FROM pipeline_schedules WHERE project_id IN (SELECT id FROM p)
 		), d AS (
 			DELETE FROM webhook_deliveries WHERE project_id IN (SELECT id FROM p)
+		), tk AS (
+			DELETE FROM project_tokens WHERE project_id IN (SELECT id FROM p)
 		) SELECT id FROM p`, name).Scan(&id)
 	if err != nil {
 		return s.fail(ctx, fmt.Sprintf("delete project %q", name), err)

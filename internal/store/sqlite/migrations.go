@@ -196,4 +196,19 @@ CREATE INDEX pipeline_schedules_project ON pipeline_schedules (project_id, id);
 -- DueSchedules: the active schedules in order of their next run.
 CREATE INDEX pipeline_schedules_due ON pipeline_schedules (next_run_at) WHERE active = 1;
 `,
+	// 10: project access tokens: a role (viewer, maintainer) on one
+	// project's pipelines and jobs. Only the SHA-256 of a token is kept.
+	`
+CREATE TABLE project_tokens (
+	id           INTEGER PRIMARY KEY AUTOINCREMENT,
+	project_id   INTEGER NOT NULL REFERENCES projects(id),
+	name         TEXT NOT NULL DEFAULT '',
+	role         TEXT NOT NULL,
+	token_hash   TEXT NOT NULL UNIQUE,
+	created_at   INTEGER NOT NULL DEFAULT 0,
+	last_used_at INTEGER NOT NULL DEFAULT 0,
+	expires_at   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX project_tokens_project ON project_tokens (project_id, id);
+`,
 }

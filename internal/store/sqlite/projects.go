@@ -154,6 +154,9 @@ func (s *Store) DeleteProject(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM pipeline_schedules WHERE project_id = ?`, id); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM project_tokens WHERE project_id = ?`, id); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE project_id = ?`, id)
 		return err
 	})

@@ -64,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"Projects", testProjects},
 		{"Deliveries", testDeliveries},
 		{"Schedules", testSchedules},
+		{"ProjectTokens", testProjectTokens},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
