@@ -160,10 +160,7 @@ func (c *Coordinator) handleWebhook(w http.ResponseWriter, r *http.Request) {
 			release()
 		}
 		c.log.Warn("webhook: no pipeline", "project", name, "ref", push.Ref, "sha", push.After, "err", pe.msg)
-		runnerapi.WriteJSON(w, code, struct {
-			Error  string   `json:"error"`
-			Errors []string `json:"errors,omitempty"`
-		}{pe.msg, pe.errors})
+		writePipelineError(w, code, pe)
 		return
 	}
 	if err != nil {

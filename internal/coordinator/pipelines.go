@@ -212,16 +212,21 @@ func (c *Coordinator) handleCreatePipeline(w http.ResponseWriter, r *http.Reques
 		req.TriggeredBy = who.who()
 	}
 	p, err := c.createPipeline(r.Context(), req)
+	c.writeCreatedPipeline(w, r, p, err, "create pipeline")
+}
+
+// writeCreatedPipeline answers a request that created pipeline p (err
+// nil: 201 with it and its jobs) or failed to (a *pipelineError: its
+// code, message and configuration errors; else 500, what saying what
+// failed).
+func (c *Coordinator) writeCreatedPipeline(w http.ResponseWriter, r *http.Request, p store.Pipeline, err error, what string) {
 	var pe *pipelineError
 	if errors.As(err, &pe) {
-		runnerapi.WriteJSON(w, pe.code, struct {
-			Error  string   `json:"error"`
-			Errors []string `json:"errors,omitempty"`
-		}{pe.msg, pe.errors})
+		writePipelineError(w, pe.code, pe)
 		return
 	}
 	if err != nil {
-		c.internalError(r.Context(), w, "create pipeline", err)
+		c.internalError(r.Context(), w, what, err)
 		return
 	}
 	v, err := c.pipelineView(r.Context(), &p, true)
@@ -230,6 +235,15 @@ func (c *Coordinator) handleCreatePipeline(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	runnerapi.WriteJSON(w, http.StatusCreated, v)
+}
+
+// writePipelineError answers code with pe's message and configuration
+// errors: {"error", "errors": ["file:line: ..."]}.
+func writePipelineError(w http.ResponseWriter, code int, pe *pipelineError) {
+	runnerapi.WriteJSON(w, code, struct {
+		Error  string   `json:"error"`
+		Errors []string `json:"errors,omitempty"`
+	}{pe.msg, pe.errors})
 }
 
 // createPipeline makes the pipeline req asks for.

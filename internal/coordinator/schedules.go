@@ -331,24 +331,7 @@ func (c *Coordinator) handlePlaySchedule(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	p, err := c.runSchedule(r.Context(), &s)
-	var pe *pipelineError
-	if errors.As(err, &pe) {
-		runnerapi.WriteJSON(w, pe.code, struct {
-			Error  string   `json:"error"`
-			Errors []string `json:"errors,omitempty"`
-		}{pe.msg, pe.errors})
-		return
-	}
-	if err != nil {
-		c.internalError(r.Context(), w, "play schedule", err)
-		return
-	}
-	v, err := c.pipelineView(r.Context(), &p, true)
-	if err != nil {
-		c.internalError(r.Context(), w, "pipeline view", err)
-		return
-	}
-	runnerapi.WriteJSON(w, http.StatusCreated, v)
+	c.writeCreatedPipeline(w, r, p, err, "play schedule")
 }
 
 // runSchedule creates schedule s's pipeline and records it as the
