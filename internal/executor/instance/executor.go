@@ -736,7 +736,10 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		}
 	}
 	if client != nil {
-		if dir != "" && client.Err() == nil {
+		// A lost instance is left alone even while its connection still
+		// answers (it is closed a moment after Lost): its stages belong to
+		// whichever manager resumes the job.
+		if dir != "" && !lost && client.Err() == nil {
 			script, timeout := cleanupScript(dir), controlTimeout
 			if det != nil {
 				script, timeout = stopDirsScript(grace, dir), controlTimeout+grace
