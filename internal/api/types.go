@@ -459,6 +459,10 @@ type Hook struct {
 
 // JobResponse is the job payload: the 201 body of jobs/request.
 type JobResponse struct {
+	// Raw, when set, is the answer's body as sent instead of the fields
+	// (a coordinator's test payloads); never encoded itself.
+	Raw json.RawMessage `json:"-"`
+
 	ID int64 `json:"id"`
 	// Token is the job token: it authenticates the job's own calls
 	// (state updates, traces, artifacts) and its git clone.

@@ -84,6 +84,12 @@ type Config struct {
 	// FreeSpace measures the data directory's free space; nil = statfs(2)
 	// (no guard on systems without it). Tests drive the guard with it.
 	FreeSpace FreeSpaceFunc
+	// TestPayloads serves POST /api/v1/test/payloads (testpayloads.go),
+	// which queues a job whose jobs/request answer is a given GitLab
+	// payload, as written: for differential tests that hand the same bytes
+	// to drover's runner and to GitLab Runner. Never for production: the
+	// payload's variables are stored unsealed.
+	TestPayloads bool
 }
 
 // Defaults of Config.

@@ -55,6 +55,9 @@ func (c *Coordinator) routes() (http.Handler, error) {
 		m.Handle(pattern, c.projectAuth(store.RoleMaintainer, fn))
 	}
 	m.Admin("POST /api/v1/jobs", c.handleSubmitJob)
+	if c.cfg.TestPayloads {
+		m.Admin("POST /api/v1/test/payloads", c.handleTestPayload) // testpayloads.go
+	}
 	read("GET /api/v1/jobs", c.handleListJobs)
 	read("GET /api/v1/jobs/{id}", c.handleGetJob)
 	read("GET /api/v1/jobs/{id}/trace", c.handleGetTrace)

@@ -140,6 +140,10 @@ func (c *Coordinator) handleJobRequest(w http.ResponseWriter, r *http.Request) {
 	if resp.Features.TwoPhaseJobCommit {
 		w.Header().Set(hdrAckTimeout, formatSeconds(c.cfg.AckTimeout))
 	}
+	if resp.Raw != nil {
+		runnerapi.WriteJSON(w, http.StatusCreated, resp.Raw)
+		return
+	}
 	runnerapi.WriteJSON(w, http.StatusCreated, resp)
 }
 
@@ -306,6 +310,13 @@ func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Ru
 		deps[i].Token = token
 	}
 	resp.Dependencies = deps
+	if spec.RawPayload != nil && c.cfg.TestPayloads {
+		raw, err := rawPayload(spec.RawPayload, got.ID, token, c.baseURL(r), twoPhase)
+		if err != nil {
+			return nil, err
+		}
+		resp.Raw = raw
+	}
 	return resp, nil
 }
 

@@ -207,6 +207,10 @@ type JobSpec struct {
 	// before variables were sealed have none and their variables in the
 	// clear.
 	Sealed string `json:"sealed,omitempty"`
+	// RawPayload, for a job queued by the coordinator's test-only
+	// POST /api/v1/test/payloads, is the jobs/request answer as given
+	// (GitLab's JSON), sent instead of one built from the fields above.
+	RawPayload json.RawMessage `json:"raw_payload,omitempty"`
 }
 
 // CacheSpec is one cache entry of a job (GitLab's cache:). Its key is
