@@ -1,0 +1,65 @@
+package difftest
+
+import (
+	"os"
+	"regexp"
+	"strings"
+)
+
+// normaliser makes a job log comparable across runs and runners: what
+// changes from run to run (times, tokens, the run's directory, the
+// coordinator's port, the host's name) is replaced by a name for it.
+type normaliser struct {
+	root, serverURL string
+	// runnerToken is the runner's token: its short form names the
+	// runner in the log and in the builds directory's path.
+	runnerToken string
+}
+
+var (
+	// lineStamp is GitLab Runner 19's per-line prefix: an RFC 3339 time,
+	// the stream number, O or E, then ' ' for a new line or '+' for the
+	// continuation of the last one.
+	lineStamp   = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z \d\d[OE]([ +])`)
+	sectionTime = regexp.MustCompile(`section_(start|end):\d+:`)
+	jobToken    = regexp.MustCompile(`\b(glcbt|glcbt-[0-9a-z]+|gldjt|drjt)-[A-Za-z0-9_-]{8,}`)
+	runnerToken = regexp.MustCompile(`\bglrt-[A-Za-z0-9_-]{8,}`)
+)
+
+// trace returns the normalised lines of a job log.
+func (n normaliser) trace(s string, jobID int64) []string {
+	var lines []string
+	for l := range strings.SplitSeq(strings.TrimSuffix(s, "\n"), "\n") {
+		if m := lineStamp.FindStringSubmatch(l); m != nil {
+			l = l[len(m[0]):]
+			if m[1] == "+" && len(lines) > 0 {
+				lines[len(lines)-1] += l
+				continue
+			}
+		}
+		lines = append(lines, l)
+	}
+	host, _ := os.Hostname()
+	for i, l := range lines {
+		l = sectionTime.ReplaceAllString(l, "section_${1}:T:")
+		l = jobToken.ReplaceAllString(l, "$$JOB_TOKEN")
+		l = runnerToken.ReplaceAllString(l, "$$RUNNER_TOKEN")
+		if t := n.runnerToken; len(t) > 14 {
+			// GitLab Runner's short token is 9 characters after glrt-
+			// (8 in older versions).
+			l = strings.ReplaceAll(l, t[5:14], "$SHORT_TOKEN")
+			l = strings.ReplaceAll(l, t[5:13], "$SHORT_TOKEN")
+		}
+		if n.root != "" {
+			l = strings.ReplaceAll(l, n.root, "$ROOT")
+		}
+		if n.serverURL != "" {
+			l = strings.ReplaceAll(l, n.serverURL, "$SERVER_URL")
+		}
+		if host != "" {
+			l = strings.ReplaceAll(l, host, "$HOST")
+		}
+		lines[i] = strings.TrimRight(l, "\r")
+	}
+	return lines
+}
