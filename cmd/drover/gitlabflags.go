@@ -38,7 +38,6 @@ func gitlabOnlyFlags(command string) []gitlabFlag {
 
 func registerOnlyFlags() []gitlabFlag {
 	noScripts := "drover does not run the runner's own scripts (pre_build_script and the like) yet"
-	notApplied := "drover reads this [runners.docker] key from config.toml but does not apply it yet"
 	inFile := "write it in [runners.docker] of config.toml after registering"
 	fs := []gitlabFlag{
 		{name: "ssh-", why: "not a flag of drover register: write it in [runners.ssh] of config.toml after registering"},
@@ -58,12 +57,10 @@ func registerOnlyFlags() []gitlabFlag {
 	for _, n := range []string{"pre-clone-script", "post-clone-script", "pre-get-sources-script", "post-get-sources-script", "pre-build-script", "post-build-script"} {
 		fs = append(fs, gitlabFlag{name: n, why: noScripts})
 	}
-	for _, n := range []string{"hostname", "runtime", "memory-reservation", "cpu-shares", "disable-entrypoint-overwrite",
-		"userns", "oom-score-adjust", "services-security-opt", "device-cgroup-rules", "gpus", "volume-driver",
-		"volume-driver-ops", "volumes-from", "ipcmode", "mac-address", "links", "isolation", "helper-image-flavor", "enable-ipv6"} {
-		fs = append(fs, gitlabFlag{name: "docker-" + n, why: notApplied})
-	}
-	for _, n := range []string{"tmpfs", "services-tmpfs", "sysctls", "container-labels"} {
+	fs = append(fs,
+		gitlabFlag{name: "docker-isolation", why: "drover reads this [runners.docker] key from config.toml and does not apply it: Windows containers only"},
+		gitlabFlag{name: "docker-helper-image-flavor", why: "drover reads this [runners.docker] key from config.toml and does not apply it: drover builds its own helper image"})
+	for _, n := range []string{"tmpfs", "services-tmpfs", "sysctls", "container-labels", "ulimit", "log-options", "volume-driver-ops", "services_devices"} {
 		fs = append(fs, gitlabFlag{name: "docker-" + n, why: "a table: " + inFile})
 	}
 	for _, n := range kubernetesNotApplied() {

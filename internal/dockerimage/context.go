@@ -186,15 +186,20 @@ func (c *Context) HostBinary(src, name, root string) error {
 // (dir+"/sh" -> "busybox"). An applet whose name is written already, say
 // a real bash, is skipped.
 func (c *Context) Busybox(dir string) error {
+	return c.busyboxFrom(HostBusybox, dir)
+}
+
+// busyboxFrom is Busybox with the host's busybox at bin.
+func (c *Context) busyboxFrom(bin, dir string) error {
 	if c.err != nil {
 		return c.err
 	}
-	applets, err := busyboxApplets()
+	applets, err := busyboxApplets(bin)
 	if err != nil {
 		c.err = err
 		return c.err
 	}
-	if c.HostFile(HostBusybox, path.Join(dir, "busybox")) != nil {
+	if c.HostFile(bin, path.Join(dir, "busybox")) != nil {
 		return c.err
 	}
 	for _, a := range applets {
@@ -241,32 +246,32 @@ func SharedLibs(bin string) ([]string, error) {
 	return libs, sc.Err()
 }
 
-// busyboxApplets lists the applets of the host's busybox, after checking
-// it is there and static.
-func busyboxApplets() ([]string, error) {
-	if _, err := os.Stat(HostBusybox); err != nil {
-		return nil, fmt.Errorf("dockerimage: need %s on this host (apt-get install busybox-static): %w", HostBusybox, err)
+// busyboxApplets lists the applets of the host's busybox bin, after
+// checking it is there and static.
+func busyboxApplets(bin string) ([]string, error) {
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("dockerimage: need %s on this host (apt-get install busybox-static): %w", bin, err)
 	}
-	libs, err := SharedLibs(HostBusybox)
+	libs, err := SharedLibs(bin)
 	if err != nil {
 		return nil, err
 	}
 	if len(libs) > 0 {
-		return nil, fmt.Errorf("dockerimage: %s is dynamically linked; need the static one (apt-get install busybox-static)", HostBusybox)
+		return nil, fmt.Errorf("dockerimage: %s is dynamically linked; need the static one (apt-get install busybox-static)", bin)
 	}
-	out, err := exec.Command(HostBusybox, "--list").Output()
+	out, err := exec.Command(bin, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("dockerimage: %s --list: %w", HostBusybox, err)
+		return nil, fmt.Errorf("dockerimage: %s --list: %w", bin, err)
 	}
 	return strings.Fields(string(out)), nil
 }
 
-// busyboxUsrBin lists the applets busybox itself would install in
+// busyboxUsrBin lists the applets the busybox bin itself would install in
 // /usr/bin (env, wget, ...): where scripts expect common tools.
-func busyboxUsrBin() ([]string, error) {
-	out, err := exec.Command(HostBusybox, "--list-full").Output()
+func busyboxUsrBin(bin string) ([]string, error) {
+	out, err := exec.Command(bin, "--list-full").Output()
 	if err != nil {
-		return nil, fmt.Errorf("dockerimage: %s --list-full: %w", HostBusybox, err)
+		return nil, fmt.Errorf("dockerimage: %s --list-full: %w", bin, err)
 	}
 	var names []string
 	for _, p := range strings.Fields(string(out)) {

@@ -214,14 +214,14 @@ func TestHostBinaryStaticAndScript(t *testing.T) {
 
 func TestBusybox(t *testing.T) {
 	needHost(t, HostBusybox)
-	if _, err := busyboxApplets(); err != nil {
+	if _, err := busyboxApplets(HostBusybox); err != nil {
 		t.Skipf("no static busybox: %v", err)
 	}
 	var buf bytes.Buffer
 	c := NewContext(&buf)
 	c.File("rootfs/bin/ls", 0o755, []byte("a real ls"))
 	c.Busybox("rootfs/bin")
-	linkUsrBin(c, "rootfs")
+	linkUsrBin(c, HostBusybox, "rootfs")
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -341,6 +341,70 @@ func TestWriteHelperContext(t *testing.T) {
 		if _, ok := m["rootfs"+hostGitShare+"/"]; !ok {
 			t.Errorf("%s is missing", hostGitShare)
 		}
+	}
+}
+
+// TestWriteHelperContextWithoutBusybox: a host without a static busybox
+// gives the helper image its bash as /bin/sh and its tools, with their
+// libraries.
+func TestWriteHelperContextWithoutBusybox(t *testing.T) {
+	needHost(t, "/bin/bash", hostGit, "/usr/lib/git-core/git-remote-http")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	c := NewContext(&buf)
+	if err := writeHelperContext(c, self, filepath.Join(t.TempDir(), "busybox")); err != nil {
+		t.Fatalf("writeHelperContext: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	m := byName(t, readTar(t, buf.Bytes()))
+	if _, ok := m["rootfs/bin/busybox"]; ok {
+		t.Error("rootfs/bin/busybox is there")
+	}
+	if e := m["rootfs/bin/sh"]; e.Type != tar.TypeSymlink || e.Linkname != "bash" {
+		t.Errorf("rootfs/bin/sh: got %+v, want a link to bash", e)
+	}
+	for _, name := range []string{"rootfs/bin/bash", "rootfs/usr/bin/mkdir", "rootfs/usr/bin/cat", "rootfs/usr/bin/env", "rootfs/usr/bin/git", "rootfs/usr/bin/drover"} {
+		if e, ok := m[name]; !ok || e.Type != tar.TypeReg {
+			t.Errorf("%s: got %+v, want a file", name, e)
+		}
+	}
+	bash, _ := exec.LookPath("bash")
+	libs, err := SharedLibs(bash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range libs {
+		if _, ok := m["rootfs"+lib]; !ok {
+			t.Errorf("library %s of bash is missing", lib)
+		}
+	}
+}
+
+// A host with neither a static busybox nor bash cannot make the helper
+// image, and the error says what to install.
+func TestWriteHelperContextNeedsAShell(t *testing.T) {
+	ldd, err := exec.LookPath("ldd")
+	if err != nil {
+		t.Skip("no ldd on this host")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A PATH with ldd and no bash.
+	dir := t.TempDir()
+	if err := os.Symlink(ldd, filepath.Join(dir, "ldd")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	err = writeHelperContext(NewContext(io.Discard), self, filepath.Join(t.TempDir(), "busybox"))
+	if err == nil || !strings.Contains(err.Error(), "needs a static busybox") || !strings.Contains(err.Error(), "or bash") {
+		t.Errorf("got %v, want an error saying the helper image needs a static busybox or bash", err)
 	}
 }
 

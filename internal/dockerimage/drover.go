@@ -67,7 +67,7 @@ CMD ["--help"]
 //
 // The image runs as DroverUID in DroverDataDir; CMD is --help.
 func WriteDroverContext(c *Context, droverBinary string) error {
-	if _, err := busyboxApplets(); err != nil {
+	if _, err := busyboxApplets(HostBusybox); err != nil {
 		return fmt.Errorf("dockerimage: drover's image needs %s (apt-get install busybox-static): %w", HostBusybox, err)
 	}
 	if _, err := os.Stat(droverBinary); err != nil {
@@ -80,7 +80,7 @@ func WriteDroverContext(c *Context, droverBinary string) error {
 		c.HostFile(hostCACerts, r+hostCACerts)
 	}
 	c.Busybox(r + "/bin")
-	linkUsrBin(c, r)
+	linkUsrBin(c, HostBusybox, r)
 	uid := fmt.Sprint(DroverUID)
 	c.File(r+"/etc/passwd", 0o644, []byte(
 		"root:x:0:0:root:/root:/bin/sh\n"+

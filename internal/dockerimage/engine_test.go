@@ -229,6 +229,9 @@ func gitRepo(t *testing.T, dir string) {
 	}
 }
 
+// TestHelperImage builds the helper image of a drover binary and runs
+// what the docker executor asks of it; then the one a host without a
+// static busybox gets.
 func TestHelperImage(t *testing.T) {
 	t.Parallel()
 	cli := engine(t)
@@ -262,7 +265,38 @@ func TestHelperImage(t *testing.T) {
 	if _, built, err := dockerimage.EnsureHelper(ctx, cli, bin, tag); err != nil || built {
 		t.Errorf("second EnsureHelper: built %v, %v", built, err)
 	}
+	checkHelperImage(t, cli, tag)
 
+	t.Run("without busybox", func(t *testing.T) { helperWithoutBusybox(t, cli, bin) })
+}
+
+// helperWithoutBusybox: on a host without a static busybox the helper
+// image of drover binary bin is made of the host's bash (as /bin/sh) and
+// tools, and does the same work; its sh has pipefail.
+func helperWithoutBusybox(t *testing.T, cli *dockerclient.Client, bin string) {
+	tag := unique("drover-dockerimage-test-helper-nobusybox") + ":1"
+	t.Cleanup(func() { removeImage(t, cli, tag) })
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	built, err := dockerimage.Ensure(ctx, cli, tag, nil, func(c *dockerimage.Context) error {
+		return dockerimage.WriteHelperContextBusybox(c, bin, filepath.Join(t.TempDir(), "no-busybox"))
+	})
+	if err != nil || !built {
+		t.Fatalf("Ensure: built %v, %v", built, err)
+	}
+	logImage(t, cli, tag, time.Since(start))
+	checkHelperImage(t, cli, tag)
+	expect(t, cli, spec{image: tag, cmd: []string{"sh", "-c", "set -eo pipefail; test ! -e /bin/busybox; " +
+		"mkdir -p /tmp/a/b && echo x > /tmp/a/b/f && mv /tmp/a/b/f /tmp/a/g && cat /tmp/a/g | tr x y | grep -c y && " +
+		"sleep 0 && kill -0 $$ && rm -r /tmp/a && ls / >/dev/null && echo tools work"}}, "1\ntools work")
+}
+
+// checkHelperImage runs what the docker executor asks of the helper image
+// tag: git (with its transports and submodules), sh, drover, the users and
+// directories.
+func checkHelperImage(t *testing.T, cli *dockerclient.Client, tag string) {
+	t.Helper()
 	expect(t, cli, spec{image: tag, cmd: []string{"git", "--version"}}, "git version")
 	expect(t, cli, spec{image: tag, cmd: []string{"sh", "-c", "echo ok"}}, "ok")
 	expect(t, cli, spec{image: tag, cmd: []string{"drover", "version"}}, "drover ")

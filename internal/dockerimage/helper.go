@@ -2,6 +2,7 @@ package dockerimage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -54,11 +55,27 @@ func helperNeed(what, install string, err error) error {
 	return fmt.Errorf("dockerimage: the helper image needs %s on the manager's host (%s), or set helper_image: %w", what, install, err)
 }
 
+// hostTools are the programs the helper image takes from a host without a
+// static busybox, those the host has (each with its libraries), besides
+// bash: what the helper's scripts (git's stage, the detached stages'
+// wrappers, the caches' and artifacts' steps) and a user's debugging
+// reach for. bash, the host's, is /bin/sh: every script the executor
+// writes runs in it, pipefail included.
+var hostTools = []string{
+	"awk", "base64", "basename", "cat", "chmod", "chown", "cp", "cut", "date", "dirname", "du", "env",
+	"find", "grep", "gzip", "head", "hostname", "id", "kill", "ln", "ls", "mkdir", "mktemp", "mv",
+	"nproc", "ps", "readlink", "realpath", "rm", "rmdir", "sed", "sha256sum", "sleep", "sort", "stat",
+	"tail", "tar", "tee", "timeout", "touch", "tr", "uname", "uniq", "wc", "xargs",
+	"true", "false", "echo", "printf", "test", "[", "expr", "seq", "which",
+}
+
 // WriteHelperContext writes the build context of the docker executor's
 // helper image to c: a FROM scratch image with
 //
 //   - the host's static busybox as /bin/sh, its applets in /bin and links
-//     in /usr/bin for those busybox puts there (env, wget, ...);
+//     in /usr/bin for those busybox puts there (env, wget, ...); on a host
+//     without one, the host's bash as /bin/sh and /bin/bash and those of
+//     hostTools the host has, in /usr/bin, each with its libraries;
 //   - the host's git (/usr/bin/git, the builtins of /usr/lib/git-core that
 //     file:// and ssh transports run, such as git-upload-pack and
 //     git-receive-pack, git-remote-http(s) and the git-submodule script)
@@ -74,11 +91,19 @@ func helperNeed(what, install string, err error) error {
 // No ENTRYPOINT nor CMD; PATH is /usr/bin:/bin; the image is labelled
 // LabelHelper=1. An error says what the host is missing.
 func WriteHelperContext(c *Context, droverBinary string) error {
+	return writeHelperContext(c, droverBinary, HostBusybox)
+}
+
+// writeHelperContext is WriteHelperContext with the host's busybox at
+// busybox.
+func writeHelperContext(c *Context, droverBinary, busybox string) error {
 	if _, err := exec.LookPath("ldd"); err != nil {
 		return helperNeed("ldd", "apt-get install libc-bin", err)
 	}
-	if _, err := busyboxApplets(); err != nil {
-		return helperNeed(HostBusybox, "apt-get install busybox-static", err)
+	_, bbErr := busyboxApplets(busybox)
+	bash, err := exec.LookPath("bash")
+	if bbErr != nil && err != nil {
+		return helperNeed("a static busybox ("+busybox+") or bash", "apt-get install busybox-static", errors.Join(bbErr, err))
 	}
 	if _, err := os.Stat(hostGit); err != nil {
 		return helperNeed("git ("+hostGit+")", "apt-get install git", err)
@@ -106,8 +131,12 @@ func WriteHelperContext(c *Context, droverBinary string) error {
 	if exists(hostGitShare) {
 		copyHostTree(c, hostGitShare, r+hostGitShare)
 	}
-	c.Busybox(r + "/bin")
-	linkUsrBin(c, r)
+	if bbErr == nil {
+		c.busyboxFrom(busybox, r+"/bin")
+		linkUsrBin(c, busybox, r)
+	} else {
+		writeHostTools(c, bash, r)
+	}
 	c.File(r+"/etc/passwd", 0o644, []byte(
 		"root:x:0:0:root:/root:/bin/sh\n"+
 			"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
@@ -195,13 +224,31 @@ func copyHostTree(c *Context, src, dst string) {
 	}
 }
 
-// linkUsrBin links in root/usr/bin each applet busybox would put there
-// (/usr/bin/env -> /bin/busybox), unless the name is taken already.
-func linkUsrBin(c *Context, root string) error {
+// writeHostTools writes the shell and tools of a helper image without
+// busybox: the host's bash as root/bin/bash (with /bin/sh a link to it)
+// and each of hostTools the host has as root/usr/bin/NAME, with their
+// libraries.
+func writeHostTools(c *Context, bash, root string) error {
+	c.HostBinary(bash, root+"/bin/bash", root)
+	c.Symlink(root+"/bin/sh", "bash")
+	for _, t := range hostTools {
+		if p, err := exec.LookPath(t); err == nil {
+			if name := path.Join(root, "usr/bin", t); !c.Has(name) {
+				c.HostBinary(p, name, root)
+			}
+		}
+	}
+	return c.err
+}
+
+// linkUsrBin links in root/usr/bin each applet the host's busybox would
+// put there (/usr/bin/env -> /bin/busybox), unless the name is taken
+// already.
+func linkUsrBin(c *Context, busybox, root string) error {
 	if c.err != nil {
 		return c.err
 	}
-	names, err := busyboxUsrBin()
+	names, err := busyboxUsrBin(busybox)
 	if err != nil {
 		c.err = err
 		return err

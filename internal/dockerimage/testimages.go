@@ -47,7 +47,7 @@ func writeTestBase(c *Context, extra string, bins ...string) error {
 		c.HostBinary(b, r+b, r)
 	}
 	c.Busybox(r + "/bin")
-	linkUsrBin(c, r)
+	linkUsrBin(c, HostBusybox, r)
 	c.File(r+"/etc/passwd", 0o644, []byte(
 		"root:x:0:0:root:/root:/bin/sh\n"+
 			TestUser+":x:1000:1000::/home/"+TestUser+":/bin/sh\n"+

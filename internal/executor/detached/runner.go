@@ -67,6 +67,9 @@ type Stage struct {
 	Shell string // what runs Script (a path or a name); default sh
 	Dir   string // the project directory: made if need be and entered
 	Umask string // the wrapper's umask ("" leaves it)
+	// Setup is shell the wrapper runs before the script, in its own
+	// shell (the executor's settings of the stage's processes).
+	Setup string
 }
 
 // Runner runs a job's stages detached and keeps what the job's saved

@@ -278,6 +278,9 @@ func wrapper(s Stage, f Files, staged string, claimed bool) string {
 	if s.Umask != "" {
 		fmt.Fprintf(&b, "umask %s\n", s.Umask)
 	}
+	if s.Setup != "" {
+		b.WriteString(strings.TrimSuffix(s.Setup, "\n") + "\n")
+	}
 	fmt.Fprintf(&b, `rc=1
 if ! mv -f %[1]s %[2]s; then
 	echo "cannot store the stage script "%[2]s

@@ -186,3 +186,18 @@ func (t *tracedEngine) NetworkList(ctx context.Context, opts network.ListOptions
 	defer func(start time.Time) { t.span("NetworkList", start, err) }(time.Now())
 	return t.Engine.NetworkList(ctx, opts)
 }
+
+func (t *tracedEngine) NetworkInspect(ctx context.Context, id string, opts network.InspectOptions) (r network.Inspect, err error) {
+	defer func(start time.Time) { t.span("NetworkInspect", start, err) }(time.Now())
+	return t.Engine.NetworkInspect(ctx, id, opts)
+}
+
+func (t *tracedEngine) NetworkConnect(ctx context.Context, id, ctr string, cfg *network.EndpointSettings) (err error) {
+	defer func(start time.Time) { t.span("NetworkConnect", start, err) }(time.Now())
+	return t.Engine.NetworkConnect(ctx, id, ctr, cfg)
+}
+
+func (t *tracedEngine) NetworkDisconnect(ctx context.Context, id, ctr string, force bool) (err error) {
+	defer func(start time.Time) { t.span("NetworkDisconnect", start, err) }(time.Now())
+	return t.Engine.NetworkDisconnect(ctx, id, ctr, force)
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/go-units"
 
 	"github.com/drover-ci/drover/internal/config"
@@ -96,6 +97,44 @@ type Config struct {
 	ContainerLabels        map[string]string
 	Services               []ServiceConfig // [[runners.docker.services]]
 
+	// Settings of the build container that GitLab Runner hands to the
+	// engine as written (see docs/docker.md for which other containers
+	// get them): runtime, hostname, userns_mode, mac_address,
+	// cgroup_parent, cpuset_mems, ipcmode, pid_mode, cpu_shares,
+	// memory_reservation (bytes), oom_score_adjust, group_add, links,
+	// volumes_from, device_cgroup_rules.
+	Runtime, Hostname, UsernsMode, MacAddress       string
+	CgroupParent, CPUSetMems, IpcMode, PidMode      string
+	CPUShares, MemoryReservation                    int64
+	OOMScoreAdjust                                  int
+	GroupAdd, Links, VolumesFrom, DeviceCgroupRules []string
+	Ulimits                                         []*units.Ulimit           // ulimit, by name
+	LogOptions                                      map[string]string         // json-file options: env, labels
+	GPUs                                            []container.DeviceRequest // gpus, docker run's --gpus syntax
+	// DisableEntrypointOverwrite ignores the entrypoints jobs (and
+	// [[runners.docker.services]]) give their images.
+	DisableEntrypointOverwrite bool
+	// NetworkMTU and EnableIPv6 set up the networks drover creates for
+	// jobs (not network_mode's); 0 = the engine's default MTU.
+	NetworkMTU int
+	EnableIPv6 bool
+	// VolumeDriver and VolumeDriverOpts make the builds and cache
+	// volumes (and, the driver alone, the containers' anonymous
+	// volumes); VolumeKeep leaves the anonymous volumes of removed
+	// containers.
+	VolumeDriver     string
+	VolumeDriverOpts map[string]string
+	VolumeKeep       bool
+
+	// The services' own settings (service_*, services_*), in place of
+	// the build container's; memory sizes in bytes as above.
+	ServiceMemory, ServiceMemorySwap, ServiceMemoryReservation int64
+	ServiceNanoCPUs, ServiceCPUShares                          int64
+	ServiceCPUSetCPUs, ServiceCgroupParent                     string
+	ServiceGPUs                                                []container.DeviceRequest
+	ServicesDevices                                            []ServiceDevices // by pattern, in key order
+	ServicesSecurityOpt                                        []string
+
 	// Beyond GitLab, for the executors on autoscaled instances: images a
 	// new instance pulls before it counts as ready (prepull_images), and
 	// how many of the latest jobs' images it pulls too (prepull_recent,
@@ -115,22 +154,6 @@ type ServiceConfig struct {
 	Environment         []string // "K=V"
 }
 
-// notHonoured are the [runners.docker] keys of GitLab Runner that drover
-// accepts but does not apply yet.
-var notHonoured = []string{
-	"cgroup_parent", "cpu_shares", "cpuset_mems",
-	"device_cgroup_rules", "disable_entrypoint_overwrite", "enable_ipv6",
-	"gpus", "group_add", "helper_image_flavor", "hostname", "ipcmode",
-	"isolation", "links", "log_options", "mac_address", "memory_reservation",
-	"network_mtu", "oom_score_adjust", "pid_mode", "runtime",
-	"service_cgroup_parent", "service_cpu_shares", "service_cpus",
-	"service_cpuset_cpus", "service_gpus", "service_memory",
-	"service_memory_reservation", "service_memory_swap",
-	"service_slot_cgroup_template", "services_devices",
-	"services_security_opt", "ulimit", "userns_mode", "volume_driver",
-	"volume_driver_ops", "volume_keep", "volumes_from",
-}
-
 // notHonouredService are the keys of [[runners.docker.services]] that
 // drover accepts but does not apply yet.
 var notHonouredService = []string{"suspend_data_path"}
@@ -145,7 +168,8 @@ const notHonouredMsg = "GitLab Runner key read but not honoured by drover yet: i
 // checked, and a wrong value is a *config.Error naming file, line and key
 // ("config.toml:12: runners[0].docker.memory: ..."); when there are several,
 // the one on the earliest line is returned, with the warnings found. The
-// GitLab keys drover does not apply yet and unknown keys are warnings, in
+// GitLab keys drover reads without applying them (set to anything but
+// their default, each with the reason) and unknown keys are warnings, in
 // line order.
 func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning, error) {
 	rd := &reader{RawReader: config.RawReader{File: file, Lines: r.KeyLine}}
@@ -262,19 +286,90 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			c.ContainerLabels = rd.labels(key, v)
 		case "services":
 			c.Services = rd.services(key, v)
-		default:
-			// A key at GitLab Runner's default (false, 0, "", empty: what
-			// gitlab-runner register writes) asks for nothing drover
-			// lacks.
-			switch {
-			case !slices.Contains(notHonoured, k):
-				rd.Warn(key, "unknown key, ignored")
-			case !zeroValue(v):
-				rd.Warn(key, notHonouredMsg)
+		case "runtime":
+			c.Runtime = rd.Str(key, v)
+		case "hostname":
+			c.Hostname = rd.hostname(key, v)
+		case "userns_mode":
+			c.UsernsMode = rd.mode(key, v, false, "host")
+		case "mac_address":
+			c.MacAddress = rd.macAddress(key, v)
+		case "cgroup_parent":
+			c.CgroupParent = rd.Str(key, v)
+		case "cpuset_mems":
+			c.CPUSetMems = rd.cpuset(key, v)
+		case "ipcmode":
+			c.IpcMode = rd.mode(key, v, true, "none", "private", "shareable", "host")
+		case "pid_mode":
+			c.PidMode = rd.mode(key, v, true, "host")
+		case "cpu_shares":
+			c.CPUShares = rd.intRange(key, v, 0, maxCPUShares)
+		case "memory_reservation":
+			c.MemoryReservation = rd.bytes(key, v, false)
+		case "oom_score_adjust":
+			c.OOMScoreAdjust = int(rd.intRange(key, v, -oomScoreMax, oomScoreMax))
+		case "group_add":
+			c.GroupAdd = rd.StrList(key, v)
+		case "links":
+			c.Links = rd.containerRefs(key, v, `a link: want "container" or "container:alias"`)
+		case "volumes_from":
+			c.VolumesFrom = rd.containerRefs(key, v, `a container to take volumes from: want "container", "container:ro" or "container:rw"`, "ro", "rw")
+		case "device_cgroup_rules":
+			c.DeviceCgroupRules = rd.deviceCgroupRules(key, v)
+		case "ulimit":
+			c.Ulimits = rd.ulimits(key, v)
+		case "log_options":
+			c.LogOptions = rd.logOptions(key, v)
+		case "gpus":
+			c.GPUs = rd.gpus(key, v)
+		case "disable_entrypoint_overwrite":
+			c.DisableEntrypointOverwrite = rd.Bool(key, v)
+		case "network_mtu":
+			c.NetworkMTU = rd.networkMTU(key, v)
+		case "enable_ipv6":
+			c.EnableIPv6 = rd.Bool(key, v)
+		case "volume_driver":
+			c.VolumeDriver = rd.Str(key, v)
+		case "volume_driver_ops":
+			c.VolumeDriverOpts = rd.strMap(key, v)
+		case "volume_keep":
+			c.VolumeKeep = rd.Bool(key, v)
+		case "service_memory":
+			c.ServiceMemory = rd.bytes(key, v, false)
+		case "service_memory_swap":
+			c.ServiceMemorySwap = rd.bytes(key, v, true)
+		case "service_memory_reservation":
+			c.ServiceMemoryReservation = rd.bytes(key, v, false)
+		case "service_cpus":
+			c.ServiceNanoCPUs = rd.cpus(key, v)
+		case "service_cpu_shares":
+			c.ServiceCPUShares = rd.intRange(key, v, 0, maxCPUShares)
+		case "service_cpuset_cpus":
+			c.ServiceCPUSetCPUs = rd.cpuset(key, v)
+		case "service_cgroup_parent":
+			c.ServiceCgroupParent = rd.Str(key, v)
+		case "service_gpus":
+			c.ServiceGPUs = rd.gpus(key, v)
+		case "services_devices":
+			c.ServicesDevices = rd.servicesDevices(key, v)
+		case "services_security_opt":
+			c.ServicesSecurityOpt = rd.StrList(key, v)
+		case "isolation":
+			rd.isolation(key, v)
+		case "helper_image_flavor":
+			if rd.Str(key, v) != "" {
+				rd.Warn(key, "%s", whyFlavor)
 			}
+		case "service_slot_cgroup_template":
+			if rd.Str(key, v) != "" {
+				rd.Warn(key, "%s", whySlotCG)
+			}
+		default:
+			rd.Warn(key, "unknown key, ignored")
 		}
 	}
 	rd.checkMemory(c)
+	rd.checkContainerKeys(c)
 	rd.checkPullPolicies(c, r.Docker)
 	if r.Executor == Name {
 		// Keys for engines on autoscaled instances: a runner's own engine
@@ -479,10 +574,16 @@ var volumeSpec = regexp.MustCompile(`^(?:(?:` + volumeDir + `|` + volumeName + `
 	`(?::(?i:ro|rw|o))?(?:[:,](?i:z))?(?:[:,](?i:shared|slave|private|rshared|rslave|rprivate))?$`)
 
 func (rd *reader) volumes(key string, v any) []string {
+	return rd.checkedList(key, v, volumeSpec.MatchString, `%q is not a volume: want "/container/path" (anonymous) or "host-path-or-volume-name:/container/path", optionally followed by ":ro" or ":rw"`)
+}
+
+// checkedList reads an array of strings; an element ok refuses is
+// reported with its index and the message format (of the element, %q).
+func (rd *reader) checkedList(key string, v any, ok func(string) bool, format string) []string {
 	list := rd.StrList(key, v)
 	for i, s := range list {
-		if !volumeSpec.MatchString(s) {
-			rd.Fail(config.IndexKey(key, i), "%q is not a volume: want \"/container/path\" (anonymous) or \"host-path-or-volume-name:/container/path\", optionally followed by \":ro\" or \":rw\"", s)
+		if !ok(s) {
+			rd.Fail(config.IndexKey(key, i), format, s)
 		}
 	}
 	return list
@@ -490,24 +591,18 @@ func (rd *reader) volumes(key string, v any) []string {
 
 // dns reads DNS server addresses, which docker wants as IP addresses.
 func (rd *reader) dns(key string, v any) []string {
-	list := rd.StrList(key, v)
-	for i, s := range list {
-		if _, err := netip.ParseAddr(s); err != nil {
-			rd.Fail(config.IndexKey(key, i), "%q is not an IP address", s)
-		}
-	}
-	return list
+	return rd.checkedList(key, v, func(s string) bool {
+		_, err := netip.ParseAddr(s)
+		return err == nil
+	}, "%q is not an IP address")
 }
 
 // extraHosts reads "host:address" (or "host=address") entries.
 func (rd *reader) extraHosts(key string, v any) []string {
-	list := rd.StrList(key, v)
-	for i, s := range list {
-		if j := strings.IndexAny(s, ":="); j <= 0 || j == len(s)-1 {
-			rd.Fail(config.IndexKey(key, i), "%q is not a host entry: want \"name:address\"", s)
-		}
-	}
-	return list
+	return rd.checkedList(key, v, func(s string) bool {
+		j := strings.IndexAny(s, ":=")
+		return j > 0 && j < len(s)-1
+	}, `%q is not a host entry: want "name:address"`)
 }
 
 // devices reads "host-path[:container-path[:permissions]]" entries.
@@ -786,24 +881,4 @@ func (rd *reader) services(key string, v any) []ServiceConfig {
 		out = append(out, s)
 	}
 	return out
-}
-
-// zeroValue reports whether a TOML value is its type's zero: false, 0,
-// "", an empty array or table.
-func zeroValue(v any) bool {
-	switch x := v.(type) {
-	case bool:
-		return !x
-	case int64:
-		return x == 0
-	case float64:
-		return x == 0
-	case string:
-		return x == ""
-	case []any:
-		return len(x) == 0
-	case map[string]any:
-		return len(x) == 0
-	}
-	return false
 }

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/go-units"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/drover-ci/drover/internal/config"
 )
@@ -162,6 +165,120 @@ func TestParseConfigEveryKey(t *testing.T) {
 	}
 }
 
+// TestParseConfigContainerKeys: every key GitLab Runner hands to the
+// engine, read into Config at once.
+func TestParseConfigContainerKeys(t *testing.T) {
+	body := `[runners.docker]
+  runtime = "runc"
+  hostname = "ci-build"
+  userns_mode = "host"
+  mac_address = "92:d0:c6:0a:29:33"
+  cgroup_parent = "/drover-ci"
+  cpuset_mems = "0"
+  ipcmode = "shareable"
+  pid_mode = "host"
+  cpu_shares = 512
+  memory = "1g"
+  memory_reservation = "256m"
+  oom_score_adjust = 300
+  group_add = ["4321", "audio"]
+  links = ["db:database"]
+  volumes_from = ["data:ro"]
+  device_cgroup_rules = ["c 42:* rmw"]
+  gpus = "count=2,driver=nvidia,capabilities=compute;utility,options=a=b"
+  disable_entrypoint_overwrite = true
+  network_mtu = 1300
+  enable_ipv6 = true
+  volume_driver = "local"
+  volume_keep = true
+  service_memory = "128m"
+  service_memory_swap = "-1"
+  service_memory_reservation = "64m"
+  service_cpus = "0.5"
+  service_cpu_shares = 128
+  service_cpuset_cpus = "0"
+  service_cgroup_parent = "/drover-svc"
+  service_gpus = "all"
+  services_security_opt = ["no-new-privileges"]
+  [runners.docker.ulimit]
+    nofile = "1024:2048"
+    nproc = "512"
+  [runners.docker.log_options]
+    env = "CI_JOB_ID"
+  [runners.docker.volume_driver_ops]
+    type = "tmpfs"
+    device = "tmpfs"
+  [runners.docker.services_devices]
+    "postgres:*" = ["/dev/fuse"]
+`
+	c, warnings, err := parseDocker(t, body)
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("ParseConfig() warnings %v, error %v", warnings, err)
+	}
+	want := defaults()
+	want.Memory = 1 << 30
+	want.Runtime, want.Hostname, want.UsernsMode, want.MacAddress = "runc", "ci-build", "host", "92:d0:c6:0a:29:33"
+	want.CgroupParent, want.CPUSetMems, want.IpcMode, want.PidMode = "/drover-ci", "0", "shareable", "host"
+	want.CPUShares, want.MemoryReservation, want.OOMScoreAdjust = 512, 256<<20, 300
+	want.GroupAdd, want.Links, want.VolumesFrom = []string{"4321", "audio"}, []string{"db:database"}, []string{"data:ro"}
+	want.DeviceCgroupRules = []string{"c 42:* rmw"}
+	want.Ulimits = []*units.Ulimit{{Name: "nofile", Soft: 1024, Hard: 2048}, {Name: "nproc", Soft: 512, Hard: 512}}
+	want.LogOptions = map[string]string{"env": "CI_JOB_ID"}
+	want.GPUs = []container.DeviceRequest{{Driver: "nvidia", Count: 2, Capabilities: [][]string{{"compute;utility", "gpu"}}, Options: map[string]string{"a": "b"}}}
+	want.DisableEntrypointOverwrite, want.NetworkMTU, want.EnableIPv6 = true, 1300, true
+	want.VolumeDriver, want.VolumeDriverOpts, want.VolumeKeep = "local", map[string]string{"type": "tmpfs", "device": "tmpfs"}, true
+	want.ServiceMemory, want.ServiceMemorySwap, want.ServiceMemoryReservation = 128<<20, -1, 64<<20
+	want.ServiceNanoCPUs, want.ServiceCPUShares, want.ServiceCPUSetCPUs, want.ServiceCgroupParent = 5e8, 128, "0", "/drover-svc"
+	want.ServiceGPUs = []container.DeviceRequest{{Count: -1, Capabilities: [][]string{{"gpu"}}, Options: map[string]string{}}}
+	want.ServicesDevices = []ServiceDevices{{Pattern: "postgres:*", Devices: []string{"/dev/fuse"}}}
+	want.ServicesSecurityOpt = []string{"no-new-privileges"}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("ParseConfig() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestParseGPUs: docker run's --gpus syntax, as the engine's device
+// request.
+func TestParseGPUs(t *testing.T) {
+	gpu := [][]string{{"gpu"}}
+	cases := []struct {
+		in   string
+		want container.DeviceRequest
+		err  string
+	}{
+		{in: "all", want: container.DeviceRequest{Count: -1, Capabilities: gpu, Options: map[string]string{}}},
+		{in: "2", want: container.DeviceRequest{Count: 2, Capabilities: gpu, Options: map[string]string{}}},
+		{in: "count=all", want: container.DeviceRequest{Count: -1, Capabilities: gpu, Options: map[string]string{}}},
+		{in: "device=GPU-3a23c669", want: container.DeviceRequest{DeviceIDs: []string{"GPU-3a23c669"}, Capabilities: gpu, Options: map[string]string{}}},
+		{in: `"device=0,2"`, want: container.DeviceRequest{DeviceIDs: []string{"0", "2"}, Capabilities: gpu, Options: map[string]string{}}},
+		{in: `driver=nvidia,"capabilities=compute,utility",count=1`, want: container.DeviceRequest{Driver: "nvidia", Count: 1,
+			Capabilities: [][]string{{"compute", "utility", "gpu"}}, Options: map[string]string{}}},
+		{in: `"options=a=1,b"`, want: container.DeviceRequest{Count: 1, Capabilities: gpu, Options: map[string]string{"a": "1", "b": ""}}},
+		{in: "0", want: container.DeviceRequest{Count: 0, Capabilities: gpu, Options: map[string]string{}}},
+		{in: "-1", err: `count "-1" is neither "all" nor a number`},
+		{in: "all,2", err: "count given twice"},
+		{in: "device=", err: "an empty device id"},
+		{in: "gpus=1", err: `unknown key "gpus"`},
+		{in: `"device=0`, err: "extraneous or missing"},
+	}
+	for _, tc := range cases {
+		got, err := parseGPUs(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseGPUs(%q) = %+v, %v; want error %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseGPUs(%q) error = %v", tc.in, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("parseGPUs(%q) mismatch (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
 // TestParseConfigValues checks single keys: the value read, or the error
 // with its key path and line (the key is on line 8 unless the test says).
 func TestParseConfigValues(t *testing.T) {
@@ -311,6 +428,96 @@ func TestParseConfigValues(t *testing.T) {
 		{name: "services environment empty name", body: "[[runners.docker.services]]\n  name = \"a\"\n  environment = [\"=1\"]", err: `10: runners[0].docker.services[0].environment[0]: "=1" is not a variable`},
 		{name: "services alias type", body: "[[runners.docker.services]]\n  name = \"a\"\n  alias = [\"b\"]", err: `10: runners[0].docker.services[0].alias: must be a string, not an array`},
 
+		// container settings
+		{name: "runtime", body: `runtime = "runc"`, check: func(c *Config) any { return c.Runtime }, want: "runc"},
+		{name: "runtime type", body: `runtime = true`, err: `8: runners[0].docker.runtime: must be a string, not a boolean`},
+		{name: "hostname", body: `hostname = "build-1.ci.example"`, check: func(c *Config) any { return c.Hostname }, want: "build-1.ci.example"},
+		{name: "hostname space", body: `hostname = "my host"`, err: `8: runners[0].docker.hostname: "my host" is not a host name`},
+		{name: "hostname too long", body: `hostname = "` + strings.Repeat("h", 65) + `"`, err: `8: runners[0].docker.hostname: "hhhh`},
+		{name: "hostname leading dash", body: `hostname = "-x"`, err: `8: runners[0].docker.hostname: "-x" is not a host name`},
+		{name: "userns_mode host", body: `userns_mode = "host"`, check: func(c *Config) any { return c.UsernsMode }, want: "host"},
+		{name: "userns_mode other", body: `userns_mode = "private"`, err: `8: runners[0].docker.userns_mode: "private" is not a mode: want host`},
+		{name: "mac_address", body: `mac_address = "92:d0:c6:0a:29:33"`, check: func(c *Config) any { return c.MacAddress }, want: "92:d0:c6:0a:29:33"},
+		{name: "mac_address bad", body: `mac_address = "92:d0:c6:0a:29"`, err: `8: runners[0].docker.mac_address: "92:d0:c6:0a:29" is not a MAC address`},
+		{name: "mac_address eui64", body: `mac_address = "92:d0:c6:0a:29:33:44:55"`, err: `8: runners[0].docker.mac_address: "92:d0:c6:0a:29:33:44:55" is not a MAC address`},
+		{name: "mac_address multicast", body: `mac_address = "01:00:5e:00:00:01"`, err: `8: runners[0].docker.mac_address: "01:00:5e:00:00:01" is a multicast address`},
+		{name: "mac_address with network_mode host", body: "network_mode = \"host\"\nmac_address = \"92:d0:c6:0a:29:33\"", err: `9: runners[0].docker.mac_address: cannot be set with network_mode "host"`},
+		{name: "cgroup_parent", body: `cgroup_parent = "/ci"`, check: func(c *Config) any { return c.CgroupParent }, want: "/ci"},
+		{name: "cpuset_mems", body: `cpuset_mems = "0-1"`, check: func(c *Config) any { return c.CPUSetMems }, want: "0-1"},
+		{name: "cpuset_mems bad", body: `cpuset_mems = "node0"`, err: `8: runners[0].docker.cpuset_mems: "node0" is not a list of CPUs`},
+		{name: "ipcmode container", body: `ipcmode = "container:db"`, check: func(c *Config) any { return c.IpcMode }, want: "container:db"},
+		{name: "ipcmode shareable", body: `ipcmode = "shareable"`, check: func(c *Config) any { return c.IpcMode }, want: "shareable"},
+		{name: "ipcmode bad", body: `ipcmode = "shared"`, err: `8: runners[0].docker.ipcmode: "shared" is not a mode: want none, private, shareable, host or container:<name>`},
+		{name: "ipcmode empty container", body: `ipcmode = "container:"`, err: `8: runners[0].docker.ipcmode: "container:" is not a mode`},
+		{name: "pid_mode host", body: `pid_mode = "host"`, check: func(c *Config) any { return c.PidMode }, want: "host"},
+		{name: "pid_mode bad", body: `pid_mode = "private"`, err: `8: runners[0].docker.pid_mode: "private" is not a mode: want host or container:<name>`},
+		{name: "cpu_shares", body: `cpu_shares = 512`, check: func(c *Config) any { return c.CPUShares }, want: int64(512)},
+		{name: "cpu_shares negative", body: `cpu_shares = -1`, err: `8: runners[0].docker.cpu_shares: must be from 0 to 262144 (got -1)`},
+		{name: "cpu_shares string", body: `cpu_shares = "512"`, err: `8: runners[0].docker.cpu_shares: must be an integer, not a string`},
+		{name: "memory_reservation", body: `memory_reservation = "64m"`, check: func(c *Config) any { return c.MemoryReservation }, want: int64(64 << 20)},
+		{name: "memory_reservation above memory", body: "memory = \"64m\"\nmemory_reservation = \"128m\"", err: `9: runners[0].docker.memory_reservation: 134217728 bytes is more than memory`},
+		{name: "memory_reservation bad", body: `memory_reservation = "lots"`, err: `8: runners[0].docker.memory_reservation: "lots" is not a size`},
+		{name: "oom_score_adjust", body: `oom_score_adjust = -500`, check: func(c *Config) any { return c.OOMScoreAdjust }, want: -500},
+		{name: "oom_score_adjust too high", body: `oom_score_adjust = 1001`, err: `8: runners[0].docker.oom_score_adjust: must be from -1000 to 1000 (got 1001)`},
+		{name: "group_add", body: `group_add = ["audio", "4321"]`, check: func(c *Config) any { return c.GroupAdd }, want: []string{"audio", "4321"}},
+		{name: "group_add type", body: `group_add = [4321]`, err: `8: runners[0].docker.group_add[0]: must be a string, not an integer`},
+		{name: "links", body: `links = ["db", "cache:redis"]`, check: func(c *Config) any { return c.Links }, want: []string{"db", "cache:redis"}},
+		{name: "links empty alias", body: `links = ["db:"]`, err: `8: runners[0].docker.links[0]: "db:" is not a link`},
+		{name: "links two colons", body: `links = ["ok", "a:b:c"]`, err: `8: runners[0].docker.links[1]: "a:b:c" is not a link`},
+		{name: "volumes_from", body: `volumes_from = ["data", "cfg:ro"]`, check: func(c *Config) any { return c.VolumesFrom }, want: []string{"data", "cfg:ro"}},
+		{name: "volumes_from bad mode", body: `volumes_from = ["data:rx"]`, err: `8: runners[0].docker.volumes_from[0]: "data:rx" is not a container to take volumes from`},
+		{name: "device_cgroup_rules", body: `device_cgroup_rules = ["c 13:* rwm", "a *:* r", "b 8:0 m"]`, check: func(c *Config) any { return len(c.DeviceCgroupRules) }, want: 3},
+		{name: "device_cgroup_rules bad", body: `device_cgroup_rules = ["c 13 rwm"]`, err: `8: runners[0].docker.device_cgroup_rules[0]: "c 13 rwm" is not a device cgroup rule`},
+		{name: "ulimit", body: "[runners.docker.ulimit]\n  nofile = \"1024:2048\"\n  core = \"-1\"", check: func(c *Config) any { return c.Ulimits },
+			want: []*units.Ulimit{{Name: "core", Soft: -1, Hard: -1}, {Name: "nofile", Soft: 1024, Hard: 2048}}},
+		{name: "ulimit soft above hard", body: "[runners.docker.ulimit]\n  nofile = \"4096:1024\"", err: `9: runners[0].docker.ulimit.nofile: "4096:1024" is not a limit`},
+		{name: "ulimit unknown name", body: "[runners.docker.ulimit]\n  files = \"1024\"", err: `9: runners[0].docker.ulimit.files: "1024" is not a limit: invalid ulimit type: files`},
+		{name: "ulimit not a number", body: "[runners.docker.ulimit]\n  nofile = \"many\"", err: `9: runners[0].docker.ulimit.nofile: "many" is not a limit`},
+		{name: "ulimit integer", body: "[runners.docker.ulimit]\n  nofile = 1024", err: `9: runners[0].docker.ulimit.nofile: must be a string, not an integer`},
+		{name: "log_options", body: "[runners.docker.log_options]\n  env = \"CI_JOB_ID\"\n  labels = \"team\"", check: func(c *Config) any { return c.LogOptions }, want: map[string]string{"env": "CI_JOB_ID", "labels": "team"}},
+		{name: "log_options max-size", body: "[runners.docker.log_options]\n  max-size = \"10m\"", err: `9: runners[0].docker.log_options.max-size: not a log option GitLab Runner allows`},
+		{name: "gpus all", body: `gpus = "all"`, check: func(c *Config) any { return c.GPUs },
+			want: []container.DeviceRequest{{Count: -1, Capabilities: [][]string{{"gpu"}}, Options: map[string]string{}}}},
+		{name: "gpus bad key", body: `gpus = "devices=0"`, err: `8: runners[0].docker.gpus: "devices=0" is not a GPU request: unknown key "devices"`},
+		{name: "gpus bad count", body: `gpus = "two"`, err: `8: runners[0].docker.gpus: "two" is not a GPU request`},
+		{name: "disable_entrypoint_overwrite", body: `disable_entrypoint_overwrite = true`, check: func(c *Config) any { return c.DisableEntrypointOverwrite }, want: true},
+		{name: "disable_entrypoint_overwrite type", body: `disable_entrypoint_overwrite = "true"`, err: `8: runners[0].docker.disable_entrypoint_overwrite: must be a boolean, not a string`},
+		{name: "network_mtu", body: `network_mtu = 1300`, check: func(c *Config) any { return c.NetworkMTU }, want: 1300},
+		{name: "network_mtu too small", body: `network_mtu = 67`, err: `8: runners[0].docker.network_mtu: must be 0 (the engine's default) or an MTU from 68 to 65535 (got 67)`},
+		{name: "network_mtu type", body: `network_mtu = "1300"`, err: `8: runners[0].docker.network_mtu: must be an integer, not a string`},
+		{name: "network_mtu below IPv6's", body: "enable_ipv6 = true\nnetwork_mtu = 1200", err: `9: runners[0].docker.network_mtu: 1200 is below IPv6's minimum MTU (1280)`},
+		{name: "enable_ipv6", body: `enable_ipv6 = true`, check: func(c *Config) any { return c.EnableIPv6 }, want: true},
+		{name: "volume_driver_ops", body: "volume_driver = \"local\"\n[runners.docker.volume_driver_ops]\n  type = \"tmpfs\"", check: func(c *Config) any { return []any{c.VolumeDriver, c.VolumeDriverOpts} },
+			want: []any{"local", map[string]string{"type": "tmpfs"}}},
+		{name: "volume_driver_ops value type", body: "[runners.docker.volume_driver_ops]\n  size = 1", err: `9: runners[0].docker.volume_driver_ops.size: must be a string, not an integer`},
+		{name: "volume_keep type", body: `volume_keep = 1`, err: `8: runners[0].docker.volume_keep: must be a boolean, not an integer`},
+		{name: "isolation bad", body: `isolation = "vm"`, err: `8: runners[0].docker.isolation: "vm" is not an isolation: want default, process or hyperv`},
+
+		// the services' settings
+		{name: "service limits", body: "service_memory = \"256m\"\nservice_memory_swap = \"512m\"\nservice_memory_reservation = \"128m\"\nservice_cpus = \"0.5\"\nservice_cpu_shares = 256\nservice_cpuset_cpus = \"0\"\nservice_cgroup_parent = \"/svc\"",
+			check: func(c *Config) any {
+				return []any{c.ServiceMemory, c.ServiceMemorySwap, c.ServiceMemoryReservation, c.ServiceNanoCPUs, c.ServiceCPUShares, c.ServiceCPUSetCPUs, c.ServiceCgroupParent}
+			},
+			want: []any{int64(256 << 20), int64(512 << 20), int64(128 << 20), int64(5e8), int64(256), "0", "/svc"}},
+		{name: "service_memory_swap without service_memory", body: `service_memory_swap = "1g"`, err: `8: runners[0].docker.service_memory_swap: needs service_memory`},
+		{name: "service_memory_swap below service_memory", body: "service_memory = \"1g\"\nservice_memory_swap = \"512m\"", err: `9: runners[0].docker.service_memory_swap: 536870912 bytes is less than service_memory`},
+		{name: "service_memory_swap unlimited", body: "service_memory = \"1g\"\nservice_memory_swap = -1", check: func(c *Config) any { return c.ServiceMemorySwap }, want: int64(-1)},
+		{name: "service_memory_reservation above service_memory", body: "service_memory = \"64m\"\nservice_memory_reservation = \"1g\"", err: `9: runners[0].docker.service_memory_reservation: 1073741824 bytes is more than service_memory`},
+		{name: "service_cpus bad", body: `service_cpus = "half"`, err: `8: runners[0].docker.service_cpus: "half" is not a number of CPUs`},
+		{name: "service_cpu_shares too many", body: `service_cpu_shares = 300000`, err: `8: runners[0].docker.service_cpu_shares: must be from 0 to 262144 (got 300000)`},
+		{name: "service_cpuset_cpus bad", body: `service_cpuset_cpus = "1-0"`, err: `8: runners[0].docker.service_cpuset_cpus: "1-0" is not a list of CPUs`},
+		{name: "service_gpus", body: `service_gpus = '"device=0,1",capabilities=compute'`, check: func(c *Config) any { return c.ServiceGPUs },
+			want: []container.DeviceRequest{{DeviceIDs: []string{"0", "1"}, Capabilities: [][]string{{"compute", "gpu"}}, Options: map[string]string{}}}},
+		{name: "service_gpus bad", body: `service_gpus = "count=1,count=2"`, err: `8: runners[0].docker.service_gpus: "count=1,count=2" is not a GPU request: count given twice`},
+		{name: "services_devices", body: "[runners.docker.services_devices]\n  \"postgres:*\" = [\"/dev/fuse\"]\n  \"**/redis*\" = [\"/dev/a:/dev/b:r\"]",
+			check: func(c *Config) any { return c.ServicesDevices },
+			want:  []ServiceDevices{{Pattern: "**/redis*", Devices: []string{"/dev/a:/dev/b:r"}}, {Pattern: "postgres:*", Devices: []string{"/dev/fuse"}}}},
+		{name: "services_devices bad device", body: "[runners.docker.services_devices]\n  \"postgres:*\" = [\"/dev/a:b\"]", err: `9: runners[0].docker.services_devices."postgres:*"[0]: "/dev/a:b" is not a device`},
+		{name: "services_devices bad pattern", body: "[runners.docker.services_devices]\n  \"[pg\" = [\"/dev/fuse\"]", err: `9: runners[0].docker.services_devices."[pg": "[pg" is not a valid image pattern`},
+		{name: "services_devices type", body: `services_devices = ["/dev/fuse"]`, err: `8: runners[0].docker.services_devices: must be a table, not an array`},
+		{name: "services_security_opt", body: `services_security_opt = ["no-new-privileges"]`, check: func(c *Config) any { return c.ServicesSecurityOpt }, want: []string{"no-new-privileges"}},
+		{name: "services_security_opt type", body: `services_security_opt = "no-new-privileges"`, err: `8: runners[0].docker.services_security_opt: must be an array of strings, not a string`},
+
 		// the earliest error wins
 		{name: "earliest line", body: "memory = \"x\"\ncpus = \"y\"", err: `8: runners[0].docker.memory: "x" is not a size`},
 	}
@@ -343,21 +550,20 @@ func TestParseConfigValues(t *testing.T) {
 	}
 }
 
+// TestParseConfigWarnings: the keys drover reads without applying them
+// are warnings with the reason, unknown keys too; each at its line.
 func TestParseConfigWarnings(t *testing.T) {
 	body := `[runners.docker]
   image = "alpine"
-  volumes_from = ["data"]
+  isolation = "process"
   hostname = "build"
-  gpus = "all"
-  allowed_users = ["root"]
   imgae = "typo"
-  disable_entrypoint_overwrite = true
-  service_memory = "1g"
   helper_image_flavor = "ubuntu"
-  [runners.docker.ulimit]
-    nofile = "1024:2048"
-  [runners.docker.log_options]
-    env = "A"
+  network_mode = "ci-net"
+  network_mtu = 1400
+  enable_ipv6 = true
+  service_slot_cgroup_template = "ci/slot-${slot}"
+  isolation_level = 1
   [[runners.docker.services]]
     name = "pg"
     suspend_data_path = "/var/lib/postgresql"
@@ -367,7 +573,7 @@ func TestParseConfigWarnings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseConfig() error = %v", err)
 	}
-	if c.Image != "alpine" || len(c.Services) != 1 {
+	if c.Image != "alpine" || c.Hostname != "build" || len(c.Services) != 1 || c.NetworkMTU != 1400 || !c.EnableIPv6 {
 		t.Errorf("ParseConfig() = %+v", c)
 	}
 	const (
@@ -375,17 +581,15 @@ func TestParseConfigWarnings(t *testing.T) {
 		unknown = "unknown key, ignored"
 	)
 	want := []string{
-		"config.toml:9: runners[0].docker.volumes_from: " + ignored,
-		"config.toml:10: runners[0].docker.hostname: " + ignored,
-		"config.toml:11: runners[0].docker.gpus: " + ignored,
-		"config.toml:13: runners[0].docker.imgae: " + unknown,
-		"config.toml:14: runners[0].docker.disable_entrypoint_overwrite: " + ignored,
-		"config.toml:15: runners[0].docker.service_memory: " + ignored,
-		"config.toml:16: runners[0].docker.helper_image_flavor: " + ignored,
-		"config.toml:17: runners[0].docker.ulimit: " + ignored,
-		"config.toml:19: runners[0].docker.log_options: " + ignored,
-		"config.toml:23: runners[0].docker.services[0].suspend_data_path: " + ignored,
-		"config.toml:24: runners[0].docker.services[0].port: " + unknown,
+		"config.toml:9: runners[0].docker.isolation: " + whyIsolation,
+		"config.toml:11: runners[0].docker.imgae: " + unknown,
+		"config.toml:12: runners[0].docker.helper_image_flavor: " + whyFlavor,
+		"config.toml:14: runners[0].docker.network_mtu: " + whyNetMode,
+		"config.toml:15: runners[0].docker.enable_ipv6: " + whyNetMode,
+		"config.toml:16: runners[0].docker.service_slot_cgroup_template: " + whySlotCG,
+		"config.toml:17: runners[0].docker.isolation_level: " + unknown,
+		"config.toml:20: runners[0].docker.services[0].suspend_data_path: " + ignored,
+		"config.toml:21: runners[0].docker.services[0].port: " + unknown,
 	}
 	var got []string
 	for _, w := range warnings {
@@ -396,64 +600,77 @@ func TestParseConfigWarnings(t *testing.T) {
 	}
 }
 
-// TestParseConfigEveryGitLabKey checks that every key GitLab Runner
-// documents for [runners.docker] is accepted: read, or warned about as
-// not honoured, never reported as unknown.
+// gitlabDockerKeys are the [runners.docker] keys GitLab Runner documents,
+// each with a value it accepts (not its default).
+var gitlabDockerKeys = []struct{ key, value string }{
+	{"host", `"unix:///var/run/docker.sock"`}, {"tls_cert_path", `"/certs"`}, {"tls_verify", "true"},
+	{"image", `"alpine"`}, {"privileged", "true"}, {"services_privileged", "false"},
+	{"pull_policy", `"always"`}, {"allowed_pull_policies", `["always"]`}, {"allowed_images", `["alpine:*"]`},
+	{"allowed_services", `["postgres:*"]`}, {"allowed_privileged_images", `["docker:*"]`},
+	{"allowed_privileged_services", `["docker:*"]`}, {"user", `"1000"`}, {"volumes", `["/cache"]`},
+	{"cache_dir", `"/cache"`}, {"disable_cache", "true"}, {"network_mode", `"bridge"`},
+	{"extra_hosts", `["db:10.0.0.5"]`}, {"dns", `["1.1.1.1"]`}, {"dns_search", `["example.com"]`},
+	{"memory", `"1g"`}, {"memory_swap", `"2g"`}, {"cpus", `"2"`}, {"cpuset_cpus", `"0"`},
+	{"devices", `["/dev/fuse"]`}, {"cap_add", `["NET_ADMIN"]`}, {"cap_drop", `["MKNOD"]`},
+	{"security_opt", `["no-new-privileges"]`}, {"oom_kill_disable", "true"}, {"shm_size", "1024"},
+	{"tmpfs", `{"/tmp" = ""}`}, {"services_tmpfs", `{"/tmp" = ""}`}, {"sysctls", `{"net.core.somaxconn" = "1024"}`},
+	{"helper_image", `"helper:1"`}, {"container_labels", `{team = "ci"}`}, {"wait_for_services_timeout", "60"},
+	{"services_limit", "2"}, {"services", `[{name = "redis"}]`}, {"allowed_users", `["root"]`},
+	{"volumes_from", `["data"]`}, {"volume_driver", `"local"`}, {"volume_driver_ops", `{type = "tmpfs"}`},
+	{"volume_keep", "true"}, {"disable_entrypoint_overwrite", "true"}, {"network_mtu", "1400"},
+	{"enable_ipv6", "true"}, {"links", `["db"]`}, {"hostname", `"build"`}, {"mac_address", `"92:d0:c6:0a:29:33"`},
+	{"memory_reservation", `"512m"`}, {"cpu_shares", "512"}, {"cpuset_mems", `"0"`}, {"cgroup_parent", `"/ci"`},
+	{"gpus", `"all"`}, {"device_cgroup_rules", `["c 13:* rwm"]`}, {"oom_score_adjust", "100"},
+	{"ulimit", `{nofile = "1024:2048"}`}, {"userns_mode", `"host"`}, {"pid_mode", `"host"`}, {"ipcmode", `"host"`},
+	{"isolation", `"hyperv"`}, {"runtime", `"runc"`}, {"group_add", `["4321"]`}, {"helper_image_flavor", `"ubuntu"`},
+	{"log_options", `{env = "CI"}`}, {"service_memory", `"1g"`}, {"service_memory_swap", `"2g"`},
+	{"service_memory_reservation", `"512m"`}, {"service_cpus", `"1"`}, {"service_cpu_shares", "256"},
+	{"service_cpuset_cpus", `"0"`}, {"service_cgroup_parent", `"/svc"`}, {"service_slot_cgroup_template", `"s-${slot}"`},
+	{"service_gpus", `"1"`}, {"services_devices", `{"postgres:*" = ["/dev/fuse"]}`},
+	{"services_security_opt", `["no-new-privileges"]`},
+}
+
+// TestParseConfigEveryGitLabKey: every key GitLab Runner documents for
+// [runners.docker] is read, never reported as unknown; only those drover
+// cannot apply (with network_mode set, the job network's two) are warned
+// about, on their own line, and none is an error.
 func TestParseConfigEveryGitLabKey(t *testing.T) {
-	read := []string{
-		"host", "tls_cert_path", "tls_verify", "image", "privileged", "services_privileged",
-		"pull_policy", "allowed_pull_policies", "allowed_images", "allowed_services",
-		"allowed_privileged_images", "allowed_privileged_services", "user", "volumes",
-		"cache_dir", "disable_cache", "network_mode", "extra_hosts", "dns", "dns_search",
-		"memory", "memory_swap", "cpus", "cpuset_cpus", "devices", "cap_add", "cap_drop",
-		"security_opt", "oom_kill_disable", "shm_size", "tmpfs", "services_tmpfs", "sysctls",
-		"helper_image", "container_labels", "wait_for_services_timeout", "services_limit", "services",
-		"allowed_users",
-	}
-	gitlab := append(append([]string{}, read...),
-		"volumes_from", "volume_driver", "volume_driver_ops", "volume_keep",
-		"disable_entrypoint_overwrite", "network_mtu", "enable_ipv6", "links", "hostname",
-		"mac_address", "memory_reservation", "cpu_shares", "cpuset_mems", "cgroup_parent",
-		"gpus", "device_cgroup_rules", "oom_score_adjust", "ulimit", "userns_mode", "pid_mode",
-		"ipcmode", "isolation", "runtime", "group_add", "helper_image_flavor", "log_options",
-		"service_memory", "service_memory_swap", "service_memory_reservation", "service_cpus",
-		"service_cpu_shares", "service_cpuset_cpus", "service_cgroup_parent",
-		"service_slot_cgroup_template", "service_gpus", "services_devices", "services_security_opt",
-	)
 	var b strings.Builder
 	b.WriteString("[runners.docker]\n")
-	for _, k := range gitlab {
-		fmt.Fprintf(&b, "  %s = 1\n", k)
+	for _, k := range gitlabDockerKeys {
+		fmt.Fprintf(&b, "  %s = %s\n", k.key, k.value)
 	}
 	cfg, _, err := config.Parse("config.toml", []byte(runnerHead+b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, warnings, _ := ParseConfig("config.toml", &cfg.Runners[0])
-	for _, w := range warnings {
-		if strings.Contains(w.Msg, "unknown") {
-			t.Errorf("GitLab key reported as unknown: %s", w)
+	_, warnings, err := ParseConfig("config.toml", &cfg.Runners[0])
+	if err != nil {
+		t.Fatalf("ParseConfig() error = %v", err)
+	}
+	line := func(key string) int {
+		for i, k := range gitlabDockerKeys {
+			if k.key == key {
+				return 8 + i
+			}
 		}
+		return -1
 	}
-	// Every key not read is warned about, on its own line.
-	if n := len(gitlab) - len(read); len(warnings) != n {
-		t.Errorf("%d warnings, want %d: %v", len(warnings), n, warnings)
+	want := map[string]string{
+		"isolation": whyIsolation, "helper_image_flavor": whyFlavor, "service_slot_cgroup_template": whySlotCG,
+		"network_mtu": whyNetMode, "enable_ipv6": whyNetMode,
 	}
+	got := map[string]string{}
 	for _, w := range warnings {
 		k := strings.TrimPrefix(w.Key, "runners[0].docker.")
-		if w.Line != 8+indexOf(gitlab, k) {
-			t.Errorf("warning %s: line %d, want %d", w, w.Line, 8+indexOf(gitlab, k))
+		got[k] = w.Msg
+		if w.Line != line(k) {
+			t.Errorf("warning %s: line %d, want %d", w, w.Line, line(k))
 		}
 	}
-}
-
-func indexOf(list []string, s string) int {
-	for i, e := range list {
-		if e == s {
-			return i
-		}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings mismatch (-want +got):\n%s", diff)
 	}
-	return -1000
 }
 
 func TestParseConfigPullPolicyWarning(t *testing.T) {
@@ -587,6 +804,9 @@ func FuzzParseConfig(f *testing.F) {
 		"[runners.docker]\n  wait_for_services_timeout = -9223372036854775808\n  services_limit = 9223372036854775807\n  shm_size = -1\n",
 		"[runners.docker]\n  cpus = 1e300\n  memory = \"99999999999999999999999p\"\n  cpuset_cpus = \"-\"\n",
 		"[runners.docker]\n  [runners.docker.container_labels]\n    \"io.drover.x\" = \"\"\n  [[runners.docker.services]]\n    alias = 1\n",
+		"[runners.docker]\n  gpus = \"\\\"device=0,1\\\",count=1\"\n  ulimit = {nofile = \"1:2\", x = \"\"}\n  ipcmode = \"container:\"\n",
+		"[runners.docker]\n  network_mtu = 65536\n  enable_ipv6 = true\n  mac_address = \"ff:ff:ff:ff:ff:ff\"\n  oom_score_adjust = -1001\n",
+		"[runners.docker]\n  services_devices = {\"{a\" = [\"/dev/x\"], b = 1}\n  log_options = {env = \"A\", max-file = \"3\"}\n",
 		"docker = 1\n",
 		"docker = {services = \"x\", \"a.b\" = {c = 1}}\n",
 	}
@@ -620,7 +840,9 @@ func FuzzParseConfig(f *testing.F) {
 				continue
 			}
 			if len(c.PullPolicy) == 0 || len(c.AllowedPullPolicies) == 0 || c.ServicesLimit < -1 ||
-				c.Memory < 0 || c.MemorySwap < -1 || c.NanoCPUs < 0 || c.ShmSize < 0 || c.WaitForServicesTimeout == 0 {
+				c.Memory < 0 || c.MemorySwap < -1 || c.NanoCPUs < 0 || c.ShmSize < 0 || c.WaitForServicesTimeout == 0 ||
+				c.OOMScoreAdjust < -1000 || c.OOMScoreAdjust > 1000 || c.NetworkMTU < 0 || c.NetworkMTU > 65535 ||
+				c.CPUShares < 0 || c.ServiceCPUShares < 0 || c.MemoryReservation < 0 || c.ServiceMemory < 0 {
 				t.Fatalf("ParseConfig() = %+v: not valid", c)
 			}
 			for _, s := range c.Services {
@@ -641,24 +863,33 @@ func FuzzParseConfig(f *testing.F) {
 	})
 }
 
-// Keys drover does not honour draw no warning at GitLab Runner's default,
-// which `gitlab-runner register` writes into every config.toml: asking
-// for the default asks for nothing drover lacks.
+// GitLab Runner's defaults, which `gitlab-runner register` writes into
+// every config.toml, draw no warning and ask for nothing.
 func TestParseConfigDefaultsNotWarned(t *testing.T) {
-	_, warnings, err := parseDocker(t, `[runners.docker]
-  image = "alpine"
+	c, warnings, err := parseDocker(t, `[runners.docker]
   disable_entrypoint_overwrite = false
   network_mtu = 0
   enable_ipv6 = false
   hostname = ""
   volumes_from = []
   oom_score_adjust = 0
+  cpu_shares = 0
+  isolation = ""
+  helper_image_flavor = ""
+  service_slot_cgroup_template = ""
+  volume_keep = false
+  gpus = ""
+  runtime = ""
+  [runners.docker.ulimit]
 `)
 	if err != nil || len(warnings) != 0 {
-		t.Errorf("ParseConfig of defaults = %v, warnings %v; want none", err, warnings)
+		t.Fatalf("ParseConfig of defaults = %v, warnings %v; want none", err, warnings)
 	}
-	_, warnings, err = parseDocker(t, "[runners.docker]\n  network_mtu = 1400\n")
-	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0].String(), "network_mtu: GitLab Runner key read but not honoured") {
-		t.Errorf("ParseConfig of network_mtu = 1400 = %v, warnings %v; want one warning", err, warnings)
+	if diff := cmp.Diff(defaults(), c, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("ParseConfig of defaults mismatch (-want +got):\n%s", diff)
+	}
+	_, warnings, err = parseDocker(t, "[runners.docker]\n  isolation = \"default\"\n  network_mtu = 1400\n")
+	if err != nil || len(warnings) != 0 {
+		t.Errorf("ParseConfig of isolation default, network_mtu 1400 = %v, warnings %v; want none", err, warnings)
 	}
 }

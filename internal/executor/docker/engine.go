@@ -27,6 +27,9 @@ import (
 // a later executor points it at an engine on an autoscaled instance.
 type Engine interface {
 	Ping(ctx context.Context) (types.Ping, error)
+	// ClientVersion is the API version the client speaks to the engine
+	// (negotiated by the first call).
+	ClientVersion() string
 
 	ImageInspect(ctx context.Context, ref string, opts ...dockerclient.ImageInspectOption) (image.InspectResponse, error)
 	ImagePull(ctx context.Context, ref string, opts image.PullOptions) (io.ReadCloser, error)
@@ -50,6 +53,9 @@ type Engine interface {
 	NetworkCreate(ctx context.Context, name string, opts network.CreateOptions) (network.CreateResponse, error)
 	NetworkRemove(ctx context.Context, id string) error
 	NetworkList(ctx context.Context, opts network.ListOptions) ([]network.Summary, error)
+	NetworkInspect(ctx context.Context, id string, opts network.InspectOptions) (network.Inspect, error)
+	NetworkConnect(ctx context.Context, id, container string, cfg *network.EndpointSettings) error
+	NetworkDisconnect(ctx context.Context, id, container string, force bool) error
 
 	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
 	VolumeRemove(ctx context.Context, id string, force bool) error

@@ -61,8 +61,9 @@ type Executor struct {
 	image       string // the build image as the job names it
 	imageID     string
 	user        string
-	network     string // the job's network (id); "" when network_mode is set
-	netName     string // what containers join
+	network     string   // the job's network (id); "" when network_mode is set
+	netName     string   // what containers join
+	linked      []string // containers of links this job joined to netName
 	jobVolume   string
 	volumes     []string // per-job volumes to remove (job, and builds/cache with disable_cache)
 	binds       []string // mounts of the build and helper containers
@@ -91,12 +92,15 @@ var (
 // Disposable reports true: a job's containers are made for it alone.
 func (e *Executor) Disposable() bool { return true }
 
-// ScriptHostname is the build container's host name (Docker's default:
-// the first 12 hex digits of its id). Every stage creates the project
-// directory it runs in.
+// ScriptHostname is the build container's host name: the runner's
+// hostname, else Docker's default (the first 12 hex digits of its id).
+// Every stage creates the project directory it runs in.
 func (e *Executor) ScriptHostname() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.cfg != nil && e.cfg.Hostname != "" {
+		return e.cfg.Hostname
+	}
 	return shortID(e.build)
 }
 
@@ -207,6 +211,12 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err := e.createNetwork(ctx, len(specs) == 0 && !stacked && !e.resumable); err != nil {
 		return err
 	}
+	if err := e.connectLinks(ctx); err != nil {
+		return err
+	}
+	if cfg.VolumeKeep {
+		fmt.Fprintf(trace, "\033[0;33mWARNING: volume_keep is set: the anonymous volumes of the job's containers stay on the engine after the job\033[0;m\n")
+	}
 	if err := e.createVolumes(ctx); err != nil {
 		return err
 	}
@@ -294,10 +304,7 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 		return nil
 	}
 	name := e.prefix + "-network"
-	resp, err := e.eng.NetworkCreate(ctx, name, network.CreateOptions{
-		Driver: "bridge",
-		Labels: labels(e.settings, e.job.ID, roleNetwork, e.cfg.ContainerLabels),
-	})
+	resp, err := e.createJobNetwork(ctx, name, labels(e.settings, e.job.ID, roleNetwork, e.cfg.ContainerLabels))
 	if err != nil {
 		return fmt.Errorf("create the job's network: %w", err)
 	}
@@ -309,7 +316,10 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 
 // createVolumes makes the job's volume and finds or makes the builds and
 // cache volumes: one per runner, concurrent slot and project, so that the
-// fetch strategy reuses the previous clone (per job with disable_cache).
+// fetch strategy reuses the previous clone (per job with disable_cache),
+// with volume_driver and volume_driver_ops (and a name of their own for
+// each driver and options: see volumeVariant). The job's volume, drover's
+// scripts, is the engine's default kind.
 func (e *Executor) createVolumes(ctx context.Context) error {
 	s, job, cfg := e.settings, e.job, e.cfg
 	jv := e.prefix + "-job"
@@ -326,7 +336,8 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 	if cfg.DisableCache {
 		builds, cache = e.prefix+"-builds", e.prefix+"-cache"
 		for _, v := range []string{builds, cache} {
-			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
+			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
+				Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
 				return fmt.Errorf("create a volume: %w", err)
 			}
 			e.mu.Lock()
@@ -335,11 +346,13 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 		}
 	} else {
 		base := fmt.Sprintf("drover-%s-project-%d", nameSafe(s.ShortToken), job.JobInfo.ProjectID)
-		builds = fmt.Sprintf("%s-concurrent-%d-builds", base, s.ConcurrentID)
-		cache = base + "-cache"
+		variant := volumeVariant(cfg)
+		builds = fmt.Sprintf("%s-concurrent-%d-builds%s", base, s.ConcurrentID, variant)
+		cache = base + "-cache" + variant
 		for _, v := range []string{builds, cache} {
 			// Creating an existing volume returns it: no inspect first.
-			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Labels: labels(s, 0, roleCache, cfg.ContainerLabels)}); err != nil {
+			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
+				Labels: labels(s, 0, roleCache, cfg.ContainerLabels)}); err != nil {
 				return fmt.Errorf("create a volume: %w", err)
 			}
 		}
@@ -378,54 +391,6 @@ func (e *Executor) anonymous() map[string]struct{} {
 	return m
 }
 
-// hostConfig is the build container's host configuration from
-// [runners.docker].
-func (e *Executor) hostConfig(binds []string, privileged bool, tmpfs map[string]string) *container.HostConfig {
-	c := e.cfg
-	hc := &container.HostConfig{
-		Binds:       binds,
-		NetworkMode: container.NetworkMode(e.netName),
-		Privileged:  privileged,
-		DNS:         c.DNS,
-		DNSSearch:   c.DNSSearch,
-		ExtraHosts:  c.ExtraHosts,
-		CapAdd:      c.CapAdd,
-		CapDrop:     c.CapDrop,
-		SecurityOpt: c.SecurityOpt,
-		Sysctls:     c.Sysctls,
-		ShmSize:     c.ShmSize,
-		Tmpfs:       tmpfs,
-		Resources: container.Resources{
-			Memory:     c.Memory,
-			MemorySwap: c.MemorySwap,
-			NanoCPUs:   c.NanoCPUs,
-			CpusetCpus: c.CPUSetCPUs,
-		},
-	}
-	if c.OOMKillDisable {
-		t := true
-		hc.OomKillDisable = &t
-	}
-	for _, d := range c.Devices {
-		hc.Devices = append(hc.Devices, parseDevice(d))
-	}
-	return hc
-}
-
-// parseDevice reads a device in docker run's syntax:
-// host[:container[:permissions]].
-func parseDevice(s string) container.DeviceMapping {
-	parts := strings.SplitN(s, ":", 3)
-	d := container.DeviceMapping{PathOnHost: parts[0], PathInContainer: parts[0], CgroupPermissions: "rwm"}
-	if len(parts) > 1 && parts[1] != "" {
-		d.PathInContainer = parts[1]
-	}
-	if len(parts) > 2 && parts[2] != "" {
-		d.CgroupPermissions = parts[2]
-	}
-	return d
-}
-
 // jobEnv is the environment of the build and service containers: the
 // job's variables (not file variables, whose values are written by the
 // scripts), as GitLab Runner passes them.
@@ -454,6 +419,7 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 
 	cc := &container.Config{
 		Image:      e.imageID,
+		Hostname:   cfg.Hostname,
 		Cmd:        []string{"sh", "-c", bootScript},
 		Env:        jobEnv(job),
 		User:       e.user,
@@ -466,10 +432,12 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 		})),
 	}
 	if job.Image.Entrypoint != nil {
-		cc.Entrypoint = job.Image.Entrypoint
+		cc.Entrypoint = e.entrypoint(e.image, job.Image.Entrypoint)
 	}
+	hc := e.hostConfig(e.binds, cfg.Privileged, cfg.Tmpfs)
+	nc := e.buildNetworking(cc, hc)
 	start := time.Now()
-	id, err := e.createStart(ctx, name, cc, e.hostConfig(e.binds, cfg.Privileged, cfg.Tmpfs), nil)
+	id, err := e.createStart(ctx, name, cc, hc, nc)
 	if err != nil {
 		return fmt.Errorf("build container: %w", err)
 	}
@@ -495,6 +463,12 @@ func (e *Executor) createStart(ctx context.Context, name string, cc *container.C
 		if rerr := e.eng.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); rerr == nil {
 			resp, err = e.eng.ContainerCreate(ctx, cc, hc, nc, nil, name)
 		}
+	}
+	if cerrdefs.IsInvalidArgument(err) {
+		// What the engine refuses in a container's configuration comes
+		// from the runner's (an unknown runtime, a cgroup it cannot
+		// use, ...): the job fails as GitLab Runner fails it.
+		return "", refuse(api.RunnerConfigurationError, "create %s: the engine refuses the container's configuration ([runners.docker]): %v", name, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
@@ -716,9 +690,7 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 		OpenStdin: true,
 		Labels:    labels(e.settings, e.job.ID, roleHelper, cfg.ContainerLabels),
 	}
-	hc := e.hostConfig(e.binds, false, nil)
-	hc.Resources = container.Resources{}
-	id, err := e.createStart(ctx, e.prefix+"-helper", cc, hc, nil)
+	id, err := e.createStart(ctx, e.prefix+"-helper", cc, e.helperHostConfig(e.binds), nil)
 	if err != nil {
 		return "", fmt.Errorf("helper container: %w", err)
 	}
@@ -744,6 +716,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	e.cleanedUp = true
 	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
 	resumable, s, jobID, cleaned := e.resumable, e.settings, e.job.ID, e.cleanedLocked()
+	netName, linked, keepAnon := e.netName, e.linked, e.cfg.VolumeKeep
 	e.mu.Unlock()
 	// Removing containers and a network takes the engine a few hundred
 	// milliseconds that the job's result need not wait for: it is done in
@@ -753,7 +726,12 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	e.prov.cleanups.Go(func() {
 		defer cancel()
 		defer close(cleaned)
-		removeAll(ctx, eng, logger, containers, netID, vols)
+		for _, c := range linked {
+			if err := eng.NetworkDisconnect(ctx, netName, c, true); err != nil && !cerrdefs.IsNotFound(err) {
+				logger.Warn("cannot disconnect a linked container from the job's network", "container", c, "network", netName, "err", err)
+			}
+		}
+		removeAll(ctx, eng, logger, containers, netID, vols, !keepAnon)
 		if resumable {
 			// A manager that died between creating something and saving
 			// the job's state left it unrecorded: it has the job's labels
@@ -784,13 +762,15 @@ func (e *Executor) cleanedLocked() chan struct{} {
 // cleanupTimeout bounds the removal of a job's resources.
 const cleanupTimeout = 2 * time.Minute
 
-// removeAll removes containers (at once, in parallel), then the network and
-// volumes they used.
-func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers []string, netID string, vols []string) {
+// removeAll removes containers (at once, in parallel; with their
+// anonymous volumes when anon is set), then the network and volumes they
+// used. A network that other containers (links') are still on is removed
+// after they are disconnected.
+func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers []string, netID string, vols []string, anon bool) {
 	var wg sync.WaitGroup
 	for _, id := range containers {
 		wg.Go(func() {
-			err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: anon})
 			if err != nil && !cerrdefs.IsNotFound(err) {
 				logger.Warn("cannot remove a job container", "container", id, "err", err)
 			}
@@ -799,7 +779,12 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 	wg.Wait()
 	if netID != "" {
 		wg.Go(func() {
-			if err := eng.NetworkRemove(ctx, netID); err != nil && !cerrdefs.IsNotFound(err) {
+			err := eng.NetworkRemove(ctx, netID)
+			if err != nil && !cerrdefs.IsNotFound(err) {
+				disconnectAll(ctx, eng, netID)
+				err = eng.NetworkRemove(ctx, netID)
+			}
+			if err != nil && !cerrdefs.IsNotFound(err) {
 				logger.Warn("cannot remove the job's network", "network", netID, "err", err)
 			}
 		})

@@ -53,8 +53,8 @@ func TestHostConfig(t *testing.T) {
 		body string
 		want *container.HostConfig
 	}{
-		{"no docker table", "", &container.HostConfig{Binds: binds, NetworkMode: "n"}},
-		{"empty docker table", "[runners.docker]\n", &container.HostConfig{Binds: binds, NetworkMode: "n"}},
+		{"no docker table", "", &container.HostConfig{Binds: binds, NetworkMode: "n", LogConfig: jsonFile}},
+		{"empty docker table", "[runners.docker]\n", &container.HostConfig{Binds: binds, NetworkMode: "n", LogConfig: jsonFile}},
 		{"every mapped key", `[runners.docker]
   privileged = true
   dns = ["1.1.1.1", "2606:4700:4700::1111"]
@@ -79,6 +79,7 @@ func TestHostConfig(t *testing.T) {
 `, &container.HostConfig{
 			Binds:       binds,
 			NetworkMode: "n",
+			LogConfig:   jsonFile,
 			Privileged:  true,
 			DNS:         []string{"1.1.1.1", "2606:4700:4700::1111"},
 			DNSSearch:   []string{"example.com", "corp.example"},
@@ -112,6 +113,7 @@ func TestHostConfig(t *testing.T) {
 `, &container.HostConfig{
 			Binds:       binds,
 			NetworkMode: "n",
+			LogConfig:   jsonFile,
 			Resources:   container.Resources{Memory: 1 << 30, MemorySwap: -1, NanoCPUs: 2_000_000_000},
 		}},
 		{"fractional cpus and memory units", `[runners.docker]
@@ -121,7 +123,55 @@ func TestHostConfig(t *testing.T) {
 `, &container.HostConfig{
 			Binds:       binds,
 			NetworkMode: "n",
+			LogConfig:   jsonFile,
 			Resources:   container.Resources{Memory: 1536 << 20, NanoCPUs: 250_000_000, CpusetCpus: "3"},
+		}},
+		{"every container key", `[runners.docker]
+  runtime = "runc"
+  userns_mode = "host"
+  ipcmode = "shareable"
+  pid_mode = "host"
+  group_add = ["4321"]
+  links = ["db:database"]
+  volumes_from = ["data:ro"]
+  volume_driver = "local"
+  oom_score_adjust = -100
+  cpu_shares = 512
+  memory_reservation = "64m"
+  cpuset_mems = "0"
+  cgroup_parent = "/ci"
+  device_cgroup_rules = ["c 42:* rmw"]
+  gpus = "all"
+  hostname = "not-a-host-config-key"
+  mac_address = "92:d0:c6:0a:29:33"
+  service_cpu_shares = 2
+  services_security_opt = ["no-new-privileges"]
+  [runners.docker.ulimit]
+    nofile = "1024:2048"
+  [runners.docker.log_options]
+    env = "CI_JOB_ID"
+`, &container.HostConfig{
+			Binds:        binds,
+			NetworkMode:  "n",
+			LogConfig:    container.LogConfig{Type: "json-file", Config: map[string]string{"env": "CI_JOB_ID"}},
+			Runtime:      "runc",
+			UsernsMode:   "host",
+			IpcMode:      "shareable",
+			PidMode:      "host",
+			GroupAdd:     []string{"4321"},
+			Links:        []string{"db:database"},
+			VolumesFrom:  []string{"data:ro"},
+			VolumeDriver: "local",
+			OomScoreAdj:  -100,
+			Resources: container.Resources{
+				CPUShares:         512,
+				MemoryReservation: 64 << 20,
+				CpusetMems:        "0",
+				CgroupParent:      "/ci",
+				DeviceCgroupRules: []string{"c 42:* rmw"},
+				DeviceRequests:    []container.DeviceRequest{{Count: -1, Capabilities: [][]string{{"gpu"}}, Options: map[string]string{}}},
+				Ulimits:           []*container.Ulimit{{Name: "nofile", Soft: 1024, Hard: 2048}},
+			},
 		}},
 		{"network_mode is the executor's network name", `[runners.docker]
   network_mode = "host"
@@ -129,7 +179,7 @@ func TestHostConfig(t *testing.T) {
   user = "1000"
   cache_dir = "/var/cache/drover"
   container_labels = { "team" = "ci" }
-`, &container.HostConfig{Binds: binds, NetworkMode: "n"}},
+`, &container.HostConfig{Binds: binds, NetworkMode: "n", LogConfig: jsonFile}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +188,121 @@ func TestHostConfig(t *testing.T) {
 			got := e.hostConfig(binds, cfg.Privileged, cfg.Tmpfs)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("hostConfig() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// jsonFile is the log configuration of every job container without
+// log_options.
+var jsonFile = container.LogConfig{Type: "json-file"}
+
+// TestHelperHostConfig: the helper container gets the build container's
+// settings without its resource limits, pid_mode and group_add.
+func TestHelperHostConfig(t *testing.T) {
+	cfg := parseDockerTable(t, `[runners.docker]
+  privileged = true
+  runtime = "runc"
+  userns_mode = "host"
+  pid_mode = "host"
+  ipcmode = "host"
+  group_add = ["4321"]
+  oom_score_adjust = 10
+  volumes_from = ["data"]
+  memory = "64m"
+  cpu_shares = 512
+  gpus = "all"
+  cap_add = ["NET_ADMIN"]
+  devices = ["/dev/fuse"]
+  [runners.docker.ulimit]
+    nofile = "10"
+`)
+	e := &Executor{cfg: cfg, netName: "n"}
+	want := &container.HostConfig{
+		Binds: []string{"a:/a"}, NetworkMode: "n", LogConfig: jsonFile, Runtime: "runc", UsernsMode: "host",
+		IpcMode: "host", OomScoreAdj: 10, VolumesFrom: []string{"data"}, CapAdd: []string{"NET_ADMIN"},
+	}
+	if diff := cmp.Diff(want, e.helperHostConfig([]string{"a:/a"})); diff != "" {
+		t.Errorf("helperHostConfig() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestServiceHostConfig: what services get, as GitLab Runner gives it:
+// their own limits and security options, never the build container's.
+func TestServiceHostConfig(t *testing.T) {
+	cases := []struct {
+		name  string
+		body  string
+		image string
+		want  *container.HostConfig
+	}{
+		{"defaults", "", "postgres:16", &container.HostConfig{NetworkMode: "n", LogConfig: jsonFile}},
+		{"build container's settings are not the services'", `[runners.docker]
+  memory = "1g"
+  cpus = "2"
+  cpu_shares = 512
+  cap_add = ["NET_ADMIN"]
+  security_opt = ["seccomp=unconfined"]
+  devices = ["/dev/fuse"]
+  gpus = "all"
+  pid_mode = "host"
+  group_add = ["4321"]
+  oom_score_adjust = 5
+  [runners.docker.sysctls]
+    "net.core.somaxconn" = "1024"
+  [runners.docker.ulimit]
+    nofile = "10"
+`, "postgres:16", &container.HostConfig{NetworkMode: "n", LogConfig: jsonFile}},
+		{"every service key, devices by pattern", `[runners.docker]
+  runtime = "runc"
+  userns_mode = "host"
+  dns = ["1.1.1.1"]
+  dns_search = ["example.com"]
+  extra_hosts = ["gw:10.0.0.1"]
+  shm_size = 1048576
+  service_memory = "256m"
+  service_memory_swap = "512m"
+  service_memory_reservation = "128m"
+  service_cpus = "0.5"
+  service_cpu_shares = 256
+  service_cpuset_cpus = "0"
+  service_cgroup_parent = "/svc"
+  service_gpus = "1"
+  services_security_opt = ["no-new-privileges"]
+  [runners.docker.services_tmpfs]
+    "/data" = "size=1m"
+  [runners.docker.log_options]
+    labels = "team"
+  [runners.docker.services_devices]
+    "postgres:*" = ["/dev/fuse"]
+    "**/postgres*" = ["/dev/a:/dev/b:r"]
+    "redis:*" = ["/dev/kvm"]
+`, "postgres:16", &container.HostConfig{
+			NetworkMode: "n", Runtime: "runc", UsernsMode: "host",
+			DNS: []string{"1.1.1.1"}, DNSSearch: []string{"example.com"}, ExtraHosts: []string{"gw:10.0.0.1"},
+			ShmSize: 1 << 20, Tmpfs: map[string]string{"/data": "size=1m"},
+			SecurityOpt: []string{"no-new-privileges"},
+			LogConfig:   container.LogConfig{Type: "json-file", Config: map[string]string{"labels": "team"}},
+			Resources: container.Resources{
+				Memory: 256 << 20, MemorySwap: 512 << 20, MemoryReservation: 128 << 20, NanoCPUs: 5e8,
+				CPUShares: 256, CpusetCpus: "0", CgroupParent: "/svc",
+				DeviceRequests: []container.DeviceRequest{{Count: 1, Capabilities: [][]string{{"gpu"}}, Options: map[string]string{}}},
+				Devices: []container.DeviceMapping{
+					{PathOnHost: "/dev/a", PathInContainer: "/dev/b", CgroupPermissions: "r"},
+					{PathOnHost: "/dev/fuse", PathInContainer: "/dev/fuse", CgroupPermissions: "rwm"},
+				},
+			},
+		}},
+		{"devices of no matching pattern", `[runners.docker]
+  [runners.docker.services_devices]
+    "redis:*" = ["/dev/kvm"]
+`, "postgres:16", &container.HostConfig{NetworkMode: "n", LogConfig: jsonFile}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Executor{cfg: parseDockerTable(t, tc.body), netName: "n"}
+			if diff := cmp.Diff(tc.want, e.serviceHostConfig(tc.image, false)); diff != "" {
+				t.Errorf("serviceHostConfig(%q) mismatch (-want +got):\n%s", tc.image, diff)
 			}
 		})
 	}

@@ -84,7 +84,7 @@ func (e *Executor) startServices(ctx context.Context, specs []api.Image) error {
 			Labels: labels(e.settings, e.job.ID, roleService, mergeLabels(e.cfg.ContainerLabels, map[string]string{LabelService: s.Name})),
 		}
 		if s.Entrypoint != nil {
-			cc.Entrypoint = s.Entrypoint
+			cc.Entrypoint = e.entrypoint(s.Name, s.Entrypoint)
 		}
 		privileged := e.cfg.Privileged
 		if e.cfg.ServicesPrivileged != nil {
@@ -93,8 +93,7 @@ func (e *Executor) startServices(ctx context.Context, specs []api.Image) error {
 		if privileged && !ImageAllowed(e.cfg.AllowedPrivilegedServices, s.Name) {
 			privileged = false
 		}
-		hc := e.hostConfig(nil, privileged, e.cfg.ServicesTmpfs)
-		hc.Resources = container.Resources{}
+		hc := e.serviceHostConfig(s.Name, privileged)
 		var nc *network.NetworkingConfig
 		if e.network != "" || e.netName != "" {
 			nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{

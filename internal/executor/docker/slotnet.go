@@ -8,8 +8,6 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
-
-	"github.com/drover-ci/drover/internal/executor"
 )
 
 // Slot networks. A job without services does not get a network of its
@@ -25,11 +23,13 @@ import (
 // later job), as do jobs on an autoscaled instance's engine and resumable
 // jobs.
 
-// slotNetKey names one slot network of the provider.
+// slotNetKey names one slot network of the provider: variant is
+// networkVariant's (network_mtu, enable_ipv6).
 type slotNetKey struct {
-	eng    Engine
-	runner string
-	slot   int
+	eng     Engine
+	runner  string
+	slot    int
+	variant string
 }
 
 // slotNets are a slot's two networks and which one the next job takes.
@@ -47,7 +47,7 @@ type slotNets struct {
 func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (string, error) {
 	s := e.settings
 	p := e.prov
-	key := slotNetKey{eng: untraced(e.eng), runner: s.ShortToken, slot: s.ConcurrentID}
+	key := slotNetKey{eng: untraced(e.eng), runner: s.ShortToken, slot: s.ConcurrentID, variant: networkVariant(e.cfg)}
 	p.mu.Lock()
 	if p.slotNets == nil {
 		p.slotNets = map[slotNetKey]*slotNets{}
@@ -69,7 +69,7 @@ func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (st
 			return "", fmt.Errorf("wait for the removal of the last job on the slot's network: %w", ctx.Err())
 		}
 	}
-	name := slotNetName(s, i)
+	name := slotNetNameOf(s.ShortToken, s.ConcurrentID, i, key.variant)
 	nets, err := e.eng.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
 	if err != nil {
 		return "", fmt.Errorf("find the slot's network: %w", err)
@@ -81,23 +81,17 @@ func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (st
 	}
 	// The client asks engines before API 1.44 to refuse a duplicate name
 	// (CheckDuplicate); later ones always do.
-	_, err = e.eng.NetworkCreate(ctx, name, network.CreateOptions{
-		Driver: "bridge",
-		Labels: labels(s, 0, roleNetwork, e.cfg.ContainerLabels),
-	})
+	_, err = e.createJobNetwork(ctx, name, labels(s, 0, roleNetwork, e.cfg.ContainerLabels))
 	if err != nil && !cerrdefs.IsConflict(err) { // a conflict: made meanwhile
 		return "", fmt.Errorf("create the slot's network: %w", err)
 	}
 	return name, nil
 }
 
-// slotNetName is the name of network i (0 or 1) of a runner's slot.
-func slotNetName(s executor.Settings, i int) string {
-	return slotNetNameOf(s.ShortToken, s.ConcurrentID, i)
-}
-
-func slotNetNameOf(shortToken string, slot, i int) string {
-	return fmt.Sprintf("drover-%s-concurrent-%d-network-%d", nameSafe(shortToken), slot, i)
+// slotNetNameOf is the name of network i (0 or 1) of a runner's slot,
+// for the network settings variant (networkVariant).
+func slotNetNameOf(shortToken string, slot, i int, variant string) string {
+	return fmt.Sprintf("drover-%s-concurrent-%d-network-%d%s", nameSafe(shortToken), slot, i, variant)
 }
 
 // RemoveSlotNetworks removes the slot networks the provider's jobs used,
@@ -116,7 +110,7 @@ func (p *Provider) RemoveSlotNetworks(ctx context.Context) error {
 	var errs []error
 	for _, k := range keys {
 		for i := range 2 {
-			name := slotNetNameOf(k.runner, k.slot, i)
+			name := slotNetNameOf(k.runner, k.slot, i, k.variant)
 			if err := k.eng.NetworkRemove(ctx, name); err != nil && !cerrdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("remove the slot network %s: %w", name, err))
 			}

@@ -121,8 +121,29 @@ func (e *Executor) wrapper(cid string) string {
 		umask = "umask 0000\n"
 	}
 	e.mu.Unlock()
-	return umask + fmt.Sprintf(`{ [ -d %[1]s ] || mkdir -p %[1]s; } && cd %[1]s || { echo "cannot enter the project directory %[1]s" >&2; exit 1; }
+	return umask + e.stageSetup(cid) + fmt.Sprintf(`{ [ -d %[1]s ] || mkdir -p %[1]s; } && cd %[1]s || { echo "cannot enter the project directory %[1]s" >&2; exit 1; }
 `, pd)
+}
+
+// stageSetup is what a stage's wrapper in container cid sets before the
+// script: in the build container, the soft limit of open files that
+// ulimit gives. The engine gives the limits to processes it execs, but
+// runc built with Go 1.19 or later, before its fix
+// (opencontainers/runc#4266), may raise their soft limit of open files
+// to the hard one (runc 1.1.5 of Debian 12 does); GitLab Runner's
+// scripts, the container's first process, have the soft limit asked for.
+func (e *Executor) stageSetup(cid string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if cid != e.build || e.cfg == nil {
+		return ""
+	}
+	for _, u := range e.cfg.Ulimits {
+		if u.Name == "nofile" && u.Soft >= 0 {
+			return fmt.Sprintf("ulimit -S -n %d 2>/dev/null\n", u.Soft)
+		}
+	}
+	return ""
 }
 
 // runAttached runs a stage of a job that is not resumable: its script goes
@@ -167,7 +188,7 @@ func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, cid, s
 		umask = "0000"
 	}
 	e.mu.Unlock()
-	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: cid, Shell: shellPath, Dir: pd, Umask: umask}
+	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: cid, Shell: shellPath, Dir: pd, Umask: umask, Setup: e.stageSetup(cid)}
 	started := time.Now()
 	err := det.Run(ctx, &stageTarget{e: e, cid: cid, user: user}, s, mode, from)
 	var be *executor.BuildError

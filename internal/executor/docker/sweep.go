@@ -95,11 +95,11 @@ func sweepEngine(ctx context.Context, eng Engine, keep func(int64) bool, labels 
 		}
 	}
 	logger := discard()
-	removeAll(ctx, eng, logger, ids, "", volNames[:0])
+	removeAll(ctx, eng, logger, ids, "", volNames[:0], true)
 	for _, n := range netIDs {
-		removeAll(ctx, eng, logger, nil, n, nil)
+		removeAll(ctx, eng, logger, nil, n, nil, true)
 	}
-	removeAll(ctx, eng, logger, nil, "", volNames)
+	removeAll(ctx, eng, logger, nil, "", volNames, true)
 	return removed, nil
 }
 

@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 	"github.com/drover-ci/drover/internal/kubetest"
 )
 
@@ -112,24 +112,6 @@ func (c *testCluster) provider(t testing.TB) (*Provider, executor.Settings) {
 	return p, executor.Settings{RunnerName: "t", ShortToken: "tok123456", SystemID: "s_test", Resumable: true}
 }
 
-// lockedBuffer is a trace safe for the executor's writers and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func clusterJob(id int64) *api.JobResponse {
 	return &api.JobResponse{ID: id, Token: "job-token",
 		JobInfo:   api.JobInfo{Name: "t", ProjectID: 1},
@@ -137,10 +119,10 @@ func clusterJob(id int64) *api.JobResponse {
 }
 
 // prepared returns an executor prepared for a job, with its trace.
-func (c *testCluster) prepared(t *testing.T, p *Provider, s executor.Settings, id int64) (*Executor, *lockedBuffer) {
+func (c *testCluster) prepared(t *testing.T, p *Provider, s executor.Settings, id int64) (*Executor, *executortest.Trace) {
 	t.Helper()
 	e := p.Create().(*Executor)
-	tr := &lockedBuffer{}
+	tr := &executortest.Trace{}
 	if err := e.Prepare(t.Context(), executor.PrepareOptions{Job: clusterJob(id), Settings: s, Trace: tr}); err != nil {
 		t.Fatalf("Prepare: %v\n%s", err, tr.String())
 	}
@@ -204,7 +186,7 @@ func TestResumeFromOffset(t *testing.T) {
 		t.Fatalf("checkpoint = stage %q offset %d, want %s and a positive offset", stage, off, cmd.Stage)
 	}
 	second := p.Create().(*Executor)
-	tr2 := &lockedBuffer{}
+	tr2 := &executortest.Trace{}
 	if err := second.Restore(t.Context(), executor.PrepareOptions{Job: clusterJob(2), Settings: s, Trace: tr2}, state); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +233,7 @@ func TestCancelStopsStage(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Run = %v, want context.Canceled", err)
 	}
-	var out lockedBuffer
+	var out executortest.Trace
 	if code, err := e.exec(t.Context(), containerBuild, []string{"sh", "-c", "ps -o args | grep -c '[s]leep 30' || true"}, nil, &out, &out); err != nil || code != 0 {
 		t.Fatalf("ps: %d %v", code, err)
 	}
