@@ -66,7 +66,7 @@ func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 // stageContainer returns the container a stage runs in, with the shell
 // and user to run it as.
 func (e *Executor) stageContainer(ctx context.Context, stage executor.Stage) (id, shellPath, user string, err error) {
-	if stage == executor.StageGetSources && e.needsGit() || transferStage(stage) {
+	if (stage == executor.StageGetSources || stage == executor.StageClearWorktree) && e.needsGit() || transferStage(stage) {
 		id, err := e.ensureHelper(ctx)
 		return id, "sh", "", err
 	}
