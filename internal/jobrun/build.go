@@ -60,8 +60,9 @@ type Options struct {
 	// after_script runs) and the result's Err wraps ErrNotAccepted. It is
 	// not called when the build was cancelled or timed out during
 	// preparation, nor when Prepare failed for a system reason; a Prepare
-	// failure that is the job's own (a *executor.BuildError) is accepted
-	// first and then reported as a failed job. With Accept set, the job
+	// failure that is the job's own (a *executor.BuildError, or the
+	// runner's prepare_timeout run out) is accepted first and then
+	// reported as a failed job. With Accept set, the job
 	// timeout counts from the acceptance (preparation is bounded by one
 	// job timeout of its own).
 	Accept func(ctx context.Context) error
