@@ -52,7 +52,6 @@ func registerOnlyFlags() []gitlabFlag {
 		{name: "template-config", why: "drover has no configuration templates; edit config.toml after registering"},
 		{name: "feature-flags", why: "drover implements no GitLab Runner feature flags yet"},
 		{name: "clone-url", why: "drover does not rewrite the clone URL yet"},
-		{name: "debug-trace-disabled", why: "drover does not honour debug_trace_disabled yet"},
 	}
 	for _, n := range []string{"pre-clone-script", "post-clone-script", "pre-get-sources-script", "post-get-sources-script", "pre-build-script", "post-build-script"} {
 		fs = append(fs, gitlabFlag{name: n, why: noScripts})

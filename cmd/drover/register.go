@@ -57,6 +57,8 @@ type registerOptions struct {
 	limit, outputLimit, requestConcurrency int
 	unhealthyRequestsLimit                 int
 	unhealthyInterval                      time.Duration
+	debugTraceDisabled                     bool
+	prepareTimeout, getSourcesTimeout      time.Duration
 	concurrent                             int
 	tls                                    api.TLSFiles
 }
@@ -92,6 +94,9 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 	f.IntVar(&o.unhealthyRequestsLimit, "unhealthy-requests-limit", 0, "failed job requests in a row before the runner pauses (default 3)")
 	f.DurationVar(&o.unhealthyInterval, "unhealthy-interval", config.DefaultUnhealthyInterval, "how long such a pause lasts")
 	f.IntVar(&o.concurrent, "concurrent", 0, "set the global concurrent value")
+	f.BoolVar(&o.debugTraceDisabled, "debug-trace-disabled", false, "refuse the jobs' CI_DEBUG_TRACE and CI_DEBUG_SERVICES (written as debug_trace_disabled)")
+	f.DurationVar(&o.prepareTimeout, "prepare-timeout", 0, "how long preparing a job's environment may take, prepare_script included (written as prepare_timeout; default: the job timeout)")
+	f.DurationVar(&o.getSourcesTimeout, "get-sources-timeout", 0, "how long get_sources may take, its attempts included (written as get_sources_timeout; default: the job timeout)")
 
 	// gitlab-runner's names for them.
 	for name, env := range map[string]string{
@@ -105,6 +110,8 @@ func (o *registerOptions) define(f *pflag.FlagSet) {
 		"cache-dir": "RUNNER_CACHE_DIR", "env": "RUNNER_ENV", "limit": "RUNNER_LIMIT",
 		"output-limit": "RUNNER_OUTPUT_LIMIT", "request-concurrency": "RUNNER_REQUEST_CONCURRENCY",
 		"unhealthy-requests-limit": "RUNNER_UNHEALTHY_REQUESTS_LIMIT", "unhealthy-interval": "RUNNER_UNHEALTHY_INTERVAL",
+		"debug-trace-disabled": "RUNNER_DEBUG_TRACE_DISABLED", "prepare-timeout": "RUNNER_PREPARE_TIMEOUT",
+		"get-sources-timeout": "RUNNER_GET_SOURCES_TIMEOUT",
 	} {
 		envFlag(f, name, env)
 	}
@@ -323,6 +330,15 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 		BuildsDir: o.buildsDir, CacheDir: o.cacheDir, Environment: o.env,
 		Limit: o.limit, OutputLimit: o.outputLimit, RequestConcurrency: o.requestConcurrency,
 		UnhealthyRequestsLimit: o.unhealthyRequestsLimit, UnhealthyInterval: o.unhealthyInterval,
+		DebugTraceDisabled: o.debugTraceDisabled,
+	}
+	for key, d := range map[string]time.Duration{"prepare_timeout": o.prepareTimeout, "get_sources_timeout": o.getSourcesTimeout} {
+		if d != 0 {
+			if rc.Extra == nil {
+				rc.Extra = map[string]any{}
+			}
+			rc.Extra[key] = d.String()
+		}
 	}
 	table, set := dockerTable(cmd.Flags())
 	if docker.Uses(o.executor) {

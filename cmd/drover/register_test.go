@@ -116,6 +116,7 @@ func TestRegisterGitlabFlags(t *testing.T) {
 		"--docker-pull-policy", "if-not-present", "--docker-shm-size", "1024",
 		"--limit", "2", "--concurrent", "4", "--request-concurrency", "3", "--output-limit", "8192",
 		"--env", "A=1", "--env", "B=2", "--builds-dir", "/b",
+		"--debug-trace-disabled", "--prepare-timeout", "90s", "--get-sources-timeout", "10m",
 		"--cache-type", "s3", "--cache-path", "ci", "--cache-shared", "--cache-s3-server-address", "s3.example:9000",
 		"--cache-s3-bucket-name", "runner-cache", "--cache-s3-access-key", "AK", "--cache-s3-secret-key", "SK", "--cache-s3-insecure")
 	if code != 0 {
@@ -138,7 +139,8 @@ func TestRegisterGitlabFlags(t *testing.T) {
 	r := loaded.Runners[0]
 	if loaded.Concurrent != 4 || r.Name != "builder" || r.URL != url || r.ID != rs[0].ID || !strings.HasPrefix(r.Token, "glrt-") ||
 		r.Executor != "docker" || r.Limit != 2 || r.RequestConcurrency != 3 || r.OutputLimit != 8192 ||
-		!slices.Equal(r.Environment, []string{"A=1", "B=2"}) || r.BuildsDir != "/b" {
+		!slices.Equal(r.Environment, []string{"A=1", "B=2"}) || r.BuildsDir != "/b" ||
+		!r.DebugTraceDisabled || r.PrepareTimeout() != 90*time.Second || r.GetSourcesTimeout() != 10*time.Minute {
 		t.Errorf("config.toml:\n%s", text)
 	}
 	wantDocker := map[string]any{

@@ -367,6 +367,13 @@ func (c *Client) ReportProvisioning(ctx context.Context, id int64, jobToken stri
 // PatchTrace calls PATCH jobs/:id/trace with data starting at offset.
 // data must not be empty nor larger than MaxTracePatch.
 func (c *Client) PatchTrace(ctx context.Context, id int64, jobToken string, offset int64, data []byte) (*Response, error) {
+	return c.PatchTraceMode(ctx, id, jobToken, offset, data, false)
+}
+
+// PatchTraceMode is PatchTrace saying whether the log is a debug trace
+// (debug_trace=true: the job set CI_DEBUG_TRACE or CI_DEBUG_SERVICES),
+// which GitLab shows only to those who may see the job's variables.
+func (c *Client) PatchTraceMode(ctx context.Context, id int64, jobToken string, offset int64, data []byte, debug bool) (*Response, error) {
 	if len(data) == 0 {
 		return nil, errors.New("patch trace: empty patch")
 	}
@@ -375,7 +382,7 @@ func (c *Client) PatchTrace(ctx context.Context, id int64, jobToken string, offs
 	}
 	h := jobHeader(jobToken)
 	h.Set("Content-Range", fmt.Sprintf("%d-%d", offset, offset+int64(len(data))-1))
-	resp, r, err := c.do(ctx, http.MethodPatch, "jobs/"+strconv.FormatInt(id, 10)+"/trace?debug_trace=false", h, bytes.NewReader(data), "text/plain")
+	resp, r, err := c.do(ctx, http.MethodPatch, "jobs/"+strconv.FormatInt(id, 10)+"/trace?debug_trace="+strconv.FormatBool(debug), h, bytes.NewReader(data), "text/plain")
 	if err != nil {
 		return nil, err
 	}

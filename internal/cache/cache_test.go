@@ -266,3 +266,58 @@ func TestTransferRetries(t *testing.T) {
 		t.Errorf("Download from a 400 = %v after %d requests, want one request and the S3 code without the signature", err, bad.Load())
 	}
 }
+
+// TestTransferRequestTimeout: RequestTimeout (CACHE_REQUEST_TIMEOUT)
+// bounds each request, its body included: a request that stalls is cut
+// and counts as a network error, retried (a download resumes where the
+// cut one stopped); when the attempts run out the error says the request
+// timeout was exceeded.
+func TestTransferRequestTimeout(t *testing.T) {
+	t.Parallel()
+	data := bytes.Repeat([]byte("abcdefghij"), 1000)
+	var gets, puts, gone atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stall := func() {
+			<-r.Context().Done() // until the client gives up
+			gone.Add(1)
+		}
+		switch r.Method {
+		case http.MethodGet:
+			if gets.Add(1) == 1 { // half the body, then nothing
+				w.Header().Set("ETag", `"v1"`)
+				w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+				_, _ = w.Write(data[:len(data)/2])
+				w.(http.Flusher).Flush()
+				stall()
+				return
+			}
+			if r.Header.Get("Range") != fmt.Sprintf("bytes=%d-", len(data)/2) {
+				w.WriteHeader(http.StatusPreconditionFailed)
+				return
+			}
+			w.WriteHeader(http.StatusPartialContent)
+			_, _ = w.Write(data[len(data)/2:])
+		case http.MethodPut:
+			puts.Add(1)
+			_, _ = io.Copy(io.Discard, r.Body)
+			stall() // never answers
+		}
+	}))
+	defer srv.Close()
+	tr := &Transfer{Attempts: 2, Backoff: time.Millisecond, RequestTimeout: 200 * time.Millisecond}
+	var got bytes.Buffer
+	if n, err := tr.Download(t.Context(), srv.URL+"/o", &got); err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+		t.Errorf("Download = %d bytes, %v; want %d intact bytes after the stalled request was cut", n, err, len(data))
+	}
+	err := tr.Upload(t.Context(), srv.URL+"/o", nil, bytes.NewReader(data), int64(len(data)))
+	if err == nil || !strings.Contains(err.Error(), "request timeout of 200ms exceeded") {
+		t.Errorf("Upload to a server that never answers = %v, want the request timeout", err)
+	}
+	if gets.Load() != 2 || puts.Load() != 2 {
+		t.Errorf("%d GETs and %d PUTs, want 2 of each (a stalled one retried)", gets.Load(), puts.Load())
+	}
+	srv.Close() // waits for the handlers: every stalled request was given up by the client
+	if gone.Load() != 3 {
+		t.Errorf("%d stalled requests given up by the client, want 3", gone.Load())
+	}
+}

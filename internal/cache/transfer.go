@@ -40,6 +40,32 @@ type Transfer struct {
 	Attempts int
 	// Backoff is the wait before the second attempt; zero means 1s.
 	Backoff time.Duration
+	// RequestTimeout bounds each request, its body included (GitLab
+	// Runner's CACHE_REQUEST_TIMEOUT); a request that runs out of it
+	// counts as a network error. Zero means no bound but the context's.
+	RequestTimeout time.Duration
+}
+
+// errRequestTimeout is the cause of a request that ran out of
+// Transfer.RequestTimeout.
+var errRequestTimeout = errors.New("request timeout")
+
+// request returns the context of one request: ctx bounded by
+// RequestTimeout.
+func (t *Transfer) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t.RequestTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, t.RequestTimeout, fmt.Errorf("%w of %v exceeded", errRequestTimeout, t.RequestTimeout))
+}
+
+// requestError says so when a request failed because it ran out of
+// RequestTimeout.
+func requestError(rctx context.Context, err error) error {
+	if cause := context.Cause(rctx); errors.Is(cause, errRequestTimeout) && err != nil {
+		return fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
 }
 
 // httpError is an unexpected answer, with the S3 error code when the
@@ -151,7 +177,9 @@ func (t *Transfer) Download(ctx context.Context, u string, w io.Writer) (int64, 
 	var written int64
 	var etag string
 	err := t.retry(ctx, func() (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		rctx, cancel := t.request(ctx)
+		defer cancel()
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
 		if err != nil {
 			return false, fmt.Errorf("cache download: %w", err)
 		}
@@ -163,7 +191,7 @@ func (t *Transfer) Download(ctx context.Context, u string, w io.Writer) (int64, 
 		}
 		resp, err := t.client().Do(req)
 		if err != nil {
-			return true, fmt.Errorf("cache download: %w", err)
+			return true, fmt.Errorf("cache download: %w", requestError(rctx, err))
 		}
 		defer resp.Body.Close()
 		switch {
@@ -178,7 +206,7 @@ func (t *Transfer) Download(ctx context.Context, u string, w io.Writer) (int64, 
 		n, err := io.Copy(w, resp.Body)
 		written += n
 		if err != nil {
-			return true, fmt.Errorf("cache download: after %d bytes: %w", written, err)
+			return true, fmt.Errorf("cache download: after %d bytes: %w", written, requestError(rctx, err))
 		}
 		return false, nil
 	})
@@ -194,9 +222,11 @@ func (t *Transfer) Upload(ctx context.Context, u string, header http.Header, r i
 		return fmt.Errorf("cache upload: %d bytes: archives over 5 GiB need a multipart upload, not supported: %w", size, ErrTooLarge)
 	}
 	return t.retry(ctx, func() (bool, error) {
+		rctx, cancel := t.request(ctx)
+		defer cancel()
 		body := func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(r, 0, size)), nil }
 		b, _ := body()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, b)
+		req, err := http.NewRequestWithContext(rctx, http.MethodPut, u, b)
 		if err != nil {
 			return false, fmt.Errorf("cache upload: %w", err)
 		}
@@ -210,7 +240,7 @@ func (t *Transfer) Upload(ctx context.Context, u string, header http.Header, r i
 		}
 		resp, err := t.client().Do(req)
 		if err != nil {
-			return true, fmt.Errorf("cache upload: %w", err)
+			return true, fmt.Errorf("cache upload: %w", requestError(rctx, err))
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode/100 == 2 {

@@ -352,7 +352,9 @@ func (d *decoder) runner(p keyPath, m map[string]any) RunnerConfig {
 			}
 		default:
 			if kind, known := knownRunnerExtra[k]; known {
-				ok = d.checkKind(kp, kind, v)
+				if ok = d.checkKind(kp, kind, v); ok {
+					d.checkPhaseTimeout(kp, k, v)
+				}
 			} else {
 				d.warn(kp, "unknown key, ignored")
 				ok = true

@@ -44,6 +44,12 @@ const (
 	StageFinished             Stage = "finished"
 )
 
+// StageClearWorktree runs before the second attempt of get_sources
+// (GET_SOURCES_ATTEMPTS): it empties the checkout the failed attempt left,
+// as GitLab Runner's stage of that name does. Executors run it where they
+// run get_sources (it needs git).
+const StageClearWorktree Stage = "clear_worktree"
+
 // ErrNoFreeExecutor is returned by Provider.Acquire when it has no capacity:
 // the manager then does not ask the coordinator for a job.
 var ErrNoFreeExecutor = errors.New("no free executor")
@@ -320,3 +326,11 @@ type OutputCheckpointer interface {
 // ErrStageVanished is wrapped by Resume (and Run) when a stage's processes
 // are gone and left no exit code: the job ends with runner_system_failure.
 var ErrStageVanished = errors.New("the stage's processes vanished without an exit code")
+
+// ErrEnvironmentLost is wrapped by Run (and Resume) when the environment
+// a stage ran in disappeared under it (a container removed or dead) and
+// the executor runs the next Run in a new one. The build then runs the
+// stage again, up to EXECUTOR_JOB_SECTION_ATTEMPTS times, as GitLab
+// Runner's docker executor does; otherwise the job fails like after any
+// system failure.
+var ErrEnvironmentLost = errors.New("the stage's environment was lost")

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,6 +167,30 @@ func TestCacheMainExitCodes(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := Main(ctx, tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.stderr) {
 			t.Errorf("%q = exit %d, stderr %q; want %d with %q", tc.args, code, stderr.String(), tc.code, tc.stderr)
+		}
+	}
+}
+
+// TestCacheRequestTimeoutFlag: --request-timeout (CACHE_REQUEST_TIMEOUT)
+// bounds each request of the cache commands: a shared cache that never
+// answers fails the command (exit 1, the reason on stderr) instead of
+// holding the job.
+func TestCacheRequestTimeoutFlag(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	writeTree(t, filepath.Join(dir, "p"), map[string]string{"vendor/a": "a"})
+	for _, args := range [][]string{
+		{"cache-extractor", "--file", filepath.Join(dir, "c1.zip"), "--root", filepath.Join(dir, "p"), "--url", srv.URL + "/c1"},
+		{"cache-archiver", "--file", filepath.Join(dir, "c2.zip"), "--root", filepath.Join(dir, "p"), "--path", "vendor", "--url", srv.URL + "/c2"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), append(args, "--request-timeout", "100ms"), &stdout, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), "request timeout of 100ms exceeded") {
+			t.Errorf("%s = exit %d, stderr %q; want 1 with the request timeout", args[0], code, stderr.String())
 		}
 	}
 }

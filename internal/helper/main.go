@@ -12,7 +12,13 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/cache"
 )
+
+// DefaultCacheRequestTimeout bounds each request of the cache commands
+// unless --request-timeout says otherwise: GitLab Runner's default
+// CACHE_REQUEST_TIMEOUT, 10 minutes.
+const DefaultCacheRequestTimeout = 10 * time.Minute
 
 // Main runs `drover helper <command> [flags]` with args after "helper"
 // and returns the exit code. Commands:
@@ -20,8 +26,8 @@ import (
 //	follow --log F --exit F [--gone F] [--pid F] [--from N] [--claim DIR] [--probe]
 //	kill --pid-file F [--grace D]
 //	wait --timeout D host:port...
-//	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--timeout D]
-//	cache-extractor --file F [--url U] [--timeout D] [--extract-max-size N] [--extract-max-entries N]
+//	cache-archiver --file F [--path P]... [--exclude P]... [--untracked] [--url U [--header K:V]... [--max-size N]] [--request-timeout D] [--timeout D]
+//	cache-extractor --file F [--url U] [--request-timeout D] [--timeout D] [--extract-max-size N] [--extract-max-entries N]
 //	artifacts-uploader --url U --id N --token T [--path P]... [--exclude P]... [--untracked] [--name N] [--artifact-type T] [--artifact-format F] [--expire-in E] [TLS]
 //	artifacts-downloader --url U --id N --token T [--name N] [--extract-max-size N] [--extract-max-entries N] [TLS]
 //
@@ -110,7 +116,10 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 	var paths, excludes, headers listFlag
 	file := fs.String("file", "", "the local cache archive (required)")
 	u := fs.String("url", "", "pre-signed URL of the shared cache (GET to extract, PUT to archive)")
-	timeout := fs.Duration("timeout", 10*time.Minute, "how long the whole command may take")
+	// As GitLab Runner's cache commands: each request is bounded
+	// (CACHE_REQUEST_TIMEOUT), archiving and extracting are not.
+	reqTimeout := fs.Duration("request-timeout", DefaultCacheRequestTimeout, "how long one request to the shared cache may take, its body included")
+	timeout := fs.Duration("timeout", 0, "how long the whole command may take (0: no bound)")
 	root := fs.String("root", "", "the project directory (default: the working directory)")
 	var untracked bool
 	var maxSize, extractMaxSize int64
@@ -132,8 +141,12 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 		fmt.Fprintf(stderr, "%s: --file is required\n", name)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	tr := &cache.Transfer{RequestTimeout: *reqTimeout}
 	var err error
 	if name == "cache-archiver" {
 		h := http.Header{}
@@ -147,10 +160,10 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 		}
 		err = ArchiveCache(ctx, CacheArchiveOptions{
 			Root: *root, File: *file, Paths: paths, Exclude: excludes, Untracked: untracked,
-			URL: *u, Header: h, MaxSize: maxSize,
+			URL: *u, Header: h, MaxSize: maxSize, Transfer: tr,
 		}, stdout)
 	} else {
-		err = ExtractCache(ctx, CacheExtractOptions{Root: *root, File: *file, URL: *u, MaxSize: extractMaxSize, MaxEntries: extractMaxEntries}, stdout)
+		err = ExtractCache(ctx, CacheExtractOptions{Root: *root, File: *file, URL: *u, MaxSize: extractMaxSize, MaxEntries: extractMaxEntries, Transfer: tr}, stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -59,8 +60,9 @@ type Options struct {
 	// after_script runs) and the result's Err wraps ErrNotAccepted. It is
 	// not called when the build was cancelled or timed out during
 	// preparation, nor when Prepare failed for a system reason; a Prepare
-	// failure that is the job's own (a *executor.BuildError) is accepted
-	// first and then reported as a failed job. With Accept set, the job
+	// failure that is the job's own (a *executor.BuildError, or the
+	// runner's prepare_timeout run out) is accepted first and then
+	// reported as a failed job. With Accept set, the job
 	// timeout counts from the acceptance (preparation is bounded by one
 	// job timeout of its own).
 	Accept func(ctx context.Context) error
@@ -77,6 +79,23 @@ type Options struct {
 	// the checkpoint's stage is re-attached, and the rest runs as usual.
 	// Nothing before the checkpoint is written to the log again.
 	Resume *Resume
+	// Runner is what the runner's config.toml says about the build beyond
+	// the executor's settings.
+	Runner RunnerOptions
+}
+
+// RunnerOptions are a runner's config.toml keys that bound or change its
+// builds.
+type RunnerOptions struct {
+	// PrepareTimeout bounds the executor's preparation and prepare_script
+	// together (prepare_timeout); GetSourcesTimeout bounds get_sources,
+	// its attempts included (get_sources_timeout). A build past one fails
+	// with job_execution_timeout, without after_script, as in GitLab
+	// Runner. Zero, or more than the job timeout, is the job timeout.
+	PrepareTimeout, GetSourcesTimeout time.Duration
+	// DebugTraceDisabled refuses the jobs' CI_DEBUG_TRACE and
+	// CI_DEBUG_SERVICES with a warning in the log (debug_trace_disabled).
+	DebugTraceDisabled bool
 }
 
 // ErrNotAccepted marks a build stopped because Options.Accept failed.
@@ -127,6 +146,10 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 		return Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure, Err: err}
 	}
 	b.exec = opts.Executor
+	// The settings come from variables that do not depend on where the
+	// executor puts the job: they are known before it is prepared.
+	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version),
+		opts.Runner.DebugTraceDisabled, opts.Settings.FeatureFlags)
 	return b.run(ctx, gracefulCancel)
 }
 
@@ -138,6 +161,7 @@ type build struct {
 	exec  executor.Executor
 	vars  api.Variables
 	info  shell.Info
+	set   settings
 
 	resume *Checkpoint      // until the checkpoint's stage is reached
 	first  error            // the first failed step, for checkpoints
@@ -150,6 +174,11 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		b.trace.printf("Running with drover %s\n", b.opts.Version)
 		if s := b.opts.Settings; s.RunnerName != "" || s.ShortToken != "" {
 			b.trace.printf("  on %s %s\n", s.RunnerName, s.ShortToken)
+		}
+		if len(b.set.warnings) > 0 {
+			// One warning, the settings' errors a line each, as GitLab
+			// Runner prints them.
+			b.trace.line(ansiYellow, "WARNING: "+strings.Join(b.set.warnings, "\n"))
 		}
 	}
 
@@ -178,11 +207,14 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		return b.finishResumed(ctx)
 	}
 
+	// prepare_timeout bounds the preparation and prepare_script.
+	prepCtx, stopPrep := b.phaseContext(jobCtx, b.opts.Runner.PrepareTimeout, "prepare", timeout)
+	defer stopPrep()
 	var err error
 	if b.resume != nil {
 		err = b.restore(jobCtx)
-	} else {
-		err = b.prepare(jobCtx)
+	} else if err = b.prepare(prepCtx); err != nil {
+		err = phaseError(prepCtx, err)
 	}
 	prepared := err == nil
 	started := false // the job is the runner's and its stages began
@@ -198,12 +230,16 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 			b.checkpoint(executor.StagePrepareScript, false, 0, true)
 		}
 		started = true
-		err = b.scripts(jobCtx)
+		err = b.scripts(jobCtx, prepCtx)
+		var pt *phaseTimeout
 		switch {
 		case ctx.Err() != nil:
 		case context.Cause(jobCtx) == errJobTimeout:
 			// As GitLab Runner: a job out of time gets no after_script.
 			b.trace.line(ansiYellow, "WARNING: step_script could not run to completion: the job timeout was exceeded; after_script is not run")
+		case errors.As(err, &pt):
+			// As GitLab Runner: preparation or get_sources out of time
+			// ends the build there.
 		default:
 			err = b.afterScript(ctx, jobCtx, err)
 			err = b.saveStages(jobCtx, err)
@@ -279,7 +315,8 @@ func (b *build) accept(jobCtx context.Context, prepErr error, timer clock.Timer,
 		return nil
 	}
 	var be *executor.BuildError
-	if prepErr != nil && (!errors.As(prepErr, &be) || jobCtx.Err() != nil) {
+	var pt *phaseTimeout
+	if prepErr != nil && (!errors.As(prepErr, &be) && !errors.As(prepErr, &pt) || jobCtx.Err() != nil) {
 		return nil // a system failure (or an abort): not ours to report
 	}
 	if jobCtx.Err() != nil {
@@ -360,10 +397,14 @@ func (b *build) setup(settings executor.Settings) error {
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
 		Hooks:      settings.Hooks,
+		DebugTrace: b.set.debugTrace,
 		Transfers: shell.Transfers{
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,
 		},
+	}
+	if m := b.set.cacheRequestTimeout; m > 0 && m != defaultCacheRequestTimeout {
+		b.info.Transfers.CacheRequestTimeout = time.Duration(m) * time.Minute
 	}
 	if fv, ok := b.exec.(executor.FileVariablesHost); ok {
 		b.info.FileVarsDir = fv.FileVariablesDir()
@@ -376,21 +417,24 @@ func (b *build) setup(settings executor.Settings) error {
 	return nil
 }
 
-// scripts runs prepare_script, get_sources and the job's steps other than
-// after_script. It returns the first error; once one happened, only steps
-// with when: on_failure or always still run, and none after the job
-// context ended.
-func (b *build) scripts(ctx context.Context) error {
-	if err := b.stage(ctx, executor.StagePrepareScript, "Preparing environment", b.info); err != nil {
+// scripts runs prepare_script (in prepCtx, bounded by prepare_timeout),
+// get_sources, restore_cache and download_artifacts, each up to its
+// number of attempts, and the job's steps other than after_script. It
+// returns the first error; once one happened, only steps with when:
+// on_failure or always still run, and none after the job context ended.
+func (b *build) scripts(ctx, prepCtx context.Context) error {
+	if err := b.stage(prepCtx, executor.StagePrepareScript, "Preparing environment", b.info); err != nil {
+		return phaseError(prepCtx, err)
+	}
+	srcCtx, stopSrc := b.phaseContext(ctx, b.opts.Runner.GetSourcesTimeout, "get sources", time.Duration(b.opts.Job.TimeoutSeconds())*time.Second)
+	defer stopSrc()
+	if err := b.attempts(srcCtx, executor.StageGetSources, "Getting source from Git repository", b.info, b.set.getSources); err != nil {
+		return phaseError(srcCtx, err)
+	}
+	if err := b.attempts(ctx, executor.StageRestoreCache, "Restoring cache", b.info, b.set.restoreCache); err != nil {
 		return err
 	}
-	if err := b.stage(ctx, executor.StageGetSources, "Getting source from Git repository", b.info); err != nil {
-		return err
-	}
-	if err := b.stage(ctx, executor.StageRestoreCache, "Restoring cache", b.info); err != nil {
-		return err
-	}
-	if err := b.stage(ctx, executor.StageDownloadArtifacts, "Downloading artifacts", b.info); err != nil {
+	if err := b.attempts(ctx, executor.StageDownloadArtifacts, "Downloading artifacts", b.info, b.set.downloadArtifacts); err != nil {
 		// The job's dependencies could not be had: not the script's
 		// fault, a system failure.
 		if be := (*executor.BuildError)(nil); errors.As(err, &be) {
@@ -466,7 +510,7 @@ func (b *build) afterScript(ctx, jobCtx context.Context, err error) error {
 		// Aborted: the caller knows.
 	case context.Cause(actx) == errJobTimeout:
 		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: after_script timed out after %v, but job will continue unaffected", timeout))
-	case errors.As(aerr, &be) && !afterScriptIgnoresErrors(b.vars) && err == nil:
+	case errors.As(aerr, &be) && !b.set.afterScriptIgnoreErrors && err == nil:
 		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: after_script failed: %v", aerr))
 		return aerr
 	default:
@@ -574,9 +618,8 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 	}
 	b.checkpoint(stage, false, 0, true)
 	b.trace.sectionStart(stage, header)
-	b.trace.startStage(stage)
-	err = b.exec.Run(ctx, executor.Command{Stage: stage, Script: script})
-	b.trace.endStage()
+	cmd := executor.Command{Stage: stage, Script: script}
+	err = b.runStage(ctx, cmd, 1, 0, func() error { return b.exec.Run(ctx, cmd) })
 	b.trace.sectionEnd(stage)
 	if err != nil {
 		b.log.Debug("stage failed", "stage", stage, "err", err)
@@ -604,13 +647,14 @@ func (b *build) resumeStage(ctx context.Context, stage executor.Stage, header st
 		b.trace.sectionStart(stage, header)
 		from = 0
 	}
-	b.trace.startStageAt(stage, from)
-	err = st.Resume(ctx, cmd, from)
-	if errors.Is(err, executor.ErrStageNotStarted) && !cp.Started {
-		b.log.Info("the resumed stage had not started; running it", "stage", stage)
-		err = b.exec.Run(ctx, cmd)
-	}
-	b.trace.endStage()
+	err = b.runStage(ctx, cmd, max(cp.Run, 1), from, func() error {
+		err := st.Resume(ctx, cmd, from)
+		if errors.Is(err, executor.ErrStageNotStarted) && !cp.Started {
+			b.log.Info("the resumed stage had not started; running it", "stage", stage)
+			err = b.exec.Run(ctx, cmd)
+		}
+		return err
+	})
 	b.trace.sectionEnd(stage)
 	if err != nil {
 		b.log.Debug("resumed stage failed", "stage", stage, "err", err)
@@ -626,8 +670,15 @@ func (b *build) checkpoint(stage executor.Stage, started bool, offset int64, syn
 	if sync {
 		b.trace.mu.Lock()
 	}
-	// b.trace.mu is held: it guards midLine and b.first.
-	cp := Checkpoint{Stage: stage, Started: started, StageOffset: offset, MidLine: b.trace.midLine}
+	// b.trace.mu is held: it guards midLine, the attempts and b.first.
+	cp := Checkpoint{Stage: stage, Started: started, StageOffset: offset, MidLine: b.trace.midLine,
+		Attempt: b.trace.attempt, Run: b.trace.run}
+	if cp.Attempt == 1 {
+		cp.Attempt = 0
+	}
+	if cp.Run == 1 {
+		cp.Run = 0
+	}
 	var be *executor.BuildError
 	if b.first != nil {
 		cp.Failed = true
@@ -676,11 +727,14 @@ func (b *build) result(ctx, jobCtx context.Context, err error, timeout time.Dura
 	}
 	var be *executor.BuildError
 	var ce *configError
+	var pt *phaseTimeout
 	switch {
 	case ctx.Err() != nil:
 		return failed(api.RunnerSystemFailure, fmt.Errorf("build aborted: %w", context.Cause(ctx)))
 	case err == nil:
 		return Result{State: api.StateSuccess}
+	case errors.As(err, &pt):
+		return failed(api.JobExecutionTimeout, pt)
 	case errors.As(err, &be):
 		r := failed(be.Reason, err)
 		if r.FailureReason == "" {
@@ -704,9 +758,12 @@ func (b *build) result(ctx, jobCtx context.Context, err error, timeout time.Dura
 // footerLine is the build's last line and its colour.
 func (b *build) footerLine(res Result, timeout time.Duration) (color, line string) {
 	var be *executor.BuildError
+	var pt *phaseTimeout
 	switch {
 	case res.State == api.StateSuccess:
 		return ansiBoldGreen, "Job succeeded"
+	case errors.As(res.Err, &pt):
+		return ansiBoldRed, "ERROR: Job failed: " + pt.Error()
 	case res.FailureReason == api.JobExecutionTimeout:
 		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: execution took longer than %d seconds", int(timeout/time.Second))
 	case res.Canceled:

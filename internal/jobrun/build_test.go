@@ -387,16 +387,7 @@ func TestGetSources(t *testing.T) {
 		t.Skip("git not installed")
 	}
 	repo := t.TempDir()
-	gitCmd := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t.invalid")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	gitCmd := func(args ...string) string { return gitIn(t, repo, args...) }
 	gitCmd("init", "-q", "-b", "main")
 	if err := os.WriteFile(filepath.Join(repo, "file.txt"), []byte("content\n"), 0o644); err != nil {
 		t.Fatal(err)

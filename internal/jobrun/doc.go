@@ -17,6 +17,17 @@
 // not aborted, with its own timeout; cleanup_file_variables, Finish and
 // Cleanup always run.
 //
+// # Attempts and phase timeouts
+//
+// get_sources, restore_cache and download_artifacts are tried up to their
+// job variables' number of times (GET_SOURCES_ATTEMPTS and the like), and
+// a stage whose executor lost its environment is run again in its
+// section (EXECUTOR_JOB_SECTION_ATTEMPTS), as GitLab Runner does; the
+// attempt is part of each checkpoint. The runner's prepare_timeout bounds
+// prepare_executor and prepare_script, its get_sources_timeout
+// get_sources with its attempts (RunnerOptions). See settings.go for the
+// variables read.
+//
 // # Two-phase start
 //
 // With Options.Accept set, Run calls it between prepare_executor and

@@ -25,6 +25,15 @@ type Checkpoint struct {
 	StageOffset int64          `json:"stage_offset,omitempty"`
 	// MidLine says whether the log's last line is incomplete.
 	MidLine bool `json:"mid_line,omitempty"`
+	// Attempt is the stage's attempt, from 1 (0 is 1), for the stages
+	// tried again after a failure (GET_SOURCES_ATTEMPTS and the like; the
+	// checkpoint of clear_worktree has get_sources' attempt). Run is the
+	// executor's run of the stage, from 1 (0 is 1): the stage is run again
+	// when its environment was lost (EXECUTOR_JOB_SECTION_ATTEMPTS), and
+	// StageOffset counts the output of this run. A resumed build goes on
+	// from there: no attempt twice, none more than asked.
+	Attempt int `json:"attempt,omitempty"`
+	Run     int `json:"run,omitempty"`
 	// Failed and ExitCode are the first failed step before this point:
 	// later steps run by their when: rules and after_script sees it.
 	Failed   bool `json:"failed,omitempty"`

@@ -33,19 +33,31 @@ type traceWriter struct {
 	stage    executor.Stage
 	inStage  bool
 	stageOff int64
+	// attempt is the stage's attempt (GET_SOURCES_ATTEMPTS and the like),
+	// run the executor's run of it (EXECUTOR_JOB_SECTION_ATTEMPTS), from
+	// 1; 0 outside the stages that count them.
+	attempt, run int
 }
 
-func (t *traceWriter) startStage(stage executor.Stage) { t.startStageAt(stage, 0) }
-
-func (t *traceWriter) startStageAt(stage executor.Stage, off int64) {
+// startStageAt records that the executor writes run `run` of stage, from
+// byte off of that run's output on.
+func (t *traceWriter) startStageAt(stage executor.Stage, off int64, run int) {
 	t.mu.Lock()
-	t.stage, t.inStage, t.stageOff = stage, true, off
+	t.stage, t.inStage, t.stageOff, t.run = stage, true, off, run
+	t.mu.Unlock()
+}
+
+// setAttempt records the attempt of the stage about to run (0: a stage
+// without attempts).
+func (t *traceWriter) setAttempt(n int) {
+	t.mu.Lock()
+	t.attempt, t.run = n, 0
 	t.mu.Unlock()
 }
 
 func (t *traceWriter) endStage() {
 	t.mu.Lock()
-	t.inStage = false
+	t.inStage, t.run = false, 0
 	t.mu.Unlock()
 }
 

@@ -24,9 +24,3 @@ func afterScriptTimeout(vars api.Variables) time.Duration {
 	}
 	return def
 }
-
-// afterScriptIgnoresErrors reads AFTER_SCRIPT_IGNORE_ERRORS (default true).
-func afterScriptIgnoresErrors(vars api.Variables) bool {
-	v, err := strconv.ParseBool(strings.TrimSpace(vars.Get("AFTER_SCRIPT_IGNORE_ERRORS")))
-	return err != nil || v
-}

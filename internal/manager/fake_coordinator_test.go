@@ -29,7 +29,9 @@ type fakeCoordinator struct {
 	requests []api.JobRequest
 	trace    map[int64]*bytes.Buffer
 	patches  []string // Content-Range of every PATCH
-	updates  []api.UpdateJobRequest
+	// debugTraces is the debug_trace query of every PATCH.
+	debugTraces []string
+	updates     []api.UpdateJobRequest
 	// patchHook may answer a PATCH itself (return true) before the default.
 	patchHook func(w http.ResponseWriter, id int64, start int64, n int) bool
 	// updateHook may answer a PUT itself (return true).
@@ -172,6 +174,7 @@ func (f *fakeCoordinator) patch(w http.ResponseWriter, r *http.Request) {
 	f.event("PATCH %d", id)
 	f.mu.Lock()
 	f.patches = append(f.patches, cr)
+	f.debugTraces = append(f.debugTraces, r.URL.Query().Get("debug_trace"))
 	hook := f.patchHook
 	buf := f.trace[id]
 	f.mu.Unlock()

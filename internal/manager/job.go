@@ -156,7 +156,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 	st := &streamer{
 		m: m, r: r, client: client, job: job, info: info, buf: buf, log: log,
 		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(),
-		onCanceling: jr.cancelGracefully, onAbort: jr.abortJob,
+		onCanceling: jr.cancelGracefully, onAbort: jr.abortJob, debug: debugTrace(job, r),
 	}
 	st.setInterval(firstInterval)
 	if prov != nil {
@@ -229,6 +229,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		SharedCache: m.sharedCache(js.runner, job, log),
 
 		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
+		Runner: runnerOptions(js.runner),
 	})
 	resState := string(res.State)
 	jr.result.Store(&resState)
@@ -248,6 +249,14 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		return
 	}
 	m.finishJob(ctx, log, js, st, buf, jr, res, started, pers)
+}
+
+// runnerOptions are the keys of r that bound or change its builds.
+func runnerOptions(r *config.RunnerConfig) jobrun.RunnerOptions {
+	return jobrun.RunnerOptions{
+		PrepareTimeout: r.PrepareTimeout(), GetSourcesTimeout: r.GetSourcesTimeout(),
+		DebugTraceDisabled: r.DebugTraceDisabled,
+	}
 }
 
 // newJobLog makes a job's log buffer. A resumed job's log continues at

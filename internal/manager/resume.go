@@ -428,6 +428,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		Resume:      &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
 
 		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
+		Runner: runnerOptions(r),
 	})
 	resState := string(res.State)
 	jr.result.Store(&resState)
@@ -458,7 +459,7 @@ func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job
 	st := &streamer{
 		m: m, r: r, client: client, job: job, info: info, buf: buf, log: m.logger.With("job_id", job.ID),
 		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(), sent: sent, firstWait: 50 * time.Millisecond,
-		onCanceling: func() {}, onAbort: func() {},
+		onCanceling: func() {}, onAbort: func() {}, debug: debugTrace(job, r),
 	}
 	return st
 }

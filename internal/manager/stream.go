@@ -7,11 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/trace"
 )
 
@@ -25,6 +28,9 @@ type streamer struct {
 	info   api.VersionInfo
 	buf    *trace.Buffer
 	log    *slog.Logger
+
+	// debug marks the log's uploads as a debug trace (CI_DEBUG_TRACE).
+	debug bool
 
 	onCanceling func()
 	onAbort     func()
@@ -47,6 +53,17 @@ type streamer struct {
 	// coordinator gives): a job store gives its final update up
 	// stale_timeout after it.
 	contact time.Time
+}
+
+// debugTrace reports whether job's log is a debug trace on runner r.
+func debugTrace(job *api.JobResponse, r *config.RunnerConfig) bool {
+	vars := slices.Clone(job.Variables)
+	for _, kv := range r.Environment {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars = append(vars, api.Variable{Key: k, Value: v})
+		}
+	}
+	return jobrun.DebugTrace(vars, r.DebugTraceDisabled)
 }
 
 // noteAnswer records the coordinator's answer to a call about the job.
@@ -137,7 +154,7 @@ func (s *streamer) patchOnce(ctx context.Context) (bool, error) {
 	if len(p) == 0 {
 		return false, nil
 	}
-	resp, err := s.client.PatchTrace(ctx, s.job.ID, s.job.Token, off, p)
+	resp, err := s.client.PatchTraceMode(ctx, s.job.ID, s.job.Token, off, p, s.debug)
 	s.m.metrics.apiRequest(s.r, "patch_trace", http.MethodPatch, resp)
 	s.noteAnswer(resp)
 	if err != nil {

@@ -63,6 +63,11 @@ type Info struct {
 	// job's script and PostBuild after it, in the same shell (a failing
 	// hook fails the stage, as a failing script line does).
 	Hooks executor.Hooks
+	// DebugTrace turns on the shell's command trace (bash `set -o
+	// xtrace`, sh `set -x`) for the whole script, after the strict mode:
+	// CI_DEBUG_TRACE, as GitLab Runner's scripts do. Every command, the
+	// variable exports included, is then echoed to the job log.
+	DebugTrace bool
 }
 
 func (info Info) tmpDir() string {
@@ -118,6 +123,9 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 			w.cdProject(info)
 			w.commands([]string{h})
 		}
+	case executor.StageClearWorktree:
+		w.prelude(info, vars)
+		w.clearWorktree(info)
 	case executor.StageAfterScript:
 		step := info.Job.Step(api.StepAfterScript)
 		if step == nil || !hasCommands(step.Script) {
@@ -148,7 +156,7 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		if len(paths) == 0 {
 			return "", nil
 		}
-		w.strict(info.Shell)
+		w.strict(info)
 		w.raw("rm -f -- " + strings.Join(paths, " "))
 	default:
 		name, ok := strings.CutPrefix(string(stage), "step_")
@@ -205,18 +213,28 @@ func (w *writer) echo(color, text string) {
 	w.raw("printf '" + strings.ReplaceAll(color, "\033", `\033`) + "%s" + `\033[0;m\n' ` + quote(text))
 }
 
-func (w *writer) strict(sh string) {
-	if sh == Bash {
+// strict starts a script: stop at the first failing command, and trace
+// the commands only when the job asked for it (an inherited SHELLOPTS
+// may have turned xtrace on).
+func (w *writer) strict(info Info) {
+	if info.Shell == Bash {
 		w.raw("set -eo pipefail")
 	} else {
 		w.raw("set -e")
 	}
-	w.raw("set +x")
+	switch {
+	case !info.DebugTrace:
+		w.raw("set +x")
+	case info.Shell == Bash:
+		w.raw("set -o xtrace")
+	default:
+		w.raw("set -x")
+	}
 }
 
 // prelude starts a stage script: strict mode, then every variable.
 func (w *writer) prelude(info Info, vars []resolved) {
-	w.strict(info.Shell)
+	w.strict(info)
 	madeTmp := false
 	for _, v := range vars {
 		if v.File && info.FileVarsDir == "" {
@@ -236,6 +254,22 @@ func (w *writer) prelude(info Info, vars []resolved) {
 		status = StatusRunning
 	}
 	w.raw("export CI_JOB_STATUS=" + quote(status))
+}
+
+// clearWorktree removes every tracked and untracked file of the checkout
+// in the project directory, as GitLab Runner does before get_sources runs
+// a second time: `git clean` alone cannot undo every broken state (an
+// untracked file in an uninitialised submodule). Unlike GitLab Runner's
+// script, which runs git in any directory that exists (and fails the
+// attempt outside a repository), a directory that is no checkout is left
+// alone: a parent repository of the builds directory is none of the job's.
+func (w *writer) clearWorktree(info Info) {
+	w.echo(ansiBoldGreen, "Deleting tracked and untracked files...")
+	w.raw("if [ -d " + quote(info.ProjectDir) + " ] && [ -e " + quote(info.ProjectDir+"/.git") + " ]; then")
+	w.raw("  cd -- " + quote(info.ProjectDir))
+	w.raw("  git rm -rf --ignore-unmatch --quiet .")
+	w.raw("  git clean -ffdx -q")
+	w.raw("fi")
 }
 
 func (w *writer) cdProject(info Info) {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/cache"
@@ -31,6 +32,19 @@ type Transfers struct {
 	// extracts (dependencies' artifacts, caches): bytes expanded and
 	// entries; zero leaves the helper's defaults.
 	ExtractMaxSize, ExtractMaxEntries int64
+	// CacheRequestTimeout bounds each request of a cache download or
+	// upload (CACHE_REQUEST_TIMEOUT); zero leaves the helper's default
+	// (10 minutes).
+	CacheRequestTimeout time.Duration
+}
+
+// cacheTimeout is the helper's flag for the cache requests' timeout, or
+// "".
+func (t Transfers) cacheTimeout() string {
+	if t.CacheRequestTimeout <= 0 {
+		return ""
+	}
+	return " --request-timeout " + t.CacheRequestTimeout.String()
 }
 
 // extractCaps is the helper's flags for the caps of t, or "".
@@ -164,10 +178,10 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 				}
 				if first {
 					w.echo(ansiBoldGreen, "Checking cache for "+key+"...")
-					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.sharedGet(key) + "; then :")
+					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.cacheTimeout() + t.sharedGet(key) + "; then :")
 					first = false
 				} else {
-					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.sharedGet(key) + "; then :")
+					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.cacheTimeout() + t.sharedGet(key) + "; then :")
 				}
 			}
 			if !first {
@@ -202,7 +216,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if c.Untracked {
 				args = append(args, "--untracked")
 			}
-			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + t.sharedPut(key) + "; then :")
+			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + t.cacheTimeout() + t.sharedPut(key) + "; then :")
 			w.raw("else printf '" + `\033[0;33m` + "%s" + `\033[0;m\n` + "' 'WARNING: Failed to create cache'")
 			w.raw("fi")
 		}

@@ -58,15 +58,40 @@ func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 		return fmt.Errorf("%s: %w", cmd.Stage, err)
 	}
 	if !resumable {
-		return e.runAttached(ctx, cmd, cid, shellPath, user)
+		err = e.runAttached(ctx, cmd, cid, shellPath, user)
+	} else {
+		err = e.runDetached(ctx, cmd, cid, shellPath, user, detached.StartFresh, 0)
 	}
-	return e.runDetached(ctx, cmd, cid, shellPath, user, detached.StartFresh, 0)
+	return e.lostContainer(ctx, cmd.Stage, cid, err)
+}
+
+// lostContainer is the result of a stage in container cid that ended
+// with err: when the container is gone (removed under the job), an error
+// wrapping executor.ErrEnvironmentLost, and the container is forgotten, so
+// the next Run (the same stage again, EXECUTOR_JOB_SECTION_ATTEMPTS) gets
+// a new one, as GitLab Runner's docker executor does; else err.
+func (e *Executor) lostContainer(ctx context.Context, stage executor.Stage, cid string, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if _, ierr := e.eng.ContainerInspect(context.WithoutCancel(ctx), cid); !cerrdefs.IsNotFound(ierr) {
+		return err
+	}
+	e.mu.Lock()
+	if e.build == cid {
+		e.build = ""
+	}
+	if e.helper == cid {
+		e.helper = ""
+	}
+	e.mu.Unlock()
+	return fmt.Errorf("%s: container %q not found or removed (%v): %w", stage, shortID(cid), err, executor.ErrEnvironmentLost)
 }
 
 // stageContainer returns the container a stage runs in, with the shell
 // and user to run it as.
 func (e *Executor) stageContainer(ctx context.Context, stage executor.Stage) (id, shellPath, user string, err error) {
-	if stage == executor.StageGetSources && e.needsGit() || transferStage(stage) {
+	if (stage == executor.StageGetSources || stage == executor.StageClearWorktree) && e.needsGit() || transferStage(stage) {
 		id, err := e.ensureHelper(ctx)
 		return id, "sh", "", err
 	}

@@ -66,7 +66,7 @@ func (e *Executor) stageContainer(stage executor.Stage) string {
 		executor.StageArchiveCache, executor.StageArchiveCacheFail,
 		executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
 		return containerHelper
-	case executor.StageGetSources:
+	case executor.StageGetSources, executor.StageClearWorktree:
 		job := e.job
 		if !shell.SkipsSources(shell.Info{Job: job, Variables: job.Variables, ProjectDir: e.paths.ProjectDir,
 			LookupEnv: func(string) (string, bool) { return "", false }}) {

@@ -2,6 +2,12 @@
 // in a bash or sh process on the runner's own host, in the job's project
 // directory under builds_dir.
 //
+// As GitLab Runner's, the shell is a login shell (bash -l, sh -l): it
+// reads /etc/profile and the runner user's profile before the script, so
+// a job has the environment a login of that user has (and what the
+// profile sets, PATH included, replaces what the manager's environment
+// had).
+//
 // # Processes
 //
 // Every stage runs in a new shell that leads its own process group. When

@@ -362,3 +362,37 @@ func TestStageFilesPrivate(t *testing.T) {
 		}
 	}
 }
+
+// TestLoginShell: stages run in login shells, as GitLab Runner's shell
+// executor runs them (bash -l, sh -l): the runner user's profile is read
+// before the script (bash's ~/.bash_profile first, which then hides
+// ~/.profile; sh's ~/.profile), in both ways stages run.
+func TestLoginShell(t *testing.T) {
+	home := t.TempDir()
+	for name, body := range map[string]string{
+		".profile":      "export FROM_PROFILE=profile-read\n",
+		".bash_profile": "export FROM_PROFILE=bash-profile-read\n",
+	} {
+		if err := os.WriteFile(filepath.Join(home, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HOME", home)
+	for _, tc := range []struct{ shell, want string }{
+		{"bash", "bash-profile-read"},
+		{"sh", "profile-read"},
+	} {
+		for _, m := range modes {
+			t.Run(tc.shell+"/"+m.name, func(t *testing.T) {
+				e, trace := prepared(t, tc.shell, 0, m.resumable)
+				script := "set -e\necho \"profile says: ${FROM_PROFILE:-nothing}\"\n"
+				if err := e.Run(t.Context(), executor.Command{Stage: executor.StageStepScript, Script: script}); err != nil {
+					t.Fatalf("Run() = %v, want nil", err)
+				}
+				if want := "profile says: " + tc.want + "\n"; !strings.Contains(trace.String(), want) {
+					t.Errorf("trace lacks %q:\n%s", want, trace)
+				}
+			})
+		}
+	}
+}

@@ -82,15 +82,16 @@ type pipedProcess struct {
 	copied chan struct{} // closed when the log pipe is drained
 }
 
-// startPiped starts `shellPath scriptPath` in dir with the runner's
-// environment; stdout and stderr share one pipe copied to trace, and stdin
-// is /dev/null so that a command reading stdin cannot eat anything.
+// startPiped starts `shellPath -l scriptPath` (a login shell, see
+// loginFlag) in dir with the runner's environment; stdout and stderr
+// share one pipe copied to trace, and stdin is /dev/null so that a
+// command reading stdin cannot eat anything.
 func startPiped(shellPath, scriptPath, dir string, trace io.Writer) (*pipedProcess, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("log pipe: %w", err)
 	}
-	cmd := exec.Command(shellPath, scriptPath)
+	cmd := exec.Command(shellPath, loginFlag, scriptPath)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

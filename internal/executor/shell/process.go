@@ -23,17 +23,25 @@ import (
 //   - it handles, rather than ignores, the signals a cancel sends, so that
 //     it outlives the script's own handling of them (an ignored signal would
 //     be inherited by the script shell);
-//   - it runs the script with stdin from /dev/null and, once the script
-//     shell ended, writes its exit status (128+n when killed by signal n) to
-//     the exit file in one write of a newline-terminated line: the file
-//     reads as complete only once the stage really ended.
+//   - it runs the script in a login shell (see loginFlag) with stdin from
+//     /dev/null and, once the script shell ended, writes its exit status
+//     (128+n when killed by signal n) to the exit file in one write of a
+//     newline-terminated line: the file reads as complete only once the
+//     stage really ended.
 const wrapper = `trap : HUP INT QUIT TERM
 set -C
 { echo $$ >"$3"; } 2>/dev/null || exit 125
 set +C
-"$0" "$1" </dev/null
+"$0" ` + loginFlag + ` "$1" </dev/null
 echo $? >"$2"
 `
+
+// loginFlag makes the script shell a login shell, as GitLab Runner's
+// shell executor runs its stages (bash -l, sh -l): it reads
+// /etc/profile and the user's profile (~/.bash_profile, ~/.bash_login
+// or ~/.profile for bash, ~/.profile for sh) before the script, so the
+// job sees the environment a login of the runner's user has.
+const loginFlag = "-l"
 
 // claimLost is the wrapper's exit status when another start of the stage
 // had claimed it.

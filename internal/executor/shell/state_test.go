@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 )
 
 // helperEnv, when set, makes the test binary a "manager" process: it runs
@@ -22,6 +23,10 @@ import (
 // kills it with SIGKILL.
 const helperEnv = "DROVER_SHELL_TEST_MANAGER"
 
+// TestMain runs the manager helper process when asked to, else the tests
+// with an empty HOME: stages are login shells, which read the user's
+// profile, and what this machine's profile does (slow tool set-ups, PATH
+// changes) is no part of the tests; TestLoginShell sets HOME of its own.
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(helperEnv); cfg != "" {
 		if err := runManager(cfg); err != nil {
@@ -30,7 +35,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(executortest.RunWithEmptyHome(m))
 }
 
 // managerConfig is what the helper process gets.
