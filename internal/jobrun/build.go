@@ -12,6 +12,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/featureflags"
 	"github.com/drover-ci/drover/internal/shell"
 )
 
@@ -127,6 +128,15 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 		return Result{State: api.StateFailed, FailureReason: api.RunnerSystemFailure, Err: err}
 	}
 	b.exec = opts.Executor
+	b.flagProblems = b.resolveFlags()
+	if b.flags.On(featureflags.Timestamps) {
+		if opts.Settings.Resumable || opts.Resume != nil {
+			b.flagProblems = append(b.flagProblems, "FF_TIMESTAMPS is not honoured for a job a job store keeps ([runners.store]): "+
+				"a resumed job writes its log again byte for byte, which it could not with the times of its lines")
+		} else {
+			b.trace.stamp = &stamper{w: trace, clk: b.clk}
+		}
+	}
 	return b.run(ctx, gracefulCancel)
 }
 
@@ -142,6 +152,9 @@ type build struct {
 	resume *Checkpoint      // until the checkpoint's stage is reached
 	first  error            // the first failed step, for checkpoints
 	keyed  *api.JobResponse // the job with its cache keys from files (see cacheKeyed)
+
+	flags        featureflags.Set // the job's feature flags (resolveFlags)
+	flagProblems []string         // what to warn about them in the log
 }
 
 func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
@@ -151,6 +164,8 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		if s := b.opts.Settings; s.RunnerName != "" || s.ShortToken != "" {
 			b.trace.printf("  on %s %s\n", s.RunnerName, s.ShortToken)
 		}
+		b.printFlags(b.flagProblems)
+		b.logImages()
 	}
 
 	// The job context ends the job's stages: on the job timeout, on a
@@ -232,6 +247,7 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	b.exec.Finish(res.Err)
 	b.exec.Cleanup(cleanupCtx)
 	b.trace.line(color, footer)
+	b.trace.finish()
 	return res
 }
 
@@ -360,6 +376,9 @@ func (b *build) setup(settings executor.Settings) error {
 		ProjectDir: paths.ProjectDir,
 		BuildsDir:  paths.BuildsDir,
 		Hooks:      settings.Hooks,
+		// Sections only where the coordinator shows them.
+		ScriptSections: b.flags.On(featureflags.ScriptSections) && b.opts.Job.Features.TraceSections,
+		ExitCodeCheck:  b.flags.On(featureflags.BashExitCodeCheck),
 		Transfers: shell.Transfers{
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,
