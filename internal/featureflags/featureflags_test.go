@@ -1,6 +1,7 @@
 package featureflags
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -135,5 +136,21 @@ func TestResolve(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDocsTable: docs/runners.md has a row for every flag, with its
+// note, so that the page says what drover does about each.
+func TestDocsTable(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/runners.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, f := range All() {
+		if !strings.Contains(doc, "| `"+f.Name+"` | `") || !strings.Contains(doc, " | "+f.Note+" |") {
+			t.Errorf("docs/runners.md has no row for %s with its note %q", f.Name, f.Note)
+		}
 	}
 }
