@@ -324,14 +324,8 @@ func TestDockerExecutor(t *testing.T) {
 // clones into the builds volume, the second fetches into the same clone,
 // and the user can write the checkout.
 func TestDockerGitFetchReusesClone(t *testing.T) {
-	needDockerImages(t)
-	dir := t.TempDir()
-	repo, shas := gitRepo(t)
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	c, repo, shas := startNonRootDocker(t, 2, "  limit = 1")
 	cl := c.client()
-	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 2, "  limit = 1", fmt.Sprintf("    volumes = [%q]\n    user = %q", repo+":"+repo+":ro", dockerimage.TestUser))
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 20*time.Second)
 	var logs []string
 	for i, sha := range shas {
 		id := submitJSON(t, c, map[string]any{

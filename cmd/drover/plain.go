@@ -17,7 +17,7 @@ var logEscapes = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]|section_(?:start|end
 // runnerTimestamps are the prefixes GitLab Runner 19 puts on every log
 // line (FF_TIMESTAMPS): the time, the stream number and O or E, and + for
 // a continued line.
-var runnerTimestamps = regexp.MustCompile(`(?m)(^|\r)[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z [0-9a-f]{2}[OE]\+? `)
+var runnerTimestamps = regexp.MustCompile(`(?m)(^|\r)[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z [0-9a-f]{2}[OE][ +]`)
 
 // plainWriter passes a job log on without what it is told to drop
 // (terminal escapes and section markers; GitLab Runner's line timestamps),

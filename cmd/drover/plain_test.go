@@ -17,7 +17,7 @@ func TestPlainWriter(t *testing.T) {
 		"section_end:1700000003:step_script\r\x1b[0K\n\x1b[32;1mJob succeeded\x1b[0;m"
 	want := "Running with drover 1\nPreparing the \"shell\" executor\n\n$ echo hi\nhi\n\nJob succeeded"
 	// GitLab Runner 19's per-line timestamps go too.
-	log = "2026-11-25T04:48:50.705123Z 00O " + strings.ReplaceAll(log, "\nhi\n", "\n2026-11-25T04:48:50.9Z 01O+ hi\n")
+	log = "2026-11-25T04:48:50.705123Z 00O " + strings.ReplaceAll(log, "\nhi\n", "\n2026-11-25T04:48:50.9Z 01O+hi\n")
 	// Any cut of the log into writes gives the same text.
 	for cut := 1; cut <= len(log); cut += 7 {
 		var out bytes.Buffer

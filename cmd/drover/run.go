@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -90,32 +89,26 @@ func newTables(dir string) *tables {
 }
 
 // apply reads the executor sections of cfg ([runners.docker],
-// [runners.ssh], [runners.custom]) into t, logging their warnings; its errors are the
-// configuration's (exit code 2).
-func (t *tables) apply(logger *slog.Logger, path string, cfg *config.Config) error {
-	warns, err := t.dockers.Apply(path, cfg)
-	logWarnings(logger, warns)
-	if err != nil {
-		return err
-	}
-	warns, err = t.ssh.Apply(path, cfg)
-	logWarnings(logger, warns)
-	if err != nil {
-		return err
-	}
-	warns, err = t.kube.Apply(path, cfg)
-	logWarnings(logger, warns)
-	if err != nil {
-		return err
-	}
-	for _, rs := range []*vm.Runners{t.qemu, t.vbox, t.prl} {
-		warns, err = rs.Apply(context.Background(), path, cfg)
-		logWarnings(logger, warns)
+// [runners.ssh], [runners.custom], ...) into t and returns their
+// warnings; its errors are the configuration's (exit code 2).
+func (t *tables) apply(ctx context.Context, path string, cfg *config.Config) ([]config.Warning, error) {
+	var all []config.Warning
+	for _, apply := range []func() ([]config.Warning, error){
+		func() ([]config.Warning, error) { return t.dockers.Apply(path, cfg) },
+		func() ([]config.Warning, error) { return t.ssh.Apply(path, cfg) },
+		func() ([]config.Warning, error) { return t.kube.Apply(path, cfg) },
+		func() ([]config.Warning, error) { return t.qemu.Apply(ctx, path, cfg) },
+		func() ([]config.Warning, error) { return t.vbox.Apply(ctx, path, cfg) },
+		func() ([]config.Warning, error) { return t.prl.Apply(ctx, path, cfg) },
+		func() ([]config.Warning, error) { return nil, t.custom.Apply(path, cfg) },
+	} {
+		warns, err := apply()
+		all = append(all, warns...)
 		if err != nil {
-			return err
+			return all, err
 		}
 	}
-	return t.custom.Apply(path, cfg)
+	return all, nil
 }
 
 // providers lists the executors this build offers, over t (nil: empty
@@ -275,6 +268,9 @@ so that the file stays GitLab Runner's.`,
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The warnings wait for the logger, which the file configures.
+			// Each is logged once per key per version of the file: warned
+			// remembers them across reloads.
+			warned := &config.WarnOnce{}
 			cfg, warns, err := config.Load(cfgPath)
 			if err != nil {
 				logWarnings(nil, warns)
@@ -295,7 +291,7 @@ so that the file stays GitLab Runner's.`,
 			if logger, err = daemonMetrics(reg, logger, "gitlab_runner_errors_total", true); err != nil {
 				return err
 			}
-			logWarnings(logger, warns)
+			logWarnings(logger, warned.New(cfg, warns))
 			systemID, err := systemIDFor(cfgPath)
 			if err != nil {
 				return err
@@ -315,7 +311,9 @@ so that the file stays GitLab Runner's.`,
 			t := newTables(filepath.Dir(cfgPath))
 			dockers, engines := t.dockers, &docker.Clients{}
 			defer engines.Close()
-			if err := t.apply(logger, cfgPath, cfg); err != nil {
+			warns, err = t.apply(cmd.Context(), cfgPath, cfg)
+			logWarnings(logger, warned.New(cfg, warns))
+			if err != nil {
 				return usageError(err)
 			}
 			// A runner whose Docker engine does not answer is not started.
@@ -340,7 +338,7 @@ so that the file stays GitLab Runner's.`,
 			}
 			po := runnerpool.Options{
 				ConfigPath: cfgPath, Logger: logger, Registerer: reg, Runners: runners, HostKeys: hostKeys,
-				SystemID: systemID,
+				SystemID: systemID, Warned: warned,
 			}
 			fleetHooks(&po, provs)
 			pools, err := runnerpool.New(po)
@@ -366,6 +364,7 @@ so that the file stays GitLab Runner's.`,
 				// this very binary's helper.
 				HelperCommand: helperCommand(),
 				Registry:      reg,
+				Warned:        warned,
 			})
 			if err != nil {
 				return usageError(err)
@@ -439,48 +438,44 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	reload := func(why string) {
-		next, err := loadConfig(logger, cfgPath)
-		if err != nil {
-			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
-			return
-		}
-		// The pools and executor settings first: a new runner must have
-		// them before the manager asks for its jobs.
-		if err := t.apply(logger, cfgPath, next); err != nil {
-			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
-			return
-		}
-		if err := pools.Apply(ctx, next); err != nil {
-			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
-			return
-		}
-		if err := m.Reload(next); err != nil {
-			logger.Error("configuration not reloaded; keeping the old one", "why", why, "err", err)
-			return
-		}
-		if err := ms.apply(next.ListenAddress); err != nil {
-			logger.Error("listen_address not changed; still listening where it was", "listen_address", next.ListenAddress, "addr", ms.addr, "err", err)
-		}
-	}
+	// Reloads: on SIGHUP and when the file changes. The pools and
+	// executor settings first: a new runner must have them before the
+	// manager asks for its jobs; listen_address last.
+	hup := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	defer func() { stopWatch(); <-watched }() // before ms.close: no reload moves it after
+	go func() {
+		defer close(watched)
+		m.WatchConfig(watchCtx, manager.ConfigWatch{
+			Reload: hup,
+			Prepare: func(ctx context.Context, next *config.Config) ([]config.Warning, error) {
+				warns, err := t.apply(ctx, cfgPath, next)
+				if err != nil {
+					return warns, err
+				}
+				return warns, pools.Apply(ctx, next)
+			},
+			Applied: func(next *config.Config) {
+				if err := ms.apply(next.ListenAddress); err != nil {
+					logger.Error("listen_address not changed; still listening where it was", "listen_address", next.ListenAddress, "addr", ms.addr, "err", err)
+				}
+			},
+		})
+	}()
 	go func() {
 		aborting := false
-		mtime := modTime(cfgPath)
-		tick := time.NewTicker(3 * time.Second)
-		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
-				if t := modTime(cfgPath); !t.Equal(mtime) {
-					mtime = t
-					reload("config.toml changed")
-				}
 			case s := <-sigs:
 				switch s {
 				case syscall.SIGHUP:
-					reload("SIGHUP")
+					select {
+					case hup <- struct{}{}:
+					default: // one is pending already
+					}
 				case syscall.SIGQUIT:
 					m.Drain()
 				default:
@@ -507,14 +502,6 @@ func runManager(parent context.Context, logger *slog.Logger, m *manager.Manager,
 		return nil
 	}
 	return err
-}
-
-func modTime(path string) time.Time {
-	st, err := os.Stat(path)
-	if err != nil {
-		return time.Time{}
-	}
-	return st.ModTime()
 }
 
 // Connection caps of the manager's listen_address: what reaches it is a

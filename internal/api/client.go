@@ -81,6 +81,10 @@ type ClientOptions struct {
 	// TLS is the TLS configuration of the default client (see ClientTLS);
 	// nil = the system's CAs. Not used with HTTPClient.
 	TLS *tls.Config
+	// ConnectionMaxAge bounds how long the default client reuses its
+	// connections (connection_max_age, see maxAgeTransport); 0: no bound.
+	// Not used with HTTPClient.
+	ConnectionMaxAge time.Duration
 }
 
 // TLSFiles are a runner's tls-ca-file, tls-cert-file and tls-key-file:
@@ -155,7 +159,7 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{
 			Timeout: 60 * time.Minute,
-			Transport: &http.Transport{
+			Transport: newMaxAgeTransport(&http.Transport{
 				Proxy:                 http.ProxyFromEnvironment,
 				ResponseHeaderTimeout: 10 * time.Minute,
 				TLSHandshakeTimeout:   10 * time.Second,
@@ -163,7 +167,7 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 				MaxIdleConns:          100,
 				MaxIdleConnsPerHost:   100,
 				IdleConnTimeout:       90 * time.Second,
-			},
+			}, opts.ConnectionMaxAge),
 		}
 	}
 	v := opts.Version

@@ -15,6 +15,7 @@ const (
 	DefaultJobStatusFinalUpdateRetryLimit = 10
 	DefaultUnhealthyRequestsLimit         = 3
 	DefaultUnhealthyInterval              = 60 * time.Minute
+	DefaultConnectionMaxAge               = 15 * time.Minute
 )
 
 // Config is the whole config.toml of a runner manager. After Parse every
@@ -44,11 +45,15 @@ type Config struct {
 	// Runners are the [[runners]] entries, in file order.
 	Runners []RunnerConfig `toml:"runners"`
 
-	// Extra holds the top-level keys drover does not interpret, verbatim as
-	// decoded from TOML: GitLab Runner's session_server, machine,
-	// experimental, sentry_dsn and connection_max_age, and unknown keys
-	// (which Parse also reports as warnings). Save writes them back.
+	// Extra holds the top-level keys drover keeps verbatim as decoded from
+	// TOML: GitLab Runner's session_server, machine, experimental,
+	// sentry_dsn and connection_max_age (read by ConnectionMaxAge), and
+	// unknown keys (which Parse also reports as warnings). Save writes
+	// them back.
 	Extra map[string]any `toml:"-"`
+
+	// raw is the decoded file Parse read, for WarnOnce.
+	raw map[string]any
 }
 
 // CheckIntervalDuration returns CheckInterval as a duration, using the
@@ -58,6 +63,24 @@ func (c *Config) CheckIntervalDuration() time.Duration {
 		return DefaultCheckInterval * time.Second
 	}
 	return time.Duration(c.CheckInterval) * time.Second
+}
+
+// ConnectionMaxAge returns connection_max_age: how long the manager's
+// idle connections to a coordinator are reused before they are closed
+// (GitLab Runner's default, 15 minutes, when it is not set; 0: as long as
+// the transport keeps them). Parse checked it: a duration, not negative.
+func (c *Config) ConnectionMaxAge() time.Duration {
+	switch v := c.Extra["connection_max_age"].(type) {
+	case string:
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			return d
+		}
+	case int64:
+		if v >= 0 {
+			return time.Duration(v)
+		}
+	}
+	return DefaultConnectionMaxAge
 }
 
 // ShutdownTimeoutDuration returns ShutdownTimeout as a duration, using the

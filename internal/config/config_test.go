@@ -24,7 +24,7 @@ func writeConfig(t *testing.T, src string) string {
 }
 
 var cmpConfig = []cmp.Option{
-	cmpopts.IgnoreUnexported(RunnerConfig{}),
+	cmpopts.IgnoreUnexported(Config{}, RunnerConfig{}),
 	cmpopts.EquateEmpty(),
 	cmpopts.EquateNaNs(),
 }
@@ -197,7 +197,6 @@ user = "gitlab-runner"
 			}),
 			warnings: []string{
 				"config.toml:20: runners[0].clone_url: not acted on: ...",
-				"config.toml:31: runners[0].feature_flags.FF_USE_ADAPTIVE_REQUEST_CONCURRENCY: not acted on: ...",
 			},
 		},
 		{
@@ -335,6 +334,7 @@ connection_max_age = "15m"
 		t.Fatalf("Parse() error = %v", err)
 	}
 	checkMessages(t, "Parse() warnings", warningStrings(warnings, ""), []string{
+		"config.toml:2: sentry_dsn: not acted on: ...",
 		"config.toml:5: session_server: not acted on: ...",
 		`config.toml:42: runners[0].custom: ignored: executor "docker-autoscaler" does not use [runners.custom]; ...`,
 		`config.toml:48: runners[0].kubernetes: ignored: executor "docker-autoscaler" does not use [runners.kubernetes]; ...`,

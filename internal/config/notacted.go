@@ -1,9 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/drover-ci/drover/internal/featureflags"
 )
 
 // GitLab Runner settings that drover reads and keeps (Save writes them
@@ -26,29 +29,32 @@ func notActedOnKeys() []notActedOn {
 	return []notActedOn{
 		{key: "session_server", why: "drover has no session server (interactive web terminal) yet"},
 		{key: "clone_url", runner: true, why: "drover does not rewrite the clone URL yet; jobs fetch from the repository URL GitLab sends"},
+		{key: "sentry_dsn", why: "drover does not send its errors to Sentry; they are in its log and in the gitlab_runner_errors_total metric"},
+		{key: "referees", runner: true, why: "drover has no metrics referee: it queries no Prometheus and uploads no metrics_referee artifact"},
 	}
 }
 
-// actedOnFeatureFlags are the GitLab Runner feature flags whose behaviour
-// drover has whatever they say: a network per job (the docker executor
-// makes one for every job, or per concurrency slot when the job has no
-// services), and a fast archiver (drover's own, parallel, is used for
-// every cache and artifact). Any other flag set to true in
-// runners[].feature_flags or runners[].environment draws a warning; one
-// set to GitLab Runner's default (false, but for the flags of
-// defaultOnFeatureFlags) asks for nothing and draws none.
-func actedOnFeatureFlags() []string { return []string{"FF_NETWORK_PER_BUILD", "FF_USE_FASTZIP"} }
-
-// defaultOnFeatureFlags are GitLab Runner's feature flags that are on
-// unless set to false.
-func defaultOnFeatureFlags() []string { return []string{"FF_USE_ADAPTIVE_REQUEST_CONCURRENCY"} }
-
-// askedFlag reports whether feature flag name set to value asks for
-// something else than GitLab Runner's default (a value that is no bool
-// does).
-func askedFlag(name, value string) bool {
-	on, err := strconv.ParseBool(value)
-	return err != nil || on != slices.Contains(defaultOnFeatureFlags(), name)
+// flagWarning returns what to say about feature flag name set to value
+// in runners[].feature_flags (inTable) or runners[].environment, "" for
+// nothing: a flag drover does not honour at that value says what
+// differs (package featureflags classifies GitLab Runner's flags); in
+// the table, a name GitLab Runner does not have is a warning too.
+func flagWarning(name, value string, inTable bool) string {
+	f, known := featureflags.Lookup(name)
+	if !known {
+		if inTable {
+			return "GitLab Runner 19.3 has no such feature flag: nothing reads it"
+		}
+		return ""
+	}
+	on, err := featureflags.Parse(value)
+	if err != nil {
+		return fmt.Sprintf("%q is not a boolean: the flag keeps its default (%t)", value, f.Default)
+	}
+	if why := f.NotHonoured(on); why != "" {
+		return "not honoured: " + why
+	}
+	return ""
 }
 
 // sectionReaders returns the executors that read the executor-specific
@@ -90,14 +96,15 @@ func (d *decoder) warnNotActedOn(p keyPath, runner bool, m map[string]any, set m
 func (d *decoder) warnRunnerNotActedOn(p keyPath, m map[string]any, r *RunnerConfig, set map[string]bool) {
 	d.warnNotActedOn(p, true, m, set)
 	for _, name := range SortedKeys(r.FeatureFlags) {
-		if askedFlag(name, strconv.FormatBool(r.FeatureFlags[name])) && !slices.Contains(actedOnFeatureFlags(), name) {
-			d.warn(p.key("feature_flags").key(name), "not acted on: drover does not implement this feature flag")
+		if w := flagWarning(name, strconv.FormatBool(r.FeatureFlags[name]), true); w != "" {
+			d.warn(p.key("feature_flags").key(name), "%s", w)
 		}
 	}
 	for i, e := range r.Environment {
-		name, val, isVar := strings.Cut(e, "=")
-		if isVar && strings.HasPrefix(name, "FF_") && askedFlag(name, val) && !slices.Contains(actedOnFeatureFlags(), name) {
-			d.warn(p.key("environment").index(i), "%s: not acted on: drover does not implement this feature flag (the job still gets the variable)", name)
+		if name, val, isVar := strings.Cut(e, "="); isVar {
+			if w := flagWarning(name, val, false); w != "" {
+				d.warn(p.key("environment").index(i), "%s: %s (the job still gets the variable)", name, w)
+			}
 		}
 	}
 	// With an executor this build lacks the runner is an error already.

@@ -93,20 +93,54 @@ func TestNotActedOnWarnings(t *testing.T) {
 		},
 		{
 			name: "feature flags in feature_flags and environment",
-			// FF_NETWORK_PER_BUILD and FF_USE_FASTZIP: drover behaves so
-			// anyway; a flag set to false asks for the default.
+			// FF_NETWORK_PER_BUILD and FF_USE_FASTZIP: drover behaves
+			// so whatever they say; FF_SCRIPT_SECTIONS is honoured;
+			// FF_USE_ADAPTIVE_REQUEST_CONCURRENCY = false is what
+			// drover does (GitLab's default, true, is not); a name
+			// GitLab Runner lacks is only a variable in the
+			// environment.
 			src: runnerOf("shell",
 				`  environment = ["A=1",`,
-				`    "FF_NETWORK_PER_BUILD=true", "FF_MADE_UP=1", "FF_OFF=false"]`,
+				`    "FF_NETWORK_PER_BUILD=true", "FF_MADE_UP=1", "FF_USE_GIT_NATIVE_CLONE=true",`,
+				`    "FF_TIMESTAMPS=maybe", "FF_USE_LEGACY_BASH_EVAL=false"]`,
 				"  [runners.feature_flags]",
 				"    FF_USE_FASTZIP = true",
 				"    FF_NOT_A_FLAG = false",
 				"    FF_SCRIPT_SECTIONS = true",
+				"    FF_USE_ADAPTIVE_REQUEST_CONCURRENCY = false",
+				"    FF_USE_DIRECT_DOWNLOAD = true",
+				"    FF_NETWORK_PER_BUILD = false",
+				"    FF_USE_NEW_BASH_EVAL_STRATEGY = true",
 			),
 			want: []string{
-				"config.toml:6: runners[0].environment[2]: FF_MADE_UP: not acted on: drover does not implement this feature flag (the job still gets the variable)",
-				"config.toml:10: runners[0].feature_flags.FF_SCRIPT_SECTIONS: not acted on: drover does not implement this feature flag",
+				"config.toml:6: runners[0].environment[3]: FF_USE_GIT_NATIVE_CLONE: not honoured: drover's git stage always initialises the repository and fetches (git init + git fetch), also for GIT_STRATEGY clone; it never runs git clone (the job still gets the variable)",
+				`config.toml:7: runners[0].environment[4]: FF_TIMESTAMPS: "maybe" is not a boolean: the flag keeps its default (false) (the job still gets the variable)`,
+				"config.toml:10: runners[0].feature_flags.FF_NOT_A_FLAG: GitLab Runner 19.3 has no such feature flag: nothing reads it",
+				"config.toml:13: runners[0].feature_flags.FF_USE_DIRECT_DOWNLOAD: not honoured: drover's helper downloads artifacts through the coordinator; it does not ask for a redirect to object storage",
 			},
+		},
+		{
+			name: "sentry_dsn",
+			src:  `sentry_dsn = "https://key@sentry.example/1"` + "\n" + runnerOf("shell"),
+			want: []string{"config.toml:1: sentry_dsn: not acted on: drover does not send its errors to Sentry; they are in its log and in the gitlab_runner_errors_total metric"},
+		},
+		{
+			name: "empty sentry_dsn",
+			src:  `sentry_dsn = ""` + "\n" + runnerOf("shell"),
+		},
+		{
+			name: "referees",
+			src: runnerOf("docker",
+				"  [runners.referees]",
+				"    [runners.referees.metrics]",
+				`      prometheus_address = "http://localhost:9090"`,
+				`      queries = ["cpu:rate(node_cpu_seconds_total[{{interval}}])"]`,
+			),
+			want: []string{"config.toml:5: runners[0].referees: not acted on: drover has no metrics referee: it queries no Prometheus and uploads no metrics_referee artifact"},
+		},
+		{
+			name: "connection_max_age is acted on",
+			src:  `connection_max_age = "1m"` + "\n" + runnerOf("shell"),
 		},
 		{
 			name: "runners.docker under a shell runner",

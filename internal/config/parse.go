@@ -74,6 +74,7 @@ func ParseWith(filename string, data []byte, o ParseOptions) (*Config, []Warning
 	normalize(raw)
 	d := &decoder{file: filename, lines: indexLines(src), opts: o}
 	c := d.config(raw)
+	c.raw = raw
 	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].Line < d.warnings[j].Line })
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool { return d.errs[i].Line < d.errs[j].Line })
@@ -179,7 +180,13 @@ func (d *decoder) config(raw map[string]any) *Config {
 				c.Runners = append(c.Runners, d.runner(p.index(i), t))
 			}
 		default:
-			if kind, ok := knownGlobalExtra[k]; ok {
+			if k == "connection_max_age" {
+				age, ok := d.duration(p, v)
+				if ok && age < 0 {
+					d.fail(p, "must not be negative (0 keeps connections open as long as they are used)")
+				}
+				extraOK[k] = ok
+			} else if kind, ok := knownGlobalExtra[k]; ok {
 				extraOK[k] = d.checkKind(p, kind, v)
 			} else {
 				d.warn(p, "unknown key, ignored")

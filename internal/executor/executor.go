@@ -104,8 +104,12 @@ type Settings struct {
 	// behind (containers, volumes) label them with it, so that a restarted
 	// manager finds its own (see Sweeper).
 	SystemID string
-	// FeatureFlags are the runner's [runners.feature_flags], by GitLab
-	// Runner's flag name.
+	// FeatureFlags are GitLab Runner's feature flags, by name: the
+	// runner's [runners.feature_flags] as the manager gives them; from
+	// the start of the build (package jobrun) the job's flags in effect,
+	// every flag set in those, the job's variables or the runner's
+	// environment (see featureflags.Resolve). A flag not in it has its
+	// default (featureflags.Set.On).
 	FeatureFlags map[string]bool
 	// Disposable is set by executors whose jobs run in an environment made
 	// for them alone (containers): CI_DISPOSABLE_ENVIRONMENT instead of

@@ -13,6 +13,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/featureflags"
 	"github.com/drover-ci/drover/internal/shell"
 )
 
@@ -150,6 +151,15 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 	// executor puts the job: they are known before it is prepared.
 	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version),
 		opts.Runner.DebugTraceDisabled, opts.Settings.FeatureFlags)
+	b.flagProblems = b.resolveFlags()
+	if b.flags.On(featureflags.Timestamps) {
+		if opts.Settings.Resumable || opts.Resume != nil {
+			b.flagProblems = append(b.flagProblems, "FF_TIMESTAMPS is not honoured for a job a job store keeps ([runners.store]): "+
+				"a resumed job writes its log again byte for byte, which it could not with the times of its lines")
+		} else {
+			b.trace.stamp = &stamper{w: trace, clk: b.clk}
+		}
+	}
 	return b.run(ctx, gracefulCancel)
 }
 
@@ -166,6 +176,9 @@ type build struct {
 	resume *Checkpoint      // until the checkpoint's stage is reached
 	first  error            // the first failed step, for checkpoints
 	keyed  *api.JobResponse // the job with its cache keys from files (see cacheKeyed)
+
+	flags        featureflags.Set // the job's feature flags (resolveFlags)
+	flagProblems []string         // what to warn about them in the log
 }
 
 func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
@@ -180,6 +193,8 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 			// Runner prints them.
 			b.trace.line(ansiYellow, "WARNING: "+strings.Join(b.set.warnings, "\n"))
 		}
+		b.printFlags(b.flagProblems)
+		b.logImages()
 	}
 
 	// The job context ends the job's stages: on the job timeout, on a
@@ -268,6 +283,7 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	b.exec.Finish(res.Err)
 	b.exec.Cleanup(cleanupCtx)
 	b.trace.line(color, footer)
+	b.trace.finish()
 	return res
 }
 
@@ -398,6 +414,9 @@ func (b *build) setup(settings executor.Settings) error {
 		BuildsDir:  paths.BuildsDir,
 		Hooks:      settings.Hooks,
 		DebugTrace: b.set.debugTrace,
+		// Sections only where the coordinator shows them.
+		ScriptSections: b.flags.On(featureflags.ScriptSections) && b.opts.Job.Features.TraceSections,
+		ExitCodeCheck:  b.flags.On(featureflags.BashExitCodeCheck),
 		Transfers: shell.Transfers{
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,

@@ -27,6 +27,10 @@ type traceWriter struct {
 	w       io.Writer
 	clk     clock.Clock
 	midLine bool
+	// stamp, when set, writes w with a timestamp on every line
+	// (FF_TIMESTAMPS): the build's lines as one stream, the stages'
+	// output as another.
+	stamp *stamper
 
 	// The stage whose output the executor is writing, and how much of it
 	// is written: what a checkpoint records.
@@ -57,8 +61,24 @@ func (t *traceWriter) setAttempt(n int) {
 
 func (t *traceWriter) endStage() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.inStage, t.run = false, 0
-	t.mu.Unlock()
+	if t.stamp != nil {
+		// The stage's last line ends with it, as its stream does.
+		_ = t.stamp.flush(streamStage)
+		t.midLine = false
+	}
+}
+
+// finish writes what the log holds back (a stamped stream's unfinished
+// line).
+func (t *traceWriter) finish() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stamp != nil {
+		_ = t.stamp.flush(streamStage)
+		_ = t.stamp.flush(streamRunner)
+	}
 }
 
 // stageWriter is the log as the executor sees it: it counts the stage's
@@ -69,7 +89,7 @@ func (s *stageWriter) Write(p []byte) (int, error) {
 	t := s.b.trace
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, err := t.writeLocked(p)
+	n, err := t.writeStream(streamStage, p)
 	if t.inStage && n > 0 {
 		t.stageOff += int64(n)
 		s.b.checkpoint(t.stage, true, t.stageOff, false)
@@ -83,11 +103,22 @@ func (t *traceWriter) Write(p []byte) (int, error) {
 	return t.writeLocked(p)
 }
 
-func (t *traceWriter) writeLocked(p []byte) (int, error) {
+// writeLocked writes the build's own text. t.mu is held.
+func (t *traceWriter) writeLocked(p []byte) (int, error) { return t.writeStream(streamRunner, p) }
+
+// writeStream writes p as stream i (which matters with timestamps). t.mu
+// is held.
+func (t *traceWriter) writeStream(i int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := t.w.Write(p)
+	var n int
+	var err error
+	if t.stamp != nil {
+		n, err = t.stamp.write(i, p)
+	} else {
+		n, err = t.w.Write(p)
+	}
 	if n > 0 {
 		t.midLine = p[n-1] != '\n'
 	}

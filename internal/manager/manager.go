@@ -57,6 +57,10 @@ type Options struct {
 	// where the coordinator serves them (see watch.go): cancels of silent
 	// jobs then arrive with the keep-alives, as with GitLab.
 	NoJobWatch bool
+	// Warned holds the warnings about the config file given so far (those
+	// of Config, logged by the caller): reloads (WatchConfig) log only
+	// new ones. nil: reloads log every warning.
+	Warned *config.WarnOnce
 }
 
 // Manager runs the workers of one config.toml.
@@ -98,6 +102,9 @@ type Manager struct {
 	watchWaits sync.Map
 	watchers   map[watcherKey]*jobWatcher
 	started    time.Time // when Run began
+	// fileSeen is the version of the config file when New ran, where
+	// WatchConfig starts from.
+	fileSeen fileVersion
 }
 
 // New checks the configuration against the available executors and
@@ -132,6 +139,7 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		runnerStores: map[string]*openStore{},
 
 		prepareDelay: testPrepareDelay(),
+		fileSeen:     statVersion(opts.ConfigPath),
 	}
 	if err := m.checkStores(opts.Config); err != nil {
 		return nil, err
@@ -181,11 +189,53 @@ func (m *Manager) Reload(cfg *config.Config) error {
 		return err
 	}
 	m.mu.Lock()
+	old := m.cfg
 	m.cfg = cfg
+	clients := make([]*api.Client, 0, len(m.clients))
+	for _, c := range m.clients {
+		clients = append(clients, c)
+	}
 	m.mu.Unlock()
+	for _, c := range clients {
+		c.SetConnectionMaxAge(cfg.ConnectionMaxAge())
+	}
 	m.metrics.setConfig(cfg)
 	m.logger.Info("configuration reloaded", "runners", len(cfg.Runners), "concurrent", cfg.Concurrent)
+	m.logChanges(old, cfg)
 	return nil
+}
+
+// logChanges says which settings a reload changed that new jobs take up.
+func (m *Manager) logChanges(old, cfg *config.Config) {
+	if a, b := old.ConnectionMaxAge(), cfg.ConnectionMaxAge(); a != b {
+		m.logger.Info("connection_max_age changed: idle coordinator connections are now closed at this age", "old", a, "new", b)
+	}
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		prev := findRunner(old, r)
+		if prev == nil || prev.OutputLimit == r.OutputLimit {
+			continue
+		}
+		m.logger.Info("output_limit changed: new jobs of the runner use it, running ones keep theirs",
+			"runner", api.ShortToken(r.Token), "runner_name", r.Name, "old_kib", prev.OutputLimit, "new_kib", r.OutputLimit)
+	}
+}
+
+// findRunner returns the runner of cfg with r's url and token, or nil.
+func findRunner(cfg *config.Config, r *config.RunnerConfig) *config.RunnerConfig {
+	for i := range cfg.Runners {
+		if c := &cfg.Runners[i]; c.Token == r.Token && c.URL == r.URL {
+			return c
+		}
+	}
+	return nil
+}
+
+// liveRunner returns the entry in force of runner r: r itself, or the one
+// with its url and token in a configuration loaded since r was handed to
+// a worker; nil when a reload removed the runner.
+func (m *Manager) liveRunner(r *config.RunnerConfig) *config.RunnerConfig {
+	return findRunner(m.Config(), r)
 }
 
 // drainLogEvery is how often a drain says what it is still waiting for.
@@ -415,7 +465,8 @@ func (m *Manager) client(r *config.RunnerConfig) (*api.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner %q: %w", r.Name, err)
 	}
-	c, err := api.NewClient(r.URL, api.ClientOptions{HTTPClient: m.opts.HTTPClient, Version: m.opts.Version, TLS: tlsCfg})
+	c, err := api.NewClient(r.URL, api.ClientOptions{HTTPClient: m.opts.HTTPClient, Version: m.opts.Version, TLS: tlsCfg,
+		ConnectionMaxAge: m.cfg.ConnectionMaxAge()})
 	if err != nil {
 		return nil, err
 	}

@@ -132,6 +132,12 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	if m.RunningJobs() >= m.Config().Concurrent {
 		return // resumed jobs, which run outside the workers, fill concurrent
 	}
+	// r may come from before a reload (an offer of the last round, a
+	// requeue): ask with the runner's settings in force, and not at all
+	// for a runner the reload removed.
+	if r = m.liveRunner(r); r == nil {
+		return
+	}
 	p := m.opts.Providers[r.Executor]
 	rs := m.runnerState(r)
 	log := m.logger.With("runner", api.ShortToken(r.Token), "runner_name", r.Name)
@@ -256,8 +262,14 @@ func (m *Manager) processRunner(ctx, reqCtx context.Context, r *config.RunnerCon
 	}
 	settings.ConcurrentID = slot
 	settings.ServerTLS = jobTLS(r, log)
+	// The job runs with the runner's settings in force when it came (a
+	// reload during the long poll changed output_limit, say).
+	jobRunner := r
+	if live := m.liveRunner(r); live != nil && live.Executor == r.Executor {
+		jobRunner = live
+	}
 	m.runJob(ctx, &jobStart{
-		runner: r, provider: p, client: client, settings: settings, data: data,
+		runner: jobRunner, provider: p, client: client, settings: settings, data: data,
 		job: job, info: req.Info, ackTimeout: resp.AckTimeout,
 	})
 	rs.jobDone(slot)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -68,6 +69,16 @@ type Info struct {
 	// CI_DEBUG_TRACE, as GitLab Runner's scripts do. Every command, the
 	// variable exports included, is then echoed to the job log.
 	DebugTrace bool
+	// ScriptSections shows each multi-line command of a script as a
+	// collapsed log section holding the whole command, before it runs
+	// (FF_SCRIPT_SECTIONS, for a job whose coordinator supports
+	// sections); without it the first line is shown, marked as collapsed.
+	ScriptSections bool
+	// ExitCodeCheck follows each command with a check of its exit
+	// status, besides the strict mode (FF_ENABLE_BASH_EXIT_CODE_CHECK):
+	// a command whose failure the strict mode lets pass (one negated
+	// with !, say) ends the stage with that status.
+	ExitCodeCheck bool
 }
 
 func (info Info) tmpDir() string {
@@ -98,7 +109,7 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		env = os.LookupEnv
 	}
 	vars, values := resolve(info.Variables, info.tmpDir(), env)
-	w := &writer{}
+	w := &writer{sections: info.ScriptSections, check: info.ExitCodeCheck}
 
 	switch stage {
 	case executor.StagePrepareScript:
@@ -106,22 +117,24 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		w.raw(`printf 'Running on %s...\n' "$(hostname 2>/dev/null || uname -n)"`)
 	case executor.StageGetSources:
 		w.prelude(info, vars)
+		var pre []string
 		if h := info.Hooks.PreGetSources; strings.TrimSpace(h) != "" {
-			w.commands([]string{h})
+			pre = append(pre, h)
 		}
 		// The job's own (hooks:pre_get_sources_script), after the
 		// runner's.
 		for _, h := range info.Job.Hooks {
 			if h.Name == api.HookPreGetSourcesScript {
-				w.commands(h.Script)
+				pre = append(pre, h.Script...)
 			}
 		}
+		w.commands("pre_clone_script", pre)
 		if err := w.getSources(info, values); err != nil {
 			return "", err
 		}
 		if h := info.Hooks.PostGetSources; strings.TrimSpace(h) != "" {
 			w.cdProject(info)
-			w.commands([]string{h})
+			w.commands("post_clone_script", []string{h})
 		}
 	case executor.StageClearWorktree:
 		w.prelude(info, vars)
@@ -133,7 +146,7 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		}
 		w.prelude(info, vars)
 		w.cdProject(info)
-		w.commands(step.Script)
+		w.commands("after_script_step", step.Script)
 	case executor.StageRestoreCache, executor.StageArchiveCache, executor.StageArchiveCacheFail,
 		executor.StageDownloadArtifacts, executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
 		body, err := transferStage(stage, info)
@@ -167,16 +180,18 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		if step == nil {
 			return "", fmt.Errorf("%w: %s: the job has no step %q", ErrUnsupportedStage, stage, name)
 		}
-		lines := step.Script
+		var pre, post []string
 		if name == api.StepScript {
-			lines = slices.Concat([]string{info.Hooks.PreBuild}, lines, []string{info.Hooks.PostBuild})
+			pre, post = []string{info.Hooks.PreBuild}, []string{info.Hooks.PostBuild}
 		}
-		if !hasCommands(lines) {
+		if !hasCommands(slices.Concat(pre, step.Script, post)) {
 			return "", nil
 		}
 		w.prelude(info, vars)
 		w.cdProject(info)
-		w.commands(lines)
+		w.commands("pre_build_script", pre)
+		w.commands("script_step", step.Script)
+		w.commands("post_build_script", post)
 	}
 	return w.String(), nil
 }
@@ -194,7 +209,11 @@ func hasCommands(lines []string) bool {
 }
 
 // writer accumulates a script.
-type writer struct{ strings.Builder }
+type writer struct {
+	strings.Builder
+	sections bool // Info.ScriptSections
+	check    bool // Info.ExitCodeCheck
+}
 
 // raw adds one line of shell code.
 func (w *writer) raw(line string) {
@@ -278,17 +297,38 @@ func (w *writer) cdProject(info Info) {
 
 // commands prints and runs each line of a script, GitLab style: "$ line"
 // in green, then the line itself. The strict mode of the prelude ends the
-// script at the first failing command, with its exit code.
-func (w *writer) commands(lines []string) {
-	for _, line := range lines {
+// script at the first failing command, with its exit code. A multi-line
+// command shows its first line, or with w.sections a collapsed section
+// named section_<part>_<i> (i: its index in lines, as GitLab Runner
+// names them) holding the whole command.
+func (w *writer) commands(part string, lines []string) {
+	for i, line := range lines {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
 		shown := strings.TrimRight(line, "\n")
-		if first, _, multi := strings.Cut(shown, "\n"); multi {
-			shown = first + " # collapsed multi-line command"
+		switch first, _, multi := strings.Cut(shown, "\n"); {
+		case multi && w.sections:
+			w.commandSection(part+"_"+strconv.Itoa(i), strings.TrimSpace(line))
+		case multi:
+			w.echo(ansiBoldGreen, "$ "+first+" # collapsed multi-line command")
+		default:
+			w.echo(ansiBoldGreen, "$ "+shown)
 		}
-		w.echo(ansiBoldGreen, "$ "+shown)
 		w.raw(line)
+		if w.check {
+			// The status of the line, whatever the strict mode let pass.
+			w.raw(`_drover_status=$?; [ "$_drover_status" -eq 0 ] || exit "$_drover_status"`)
+		}
 	}
+}
+
+// commandSection prints a collapsed section, named section_<name>, whose
+// header is "$ command" in green (the whole command, its lines included)
+// and that ends at once: the log shows the command folded to its first
+// line. The times are the shell's, taken when the lines are printed.
+func (w *writer) commandSection(name, command string) {
+	w.raw(`printf 'section_start:%s:section_` + name + `[hide_duration=true,collapsed=true]\r\033[0K` +
+		strings.ReplaceAll(ansiBoldGreen, "\033", `\033`) + `%s\033[0;m\n' "$(date +%s)" ` + quote("$ "+command))
+	w.raw(`printf 'section_end:%s:section_` + name + `\r\033[0K\n' "$(date +%s)"`)
 }

@@ -74,8 +74,8 @@ var sectionRE = regexp.MustCompile(`section_(start|end):(\d{1,12}):([A-Za-z0-9_.
 // ("2025-07-04T10:08:01.123456Z 00O "). The page shows the line's time
 // (UTC, to the second) in a span of its own and drops the rest.
 var (
-	stampRE      = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.[0-9]{1,9})?Z [0-9a-f]{2}[OE]\+? `)
-	innerStampRE = regexp.MustCompile(`\r[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z [0-9a-f]{2}[OE]\+? `)
+	stampRE      = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.[0-9]{1,9})?Z [0-9a-f]{2}[OE][ +]`)
+	innerStampRE = regexp.MustCompile(`\r[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z [0-9a-f]{2}[OE][ +]`)
 )
 
 type openSection struct {

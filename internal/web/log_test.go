@@ -69,7 +69,7 @@ func TestPlainText(t *testing.T) {
 		{"not a marker", "section_start: 12", "section_start: 12"},
 		{"carriage returns kept apart", "10%\r100%\r\r", "10%100%"},
 		{"timestamp", "2025-07-04T10:08:01.123456Z 00O Lines: 9%", "Lines: 9%"},
-		{"timestamp after a carriage return", "2025-07-04T10:08:01.123456Z 00O+ a\r2025-07-04T10:08:02.123456Z 00O b", "ab"},
+		{"timestamp after a carriage return", "2025-07-04T10:08:01.123456Z 00O+a\r2025-07-04T10:08:02.123456Z 00O b", "ab"},
 		{"other control characters kept", "a\tb\x00c", "a\tb\x00c"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,16 +153,16 @@ func TestParserSections(t *testing.T) {
 		{
 			name: "GitLab Runner 19's line timestamps: the time shown, the tag dropped",
 			log: "2025-07-04T10:08:01.123456Z 00O hello\n" +
-				"2025-07-04T10:08:02.5Z 01E+ " + start(1, "s") + "\x1b[32mhead\x1b[0m\n" +
+				"2025-07-04T10:08:02.5Z 01E+" + start(1, "s") + "\x1b[32mhead\x1b[0m\n" +
 				"2025-07-04T10:08:03Z 00O " + start(2, "t") + "\n" +
-				"2025-07-04T10:08:04Z 00O 10%\r2025-07-04T10:08:05Z 00O+ 100%\n" +
+				"2025-07-04T10:08:04Z 00O 10%\r2025-07-04T10:08:05Z 00O+100%\n" +
 				"2025-07-04T10:08:0 00O not a stamp\n",
 			want: []Event{
 				line(`<span class="ts">10:08:01</span>hello`, 38),
-				{Kind: EventStart, Name: "s", HTML: `<span class="ts">10:08:02</span><span class="fg-2">head</span>`, End: 102},
-				{Kind: EventStart, Name: "t", End: 145},
-				line(`<span class="ts">10:08:04</span>100%`, 199), // a carriage return overwrites, as in a terminal
-				line("2025-07-04T10:08:0 00O not a stamp", 234),
+				{Kind: EventStart, Name: "s", HTML: `<span class="ts">10:08:02</span><span class="fg-2">head</span>`, End: 101},
+				{Kind: EventStart, Name: "t", End: 144},
+				line(`<span class="ts">10:08:04</span>100%`, 197), // a carriage return overwrites, as in a terminal
+				line("2025-07-04T10:08:0 00O not a stamp", 232),
 			},
 		},
 		{

@@ -52,6 +52,11 @@ type Options struct {
 	// SystemID is the manager's system id, a label of GitLab Runner's
 	// autoscaling metric families.
 	SystemID string
+	// Warned holds the warnings about the config file given so far:
+	// Apply logs only those of its pools' settings not given yet for
+	// their values (shared with the manager's reloads); nil: Apply logs
+	// them all, at start and at every reload.
+	Warned *config.WarnOnce
 }
 
 // Set holds one autoscale.Pool per [[runners]] entry with executor
@@ -142,7 +147,7 @@ func (s *Set) Apply(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	for _, sp := range specs {
-		for _, w := range sp.Warnings {
+		for _, w := range s.o.Warned.New(cfg, sp.Warnings) {
 			s.log.Warn(w.String())
 		}
 	}

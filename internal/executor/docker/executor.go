@@ -65,12 +65,13 @@ type Executor struct {
 	netName     string   // what containers join
 	linked      []string // containers of links this job joined to netName
 	jobVolume   string
-	volumes     []string // per-job volumes to remove (job, and builds/cache with disable_cache)
-	binds       []string // mounts of the build and helper containers
-	anonVolumes []string // anonymous volumes of the build container (volumes = ["/path"])
-	nonRoot     bool     // the build container runs as another user than root
-	build       string   // the build container running now
-	builds      int      // build containers made so far (names)
+	volumes     []string  // per-job volumes to remove (job, and builds/cache with disable_cache)
+	binds       []string  // mounts of the build and helper containers
+	anonVolumes []string  // anonymous volumes of the build container (volumes = ["/path"])
+	nonRoot     bool      // the build container runs as another user than root
+	own         ownership // the helper's files for it (umask.go)
+	build       string    // the build container running now
+	builds      int       // build containers made so far (names)
 	helper      string
 	helperImg   string
 	services    []service

@@ -57,6 +57,9 @@ func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd.Stage, err)
 	}
+	if err := e.ownStage(ctx, cid); err != nil {
+		return fmt.Errorf("%s: %w", cmd.Stage, err)
+	}
 	if !resumable {
 		err = e.runAttached(ctx, cmd, cid, shellPath, user)
 	} else {
@@ -141,9 +144,9 @@ func (e *Executor) needsGit() bool {
 func (e *Executor) wrapper(cid string) string {
 	e.mu.Lock()
 	pd, umask := quote(e.paths.ProjectDir), ""
-	if e.nonRoot && cid == e.helper {
+	if u := e.helperUmaskLocked(cid); u != "" {
 		// Files git writes must be the build container's user's too.
-		umask = "umask 0000\n"
+		umask = "umask " + u + "\n"
 	}
 	e.mu.Unlock()
 	return umask + e.stageSetup(cid) + fmt.Sprintf(`{ [ -d %[1]s ] || mkdir -p %[1]s; } && cd %[1]s || { echo "cannot enter the project directory %[1]s" >&2; exit 1; }
@@ -207,11 +210,8 @@ func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, s
 // for the trace.
 func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, cid, shellPath, user string, mode detached.Mode, from int64) error {
 	e.mu.Lock()
-	det, pd, umask := e.det, e.paths.ProjectDir, ""
-	if e.nonRoot && cid == e.helper {
-		// Files git writes must be the build container's user's too.
-		umask = "0000"
-	}
+	// Files git writes must be the build container's user's too.
+	det, pd, umask := e.det, e.paths.ProjectDir, e.helperUmaskLocked(cid)
 	e.mu.Unlock()
 	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: cid, Shell: shellPath, Dir: pd, Umask: umask, Setup: e.stageSetup(cid)}
 	started := time.Now()
