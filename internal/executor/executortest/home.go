@@ -3,6 +3,7 @@ package executortest
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -11,7 +12,32 @@ import (
 // are login shells, which read the user's profile: what the profile of
 // the machine running the tests does (slow tool set-ups, a PATH of its
 // own) is then no part of them. A test of the profile sets HOME itself.
+//
+// What the tests' own tools keep under the real HOME stays in use: the
+// Go build and module caches and go's settings (tests that build drover
+// would start from nothing), docker's and git's configuration. Each is
+// pinned with its variable, unless that is set already.
 func RunWithEmptyHome(m *testing.M) int {
+	pinned := map[string]string{}
+	if home, err := os.UserHomeDir(); err == nil {
+		pinned["GOPATH"] = filepath.Join(home, "go")
+		pinned["DOCKER_CONFIG"] = filepath.Join(home, ".docker")
+		pinned["GIT_CONFIG_GLOBAL"] = filepath.Join(home, ".gitconfig")
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		pinned["GOCACHE"] = filepath.Join(dir, "go-build")
+	}
+	if dir, err := os.UserConfigDir(); err == nil {
+		pinned["GOENV"] = filepath.Join(dir, "go", "env")
+	}
+	for k, v := range pinned {
+		if _, set := os.LookupEnv(k); !set {
+			if err := os.Setenv(k, v); err != nil {
+				fmt.Fprintln(os.Stderr, "empty HOME:", err)
+				return 1
+			}
+		}
+	}
 	home, err := os.MkdirTemp("", "drover-test-home-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "empty HOME:", err)
