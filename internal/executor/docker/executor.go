@@ -771,8 +771,7 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 	var wg sync.WaitGroup
 	for _, id := range containers {
 		wg.Go(func() {
-			err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: anon})
-			if err != nil && !cerrdefs.IsNotFound(err) {
+			if err := removeContainer(ctx, eng, id, anon); err != nil {
 				logger.Warn("cannot remove a job container", "container", id, "err", err)
 			}
 		})
@@ -798,6 +797,32 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 		})
 	}
 	wg.Wait()
+}
+
+// removeContainer removes a container with force (and its anonymous
+// volumes when anon is set). One that someone else is removing already
+// (a "docker rm -f" under the job) is waited for, so the volumes it holds
+// can go next; one that is gone is not an error.
+func removeContainer(ctx context.Context, eng Engine, id string, anon bool) error {
+	err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: anon})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already in progress") {
+		return err
+	}
+	waited, werrs := eng.ContainerWait(ctx, id, container.WaitConditionRemoved)
+	select {
+	case <-waited:
+		return nil
+	case werr := <-werrs:
+		if werr == nil || cerrdefs.IsNotFound(werr) {
+			return nil
+		}
+		return fmt.Errorf("%w; waiting for the removal under way: %w", err, werr)
+	case <-ctx.Done():
+		return fmt.Errorf("%w; waiting for the removal under way: %w", err, ctx.Err())
+	}
 }
 
 var errNotPrepared = errors.New("docker executor: Run before Prepare")

@@ -77,7 +77,8 @@ func (e *Executor) lostContainer(ctx context.Context, stage executor.Stage, cid 
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	if _, ierr := e.eng.ContainerInspect(context.WithoutCancel(ctx), cid); !cerrdefs.IsNotFound(ierr) {
+	ins, ierr := e.eng.ContainerInspect(context.WithoutCancel(ctx), cid)
+	if !containerGone(ins, ierr, errors.Is(err, executor.ErrStageVanished)) {
 		return err
 	}
 	e.mu.Lock()
@@ -89,6 +90,27 @@ func (e *Executor) lostContainer(ctx context.Context, stage executor.Stage, cid 
 	}
 	e.mu.Unlock()
 	return fmt.Errorf("%s: container %q not found or removed (%v): %w", stage, shortID(cid), err, executor.ErrEnvironmentLost)
+}
+
+// containerGone reports whether a container, as inspected (ins, err),
+// can run nothing more: not found, being removed or dead; or, when the
+// stage's processes vanished with it (vanished), stopped. A "docker rm
+// -f" under the job is seen in any of these, depending on how far the
+// engine got when it is inspected.
+func containerGone(ins container.InspectResponse, err error, vanished bool) bool {
+	if err != nil {
+		return cerrdefs.IsNotFound(err)
+	}
+	if ins.ContainerJSONBase == nil || ins.State == nil {
+		return false
+	}
+	switch {
+	case ins.State.Status == container.StateRemoving, ins.State.Status == container.StateDead, ins.State.Dead:
+		return true
+	case vanished && !ins.State.Running:
+		return true
+	}
+	return false
 }
 
 // stageContainer returns the container a stage runs in, with the shell
