@@ -108,6 +108,8 @@ type Stats struct {
 	// Found and Excluded are the per-pattern counts of the selection
 	// (Create only; see [Selection]).
 	Found, Excluded []PatternCount
+	// ExtraKept is how many of the extra paths were kept (Create only).
+	ExtraKept int
 }
 
 // Entries is the number of entries, whatever their kind.
@@ -151,7 +153,7 @@ func Create(ctx context.Context, w io.Writer, root string, paths []string, opts 
 		}
 	}
 	st, err := write(ctx, w, root, sel.Entries, opts, log)
-	st.Found, st.Excluded = sel.Found, sel.Excluded
+	st.Found, st.Excluded, st.ExtraKept = sel.Found, sel.Excluded, sel.ExtraKept
 	return st, err
 }
 

@@ -50,6 +50,9 @@ func (e Entry) ModTime() time.Time { return time.Unix(e.mtime, int64(e.mnsec)) }
 type PatternCount struct {
 	Pattern string
 	Count   int
+	// Kept is, of a path pattern's Count, how many no exclude pattern
+	// dropped: what GitLab Runner reports as found.
+	Kept int
 }
 
 // Selection is the result of [Select].
@@ -64,6 +67,9 @@ type Selection struct {
 	// Excluded has one element per exclude pattern, in the order given:
 	// the number of selected paths it dropped.
 	Excluded []PatternCount
+	// ExtraKept is how many of the extra paths no exclude pattern
+	// dropped.
+	ExtraKept int
 }
 
 // Select lists what paths and extra select under root, minus what exclude
@@ -97,14 +103,15 @@ func Select(root string, paths, exclude, extra []string) (*Selection, error) {
 	}
 	// The entries go straight into a slice, sorted and deduplicated at
 	// the end: no map of names nor fs.FileInfo is held per path.
-	add := func(name string, info fs.FileInfo) {
+	add := func(name string, info fs.FileInfo) bool {
 		for i, ex := range excl {
 			if ok, _ := doublestar.Match(ex, name); ok {
 				sel.Excluded[i].Count++
-				return
+				return false
 			}
 		}
 		sel.Entries = append(sel.Entries, newEntry(name, info))
+		return true
 	}
 	for i, p := range paths {
 		sel.Found[i].Pattern = p
@@ -115,11 +122,11 @@ func Select(root string, paths, exclude, extra []string) (*Selection, error) {
 		if err != nil {
 			return nil, fmt.Errorf("path pattern %q: %w", p, err)
 		}
-		n, err := walkPattern(root, rel, add)
+		n, kept, err := walkPattern(root, rel, add)
 		if err != nil {
 			return nil, fmt.Errorf("path pattern %q: %w", p, err)
 		}
-		sel.Found[i].Count = n
+		sel.Found[i].Count, sel.Found[i].Kept = n, kept
 	}
 	for _, p := range extra {
 		rel, err := relativeBase(root, filepath.ToSlash(p))
@@ -136,7 +143,9 @@ func Select(root string, paths, exclude, extra []string) (*Selection, error) {
 		if err != nil {
 			return nil, fmt.Errorf("extra path %q: %w", p, err)
 		}
-		add(rel, info)
+		if add(rel, info) {
+			sel.ExtraKept++
+		}
 	}
 	// A path selected twice keeps its last lstat, as a map would: the
 	// stable sort keeps the order of equal names, and the last of each
@@ -205,15 +214,15 @@ func relativeBase(root, p string) (string, error) {
 }
 
 // walkPattern calls add for every path under root that the relative
-// pattern selects, and returns how many there were.
-func walkPattern(root, pattern string, add func(string, fs.FileInfo)) (int, error) {
+// pattern selects, and returns how many there were and how many of them
+// add kept.
+func walkPattern(root, pattern string, add func(string, fs.FileInfo) bool) (found, kept int, err error) {
 	base, rest := pattern, ""
 	if strings.ContainsAny(pattern, "*?[{\\") {
 		base, rest = doublestar.SplitPattern(pattern)
 	}
-	found := 0
 	start := filepath.Join(root, filepath.FromSlash(unescape(base)))
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if missing(err) {
 				return nil
@@ -232,12 +241,12 @@ func walkPattern(root, pattern string, add func(string, fs.FileInfo)) (int, erro
 		// under it, matched or not.
 		return walkAll(p, name, d, func(n string, info fs.FileInfo) {
 			found++
-			if n != "." {
-				add(n, info)
+			if n == "." || add(n, info) {
+				kept++
 			}
 		})
 	})
-	return found, err
+	return found, kept, err
 }
 
 // missing reports whether err says a path does not exist, including

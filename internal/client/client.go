@@ -353,6 +353,17 @@ func (c *Client) Submit(ctx context.Context, spec JobSpec) (*Job, error) {
 	return &j, nil
 }
 
+// SubmitTestPayload queues a GitLab jobs/request payload as written
+// (POST /api/v1/test/payloads): a test-only path, answered only by a
+// coordinator started with Config.TestPayloads.
+func (c *Client) SubmitTestPayload(ctx context.Context, payload json.RawMessage) (*Job, error) {
+	var j Job
+	if _, err := c.do(ctx, http.MethodPost, "/api/v1/test/payloads", payload, &j, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
 // Job returns one job.
 func (c *Client) Job(ctx context.Context, id int64) (*Job, error) {
 	var j Job

@@ -32,15 +32,143 @@ type Rule struct {
 	Match   *regexp.Regexp
 	Replace string
 	Drop    bool
+	// Lines, when set, rewrites the whole log instead: for the rules that
+	// split, join or select lines.
+	Lines func([]string) []string
 }
 
-// Deliberate are drover's deliberate differences in the job log.
+// Deliberate are drover's deliberate differences in the job log, applied
+// in this order.
 var Deliberate = []Rule{
+	{
+		ID:    "layout",
+		Why:   "how the same text is laid out in lines and escape codes, which the job page renders alike",
+		Lines: layout,
+	},
 	{
 		ID:    "banner",
 		Why:   "the first line names the runner and its version",
-		Match: regexp.MustCompile(`^(\x1b\[0KRunning with )(gitlab-runner|drover) .*$`), Replace: "${1}<runner>",
+		Match: regexp.MustCompile(`^(Running with )(gitlab-runner|drover) .*$`), Replace: "${1}<runner>",
 	},
+	{
+		ID:    "helper-log",
+		Why:   "GitLab Runner moves artifacts and caches with its helper binary, whose own log lines (its platform, request ids) drover, doing it in-process, has not",
+		Lines: helperLog,
+	},
+	{
+		ID:    "transfer-detail",
+		Why:   "drover's helper says how much it moved: a line before each upload, the size of each cache archive, the files and bytes of a download",
+		Lines: transferDetail,
+	},
+	{
+		ID:    "debug-trace",
+		Why:   "with CI_DEBUG_TRACE the shell traces each runner's own generated script",
+		Lines: debugTrace,
+	},
+}
+
+var (
+	// sectionMarker is a section's start or end marker.
+	sectionMarker = regexp.MustCompile(`section_(?:start|end):T:[^\r]*\r\x1b\[0K`)
+	// helperFields is the tail of a line of GitLab Runner's helper
+	// binary: a reset, padding and key=value fields.
+	helperFields = regexp.MustCompile(`\s*\x1b\[0;m(?:(?:\s+(?:\x1b\[0;33m)?[a-z_]+(?:\x1b\[0;m)?=\S*)+\s*|\s+)$`)
+	// transferSize is the size drover's helper adds to a transfer line.
+	transferSize = regexp.MustCompile(` \(\d+ files, \d+ bytes\)$`)
+	// transferProgress is drover's helper's line before an upload, and
+	// its line on a cache archive's size.
+	transferProgress = regexp.MustCompile(`^(Uploading artifacts as "[^"]*" to coordinator\.\.\. \(\d+ files, \d+ bytes\)|Archive is \d+ bytes \(\d+ files, \d+ bytes uncompressed\))$`)
+	// xtrace is a line of the shell's trace (set -x): one or more '+'.
+	xtrace = regexp.MustCompile(`^\++ `)
+)
+
+// layout puts every section marker at the start of a line of its own
+// (GitLab Runner 19 writes a section's end and the next one's start on
+// one line; drover ends a line after each end) and drops the erase-line
+// and reset codes around plain lines, and doubled resets.
+func layout(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		for len(l) > 0 {
+			locs := sectionMarker.FindAllStringIndex(l, -1)
+			cut := len(l)
+			for _, loc := range locs {
+				if loc[0] > 0 {
+					cut = loc[0]
+					break
+				}
+			}
+			part := l[:cut]
+			l = l[cut:]
+			// A section end's marker is a line of its own too.
+			if strings.HasPrefix(part, "section_end:") {
+				if loc := sectionMarker.FindStringIndex(part); loc != nil && loc[1] < len(part) {
+					out = append(out, part[:loc[1]])
+					part = part[loc[1]:]
+				}
+			}
+			out = append(out, plain(part))
+		}
+	}
+	return out
+}
+
+// plain drops the erase-line code before, and the reset after, a line
+// that is otherwise uncoloured, and doubled resets.
+func plain(l string) string {
+	l = strings.ReplaceAll(l, "\x1b[0;m\x1b[0;m", "\x1b[0;m")
+	if rest, ok := strings.CutPrefix(l, "\x1b[0K"); ok && !strings.HasPrefix(rest, "\x1b") {
+		l = strings.TrimSuffix(rest, "\x1b[0;m")
+	}
+	return l
+}
+
+// helperLog drops the helper binary's platform line and the padding and
+// fields of its other lines (a coloured line keeps its reset).
+func helperLog(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "Runtime platform ") {
+			continue
+		}
+		if loc := helperFields.FindStringIndex(l); loc != nil {
+			l = l[:loc[0]]
+			if strings.HasPrefix(l, "\x1b[") {
+				l += "\x1b[0;m"
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// transferDetail drops what drover's helper adds about sizes.
+func transferDetail(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if transferProgress.MatchString(l) {
+			continue
+		}
+		out = append(out, transferSize.ReplaceAllString(l, ""))
+	}
+	return out
+}
+
+// debugTrace keeps, of a log with the shell's trace in it, the section
+// markers and the runner's coloured lines: what the scripts print between
+// them is interleaved with the trace of scripts each runner writes its
+// own way.
+func debugTrace(lines []string) []string {
+	if !slices.ContainsFunc(lines, xtrace.MatchString) {
+		return lines
+	}
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "section_") || strings.HasPrefix(l, "\x1b[3") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // startUpdates is the deliberate difference "two-phase-accept" in the
@@ -68,10 +196,15 @@ func startUpdates(states []string) []string {
 // applyRules rewrites a log by the rules.
 func applyRules(lines []string) []string {
 	var out []string
+	for _, r := range Deliberate {
+		if r.Lines != nil {
+			lines = r.Lines(lines)
+		}
+	}
 	for _, l := range lines {
 		drop := false
 		for _, r := range Deliberate {
-			if !r.Match.MatchString(l) {
+			if r.Match == nil || !r.Match.MatchString(l) {
 				continue
 			}
 			if r.Drop {
@@ -85,6 +218,30 @@ func applyRules(lines []string) []string {
 		}
 	}
 	return out
+}
+
+// streamOrder is the deliberate difference "stderr-order": GitLab
+// Runner reads a script's stdout and stderr through two pipes, so a
+// stderr line can land in its log after stdout lines the script wrote
+// later; drover keeps the order the script wrote them in. Each of
+// GitLab Runner's stderr lines is taken out of both logs (its first
+// occurrence in drover's); the ones drover's log lacks are returned.
+func streamOrder(want, got, stderr []string) (w, g, missing []string) {
+	if len(stderr) == 0 {
+		return want, got, nil
+	}
+	w, g = slices.Clone(want), slices.Clone(got)
+	for _, l := range stderr {
+		if i := slices.Index(w, l); i >= 0 {
+			w = slices.Delete(w, i, i+1)
+		}
+		if i := slices.Index(g, l); i >= 0 {
+			g = slices.Delete(g, i, i+1)
+		} else {
+			missing = append(missing, l)
+		}
+	}
+	return w, g, missing
 }
 
 // Compare returns how got differs from want, the recording, after the
@@ -104,7 +261,11 @@ func Compare(want, got Observation) []string {
 	field("updates", startUpdates(want.Updates), startUpdates(got.Updates))
 	field("artifacts", want.Artifacts, got.Artifacts)
 	field("cache", want.Cache, got.Cache)
-	wt, gt := applyRules(want.Trace), applyRules(got.Trace)
+	wantTrace, gotTrace, missing := streamOrder(want.Trace, got.Trace, want.Stderr)
+	for _, l := range missing {
+		d = append(d, fmt.Sprintf("stderr: GitLab Runner's %q is not in drover's log", l))
+	}
+	wt, gt := applyRules(wantTrace), applyRules(gotTrace)
 	if !slices.Equal(wt, gt) {
 		d = append(d, "trace (- GitLab Runner, + drover):\n"+lineDiff(wt, gt))
 	}

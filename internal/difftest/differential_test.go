@@ -17,6 +17,7 @@ var (
 	record = flag.String("record", "", "run the fixtures through this GitLab Runner binary and write testdata/golden instead of testing drover (scripts/difftest-record.sh)")
 	only   = flag.String("fixtures", "", "run only the fixtures whose names contain this")
 	keep   = flag.String("keep", "", "also write drover's recording to this file, to read it")
+	raw    = flag.String("raw", "", "write each fixture's job log, as the runner sent it, into this directory")
 )
 
 // goldenPath is the recording of GitLab Runner's executor.
@@ -97,7 +98,7 @@ func runFixtures(t *testing.T, r Runner, executor string, fixtures []Fixture) *R
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	rec, err := Run(ctx, Options{
-		Runner: r, Executor: executor, Fixtures: fixtures, Dir: t.TempDir(),
+		Runner: r, Executor: executor, Fixtures: fixtures, Dir: t.TempDir(), RawDir: *raw,
 		Progress: func(f Fixture, o Observation, took time.Duration) {
 			t.Logf("%s: %s %s (%.1fs)", f.Name, o.State, o.FailureReason, took.Seconds())
 		},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -67,15 +68,21 @@ func TestNormalise(t *testing.T) {
 	log := "2026-11-30T09:00:00.123456Z 00O Running with x\n" +
 		"2026-11-30T09:00:00.223456Z 00O section_start:1764493200:get_sources\r\x1b[0Kpart one \n" +
 		"2026-11-30T09:00:00.323456Z 00O+and two\n" +
-		"plain /tmp/run1/builds/ABCDEFGHI/0 at http://127.0.0.1:4242/x token glcbt-64_abcdefghijklmnop\n"
-	got := n.trace(log, 1)
+		"plain /tmp/run1/builds/ABCDEFGHI/0 at http://127.0.0.1:4242/x token glcbt-64_abcdefghijklmnop\n" +
+		"\x1b[32;1mGitaly correlation ID: fa93ffdca5c84fe385f3c30eb4460ccb\x1b[0;m\n"
+	got, stderr := n.trace(log+"2026-11-30T09:00:00.423456Z 01E oops\n", 1)
 	want := []string{
 		"Running with x",
 		"section_start:T:get_sources\r\x1b[0Kpart one and two",
 		"plain $ROOT/builds/$SHORT_TOKEN/0 at $SERVER_URL/x token $JOB_TOKEN",
+		"\x1b[32;1mGitaly correlation ID: $CORRELATION_ID\x1b[0;m",
+		"oops",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("trace =\n%q\nwant\n%q", got, want)
+	}
+	if !slices.Equal(stderr, []string{"oops"}) {
+		t.Errorf("stderr = %q, want the stderr stream's line", stderr)
 	}
 }
 
@@ -108,5 +115,97 @@ func TestCompare(t *testing.T) {
 	drover.State = "failed"
 	if d := Compare(glr, drover); len(d) != 2 {
 		t.Errorf("Compare = %q, want the state and the trace", d)
+	}
+}
+
+// TestRules: each deliberate rule rewrites what it names and nothing
+// else.
+func TestRules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{
+			name: "layout joins nothing and splits GitLab Runner's shared section lines",
+			in: []string{
+				"section_end:T:a\r\x1b[0Ksection_start:T:b\r\x1b[0K\x1b[0K\x1b[36;1mB\x1b[0;m\x1b[0;m",
+				"section_end:T:b\r\x1b[0K\x1b[0;33mWARNING: w\x1b[0;m",
+				"\x1b[0KUsing Shell (bash) executor...\x1b[0;m",
+				"\x1b[32;1mJob succeeded\x1b[0;m",
+			},
+			want: []string{
+				"section_end:T:a\r\x1b[0K",
+				"section_start:T:b\r\x1b[0K\x1b[0K\x1b[36;1mB\x1b[0;m",
+				"section_end:T:b\r\x1b[0K",
+				"\x1b[0;33mWARNING: w\x1b[0;m",
+				"Using Shell (bash) executor...",
+				"\x1b[32;1mJob succeeded\x1b[0;m",
+			},
+		},
+		{
+			name: "banner",
+			in:   []string{"\x1b[0KRunning with gitlab-runner 19.3.0 (9cbf0074)\x1b[0;m", "Running with drover 0.2.0-dev"},
+			want: []string{"Running with <runner>", "Running with <runner>"},
+		},
+		{
+			name: "helper-log drops the platform line and the fields",
+			in: []string{
+				"Runtime platform                                  \x1b[0;m  arch\x1b[0;m=amd64 os\x1b[0;m=linux pid\x1b[0;m=3093",
+				"out/: found 4 matching artifact files and directories\x1b[0;m ",
+				"Uploading artifacts as \"archive\" to coordinator... 201 Created\x1b[0;m  correlation_id\x1b[0;m=d15 id\x1b[0;m=30 status_code\x1b[0;m=201 token\x1b[0;m=7ZAzegdJc",
+				"\x1b[0;33mWARNING: Cache file does not exist                \x1b[0;m ",
+				"\x1b[32;1mUploading artifacts...\x1b[0;m",
+			},
+			want: []string{
+				"out/: found 4 matching artifact files and directories",
+				"Uploading artifacts as \"archive\" to coordinator... 201 Created",
+				"\x1b[0;33mWARNING: Cache file does not exist\x1b[0;m",
+				"\x1b[32;1mUploading artifacts...\x1b[0;m",
+			},
+		},
+		{
+			name: "transfer-detail drops drover's sizes",
+			in: []string{
+				"Uploading artifacts as \"junit\" to coordinator... (1 files, 84 bytes)",
+				"Uploading artifacts as \"junit\" to coordinator... 201 Created",
+				"Archive is 263 bytes (1 files, 4 bytes uncompressed)",
+				"Downloading artifacts from coordinator... ok (3 files, 6 bytes)",
+			},
+			want: []string{
+				"Uploading artifacts as \"junit\" to coordinator... 201 Created",
+				"Downloading artifacts from coordinator... ok",
+			},
+		},
+		{
+			name: "debug-trace keeps markers and the runner's lines of a traced log",
+			in:   []string{"section_start:T:s\r\x1b[0K", "+ set -o pipefail", "export A=1", "\x1b[32;1m$ echo x\x1b[0;m", "x", "section_end:T:s\r\x1b[0K"},
+			want: []string{"section_start:T:s\r\x1b[0K", "\x1b[32;1m$ echo x\x1b[0;m", "section_end:T:s\r\x1b[0K"},
+		},
+		{
+			name: "an untraced log keeps its output",
+			in:   []string{"\x1b[32;1m$ echo x\x1b[0;m", "x"},
+			want: []string{"\x1b[32;1m$ echo x\x1b[0;m", "x"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := applyRules(tc.in); !slices.Equal(got, tc.want) {
+				t.Errorf("applyRules =\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStderrOrder: a stderr line GitLab Runner logged late matches
+// drover's in the order written; one drover lacks is a difference.
+func TestStderrOrder(t *testing.T) {
+	glr := Observation{State: "success", Trace: []string{"one", "three", "two"}, Stderr: []string{"two"}}
+	drover := Observation{State: "success", Trace: []string{"one", "two", "three"}}
+	if d := Compare(glr, drover); len(d) != 0 {
+		t.Errorf("Compare = %q, want no difference", d)
+	}
+	drover.Trace = []string{"one", "three"}
+	if d := Compare(glr, drover); len(d) != 1 || !strings.Contains(d[0], "stderr") {
+		t.Errorf("Compare = %q, want the missing stderr line", d)
 	}
 }

@@ -20,30 +20,38 @@ var (
 	// lineStamp is GitLab Runner 19's per-line prefix: an RFC 3339 time,
 	// the stream number, O or E, then ' ' for a new line or '+' for the
 	// continuation of the last one.
-	lineStamp   = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z \d\d[OE]([ +])`)
+	lineStamp   = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z \d\d([OE])([ +])`)
 	sectionTime = regexp.MustCompile(`section_(start|end):\d+:`)
 	jobToken    = regexp.MustCompile(`\b(glcbt|glcbt-[0-9a-z]+|gldjt|drjt)-[A-Za-z0-9_-]{8,}`)
 	runnerToken = regexp.MustCompile(`\bglrt-[A-Za-z0-9_-]{8,}`)
+	// correlationID is the request id of the runner's jobs/request, new
+	// on every request, that GitLab Runner prints and sends to Gitaly.
+	correlationID = regexp.MustCompile(`(Gitaly correlation ID: )[0-9A-Za-z-]+`)
 )
 
-// trace returns the normalised lines of a job log.
-func (n normaliser) trace(s string, jobID int64) []string {
-	var lines []string
+// trace returns the normalised lines of a job log, and those of them
+// that a stamped log (GitLab Runner's) says came from a stderr stream.
+func (n normaliser) trace(s string, jobID int64) (lines, stderr []string) {
+	var isErr []bool
 	for l := range strings.SplitSeq(strings.TrimSuffix(s, "\n"), "\n") {
+		e := false
 		if m := lineStamp.FindStringSubmatch(l); m != nil {
 			l = l[len(m[0]):]
-			if m[1] == "+" && len(lines) > 0 {
+			if m[2] == "+" && len(lines) > 0 {
 				lines[len(lines)-1] += l
 				continue
 			}
+			e = m[1] == "E"
 		}
 		lines = append(lines, l)
+		isErr = append(isErr, e)
 	}
 	host, _ := os.Hostname()
 	for i, l := range lines {
 		l = sectionTime.ReplaceAllString(l, "section_${1}:T:")
 		l = jobToken.ReplaceAllString(l, "$$JOB_TOKEN")
 		l = runnerToken.ReplaceAllString(l, "$$RUNNER_TOKEN")
+		l = correlationID.ReplaceAllString(l, "${1}$$CORRELATION_ID")
 		if t := n.runnerToken; len(t) > 14 {
 			// GitLab Runner's short token is 9 characters after glrt-
 			// (8 in older versions).
@@ -60,6 +68,9 @@ func (n normaliser) trace(s string, jobID int64) []string {
 			l = strings.ReplaceAll(l, host, "$HOST")
 		}
 		lines[i] = strings.TrimRight(l, "\r")
+		if isErr[i] {
+			stderr = append(stderr, lines[i])
+		}
 	}
-	return lines
+	return lines, stderr
 }

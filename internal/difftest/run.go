@@ -4,8 +4,6 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/coordinator"
 )
 
@@ -43,6 +42,9 @@ type Options struct {
 	// cache, repositories, the runner's HOME); it must be empty.
 	Dir string
 	Log *slog.Logger
+	// RawDir, when set, is where each fixture's job log is written as
+	// the runner sent it (<fixture>.log), to read what normalising hides.
+	RawDir string
 	// Progress, when set, is told of each fixture as it ends.
 	Progress func(f Fixture, o Observation, took time.Duration)
 }
@@ -63,6 +65,9 @@ type Observation struct {
 	Cache []CacheObject `json:"cache,omitempty"`
 	// Trace is the job log, normalised (Normalise), one line per entry.
 	Trace []string `json:"trace"`
+	// Stderr are the lines of Trace that came from a script's stderr,
+	// when the log says (GitLab Runner's stamped logs do).
+	Stderr []string `json:"stderr,omitempty"`
 	// Seconds is the time from the job's queueing to its end; not
 	// compared.
 	Seconds float64 `json:"seconds"`
@@ -133,6 +138,18 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 		return nil, err
 	}
 	defer c.Close()
+	// The coordinator's background work (the reaper: a job handed out and
+	// never accepted goes back to the queue) runs as in a daemon.
+	bctx, stopBackground := context.WithCancel(ctx)
+	background := make(chan struct{})
+	go func() {
+		defer close(background)
+		_ = c.Run(bctx)
+	}()
+	defer func() {
+		stopBackground()
+		<-background
+	}()
 	rec := newRecorder(c.Handler())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -142,12 +159,9 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
-	api := &adminClient{base: base}
-
-	var created struct {
-		Token string `json:"token"`
-	}
-	if err := api.do(ctx, "POST", "/api/v1/runners", map[string]any{"description": "difftest"}, &created); err != nil {
+	api := client.New(base, adminToken, nil)
+	created, err := api.CreateRunner(ctx, client.RunnerSpec{Description: "difftest"})
+	if err != nil {
 		return nil, fmt.Errorf("create the runner: %w", err)
 	}
 	config := filepath.Join(dirs["work"], "config.toml")
@@ -161,8 +175,16 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 	cmd.Env = runnerEnv(dirs["home"])
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// The runner's log is kept in memory for errors and written to
+	// runner.log in the run's work directory as it comes.
+	logFile, err := os.Create(filepath.Join(dirs["work"], "runner.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
 	runnerLog := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = runnerLog, runnerLog
+	cmd.Stdout = io.MultiWriter(runnerLog, logFile)
+	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", opts.Runner.Name, err)
 	}
@@ -182,10 +204,8 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 			return nil, fmt.Errorf("fixture %s: %w", f.Name, err)
 		}
 		began := time.Now()
-		var job struct {
-			ID int64 `json:"id"`
-		}
-		if err := api.do(ctx, "POST", "/api/v1/test/payloads", json.RawMessage(payload), &job); err != nil {
+		job, err := api.SubmitTestPayload(ctx, payload)
+		if err != nil {
 			return nil, fmt.Errorf("fixture %s: queue: %w", f.Name, err)
 		}
 		ids[f.Name] = job.ID
@@ -194,15 +214,21 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 			return nil, fmt.Errorf("fixture %s (job %d): %w; the runner's log:\n%s", f.Name, job.ID, err, tail(runnerLog.String(), 4000))
 		}
 		took := time.Since(began)
-		trace, err := api.get(ctx, fmt.Sprintf("/api/v1/jobs/%d/trace", job.ID))
+		trace, _, err := api.Trace(ctx, job.ID, 0)
 		if err != nil {
 			return nil, fmt.Errorf("fixture %s: trace: %w", f.Name, err)
+		}
+		if opts.RawDir != "" {
+			if err := os.WriteFile(filepath.Join(opts.RawDir, f.Name+".log"), trace, 0o644); err != nil {
+				return nil, err
+			}
 		}
 		o := Observation{
 			Fixture: f.Name, State: final.Status, FailureReason: final.FailureReason, ExitCode: final.ExitCode,
 			Updates: rec.updates(job.ID), Artifacts: rec.uploads(job.ID),
-			Trace: norm.trace(string(trace), job.ID), Seconds: took.Seconds(),
+			Seconds: took.Seconds(),
 		}
+		o.Trace, o.Stderr = norm.trace(string(trace), job.ID)
 		if o.Cache, err = listCache(dirs["cache"]); err != nil {
 			return nil, err
 		}
@@ -249,31 +275,23 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// jobView is what the suite reads of GET /api/v1/jobs/{id}.
-type jobView struct {
-	Status        string `json:"status"`
-	FailureReason string `json:"failure_reason"`
-	ExitCode      *int   `json:"exit_code"`
-}
-
 // waitFinal polls the job until it is final (or the runner exits).
-func waitFinal(ctx context.Context, api *adminClient, id int64, exited <-chan error) (jobView, error) {
+func waitFinal(ctx context.Context, api *client.Client, id int64, exited <-chan error) (*client.Job, error) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var v jobView
-		if err := api.do(ctx, "GET", fmt.Sprintf("/api/v1/jobs/%d", id), nil, &v); err != nil {
-			return v, err
+		j, err := api.Job(ctx, id)
+		if err != nil {
+			return nil, err
 		}
-		switch v.Status {
-		case "success", "failed", "canceled":
-			return v, nil
+		if j.Finished() {
+			return j, nil
 		}
 		select {
 		case <-ctx.Done():
-			return v, fmt.Errorf("job still %s: %w", v.Status, ctx.Err())
+			return nil, fmt.Errorf("job still %s: %w", j.Status, ctx.Err())
 		case err := <-exited:
-			return v, fmt.Errorf("the runner exited (%v) with the job %s", err, v.Status)
+			return nil, fmt.Errorf("the runner exited (%v) with the job %s", err, j.Status)
 		case <-tick.C:
 		}
 	}
@@ -304,56 +322,6 @@ func listCache(dir string) ([]CacheObject, error) {
 		return nil
 	})
 	return out, err
-}
-
-type adminClient struct{ base string }
-
-func (a *adminClient) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
-}
-
-func (a *adminClient) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", a.base+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = errors.New(resp.Status)
-	}
-	return b, err
 }
 
 // lockedBuffer is the runner's output, written by its two pipes.

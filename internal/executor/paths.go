@@ -2,7 +2,9 @@ package executor
 
 import (
 	"fmt"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,26 +68,51 @@ func absOrDefault(dir, def string) (string, error) {
 }
 
 // ProjectPath is the job's project path relative to its builds (or
-// concurrent-id) directory: its full path with "." and ".." segments
-// dropped, or project-<id> when nothing is left.
+// concurrent-id) directory, as GitLab Runner makes it (see projectPath).
 func ProjectPath(job *api.JobResponse) string { return projectPath(job) }
 
 // projectPath is the job's project path relative to its concurrent-id
-// directory.
+// directory. As GitLab Runner's: the path of the repository's URL without
+// ".git" (https://host/group/project.git: group/project), or project-<id>
+// when the URL has no host (file://) or its path is not a clean one. A
+// job without a repository (drover's own jobs may have none) uses its
+// project's full path. "." and ".." segments are dropped either way.
 func projectPath(job *api.JobResponse) string {
 	if job == nil {
 		return "project"
 	}
+	fallback := fmt.Sprintf("project-%d", job.JobInfo.ProjectID)
+	raw := job.JobInfo.ProjectFullPath
+	if job.GitInfo.RepoURL != "" {
+		raw = repoSlug(job.GitInfo.RepoURL)
+		if raw == "" {
+			return fallback
+		}
+	}
 	var parts []string
-	for _, seg := range strings.Split(job.JobInfo.ProjectFullPath, "/") {
+	for _, seg := range strings.Split(raw, "/") {
 		if seg = cleanSegment(seg); seg != "" {
 			parts = append(parts, seg)
 		}
 	}
 	if len(parts) == 0 {
-		return fmt.Sprintf("project-%d", job.JobInfo.ProjectID)
+		return fallback
 	}
 	return filepath.Join(parts...)
+}
+
+// repoSlug is the path of a repository URL without ".git", or "" when
+// the URL has no host or its path is unusable, as GitLab Runner reads it.
+func repoSlug(repoURL string) string {
+	u, err := url.Parse(repoURL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	slug := path.Clean(strings.TrimSuffix(u.Path, ".git"))
+	if slug == "." || slug == "/" || strings.Contains(slug, "..") {
+		return ""
+	}
+	return slug
 }
 
 // cleanSegment returns seg as a single, harmless path element ("" if none).

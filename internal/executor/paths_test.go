@@ -17,6 +17,7 @@ func TestHostPaths(t *testing.T) {
 		name     string
 		s        Settings
 		fullPath string
+		repoURL  string
 		want     Paths
 	}{
 		{
@@ -36,13 +37,34 @@ func TestHostPaths(t *testing.T) {
 			want:     Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/0/etc/passwd"},
 		},
 		{
+			name:     "from the repository's URL, as GitLab Runner",
+			s:        Settings{BuildsDir: "/b", CacheDir: "/c", ShortToken: "tok"},
+			fullPath: "group/project",
+			repoURL:  "https://gitlab-ci-token:x@gitlab.example.com/other/sub/repo.git",
+			want:     Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/tok/0/other/sub/repo"},
+		},
+		{
+			name:     "a URL without a host: project-<id>, as GitLab Runner",
+			s:        Settings{BuildsDir: "/b", CacheDir: "/c", ShortToken: "tok"},
+			fullPath: "group/project",
+			repoURL:  "file:///srv/git/project.git",
+			want:     Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/tok/0/project-42"},
+		},
+		{
+			name:     "a URL path going up stays inside",
+			s:        Settings{BuildsDir: "/b", CacheDir: "/c", ShortToken: "tok"},
+			fullPath: "group/project",
+			repoURL:  "https://h/a/../../x.git",
+			want:     Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/tok/0/x"},
+		},
+		{
 			name: "no project path",
 			s:    Settings{BuildsDir: "/b", CacheDir: "/c", ShortToken: "tok"},
 			want: Paths{BuildsDir: "/b", CacheDir: "/c", ProjectDir: "/b/tok/0/project-42"},
 		},
 	}
 	for _, tt := range tests {
-		job := &api.JobResponse{JobInfo: api.JobInfo{ProjectFullPath: tt.fullPath, ProjectID: 42}}
+		job := &api.JobResponse{JobInfo: api.JobInfo{ProjectFullPath: tt.fullPath, ProjectID: 42}, GitInfo: api.GitInfo{RepoURL: tt.repoURL}}
 		got, err := HostPaths(tt.s, job)
 		if err != nil || got != tt.want {
 			t.Errorf("%s: HostPaths() = %+v, %v; want %+v", tt.name, got, err, tt.want)

@@ -82,7 +82,8 @@ func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Write
 		return fmt.Errorf("artifacts-uploader: %w", err)
 	}
 	if st.Entries() == 0 {
-		fmt.Fprintln(out, "WARNING: no files to upload")
+		// GitLab Runner's words; the job goes on, as with it.
+		fmt.Fprintln(out, ansiBoldRed+"ERROR: No files to upload"+ansiReset)
 		return nil
 	}
 	name := o.Name
@@ -134,7 +135,7 @@ func UploadArtifacts(ctx context.Context, o ArtifactsUploadOptions, out io.Write
 		case err != nil:
 			return true, fmt.Errorf("artifacts-uploader: %w", err)
 		case code == http.StatusCreated:
-			fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... 201 Created  id=%d\n", typ, o.ID)
+			fmt.Fprintf(out, "Uploading artifacts as %q to coordinator... 201 Created\n", typ)
 			return false, nil
 		case code == http.StatusRequestEntityTooLarge:
 			fmt.Fprintf(out, "ERROR: Uploading artifacts as %q to coordinator... 413 Request Entity Too Large  id=%d: %s\n", typ, o.ID, msg)
@@ -305,7 +306,6 @@ func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.W
 		return err
 	}
 	target := strings.TrimSuffix(o.URL, "/") + "/api/v4/jobs/" + strconv.FormatInt(o.ID, 10) + "/artifacts"
-	fmt.Fprintf(out, "Downloading artifacts for job %d...\n", o.ID)
 	f, err := os.CreateTemp(o.TempDir, "drover-artifacts-*.zip")
 	if err != nil {
 		return fmt.Errorf("artifacts-downloader: %w", err)
@@ -364,7 +364,7 @@ func DownloadArtifacts(ctx context.Context, o ArtifactsDownloadOptions, out io.W
 		}
 		return fmt.Errorf("artifacts-downloader: %s, %s: %w", dep, filename, err)
 	}
-	fmt.Fprintf(out, "Downloading artifacts for job %d... ok (%d files, %d bytes)\n", o.ID, st.Files, st.Bytes)
+	fmt.Fprintf(out, "Downloading artifacts from coordinator... ok (%d files, %d bytes)\n", st.Files, st.Bytes)
 	return nil
 }
 

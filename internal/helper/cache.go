@@ -77,8 +77,7 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	}
 	fmt.Fprintf(out, "Archive is %d bytes (%d files, %d bytes uncompressed)\n", st.ArchiveBytes, st.Files, st.Bytes)
 	if o.URL == "" {
-		fmt.Fprintln(out, "No URL provided, cache will be not uploaded to shared cache server. Cache will be stored only locally.")
-		fmt.Fprintln(out, "Created cache")
+		fmt.Fprintln(out, "No URL provided, cache will not be uploaded to shared cache server. Cache will be stored only locally.")
 		return nil
 	}
 	if o.MaxSize > 0 && st.ArchiveBytes > o.MaxSize {
@@ -88,7 +87,6 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	if err := transfer(o.Transfer).Upload(ctx, o.URL, o.Header, tmp, st.ArchiveBytes); err != nil {
 		return fmt.Errorf("cache-archiver: %w", err)
 	}
-	fmt.Fprintln(out, "Created cache")
 	return nil
 }
 
@@ -137,6 +135,7 @@ func ExtractCache(ctx context.Context, o CacheExtractOptions, out io.Writer) err
 	}
 	f, err := os.Open(o.File)
 	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(out, ansiYellow+"WARNING: Cache file does not exist"+ansiReset)
 		return fmt.Errorf("cache-extractor: %s: %w", o.File, cache.ErrNotFound)
 	}
 	if err != nil {
@@ -147,14 +146,14 @@ func ExtractCache(ctx context.Context, o CacheExtractOptions, out io.Writer) err
 	if err != nil {
 		return fmt.Errorf("cache-extractor: %w", err)
 	}
-	st, err := archive.Extract(ctx, f, fi.Size(), root, extractOptions(o.MaxSize, o.MaxEntries))
+	// The stage says "Successfully extracted cache", as GitLab Runner's.
+	_, err = archive.Extract(ctx, f, fi.Size(), root, extractOptions(o.MaxSize, o.MaxEntries))
 	if errors.Is(err, archive.ErrTooLarge) {
 		return fmt.Errorf("cache-extractor: %s (%d bytes) refused: %w; %s", filepath.Base(o.File), fi.Size(), err, limitHint)
 	}
 	if err != nil {
 		return fmt.Errorf("cache-extractor: %w", err)
 	}
-	fmt.Fprintf(out, "Successfully extracted cache (%d files, %d bytes)\n", st.Files, st.Bytes)
 	return nil
 }
 
@@ -184,19 +183,20 @@ func makeArchive(ctx context.Context, w io.Writer, tempDir, root string, sel sel
 	if err != nil {
 		return st, err
 	}
+	// GitLab Runner's words, in its order and colours, which users
+	// search for.
 	for _, p := range st.Found {
 		if p.Count == 0 {
-			// GitLab Runner's words, which users search for.
-			fmt.Fprintf(out, "WARNING: %s: no matching files. Ensure that the artifact path is relative to the working directory (%s)\n", p.Pattern, root)
+			fmt.Fprintf(out, ansiYellow+"WARNING: %s: no matching files. Ensure that the artifact path is relative to the working directory (%s)"+ansiReset+"\n", p.Pattern, root)
 			continue
 		}
-		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Count)
+		fmt.Fprintf(out, "%s: found %d matching artifact files and directories\n", p.Pattern, p.Kept)
+	}
+	if sel.untracked {
+		fmt.Fprintf(out, "untracked: found %d files\n", st.ExtraKept)
 	}
 	for _, p := range st.Excluded {
 		fmt.Fprintf(out, "%s: excluded %d files\n", p.Pattern, p.Count)
-	}
-	if sel.untracked {
-		fmt.Fprintf(out, "untracked: found %d files\n", len(extra))
 	}
 	return st, nil
 }

@@ -25,6 +25,13 @@ import (
 	"time"
 )
 
+// The colours of GitLab Runner's helper lines in the job log.
+const (
+	ansiYellow  = "\033[0;33m"
+	ansiBoldRed = "\033[31;1m"
+	ansiReset   = "\033[0;m"
+)
+
 // Status lines Follow writes on its status writer when it is done.
 const (
 	StatusExit       = "drover-exit:"       // followed by the stage's exit code

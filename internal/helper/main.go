@@ -3,6 +3,7 @@ package helper
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -164,6 +165,9 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 		}, stdout)
 	} else {
 		err = ExtractCache(ctx, CacheExtractOptions{Root: *root, File: *file, URL: *u, MaxSize: extractMaxSize, MaxEntries: extractMaxEntries, Transfer: tr}, stdout)
+		if errors.Is(err, cache.ErrNotFound) {
+			return 1 // its warning is written
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -577,7 +577,7 @@ func TestPhaseTimeouts(t *testing.T) {
 		footer     string
 	}{
 		{"get_sources", 2 * time.Minute, 3600, "ERROR: Job failed: get sources timeout: exceeded timeout of 2m0s"},
-		{"get_sources longer than the job", 2 * time.Hour, 3600, "ERROR: Job failed: execution took longer than 3600 seconds"},
+		{"get_sources longer than the job", 2 * time.Hour, 3600, "ERROR: Job failed: execution took longer than 1h0m0s seconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

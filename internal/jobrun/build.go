@@ -186,7 +186,11 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	if b.resume == nil {
 		b.trace.printf("Running with drover %s\n", b.opts.Version)
 		if s := b.opts.Settings; s.RunnerName != "" || s.ShortToken != "" {
-			b.trace.printf("  on %s %s\n", s.RunnerName, s.ShortToken)
+			on := fmt.Sprintf("  on %s %s", s.RunnerName, s.ShortToken)
+			if s.SystemID != "" {
+				on += ", system ID: " + s.SystemID // as GitLab Runner says it
+			}
+			b.trace.printf("%s\n", on)
 		}
 		if len(b.set.warnings) > 0 {
 			// One warning, the settings' errors a line each, as GitLab
@@ -251,7 +255,8 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		case ctx.Err() != nil:
 		case context.Cause(jobCtx) == errJobTimeout:
 			// As GitLab Runner: a job out of time gets no after_script.
-			b.trace.line(ansiYellow, "WARNING: step_script could not run to completion: the job timeout was exceeded; after_script is not run")
+			// GitLab Runner's words; as with it, after_script does not run.
+			b.trace.line(ansiYellow, "WARNING: step_script could not run to completion because the timeout was exceeded. For more control over job and script timeouts see: https://docs.gitlab.com/ci/runners/configure_runners/#set-script-and-after_script-timeouts")
 		case errors.As(err, &pt):
 			// As GitLab Runner: preparation or get_sources out of time
 			// ends the build there.
@@ -533,7 +538,11 @@ func (b *build) afterScript(ctx, jobCtx context.Context, err error) error {
 		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: after_script failed: %v", aerr))
 		return aerr
 	default:
-		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: after_script failed, but job will continue unaffected: %v", aerr))
+		why := aerr.Error()
+		if errors.As(aerr, &be) && be.Inner == nil {
+			why = b.exitText(be)
+		}
+		b.trace.line(ansiYellow, "WARNING: after_script failed, but job will continue unaffected: "+why)
 	}
 	return err
 }
@@ -551,10 +560,15 @@ func (b *build) saveStages(jobCtx context.Context, err error) error {
 	if err != nil {
 		archive, upload = executor.StageArchiveCacheFail, executor.StageUploadArtifactsFail
 	}
-	if cerr := b.stage(jobCtx, archive, "Saving cache", info); cerr != nil {
+	// The section titles are GitLab Runner's.
+	outcome := "successful"
+	if err != nil {
+		outcome = "failed"
+	}
+	if cerr := b.stage(jobCtx, archive, "Saving cache for "+outcome+" job", info); cerr != nil {
 		b.trace.line(ansiYellow, fmt.Sprintf("WARNING: saving the cache failed: %v", cerr))
 	}
-	uerr := b.stage(jobCtx, upload, "Uploading artifacts", info)
+	uerr := b.stage(jobCtx, upload, "Uploading artifacts for "+outcome+" job", info)
 	if uerr != nil && err == nil {
 		b.trace.line(ansiBoldRed, fmt.Sprintf("ERROR: uploading artifacts failed: %v", uerr))
 		return uerr
@@ -633,6 +647,12 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 		return &configError{fmt.Errorf("%s: %w", stage, err)}
 	}
 	if script == "" {
+		if stage == executor.StageCleanupFileVariables {
+			// GitLab Runner shows this section in every job, with
+			// nothing to clean up too.
+			b.trace.sectionStart(stage, header)
+			b.trace.sectionEnd(stage)
+		}
 		return nil
 	}
 	b.checkpoint(stage, false, 0, true)
@@ -774,6 +794,16 @@ func (b *build) result(ctx, jobCtx context.Context, err error, timeout time.Dura
 	}
 }
 
+// exitText is a script's exit as GitLab Runner words it: "exit status
+// N" for scripts of the shell executors, "exit code N" for containers'.
+func (b *build) exitText(be *executor.BuildError) string {
+	wording := "exit code"
+	if w, ok := b.opts.Executor.(interface{ ExitWording() string }); ok {
+		wording = w.ExitWording()
+	}
+	return fmt.Sprintf("%s %d", wording, be.ExitCode)
+}
+
 // footerLine is the build's last line and its colour.
 func (b *build) footerLine(res Result, timeout time.Duration) (color, line string) {
 	var be *executor.BuildError
@@ -784,17 +814,13 @@ func (b *build) footerLine(res Result, timeout time.Duration) (color, line strin
 	case errors.As(res.Err, &pt):
 		return ansiBoldRed, "ERROR: Job failed: " + pt.Error()
 	case res.FailureReason == api.JobExecutionTimeout:
-		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: execution took longer than %d seconds", int(timeout/time.Second))
+		// GitLab Runner's words, its "1h0m0s seconds" included: users
+		// search logs for them.
+		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: execution took longer than %v seconds", timeout)
 	case res.Canceled:
 		return ansiBoldRed, "ERROR: Job failed: canceled"
 	case errors.As(res.Err, &be) && be.Inner == nil:
-		// GitLab Runner says "exit status N" for scripts of the shell
-		// executors and "exit code N" for containers'.
-		wording := "exit code"
-		if w, ok := b.opts.Executor.(interface{ ExitWording() string }); ok {
-			wording = w.ExitWording()
-		}
-		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed: %s %d", wording, be.ExitCode)
+		return ansiBoldRed, "ERROR: Job failed: " + b.exitText(be)
 	case res.FailureReason == api.RunnerSystemFailure:
 		return ansiBoldRed, fmt.Sprintf("ERROR: Job failed (system failure): %v", res.Err)
 	default:

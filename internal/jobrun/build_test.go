@@ -118,7 +118,7 @@ func (f *fixture) run(ctx context.Context, graceful <-chan struct{}) Result {
 }
 
 func (f *fixture) projectDir() string {
-	return filepath.Join(f.opts.Settings.BuildsDir, "abcdefghi", "1", "group", "project")
+	return executor.ProjectDir(f.opts.Settings.BuildsDir, "abcdefghi", 1, f.opts.Job)
 }
 
 func (f *fixture) assertTrace(t *testing.T, want, notWant []string) {
@@ -266,7 +266,7 @@ func TestJobTimeout(t *testing.T) {
 	}
 	checkResult(t, res, Result{State: api.StateFailed, FailureReason: api.JobExecutionTimeout})
 	// As GitLab Runner: no after_script once the job is out of time.
-	f.assertTrace(t, []string{"step_script could not run to completion: the job timeout was exceeded", "ERROR: Job failed: execution took longer than 1 seconds"}, []string{"after="})
+	f.assertTrace(t, []string{"step_script could not run to completion because the timeout was exceeded", "ERROR: Job failed: execution took longer than 1s seconds"}, []string{"after="})
 }
 
 func TestJobTimeoutFollowsClock(t *testing.T) {
@@ -282,7 +282,7 @@ func TestJobTimeoutFollowsClock(t *testing.T) {
 		fake.Advance(time.Hour)
 	}()
 	checkResult(t, f.run(t.Context(), nil), Result{State: api.StateFailed, FailureReason: api.JobExecutionTimeout})
-	f.assertTrace(t, []string{"section_start:1700000000:step_script\r", "execution took longer than 3600 seconds"}, nil)
+	f.assertTrace(t, []string{"section_start:1700000000:step_script\r", "execution took longer than 1h0m0s seconds"}, nil)
 }
 
 func TestGracefulCancel(t *testing.T) {

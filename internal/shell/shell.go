@@ -146,6 +146,7 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		}
 		w.prelude(info, vars)
 		w.cdProject(info)
+		w.echo(ansiBoldGreen, "Running after script...") // as GitLab Runner
 		w.commands("after_script_step", step.Script)
 	case executor.StageRestoreCache, executor.StageArchiveCache, executor.StageArchiveCacheFail,
 		executor.StageDownloadArtifacts, executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:

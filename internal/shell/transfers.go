@@ -158,7 +158,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 	case executor.StageRestoreCache:
 		var entries []api.Cache
 		for _, c := range job.Cache {
-			if c.Policy != "push" && len(c.Paths) > 0 || c.Policy != "push" && c.Untracked {
+			if len(c.Paths) > 0 || c.Untracked {
 				entries = append(entries, c)
 			}
 		}
@@ -169,23 +169,28 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			return skip("restoring the cache")
 		}
 		for _, c := range entries {
-			keys := append([]string{c.Key}, c.FallbackKeys...)
-			first := true
-			for _, raw := range keys {
+			if c.Policy == "push" {
+				if key, _, ok := cacheFile(w, info, expand(c.Key)); ok {
+					w.echo(ansiBoldGreen, "Not downloading cache "+key+" due to policy")
+				}
+				continue
+			}
+			// Each key in turn until one extracts, each saying how it
+			// went, as GitLab Runner's.
+			open := 0
+			for _, raw := range append([]string{c.Key}, c.FallbackKeys...) {
 				key, file, ok := cacheFile(w, info, expand(raw))
 				if !ok {
 					continue
 				}
-				if first {
-					w.echo(ansiBoldGreen, "Checking cache for "+key+"...")
-					w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.cacheTimeout() + t.sharedGet(key) + "; then :")
-					first = false
-				} else {
-					w.raw("elif printf '%s\\n' " + quote("Checking cache for "+key+"...") + " && " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.cacheTimeout() + t.sharedGet(key) + "; then :")
-				}
+				w.echo(ansiBoldGreen, "Checking cache for "+key+"...")
+				w.raw("if " + t.Helper + " cache-extractor --file " + quote(file) + " --root " + quote(info.ProjectDir) + t.extractCaps() + t.cacheTimeout() + t.sharedGet(key) + "; then")
+				w.echo(ansiBoldGreen, "Successfully extracted cache")
+				w.raw("else")
+				w.echo(ansiYellow, "Failed to extract cache")
+				open++
 			}
-			if !first {
-				w.raw("else printf '" + `\033[0;33m` + "%s" + `\033[0;m\n` + "' 'WARNING: Failed to extract cache'")
+			for range open {
 				w.raw("fi")
 			}
 		}
@@ -193,7 +198,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 		failed := stage == executor.StageArchiveCacheFail
 		var entries []api.Cache
 		for _, c := range job.Cache {
-			if c.Policy != "pull" && (len(c.Paths) > 0 || c.Untracked) && runsOn(c.When, failed) {
+			if (len(c.Paths) > 0 || c.Untracked) && runsOn(c.When, failed) {
 				entries = append(entries, c)
 			}
 		}
@@ -208,6 +213,10 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if !ok {
 				continue
 			}
+			if c.Policy == "pull" {
+				w.echo(ansiBoldGreen, "Not uploading cache "+key+" due to policy")
+				continue
+			}
 			w.echo(ansiBoldGreen, "Creating cache "+key+"...")
 			args := []string{"cache-archiver", "--file", quote(file), "--root", quote(info.ProjectDir)}
 			for _, p := range c.Paths {
@@ -216,8 +225,10 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if c.Untracked {
 				args = append(args, "--untracked")
 			}
-			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + t.cacheTimeout() + t.sharedPut(key) + "; then :")
-			w.raw("else printf '" + `\033[0;33m` + "%s" + `\033[0;m\n` + "' 'WARNING: Failed to create cache'")
+			w.raw("if " + t.Helper + " " + strings.Join(args, " ") + t.cacheTimeout() + t.sharedPut(key) + "; then")
+			w.echo(ansiBoldGreen, "Created cache")
+			w.raw("else")
+			w.echo(ansiYellow, "WARNING: Failed to create cache")
 			w.raw("fi")
 		}
 	case executor.StageDownloadArtifacts:
@@ -240,6 +251,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if d.Name != "" {
 				name = " --name " + quote(d.Name)
 			}
+			w.echo(ansiBoldGreen, fmt.Sprintf("Downloading artifacts for %s (%d)...", d.Name, d.ID))
 			w.raw(t.Helper + " artifacts-downloader --url " + quote(t.ServerURL) + " --id " + strconv.FormatInt(d.ID, 10) + name + ` --token "$CI_JOB_TOKEN" --root ` + quote(info.ProjectDir) + t.extractCaps())
 		}
 	case executor.StageUploadArtifacts, executor.StageUploadArtifactsFail:
@@ -279,6 +291,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 			if a.ExpireIn != "" {
 				args = append(args, "--expire-in", quote(a.ExpireIn))
 			}
+			w.echo(ansiBoldGreen, "Uploading artifacts...")
 			w.raw(t.Helper + " " + strings.Join(args, " "))
 		}
 	default:
@@ -302,11 +315,9 @@ func cacheFile(w *writer, info Info, raw string) (key, file string, ok bool) {
 	if warning != "" {
 		w.echo(ansiYellow, "WARNING: "+warning)
 	}
-	project := info.Variables.Get("CI_PROJECT_PATH")
-	if project == "" {
-		project = "project-" + strconv.FormatInt(info.Job.JobInfo.ProjectID, 10)
-	}
-	file, err = cache.LocalPath(info.Transfers.CacheDir, project, key)
+	// The project's directory under the cache directory is its builds
+	// directory's, as GitLab Runner's.
+	file, err = cache.LocalPath(info.Transfers.CacheDir, executor.ProjectPath(info.Job), key)
 	if err != nil {
 		w.echo(ansiYellow, fmt.Sprintf("WARNING: cache %q: %v", key, err))
 		return "", "", false

@@ -32,11 +32,11 @@ func TestTransferStages(t *testing.T) {
 		notWant []string
 	}{
 		{executor.StageRestoreCache,
-			[]string{"Checking cache for main...", "/cache/", "/main/cache.zip", "Checking cache for default...", "Checking cache for pulled...", "WARNING: Failed to extract cache", "--extract-max-size 1073741824 --extract-max-entries 5000"},
-			[]string{"pushed", "cache-archiver"}},
+			[]string{"Checking cache for main...", "/cache/", "/main/cache.zip", "Checking cache for default...", "Checking cache for pulled...", "Failed to extract cache", "Successfully extracted cache", "Not downloading cache pushed due to policy", "--extract-max-size 1073741824 --extract-max-entries 5000"},
+			[]string{"Checking cache for pushed", "cache-archiver"}},
 		{executor.StageArchiveCache,
-			[]string{"Creating cache main...", "--path 'deps/'", "Creating cache pushed..."},
-			[]string{"pulled", "odd", "cache-extractor"}},
+			[]string{"Creating cache main...", "--path 'deps/'", "Creating cache pushed...", "Created cache", "Not uploading cache pulled due to policy"},
+			[]string{"Creating cache pulled", "odd", "cache-extractor"}},
 		{executor.StageArchiveCacheFail,
 			[]string{"Creating cache pushed...", "odd/key", "sanitized"},
 			[]string{"Creating cache main..."}},
