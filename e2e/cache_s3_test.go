@@ -42,29 +42,12 @@ func TestSharedCache(t *testing.T) {
 	}{
 		{"s3", func(t *testing.T) sharedCacheBackend {
 			srv := s3test.Start(t)
-			return sharedCacheBackend{fmt.Sprintf(`    Type = "s3"
-    [runners.cache.s3]
-      ServerAddress = %q
-      AccessKey = %q
-      SecretKey = %q
-      BucketName = %q
-      BucketLocation = "us-east-1"
-      Insecure = true
-`, srv.Addr, srv.AccessKey, srv.SecretKey, srv.Bucket), s3Keys(srv), "http://" + srv.Addr, srv.SecretKey}
+			return sharedCacheBackend{s3Section(srv.Addr, srv, ""), s3Keys(srv), "http://" + srv.Addr, srv.SecretKey}
 		}},
 		{"s3 RoleARN", func(t *testing.T) sharedCacheBackend {
 			srv := s3test.Start(t)
 			sts := s3test.StartSTS(t, srv, "arn:aws:iam::123456789012:role/cache")
-			return sharedCacheBackend{fmt.Sprintf(`    Type = "s3"
-    [runners.cache.s3]
-      ServerAddress = %q
-      AccessKey = %q
-      SecretKey = %q
-      BucketName = %q
-      BucketLocation = "us-east-1"
-      Insecure = true
-      RoleARN = %q
-`, sts.Addr, srv.AccessKey, srv.SecretKey, srv.Bucket, sts.RoleARN), func(t *testing.T) []string {
+			return sharedCacheBackend{s3Section(sts.Addr, srv, fmt.Sprintf("      RoleARN = %q\n", sts.RoleARN)), func(t *testing.T) []string {
 				if sts.Calls() == 0 {
 					t.Errorf("the role was never assumed")
 				}
@@ -105,6 +88,20 @@ func TestSharedCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// s3Section is the [runners.cache.s3] of srv through the endpoint addr,
+// with the lines extra.
+func s3Section(addr string, srv *s3test.Server, extra string) string {
+	return fmt.Sprintf(`    Type = "s3"
+    [runners.cache.s3]
+      ServerAddress = %q
+      AccessKey = %q
+      SecretKey = %q
+      BucketName = %q
+      BucketLocation = "us-east-1"
+      Insecure = true
+`, addr, srv.AccessKey, srv.SecretKey, srv.Bucket) + extra
 }
 
 func s3Keys(srv *s3test.Server) func(t *testing.T) []string {
