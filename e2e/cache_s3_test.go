@@ -26,6 +26,9 @@ type sharedCacheBackend struct {
 	keys    func(t *testing.T) []string
 	url     string
 	secret  string // a credential the job environment must not see
+	// check, when set, runs after the round trips (one drover process
+	// each).
+	check func(t *testing.T)
 }
 
 // TestSharedCache runs the shell executor of a real drover run with each
@@ -42,17 +45,19 @@ func TestSharedCache(t *testing.T) {
 	}{
 		{"s3", func(t *testing.T) sharedCacheBackend {
 			srv := s3test.Start(t)
-			return sharedCacheBackend{s3Section(srv.Addr, srv, ""), s3Keys(srv), "http://" + srv.Addr, srv.SecretKey}
+			return sharedCacheBackend{s3Section(srv.Addr, srv, ""), s3Keys(srv), "http://" + srv.Addr, srv.SecretKey, nil}
 		}},
 		{"s3 RoleARN", func(t *testing.T) sharedCacheBackend {
 			srv := s3test.Start(t)
 			sts := s3test.StartSTS(t, srv, "arn:aws:iam::123456789012:role/cache")
-			return sharedCacheBackend{s3Section(sts.Addr, srv, fmt.Sprintf("      RoleARN = %q\n", sts.RoleARN)), func(t *testing.T) []string {
-				if sts.Calls() == 0 {
-					t.Errorf("the role was never assumed")
-				}
-				return s3Keys(srv)(t)
-			}, "http://" + sts.Addr, srv.SecretKey}
+			return sharedCacheBackend{s3Section(sts.Addr, srv, fmt.Sprintf("      RoleARN = %q\n", sts.RoleARN)), s3Keys(srv), "http://" + sts.Addr, srv.SecretKey,
+				func(t *testing.T) {
+					// Each drover process assumes the role once for
+					// all its jobs' URLs.
+					if n := sts.Calls(); n != 2 {
+						t.Errorf("the role was assumed %d times by 2 drover runs of 2 jobs each, want 2", n)
+					}
+				}}
 		}},
 		{"gcs", func(t *testing.T) sharedCacheBackend {
 			srv := gcstest.Start(t)
@@ -67,7 +72,7 @@ func TestSharedCache(t *testing.T) {
 					t.Fatal(err)
 				}
 				return keys
-			}, srv.Endpoint + "/" + srv.Bucket + "/", "PRIVATE KEY"}
+			}, srv.Endpoint + "/" + srv.Bucket + "/", "PRIVATE KEY", nil}
 		}},
 		{"azure", func(t *testing.T) sharedCacheBackend {
 			srv := azuretest.Start(t)
@@ -78,13 +83,16 @@ func TestSharedCache(t *testing.T) {
       ContainerName = %q
       DroverTestEndpoint = %q
 `, srv.Account, srv.Key, srv.Container, srv.Endpoint), func(*testing.T) []string { return srv.Keys() },
-				srv.Endpoint + "/" + srv.Container + "/", srv.Key}
+				srv.Endpoint + "/" + srv.Container + "/", srv.Key, nil}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := tc.backend(t)
 			for _, shared := range []bool{false, true} {
 				t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) { sharedCacheRoundTrip(t, b, shared) })
+			}
+			if b.check != nil {
+				b.check(t)
 			}
 		})
 	}

@@ -34,8 +34,15 @@ func cacheSigner(c *cache.Config) (cache.URLSigner, string, error) {
 	return nil, "cache", fmt.Errorf("[runners.cache] Type = %q: unknown", c.Type)
 }
 
-// cacheSigner returns the signer of c, made once per configuration.
+// cacheSigner returns the signer of c. An S3 signer with a role is made
+// once per configuration, so that the role's temporary credentials serve
+// every job until they near their expiry; the others are made per job,
+// which rereads a GCS credentials file that was replaced.
 func (m *Manager) cacheSigner(c *cache.Config) (cache.URLSigner, error) {
+	if c.S3 == nil || (c.S3.RoleARN == "" && c.S3.UploadRoleARN == "") {
+		s, _, err := cacheSigner(c)
+		return s, err
+	}
 	key, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
