@@ -384,11 +384,12 @@ func (o *registerOptions) runner(cmd *cobra.Command) (config.RunnerConfig, error
 }
 
 // cacheFlags are the --cache-* flags of register, as gitlab-runner spells
-// them, for [runners.cache] and, for keys starting "s3.", its
-// [runners.cache.s3].
+// them, for [runners.cache] and, for keys starting "s3.", "gcs." or
+// "azure.", its [runners.cache.s3], [runners.cache.gcs] or
+// [runners.cache.azure].
 func cacheFlags() []dockerFlag {
 	return []dockerFlag{
-		{"cache-type", "Type", "CACHE_TYPE", kindString, "shared cache: s3 (gcs and azure are not supported yet); none keeps caches on the machine"},
+		{"cache-type", "Type", "CACHE_TYPE", kindString, "shared cache: s3, gcs or azure; none keeps caches on the machine"},
 		{"cache-path", "Path", "CACHE_PATH", kindString, "prefix of the cache objects in the bucket"},
 		{"cache-shared", "Shared", "CACHE_SHARED", kindBool, "share the caches between runners (no runner/<token>/ in the object names)"},
 		{"cache-max_uploaded_archive_size", "MaxUploadedArchiveSize", "CACHE_MAXIMUM_UPLOADED_ARCHIVE_SIZE", kindInt, "bytes: a larger cache archive is not uploaded (0: no limit)"},
@@ -403,6 +404,18 @@ func cacheFlags() []dockerFlag {
 		{"cache-s3-path-style", "s3.PathStyle", "CACHE_S3_PATH_STYLE", kindBool, "path-style bucket URLs (host/bucket/object)"},
 		{"cache-s3-server-side-encryption", "s3.ServerSideEncryption", "CACHE_S3_SERVER_SIDE_ENCRYPTION", kindString, "S3 or KMS"},
 		{"cache-s3-server-side-encryption-key-id", "s3.ServerSideEncryptionKeyID", "CACHE_S3_SERVER_SIDE_ENCRYPTION_KEY_ID", kindString, "KMS key of ServerSideEncryption = KMS"},
+		{"cache-s3-accelerate", "s3.Accelerate", "CACHE_S3_ACCELERATE", kindBool, "S3 Transfer Acceleration (AWS only)"},
+		{"cache-s3-role-arn", "s3.RoleARN", "CACHE_S3_ROLE_ARN", kindString, "role assumed (STS AssumeRole) to sign the cache's URLs"},
+		{"cache-s3-upload-role-arn", "s3.UploadRoleARN", "CACHE_S3_UPLOAD_ROLE_ARN", kindString, "role assumed (STS AssumeRole) to sign the cache's upload URLs"},
+		{"cache-gcs-access-id", "gcs.AccessID", "CACHE_GCS_ACCESS_ID", kindString, "e-mail of the GCS service account"},
+		{"cache-gcs-private-key", "gcs.PrivateKey", "CACHE_GCS_PRIVATE_KEY", kindString, "PEM private key of the GCS service account"},
+		{"cache-gcs-credentials-file", "gcs.CredentialsFile", "GOOGLE_APPLICATION_CREDENTIALS", kindString, "JSON key file of the GCS service account"},
+		{"cache-gcs-bucket-name", "gcs.BucketName", "CACHE_GCS_BUCKET_NAME", kindString, "GCS bucket of the caches"},
+		{"cache-gcs-universe-domain", "gcs.UniverseDomain", "CACHE_GCS_UNIVERSE_DOMAIN", kindString, "universe domain of GCS (default googleapis.com)"},
+		{"cache-azure-account-name", "azure.AccountName", "CACHE_AZURE_ACCOUNT_NAME", kindString, "Azure storage account"},
+		{"cache-azure-account-key", "azure.AccountKey", "CACHE_AZURE_ACCOUNT_KEY", kindString, "key of the Azure storage account"},
+		{"cache-azure-container-name", "azure.ContainerName", "CACHE_AZURE_CONTAINER_NAME", kindString, "Azure container of the caches"},
+		{"cache-azure-storage-domain", "azure.StorageDomain", "CACHE_AZURE_STORAGE_DOMAIN", kindString, "domain of the blob service (default blob.core.windows.net)"},
 	}
 }
 
@@ -474,18 +487,18 @@ func tableEntry(kind flagKind, e string) (string, string) {
 	return e, ""
 }
 
-// nestCacheTable moves the "s3." keys of the --cache-* flags' table into
-// its s3 table.
+// nestCacheTable moves the "s3.", "gcs." and "azure." keys of the
+// --cache-* flags' table into its s3, gcs and azure tables.
 func nestCacheTable(t map[string]any) map[string]any {
 	out := map[string]any{}
 	for k, v := range t {
-		if sub, ok := strings.CutPrefix(k, "s3."); ok {
-			s3, _ := out["s3"].(map[string]any)
-			if s3 == nil {
-				s3 = map[string]any{}
-				out["s3"] = s3
+		if table, sub, ok := strings.Cut(k, "."); ok {
+			nested, _ := out[table].(map[string]any)
+			if nested == nil {
+				nested = map[string]any{}
+				out[table] = nested
 			}
-			s3[sub] = v
+			nested[sub] = v
 			continue
 		}
 		out[k] = v

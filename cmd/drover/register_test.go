@@ -118,7 +118,8 @@ func TestRegisterGitlabFlags(t *testing.T) {
 		"--env", "A=1", "--env", "B=2", "--builds-dir", "/b",
 		"--debug-trace-disabled", "--prepare-timeout", "90s", "--get-sources-timeout", "10m",
 		"--cache-type", "s3", "--cache-path", "ci", "--cache-shared", "--cache-s3-server-address", "s3.example:9000",
-		"--cache-s3-bucket-name", "runner-cache", "--cache-s3-access-key", "AK", "--cache-s3-secret-key", "SK", "--cache-s3-insecure")
+		"--cache-s3-bucket-name", "runner-cache", "--cache-s3-access-key", "AK", "--cache-s3-secret-key", "SK", "--cache-s3-insecure",
+		"--cache-s3-upload-role-arn", "arn:aws:iam::1:role/up")
 	if code != 0 {
 		t.Fatalf("register = exit %d (%v):\n%s", code, err, out)
 	}
@@ -152,7 +153,7 @@ func TestRegisterGitlabFlags(t *testing.T) {
 	}
 	wantCache := map[string]any{
 		"Type": "s3", "Path": "ci", "Shared": true,
-		"s3": map[string]any{"ServerAddress": "s3.example:9000", "BucketName": "runner-cache", "AccessKey": "AK", "SecretKey": "SK", "Insecure": true},
+		"s3": map[string]any{"ServerAddress": "s3.example:9000", "BucketName": "runner-cache", "AccessKey": "AK", "SecretKey": "SK", "Insecure": true, "UploadRoleARN": "arn:aws:iam::1:role/up"},
 	}
 	if diff := cmp.Diff(wantCache, r.Cache); diff != "" {
 		t.Errorf("[runners.cache] (-want +got):\n%s", diff)
@@ -245,9 +246,10 @@ func TestRegisterRefuses(t *testing.T) {
 		{"docker table", append(base, "--docker-sysctls", "{}"), "write it in [runners.docker] of config.toml"},
 		{"scripts", append(base, "--pre-build-script", "x"), "drover does not run the runner's own scripts"},
 		{"not a gitlab flag", append(base, "--nope"), "unknown flag: --nope"},
-		{"cache type not supported", append(base, "--cache-type", "gcs"), `the --cache-* flags: [runners.cache] Type = "gcs": not supported yet`},
+		{"cache type unknown", append(base, "--cache-type", "ftp"), `the --cache-* flags: [runners.cache] Type = "ftp": unknown`},
+		{"gcs cache without credentials", append(base, "--cache-type", "gcs", "--cache-gcs-bucket-name", "b"), "needs CredentialsFile, or AccessID and PrivateKey"},
 		{"cache s3 without a bucket", append(base, "--cache-type", "s3", "--cache-s3-server-address", "h"), "BucketName"},
-		{"gcs cache flag", append(base, "--cache-gcs-bucket-name", "b"), "flag --cache-gcs-bucket-name is a gitlab-runner flag drover does not support (yet): drover's shared cache supports s3 only yet"},
+		{"s3 key not acted on", append(base, "--cache-s3-dual-stack"), "flag --cache-s3-dual-stack is a gitlab-runner flag drover does not support (yet)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code, err := drover(t, tc.args...)

@@ -1,8 +1,11 @@
 package cache
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 )
 
@@ -10,8 +13,8 @@ import (
 // Runner's key names. An empty Type means no distributed cache: the local
 // cache directory is used.
 type Config struct {
-	// Type is "s3"; "gcs" and "azure" (and GitLab's aliases "s3v2",
-	// "gcsv2") parse but are not supported yet.
+	// Type is "s3", "gcs" or "azure" (GitLab's "s3v2" and "gcsv2" are
+	// taken as "s3" and "gcs").
 	Type string `toml:"Type,omitempty"`
 	// Path is prepended to every object name.
 	Path string `toml:"Path,omitempty"`
@@ -51,32 +54,57 @@ type S3Config struct {
 	// PathStyle forces path-style (true) or virtual-host (false) bucket
 	// addressing; unset detects it from the endpoint.
 	PathStyle *bool `toml:"PathStyle,omitempty"`
-	// DualStack, Accelerate, RoleARN and the AssumeRole settings are
-	// parsed for compatibility; Validate refuses the ones drover does not
-	// implement yet when they are set.
-	DualStack                           *bool  `toml:"DualStack,omitempty"`
-	Accelerate                          bool   `toml:"Accelerate,omitempty"`
-	RoleARN                             string `toml:"RoleARN,omitempty"`
-	UploadRoleARN                       string `toml:"UploadRoleARN,omitempty"`
-	AssumeRoleMaxConcurrency            int    `toml:"AssumeRoleMaxConcurrency,omitempty"`
-	DisableAssumeRoleCredentialsCaching bool   `toml:"DisableAssumeRoleCredentialsCaching,omitempty"`
+	// DualStack is parsed for compatibility (minio-go picks the
+	// endpoint).
+	DualStack *bool `toml:"DualStack,omitempty"`
+	// Accelerate signs URLs for S3 Transfer Acceleration
+	// (<bucket>.s3-accelerate.amazonaws.com); it exists on AWS only, so
+	// Validate refuses it with another ServerAddress.
+	Accelerate bool `toml:"Accelerate,omitempty"`
+	// RoleARN is a role assumed through STS AssumeRole with AccessKey and
+	// SecretKey; the URLs are signed with its temporary credentials.
+	// UploadRoleARN does the same for uploads only (RoleARN wins when
+	// both are set, as in GitLab Runner).
+	RoleARN       string `toml:"RoleARN,omitempty"`
+	UploadRoleARN string `toml:"UploadRoleARN,omitempty"`
+	// AssumeRoleMaxConcurrency and DisableAssumeRoleCredentialsCaching
+	// are parsed for compatibility: drover assumes a role once per
+	// runner and renews the credentials shortly before they expire.
+	AssumeRoleMaxConcurrency            int  `toml:"AssumeRoleMaxConcurrency,omitempty"`
+	DisableAssumeRoleCredentialsCaching bool `toml:"DisableAssumeRoleCredentialsCaching,omitempty"`
 }
 
-// GCSConfig is [runners.cache.gcs], parsed but not supported yet.
+// GCSConfig is [runners.cache.gcs]. The credentials are a service
+// account's: CredentialsFile (its JSON key file), or AccessID (its
+// e-mail) and PrivateKey (its PEM key); the file wins when both are set.
 type GCSConfig struct {
 	AccessID        string `toml:"AccessID,omitempty"`
 	PrivateKey      string `toml:"PrivateKey,omitempty"`
 	CredentialsFile string `toml:"CredentialsFile,omitempty"`
 	BucketName      string `toml:"BucketName,omitempty"`
-	UniverseDomain  string `toml:"UniverseDomain,omitempty"`
+	// UniverseDomain replaces googleapis.com in the storage host.
+	UniverseDomain string `toml:"UniverseDomain,omitempty"`
+	// DroverTestEndpoint is drover's own key, for tests only: the base
+	// URL (scheme://host:port) of a GCS emulator such as
+	// fake-gcs-server, used in place of https://storage.googleapis.com.
+	// GitLab Runner has no such key.
+	DroverTestEndpoint string `toml:"DroverTestEndpoint,omitempty"`
 }
 
-// AzureConfig is [runners.cache.azure], parsed but not supported yet.
+// AzureConfig is [runners.cache.azure].
 type AzureConfig struct {
 	AccountName   string `toml:"AccountName,omitempty"`
 	AccountKey    string `toml:"AccountKey,omitempty"`
 	ContainerName string `toml:"ContainerName,omitempty"`
+	// StorageDomain is the blob service's domain; empty means
+	// blob.core.windows.net.
 	StorageDomain string `toml:"StorageDomain,omitempty"`
+	// DroverTestEndpoint is drover's own key, for tests only: the blob
+	// service's URL with the account in the path, as emulators serve it
+	// (http://127.0.0.1:10000/devstoreaccount1), used in place of
+	// https://<AccountName>.<StorageDomain>. With an http URL the SAS
+	// tokens allow http as well as https. GitLab Runner has no such key.
+	DroverTestEndpoint string `toml:"DroverTestEndpoint,omitempty"`
 }
 
 // The authentication types of [S3Config.AuthenticationType].
@@ -113,10 +141,20 @@ func (c *Config) Validate() error {
 			break
 		}
 		errs = append(errs, c.S3.validate()...)
-	case "gcs", "gcsv2", "azure":
-		fail("[runners.cache] Type = %q: not supported yet by drover (only \"s3\" is); remove [runners.cache] to use the local cache directory", c.Type)
+	case "gcs", "gcsv2":
+		if c.GCS == nil {
+			fail("[runners.cache] Type = %q needs a [runners.cache.gcs] section", c.Type)
+			break
+		}
+		errs = append(errs, c.GCS.validate()...)
+	case "azure":
+		if c.Azure == nil {
+			fail("[runners.cache] Type = %q needs a [runners.cache.azure] section", c.Type)
+			break
+		}
+		errs = append(errs, c.Azure.validate()...)
 	default:
-		fail("[runners.cache] Type = %q: unknown (want \"s3\"; \"gcs\" and \"azure\" are not supported yet)", c.Type)
+		fail("[runners.cache] Type = %q: unknown (want \"s3\", \"gcs\" or \"azure\")", c.Type)
 	}
 	return errors.Join(errs...)
 }
@@ -153,10 +191,74 @@ func (c *S3Config) validate() []error {
 		fail("ServerAddress = %q: give host[:port] without a scheme (set Insecure = true for http)", c.ServerAddress)
 	}
 	if c.Accelerate {
-		fail("Accelerate: not supported yet")
+		if !IsAWSEndpoint(c.ServerAddress) {
+			fail("Accelerate: S3 Transfer Acceleration exists on AWS only, and ServerAddress %q is not an AWS S3 endpoint (leave ServerAddress empty, or drop Accelerate)", c.ServerAddress)
+		}
+		if strings.Contains(c.BucketName, ".") {
+			fail("Accelerate: bucket %q has a dot in its name, which S3 Transfer Acceleration does not allow", c.BucketName)
+		}
 	}
 	if c.RoleARN != "" || c.UploadRoleARN != "" {
-		fail("RoleARN/UploadRoleARN: assuming a role is not supported yet")
+		if c.AccessKey == "" || c.SecretKey == "" {
+			fail("RoleARN/UploadRoleARN: assuming a role needs AccessKey and SecretKey (drover does not assume roles with instance credentials)")
+		}
+	}
+	return errs
+}
+
+// IsAWSEndpoint reports whether the S3 ServerAddress server (host[:port],
+// empty for the default) is Amazon's.
+func IsAWSEndpoint(server string) bool {
+	if server == "" {
+		return true
+	}
+	host := server
+	if h, _, err := net.SplitHostPort(server); err == nil {
+		host = h
+	}
+	host = strings.ToLower(host)
+	return strings.HasSuffix(host, ".amazonaws.com") || strings.HasSuffix(host, ".amazonaws.com.cn")
+}
+
+func (c *GCSConfig) validate() []error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("[runners.cache.gcs] "+format, args...))
+	}
+	if c.BucketName == "" {
+		fail("BucketName: required")
+	}
+	if c.CredentialsFile == "" && (c.AccessID == "" || c.PrivateKey == "") {
+		fail("needs CredentialsFile, or AccessID and PrivateKey: drover signs URLs with a service account key only, not through the metadata server's account (IAM signBlob) as GitLab Runner can")
+	}
+	if c.DroverTestEndpoint != "" {
+		if u, err := url.Parse(c.DroverTestEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fail("DroverTestEndpoint = %q: want http[s]://host[:port]", c.DroverTestEndpoint)
+		}
+	}
+	return errs
+}
+
+func (c *AzureConfig) validate() []error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("[runners.cache.azure] "+format, args...))
+	}
+	if c.AccountName == "" {
+		fail("AccountName: required")
+	}
+	if c.ContainerName == "" {
+		fail("ContainerName: required")
+	}
+	if c.AccountKey == "" {
+		fail("AccountKey: required: drover signs SAS tokens with the account key only, not with a user delegation key from Microsoft Entra ID as GitLab Runner can")
+	} else if _, err := base64.StdEncoding.DecodeString(c.AccountKey); err != nil {
+		fail("AccountKey: not base64: %v", err)
+	}
+	if c.DroverTestEndpoint != "" {
+		if u, err := url.Parse(c.DroverTestEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fail("DroverTestEndpoint = %q: want http[s]://host[:port]/<account>", c.DroverTestEndpoint)
+		}
 	}
 	return errs
 }

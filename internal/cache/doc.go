@@ -20,12 +20,16 @@
 // # Stores
 //
 // A [Store] downloads and uploads whole archives by object name. [DirStore]
-// keeps them in a local directory; package cache/s3 keeps them in an S3
-// bucket through pre-signed URLs and a [Transfer], the HTTP client that
-// can run where the job runs, since a pre-signed URL carries no
-// credentials. [Cache] is what callers use: it adds the key to object
-// name step, the size cap of [Config.MaxUploadedArchiveSize] and logging
-// to any Store.
+// keeps them in a local directory. The shared caches keep them in a
+// bucket through pre-signed URLs: a [URLSigner] signs a GET and a PUT URL
+// per object (package cache/s3 for S3, with STS roles; cache/gcs for
+// Google Cloud Storage; cache/azure for Azure Blob Storage), and a
+// [Transfer], the HTTP client that can run where the job runs since a
+// signed URL carries no credentials, moves the archive. [SignedStore]
+// puts the two together. [Cache] is what callers use: it adds the key to
+// object name step, the size cap of [Config.MaxUploadedArchiveSize] and
+// logging to any Store. Package cache/cachetest is the conformance suite
+// every shared cache backend passes.
 //
 // # Errors
 //

@@ -101,20 +101,27 @@ func redact(u string) string {
 	return p.String()
 }
 
-// authCodes are the S3 error codes of refused credentials or
-// signatures. Servers differ in the status they send with them
-// (versitygw answers an unknown access key with 404).
+// authCodes are the error codes of refused credentials or signatures:
+// S3's (GCS's XML API uses the same), then Azure Blob Storage's. Servers
+// differ in the status they send with them (versitygw answers an unknown
+// access key with 404).
 var authCodes = map[string]bool{
 	"AccessDenied": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
 	"ExpiredToken": true, "InvalidToken": true, "TokenRefreshRequired": true,
 	"AuthorizationHeaderMalformed": true, "AuthorizationQueryParametersError": true,
-	"XAdminUserNotFound": true,
+	"XAdminUserNotFound":   true,
+	"AuthenticationFailed": true, "AuthorizationFailure": true, "AuthorizationPermissionMismatch": true,
+	"AuthorizationProtocolMismatch": true, "AuthorizationResourceTypeMismatch": true,
 }
 
+// missCodes are the error codes of a missing object (S3's and GCS's,
+// Azure's); a missing bucket or container is not among them.
+var missCodes = map[string]bool{"": true, "NoSuchKey": true, "BlobNotFound": true}
+
 // answerError reads an unexpected answer into an error, wrapping ErrAuth
-// for 401, 403 and the S3 error codes of refused credentials, and
-// ErrNotFound for other 404s (without an S3 error code, or NoSuchKey: a
-// missing bucket is a configuration error, not a miss).
+// for 401, 403 and the error codes of refused credentials, and
+// ErrNotFound for other 404s (without an error code, or NoSuchKey,
+// BlobNotFound: a missing bucket is a configuration error, not a miss).
 func answerError(req *http.Request, resp *http.Response) error {
 	var body struct {
 		Code    string
@@ -125,7 +132,7 @@ func answerError(req *http.Request, resp *http.Response) error {
 	switch {
 	case authCodes[body.Code] || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%w: %w", ErrAuth, e)
-	case resp.StatusCode == http.StatusNotFound && (body.Code == "" || body.Code == "NoSuchKey"):
+	case resp.StatusCode == http.StatusNotFound && missCodes[body.Code]:
 		return fmt.Errorf("%w: %w", ErrNotFound, e)
 	}
 	return e

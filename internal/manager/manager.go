@@ -101,7 +101,12 @@ type Manager struct {
 	// their watchers by URL and runner token (see watch.go), under mu.
 	watchWaits sync.Map
 	watchers   map[watcherKey]*jobWatcher
-	started    time.Time // when Run began
+	// cacheSigners holds the S3 shared caches' URL signers that assume a
+	// role, by their configuration (JSON), so that the role's temporary
+	// credentials serve every job until they near their expiry (see
+	// cache.go).
+	cacheSigners sync.Map
+	started      time.Time // when Run began
 	// fileSeen is the version of the config file when New ran, where
 	// WatchConfig starts from.
 	fileSeen fileVersion

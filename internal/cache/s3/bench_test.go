@@ -39,7 +39,7 @@ func BenchmarkTransfer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := &s3.Store{Presigner: p, Transfer: &cache.Transfer{}}
+	store := &cache.SignedStore{Signer: p, Transfer: &cache.Transfer{}}
 	name := "runner/abcdefghi/project/1/bench"
 
 	b.Run("upload", func(b *testing.B) {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/drover-ci/drover/internal/cache"
+	"github.com/drover-ci/drover/internal/cache/cachetest"
 	"github.com/drover-ci/drover/internal/cache/s3"
 	"github.com/drover-ci/drover/internal/cache/s3test"
 )
@@ -21,13 +22,13 @@ import (
 // only the waits shrink.
 func fastRetries() *cache.Transfer { return &cache.Transfer{Attempts: 2, Backoff: time.Millisecond} }
 
-func newStore(t *testing.T, cfg *cache.S3Config) *s3.Store {
+func newStore(t *testing.T, cfg *cache.S3Config) *cache.SignedStore {
 	t.Helper()
 	p, err := s3.New(cfg)
 	if err != nil {
 		t.Fatalf("s3.New = %v", err)
 	}
-	return &s3.Store{Presigner: p, Transfer: fastRetries()}
+	return &cache.SignedStore{Signer: p, Transfer: fastRetries()}
 }
 
 func randomBytes(n int) []byte {
@@ -36,57 +37,19 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-func TestRoundTripWithGitLabObjectNames(t *testing.T) {
+func TestConformance(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
-	for _, tc := range []struct {
-		name   string
-		config cache.Config
-		key    string
-		want   string
-	}{
-		{"per runner", cache.Config{Path: "ci/cache"}, "main/deps", "ci/cache/runner/abcdefghi/project/42/main/deps"},
-		{"shared", cache.Config{Path: "ci/cache", Shared: true}, "main/deps", "ci/cache/project/42/main/deps"},
-		{"no path, sanitized key", cache.Config{}, `..\job%2Fref`, "runner/abcdefghi/project/42/job/ref"},
-	} {
-		c := cache.New(nil, tc.config, "glrt-t1_abcdefghijklmnop", newStore(t, srv.Config()))
-		name, _, err := c.Name(42, tc.key)
-		if err != nil {
-			t.Fatalf("%s: Name = %v", tc.name, err)
-		}
-		data := randomBytes(100_000)
-		if err := c.Save(t.Context(), name, bytes.NewReader(data), int64(len(data))); err != nil {
-			t.Fatalf("%s: Save = %v", tc.name, err)
-		}
-		var got bytes.Buffer
-		n, err := c.Restore(t.Context(), name, &got)
-		if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
-			t.Errorf("%s: Restore = %d bytes, %v; want the %d bytes saved", tc.name, n, err, len(data))
-		}
-		keys, err := srv.Keys(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(strings.Join(keys, "\n")+"\n", tc.want+"\n") {
-			t.Errorf("%s: bucket keys %q, want %q among them", tc.name, keys, tc.want)
-		}
-	}
-	keys, _ := srv.Keys(t.Context())
-	want := []string{"ci/cache/project/42/main/deps", "ci/cache/runner/abcdefghi/project/42/main/deps", "runner/abcdefghi/project/42/job/ref"}
-	if diff := cmp.Diff(want, keys); diff != "" {
-		t.Errorf("bucket keys (-want +got):\n%s", diff)
-	}
-}
-
-func TestMissIsErrNotFound(t *testing.T) {
-	t.Parallel()
-	srv := s3test.Start(t)
-	c := cache.New(nil, cache.Config{}, "tok", newStore(t, srv.Config()))
-	var w bytes.Buffer
-	_, err := c.Restore(t.Context(), "runner/tok/project/1/nothing", &w)
-	if !errors.Is(err, cache.ErrNotFound) || w.Len() != 0 {
-		t.Errorf("Restore(missing) = %v with %d bytes written, want ErrNotFound and nothing", err, w.Len())
-	}
+	cachetest.Run(t, cachetest.Harness{
+		NewStore: func(t *testing.T, _ cache.Config) cache.Store { return newStore(t, srv.Config()) },
+		Keys: func(t *testing.T) []string {
+			keys, err := srv.Keys(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return keys
+		},
+	})
 }
 
 func TestWrongCredentials(t *testing.T) {
@@ -205,8 +168,15 @@ func TestValidateNamesFields(t *testing.T) {
 		{cache.Config{Type: "s3", S3: &cache.S3Config{AuthenticationType: "access-key"}}, []string{"BucketName: required", "needs AccessKey and SecretKey"}},
 		{cache.Config{Type: "s3", S3: &cache.S3Config{BucketName: "b", ServerSideEncryption: "KMS"}}, []string{"ServerSideEncryptionKeyID"}},
 		{cache.Config{Type: "s3", MaxUploadedArchiveSize: -1, S3: &cache.S3Config{BucketName: "b", ServerAddress: "http://x"}}, []string{"MaxUploadedArchiveSize", "without a scheme"}},
-		{cache.Config{Type: "gcs", GCS: &cache.GCSConfig{BucketName: "b"}}, []string{`Type = "gcs": not supported yet`}},
-		{cache.Config{Type: "azure"}, []string{`Type = "azure": not supported yet`}},
+		{cache.Config{Type: "s3", S3: &cache.S3Config{BucketName: "b", ServerAddress: "minio:9000", Accelerate: true}}, []string{"Accelerate: S3 Transfer Acceleration exists on AWS only"}},
+		{cache.Config{Type: "s3", S3: &cache.S3Config{BucketName: "a.b", Accelerate: true}}, []string{"has a dot"}},
+		{cache.Config{Type: "s3", S3: &cache.S3Config{BucketName: "b", RoleARN: "arn:aws:iam::1:role/r"}}, []string{"assuming a role needs AccessKey and SecretKey"}},
+		{cache.Config{Type: "gcs"}, []string{"needs a [runners.cache.gcs] section"}},
+		{cache.Config{Type: "gcs", GCS: &cache.GCSConfig{}}, []string{"BucketName: required", "needs CredentialsFile, or AccessID and PrivateKey"}},
+		{cache.Config{Type: "gcs", GCS: &cache.GCSConfig{BucketName: "b", CredentialsFile: "k.json", DroverTestEndpoint: "127.0.0.1:1"}}, []string{"DroverTestEndpoint"}},
+		{cache.Config{Type: "azure"}, []string{"needs a [runners.cache.azure] section"}},
+		{cache.Config{Type: "azure", Azure: &cache.AzureConfig{}}, []string{"AccountName: required", "ContainerName: required", "AccountKey: required"}},
+		{cache.Config{Type: "azure", Azure: &cache.AzureConfig{AccountName: "a", ContainerName: "c", AccountKey: "%%"}}, []string{"AccountKey: not base64"}},
 		{cache.Config{Type: "ftp"}, []string{`Type = "ftp": unknown`}},
 	} {
 		err := tc.cfg.Validate()
@@ -220,6 +190,10 @@ func TestValidateNamesFields(t *testing.T) {
 		{},
 		{Type: "s3", S3: &cache.S3Config{BucketName: "b"}}, // iam
 		{Type: "s3", S3: &cache.S3Config{BucketName: "b", ServerAddress: "s3:9000", AccessKey: "a", SecretKey: "s", ServerSideEncryption: "aws:kms", ServerSideEncryptionKeyID: "k"}},
+		{Type: "s3", S3: &cache.S3Config{BucketName: "b", Accelerate: true, AccessKey: "a", SecretKey: "s", UploadRoleARN: "arn:aws:iam::1:role/r"}},
+		{Type: "s3", S3: &cache.S3Config{BucketName: "b", ServerAddress: "s3.eu-west-1.amazonaws.com", Accelerate: true}},
+		{Type: "gcsv2", GCS: &cache.GCSConfig{BucketName: "b", AccessID: "a@p.iam.gserviceaccount.com", PrivateKey: "k"}},
+		{Type: "azure", Azure: &cache.AzureConfig{AccountName: "a", ContainerName: "c", AccountKey: "a2V5"}},
 	} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("Validate(%+v) = %v, want nil", ok, err)

@@ -121,7 +121,13 @@ func start(ctx context.Context, bin, dir, host string) (*Server, error) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return nil, err
 		}
-		s.cmd = exec.Command(bin, "--port", addr, "--quiet", "posix", root)
+		// The IAM directory lets the STS stand-in (sts.go) add accounts
+		// through the admin API.
+		iam := filepath.Join(dir, "iam-"+randomHex(4))
+		if err := os.MkdirAll(iam, 0o755); err != nil {
+			return nil, err
+		}
+		s.cmd = exec.Command(bin, "--port", addr, "--quiet", "--iam-dir", iam, "posix", root)
 		s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 		s.cmd.SysProcAttr = procAttr()
 		logf, err := os.Create(filepath.Join(dir, "versitygw-"+randomHex(2)+".log"))
