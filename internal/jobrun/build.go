@@ -370,6 +370,9 @@ func (b *build) prepareOptions(settings executor.Settings) executor.PrepareOptio
 		Variables: func(p executor.Paths) api.Variables {
 			return executor.JobVariables(b.opts.Job, settings, p, b.opts.Version)
 		},
+		ProjectDir: func(p executor.Paths) (string, error) {
+			return shell.ProjectDir(executor.JobVariables(b.opts.Job, settings, p, b.opts.Version), p, settings.Git.CustomBuildDir)
+		},
 	}
 }
 
@@ -401,6 +404,8 @@ func (b *build) setup(settings executor.Settings) error {
 		paths = pr.Paths()
 	} else if paths, err = executor.HostPaths(settings, b.opts.Job); err != nil {
 		return fmt.Errorf("prepare executor: %w", err)
+	} else if paths, err = b.prepareOptions(settings).JobPaths(paths); err != nil {
+		return fmt.Errorf("prepare executor: %w", err)
 	}
 	if d, ok := b.exec.(interface{ Disposable() bool }); ok {
 		settings.Disposable = d.Disposable()
@@ -417,6 +422,10 @@ func (b *build) setup(settings executor.Settings) error {
 		// Sections only where the coordinator shows them.
 		ScriptSections: b.flags.On(featureflags.ScriptSections) && b.opts.Job.Features.TraceSections,
 		ExitCodeCheck:  b.flags.On(featureflags.BashExitCodeCheck),
+		Git: shell.GitOptions{
+			CloneURL: settings.Git.CloneURL, ServerURL: b.opts.ServerURL,
+			SafeDirectoryCheckout: settings.Git.SafeDirectoryCheckout, CleanGitConfig: settings.Git.CleanGitConfig,
+		},
 		Transfers: shell.Transfers{
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,

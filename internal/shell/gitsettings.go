@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
 )
 
 // GitOptions are the runner's config.toml keys that change get_sources.
@@ -230,4 +234,33 @@ func (info Info) gitTmpDir() string {
 		return info.TmpDir
 	}
 	return info.ProjectDir + ".tmp"
+}
+
+// ProjectDir returns the project directory of a job whose variables are
+// vars (as executor.JobVariables gives them for paths p), as GitLab Runner
+// chooses it: GIT_CLONE_PATH (expanded) when set, which custom (the
+// runner's [runners.custom_build_dir] enabled) must allow and which must
+// be within p.BuildsDir; else p.ProjectDir, or p.ProjectDir + "-empty"
+// with GIT_STRATEGY empty, so that an empty directory never replaces a
+// checkout that later jobs fetch into.
+func ProjectDir(vars api.Variables, p executor.Paths, custom bool) (string, error) {
+	_, values := resolve(vars, p.ProjectDir+".tmp", func(string) (string, bool) { return "", false })
+	dir := values["GIT_CLONE_PATH"]
+	if dir == "" {
+		if strings.ToLower(strings.TrimSpace(values["GIT_STRATEGY"])) == GitEmpty {
+			return p.ProjectDir + "-empty", nil
+		}
+		return p.ProjectDir, nil
+	}
+	if !custom {
+		return "", errors.New("setting GIT_CLONE_PATH is not allowed, enable `custom_build_dir` feature")
+	}
+	rel, err := filepath.Rel(p.BuildsDir, dir)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(rel, "..") {
+		return "", fmt.Errorf("the GIT_CLONE_PATH=%q has to be within %q", dir, p.BuildsDir)
+	}
+	return path.Clean(dir), nil
 }
