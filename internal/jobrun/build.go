@@ -149,7 +149,7 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 	b.exec = opts.Executor
 	// The settings come from variables that do not depend on where the
 	// executor puts the job: they are known before it is prepared.
-	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version),
+	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version), opts.Job.GitInfo.Depth,
 		opts.Runner.DebugTraceDisabled, opts.Settings.FeatureFlags)
 	b.flagProblems = b.resolveFlags()
 	if b.flags.On(featureflags.Timestamps) {

@@ -58,7 +58,7 @@ type gitSettings struct {
 func readGitSettings(info Info, values map[string]string) (gitSettings, error) {
 	job := info.Job
 	boolean := func(key string, def bool) bool {
-		if v, err := strconv.ParseBool(strings.TrimSpace(values[key])); err == nil {
+		if v, err := strconv.ParseBool(values[key]); err == nil {
 			return v
 		}
 		return def
@@ -99,7 +99,7 @@ func readGitSettings(info Info, values map[string]string) (gitSettings, error) {
 	if job.GitInfo.RepoURL == "" && gs.strategy != GitEmpty {
 		gs.strategy = GitNone // nothing to fetch
 	}
-	if d, err := strconv.Atoi(strings.TrimSpace(values["GIT_SUBMODULE_DEPTH"])); err == nil {
+	if d, err := strconv.Atoi(values["GIT_SUBMODULE_DEPTH"]); err == nil {
 		gs.submoduleDepth = d
 	}
 	if gs.strategy == GitNone || gs.strategy == GitEmpty {
