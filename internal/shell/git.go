@@ -2,6 +2,8 @@ package shell
 
 import (
 	"fmt"
+
+	"github.com/drover-ci/drover/internal/api"
 	"net/url"
 	"os"
 	"path"
@@ -171,6 +173,10 @@ func (w *writer) fetchSources(info Info, gs gitSettings) error {
 		w.raw("git config -f " + quote(templateConfig) + " " + kv[0] + " " + kv[1])
 	}
 	w.raw("rm -f -- " + quote(extConfig))
+	if gs.sharedEnv {
+		// Not in the global configuration of a host other jobs share.
+		w.gitSSLConfig(gs, remote, "-f "+quote(extConfig))
+	}
 	seen := map[[2]string]bool{}
 	for _, io := range insteadOfs {
 		if seen[io] {
@@ -227,6 +233,39 @@ func (w *writer) fetchSources(info Info, gs gitSettings) error {
 		w.raw(fetch)
 	}
 	return nil
+}
+
+// globalGitSSLConfig writes the coordinator's TLS files into git's global
+// configuration, before the hooks, as GitLab Runner does for an
+// environment the job does not share (the shared one gets them in the
+// external configuration, see fetchSources). Only with a checkout: without
+// one, the job's image may have no git.
+func (w *writer) globalGitSSLConfig(gs gitSettings) error {
+	if gs.sharedEnv || (gs.strategy != GitClone && gs.strategy != GitFetch) {
+		return nil
+	}
+	remote, err := gs.auth.remoteURL()
+	if err != nil {
+		return fmt.Errorf("repository URL: %w", err)
+	}
+	w.gitSSLConfig(gs, remote, "--global")
+	return nil
+}
+
+// gitSSLConfig points git at the coordinator's TLS files (the job's
+// CI_SERVER_TLS_* file variables) for the remote's server, in the
+// configuration where says (--global, or -f a file).
+func (w *writer) gitSSLConfig(gs gitSettings, remote *url.URL, where string) {
+	host := (&url.URL{Scheme: remote.Scheme, Host: remote.Host}).String()
+	for _, f := range []struct{ variable, key string }{
+		{api.VarTLSCAFile, "sslCAInfo"},
+		{api.VarTLSCertFile, "sslCert"},
+		{api.VarTLSKeyFile, "sslKey"},
+	} {
+		if gs.tlsFiles[f.variable] {
+			w.raw("git config " + where + " " + quote("http."+host+"."+f.key) + ` "$` + f.variable + `"`)
+		}
+	}
 }
 
 // gitCleanup removes the lock files a killed git leaves behind (which

@@ -48,7 +48,13 @@ type gitSettings struct {
 	lfsSkipSmudge                                bool
 	// hooks is set when the hooks around get_sources run.
 	hooks bool
-	auth  gitAuth
+	// sharedEnv is set for an environment other jobs share
+	// (CI_SHARED_ENVIRONMENT): no global git configuration then.
+	sharedEnv bool
+	// tlsFiles tells which of the coordinator's TLS file variables
+	// (api.VarTLSCAFile, ...) the job has.
+	tlsFiles map[string]bool
+	auth     gitAuth
 }
 
 // readGitSettings reads the get_sources variables of info from values (the
@@ -121,6 +127,11 @@ func readGitSettings(info Info, values map[string]string) (gitSettings, error) {
 			return gs, fmt.Errorf("GIT_SUBMODULE_PATHS: invalid submodule pathspec %q", p)
 		}
 		gs.submodulePaths = p
+	}
+	gs.sharedEnv = values["CI_SHARED_ENVIRONMENT"] == "true"
+	gs.tlsFiles = map[string]bool{}
+	for _, k := range []string{api.VarTLSCAFile, api.VarTLSCertFile, api.VarTLSKeyFile} {
+		gs.tlsFiles[k] = values[k] != ""
 	}
 	gs.auth = gitAuth{
 		cloneURL:   info.Git.CloneURL,

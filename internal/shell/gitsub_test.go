@@ -609,3 +609,48 @@ func TestGetSourcesLFS(t *testing.T) {
 		})
 	}
 }
+
+// TestGetSourcesTLSFiles: the coordinator's TLS files (the job's
+// CI_SERVER_TLS_* file variables) are git's for the repository's server:
+// in the global configuration, or in the external one for an environment
+// other jobs share.
+func TestGetSourcesTLSFiles(t *testing.T) {
+	t.Parallel()
+	r := newSubRepos(t)
+	server := r.serveHTTP(t)
+	repoURL := strings.Replace(server, "http://", "http://gitlab-ci-token:"+testToken+"@", 1) + "/group/project.git"
+	key := "http." + server + ".sslCAInfo"
+	for _, shared := range []bool{false, true} {
+		name := "own environment"
+		if shared {
+			name = "shared environment"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			job := subJob(repoURL, r.project, api.Variable{Key: api.VarTLSCAFile, Value: "PEM", File: true})
+			if shared {
+				job.Variables = append(job.Variables, v("CI_SHARED_ENVIRONMENT", "true"))
+			}
+			info := testInfo(t, Bash, job)
+			env := gitEnv(t)
+			out, code := runGetSources(t, info, env)
+			if code != 0 {
+				t.Fatalf("get_sources exit code %d:\n%s", code, out)
+			}
+			caFile := filepath.Join(info.ProjectDir+".tmp", api.VarTLSCAFile)
+			global := exec.Command("git", "config", "--global", "--get", key)
+			global.Env = env
+			got, _ := global.Output()
+			ext := exec.Command("git", "config", "--file", filepath.Join(info.ProjectDir+".tmp", ".gitlab-runner.ext.conf"), "--get", key)
+			gotExt, _ := ext.Output()
+			inGlobal, inExt := strings.TrimSpace(string(got)), strings.TrimSpace(string(gotExt))
+			if shared {
+				inGlobal, inExt = inExt, inGlobal
+			}
+			if inGlobal != caFile || inExt != "" {
+				t.Errorf("%s = %q in the global configuration and %q in the external one, want %q in the %s one only",
+					key, got, gotExt, caFile, map[bool]string{false: "global", true: "external"}[shared])
+			}
+		})
+	}
+}

@@ -124,6 +124,9 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		}
 		hooks := gs.hooks
 		w.prelude(info, vars)
+		if err := w.globalGitSSLConfig(gs); err != nil {
+			return "", err
+		}
 		var pre []string
 		if h := info.Hooks.PreGetSources; strings.TrimSpace(h) != "" {
 			pre = append(pre, h)
