@@ -252,6 +252,23 @@ func (w *writer) globalGitSSLConfig(gs gitSettings) error {
 	return nil
 }
 
+// clearGitCredentials ends get_sources with a `git credential reject` of
+// the job token for the repository's server, so that a credential helper
+// of the user's (credential.helper=store) forgets what it kept during the
+// job, as GitLab Runner does; best effort. Only after a checkout: without
+// one, the job's image may have no git.
+func (w *writer) clearGitCredentials(gs gitSettings) {
+	if gs.strategy != GitClone && gs.strategy != GitFetch {
+		return
+	}
+	remote, err := gs.auth.remoteURL()
+	if err != nil || remote.Host == "" || (remote.Scheme != "http" && remote.Scheme != "https" && remote.Scheme != "ssh") {
+		return
+	}
+	server := (&url.URL{Scheme: remote.Scheme, Host: remote.Host}).String()
+	w.raw("printf 'url=%s\nusername=gitlab-ci-token\n\n' " + quote(server) + " | git credential reject || true")
+}
+
 // gitSSLConfig points git at the coordinator's TLS files (the job's
 // CI_SERVER_TLS_* file variables) for the remote's server, in the
 // configuration where says (--global, or -f a file).

@@ -654,3 +654,29 @@ func TestGetSourcesTLSFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestGetSourcesForgetsCredentials: a credential helper of the user's
+// that keeps what git used (credential.helper=store) does not keep the
+// job token after get_sources.
+func TestGetSourcesForgetsCredentials(t *testing.T) {
+	t.Parallel()
+	r := newSubRepos(t)
+	server := r.serveHTTP(t)
+	repoURL := strings.Replace(server, "http://", "http://gitlab-ci-token:"+testToken+"@", 1) + "/group/project.git"
+	info := testInfo(t, Bash, subJob(repoURL, r.project, v("GIT_SUBMODULE_STRATEGY", "recursive")))
+	info.Git.ServerURL = server
+	env := gitEnv(t, "credential.helper=store")
+	out, code := runGetSources(t, info, env)
+	if code != 0 {
+		t.Fatalf("get_sources exit code %d:\n%s", code, out)
+	}
+	var home string
+	for _, e := range env {
+		if h, ok := strings.CutPrefix(e, "HOME="); ok {
+			home = h
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(home, ".git-credentials")); err == nil && strings.Contains(string(b), testToken) {
+		t.Errorf("~/.git-credentials keeps the job token after get_sources:\n%s", b)
+	}
+}

@@ -148,6 +148,7 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 			w.cdProject(info)
 			w.commands("post_clone_script", []string{h})
 		}
+		w.clearGitCredentials(gs)
 	case executor.StageClearWorktree:
 		w.prelude(info, vars)
 		w.clearWorktree(info)
