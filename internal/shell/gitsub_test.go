@@ -680,3 +680,42 @@ func TestGetSourcesForgetsCredentials(t *testing.T) {
 		t.Errorf("~/.git-credentials keeps the job token after get_sources:\n%s", b)
 	}
 }
+
+// TestGetSourcesSubmodulesFetchAgain fetches into a checkout with
+// submodules a second time, with clean_git_config (which removes the
+// submodules' git configuration) and without.
+func TestGetSourcesSubmodulesFetchAgain(t *testing.T) {
+	t.Parallel()
+	r := newSubRepos(t)
+	for _, clean := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keep config", true: "clean_git_config"}[clean], func(t *testing.T) {
+			t.Parallel()
+			info := testInfo(t, Bash, subJob(r.fileURL(), r.project, v("GIT_STRATEGY", "fetch"), v("GIT_SUBMODULE_STRATEGY", "recursive")))
+			info.Git.CleanGitConfig = clean
+			env := gitEnv(t, fileAllowed)
+			for i := range 2 {
+				out, code := runGetSources(t, info, env)
+				if code != 0 {
+					t.Fatalf("get_sources %d exit code %d:\n%s", i+1, code, out)
+				}
+				if i == 1 && !strings.Contains(out, "Reinitialized existing Git repository") {
+					t.Errorf("the second get_sources did not reuse the checkout:\n%s", out)
+				}
+				if !existsIn(info.ProjectDir, "sub/nested/subsub.txt") {
+					t.Errorf("get_sources %d: sub/nested/subsub.txt is missing:\n%s", i+1, out)
+				}
+				if i > 0 {
+					break
+				}
+				// What a job may leave in a submodule: git clean and
+				// reset undo it.
+				if err := os.WriteFile(filepath.Join(info.ProjectDir, "sub", "sub.txt"), []byte("changed\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := readFile(t, filepath.Join(info.ProjectDir, "sub", "sub.txt")); got != "sub one\n" {
+				t.Errorf("sub/sub.txt = %q, want the recorded commit's", got)
+			}
+		})
+	}
+}
