@@ -47,11 +47,11 @@ func registerOnlyFlags() []gitlabFlag {
 		{name: "cache-gcs-", why: "drover does not act on this [runners.cache.gcs] key yet"},
 		{name: "cache-azure-", why: "drover does not act on this [runners.cache.azure] key yet"},
 		{name: "cache-s3-", why: "drover does not act on this [runners.cache.s3] key yet"},
-		{name: "custom_build_dir-", why: "drover has no custom build directories yet"},
+		{name: "custom_build_dir-", why: "not a flag of drover register: write [runners.custom_build_dir] in config.toml after registering"},
 		{name: "referees-", why: "drover has no referees"},
 		{name: "template-config", why: "drover has no configuration templates; edit config.toml after registering"},
 		{name: "feature-flags", why: "drover implements no GitLab Runner feature flags yet"},
-		{name: "clone-url", why: "drover does not rewrite the clone URL yet"},
+		{name: "clone-url", why: "not a flag of drover register: write clone_url in [[runners]] of config.toml after registering"},
 	}
 	for _, n := range []string{"pre-clone-script", "post-clone-script", "pre-get-sources-script", "post-get-sources-script", "pre-build-script", "post-build-script"} {
 		fs = append(fs, gitlabFlag{name: n, why: noScripts})

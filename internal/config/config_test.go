@@ -195,9 +195,6 @@ user = "gitlab-runner"
 				Labels:                         map[string]string{"os": "linux"},
 				Docker:                         map[string]any{"image": "alpine:3", "privileged": false},
 			}),
-			warnings: []string{
-				"config.toml:20: runners[0].clone_url: not acted on: ...",
-			},
 		},
 		{
 			name: "out-of-range runner values are defaulted",

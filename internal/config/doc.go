@@ -14,7 +14,7 @@
 // positions. GitLab Runner sections are kept verbatim (RunnerConfig.Docker,
 // Config.Extra, ...), so that they do not get lost when the file is written
 // back; those that drover reads but does not act on ([runners.cache],
-// [session_server], clone_url, feature flags, the sub-table of an executor
+// [session_server], referees, feature flags, the sub-table of an executor
 // the runner does not use) draw a warning with their line.
 //
 // Only runners[].url and runners[].token are subject to $VAR / ${VAR}

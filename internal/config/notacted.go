@@ -28,7 +28,6 @@ type notActedOn struct {
 func notActedOnKeys() []notActedOn {
 	return []notActedOn{
 		{key: "session_server", why: "drover has no session server (interactive web terminal) yet"},
-		{key: "clone_url", runner: true, why: "drover does not rewrite the clone URL yet; jobs fetch from the repository URL GitLab sends"},
 		{key: "sentry_dsn", why: "drover does not send its errors to Sentry; they are in its log and in the gitlab_runner_errors_total metric"},
 		{key: "referees", runner: true, why: "drover has no metrics referee: it queries no Prometheus and uploads no metrics_referee artifact"},
 	}

@@ -83,13 +83,9 @@ func TestNotActedOnWarnings(t *testing.T) {
 			),
 		},
 		{
-			name: "clone_url",
-			src:  runnerOf("shell") + runnerOf("shell", `  clone_url = "https://mirror.example"`),
-			want: []string{"config.toml:9: runners[1].clone_url: not acted on: drover does not rewrite the clone URL yet; jobs fetch from the repository URL GitLab sends"},
-		},
-		{
-			name: "empty clone_url",
-			src:  runnerOf("shell", `  clone_url = ""`),
+			name: "clone_url, safe_directory_checkout, clean_git_config and custom_build_dir are acted on",
+			src: runnerOf("shell") + runnerOf("shell", `  clone_url = "https://mirror.example"`, "  safe_directory_checkout = true",
+				"  clean_git_config = false", "  [runners.custom_build_dir]", "    enabled = true"),
 		},
 		{
 			name: "feature flags in feature_flags and environment",
@@ -213,11 +209,11 @@ func TestNotActedOnWarnings(t *testing.T) {
 		},
 		{
 			name: "warnings sorted by line across runners and the top level",
-			src: runnerOf("shell", `  clone_url = "x"`) +
+			src: runnerOf("shell", `  referees = { metrics = { prometheus_address = "x" } }`) +
 				"[session_server]\n  listen_address = \":8093\"\n" +
 				"[[runners]]\n  url = \"https://g.example\"\n  token = \"t\"\n  executor = \"docker\"\n  [runners.cache]\n    Type = \"s3\"\n",
 			want: []string{
-				"config.toml:5: runners[0].clone_url: not acted on: ...",
+				"config.toml:5: runners[0].referees: not acted on: ...",
 				"config.toml:6: session_server: not acted on: ...",
 			},
 		},

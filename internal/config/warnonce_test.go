@@ -11,15 +11,15 @@ import (
 func TestWarnOnce(t *testing.T) {
 	t.Parallel()
 	const (
-		runnerA = "[[runners]]\n  url = \"https://a.example\"\n  token = \"ta\"\n  executor = \"shell\"\n"
-		runnerB = "[[runners]]\n  url = \"https://b.example\"\n  token = \"tb\"\n  executor = \"shell\"\n"
-		clone1  = "  clone_url = \"https://mirror-1.example\"\n"
-		clone2  = "  clone_url = \"https://mirror-2.example\"\n"
-		session = "[session_server]\n  session_timeout = 1800\n"
+		runnerA   = "[[runners]]\n  url = \"https://a.example\"\n  token = \"ta\"\n  executor = \"shell\"\n"
+		runnerB   = "[[runners]]\n  url = \"https://b.example\"\n  token = \"tb\"\n  executor = \"shell\"\n"
+		referees1 = "  referees = { metrics = { prometheus_address = \"http://p-1\" } }\n"
+		referees2 = "  referees = { metrics = { prometheus_address = \"http://p-2\" } }\n"
+		session   = "[session_server]\n  session_timeout = 1800\n"
 	)
 	const (
-		cloneWarn   = "runners[0].clone_url: not acted on: drover does not rewrite the clone URL yet; jobs fetch from the repository URL GitLab sends"
-		sessionWarn = "session_server: not acted on: drover has no session server (interactive web terminal) yet"
+		refereesWarn = "runners[0].referees: not acted on: drover has no metrics referee: it queries no Prometheus and uploads no metrics_referee artifact"
+		sessionWarn  = "session_server: not acted on: drover has no session server (interactive web terminal) yet"
 	)
 	tests := []struct {
 		name     string
@@ -28,43 +28,43 @@ func TestWarnOnce(t *testing.T) {
 	}{
 		{
 			name:     "unchanged file",
-			versions: []string{session + runnerA + clone1, session + runnerA + clone1},
-			want:     [][]string{{"config.toml:1: " + sessionWarn, "config.toml:7: " + cloneWarn}, nil},
+			versions: []string{session + runnerA + referees1, session + runnerA + referees1},
+			want:     [][]string{{"config.toml:1: " + sessionWarn, "config.toml:7: " + refereesWarn}, nil},
 		},
 		{
 			name:     "lines moved by a comment",
-			versions: []string{runnerA + clone1, "# mirrors\n\n" + runnerA + clone1},
-			want:     [][]string{{"config.toml:5: " + cloneWarn}, nil},
+			versions: []string{runnerA + referees1, "# mirrors\n\n" + runnerA + referees1},
+			want:     [][]string{{"config.toml:5: " + refereesWarn}, nil},
 		},
 		{
 			name:     "value changed",
-			versions: []string{runnerA + clone1, runnerA + clone2},
-			want:     [][]string{{"config.toml:5: " + cloneWarn}, {"config.toml:5: " + cloneWarn}},
+			versions: []string{runnerA + referees1, runnerA + referees2},
+			want:     [][]string{{"config.toml:5: " + refereesWarn}, {"config.toml:5: " + refereesWarn}},
 		},
 		{
 			name:     "key dropped and back",
-			versions: []string{runnerA + clone1, runnerA, runnerA + clone1},
-			want:     [][]string{{"config.toml:5: " + cloneWarn}, nil, {"config.toml:5: " + cloneWarn}},
+			versions: []string{runnerA + referees1, runnerA, runnerA + referees1},
+			want:     [][]string{{"config.toml:5: " + refereesWarn}, nil, {"config.toml:5: " + refereesWarn}},
 		},
 		{
 			name:     "another runner added before it",
-			versions: []string{runnerA + clone1, runnerB + runnerA + clone1},
-			want:     [][]string{{"config.toml:5: " + cloneWarn}, nil},
+			versions: []string{runnerA + referees1, runnerB + runnerA + referees1},
+			want:     [][]string{{"config.toml:5: " + refereesWarn}, nil},
 		},
 		{
 			name:     "a new warning beside an old one",
-			versions: []string{runnerA + clone1, session + runnerA + clone1},
-			want:     [][]string{{"config.toml:5: " + cloneWarn}, {"config.toml:1: " + sessionWarn}},
+			versions: []string{runnerA + referees1, session + runnerA + referees1},
+			want:     [][]string{{"config.toml:5: " + refereesWarn}, {"config.toml:1: " + sessionWarn}},
 		},
 		{
 			name: "a reading that does not parse",
 			versions: []string{
-				runnerA + clone1,
-				session + runnerA + clone1 + "  limit = \"x\"\n",
-				session + runnerA + clone1,
+				runnerA + referees1,
+				session + runnerA + referees1 + "  limit = \"x\"\n",
+				session + runnerA + referees1,
 			},
 			want: [][]string{
-				{"config.toml:5: " + cloneWarn},
+				{"config.toml:5: " + refereesWarn},
 				{"config.toml:1: " + sessionWarn},
 				// The failed reading changed nothing in force: the
 				// next one is the first to bring the session_server.

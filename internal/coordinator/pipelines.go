@@ -540,7 +540,7 @@ func pipelineJob(p store.Pipeline, cj *ciconfig.Job, compiled *ciconfig.Pipeline
 	for i := range cj.Services {
 		spec.Services = append(spec.Services, imageSpec(&cj.Services[i]))
 	}
-	spec.Git = store.GitSpec{RepoURL: p.Spec.RepoURL, Ref: p.Ref, Sha: p.SHA, Depth: 20}
+	spec.Git = store.GitSpec{RepoURL: p.Spec.RepoURL, Ref: p.Ref, Sha: p.SHA, Depth: gitDepth(spec.Variables)}
 	hookNames := slices.Sorted(maps.Keys(cj.Hooks))
 	for _, name := range hookNames {
 		spec.Hooks = append(spec.Hooks, api.Hook{Name: name, Script: cj.Hooks[name]})
@@ -972,4 +972,32 @@ func parseDotenv(data []byte) ([]api.Variable, error) {
 		}
 	}
 	return out, nil
+}
+
+// defaultGitDepth is the git depth of a pipeline's jobs without GIT_DEPTH
+// (GitLab's default of a project's shallow clone depth).
+const defaultGitDepth = 20
+
+// gitDepth is the git depth GitLab gives a job whose variables are vars:
+// GIT_DEPTH's (its last definition) read as Ruby's to_i reads it, leading
+// digits or 0 (a full fetch), or the default without it.
+func gitDepth(vars api.Variables) int {
+	raw, set := "", false
+	for _, v := range vars {
+		if v.Key == "GIT_DEPTH" {
+			raw, set = v.Value, true
+		}
+	}
+	if !set {
+		return defaultGitDepth
+	}
+	raw = strings.TrimLeft(raw, " \t\n")
+	n := 0
+	for _, c := range raw {
+		if c < '0' || c > '9' || n > 1<<20 {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }

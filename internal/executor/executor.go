@@ -126,6 +126,17 @@ type Settings struct {
 	// Hooks are the runner's hook scripts (config.toml), which the job's
 	// stages run where GitLab Runner runs them.
 	Hooks Hooks
+	// Git are the runner's config.toml keys of get_sources, the
+	// executor's defaults applied.
+	Git GitSettings
+}
+
+// GitSettings are a runner's config.toml keys of get_sources.
+type GitSettings struct {
+	CloneURL              string // clone_url: where jobs fetch from instead of the repository URL
+	SafeDirectoryCheckout bool   // safe_directory_checkout: the project directory is a global safe.directory
+	CleanGitConfig        bool   // clean_git_config: the checkout's git configuration and hooks are removed first
+	CustomBuildDir        bool   // [runners.custom_build_dir] enabled: jobs may set GIT_CLONE_PATH
 }
 
 // Hooks are a runner's hook scripts: shell code the operator adds around
@@ -184,6 +195,11 @@ type PrepareOptions struct {
 	// the executor's paths: for executors that provide the job's file
 	// variables themselves (FileVariablesHost). nil when not known.
 	Variables func(Paths) api.Variables
+	// ProjectDir returns the project directory the job's variables
+	// choose, given the executor's paths (p.ProjectDir being the
+	// default), or why the runner does not allow it; nil: the default.
+	// Executors apply it with JobPaths.
+	ProjectDir func(p Paths) (string, error)
 }
 
 // Command is one stage script to run.

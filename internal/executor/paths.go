@@ -28,6 +28,22 @@ type PathsReporter interface {
 	Paths() Paths
 }
 
+// JobPaths returns p with the project directory the job's variables
+// choose (PrepareOptions.ProjectDir: GIT_CLONE_PATH, GIT_STRATEGY empty's
+// own directory). A choice the runner does not allow is a BuildError that
+// fails the job with runner_configuration_error, as GitLab Runner's.
+func (o PrepareOptions) JobPaths(p Paths) (Paths, error) {
+	if o.ProjectDir == nil {
+		return p, nil
+	}
+	dir, err := o.ProjectDir(p)
+	if err != nil {
+		return Paths{}, &BuildError{Inner: err, Reason: api.RunnerConfigurationError}
+	}
+	p.ProjectDir = dir
+	return p, nil
+}
+
 // HostPaths returns the paths of a job whose files live on the runner's own
 // host: builds_dir defaults to $PWD/builds and cache_dir to $PWD/cache, and
 // the project directory is

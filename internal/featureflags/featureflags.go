@@ -160,7 +160,7 @@ var flags = []Flag{
 	{Name: "FF_USE_LEGACY_S3_CACHE_ADAPTER", Class: NoDifference,
 		Note: "drover's cache stores are its own; the choice between GitLab Runner's two S3 adapters does not apply"},
 	{Name: "FF_GIT_URLS_WITHOUT_TOKENS", Class: Fixed, Fixed: false,
-		Note: "drover's git stage keeps the job token in the remote URL of the checkout"},
+		Note: "drover's git stage gives git the job token through url.insteadOf rules in a git configuration outside the checkout (the remote URL has none), as GitLab Runner does with the flag off; it sets up no credential helper"},
 	{Name: "FF_WAIT_FOR_POD_TO_BE_REACHABLE", Class: Fixed, Fixed: false,
 		Note: "drover's kubernetes executor does not wait for the pod to be reachable beyond its containers running"},
 	{Name: "FF_MASK_ALL_DEFAULT_TOKENS", GitLab: true, Default: true, Class: Fixed, Fixed: false,

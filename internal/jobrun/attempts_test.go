@@ -422,6 +422,18 @@ func TestSettingsWarnings(t *testing.T) {
 			}
 			return ""
 		}},
+		{name: "get_sources' variables unreadable", vars: []api.Variable{
+			{Key: "GIT_SUBMODULE_FORCE_HTTPS", Value: "2"}, {Key: "GIT_LFS_SKIP_SMUDGE", Value: "yes"},
+			{Key: "GIT_SUBMODULE_DEPTH", Value: "deep"}, {Key: "GIT_SUBMODULE_STRATEGY", Value: "sideways"},
+			{Key: "GIT_CHECKOUT", Value: "maybe"}, {Key: "GET_SOURCES_ATTEMPTS", Value: "x"},
+		}, want: []string{
+			`GIT_CHECKOUT: expected bool got "maybe", using default value: true`,
+			`GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or 'none' got "sideways"`,
+			`GIT_SUBMODULE_DEPTH: expected int got "deep", using default value: 0`,
+			`GIT_LFS_SKIP_SMUDGE: expected bool got "yes", using default value: false`,
+			`GIT_SUBMODULE_FORCE_HTTPS: expected bool got "2", using default value: false`,
+			`GET_SOURCES_ATTEMPTS: expected int got "x", using default value: 1`,
+		}},
 		{name: "debug disabled on the runner", disabled: true,
 			vars: []api.Variable{{Key: "CI_DEBUG_TRACE", Value: "true"}, {Key: "CI_DEBUG_SERVICES", Value: "1"}},
 			want: []string{"CI_DEBUG_TRACE: usage is disabled on this Runner", "CI_DEBUG_SERVICES: usage is disabled on this Runner"},
@@ -443,7 +455,7 @@ func TestSettingsWarnings(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := readSettings(tc.vars, tc.disabled, nil)
+			s := readSettings(tc.vars, 0, tc.disabled, nil)
 			if diff := cmp.Diff(tc.want, s.warnings); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
@@ -467,7 +479,7 @@ func TestSettingsWarnings(t *testing.T) {
 		})
 	}
 	t.Run("runner feature flag wins", func(t *testing.T) {
-		s := readSettings(api.Variables{{Key: "FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY", Value: "true"}}, false,
+		s := readSettings(api.Variables{{Key: "FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY", Value: "true"}}, 0, false,
 			map[string]bool{"FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY": false})
 		var got []time.Duration
 		for n := 1; n <= 4; n++ {
@@ -476,7 +488,7 @@ func TestSettingsWarnings(t *testing.T) {
 		if diff := cmp.Diff([]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second}, got); diff != "" {
 			t.Errorf("waits (-want +got):\n%s", diff)
 		}
-		s = readSettings(nil, false, nil)
+		s = readSettings(nil, 0, false, nil)
 		if got := []time.Duration{s.wait(1), s.wait(6), s.wait(7), s.wait(9)}; !cmp.Equal(got, []time.Duration{5 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}) {
 			t.Errorf("exponential waits = %v", got)
 		}

@@ -149,7 +149,7 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 	b.exec = opts.Executor
 	// The settings come from variables that do not depend on where the
 	// executor puts the job: they are known before it is prepared.
-	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version),
+	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version), opts.Job.GitInfo.Depth,
 		opts.Runner.DebugTraceDisabled, opts.Settings.FeatureFlags)
 	b.flagProblems = b.resolveFlags()
 	if b.flags.On(featureflags.Timestamps) {
@@ -375,6 +375,9 @@ func (b *build) prepareOptions(settings executor.Settings) executor.PrepareOptio
 		Variables: func(p executor.Paths) api.Variables {
 			return executor.JobVariables(b.opts.Job, settings, p, b.opts.Version)
 		},
+		ProjectDir: func(p executor.Paths) (string, error) {
+			return shell.ProjectDir(executor.JobVariables(b.opts.Job, settings, p, b.opts.Version), p, settings.Git.CustomBuildDir)
+		},
 	}
 }
 
@@ -406,6 +409,8 @@ func (b *build) setup(settings executor.Settings) error {
 		paths = pr.Paths()
 	} else if paths, err = executor.HostPaths(settings, b.opts.Job); err != nil {
 		return fmt.Errorf("prepare executor: %w", err)
+	} else if paths, err = b.prepareOptions(settings).JobPaths(paths); err != nil {
+		return fmt.Errorf("prepare executor: %w", err)
 	}
 	if d, ok := b.exec.(interface{ Disposable() bool }); ok {
 		settings.Disposable = d.Disposable()
@@ -422,6 +427,10 @@ func (b *build) setup(settings executor.Settings) error {
 		// Sections only where the coordinator shows them.
 		ScriptSections: b.flags.On(featureflags.ScriptSections) && b.opts.Job.Features.TraceSections,
 		ExitCodeCheck:  b.flags.On(featureflags.BashExitCodeCheck),
+		Git: shell.GitOptions{
+			CloneURL: settings.Git.CloneURL, ServerURL: b.opts.ServerURL,
+			SafeDirectoryCheckout: settings.Git.SafeDirectoryCheckout, CleanGitConfig: settings.Git.CleanGitConfig,
+		},
 		Transfers: shell.Transfers{
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,

@@ -3,6 +3,7 @@ package jobrun
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -55,10 +56,11 @@ type settings struct {
 }
 
 // readSettings reads the settings from vars (the job's variables, then
-// the runner's environment: the last definition wins). debugDisabled is
-// the runner's debug_trace_disabled and flags its feature_flags, which
-// take precedence over the job's.
-func readSettings(vars api.Variables, debugDisabled bool, flags map[string]bool) settings {
+// the runner's environment: the last definition wins). gitDepth is the
+// job's git depth (GIT_SUBMODULE_DEPTH's default), debugDisabled the
+// runner's debug_trace_disabled and flags its feature_flags, which take
+// precedence over the job's.
+func readSettings(vars api.Variables, gitDepth int, debugDisabled bool, flags map[string]bool) settings {
 	s := settings{}
 	warn := s.warn
 	boolean := func(key string, def bool) bool { return setting(&s, vars, key, "bool", def, strconv.ParseBool) }
@@ -68,6 +70,7 @@ func readSettings(vars api.Variables, debugDisabled bool, flags map[string]bool)
 	// warning reads the same.
 	debugServices := boolean("CI_DEBUG_SERVICES", false)
 	s.debugTrace = boolean("CI_DEBUG_TRACE", false)
+	s.checkGitSettings(vars, gitDepth)
 	s.getSources = integer("GET_SOURCES_ATTEMPTS", minAttempts)
 	s.downloadArtifacts = integer("ARTIFACT_DOWNLOAD_ATTEMPTS", minAttempts)
 	s.restoreCache = integer("RESTORE_CACHE_ATTEMPTS", minAttempts)
@@ -107,6 +110,24 @@ func readSettings(vars api.Variables, debugDisabled bool, flags map[string]bool)
 		s.backoff, s.backoffCap = plainBackoffMin, plainBackoffMax
 	}
 	return s
+}
+
+// checkGitSettings warns about the values of get_sources' variables that
+// cannot be used, as GitLab Runner does; package shell reads them (and
+// fails the stage for an unknown GIT_SUBMODULE_STRATEGY or GIT_STRATEGY).
+func (s *settings) checkGitSettings(vars api.Variables, gitDepth int) {
+	boolean := func(key string, def bool) { setting(s, vars, key, "bool", def, strconv.ParseBool) }
+	boolean("GIT_CHECKOUT", true)
+	if raw := vars.Get("GIT_SUBMODULE_STRATEGY"); raw != "" {
+		switch strings.ToLower(strings.TrimSpace(raw)) {
+		case "none", "normal", "recursive":
+		default:
+			s.warn("GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or 'none' got %q", raw)
+		}
+	}
+	setting(s, vars, "GIT_SUBMODULE_DEPTH", "int", gitDepth, strconv.Atoi)
+	boolean("GIT_LFS_SKIP_SMUDGE", false)
+	boolean("GIT_SUBMODULE_FORCE_HTTPS", false)
 }
 
 func (s *settings) warn(format string, args ...any) {

@@ -574,6 +574,11 @@ func (m *Manager) settings(r *config.RunnerConfig, slot int) executor.Settings {
 			PreBuild: r.PreBuildScript, PostBuild: r.PostBuildScript,
 		},
 	}
+	g := r.GitOptions()
+	s.Git = executor.GitSettings{
+		CloneURL: r.CloneURL, SafeDirectoryCheckout: g.SafeDirectoryCheckout,
+		CleanGitConfig: g.CleanGitConfig, CustomBuildDir: g.CustomBuildDir,
+	}
 	// The docker executor ignores these: its builds and cache live in
 	// volumes mounted at /builds and /cache.
 	if s.BuildsDir == "" {

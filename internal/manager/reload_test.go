@@ -113,14 +113,14 @@ func TestReloadWarnsOnce(t *testing.T) {
 	f := newFakeCoordinator(t)
 	c := newConfigFile(t, f.srv.URL)
 	const session = "[session_server]\n  session_timeout = 1800\n"
-	c.write(t, session, "  clone_url = \"https://mirror-1.example\"\n")
+	c.write(t, session, "  docker = { image = \"alpine:1\" }\n")
 	log, sink := newLogCapture(t)
 	hup := make(chan struct{})
 	first := startWatched(t, c, log, hup)
 	at := func(line int, msg string) string { return fmt.Sprintf("%s:%d: %s", c.path, line, msg) }
 	const (
 		sessionWarn  = "session_server: not acted on: drover has no session server (interactive web terminal) yet"
-		cloneWarn    = "runners[0].clone_url: not acted on: drover does not rewrite the clone URL yet; jobs fetch from the repository URL GitLab sends"
+		dockerWarn   = "runners[0].docker: ignored: executor \"shell\" does not use [runners.docker]; docker, docker+machine and docker-autoscaler do"
 		refereesWarn = "runners[0].referees: not acted on: drover has no metrics referee: it queries no Prometheus and uploads no metrics_referee artifact"
 		flagWarn     = "runners[0].feature_flags.FF_USE_GIT_NATIVE_CLONE: not honoured: drover's git stage always initialises the repository and fetches (git init + git fetch), also for GIT_STRATEGY clone; it never runs git clone"
 	)
@@ -130,7 +130,7 @@ func TestReloadWarnsOnce(t *testing.T) {
 			t.Errorf("%s: warnings =\n\t%s\nwant\n\t%s", what, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 		}
 	}
-	checkMessages("start", first, []string{at(3, sessionWarn), at(11, cloneWarn)})
+	checkMessages("start", first, []string{at(3, sessionWarn), at(11, dockerWarn)})
 
 	steps := []struct {
 		name   string
@@ -140,7 +140,7 @@ func TestReloadWarnsOnce(t *testing.T) {
 	}{
 		{
 			name:   "same settings, lines moved",
-			change: func() { c.write(t, "# moved\n"+session, "  clone_url = \"https://mirror-1.example\"\n") },
+			change: func() { c.write(t, "# moved\n"+session, "  docker = { image = \"alpine:1\" }\n") },
 			msg:    msgReloaded,
 		},
 		{
@@ -149,22 +149,22 @@ func TestReloadWarnsOnce(t *testing.T) {
 			msg:    msgReloaded,
 		},
 		{
-			name: "clone_url changed, a flag added",
+			name: "the docker table changed, a flag added",
 			change: func() {
-				c.write(t, session, "  clone_url = \"https://mirror-2.example\"\n  [runners.feature_flags]\n    FF_USE_GIT_NATIVE_CLONE = true\n")
+				c.write(t, session, "  docker = { image = \"alpine:2\" }\n  [runners.feature_flags]\n    FF_USE_GIT_NATIVE_CLONE = true\n")
 			},
 			msg:  msgReloaded,
-			want: []string{at(11, cloneWarn), at(13, flagWarn)},
+			want: []string{at(11, dockerWarn), at(13, flagWarn)},
 		},
 		{
 			name:   "a file that does not load",
-			change: func() { c.write(t, session, "  clone_url = \"https://mirror-2.example\"\n  limit = \"x\"\n") },
+			change: func() { c.write(t, session, "  docker = { image = \"alpine:2\" }\n  limit = \"x\"\n") },
 			msg:    msgNotReloaded,
 		},
 		{
 			name: "referees added, the rest as before",
 			change: func() {
-				c.write(t, session, "  clone_url = \"https://mirror-2.example\"\n  [runners.feature_flags]\n    FF_USE_GIT_NATIVE_CLONE = true\n"+
+				c.write(t, session, "  docker = { image = \"alpine:2\" }\n  [runners.feature_flags]\n    FF_USE_GIT_NATIVE_CLONE = true\n"+
 					"  [runners.referees.metrics]\n    prometheus_address = \"http://127.0.0.1:9090\"\n")
 			},
 			msg:  msgReloaded,

@@ -55,6 +55,8 @@ type Info struct {
 	// LookupEnv resolves names that no variable defines while expanding
 	// values; nil means os.LookupEnv (the runner's environment).
 	LookupEnv func(string) (string, bool)
+	// Git is what the runner's config.toml says about get_sources.
+	Git GitOptions
 	// Transfers say how the cache and artifact stages reach drover's
 	// helper and where local caches are kept.
 	Transfers Transfers
@@ -116,7 +118,15 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 		w.prelude(info, vars)
 		w.raw(`printf 'Running on %s...\n' "$(hostname 2>/dev/null || uname -n)"`)
 	case executor.StageGetSources:
+		gs, err := readGitSettings(info, values)
+		if err != nil {
+			return "", err
+		}
+		hooks := gs.hooks
 		w.prelude(info, vars)
+		if err := w.globalGitSSLConfig(gs); err != nil {
+			return "", err
+		}
 		var pre []string
 		if h := info.Hooks.PreGetSources; strings.TrimSpace(h) != "" {
 			pre = append(pre, h)
@@ -128,14 +138,17 @@ func Generate(stage executor.Stage, info Info) (string, error) {
 				pre = append(pre, h.Script...)
 			}
 		}
-		w.commands("pre_clone_script", pre)
-		if err := w.getSources(info, values); err != nil {
+		if hooks {
+			w.commands("pre_clone_script", pre)
+		}
+		if err := w.getSources(info, gs); err != nil {
 			return "", err
 		}
-		if h := info.Hooks.PostGetSources; strings.TrimSpace(h) != "" {
+		if h := info.Hooks.PostGetSources; hooks && strings.TrimSpace(h) != "" {
 			w.cdProject(info)
 			w.commands("post_clone_script", []string{h})
 		}
+		w.clearGitCredentials(gs)
 	case executor.StageClearWorktree:
 		w.prelude(info, vars)
 		w.clearWorktree(info)

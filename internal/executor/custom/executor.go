@@ -142,7 +142,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 			return err
 		}
 	}
-	if err := e.configure(conf); err != nil {
+	if err := e.configure(conf, opts); err != nil {
 		return err
 	}
 	if d := conf.Driver; d != nil && d.Name != "" {
@@ -197,9 +197,10 @@ func (e *Executor) configExec(ctx context.Context) (ConfigOutput, error) {
 	return conf, nil
 }
 
-// configure applies config_exec's output: shell, directories and the
+// configure applies config_exec's output: shell, directories (with the
+// job's choice of project directory, see PrepareOptions.JobPaths) and the
 // environment of the later calls.
-func (e *Executor) configure(conf ConfigOutput) error {
+func (e *Executor) configure(conf ConfigOutput, opts executor.PrepareOptions) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sh := firstOf(conf.Shell, e.settings.Shell, "bash")
@@ -217,6 +218,10 @@ func (e *Executor) configure(conf ConfigOutput) error {
 		p.ProjectDir = executor.ProjectDir(p.BuildsDir, e.settings.ShortToken, e.settings.ConcurrentID, e.job)
 	} else {
 		p.ProjectDir = path.Join(p.BuildsDir, executor.ProjectPath(e.job))
+	}
+	p, err := opts.JobPaths(p)
+	if err != nil {
+		return err
 	}
 	e.shell, e.conf, e.paths = sh, conf, p
 	e.env = e.environ(p, conf.JobEnv)

@@ -130,7 +130,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	e.kill = killer{clk: clock.OrReal(e.clk), graceful: cfg.GracefulKillTimeout, force: cfg.ForceKillTimeout}
 	e.settings.Shell = st.Shell
 	e.mu.Unlock()
-	if err := e.configure(st.Config); err != nil {
+	if err := e.configure(st.Config, opts); err != nil {
 		return err
 	}
 	e.mu.Lock()

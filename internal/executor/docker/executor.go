@@ -193,10 +193,14 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		fmt.Fprintf(trace, "\033[0;33mWARNING: the job asks to run as user %q; the runner's user %q takes precedence (allowed_users is not set)\033[0;m\n", ignored, cfg.User)
 	}
 
+	paths, err := opts.JobPaths(executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))})
+	if err != nil {
+		return err
+	}
 	e.mu.Lock()
 	e.cfg, e.eng, e.image, e.user = cfg, e.prov.traced(eng, logger), img, user
 	e.prefix = jobPrefix(opts.Settings, job.ID)
-	e.paths = executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
+	e.paths = paths
 	e.mu.Unlock()
 	fmt.Fprintf(trace, "Using Docker executor with image %s%s ...\n", img, where)
 

@@ -223,10 +223,13 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if rn.UseCommonBuildDir {
 		concurrentID = opts.Settings.ConcurrentID
 	}
-	paths := executor.Paths{
+	paths, err := opts.JobPaths(executor.Paths{
 		BuildsDir:  pr.buildsDir,
 		CacheDir:   pr.cacheDir,
 		ProjectDir: executor.ProjectDir(pr.buildsDir, opts.Settings.ShortToken, concurrentID, opts.Job),
+	})
+	if err != nil {
+		return err
 	}
 	var helper, helperPath string
 	if needsHelper(opts.Job) {

@@ -216,7 +216,10 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 			pull = append(pull, p)
 		}
 	}
-	paths := executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))}
+	paths, err := opts.JobPaths(executor.Paths{BuildsDir: buildsDir, CacheDir: cacheDir, ProjectDir: path.Join(buildsDir, executor.ProjectPath(job))})
+	if err != nil {
+		return err
+	}
 	var files map[string]string
 	if opts.Variables != nil {
 		files = shell.FileVariables(opts.Variables(paths), secretsDir, os.LookupEnv)

@@ -119,6 +119,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err != nil {
 		return err
 	}
+	if paths, err = opts.JobPaths(paths); err != nil {
+		return err
+	}
 	for _, dir := range []string{paths.BuildsDir, paths.CacheDir, paths.ProjectDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", dir, err)
