@@ -206,13 +206,19 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("User-Agent", c.userAgent)
-	req.Header.Set(HeaderRequestID, newRequestID())
+	sent := newRequestID()
+	req.Header.Set(HeaderRequestID, sent)
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s %s: %w", method, u.Path, err)
 	}
 	r := parseResponse(resp)
+	if r.RequestID == "" {
+		// The request's own id, as GitLab Runner takes it when the
+		// server names none.
+		r.RequestID = sent
+	}
 	r.Duration = time.Since(start)
 	return resp, r, nil
 }
@@ -355,6 +361,7 @@ func (c *Client) RequestJob(ctx context.Context, req JobRequest) (*JobResponse, 
 	if err != nil || r.StatusCode != http.StatusCreated {
 		return nil, r, err
 	}
+	out.CorrelationID = r.RequestID
 	return &out, r, nil
 }
 

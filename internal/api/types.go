@@ -462,6 +462,11 @@ type JobResponse struct {
 	// Raw, when set, is the answer's body as sent instead of the fields
 	// (a coordinator's test payloads); never encoded itself.
 	Raw json.RawMessage `json:"-"`
+	// CorrelationID is the request id of the jobs/request that handed
+	// the job out (the server's X-Request-Id, else the runner's own): the
+	// git stage sends it to Gitaly (FF_USE_GITALY_CORRELATION_ID). Not
+	// part of the answer's body; kept in a manager's saved job.
+	CorrelationID string `json:"drover_correlation_id,omitempty"`
 
 	ID int64 `json:"id"`
 	// Token is the job token: it authenticates the job's own calls

@@ -261,11 +261,12 @@ func Compare(want, got Observation) []string {
 	field("updates", startUpdates(want.Updates), startUpdates(got.Updates))
 	field("artifacts", want.Artifacts, got.Artifacts)
 	field("cache", want.Cache, got.Cache)
-	wantTrace, gotTrace, missing := streamOrder(want.Trace, got.Trace, want.Stderr)
+	// The rules first, then the stderr lines (as the rules leave them)
+	// come out of both.
+	wt, gt, missing := streamOrder(applyRules(want.Trace), applyRules(got.Trace), applyRules(want.Stderr))
 	for _, l := range missing {
 		d = append(d, fmt.Sprintf("stderr: GitLab Runner's %q is not in drover's log", l))
 	}
-	wt, gt := applyRules(wantTrace), applyRules(gotTrace)
 	if !slices.Equal(wt, gt) {
 		d = append(d, "trace (- GitLab Runner, + drover):\n"+lineDiff(wt, gt))
 	}

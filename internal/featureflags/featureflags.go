@@ -81,6 +81,7 @@ func Parse(value string) (bool, error) { return strconv.ParseBool(value) }
 // Names of the flags drover reads.
 const (
 	ScriptSections          = "FF_SCRIPT_SECTIONS"
+	GitalyCorrelationID     = "FF_USE_GITALY_CORRELATION_ID"
 	Timestamps              = "FF_TIMESTAMPS"
 	DisableUmaskDocker      = "FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR"
 	BashExitCodeCheck       = "FF_ENABLE_BASH_EXIT_CODE_CHECK"
@@ -173,8 +174,8 @@ var flags = []Flag{
 		Note: "the wait between two attempts of a stage (the *_ATTEMPTS variables): 5 s, doubled each time up to 5 min; false: 1 s, doubled up to 5 s"},
 	{Name: UseAdaptiveRequestConcy, GitLab: true, Default: true, Class: Fixed, Fixed: false,
 		Note: "drover has no adaptive request concurrency: request_concurrency is the number of job requests in flight"},
-	{Name: "FF_USE_GITALY_CORRELATION_ID", GitLab: true, Default: true, Class: Fixed, Fixed: false,
-		Note: "drover's git stage sends no X-Gitaly-Correlation-ID header"},
+	{Name: GitalyCorrelationID, GitLab: true, Default: true, Class: Honoured,
+		Note: "the git stage prints the job request's id and sends it as X-Gitaly-Correlation-ID"},
 	{Name: "FF_USE_GIT_PROACTIVE_AUTH", Class: Fixed, Fixed: false,
 		Note: "drover's git stage does not set http.proactiveAuth"},
 	{Name: "FF_HASH_CACHE_KEYS", Class: Fixed, Fixed: false,

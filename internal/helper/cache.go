@@ -3,6 +3,7 @@ package helper
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,10 @@ type CacheArchiveOptions struct {
 	Paths, Exclude []string
 	// Untracked adds the files git does not track (ignored ones too).
 	Untracked bool
+	// Key, when set, is the cache's key as the job named it: it is
+	// written beside the local archive (metadata.json, {"cachekey": Key}),
+	// as GitLab Runner's helper does.
+	Key string
 	// URL, if set, is a pre-signed PUT URL the archive is uploaded to,
 	// with Header (the headers the URL was signed with).
 	URL    string
@@ -74,6 +79,12 @@ func ArchiveCache(ctx context.Context, o CacheArchiveOptions, out io.Writer) err
 	}
 	if err := os.Rename(tmp.Name(), o.File); err != nil {
 		return fmt.Errorf("cache-archiver: %w", err)
+	}
+	if o.Key != "" {
+		meta, _ := json.Marshal(map[string]string{"cachekey": o.Key}) // a map of strings always encodes
+		if err := os.WriteFile(filepath.Join(filepath.Dir(o.File), "metadata.json"), meta, 0o640); err != nil {
+			return fmt.Errorf("cache-archiver: metadata: %w", err)
+		}
 	}
 	fmt.Fprintf(out, "Archive is %d bytes (%d files, %d bytes uncompressed)\n", st.ArchiveBytes, st.Files, st.Bytes)
 	if o.URL == "" {

@@ -196,3 +196,24 @@ func TestCacheRequestTimeoutFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheMetadata: a local cache has GitLab Runner's metadata.json
+// beside it, naming the key.
+func TestCacheMetadata(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "vendor"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "vendor", "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "cache", "deps-v1", "cache.zip")
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"cache-archiver", "--file", file, "--key", "deps-v1", "--root", dir, "--path", "vendor/"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "metadata.json"))
+	if err != nil || string(b) != `{"cachekey":"deps-v1"}` {
+		t.Errorf("metadata.json = %q, %v; want the key", b, err)
+	}
+}

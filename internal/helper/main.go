@@ -123,6 +123,7 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 	timeout := fs.Duration("timeout", 0, "how long the whole command may take (0: no bound)")
 	root := fs.String("root", "", "the project directory (default: the working directory)")
 	var untracked bool
+	key := new(string)
 	var maxSize, extractMaxSize int64
 	var extractMaxEntries int
 	if name == "cache-extractor" {
@@ -134,6 +135,7 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 		fs.Var(&headers, "header", "Name: value sent with the upload (repeatable)")
 		fs.BoolVar(&untracked, "untracked", false, "add the files git does not track")
 		fs.Int64Var(&maxSize, "max-size", 0, "do not upload an archive over this many bytes (0: no cap)")
+		key = fs.String("key", "", "the cache's key, written beside the archive (metadata.json)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -160,7 +162,7 @@ func cacheMain(ctx context.Context, name string, args []string, stdout, stderr i
 			h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 		}
 		err = ArchiveCache(ctx, CacheArchiveOptions{
-			Root: *root, File: *file, Paths: paths, Exclude: excludes, Untracked: untracked,
+			Root: *root, File: *file, Paths: paths, Exclude: excludes, Untracked: untracked, Key: *key,
 			URL: *u, Header: h, MaxSize: maxSize, Transfer: tr,
 		}, stdout)
 	} else {

@@ -177,6 +177,7 @@ type build struct {
 	first  error            // the first failed step, for checkpoints
 	keyed  *api.JobResponse // the job with its cache keys from files (see cacheKeyed)
 
+	quietCleanup bool             // no empty cleanup_file_variables section
 	flags        featureflags.Set // the job's feature flags (resolveFlags)
 	flagProblems []string         // what to warn about them in the log
 }
@@ -254,8 +255,8 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		switch {
 		case ctx.Err() != nil:
 		case context.Cause(jobCtx) == errJobTimeout:
-			// As GitLab Runner: a job out of time gets no after_script.
-			// GitLab Runner's words; as with it, after_script does not run.
+			// GitLab Runner's words; as with it, a job out of time gets
+			// no after_script.
 			b.trace.line(ansiYellow, "WARNING: step_script could not run to completion because the timeout was exceeded. For more control over job and script timeouts see: https://docs.gitlab.com/ci/runners/configure_runners/#set-script-and-after_script-timeouts")
 		case errors.As(err, &pt):
 			// As GitLab Runner: preparation or get_sources out of time
@@ -282,6 +283,9 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if prepared {
+		// An empty cleanup section is shown, as GitLab Runner's, unless
+		// the job ran out of time or was cancelled.
+		b.quietCleanup = res.FailureReason == api.JobExecutionTimeout || res.Canceled
 		b.cleanupFileVariables(cleanupCtx)
 	}
 	b.exec.SetCurrentStage(executor.StageFinished)
@@ -435,6 +439,9 @@ func (b *build) setup(settings executor.Settings) error {
 			CacheDir: paths.CacheDir, ServerURL: b.opts.ServerURL, SharedCache: b.opts.SharedCache,
 			ExtractMaxSize: b.opts.ExtractMaxSize, ExtractMaxEntries: b.opts.ExtractMaxEntries,
 		},
+	}
+	if b.flags.On(featureflags.GitalyCorrelationID) {
+		b.info.Git.CorrelationID = b.opts.Job.CorrelationID
 	}
 	if m := b.set.cacheRequestTimeout; m > 0 && m != defaultCacheRequestTimeout {
 		b.info.Transfers.CacheRequestTimeout = time.Duration(m) * time.Minute
@@ -656,7 +663,7 @@ func (b *build) stage(ctx context.Context, stage executor.Stage, header string, 
 		return &configError{fmt.Errorf("%s: %w", stage, err)}
 	}
 	if script == "" {
-		if stage == executor.StageCleanupFileVariables {
+		if stage == executor.StageCleanupFileVariables && !b.quietCleanup {
 			// GitLab Runner shows this section in every job, with
 			// nothing to clean up too.
 			b.trace.sectionStart(stage, header)

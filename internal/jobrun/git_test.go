@@ -45,7 +45,7 @@ func TestProjectDirFromVariables(t *testing.T) {
 		{
 			name: "GIT_STRATEGY empty",
 			vars: []api.Variable{{Key: "GIT_STRATEGY", Value: "empty"}},
-			dir:  "abcdefghi/1/group/project-empty",
+			dir:  "-empty", // beside the project directory
 			want: []string{"Skipping Git repository setup and creating an empty build directory"},
 		},
 	}
@@ -66,6 +66,10 @@ func TestProjectDirFromVariables(t *testing.T) {
 			}
 			checkResult(t, res, Result{State: api.StateSuccess})
 			want := filepath.Join(f.opts.Settings.BuildsDir, tt.dir) + "\n"
+			if tt.dir == "-empty" {
+				// The project's own directory (from the repository's URL), -empty.
+				want = f.projectDir() + "-empty\n"
+			}
 			f.assertTrace(t, append(tt.want, want), nil)
 		})
 	}

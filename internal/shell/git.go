@@ -173,6 +173,10 @@ func (w *writer) fetchSources(info Info, gs gitSettings) error {
 		w.raw("git config -f " + quote(templateConfig) + " " + kv[0] + " " + kv[1])
 	}
 	w.raw("rm -f -- " + quote(extConfig))
+	if id := info.Git.CorrelationID; id != "" {
+		w.raw("git config -f " + quote(extConfig) + " http.extraHeader " + quote("X-Gitaly-Correlation-ID: "+id))
+		w.echo(ansiBoldGreen, "Gitaly correlation ID: "+id)
+	}
 	if gs.sharedEnv {
 		// Not in the global configuration of a host other jobs share.
 		w.gitSSLConfig(gs, remote, "-f "+quote(extConfig))

@@ -31,6 +31,10 @@ type GitOptions struct {
 	// configuration and hooks before the fetch (clean_git_config, with
 	// the executor's default already applied).
 	CleanGitConfig bool
+	// CorrelationID, when set, goes to the git server with every request
+	// (X-Gitaly-Correlation-ID) and is printed, as GitLab Runner does
+	// with FF_USE_GITALY_CORRELATION_ID.
+	CorrelationID string
 }
 
 // gitSettings are the job variables of get_sources, read as GitLab

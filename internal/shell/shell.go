@@ -255,6 +255,10 @@ func (w *writer) strict(info Info) {
 	} else {
 		w.raw("set -e")
 	}
+	// As GitLab Runner's: a SIGTERM (a timeout, a cancel) lets the
+	// command it stops end first (the shell says "Terminated"), then ends
+	// the script.
+	w.raw("trap 'exit 1' TERM")
 	switch {
 	case !info.DebugTrace:
 		w.raw("set +x")

@@ -218,7 +218,7 @@ func transferStage(stage executor.Stage, info Info) (string, error) {
 				continue
 			}
 			w.echo(ansiBoldGreen, "Creating cache "+key+"...")
-			args := []string{"cache-archiver", "--file", quote(file), "--root", quote(info.ProjectDir)}
+			args := []string{"cache-archiver", "--file", quote(file), "--key", quote(key), "--root", quote(info.ProjectDir)}
 			for _, p := range c.Paths {
 				args = append(args, "--path", quote(path(p)))
 			}
