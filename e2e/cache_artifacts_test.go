@@ -76,7 +76,7 @@ func TestCacheAndArtifactsShell(t *testing.T) {
 	if j.Status != "success" {
 		t.Fatalf("second job = %s (%s):\n%s", j.Status, j.FailureReason, log)
 	}
-	for _, want := range []string{"Checking cache for deps-v1...", "Successfully extracted cache", "fetched-once", "built-" + jsonInt(first.ID), "Downloading artifacts for job"} {
+	for _, want := range []string{"Checking cache for deps-v1...", "Successfully extracted cache", "fetched-once", "built-" + jsonInt(first.ID), "Downloading artifacts from coordinator... ok"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("second job's log lacks %q:\n%s", want, log)
 		}
@@ -236,7 +236,7 @@ func TestCacheAndArtifactsSSH(t *testing.T) {
 		Name: "check", Project: "g/p", Variables: clone, Cache: cache, Git: git, Dependencies: []client.Dependency{{ID: fillID}},
 		Script: []string{"cat deps/lib.txt", "cat dist/app.txt"},
 	}, 60*time.Second)
-	for _, want := range []string{"Successfully extracted cache", "over-ssh", "built-" + jsonInt(fillID), "Downloading artifacts for job " + jsonInt(fillID) + "... ok"} {
+	for _, want := range []string{"Successfully extracted cache", "over-ssh", "built-" + jsonInt(fillID), "(" + jsonInt(fillID) + ")...", "Downloading artifacts from coordinator... ok"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("check job's log lacks %q:\n%s", want, log)
 		}

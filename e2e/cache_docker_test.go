@@ -142,7 +142,7 @@ func TestCacheAndArtifactsDocker(t *testing.T) {
 					t.Fatalf("bucket keys %q: none is %s<project id>/deps-v1", keys, want)
 				}
 			} else {
-				has("fill", log, "No URL provided, cache will be not uploaded to shared cache server")
+				has("fill", log, "No URL provided, cache will not be uploaded to shared cache server")
 			}
 
 			// Use with policy pull: restored from the cache, the artifact
@@ -152,7 +152,7 @@ func TestCacheAndArtifactsDocker(t *testing.T) {
 			use.Dependencies = []client.Dependency{{ID: fillID}}
 			_, log = run(use)
 			has("use", log, "Checking cache for deps-v1...", "Successfully extracted cache", "v1\n",
-				"built-"+jsonInt(fillID), "Downloading artifacts for job "+jsonInt(fillID)+"... ok")
+				"built-"+jsonInt(fillID), "("+jsonInt(fillID)+")...", "Downloading artifacts from coordinator... ok")
 			if strings.Contains(log, "Creating cache") {
 				t.Errorf("use: policy pull saved the cache:\n%s", log)
 			}

@@ -207,7 +207,8 @@ func TestRunOverTLS(t *testing.T) {
 	}
 	dep, trace := runJob(client.JobSpec{Name: "test", Project: "g/tls",
 		Dependencies: []client.Dependency{{ID: build.ID}}, Script: []string{"cat dist/app.txt"}})
-	if dep.Status != "success" || !strings.Contains(trace, fmt.Sprintf("Downloading artifacts for job %d... ok", build.ID)) ||
+	if dep.Status != "success" || !strings.Contains(trace, fmt.Sprintf("Downloading artifacts for build (%d)...", build.ID)) ||
+		!strings.Contains(trace, "Downloading artifacts from coordinator... ok") ||
 		!strings.Contains(trace, fmt.Sprintf("built-%d", build.ID)) {
 		t.Errorf("artifacts download over TLS: job %s, log:\n%s", dep.Status, trace)
 	}

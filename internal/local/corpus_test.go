@@ -309,10 +309,15 @@ func checkRun(t *testing.T, scenario string, want *corpusRun, res ExecResult, lo
 
 // cacheFiles lists the files of the cache saved under key in a work
 // tree's .drover/ (the shell runner's cache_dir holds
-// <project>/<key>/cache.zip); saved says whether there is one.
+// <project>/<key>/cache.zip, <project> being the project's directory as
+// GitLab Runner names it: project-<id> for a file:// repository, the
+// URL's path for others); saved says whether there is one.
 func cacheFiles(t *testing.T, dir, key string) (files []string, saved bool) {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(dir, ".drover", "cache", "*", "*", key, "cache.zip"))
+	matches, _ := filepath.Glob(filepath.Join(dir, ".drover", "cache", "*", key, "cache.zip"))
+	if len(matches) == 0 {
+		matches, _ = filepath.Glob(filepath.Join(dir, ".drover", "cache", "*", "*", key, "cache.zip"))
+	}
 	if len(matches) == 0 {
 		return nil, false
 	}

@@ -197,11 +197,11 @@ func TestRunCacheAndArtifactExamples(t *testing.T) {
 		"cache-fill     │ cached by job " + fill + "\n",
 		"cache-fill     │ Creating cache local-demo...",
 		"cache-restore  │ Checking cache for local-demo...",
-		"cache-restore  │ Successfully extracted cache (1 files, ",
+		"cache-restore  │ Successfully extracted cache\n",
 		"cache-restore  │ cached by job " + fill + "\n",
 		"artifact-build │ built by job " + build + "\n",
 		"artifact-build │ Uploading artifacts as \"archive\" to coordinator... 201 Created",
-		"artifact-use   │ Downloading artifacts for job " + build + "... ok (1 files, ",
+		"artifact-use   │ Downloading artifacts from coordinator... ok (1 files, ",
 		"artifact-use   │ built by job " + build + "\n",
 		"every job ended as expected",
 	} {
