@@ -261,6 +261,8 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 		case errors.As(err, &pt):
 			// As GitLab Runner: preparation or get_sources out of time
 			// ends the build there.
+		case errors.As(err, new(*beforeScripts)):
+			err = b.saveStages(jobCtx, err)
 		default:
 			err = b.afterScript(ctx, jobCtx, err)
 			err = b.saveStages(jobCtx, err)
@@ -463,6 +465,23 @@ func (b *build) setup(settings executor.Settings) error {
 // returns the first error; once one happened, only steps with when:
 // on_failure or always still run, and none after the job context ended.
 func (b *build) scripts(ctx, prepCtx context.Context) error {
+	if err := b.prepareScripts(ctx, prepCtx); err != nil {
+		return &beforeScripts{err}
+	}
+	return b.userScripts(ctx)
+}
+
+// beforeScripts is a failure of the stages before the job's scripts
+// (prepare_script, get_sources, restore_cache, download_artifacts): as
+// with GitLab Runner, after_script does not run after it, the caches and
+// artifacts of a failed job are still saved.
+type beforeScripts struct{ err error }
+
+func (e *beforeScripts) Error() string { return e.err.Error() }
+func (e *beforeScripts) Unwrap() error { return e.err }
+
+// prepareScripts runs the stages before the job's scripts.
+func (b *build) prepareScripts(ctx, prepCtx context.Context) error {
 	if err := b.stage(prepCtx, executor.StagePrepareScript, "Preparing environment", b.info); err != nil {
 		return phaseError(prepCtx, err)
 	}
@@ -482,6 +501,11 @@ func (b *build) scripts(ctx, prepCtx context.Context) error {
 		}
 		return err
 	}
+	return nil
+}
+
+// userScripts runs the job's steps but after_script.
+func (b *build) userScripts(ctx context.Context) error {
 	first := b.first
 	for _, step := range b.opts.Job.Steps {
 		if step.Name == api.StepAfterScript {
