@@ -242,7 +242,8 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 }
 
 // configTOML is the runner's config.toml: one runner, one job at a time,
-// builds and cache under the run's directory.
+// builds and cache under the run's directory, two variables of the
+// runner's environment (fixture 52 sets one of them too).
 func configTOML(url, token, executor, builds, cache string) string {
 	return fmt.Sprintf(`concurrent = 1
 check_interval = 1
@@ -256,6 +257,7 @@ log_level = "info"
   shell = "bash"
   builds_dir = %q
   cache_dir = %q
+  environment = ["DIFFTEST_ENV=from-runner", "DIFFTEST_RUNNER_ONLY=yes"]
 `, url, token, executor, builds, cache)
 }
 

@@ -445,7 +445,7 @@ func TestSettingsWarnings(t *testing.T) {
 			}},
 		{name: "debug services", vars: []api.Variable{{Key: "CI_DEBUG_SERVICES", Value: "true"}},
 			want: []string{"CI_DEBUG_SERVICES: drover does not stream the services' logs into the job log"}},
-		{name: "the runner's environment wins", vars: []api.Variable{{Key: "GET_SOURCES_ATTEMPTS", Value: "2"}, {Key: "GET_SOURCES_ATTEMPTS", Value: "5"}},
+		{name: "the last definition wins", vars: []api.Variable{{Key: "GET_SOURCES_ATTEMPTS", Value: "2"}, {Key: "GET_SOURCES_ATTEMPTS", Value: "5"}},
 			check: func(s settings) string {
 				if s.getSources != 5 {
 					return fmt.Sprintf("attempts %d, want the last definition's", s.getSources)

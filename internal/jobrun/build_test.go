@@ -221,7 +221,8 @@ func TestVariablesAndLayout(t *testing.T) {
 		"project=" + dir + " builds=" + builds + "\n",
 		"ids=1/1 token=abcdefghi server=yes\n",
 		"timeout=60 shared=true arch=",
-		"override=runner runner=yes job=in " + dir + "\n",
+		// As GitLab Runner 19: the job's variable wins over the runner's environment.
+		"override=job runner=yes job=in " + dir + "\n",
 	}, nil)
 }
 

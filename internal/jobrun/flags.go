@@ -10,7 +10,8 @@ import (
 
 // resolveFlags sets the job's feature flags (package featureflags): the
 // runner's [runners.feature_flags] (what Settings.FeatureFlags holds when
-// Run starts), then the job's variables, then the runner's environment.
+// Run starts), else the job's variables, else the runner's environment, as
+// GitLab Runner resolves them.
 // From here on Settings.FeatureFlags holds every flag that was set, with
 // the value in effect, for the executor. It returns the values that are
 // no booleans, in GitLab Runner's words.

@@ -55,8 +55,9 @@ type settings struct {
 	warnings []string
 }
 
-// readSettings reads the settings from vars (the job's variables, then
-// the runner's environment: the last definition wins). gitDepth is the
+// readSettings reads the settings from vars (executor.JobVariables: the
+// runner's environment, then the job's variables; the last definition
+// wins). gitDepth is the
 // job's git depth (GIT_SUBMODULE_DEPTH's default), debugDisabled the
 // runner's debug_trace_disabled and flags its feature_flags, which take
 // precedence over the job's.

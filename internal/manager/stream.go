@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,12 +56,15 @@ type streamer struct {
 
 // debugTrace reports whether job's log is a debug trace on runner r.
 func debugTrace(job *api.JobResponse, r *config.RunnerConfig) bool {
-	vars := slices.Clone(job.Variables)
+	// The runner's environment first: the job's variables win, as in
+	// executor.JobVariables.
+	var vars api.Variables
 	for _, kv := range r.Environment {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			vars = append(vars, api.Variable{Key: k, Value: v})
 		}
 	}
+	vars = append(vars, job.Variables...)
 	return jobrun.DebugTrace(vars, r.DebugTraceDisabled)
 }
 
