@@ -75,6 +75,16 @@ func BenchmarkKubernetesTrivialJob(b *testing.B) {
 	b.ReportMetric(float64(percentile(lat, 0.5))/float64(percentile(base, 0.5)), "x-shell")
 }
 
+// BenchmarkKubernetesCancel measures the cancel of a job in a pod that
+// prints nothing (`sleep 600`, no after_script), from the cancel request
+// to the job `canceled` on the coordinator (see benchCancel).
+func BenchmarkKubernetesCancel(b *testing.B) {
+	k := needKube(b)
+	ks := newKubeStack(b, k, 1)
+	defer ks.stop()
+	benchCancel(b, ks)
+}
+
 // BenchmarkKubernetesResumeLatency: a job printing a line every 50 ms in a
 // pod; the manager (a real process, file store) is SIGKILLed and started
 // again b.N times; measured from each start until the job's log grows on

@@ -68,13 +68,15 @@ func TestSSHExecutor(t *testing.T) {
 		return j.ID
 	}
 
-	ok := submit("echo ssh=${SSH_CONNECTION%% *}", "echo job-$CI_JOB_ID > out.txt", "cat out.txt")
+	// As GitLab Runner's ssh executor: a login shell.
+	ok := submit("echo ssh=${SSH_CONNECTION%% *}", "echo job-$CI_JOB_ID > out.txt", "cat out.txt",
+		"shopt -q login_shell && echo login-shell=yes || echo login-shell=no")
 	j := waitJob(t, cl, ok, 60*time.Second, finished)
 	log := trace(t, cl, ok)
 	if j.Status != "success" {
 		t.Fatalf("job = %s (%s):\n%s", j.Status, j.FailureReason, log)
 	}
-	for _, want := range []string{`Preparing the "ssh" executor`, "Using SSH (bash) executor on", "ssh=127.0.0.1", fmt.Sprintf("job-%d", ok)} {
+	for _, want := range []string{`Preparing the "ssh" executor`, "Using SSH (bash) executor on", "ssh=127.0.0.1", fmt.Sprintf("job-%d", ok), "login-shell=yes"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}

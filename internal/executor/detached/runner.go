@@ -65,6 +65,8 @@ type Stage struct {
 	// it (State.Where): a container, a host.
 	Where string
 	Shell string // what runs Script (a path or a name); default sh
+	// Login runs Shell as a login shell (-l): it reads the profile first.
+	Login bool
 	Dir   string // the project directory: made if need be and entered
 	Umask string // the wrapper's umask ("" leaves it)
 	// Setup is shell the wrapper runs before the script, in its own

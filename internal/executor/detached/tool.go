@@ -285,14 +285,22 @@ func wrapper(s Stage, f Files, staged string, claimed bool) string {
 if ! mv -f %[1]s %[2]s; then
 	echo "cannot store the stage script "%[2]s
 elif { [ -d %[3]s ] || mkdir -p %[3]s; } && cd %[3]s; then
-	%[4]s %[2]s
+	%[4]s%[7]s %[2]s
 	rc=$?
 else
 	echo "cannot enter the project directory "%[3]s
 fi
 echo $rc > %[5]s && mv -f %[5]s %[6]s
-`, Quote(staged), Quote(f.Script), Quote(cmp.Or(s.Dir, ".")), Quote(cmp.Or(s.Shell, "sh")), Quote(f.Exit+".tmp"), Quote(f.Exit))
+`, Quote(staged), Quote(f.Script), Quote(cmp.Or(s.Dir, ".")), Quote(cmp.Or(s.Shell, "sh")), Quote(f.Exit+".tmp"), Quote(f.Exit), loginFlag(s.Login))
 	return b.String()
+}
+
+// loginFlag is the shell's flag for a login shell, or "".
+func loginFlag(login bool) string {
+	if login {
+		return " -l"
+	}
+	return ""
 }
 
 // Quote returns s as one single-quoted sh word.

@@ -415,7 +415,7 @@ func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, mode d
 	e.mu.Lock()
 	det, t, acq, sh, paths := e.det, e.target, e.acq, e.shell, e.paths
 	e.mu.Unlock()
-	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: acq.InstanceID(), Shell: sh, Dir: paths.ProjectDir}
+	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: acq.InstanceID(), Shell: sh, Login: e.prov.opts.LoginShell, Dir: paths.ProjectDir}
 	err := det.Run(ctx, t, s, mode, from)
 	var be *executor.BuildError
 	if err == nil || errors.As(err, &be) || ctx.Err() != nil {
@@ -599,7 +599,7 @@ func (e *Executor) Run(ctx context.Context, cmd executor.Command) error {
 	setup := &limitedBuffer{max: 4096}
 	s.Stdin = io.MultiReader(strings.NewReader(stageHeader(files)), strings.NewReader(cmd.Script))
 	s.Stdout, s.Stderr = trace, setup
-	if err := s.Start(shCommand(runScript(sh, paths.ProjectDir, files))); err != nil {
+	if err := s.Start(shCommand(runScript(sh, e.prov.opts.LoginShell, paths.ProjectDir, files))); err != nil {
 		return fmt.Errorf("%s: start: %w", cmd.Stage, e.connErr(client, acq, err))
 	}
 	logger.Debug("stage started", "stage", cmd.Stage)

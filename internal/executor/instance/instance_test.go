@@ -341,7 +341,8 @@ func TestGitClone(t *testing.T) {
 	res := f.run(t, t.Context(), nil, j)
 	checkResult(t, res, jobrun.Result{State: api.StateSuccess})
 	inOrder(t, f.trace.String(), ":get_sources\r", "Checking out "+sha[:8], "section_end:", "from the repository\n", sha+"\n")
-	if _, err := os.Stat(filepath.Join(f.projectDir(0), ".git")); err != nil {
+	// A file:// repository's project directory is project-<id>, as GitLab Runner names it.
+	if _, err := os.Stat(filepath.Join(executor.ProjectDir(f.settings.BuildsDir, "abcdefghi", 0, j), ".git")); err != nil {
 		t.Errorf("no checkout in the project directory: %v", err)
 	}
 }

@@ -138,6 +138,10 @@ type Options struct {
 	// executor's fixed host. Autoscaled instances come and go, and each
 	// job connects anew. Close closes the idle ones.
 	KeepConnections bool
+	// LoginShell runs the stages in a login shell (bash -l, sh -l: the
+	// profile is read first), as GitLab Runner's ssh, virtualbox and
+	// parallels executors do; its instance executor does not.
+	LoginShell bool
 	// Hosts lists the runners' fixed hosts (the ssh executor's), which
 	// Sweep reaches at the manager's start; nil: none (autoscaled
 	// instances are swept when first reached).

@@ -116,7 +116,11 @@ func stageHeader(f stageFiles) string {
 // status. It forks as little as it can (cat, then the stage's shell):
 // every process costs milliseconds on a busy instance. The script
 // directory is private (0700), so the script file needs no umask.
-func runScript(shell, projectDir string, f stageFiles) string {
+func runScript(shell string, login bool, projectDir string, f stageFiles) string {
+	sh := quote(shell)
+	if login {
+		sh += " -l"
+	}
 	return fmt.Sprintf(`f=%[2]s; p=%[3]s
 cat > "$f" || { echo "cannot store the stage script in $f" >&2; exit 1; }
 { [ -d %[4]s ] || mkdir -p -- %[4]s; } && cd -- %[4]s || { echo "cannot enter the project directory" >&2; exit 1; }
@@ -129,7 +133,7 @@ else
 	rc=$?
 fi
 exit "$rc"
-`, quote(shell), quote(f.script), quote(f.pid), quote(projectDir))
+`, sh, quote(f.script), quote(f.pid), quote(projectDir))
 }
 
 // stopScript marks stage n stopped and sends sig (TERM or KILL) to its

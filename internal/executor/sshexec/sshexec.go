@@ -155,7 +155,7 @@ func (rs *Runners) Hosts() []instance.Host {
 // every runner's host, the stages that a dead manager of the same system
 // id left running for jobs no job store will resume.
 func NewProvider(rs *Runners) *instance.Provider {
-	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys, KeepConnections: true, Hosts: rs.Hosts})
+	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: rs.HostKeys, KeepConnections: true, Hosts: rs.Hosts, LoginShell: true})
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}

@@ -123,7 +123,7 @@ func NewProvider(rs *Runners) *Provider {
 	}
 	hk := rs.HostKeys
 	rs.mu.Unlock()
-	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: hk})
+	p, err := instance.NewProvider(instance.Options{Lookup: rs.Lookup, HostKeys: hk, LoginShell: true})
 	if err != nil {
 		panic(err) // only for a nil Lookup
 	}
