@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -140,7 +141,11 @@ func TestSSHResumeFileStore(t *testing.T) {
 			// was prepared with.
 			var helpers, shs []string
 			waitFor(t, 30*time.Second, "a follower of the resumed stage", func() bool {
-				helpers, shs = leftovers(" helper follow --log /tmp/drover-job-"), leftovers("drover-follow /tmp/drover-job-")
+				// This job's (its directory names it): other tests' may run.
+				own := func(ps []string) []string {
+					return slices.DeleteFunc(ps, func(p string) bool { return !strings.Contains(p, "-"+strconv.FormatInt(id, 10)+"-") })
+				}
+				helpers, shs = own(leftovers(" helper follow --log /tmp/drover-job-")), own(leftovers("drover-follow /tmp/drover-job-"))
 				return len(helpers)+len(shs) > 0
 			})
 			if helper != (len(helpers) > 0) || helper == (len(shs) > 0) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -451,7 +452,12 @@ func TestSweep(t *testing.T) {
 				g := stageGroup(t, e.scriptDir, 1)
 				t.Cleanup(func() { _ = syscall.Kill(-g, syscall.SIGKILL) })
 				die(t, dead, e, nil)
-				t.Cleanup(func() { _ = os.RemoveAll(e.scriptDir) })
+				t.Cleanup(func() {
+					// The dead manager's followers of the stage too: with
+					// the directory gone they would wait for it forever.
+					_ = exec.Command("pkill", "-f", e.scriptDir).Run()
+					_ = os.RemoveAll(e.scriptDir)
+				})
 				return left{e.scriptDir, pid}
 			}
 			gone, kept, other := start(21, "s_test"), start(22, "s_test"), start(23, "s_other")
