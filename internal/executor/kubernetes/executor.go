@@ -242,7 +242,11 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.secret = sec.Name
 	e.mu.Unlock()
-	regSecret, err := e.createRegistrySecret(ctx, name, lbls, append([]string{ref}, serviceRefs...))
+	pulled := append([]string{ref}, serviceRefs...)
+	if cfg.HelperImage != "" {
+		pulled = append(pulled, cfg.HelperImage) // as the docker executor pulls it
+	}
+	regSecret, err := e.createRegistrySecret(ctx, name, lbls, pulled)
 	if err != nil {
 		return err
 	}

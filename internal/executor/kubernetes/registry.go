@@ -17,7 +17,7 @@ import (
 const registrySecretSuffix = "-registry"
 
 // registryCreds resolves the registry credentials of the job's images
-// (the qualified references refs: the build image and the services), as
+// (the references refs: the build image, the services, the helper), as
 // the docker executor does for its pulls (registryauth). It returns the
 // credentials the kubelet can use, one per registry, and writes to the
 // job's log where each came from. An identity token is reported and left
