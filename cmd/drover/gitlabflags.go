@@ -114,7 +114,7 @@ func kubernetesNotApplied() []string {
 		"allowed-pull-policies", "allowed-users", "allowed-groups",
 		"node_selector_overwrite_allowed", "node_tolerations_overwrite_allowed", "pod_labels_overwrite_allowed",
 		"pod_annotations_overwrite_allowed", "service_account_overwrite_allowed", "affinity",
-		"use-service-account-image-pull-secrets", "helper-image-flavor",
+		"helper-image-flavor",
 		"helper-image-autoset-arch-and-os", "pod_termination_grace_period_seconds", "cleanup_resources_timeout",
 		"resource-availability-check-max-attempts", "retry-limit", "retry-backoff-max", "retry-limits",
 		"scheduler-name", "host_aliases", "cap-add", "cap-drop", "suspend-pvc-size", "suspend-pvc-storage-class",

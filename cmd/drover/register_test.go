@@ -635,6 +635,7 @@ func TestRegisterKubernetes(t *testing.T) {
 				"--kubernetes-node-tolerations", "dedicated=ci:NoSchedule",
 				"--kubernetes-pod-labels", "team=ci", "--kubernetes-pod-annotations", "example.com/note=a=b: c",
 				"--kubernetes-image-pull-secrets", "regcred", "--kubernetes-image-pull-secrets", "mirror",
+				"--kubernetes-use-service-account-image-pull-secrets",
 				"--kubernetes-allowed-images", "alpine:*", "--kubernetes-allowed-services", "postgres:*",
 			},
 			wantTable: map[string]any{
@@ -650,6 +651,7 @@ func TestRegisterKubernetes(t *testing.T) {
 				"node_tolerations": map[string]any{"dedicated=ci": "NoSchedule"},
 				"pod_labels":       map[string]any{"team": "ci"}, "pod_annotations": map[string]any{"example.com/note": "a=b: c"},
 				"image_pull_secrets": []any{"regcred", "mirror"}, "allowed_images": []any{"alpine:*"}, "allowed_services": []any{"postgres:*"},
+				"use_service_account_image_pull_secrets": true,
 			},
 			wantConfig: &kubernetes.Config{
 				Host: "https://k8s.example.com:6443", BearerToken: "tok", CAFile: "/etc/k8s/ca.crt",
@@ -664,7 +666,8 @@ func TestRegisterKubernetes(t *testing.T) {
 					{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "ci", Effect: corev1.TaintEffectNoSchedule},
 				},
 				PodLabels: map[string]string{"team": "ci"}, PodAnnotations: map[string]string{"example.com/note": "a=b: c"},
-				ImagePullSecrets: []string{"regcred", "mirror"}, PollInterval: 5 * time.Second, PollTimeout: 600 * time.Second,
+				ImagePullSecrets: []string{"regcred", "mirror"}, UseServiceAccountImagePullSecrets: true,
+				PollInterval: 5 * time.Second, PollTimeout: 600 * time.Second,
 				CleanupGrace: &zero, AllowedImages: []string{"alpine:*"}, AllowedServices: []string{"postgres:*"},
 			},
 		},

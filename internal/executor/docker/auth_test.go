@@ -11,30 +11,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/registryauth"
 )
-
-func TestRegistryHost(t *testing.T) {
-	for ref, want := range map[string]string{
-		"docker.io/library/busybox:1":       "docker.io",
-		"registry.example.com/g/app:1":      "registry.example.com",
-		"127.0.0.1:5000/demo/busybox:1":     "127.0.0.1:5000",
-		"localhost/x:1":                     "localhost",
-		"Registry.Example.com:443/a/b@sha1": "registry.example.com:443",
-		"library/busybox:1":                 "docker.io",
-	} {
-		if got := registryHost(ref); got != want {
-			t.Errorf("registryHost(%q) = %q, want %q", ref, got, want)
-		}
-	}
-	for key, want := range map[string]string{
-		"https://index.docker.io/v1/": "docker.io", "registry-1.docker.io": "docker.io",
-		"http://127.0.0.1:5000": "127.0.0.1:5000", "registry.example.com/v2/": "registry.example.com",
-	} {
-		if got := normalizeRegistry(key); got != want {
-			t.Errorf("normalizeRegistry(%q) = %q, want %q", key, got, want)
-		}
-	}
-}
 
 // The credentials of a pull come from the first source that has the
 // image's registry, in GitLab Runner's order: DOCKER_AUTH_CONFIG (job
@@ -70,10 +48,10 @@ func TestRegistryAuth(t *testing.T) {
 	for _, tc := range []struct {
 		ref, from, user, pass string
 	}{
-		{"var.example.com/a:1", authFromVariable, "var-user", "var-pass"},
+		{"var.example.com/a:1", registryauth.FromVariable, "var-user", "var-pass"},
 		{"cfg.example.com/a:1", filepath.Join(cfgDir, "config.json"), "cfg-user", "cfg-pass"},
 		{"helped.example.com/a:1", filepath.Join(cfgDir, "config.json"), "h-user", "h-pass"},
-		{"payload.example.com/g/a:1", authFromPayload, "gitlab-ci-token", "job-token"},
+		{"payload.example.com/g/a:1", registryauth.FromPayload, "gitlab-ci-token", "job-token"},
 		{"docker.io/library/busybox:1", "", "", ""},
 		// The job's variable hides the runner's environment's.
 		{"env.example.com/a:1", "", "", ""},
@@ -93,14 +71,14 @@ func TestRegistryAuth(t *testing.T) {
 			continue
 		}
 		ac, err := registry.DecodeAuthConfig(enc)
-		if err != nil || ac.Username != tc.user || ac.Password != tc.pass || ac.ServerAddress != registryHost(tc.ref) {
+		if err != nil || ac.Username != tc.user || ac.Password != tc.pass || ac.ServerAddress != registryauth.Host(tc.ref) {
 			t.Errorf("registryAuth(%s) = %+v, %v; want %s:%s", tc.ref, ac, err, tc.user, tc.pass)
 		}
 	}
 
 	// Without the job's variable, the runner's environment's is used.
 	e.job = &api.JobResponse{}
-	if _, from, err := e.registryAuth(t.Context(), "env.example.com/a:1"); err != nil || from != authFromVariable {
+	if _, from, err := e.registryAuth(t.Context(), "env.example.com/a:1"); err != nil || from != registryauth.FromVariable {
 		t.Errorf("registryAuth from the runner's environment = %q, %v", from, err)
 	}
 	// A DOCKER_AUTH_CONFIG that is not JSON is skipped with a warning.

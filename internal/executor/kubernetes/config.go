@@ -55,8 +55,13 @@ type Config struct {
 	PodLabels        map[string]string
 	PodAnnotations   map[string]string
 	ImagePullSecrets []string
-	PollInterval     time.Duration
-	PollTimeout      time.Duration
+	// UseServiceAccountImagePullSecrets leaves imagePullSecrets out of the
+	// job's pod (use_service_account_image_pull_secrets): the cluster
+	// takes the service account's. Neither image_pull_secrets nor the
+	// job's registry credentials are used then.
+	UseServiceAccountImagePullSecrets bool
+	PollInterval                      time.Duration
+	PollTimeout                       time.Duration
 	// CleanupGrace is the pods' termination grace period when a job's pod
 	// is deleted (cleanup_grace_period_seconds); nil = the pod's own.
 	CleanupGrace *int64
@@ -130,7 +135,7 @@ var notHonoured = []string{
 	"service_ephemeral_storage_limit_overwrite_max_allowed", "service_ephemeral_storage_request",
 	"service_ephemeral_storage_request_overwrite_max_allowed", "service_memory_limit_overwrite_max_allowed",
 	"service_memory_request_overwrite_max_allowed", "services", "suspend_pvc_size", "suspend_pvc_storage_class",
-	"terminationGracePeriodSeconds", "use_service_account_image_pull_secrets",
+	"terminationGracePeriodSeconds",
 }
 
 const notHonouredMsg = "GitLab Runner key read but not honoured by drover yet: it has no effect"
@@ -211,6 +216,8 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			}
 		case "image_pull_secrets":
 			c.ImagePullSecrets = rd.StrList(key, v)
+		case "use_service_account_image_pull_secrets":
+			c.UseServiceAccountImagePullSecrets = rd.Bool(key, v)
 		case "poll_interval":
 			if n := rd.Count(key, v); n > 0 {
 				c.PollInterval = time.Duration(n) * time.Second

@@ -149,6 +149,7 @@ func TestParseConfigEveryKey(t *testing.T) {
   service_memory_request = "128Mi"
   service_memory_limit = "512M"
   image_pull_secrets = ["regcred", "mirror-cred"]
+  use_service_account_image_pull_secrets = true
   poll_interval = 5
   poll_timeout = 600
   cleanup_grace_period_seconds = 0
@@ -234,14 +235,15 @@ func TestParseConfigEveryKey(t *testing.T) {
 			{Key: "slow", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectPreferNoSchedule},
 			{Key: "spot", Operator: corev1.TolerationOpExists},
 		},
-		PodLabels:        map[string]string{"team": "ci", "example.com/tier": "build", "empty": ""},
-		PodAnnotations:   map[string]string{"example.com/note": "any text: even = signs, and spaces"},
-		ImagePullSecrets: []string{"regcred", "mirror-cred"},
-		PollInterval:     5 * time.Second,
-		PollTimeout:      600 * time.Second,
-		CleanupGrace:     &zero,
-		AllowedImages:    []string{"alpine:*", "registry.example.com/**"},
-		AllowedServices:  []string{"postgres:*", "redis"},
+		PodLabels:                         map[string]string{"team": "ci", "example.com/tier": "build", "empty": ""},
+		PodAnnotations:                    map[string]string{"example.com/note": "any text: even = signs, and spaces"},
+		ImagePullSecrets:                  []string{"regcred", "mirror-cred"},
+		UseServiceAccountImagePullSecrets: true,
+		PollInterval:                      5 * time.Second,
+		PollTimeout:                       600 * time.Second,
+		CleanupGrace:                      &zero,
+		AllowedImages:                     []string{"alpine:*", "registry.example.com/**"},
+		AllowedServices:                   []string{"postgres:*", "redis"},
 		// By kind in name order, then in the file's order.
 		Volumes: []Volume{
 			{Kind: "config_map", Name: "settings", MountPath: "/etc/settings", SubPath: "app", ReadOnly: true,
@@ -487,6 +489,7 @@ var gitlabKeysRead = []string{
 	"allowed_images", "allowed_services", "pull_policy", "node_selector", "node_tolerations",
 	"image_pull_secrets", "helper_image", "cleanup_grace_period_seconds", "poll_interval", "poll_timeout",
 	"pod_labels", "service_account", "pod_annotations", "volumes", "automount_service_account_token",
+	"use_service_account_image_pull_secrets",
 }
 
 // gitlabKeysNotRead are the other keys of GitLab Runner's
@@ -508,7 +511,7 @@ var gitlabKeysNotRead = []string{
 	"pod_cpu_request", "pod_cpu_request_overwrite_max_allowed", "pod_memory_limit",
 	"pod_memory_limit_overwrite_max_allowed", "pod_memory_request", "pod_memory_request_overwrite_max_allowed",
 	"allowed_pull_policies", "allowed_users", "allowed_groups", "node_selector_overwrite_allowed",
-	"node_tolerations_overwrite_allowed", "affinity", "use_service_account_image_pull_secrets",
+	"node_tolerations_overwrite_allowed", "affinity",
 	"helper_image_flavor", "helper_image_autoset_arch_and_os", "pod_termination_grace_period_seconds",
 	"cleanup_resources_timeout", "resource_availability_check_max_attempts", "retry_limit",
 	"retry_backoff_max", "retry_limits", "pod_labels_overwrite_allowed", "scheduler_name",

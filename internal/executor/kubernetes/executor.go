@@ -52,6 +52,8 @@ type Executor struct {
 	resumable bool
 
 	ns, pod, secret string
+	regSecret       string            // the job's registry credentials, "" = none
+	regFrom         map[string]string // registry host -> where its credentials came from
 	podUID          types.UID
 	image           string
 	shell           string // bash or sh
@@ -240,8 +242,17 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.secret = sec.Name
 	e.mu.Unlock()
+	pulled := append([]string{ref}, serviceRefs...)
+	if cfg.HelperImage != "" {
+		pulled = append(pulled, cfg.HelperImage) // as the docker executor pulls it
+	}
+	regSecret, err := e.createRegistrySecret(ctx, name, lbls, pulled)
+	if err != nil {
+		return err
+	}
 	spec := podSpec{name: name, ns: ns, labels: lbls, cfg: cfg, job: job, image: ref, pull: pull,
-		services: job.Services, serviceRefs: serviceRefs, fileKeys: slices.Sorted(mapKeys(files)), helperImage: cfg.HelperImage}
+		services: job.Services, serviceRefs: serviceRefs, fileKeys: slices.Sorted(mapKeys(files)), helperImage: cfg.HelperImage,
+		registrySecret: regSecret}
 	pod, err := cl.cs.CoreV1().Pods(ns).Create(ctx, spec.build(), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
@@ -252,7 +263,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Lock()
 	e.pod, e.podUID = pod.Name, pod.UID
 	e.mu.Unlock()
-	e.ownSecret(ctx, pod)
+	e.ownSecrets(ctx, pod)
 	fmt.Fprintf(trace, "Waiting for pod %s/%s to be running ...\n", ns, pod.Name)
 	if err := e.waitRunning(ctx, pod); err != nil {
 		return err
@@ -270,13 +281,51 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 	}
 }
 
-// ownSecret makes the pod the owner of the job's secret: the cluster's
-// garbage collector deletes it with the pod, whoever deletes the pod.
-func (e *Executor) ownSecret(ctx context.Context, pod *corev1.Pod) {
-	patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, pod.Name, pod.UID)
-	_, err := e.cl.cs.CoreV1().Secrets(pod.Namespace).Patch(ctx, e.secret, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+// createRegistrySecret creates the job's registry Secret from the
+// credentials found for the registries of refs (see registryCreds) and
+// returns its name: "" when there are none, or when the pod is to use its
+// service account's imagePullSecrets (GitLab Runner leaves every
+// imagePullSecret out of the pod then, so a Secret would be of no use).
+func (e *Executor) createRegistrySecret(ctx context.Context, name string, lbls map[string]string, refs []string) (string, error) {
+	e.mu.Lock()
+	cfg, cl, ns, job, env := e.cfg, e.cl, e.ns, e.job, e.settings.Environment
+	e.mu.Unlock()
+	if cfg.UseServiceAccountImagePullSecrets {
+		return "", nil
+	}
+	creds, err := e.registryCreds(ctx, job, env, refs)
+	if err != nil || len(creds) == 0 {
+		return "", err
+	}
+	sec, err := registrySecret(name+registrySecretSuffix, ns, lbls, creds)
 	if err != nil {
-		e.logger.Warn("cannot make the job's pod own its secret (it is deleted with the job all the same)", "secret", e.secret, "err", err)
+		return "", err
+	}
+	if sec, err = cl.cs.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("create the job's registry secret in namespace %s: %w", ns, err)
+	}
+	from := map[string]string{}
+	for _, c := range creds {
+		from[c.Registry] = c.From
+	}
+	e.mu.Lock()
+	e.regSecret, e.regFrom = sec.Name, from
+	e.mu.Unlock()
+	return sec.Name, nil
+}
+
+// ownSecrets makes the pod the owner of the job's secrets: the cluster's
+// garbage collector deletes them with the pod, whoever deletes the pod.
+func (e *Executor) ownSecrets(ctx context.Context, pod *corev1.Pod) {
+	patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, pod.Name, pod.UID)
+	for _, name := range []string{e.secret, e.regSecret} {
+		if name == "" {
+			continue
+		}
+		_, err := e.cl.cs.CoreV1().Secrets(pod.Namespace).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err != nil {
+			e.logger.Warn("cannot make the job's pod own its secret (it is deleted with the job all the same)", "secret", name, "err", err)
+		}
 	}
 }
 
@@ -373,7 +422,7 @@ func (e *Executor) podState(ctx context.Context, pod *corev1.Pod, say func(strin
 		case st.State.Waiting != nil:
 			w := st.State.Waiting
 			if slices.Contains(imagePullReasons, w.Reason) {
-				msg := fmt.Sprintf("the image %s of container %q cannot be pulled: %s: %s", st.Image, st.Name, w.Reason, w.Message)
+				msg := fmt.Sprintf("the image %s of container %q cannot be pulled: %s: %s (%s)", st.Image, st.Name, w.Reason, w.Message, e.pullCredentialsNote(st.Image))
 				if ev := e.warningEvents(ctx, pod); ev != "" {
 					msg += "\n" + ev
 				}
@@ -465,7 +514,7 @@ func (e *Executor) detectShell(ctx context.Context) error {
 	return nil
 }
 
-// Cleanup deletes the job's pod and secret (also after failures and
+// Cleanup deletes the job's pod and secrets (also after failures and
 // cancels); it is safe after a failed Prepare and more than once. The
 // deletion runs in the background (Provider.Wait waits for it).
 func (e *Executor) Cleanup(ctx context.Context) {
@@ -480,7 +529,8 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		return
 	}
 	e.cleanedUp = true
-	cs, ns, pod, secret, logger, cfg := e.cl.cs, e.ns, e.pod, e.secret, e.logger, e.cfg
+	cs, ns, pod, logger, cfg := e.cl.cs, e.ns, e.pod, e.logger, e.cfg
+	secrets := []string{e.secret, e.regSecret}
 	resumable, s, jobID := e.resumable, e.settings, e.job.ID
 	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -493,7 +543,10 @@ func (e *Executor) Cleanup(ctx context.Context) {
 				logger.Warn("cannot delete the job's pod", "pod", ns+"/"+pod, "err", err)
 			}
 		}
-		if secret != "" {
+		for _, secret := range secrets {
+			if secret == "" {
+				continue
+			}
 			if err := cs.CoreV1().Secrets(ns).Delete(ctx, secret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				logger.Warn("cannot delete the job's secret", "secret", ns+"/"+secret, "err", err)
 			}

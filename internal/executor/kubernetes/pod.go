@@ -167,6 +167,9 @@ type podSpec struct {
 	serviceRefs []string // the services' qualified images; nil = as written
 	fileKeys    []string // file variables in the Secret
 	helperImage string
+	// registrySecret is the job's Secret of registry credentials, named
+	// in imagePullSecrets after image_pull_secrets; "" = none.
+	registrySecret string
 }
 
 // build returns the pod: the build container in the job's image idling in
@@ -298,8 +301,16 @@ func (p podSpec) build() *corev1.Pod {
 	if len(aliases) > 0 {
 		pod.Spec.HostAliases = []corev1.HostAlias{{IP: "127.0.0.1", Hostnames: aliases}}
 	}
-	for _, s := range c.ImagePullSecrets {
-		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	// With use_service_account_image_pull_secrets, none: the service
+	// account's apply (the API server adds them only to a pod that names
+	// none), as in GitLab Runner.
+	if !c.UseServiceAccountImagePullSecrets {
+		for _, s := range c.ImagePullSecrets {
+			pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+		}
+		if p.registrySecret != "" {
+			pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: p.registrySecret})
+		}
 	}
 	return pod
 }

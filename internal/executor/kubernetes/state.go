@@ -16,14 +16,15 @@ import (
 const stateVersion = 1
 
 // savedState is what a restarted manager needs to re-attach to a job (the
-// seed's state of the kubernetes executor): the pod and secret (name and
-// namespace), the shell and the stage running. No secret value is in it.
+// seed's state of the kubernetes executor): the pod and secrets (names
+// and namespace), the shell and the stage running. No secret value is in it.
 type savedState struct {
 	Version   int             `json:"version"`
 	Namespace string          `json:"namespace"`
 	Pod       string          `json:"pod"`
 	PodUID    types.UID       `json:"pod_uid,omitempty"`
 	Secret    string          `json:"secret,omitempty"`
+	RegSecret string          `json:"registry_secret,omitempty"`
 	Image     string          `json:"image"`
 	Shell     string          `json:"shell"`
 	ShellPath string          `json:"shell_path"`
@@ -41,7 +42,7 @@ func (e *Executor) State() (json.RawMessage, error) {
 		return nil, errors.New("kubernetes executor: State before Prepare")
 	}
 	st := savedState{
-		Version: stateVersion, Namespace: e.ns, Pod: e.pod, PodUID: e.podUID, Secret: e.secret, Image: e.image,
+		Version: stateVersion, Namespace: e.ns, Pod: e.pod, PodUID: e.podUID, Secret: e.secret, RegSecret: e.regSecret, Image: e.image,
 		Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths, FileVars: e.fileVars,
 	}
 	st.Runs, st.Stage = e.det.Export()
@@ -82,7 +83,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	defer e.mu.Unlock()
 	e.cfg, e.cl, e.job, e.settings, e.trace, e.logger = cfg, cl, opts.Job, opts.Settings, trace, logger
 	e.resumable = true
-	e.ns, e.pod, e.podUID, e.secret, e.image = st.Namespace, st.Pod, st.PodUID, st.Secret, st.Image
+	e.ns, e.pod, e.podUID, e.secret, e.regSecret, e.image = st.Namespace, st.Pod, st.PodUID, st.Secret, st.RegSecret, st.Image
 	e.shell, e.shellPath, e.paths, e.fileVars = st.Shell, st.ShellPath, st.Paths, st.FileVars
 	e.det = det
 	return nil

@@ -1,0 +1,195 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
+	"github.com/drover-ci/drover/internal/fleet/fleetingdir/fleetingdirtest"
+	"github.com/drover-ci/drover/internal/registryauth"
+)
+
+// privateRegistry starts distribution's registry with htpasswd
+// authentication, makes the test cluster's containerd reach it over plain
+// HTTP (a hosts.toml in its certs.d, which up.sh writes for the cluster's
+// own registry and containerd reads at each pull), and copies the test
+// busybox there under a tag of the test's own. It returns the registry and
+// the image's reference.
+func privateRegistry(t *testing.T, c *testCluster, user, password string) (*fleetingdirtest.Registry, string) {
+	t.Helper()
+	reg := fleetingdirtest.Start(t.Context(), t, fleetingdirtest.Options{Username: user, Password: password})
+	dir := filepath.Join(c.env.StateDir, "containerd", "certs.d", reg.Host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+reg.Host, "http://"+reg.Host)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ref := reg.Host + "/private/busybox:" + hex.EncodeToString(b[:])
+	src, err := name.ParseReference(c.busybox, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(src, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("read %s: %v", c.busybox, err)
+	}
+	if err := remote.Write(dst, img, remote.WithContext(t.Context()),
+		remote.WithAuth(&authn.Basic{Username: user, Password: password})); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+	// Without credentials the registry refuses the image: the test below
+	// proves something only if so.
+	if _, err := remote.Head(dst, remote.WithContext(t.Context())); err == nil {
+		t.Fatalf("the registry at %s serves %s without credentials", reg.Host, ref)
+	}
+	return reg, ref
+}
+
+// TestRegistryCredentialsPull runs jobs whose image is in a registry that
+// demands a login (distribution's, htpasswd). Without credentials the
+// kubelet cannot pull it: the job fails with image_pull_failure, saying
+// that drover had no credentials for the registry. With the job payload's
+// registry credentials (what GitLab sends) the job's registry Secret lets
+// the kubelet pull it and the job runs; the Secret carries the job's
+// labels and is gone after Cleanup. DOCKER_AUTH_CONFIG works the same,
+// and the sweep deletes the Secret of a job it does not keep.
+func TestRegistryCredentialsPull(t *testing.T) {
+	c := cluster(t)
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // the manager has no Docker login
+	const user, password = "drover-ci", "s3cret-pull-password"
+	reg, ref := privateRegistry(t, c, user, password)
+	host := registryauth.Host(ref)
+	p, s := c.provider(t)
+
+	t.Run("without credentials", func(t *testing.T) {
+		job := clusterJob(31)
+		job.Image = api.Image{Name: ref}
+		e := p.Create().(*Executor)
+		tr := &executortest.Trace{}
+		err := e.Prepare(t.Context(), executor.PrepareOptions{Job: job, Settings: s, Trace: tr})
+		e.Cleanup(context.Background())
+		<-e.Cleaned()
+		var be *executor.BuildError
+		if !errors.As(err, &be) || be.Reason != api.ImagePullFailure {
+			t.Fatalf("Prepare = %v, want an image_pull_failure\n%s", err, tr.String())
+		}
+		// The registry's refusal, as the kubelet reports it.
+		for _, want := range []string{"cannot be pulled", "401 Unauthorized", "drover found no credentials for " + host} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Prepare = %v\nwant it to say %q", err, want)
+			}
+		}
+		if e.regSecret != "" {
+			t.Errorf("a registry secret %q was made without credentials", e.regSecret)
+		}
+	})
+
+	t.Run("with the job's credentials", func(t *testing.T) {
+		job := clusterJob(32)
+		job.Image = api.Image{Name: ref}
+		job.Credentials = []api.Credentials{{Type: "registry", URL: host, Username: user, Password: password}}
+		e := p.Create().(*Executor)
+		tr := &executortest.Trace{}
+		if err := e.Prepare(t.Context(), executor.PrepareOptions{Job: job, Settings: s, Trace: tr}); err != nil {
+			e.Cleanup(context.Background())
+			t.Fatalf("Prepare: %v\n%s", err, tr.String())
+		}
+		cleaned := false
+		t.Cleanup(func() {
+			if !cleaned {
+				e.Cleanup(context.Background())
+			}
+		})
+		if want := "Authenticating with credentials from " + registryauth.FromPayload + " for " + host + "\n"; !strings.Contains(tr.String(), want) {
+			t.Errorf("the job's log lacks %q:\n%s", want, tr.String())
+		}
+		if err := e.Run(t.Context(), executor.Command{Stage: "step_script", Script: "echo ran-the-private-image"}); err != nil {
+			t.Fatalf("Run: %v\n%s", err, tr.String())
+		}
+		if !strings.Contains(tr.String(), "ran-the-private-image\n") {
+			t.Errorf("the stage's output is not in the trace:\n%s", tr.String())
+		}
+
+		sec, err := c.cs.CoreV1().Secrets(c.ns).Get(t.Context(), e.regSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the job's registry secret %q: %v", e.regSecret, err)
+		}
+		if sec.Type != corev1.SecretTypeDockerConfigJson || sec.Labels[LabelJob] != "32" || sec.Labels[LabelSystemID] != labelValue(s.SystemID) {
+			t.Errorf("registry secret: type %q labels %v", sec.Type, sec.Labels)
+		}
+		pod, err := c.cs.CoreV1().Pods(c.ns).Get(t.Context(), e.pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pod.Spec.ImagePullSecrets; len(got) != 1 || got[0].Name != e.regSecret {
+			t.Errorf("the pod's imagePullSecrets = %v, want the job's %s", got, e.regSecret)
+		}
+		// containerd asks for the manifest (GET, or HEAD when it has the
+		// content from an earlier run) as the job's user.
+		if reg.Count(`msg="response completed" auth.user.name=`+user, "/v2/private/busybox/manifests/", "http.response.status=200") == 0 {
+			t.Errorf("the registry served no manifest to %s:\n%s", user, reg.Log())
+		}
+
+		e.Cleanup(context.Background())
+		cleaned = true
+		<-e.Cleaned()
+		if _, err := c.cs.CoreV1().Secrets(c.ns).Get(t.Context(), e.regSecret, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the job's registry secret after Cleanup: %v, want not found", err)
+		}
+	})
+
+	// DOCKER_AUTH_CONFIG as a job variable; the registry Secret of a job
+	// the manager will not resume goes with the sweep of its pod.
+	t.Run("DOCKER_AUTH_CONFIG, swept", func(t *testing.T) {
+		job := clusterJob(33)
+		job.Image = api.Image{Name: ref}
+		auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+		job.Variables = append(job.Variables, api.Variable{Key: "DOCKER_AUTH_CONFIG", Value: `{"auths": {"http://` + host + `": {"auth": "` + auth + `"}}}`})
+		e := p.Create().(*Executor)
+		tr := &executortest.Trace{}
+		err := e.Prepare(t.Context(), executor.PrepareOptions{Job: job, Settings: s, Trace: tr})
+		t.Cleanup(func() { e.Cleanup(context.Background()) })
+		if err != nil {
+			t.Fatalf("Prepare: %v\n%s", err, tr.String())
+		}
+		if want := "Authenticating with credentials from " + registryauth.FromVariable + " for " + host + "\n"; !strings.Contains(tr.String(), want) {
+			t.Errorf("the job's log lacks %q:\n%s", want, tr.String())
+		}
+		removed, err := p.Sweep(t.Context(), s.SystemID, func(id int64) bool { return id != 33 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("secret %s/%s (job 33)", c.ns, e.regSecret)
+		if !slices.Contains(removed, want) {
+			t.Errorf("Sweep removed %q, want %q among them", removed, want)
+		}
+	})
+}

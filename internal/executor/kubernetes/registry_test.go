@@ -1,0 +1,119 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
+	"github.com/drover-ci/drover/internal/registryauth"
+)
+
+// The pod names the runner's image_pull_secrets, then the job's registry
+// Secret; with use_service_account_image_pull_secrets, none (the service
+// account's apply), as GitLab Runner does.
+func TestPodSpecImagePullSecrets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		configured []string
+		registry   string
+		useSA      bool
+		want       []corev1.LocalObjectReference
+	}{
+		{"none", nil, "", false, nil},
+		{"configured", []string{"regcred"}, "", false, []corev1.LocalObjectReference{{Name: "regcred"}}},
+		{"the job's", nil, "job-registry", false, []corev1.LocalObjectReference{{Name: "job-registry"}}},
+		{"both", []string{"regcred", "mirror"}, "job-registry", false,
+			[]corev1.LocalObjectReference{{Name: "regcred"}, {Name: "mirror"}, {Name: "job-registry"}}},
+		{"service account's", []string{"regcred"}, "job-registry", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg.ImagePullSecrets, cfg.UseServiceAccountImagePullSecrets = tc.configured, tc.useSA
+			job := testJob()
+			spec := podSpec{name: "p", ns: "ci", cfg: cfg, job: job, image: job.Image.Name, registrySecret: tc.registry}
+			if diff := cmp.Diff(tc.want, spec.build().Spec.ImagePullSecrets); diff != "" {
+				t.Errorf("imagePullSecrets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// registryCreds finds credentials for the registries of the job's images
+// once per registry, says in the job's log where each came from, and
+// leaves out (with a warning) an identity token, which the kubelet cannot
+// use; the Secret made of them is a dockerconfigjson with the job's
+// labels.
+func TestRegistryCreds(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no config.json of the manager
+	job := &api.JobResponse{
+		Variables: api.Variables{{Key: "DOCKER_AUTH_CONFIG", Value: `{"auths": {
+			"var.example.com": {"username": "var-user", "password": "var-pass"},
+			"token.example.com": {"identitytoken": "refresh"}}}`}},
+		Credentials: []api.Credentials{{Type: "registry", URL: "gitlab.example.com:5050", Username: "gitlab-ci-token", Password: "job-token"}},
+	}
+	tr := &executortest.Trace{}
+	e := &Executor{trace: tr}
+	refs := []string{
+		"gitlab.example.com:5050/g/p/build:1", "var.example.com/svc:1", "gitlab.example.com:5050/g/p/other:2",
+		"docker.io/library/postgres:16", "token.example.com/svc:1",
+	}
+	creds, err := e.registryCreds(t.Context(), job, nil, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []registryauth.Credentials{
+		{Registry: "gitlab.example.com:5050", Username: "gitlab-ci-token", Password: "job-token", From: registryauth.FromPayload},
+		{Registry: "var.example.com", Username: "var-user", Password: "var-pass", From: registryauth.FromVariable},
+	}
+	if diff := cmp.Diff(want, creds); diff != "" {
+		t.Errorf("registryCreds (-want +got):\n%s", diff)
+	}
+	log := tr.String()
+	for _, line := range []string{
+		"Authenticating with credentials from job payload (GitLab Registry) for gitlab.example.com:5050\n",
+		"Authenticating with credentials from $DOCKER_AUTH_CONFIG for var.example.com\n",
+		"the credentials for token.example.com from $DOCKER_AUTH_CONFIG are an identity token",
+	} {
+		if strings.Count(log, line) != 1 {
+			t.Errorf("the job's log has %q %d times, want once:\n%s", line, strings.Count(log, line), log)
+		}
+	}
+
+	lbls := jobLabels(testSettings(), 42, nil)
+	sec, err := registrySecret("drover-x-job-42-abc-registry", "ci", lbls, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec.Type != corev1.SecretTypeDockerConfigJson || len(sec.Data) != 1 || sec.Labels[LabelJob] != "42" || sec.Labels[LabelManaged] != "1" {
+		t.Errorf("registry secret = type %q, keys %d, labels %v", sec.Type, len(sec.Data), sec.Labels)
+	}
+	var cfg registryauth.Config
+	if err := json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &cfg); err != nil || len(cfg.Auths) != 2 {
+		t.Fatalf("registry secret's %s = %s, %v; want two auths", corev1.DockerConfigJsonKey, sec.Data[corev1.DockerConfigJsonKey], err)
+	}
+	if c, ok, err := cfg.Lookup(t.Context(), "gitlab.example.com:5050"); err != nil || !ok || c.Password != "job-token" {
+		t.Errorf("the secret's credentials for gitlab.example.com:5050 = %+v, %v, %v", c, ok, err)
+	}
+
+	// A job without any source asks nothing and logs nothing.
+	tr2 := &executortest.Trace{}
+	e2 := &Executor{trace: tr2}
+	if creds, err := e2.registryCreds(t.Context(), &api.JobResponse{}, nil, refs); err != nil || creds != nil || tr2.String() != "" {
+		t.Errorf("registryCreds without sources = %v, %v; log %q", creds, err, tr2.String())
+	}
+	// A broken entry fails the job as an image pull failure.
+	bad := &api.JobResponse{Variables: api.Variables{{Key: "DOCKER_AUTH_CONFIG", Value: `{"auths": {"var.example.com": {"auth": "%%%"}}}`}}}
+	_, err = e2.registryCreds(t.Context(), bad, nil, refs)
+	var be *executor.BuildError
+	if !errors.As(err, &be) || be.Reason != api.ImagePullFailure {
+		t.Errorf("registryCreds with a broken auth = %v, want an image_pull_failure", err)
+	}
+}
