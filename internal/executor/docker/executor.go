@@ -362,10 +362,20 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 			}
 		}
 	}
-	binds = append(binds, builds+":"+buildsDir)
-	if cfg.CacheDir != "" && !cfg.DisableCache {
+	// A volume of the config's at the builds or cache directory takes
+	// its place, as in GitLab Runner (volumes = ["/host/cache:/cache"]).
+	mine := map[string]bool{}
+	for _, v := range cfg.Volumes {
+		mine[volumeTarget(v)] = true
+	}
+	if !mine[buildsDir] {
+		binds = append(binds, builds+":"+buildsDir)
+	}
+	switch {
+	case mine[cacheDir]:
+	case cfg.CacheDir != "" && !cfg.DisableCache:
 		binds = append(binds, path.Join(cfg.CacheDir, nameSafe(s.ShortToken), "project-"+strconv.FormatInt(job.JobInfo.ProjectID, 10))+":"+cacheDir)
-	} else {
+	default:
 		binds = append(binds, cache+":"+cacheDir)
 	}
 	var anon []string
@@ -380,6 +390,16 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 	e.binds, e.anonVolumes = binds, anon
 	e.mu.Unlock()
 	return nil
+}
+
+// volumeTarget is the container path of a volumes entry:
+// "/container/path" or "source:/container/path[:mode]".
+func volumeTarget(v string) string {
+	parts := strings.Split(v, ":")
+	if len(parts) == 1 {
+		return path.Clean(v)
+	}
+	return path.Clean(parts[1])
 }
 
 // anonymous returns the container configuration's anonymous volumes.
