@@ -69,13 +69,15 @@ func TestNormalise(t *testing.T) {
 		"2026-11-30T09:00:00.223456Z 00O section_start:1764493200:get_sources\r\x1b[0Kpart one \n" +
 		"2026-11-30T09:00:00.323456Z 00O+and two\n" +
 		"plain /tmp/run1/builds/ABCDEFGHI/0 at http://127.0.0.1:4242/x token glcbt-64_abcdefghijklmnop\n" +
-		"\x1b[32;1mGitaly correlation ID: fa93ffdca5c84fe385f3c30eb4460ccb\x1b[0;m\n"
+		"\x1b[32;1mGitaly correlation ID: fa93ffdca5c84fe385f3c30eb4460ccb\x1b[0;m\n" +
+		"Using docker image sha256:" + strings.Repeat("ab", 32) + " for x:1\n"
 	got, stderr := n.trace(log+"2026-11-30T09:00:00.423456Z 01E oops\n", 1)
 	want := []string{
 		"Running with x",
 		"section_start:T:get_sources\r\x1b[0Kpart one and two",
 		"plain $ROOT/builds/$SHORT_TOKEN/0 at $SERVER_URL/x token $JOB_TOKEN",
 		"\x1b[32;1mGitaly correlation ID: $CORRELATION_ID\x1b[0;m",
+		"Using docker image $IMAGE_ID for x:1",
 		"oops",
 	}
 	if !slices.Equal(got, want) {

@@ -39,7 +39,7 @@ type Options struct {
 	Executor string // "shell" or "docker"
 	// Listen is the address the coordinator listens on, 127.0.0.1:0
 	// when empty; the docker executor's containers reach it at the
-	// address of Docker's bridge on the host (DockerSetup).
+	// address of Docker's bridge on the host (see docker_test.go).
 	Listen string
 	// Docker is the docker executor's [runners.docker].
 	Docker   DockerConfig
