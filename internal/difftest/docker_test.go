@@ -19,6 +19,10 @@ var glrHelperBinary = flag.String("helper", "", "GitLab Runner's gitlab-runner-h
 // and exports DIFFTEST_ENTRYPOINT=ran before it runs its arguments.
 const entrypointImage = "drover-difftest-entrypoint:1"
 
+// gitImage, the fixtures' default image, is drover-test-bash with the
+// host's git (the git fixtures' scripts run git).
+const gitImage = "drover-difftest-git:1"
+
 const entrypointScript = "#!/bin/sh\necho \"difftest entrypoint ran\"\nexport DIFFTEST_ENTRYPOINT=ran\nexec \"$@\"\n"
 
 // TestDifferentialDocker is TestDifferentialShell for the docker
@@ -45,7 +49,7 @@ func BenchmarkDifferentialDocker(b *testing.B) {
 }
 
 // dockerSetup makes sure the engine has the images the docker fixtures
-// run (drover's test images, entrypointImage and, when glr names GitLab
+// run (drover's test images, gitImage, entrypointImage and, when glr names GitLab
 // Runner's binary, its helper image, whose tag it returns) and returns
 // the options of a docker run: the coordinator on Docker's bridge, where
 // containers reach it. It skips the test without Docker.
@@ -61,6 +65,12 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 			"COPY difftest-entrypoint /usr/local/bin/difftest-entrypoint\n"+
 			`ENTRYPOINT ["/usr/local/bin/difftest-entrypoint"]`+"\n"))
 		return c.File("difftest-entrypoint", 0o755, []byte(entrypointScript))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dockerimage.Ensure(ctx, cli, gitImage, dockerimage.TestImageLabels(), func(c *dockerimage.Context) error {
+		c.File("Dockerfile", 0o644, []byte("FROM "+dockerimage.TestImageBash+"\nCOPY rootfs/ /\n"))
+		return c.HostBinary("/usr/bin/git", "rootfs/usr/bin/git", "rootfs")
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +103,7 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 	if gateway == "" {
 		t.Skipf("Docker's bridge network has no IPv4 gateway: %+v", bridge.IPAM.Config)
 	}
-	return Options{Executor: "docker", Listen: net.JoinHostPort(gateway, "0"), Docker: DockerConfig{Image: dockerimage.TestImageBash}}, helper
+	return Options{Executor: "docker", Listen: net.JoinHostPort(gateway, "0"), Docker: DockerConfig{Image: gitImage}}, helper
 }
 
 // interfaceIPv4 is the first IPv4 address of the host's interface name,

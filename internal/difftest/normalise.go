@@ -60,6 +60,9 @@ func (n normaliser) trace(s string, jobID int64) (lines, stderr []string) {
 			// GitLab Runner's short token is 9 characters after glrt-
 			// (8 in older versions).
 			l = strings.ReplaceAll(l, t[5:14], "$SHORT_TOKEN")
+			// ... as a host name has it (the docker executor's
+			// containers).
+			l = strings.ReplaceAll(l, hostSafe(t[5:14]), "$SHORT_TOKEN")
 			l = strings.ReplaceAll(l, t[5:13], "$SHORT_TOKEN")
 		}
 		if n.root != "" {
@@ -77,4 +80,18 @@ func (n normaliser) trace(s string, jobID int64) (lines, stderr []string) {
 		}
 	}
 	return lines, stderr
+}
+
+// hostSafe is s as a host name has it (RFC 1123): lower case, without
+// the characters a host name may not have.
+func hostSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return -1
+	}, s)
 }

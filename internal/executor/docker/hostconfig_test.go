@@ -577,3 +577,16 @@ func TestVolumeTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestRFC1123: the build container's host name as GitLab Runner makes it.
+func TestRFC1123(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"runner-AbC_12-project-7-concurrent-0", "runner-abc12-project-7-concurrent-0"},
+		{"--x", "x"},
+		{strings.Repeat("a", 70), strings.Repeat("a", 63)},
+	} {
+		if got := rfc1123(tc.in); got != tc.want {
+			t.Errorf("rfc1123(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
