@@ -352,7 +352,8 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 
 // createVolumes makes the job's volume and finds or makes the builds and
 // cache volumes: one per runner, concurrent slot and project, so that the
-// fetch strategy reuses the previous clone (per job with disable_cache),
+// fetch strategy reuses the previous clone (per job with disable_cache; the
+// builds volume per job too for the other strategies, as GitLab Runner),
 // with volume_driver and volume_driver_ops (and a name of their own for
 // each driver and options: see volumeVariant). The job's volume, drover's
 // scripts, is the engine's default kind.
@@ -385,16 +386,21 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 		variant := volumeVariant(cfg)
 		builds = fmt.Sprintf("%s-concurrent-%d-builds%s", base, s.ConcurrentID, variant)
 		cache = base + "-cache" + variant
+		shared := []string{builds, cache}
 		if shell.Strategy(job) != shell.GitFetch {
 			// As GitLab Runner: only a fetch reuses the last checkout;
 			// clone, none and empty start from an empty builds volume
-			// of the job's own.
-			builds = e.prefix + "-builds"
+			// of the job's own, removed with it.
+			builds, shared = e.prefix+"-builds", []string{cache}
+			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: builds, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
+				Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
+				return fmt.Errorf("create a volume: %w", err)
+			}
 			e.mu.Lock()
 			e.volumes = append(e.volumes, builds)
 			e.mu.Unlock()
 		}
-		for _, v := range []string{builds, cache} {
+		for _, v := range shared {
 			// Creating an existing volume returns it: no inspect first.
 			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
 				Labels: labels(s, 0, roleCache, cfg.ContainerLabels)}); err != nil {
