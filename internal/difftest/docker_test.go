@@ -103,7 +103,13 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 	if gateway == "" {
 		t.Skipf("Docker's bridge network has no IPv4 gateway: %+v", bridge.IPAM.Config)
 	}
-	return Options{Executor: "docker", Listen: net.JoinHostPort(gateway, "0"), Docker: DockerConfig{Image: gitImage}}, helper
+	listen := net.JoinHostPort(gateway, "0")
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Skipf("the coordinator cannot listen on Docker's bridge, where the containers would reach it (an engine on another host?): %v", err)
+	}
+	ln.Close()
+	return Options{Executor: "docker", Listen: listen, Docker: DockerConfig{Image: gitImage}}, helper
 }
 
 // interfaceIPv4 is the first IPv4 address of the host's interface name,
