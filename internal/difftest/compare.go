@@ -61,6 +61,11 @@ var Deliberate = []Rule{
 		Lines: transferDetail,
 	},
 	{
+		ID:    "docker-setup",
+		Why:   "how each runner sets up the docker executor's containers: GitLab Runner logs its pull policy, each image's id and its helper image at every stage, and a service's link on the default bridge; drover logs each image once, and building its own helper image",
+		Match: dockerSetupLine, Drop: true,
+	},
+	{
 		ID:    "debug-trace",
 		Why:   "with CI_DEBUG_TRACE the shell traces each runner's own generated script",
 		Lines: debugTrace,
@@ -78,6 +83,12 @@ var (
 	// transferProgress is drover's helper's line before an upload, and
 	// its line on a cache archive's size.
 	transferProgress = regexp.MustCompile(`^(Uploading artifacts as "[^"]*" to coordinator\.\.\. \(\d+ files, \d+ bytes\)|Archive is \d+ bytes \(\d+ files, \d+ bytes uncompressed\))$`)
+	// dockerSetupLine is a line of the docker executor about finding an
+	// image (GitLab Runner's pull manager's and helper image's, drover's;
+	// a pull, which the suite's local images never need, is kept) or
+	// GitLab Runner's about a service container leaving the default
+	// bridge, which drover's job networks do not use.
+	dockerSetupLine = regexp.MustCompile(`^(\x1b\[32;1mUsing default image\x1b\[0;m|Using effective pull policy of .*|Using locally found image .*|Using docker image .*|Using helper image: .*|Checking for the helper image .*|Built the helper image .*|\x1b\[32;1mContainer \S+ disconnected from network bridge\x1b\[0;m)$`)
 	// xtrace is a line of the shell's trace (set -x): one or more '+'.
 	xtrace = regexp.MustCompile(`^\++ `)
 )

@@ -69,13 +69,17 @@ func TestNormalise(t *testing.T) {
 		"2026-11-30T09:00:00.223456Z 00O section_start:1764493200:get_sources\r\x1b[0Kpart one \n" +
 		"2026-11-30T09:00:00.323456Z 00O+and two\n" +
 		"plain /tmp/run1/builds/ABCDEFGHI/0 at http://127.0.0.1:4242/x token glcbt-64_abcdefghijklmnop\n" +
-		"\x1b[32;1mGitaly correlation ID: fa93ffdca5c84fe385f3c30eb4460ccb\x1b[0;m\n"
+		"\x1b[32;1mGitaly correlation ID: fa93ffdca5c84fe385f3c30eb4460ccb\x1b[0;m\n" +
+		"Using docker image sha256:" + strings.Repeat("ab", 32) + " for x:1\n" +
+		"Running on runner-abcdefghi-project-7-concurrent-0 via h...\n"
 	got, stderr := n.trace(log+"2026-11-30T09:00:00.423456Z 01E oops\n", 1)
 	want := []string{
 		"Running with x",
 		"section_start:T:get_sources\r\x1b[0Kpart one and two",
 		"plain $ROOT/builds/$SHORT_TOKEN/0 at $SERVER_URL/x token $JOB_TOKEN",
 		"\x1b[32;1mGitaly correlation ID: $CORRELATION_ID\x1b[0;m",
+		"Using docker image $IMAGE_ID for x:1",
+		"Running on runner-$SHORT_TOKEN-project-7-concurrent-0 via h...",
 		"oops",
 	}
 	if !slices.Equal(got, want) {
@@ -181,6 +185,20 @@ func TestRules(t *testing.T) {
 			name: "debug-trace keeps markers and the runner's lines of a traced log",
 			in:   []string{"section_start:T:s\r\x1b[0K", "+ set -o pipefail", "export A=1", "\x1b[32;1m$ echo x\x1b[0;m", "x", "section_end:T:s\r\x1b[0K"},
 			want: []string{"section_start:T:s\r\x1b[0K", "\x1b[32;1m$ echo x\x1b[0;m", "section_end:T:s\r\x1b[0K"},
+		},
+		{
+			name: "docker-setup drops the lines about images and the default bridge",
+			in: []string{
+				"\x1b[32;1mUsing default image\x1b[0;m",
+				"Using effective pull policy of [if-not-present] for container x:1",
+				"Using docker image $IMAGE_ID for x:1 ...",
+				"Using locally found image x:1 (0fcf1c2d48ae)",
+				"Built the helper image drover-helper:5e9437028a53",
+				"\x1b[32;1mContainer runner-a-project-7-concurrent-0-b651d39a-svc-0 disconnected from network bridge\x1b[0;m",
+				"Pulling docker image x:1 ...",
+				"Using Docker executor with image x:1 ...",
+			},
+			want: []string{"Pulling docker image x:1 ...", "Using Docker executor with image x:1 ..."},
 		},
 		{
 			name: "an untraced log keeps its output",

@@ -19,6 +19,14 @@ type Fixture struct {
 	// those the coordinator fills in (@@JOB_ID@@, @@JOB_TOKEN@@,
 	// @@SERVER_URL@@: see coordinator/testpayloads.go).
 	Payload json.RawMessage
+	// Executors are the executors the fixture runs on: "shell" when
+	// its file names none.
+	Executors []string
+}
+
+// For reports whether the fixture runs on executor.
+func (f Fixture) For(executor string) bool {
+	return slices.Contains(f.Executors, executor)
 }
 
 // fixtureFile is a fixture as written.
@@ -30,6 +38,11 @@ type fixtureFile struct {
 	Patch map[string]any `json:"patch"`
 	// Variables are appended to the base payload's variables.
 	Variables []map[string]any `json:"variables"`
+	// Executors are the executors it runs on, ["shell"] when empty: a
+	// job that needs the host (its login shell, its git config) is not
+	// one for a container, and one about images and services only for
+	// the docker executor.
+	Executors []string `json:"executors"`
 }
 
 // LoadFixtures reads dir/base.json and every other dir/*.json as a
@@ -75,7 +88,10 @@ func LoadFixtures(dir string) ([]Fixture, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		out = append(out, Fixture{Name: strings.TrimSuffix(filepath.Base(name), ".json"), Description: f.Description, Payload: b})
+		if len(f.Executors) == 0 {
+			f.Executors = []string{"shell"}
+		}
+		out = append(out, Fixture{Name: strings.TrimSuffix(filepath.Base(name), ".json"), Description: f.Description, Payload: b, Executors: f.Executors})
 	}
 	return out, nil
 }

@@ -27,6 +27,9 @@ var (
 	// correlationID is the request id of the runner's jobs/request, new
 	// on every request, that GitLab Runner prints and sends to Gitaly.
 	correlationID = regexp.MustCompile(`(Gitaly correlation ID: )[0-9A-Za-z-]+`)
+	// imageID is an image's id: the docker executor's images are built
+	// on the machine from its own files, so each machine has others.
+	imageID = regexp.MustCompile(`\bsha256:[0-9a-f]{64}\b`)
 )
 
 // trace returns the normalised lines of a job log, and those of them
@@ -52,10 +55,14 @@ func (n normaliser) trace(s string, jobID int64) (lines, stderr []string) {
 		l = jobToken.ReplaceAllString(l, "$$JOB_TOKEN")
 		l = runnerToken.ReplaceAllString(l, "$$RUNNER_TOKEN")
 		l = correlationID.ReplaceAllString(l, "${1}$$CORRELATION_ID")
+		l = imageID.ReplaceAllString(l, "$$IMAGE_ID")
 		if t := n.runnerToken; len(t) > 14 {
 			// GitLab Runner's short token is 9 characters after glrt-
 			// (8 in older versions).
 			l = strings.ReplaceAll(l, t[5:14], "$SHORT_TOKEN")
+			// ... as a host name has it (the docker executor's
+			// containers).
+			l = strings.ReplaceAll(l, hostSafe(t[5:14]), "$SHORT_TOKEN")
 			l = strings.ReplaceAll(l, t[5:13], "$SHORT_TOKEN")
 		}
 		if n.root != "" {
@@ -73,4 +80,18 @@ func (n normaliser) trace(s string, jobID int64) (lines, stderr []string) {
 		}
 	}
 	return lines, stderr
+}
+
+// hostSafe is s as a host name has it (RFC 1123): lower case, without
+// the characters a host name may not have.
+func hostSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return -1
+	}, s)
 }

@@ -36,7 +36,13 @@ type Runner struct {
 // Options configure Run.
 type Options struct {
 	Runner   Runner
-	Executor string // "shell"
+	Executor string // "shell" or "docker"
+	// Listen is the address the coordinator listens on, 127.0.0.1:0
+	// when empty; the docker executor's containers reach it at the
+	// address of Docker's bridge on the host (see docker_test.go).
+	Listen string
+	// Docker is the docker executor's [runners.docker].
+	Docker   DockerConfig
 	Fixtures []Fixture
 	// Dir is where the run keeps its files (coordinator data, builds,
 	// cache, repositories, the runner's HOME); it must be empty.
@@ -151,7 +157,7 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 		<-background
 	}()
 	rec := newRecorder(c.Handler())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cmpOr(opts.Listen, "127.0.0.1:0"))
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +171,7 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 		return nil, fmt.Errorf("create the runner: %w", err)
 	}
 	config := filepath.Join(dirs["work"], "config.toml")
-	if err := os.WriteFile(config, []byte(configTOML(base, created.Token, opts.Executor, dirs["builds"], dirs["cache"])), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(configTOML(base, created.Token, opts.Executor, dirs, opts.Docker)), 0o600); err != nil {
 		return nil, err
 	}
 	rctx, stop := context.WithCancel(ctx)
@@ -241,11 +247,23 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 	return out, nil
 }
 
+// DockerConfig is what the suite sets of [runners.docker].
+type DockerConfig struct {
+	// Image is the default job image.
+	Image string
+	// HelperImage is helper_image, GitLab Runner's: drover builds its
+	// own.
+	HelperImage string
+}
+
 // configTOML is the runner's config.toml: one runner, one job at a time,
 // builds and cache under the run's directory, two variables of the
-// runner's environment (fixture 52 sets one of them too).
-func configTOML(url, token, executor, builds, cache string) string {
-	return fmt.Sprintf(`concurrent = 1
+// runner's environment (fixture 55 sets one of them too). The docker executor's
+// containers keep their builds in /builds, see the run's repositories
+// at their host path and its cache directory as /cache, and take only
+// local images.
+func configTOML(url, token, executor string, dirs map[string]string, docker DockerConfig) string {
+	head := fmt.Sprintf(`concurrent = 1
 check_interval = 1
 log_level = "info"
 
@@ -255,10 +273,21 @@ log_level = "info"
   token = %q
   executor = %q
   shell = "bash"
-  builds_dir = %q
-  cache_dir = %q
   environment = ["DIFFTEST_ENV=from-runner", "DIFFTEST_RUNNER_ONLY=yes"]
-`, url, token, executor, builds, cache)
+`, url, token, executor)
+	if executor != "docker" {
+		return head + fmt.Sprintf("  builds_dir = %q\n  cache_dir = %q\n", dirs["builds"], dirs["cache"])
+	}
+	out := head + fmt.Sprintf(`  cache_dir = "/cache"
+  [runners.docker]
+    image = %q
+    pull_policy = ["if-not-present"]
+    volumes = [%q, %q]
+`, docker.Image, dirs["cache"]+":/cache", dirs["repos"]+":"+dirs["repos"]+":ro")
+	if docker.HelperImage != "" {
+		out += fmt.Sprintf("    helper_image = %q\n", docker.HelperImage)
+	}
+	return out
 }
 
 // runnerEnv is the runner process's environment: the machine's PATH, a

@@ -97,6 +97,14 @@ func WriteHelperContext(c *Context, droverBinary string) error {
 // writeHelperContext is WriteHelperContext with the host's busybox at
 // busybox.
 func writeHelperContext(c *Context, droverBinary, busybox string) error {
+	c.File("Dockerfile", 0o644, []byte(helperDockerfile))
+	return writeHelperRoot(c, droverBinary, helperDrover, busybox)
+}
+
+// writeHelperRoot writes the root of a helper image (see
+// WriteHelperContext) with binary as binDest; a /bin/bash written
+// already is kept.
+func writeHelperRoot(c *Context, droverBinary, binDest, busybox string) error {
 	if _, err := exec.LookPath("ldd"); err != nil {
 		return helperNeed("ldd", "apt-get install libc-bin", err)
 	}
@@ -116,8 +124,7 @@ func writeHelperContext(c *Context, droverBinary, busybox string) error {
 	}
 
 	r := helperRoot
-	c.File("Dockerfile", 0o644, []byte(helperDockerfile))
-	c.HostBinary(droverBinary, r+helperDrover, r)
+	c.HostBinary(droverBinary, r+binDest, r)
 	c.HostBinary(hostGit, r+hostGit, r)
 	if err := writeGitCore(c); err != nil {
 		return err
@@ -229,7 +236,9 @@ func copyHostTree(c *Context, src, dst string) {
 // and each of hostTools the host has as root/usr/bin/NAME, with their
 // libraries.
 func writeHostTools(c *Context, bash, root string) error {
-	c.HostBinary(bash, root+"/bin/bash", root)
+	if !c.Has(root + "/bin/bash") {
+		c.HostBinary(bash, root+"/bin/bash", root)
+	}
 	c.Symlink(root+"/bin/sh", "bash")
 	for _, t := range hostTools {
 		if p, err := exec.LookPath(t); err == nil {

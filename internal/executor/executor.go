@@ -302,6 +302,13 @@ type ScriptHost interface {
 	ScriptHostname() string
 }
 
+// ViaManager is implemented by ScriptHost executors whose prepare_script
+// line names the manager's host too, as GitLab Runner's docker executor
+// does: "Running on <container> via <manager's host>...".
+type ViaManager interface {
+	ViaManager() bool
+}
+
 // Stateful is implemented by executors whose running stage survives the
 // manager's death: the manager saves State in its job store, and after a
 // restart a new executor is rebuilt from it with Restore (instead of

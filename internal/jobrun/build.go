@@ -787,7 +787,13 @@ func (b *build) scriptless() (host string, local, ok bool) {
 		return l.Hostname(), true, true
 	}
 	if h, ok := b.exec.(executor.ScriptHost); ok {
-		return h.ScriptHostname(), false, true
+		host = h.ScriptHostname()
+		if v, ok := b.exec.(executor.ViaManager); ok && v.ViaManager() {
+			if me, err := os.Hostname(); err == nil {
+				host += " via " + me
+			}
+		}
+		return host, false, true
 	}
 	return "", false, false
 }

@@ -265,3 +265,27 @@ func TestGetSourcesRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestStrategy: GIT_STRATEGY as written (any case), else fetch when the
+// job allows it, else clone.
+func TestStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		fetch bool
+		want  string
+	}{
+		{"", false, GitClone},
+		{"", true, GitFetch},
+		{" None ", true, GitNone},
+		{"clone", true, GitClone},
+		{"empty", false, GitEmpty},
+	} {
+		job := &api.JobResponse{AllowGitFetch: tc.fetch}
+		if tc.value != "" {
+			job.Variables = api.Variables{{Key: "GIT_STRATEGY", Value: tc.value}}
+		}
+		if got := Strategy(job); got != tc.want {
+			t.Errorf("Strategy(%q, allow fetch %v) = %q, want %q", tc.value, tc.fetch, got, tc.want)
+		}
+	}
+}

@@ -279,3 +279,17 @@ func ProjectDir(vars api.Variables, p executor.Paths, custom bool) (string, erro
 	}
 	return path.Clean(dir), nil
 }
+
+// Strategy is the job's GIT_STRATEGY as get_sources reads it (GitClone,
+// GitFetch, GitNone, GitEmpty or what the job wrote): without the
+// variable, fetch when the job allows it (allow_git_fetch), else clone.
+func Strategy(job *api.JobResponse) string {
+	s := strings.ToLower(strings.TrimSpace(job.Variables.Get("GIT_STRATEGY")))
+	if s != "" {
+		return s
+	}
+	if job.AllowGitFetch {
+		return GitFetch
+	}
+	return GitClone
+}

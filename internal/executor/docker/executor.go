@@ -22,6 +22,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/detached"
+	"github.com/drover-ci/drover/internal/shell"
 )
 
 // Paths inside the containers.
@@ -93,16 +94,46 @@ var (
 // Disposable reports true: a job's containers are made for it alone.
 func (e *Executor) Disposable() bool { return true }
 
-// ScriptHostname is the build container's host name: the runner's
-// hostname, else Docker's default (the first 12 hex digits of its id).
-// Every stage creates the project directory it runs in.
+// ScriptHostname is the build container's host name (see
+// buildHostname). Every stage creates the project directory it runs in.
 func (e *Executor) ScriptHostname() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.buildHostname()
+}
+
+// ViaManager reports true: the prepare_script line names the manager's
+// host, as GitLab Runner's does.
+func (e *Executor) ViaManager() bool { return true }
+
+// buildHostname is the build container's host name: the runner's
+// hostname, else GitLab Runner's name of the project's slot,
+// runner-<short token>-project-<id>-concurrent-<slot> (e.mu held).
+func (e *Executor) buildHostname() string {
 	if e.cfg != nil && e.cfg.Hostname != "" {
 		return e.cfg.Hostname
 	}
-	return shortID(e.build)
+	if e.job == nil {
+		return shortID(e.build)
+	}
+	return rfc1123(fmt.Sprintf("runner-%s-project-%d-concurrent-%d", e.settings.ShortToken, e.job.JobInfo.ProjectID, e.settings.ConcurrentID))
+}
+
+// rfc1123 makes name a host name as GitLab Runner does: lower case,
+// without the characters a host name may not have, starting with a
+// letter or digit, at most 63 bytes.
+func rfc1123(name string) string {
+	b := []byte(strings.ToLower(name))
+	out := b[:0]
+	for _, c := range b {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && len(out) > 0 {
+			out = append(out, c)
+		}
+	}
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return string(out)
 }
 
 // Shell returns the shell of the job's image (after Prepare).
@@ -321,7 +352,8 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 
 // createVolumes makes the job's volume and finds or makes the builds and
 // cache volumes: one per runner, concurrent slot and project, so that the
-// fetch strategy reuses the previous clone (per job with disable_cache),
+// fetch strategy reuses the previous clone (per job with disable_cache; the
+// builds volume per job too for the other strategies, as GitLab Runner),
 // with volume_driver and volume_driver_ops (and a name of their own for
 // each driver and options: see volumeVariant). The job's volume, drover's
 // scripts, is the engine's default kind.
@@ -354,7 +386,21 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 		variant := volumeVariant(cfg)
 		builds = fmt.Sprintf("%s-concurrent-%d-builds%s", base, s.ConcurrentID, variant)
 		cache = base + "-cache" + variant
-		for _, v := range []string{builds, cache} {
+		shared := []string{builds, cache}
+		if shell.Strategy(job) != shell.GitFetch {
+			// As GitLab Runner: only a fetch reuses the last checkout;
+			// clone, none and empty start from an empty builds volume
+			// of the job's own, removed with it.
+			builds, shared = e.prefix+"-builds", []string{cache}
+			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: builds, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
+				Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
+				return fmt.Errorf("create a volume: %w", err)
+			}
+			e.mu.Lock()
+			e.volumes = append(e.volumes, builds)
+			e.mu.Unlock()
+		}
+		for _, v := range shared {
 			// Creating an existing volume returns it: no inspect first.
 			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
 				Labels: labels(s, 0, roleCache, cfg.ContainerLabels)}); err != nil {
@@ -362,10 +408,20 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 			}
 		}
 	}
-	binds = append(binds, builds+":"+buildsDir)
-	if cfg.CacheDir != "" && !cfg.DisableCache {
+	// A volume of the config's at the builds or cache directory takes
+	// its place, as in GitLab Runner (volumes = ["/host/cache:/cache"]).
+	mine := map[string]bool{}
+	for _, v := range cfg.Volumes {
+		mine[volumeTarget(v)] = true
+	}
+	if !mine[buildsDir] {
+		binds = append(binds, builds+":"+buildsDir)
+	}
+	switch {
+	case mine[cacheDir]:
+	case cfg.CacheDir != "" && !cfg.DisableCache:
 		binds = append(binds, path.Join(cfg.CacheDir, nameSafe(s.ShortToken), "project-"+strconv.FormatInt(job.JobInfo.ProjectID, 10))+":"+cacheDir)
-	} else {
+	default:
 		binds = append(binds, cache+":"+cacheDir)
 	}
 	var anon []string
@@ -380,6 +436,16 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 	e.binds, e.anonVolumes = binds, anon
 	e.mu.Unlock()
 	return nil
+}
+
+// volumeTarget is the container path of a volumes entry:
+// "/container/path" or "source:/container/path[:mode]".
+func volumeTarget(v string) string {
+	parts := strings.Split(v, ":")
+	if len(parts) == 1 {
+		return path.Clean(v)
+	}
+	return path.Clean(parts[1])
 }
 
 // anonymous returns the container configuration's anonymous volumes.
@@ -419,12 +485,12 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	e.mu.Lock()
 	e.builds++
 	name := fmt.Sprintf("%s-build-%d", e.prefix, e.builds)
-	job, cfg := e.job, e.cfg
+	job, cfg, hostname := e.job, e.cfg, e.buildHostname()
 	e.mu.Unlock()
 
 	cc := &container.Config{
 		Image:      e.imageID,
-		Hostname:   cfg.Hostname,
+		Hostname:   hostname,
 		Cmd:        []string{"sh", "-c", bootScript},
 		Env:        jobEnv(job),
 		User:       e.user,

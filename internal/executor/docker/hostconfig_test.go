@@ -561,3 +561,32 @@ func TestDemuxErrors(t *testing.T) {
 type errWriter struct{ err error }
 
 func (w errWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// TestVolumeTarget: the container path of each form of a volumes entry,
+// which decides whether it replaces the builds or cache volume.
+func TestVolumeTarget(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/cache", "/cache"},
+		{"/srv/cache:/cache", "/cache"},
+		{"/srv/cache:/cache/:ro", "/cache"},
+		{"named:/builds:rw", "/builds"},
+		{"/a:/data", "/data"},
+	} {
+		if got := volumeTarget(tc.in); got != tc.want {
+			t.Errorf("volumeTarget(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestRFC1123: the build container's host name as GitLab Runner makes it.
+func TestRFC1123(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"runner-AbC_12-project-7-concurrent-0", "runner-abc12-project-7-concurrent-0"},
+		{"--x", "x"},
+		{strings.Repeat("a", 70), strings.Repeat("a", 63)},
+	} {
+		if got := rfc1123(tc.in); got != tc.want {
+			t.Errorf("rfc1123(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

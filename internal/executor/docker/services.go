@@ -49,7 +49,7 @@ func (e *Executor) startServices(ctx context.Context, specs []api.Image) error {
 				names = append(names, n)
 			}
 		}
-		e.printf("Starting service %s ...\n", s.Name)
+		e.printf("Starting service %s...\n", s.Name)
 		id, err := e.pull(ctx, s.Name, s.PullPolicy)
 		if err != nil {
 			return err
@@ -139,7 +139,7 @@ func (e *Executor) waitServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.printf("Waiting for services to be up and running (timeout %v)...\n", timeout)
+	e.printf("Waiting for services to be up and running (timeout %d seconds)...\n", int(timeout.Round(time.Second)/time.Second))
 	args := append([]string{"drover", "helper", "wait", "--timeout", timeout.String()}, addrs...)
 	var out strings.Builder
 	code, err := e.execAttached(ctx, hid, "", args, nil, &out, &out)

@@ -1,0 +1,132 @@
+package difftest
+
+import (
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
+)
+
+var glrHelperBinary = flag.String("helper", "", "GitLab Runner's gitlab-runner-helper binary, for its docker executor's helper image (default: gitlab-runner-helper beside -record or -peer)")
+
+// entrypointImage is drover-test-bash with an entrypoint that says it ran
+// and exports DIFFTEST_ENTRYPOINT=ran before it runs its arguments.
+const entrypointImage = "drover-difftest-entrypoint:1"
+
+// gitImage, the fixtures' default image, is drover-test-bash with the
+// host's git (the git fixtures' scripts run git).
+const gitImage = "drover-difftest-git:1"
+
+const entrypointScript = "#!/bin/sh\necho \"difftest entrypoint ran\"\nexport DIFFTEST_ENTRYPOINT=ran\nexec \"$@\"\n"
+
+// TestDifferentialDocker is TestDifferentialShell for the docker
+// executor (testdata/golden/docker.json): the fixtures that say
+// "docker", on the local test images.
+func TestDifferentialDocker(t *testing.T) {
+	if *record == "" && *keep == "" {
+		if _, err := os.Stat(goldenPath("docker")); err != nil {
+			t.Skipf("no recording of GitLab Runner to compare with (scripts/difftest-record.sh makes it): %v", err)
+		}
+	}
+	opts, helper := dockerSetup(t, *record)
+	testDifferential(t, opts, helper)
+}
+
+// BenchmarkDifferentialDocker is BenchmarkDifferentialShell for the
+// docker executor.
+func BenchmarkDifferentialDocker(b *testing.B) {
+	if *peer == "" {
+		b.Skip("-peer names the GitLab Runner binary to compare with")
+	}
+	opts, helper := dockerSetup(b, *peer)
+	benchmarkDifferential(b, opts, helper)
+}
+
+// dockerSetup makes sure the engine has the images the docker fixtures
+// run (drover's test images, gitImage, entrypointImage and, when glr names GitLab
+// Runner's binary, its helper image, whose tag it returns) and returns
+// the options of a docker run: the coordinator on Docker's bridge, where
+// containers reach it. It skips the test without Docker.
+func dockerSetup(t testing.TB, glr string) (Options, string) {
+	t.Helper()
+	cli := dockertest.Engine(t)
+	ctx := t.Context()
+	if err := dockerimage.EnsureTestImages(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dockerimage.Ensure(ctx, cli, entrypointImage, dockerimage.TestImageLabels(), func(c *dockerimage.Context) error {
+		c.File("Dockerfile", 0o644, []byte("FROM "+dockerimage.TestImageBash+"\n"+
+			"COPY difftest-entrypoint /usr/local/bin/difftest-entrypoint\n"+
+			`ENTRYPOINT ["/usr/local/bin/difftest-entrypoint"]`+"\n"))
+		return c.File("difftest-entrypoint", 0o755, []byte(entrypointScript))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dockerimage.Ensure(ctx, cli, gitImage, dockerimage.TestImageLabels(), func(c *dockerimage.Context) error {
+		c.File("Dockerfile", 0o644, []byte("FROM "+dockerimage.TestImageBash+"\nCOPY rootfs/ /\n"))
+		return c.HostBinary("/usr/bin/git", "rootfs/usr/bin/git", "rootfs")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var helper string
+	if glr != "" {
+		bin := *glrHelperBinary
+		if bin == "" {
+			bin = filepath.Join(filepath.Dir(glr), "gitlab-runner-helper")
+		}
+		var err error
+		if helper, err = dockerimage.EnsureGitLabRunnerHelper(ctx, cli, bin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bridge, err := cli.NetworkInspect(ctx, "bridge", network.InspectOptions{})
+	if err != nil {
+		t.Fatalf("Docker's bridge network: %v", err)
+	}
+	var gateway string
+	for _, c := range bridge.IPAM.Config {
+		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
+			gateway = c.Gateway
+		}
+	}
+	if gateway == "" {
+		// An engine that does not say: the address of the bridge's
+		// interface on this host.
+		gateway = interfaceIPv4(cmpOr(bridge.Options["com.docker.network.bridge.name"], "docker0"))
+	}
+	if gateway == "" {
+		t.Skipf("Docker's bridge network has no IPv4 gateway: %+v", bridge.IPAM.Config)
+	}
+	listen := net.JoinHostPort(gateway, "0")
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Skipf("the coordinator cannot listen on Docker's bridge, where the containers would reach it (an engine on another host?): %v", err)
+	}
+	ln.Close()
+	return Options{Executor: "docker", Listen: listen, Docker: DockerConfig{Image: gitImage}}, helper
+}
+
+// interfaceIPv4 is the first IPv4 address of the host's interface name,
+// "" when it has none.
+func interfaceIPv4(name string) string {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return ""
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
