@@ -102,9 +102,7 @@ func testDifferential(t *testing.T, opts Options, glrHelper string) {
 // knownGaps are the fixtures drover does not pass yet, by
 // "executor/fixture", with the gap: each is an open item of issue 40,
 // not a deliberate difference.
-var knownGaps = map[string]string{
-	"docker/51-docker-image-entrypoint": "drover runs the stages by docker exec in a build container the image's entrypoint started: the entrypoint's output is not in the job log and what it exports does not reach the script; GitLab Runner runs the script as the entrypoint's command",
-}
+var knownGaps = map[string]string{}
 
 func runFixtures(t *testing.T, opts Options, fixtures []Fixture) *Recording {
 	t.Helper()

@@ -44,6 +44,13 @@ const (
 	StageFinished             Stage = "finished"
 )
 
+// UserStage reports whether stage runs the job's own scripts (step_script
+// with its hooks, after_script): GitLab Runner runs these in the job's
+// image, the others ("predefined") in its helper.
+func UserStage(stage Stage) bool {
+	return stage == StageStepScript || stage == StageAfterScript
+}
+
 // StageClearWorktree runs before the second attempt of get_sources
 // (GET_SOURCES_ATTEMPTS): it empties the checkout the failed attempt left,
 // as GitLab Runner's stage of that name does. Executors run it where they

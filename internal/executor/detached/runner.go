@@ -65,6 +65,10 @@ type Stage struct {
 	// it (State.Where): a container, a host.
 	Where string
 	Shell string // what runs Script (a path or a name); default sh
+	// Entrypoint, when set, starts Shell: Shell and the script are its
+	// arguments (a container image's entrypoint, which the stage's
+	// shell runs under).
+	Entrypoint []string
 	// Login runs Shell as a login shell (-l): it reads the profile first.
 	Login bool
 	Dir   string // the project directory: made if need be and entered

@@ -143,6 +143,26 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunEntrypoint: a stage with an Entrypoint runs its shell under it
+// (with the shell and the script as its arguments): what it prints comes
+// first in the trace and what it exports reaches the script; quoting
+// survives words with spaces and quotes.
+func TestRunEntrypoint(t *testing.T) {
+	for _, tl := range tools {
+		t.Run(tl.name, func(t *testing.T) {
+			t.Parallel()
+			j := newJob(t, tl)
+			s := j.stage(executor.StageStepScript, `echo "script sees $ENTRY"`)
+			s.Entrypoint = []string{"sh", "-c", `echo "it's the entrypoint, $# args"; export ENTRY='set by it'; exec "$@"`, "entry point"}
+			err := j.r.Run(t.Context(), j.target, s, StartFresh, 0)
+			checkResult(t, err, 0)
+			if got, want := j.trace.String(), "it's the entrypoint, 2 args\nscript sees set by it\n"; got != want {
+				t.Errorf("trace = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func touch(t *testing.T, p string) {
 	t.Helper()
 	if err := os.WriteFile(p, nil, 0o600); err != nil {

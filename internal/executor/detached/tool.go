@@ -285,13 +285,23 @@ func wrapper(s Stage, f Files, staged string, claimed bool) string {
 if ! mv -f %[1]s %[2]s; then
 	echo "cannot store the stage script "%[2]s
 elif { [ -d %[3]s ] || mkdir -p %[3]s; } && cd %[3]s; then
-	%[4]s%[7]s %[2]s
+	%[8]s%[4]s%[7]s %[2]s
 	rc=$?
 else
 	echo "cannot enter the project directory "%[3]s
 fi
 echo $rc > %[5]s && mv -f %[5]s %[6]s
-`, Quote(staged), Quote(f.Script), Quote(cmp.Or(s.Dir, ".")), Quote(cmp.Or(s.Shell, "sh")), Quote(f.Exit+".tmp"), Quote(f.Exit), loginFlag(s.Login))
+`, Quote(staged), Quote(f.Script), Quote(cmp.Or(s.Dir, ".")), Quote(cmp.Or(s.Shell, "sh")), Quote(f.Exit+".tmp"), Quote(f.Exit), loginFlag(s.Login), Words(s.Entrypoint))
+	return b.String()
+}
+
+// Words returns args as sh words, each quoted and followed by a space
+// (a prefix of a command line); "" for none.
+func Words(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteString(Quote(a) + " ")
+	}
 	return b.String()
 }
 

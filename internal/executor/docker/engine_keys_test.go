@@ -35,6 +35,13 @@ type keyCase struct {
 	// for its image.
 	service    bool
 	entrypoint []string
+	// image is the job's image (default drover-test-busybox:1);
+	// resumable prepares the job as a manager with a job store does
+	// (its stages run detached, followed by drover's helper: helperBinary
+	// is the drover binary its helper image is built from).
+	image        string
+	resumable    bool
+	helperBinary string
 	// prepareErr: Prepare fails with an error containing it (the case's
 	// checks then look at the containers made); reason: a refusal of the
 	// job's, with that failure reason.
@@ -290,24 +297,28 @@ services_security_opt = ["no-new-privileges"]
 // runKeyCase prepares a job with the case's [runners.docker] on slot i of
 // the runner token, checks it, runs its script and removes it.
 func runKeyCase(t *testing.T, cli *dockerclient.Client, token string, i int, tc keyCase) {
+	helper := "helper_image = \"" + dockerimage.TestImageBusybox + "\"\n"
+	if tc.helperBinary != "" {
+		helper = ""
+	}
 	cfg := parseDockerTable(t, "[runners.docker]\n"+
-		"pull_policy = \"if-not-present\"\nhelper_image = \""+dockerimage.TestImageBusybox+"\"\nwait_for_services_timeout = -1\n"+
+		"pull_policy = \"if-not-present\"\n"+helper+"wait_for_services_timeout = -1\n"+
 		tc.body+"\n")
-	p, err := NewProvider(Options{Lookup: func(executor.Settings) (*Config, error) { return cfg, nil }, Dialer: fixedDialer{cli}})
+	p, err := NewProvider(Options{Lookup: func(executor.Settings) (*Config, error) { return cfg, nil }, Dialer: fixedDialer{cli}, HelperBinary: tc.helperBinary})
 	if err != nil {
 		t.Fatal(err)
 	}
 	job := &api.JobResponse{
 		ID: 990100 + int64(i), Token: "keys-token",
 		JobInfo: api.JobInfo{ProjectID: 42, ProjectFullPath: "g/p"},
-		Image:   api.Image{Name: dockerimage.TestImageBusybox, Entrypoint: tc.entrypoint},
+		Image:   api.Image{Name: orDefault(tc.image, dockerimage.TestImageBusybox), Entrypoint: tc.entrypoint},
 	}
 	if tc.service {
 		job.Services = []api.Image{{Name: dockerimage.TestImageBusybox, Alias: "svc", Command: []string{"sleep", "3600"}}}
 	}
 	ex := p.Create().(*Executor)
 	trace := &executortest.Trace{}
-	s := executor.Settings{ShortToken: token, SystemID: "s_keys", RunnerName: "keys", ConcurrentID: i}
+	s := executor.Settings{ShortToken: token, SystemID: "s_keys", RunnerName: "keys", ConcurrentID: i, Resumable: tc.resumable}
 	ctx := t.Context()
 	prepErr := ex.Prepare(ctx, executor.PrepareOptions{Job: job, Settings: s, Trace: trace})
 	var made map[string][]container.InspectResponse
@@ -499,4 +510,12 @@ func equal[T any](t *testing.T, what string, got, want T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("%s mismatch (-want +got):\n%s", what, diff)
 	}
+}
+
+// orDefault is s, or def when s is "".
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

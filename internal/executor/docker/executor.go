@@ -61,6 +61,7 @@ type Executor struct {
 	paths       executor.Paths
 	image       string // the build image as the job names it
 	imageID     string
+	userEntry   []string // what the job's user stages run under (stageEntrypoint)
 	user        string
 	network     string   // the job's network (id); "" when network_mode is set
 	netName     string   // what containers join
@@ -235,12 +236,16 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	e.mu.Unlock()
 	fmt.Fprintf(trace, "Using Docker executor with image %s%s ...\n", img, where)
 
-	id, err := e.pull(ctx, img, job.Image.PullPolicy)
+	ins, err := e.pull(ctx, img, job.Image.PullPolicy)
 	if err != nil {
 		return err
 	}
+	var own []string
+	if ins.Config != nil {
+		own = ins.Config.Entrypoint
+	}
 	e.mu.Lock()
-	e.imageID = id
+	e.imageID, e.userEntry = ins.ID, stageEntrypoint(own, job.Image.Entrypoint, cfg.DisableEntrypointOverwrite)
 	e.mu.Unlock()
 	_, stacked := opts.Data.(*Target)
 	// See slotnet.go for when a job joins its slot's network.
@@ -522,6 +527,27 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	err = e.detectShell(ctx, id)
 	spanOf(e.eng, spanBoot, start, err)
 	return err
+}
+
+// stageEntrypoint is what the user stages (step_script, after_script)
+// of a job run under in the build container: the entrypoint its build
+// containers get (the job's, unless disable_entrypoint_overwrite keeps
+// the image's own), nil when there is none. GitLab Runner runs each user
+// stage as the command of a container of its own, so the entrypoint runs
+// before every user stage's shell: what it prints is in the stage's log
+// and what it exports reaches the script (the script's own variables
+// still win). Drover's stages are execs into one build container, which
+// the engine starts without that process tree, so each user stage's
+// shell is started through the entrypoint instead.
+func stageEntrypoint(image, asked []string, keepImage bool) []string {
+	ep := image
+	if asked != nil && !(len(asked) > 0 && keepImage) {
+		ep = asked
+	}
+	if strings.Join(ep, "") == "" {
+		return nil // none, or the job's [""]
+	}
+	return ep
 }
 
 // createStart creates and starts a container, recording it for Cleanup

@@ -14,55 +14,57 @@ import (
 
 // pull makes img present on the engine as the pull policies (the job's,
 // where allowed_pull_policies allows them, else the runner's) say, trying
-// them in order, and returns the image's id. A failure is the job's:
-// image_pull_failure, with the engine's message.
-func (e *Executor) pull(ctx context.Context, img string, requested []string) (string, error) {
+// them in order, and returns the image as the engine inspects it (its
+// id, its configuration). A failure is the job's: image_pull_failure,
+// with the engine's message.
+func (e *Executor) pull(ctx context.Context, img string, requested []string) (image.InspectResponse, error) {
 	policies, err := e.cfg.AllowedPull(requested)
 	if err != nil {
-		return "", refuse(api.RunnerConfigurationError, "image %s: %v", img, err)
+		return image.InspectResponse{}, refuse(api.RunnerConfigurationError, "image %s: %v", img, err)
 	}
 	// The engine is asked for the qualified name, never the job's string:
 	// see CheckImageReference.
 	ref, err := CheckImageReference(img)
 	if err != nil {
-		return "", refuse(api.ImagePullFailure, "image %q: %v", img, err)
+		return image.InspectResponse{}, refuse(api.ImagePullFailure, "image %q: %v", img, err)
 	}
 	var errs []string
 	for i, p := range policies {
-		id, err := e.pullOnce(ctx, img, ref, p)
+		ins, err := e.pullOnce(ctx, img, ref, p)
 		if err == nil {
-			return id, nil
+			return ins, nil
 		}
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return image.InspectResponse{}, ctx.Err()
 		}
 		errs = append(errs, err.Error())
 		if i < len(policies)-1 {
 			e.printf("\033[0;33mWARNING: %v; trying the next pull policy\033[0;m\n", err)
 		}
 	}
-	return "", refuse(api.ImagePullFailure, "image %s: %s", img, strings.Join(errs, "; "))
+	return image.InspectResponse{}, refuse(api.ImagePullFailure, "image %s: %s", img, strings.Join(errs, "; "))
 }
 
 // pullOnce applies one pull policy to the image ref, named img in the
-// job's log.
-func (e *Executor) pullOnce(ctx context.Context, img, ref string, p PullPolicy) (string, error) {
+// job's log, and returns it as the engine inspects it.
+func (e *Executor) pullOnce(ctx context.Context, img, ref string, p PullPolicy) (image.InspectResponse, error) {
+	var none image.InspectResponse
 	if p != PullAlways {
 		ins, err := e.eng.ImageInspect(ctx, ref)
 		if err == nil {
 			e.printf("Using locally found image %s (%s)\n", img, shortID(ins.ID))
-			return ins.ID, nil
+			return ins, nil
 		}
 		if !cerrdefs.IsNotFound(err) {
-			return "", fmt.Errorf("inspect image: %w", err)
+			return none, fmt.Errorf("inspect image: %w", err)
 		}
 		if p == PullNever {
-			return "", fmt.Errorf("not present on the engine, and pull_policy is never")
+			return none, fmt.Errorf("not present on the engine, and pull_policy is never")
 		}
 	}
 	auth, from, err := e.registryAuth(ctx, ref)
 	if err != nil {
-		return "", fmt.Errorf("pull (policy %s): %w", p, err)
+		return none, fmt.Errorf("pull (policy %s): %w", p, err)
 	}
 	if from != "" {
 		e.printf("Authenticating with credentials from %s\n", from)
@@ -70,29 +72,29 @@ func (e *Executor) pullOnce(ctx context.Context, img, ref string, p PullPolicy) 
 	e.printf("Pulling docker image %s ...\n", img)
 	rc, err := e.eng.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: auth})
 	if err != nil {
-		return "", fmt.Errorf("pull (policy %s): %w", p, err)
+		return none, fmt.Errorf("pull (policy %s): %w", p, err)
 	}
 	err = dockerimage.ReadMessages(rc)
 	rc.Close()
 	if err != nil {
-		return "", fmt.Errorf("pull (policy %s): %w", p, err)
+		return none, fmt.Errorf("pull (policy %s): %w", p, err)
 	}
 	ins, err := e.eng.ImageInspect(ctx, ref)
 	if err != nil {
-		return "", fmt.Errorf("inspect the pulled image: %w", err)
+		return none, fmt.Errorf("inspect the pulled image: %w", err)
 	}
 	e.printf("Using docker image %s (%s)\n", img, shortID(ins.ID))
-	return ins.ID, nil
+	return ins, nil
 }
 
 // pullHelper makes the helper image present: drover's own was built by
 // the provider; a configured helper_image is pulled when missing.
 func (e *Executor) pullHelper(ctx context.Context, tag string) (string, error) {
-	id, err := e.pullOnce(ctx, tag, tag, PullIfNotPresent)
+	ins, err := e.pullOnce(ctx, tag, tag, PullIfNotPresent)
 	if err != nil {
 		return "", fmt.Errorf("helper image %s: %w", tag, err)
 	}
-	return id, nil
+	return ins.ID, nil
 }
 
 func shortID(id string) string {

@@ -50,14 +50,11 @@ func (e *Executor) startServices(ctx context.Context, specs []api.Image) error {
 			}
 		}
 		e.printf("Starting service %s...\n", s.Name)
-		id, err := e.pull(ctx, s.Name, s.PullPolicy)
+		ins, err := e.pull(ctx, s.Name, s.PullPolicy)
 		if err != nil {
 			return err
 		}
-		ins, err := e.eng.ImageInspect(ctx, id)
-		if err != nil {
-			return fmt.Errorf("service %s: inspect image: %w", s.Name, err)
-		}
+		id := ins.ID
 		var ports []int
 		if ins.Config != nil {
 			for p := range ins.Config.ExposedPorts {

@@ -175,6 +175,18 @@ func (e *Executor) wrapper(cid string) string {
 `, pd)
 }
 
+// stageEntry is what stage's shell in container cid runs under: the
+// image's entrypoint (stageEntrypoint) for a user stage in the build
+// container, else nothing.
+func (e *Executor) stageEntry(stage executor.Stage, cid string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if cid != e.build || !executor.UserStage(stage) {
+		return nil
+	}
+	return e.userEntry
+}
+
 // stageSetup is what a stage's wrapper in container cid sets before the
 // script: in the build container, the soft limit of open files that
 // ulimit gives. The engine gives the limits to processes it execs, but
@@ -209,8 +221,8 @@ func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, s
 	// its pid where stopStage finds it: a cancel signals what is below it.
 	// (One write of a few bytes: a reader never sees half a pid, and the
 	// stage needs no mv.)
-	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s || exit\necho $$ > %[3]s\n%[2]s %[1]s </dev/null 2>&1\nexit $?\n",
-		quote(f.Script), quote(shellPath), quote(f.PID))
+	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s || exit\necho $$ > %[3]s\n%[4]s%[2]s %[1]s </dev/null 2>&1\nexit $?\n",
+		quote(f.Script), quote(shellPath), quote(f.PID), detached.Words(e.stageEntry(cmd.Stage, cid)))
 	started := time.Now()
 	code, err := e.exec(ctx, cid, user, []string{"sh", "-c", script}, strings.NewReader(cmd.Script), w, w,
 		func() { e.stopStage(context.Background(), cid, user, f) })
@@ -235,7 +247,8 @@ func (e *Executor) runDetached(ctx context.Context, cmd executor.Command, cid, s
 	// Files git writes must be the build container's user's too.
 	det, pd, umask := e.det, e.paths.ProjectDir, e.helperUmaskLocked(cid)
 	e.mu.Unlock()
-	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: cid, Shell: shellPath, Dir: pd, Umask: umask, Setup: e.stageSetup(cid)}
+	s := detached.Stage{Name: cmd.Stage, Script: cmd.Script, Where: cid, Shell: shellPath, Dir: pd, Umask: umask, Setup: e.stageSetup(cid),
+		Entrypoint: e.stageEntry(cmd.Stage, cid)}
 	started := time.Now()
 	err := det.Run(ctx, &stageTarget{e: e, cid: cid, user: user}, s, mode, from)
 	var be *executor.BuildError

@@ -24,6 +24,7 @@ type savedState struct {
 	Paths      executor.Paths  `json:"paths"`
 	Image      string          `json:"image"`
 	ImageID    string          `json:"image_id"`
+	UserEntry  []string        `json:"user_entrypoint,omitempty"`
 	User       string          `json:"user,omitempty"`
 	Network    string          `json:"network,omitempty"`
 	NetName    string          `json:"net_name,omitempty"`
@@ -53,7 +54,7 @@ func (e *Executor) State() (json.RawMessage, error) {
 	}
 	st := savedState{
 		Version: stateVersion, Prefix: e.prefix, Shell: e.shell, ShellPath: e.shellPath, Paths: e.paths,
-		Image: e.image, ImageID: e.imageID, User: e.user, Network: e.network, NetName: e.netName,
+		Image: e.image, ImageID: e.imageID, UserEntry: e.userEntry, User: e.user, Network: e.network, NetName: e.netName,
 		JobVolume: e.jobVolume, Volumes: e.volumes, Binds: e.binds, Build: e.build, Builds: e.builds,
 		Helper: e.helper, HelperImg: e.helperImg, Services: e.services, Containers: e.containers, NonRoot: e.nonRoot,
 	}
@@ -97,6 +98,7 @@ func (e *Executor) Restore(ctx context.Context, opts executor.PrepareOptions, st
 	e.resumable = true
 	e.prefix, e.shell, e.shellPath, e.paths = st.Prefix, st.Shell, st.ShellPath, st.Paths
 	e.image, e.imageID, e.user, e.network, e.netName = st.Image, st.ImageID, st.User, st.Network, st.NetName
+	e.userEntry = st.UserEntry
 	e.jobVolume, e.volumes, e.binds, e.build, e.builds = st.JobVolume, st.Volumes, st.Binds, st.Build, st.Builds
 	e.helper, e.helperImg, e.services, e.containers = st.Helper, st.HelperImg, st.Services, st.Containers
 	e.nonRoot, e.det = st.NonRoot, det
