@@ -1,12 +1,15 @@
 package coordinator
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"testing/fstest"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/forge"
 	"github.com/drover-ci/drover/internal/pipeline/ciconfig"
 	"github.com/drover-ci/drover/internal/store"
 )
@@ -172,4 +175,84 @@ later: {stage: b, script: [x]}
 
 func failedUpdate(token string) api.UpdateJobRequest {
 	return api.UpdateJobRequest{Token: token, State: api.StateFailed, FailureReason: api.ScriptFailure, ExitCode: ptr(1)}
+}
+
+// TestAutoCancelOnPush is auto-cancel on the webhook's path: a second
+// push to a branch makes the first push's pipeline redundant; its
+// interruptible job, running, is told to stop (Job-Status canceling on
+// the runner's next update), its job that is not interruptible runs on,
+// its interruptible job not started is canceled, and the pipeline ends
+// canceled once the runner says so. A push to
+// another branch cancels nothing.
+func TestAutoCancelOnPush(t *testing.T) {
+	e := newEnv(t, nil)
+	w := newWorkTree(t)
+	first := w.commit("first", map[string]string{".gitlab-ci.yml": `workflow: {auto_cancel: {on_new_commit: interruptible}}
+stages: [test, deploy]
+test: {stage: test, script: [make test], interruptible: true, tags: [test]}
+lint: {stage: test, script: [make lint], tags: [lint]}
+deploy: {stage: deploy, script: [make deploy], interruptible: true}
+`})
+	if resp, b := e.admin("POST", "/api/v1/projects", map[string]any{"name": "team/app", "repo_url": w.dir, "webhook_secret": "hook-secret"}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /api/v1/projects = %d %s", resp.StatusCode, b)
+	}
+	push := func(ref, sha, delivery string) int64 {
+		t.Helper()
+		resp, b := e.do("POST", "/api/v1/hooks/generic/team/app", map[string]string{"Authorization": "Bearer hook-secret"},
+			forge.GenericPush{Ref: ref, After: sha, DeliveryID: delivery})
+		var a hookAnswerJSON
+		if err := json.Unmarshal(b, &a); err != nil || resp.StatusCode != http.StatusCreated {
+			t.Fatalf("webhook of %s = %d %s (%v)", ref, resp.StatusCode, b, err)
+		}
+		return a.Pipeline.ID
+	}
+	old := push("refs/heads/main", first, "d-1")
+	if err := e.c.advancePipeline(t.Context(), old); err != nil {
+		t.Fatal(err)
+	}
+	taken := map[string]*api.JobResponse{}
+	for _, tag := range []string{"test", "lint"} {
+		_, tok := e.runner(map[string]any{"tag_list": []string{tag}, "run_untagged": false})
+		taken[tag] = e.take(tok)
+	}
+
+	w.git("checkout", "-q", "-b", "feature")
+	push("refs/heads/feature", w.commit("on a branch", map[string]string{"f.txt": "f"}), "d-2")
+	if got := e.statuses(old); got["test"] != "running" || got["lint"] != "running" {
+		t.Fatalf("after a push to another branch the first pipeline's jobs are %v, want test and lint running", got)
+	}
+	w.git("checkout", "-q", "main")
+	newer := push("refs/heads/main", w.commit("second", map[string]string{"a.txt": "a"}), "d-3")
+	want := map[string]string{"test": "canceling", "lint": "running", "deploy": "canceled"}
+	if got := e.statuses(old); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after a second push to main the first pipeline's jobs are %v, want %v", got, want)
+	}
+	// The runner of test learns it on its next update, and ends it.
+	jr := taken["test"]
+	resp, b := e.put(jr.ID, jr.Token, api.UpdateJobRequest{Token: jr.Token, State: api.StateRunning})
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Job-Status") != "canceling" {
+		t.Errorf("the interruptible job's update = %d Job-Status %q %s, want 200 canceling", resp.StatusCode, resp.Header.Get("Job-Status"), b)
+	}
+	if resp, b := e.put(jr.ID, jr.Token, api.UpdateJobRequest{Token: jr.Token, State: api.StateFailed, FailureReason: "script_failure"}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("end the canceled job = %d %s", resp.StatusCode, b)
+	}
+	lint := taken["lint"]
+	if resp, b := e.put(lint.ID, lint.Token, api.UpdateJobRequest{Token: lint.Token, State: api.StateSuccess}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("lint's success = %d %s", resp.StatusCode, b)
+	}
+	if err := e.c.advancePipeline(t.Context(), old); err != nil {
+		t.Fatal(err)
+	}
+	var pv pipelineView
+	_, b = e.admin("GET", fmt.Sprintf("/api/v1/pipelines/%d", old), nil)
+	e.decode(b, &pv)
+	if pv.Status != "canceled" {
+		t.Errorf("the first pipeline = %s, want canceled", pv.Status)
+	}
+	if err := e.c.advancePipeline(t.Context(), newer); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.statuses(newer); got["test"] != "pending" || got["lint"] != "pending" {
+		t.Errorf("the second pipeline's jobs = %v, want its first stage pending", got)
+	}
 }

@@ -35,18 +35,38 @@ import (
 // resource_group exclusive.
 
 // transitionJob is the store's TransitionJob; a pipeline job that
-// finished wakes its pipeline's advance.
+// finished, or that a runner took, wakes its pipeline's advance.
 func (c *Coordinator) transitionJob(ctx context.Context, id int64, from []store.Status, ch store.JobChange) (store.Job, error) {
 	got, err := c.st.TransitionJob(ctx, id, from, ch)
-	if err == nil && got.PipelineID != 0 && got.Status.Finished() {
+	if err != nil || got.PipelineID == 0 {
+		return got, err
+	}
+	switch {
+	case got.Status.Finished():
 		c.pipes.wake(got.PipelineID)
 		if got.Spec.Pipeline != nil && got.Spec.Pipeline.ResourceGroup != "" {
 			// Its resource group is free: the project's other
 			// pipelines may have a job waiting for it.
 			c.wakeProjectPipelines(ctx, got.Project)
 		}
+	case startsRunning(from, got.Status):
+		// The pipeline is running from its first job's start, as
+		// GitLab's, on its page and in the forge's status; left to the
+		// reaper's sweep it would say pending for up to ReapInterval.
+		c.pipes.wake(got.PipelineID)
 	}
 	return got, err
+}
+
+// startsRunning reports whether a job moved from one of from to to has
+// just started to run (a runner took it): a status that makes its
+// pipeline running (pipelineStatus), from none that did. A running job's
+// updates (from running to running) are not.
+func startsRunning(from []store.Status, to store.Status) bool {
+	runs := func(s store.Status) bool {
+		return s == store.StatusRunning || s == store.StatusWaitingForRunnerAck || s == store.StatusCanceling
+	}
+	return runs(to) && !slices.ContainsFunc(from, runs)
 }
 
 // wakeProjectPipelines wakes the advance of every unfinished pipeline of

@@ -296,6 +296,65 @@ func (c *Coordinator) applyProject(req *projectRequest, p *store.Project, vs []P
 	return nil
 }
 
+// projectConflict is a change of a project refused for its state (409):
+// a name taken, a version not the project's.
+type projectConflict struct {
+	msg, field string
+}
+
+func (e *projectConflict) Error() string { return e.msg }
+
+// writeProjectError answers err of createProject or updateProject: 400
+// for an invalid request, 409 for a conflict, 404 for a project that is
+// not registered, else 500 (what is for the log).
+func (c *Coordinator) writeProjectError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	var bad *runnerapi.BadRequest
+	var conflict *projectConflict
+	switch {
+	case errors.As(err, &bad):
+		runnerapi.WriteBad(w, bad)
+	case errors.As(err, &conflict):
+		runnerapi.WriteError(w, http.StatusConflict, conflict.msg, conflict.field)
+	case errors.Is(err, store.ErrNotFound):
+		runnerapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("project %s not found", r.PathValue("project")), "")
+	default:
+		c.internalError(r.Context(), w, what, err)
+	}
+}
+
+// createProject registers the project req asks for (req.Name required)
+// and returns it with its webhook secret, generated when req gives none.
+// Errors: *runnerapi.BadRequest for an invalid request, *projectConflict
+// for a registered project of that name.
+func (c *Coordinator) createProject(ctx context.Context, req projectRequest) (store.Project, string, error) {
+	if req.Name == nil || *req.Name == "" {
+		return store.Project{}, "", runnerapi.Invalid("name", "name is required: the project's path, group/name")
+	}
+	name := *req.Name
+	if len(name) > 255 || !projectRE.MatchString(name) || dotSegment(name) {
+		return store.Project{}, "", runnerapi.Invalid("name", "name must be a path like group/project (no empty, . or .. segments)")
+	}
+	secret := runnerapi.RandomToken("", 24)
+	if req.WebhookSecret != nil {
+		secret = *req.WebhookSecret
+	} else {
+		req.WebhookSecret = &secret
+	}
+	p := store.Project{Name: name, DefaultBranch: defaultBranch, ConfigPath: defaultConfigPath, CreatedAt: c.clock.Now()}
+	if e := c.applyProject(&req, &p, nil); e != nil {
+		return store.Project{}, "", e
+	}
+	p, err := c.st.CreateProject(ctx, p)
+	if errors.Is(err, store.ErrExists) {
+		return store.Project{}, "", &projectConflict{msg: fmt.Sprintf("project %s exists", name), field: "name"}
+	}
+	if err != nil {
+		return store.Project{}, "", fmt.Errorf("create project %s: %w", name, err)
+	}
+	c.log.Info("project created", "project", p.Name, "project_id", p.ID)
+	return p, secret, nil
+}
+
 // handleCreateProject is POST /api/v1/projects: 201 with the project and,
 // once, its webhook secret (generated when not given); 409 for a
 // registered project of that name.
@@ -305,37 +364,11 @@ func (c *Coordinator) handleCreateProject(w http.ResponseWriter, r *http.Request
 		runnerapi.WriteBad(w, e)
 		return
 	}
-	if req.Name == nil || *req.Name == "" {
-		runnerapi.WriteBad(w, runnerapi.Invalid("name", "name is required: the project's path, group/name"))
-		return
-	}
-	name := *req.Name
-	if len(name) > 255 || !projectRE.MatchString(name) || dotSegment(name) {
-		runnerapi.WriteBad(w, runnerapi.Invalid("name", "name must be a path like group/project (no empty, . or .. segments)"))
-		return
-	}
-	secret := runnerapi.RandomToken("", 24)
-	if req.WebhookSecret != nil {
-		secret = *req.WebhookSecret
-	} else {
-		req.WebhookSecret = &secret
-	}
-	now := c.clock.Now()
-	p := store.Project{Name: name, DefaultBranch: defaultBranch, ConfigPath: defaultConfigPath, CreatedAt: now}
-	if e := c.applyProject(&req, &p, nil); e != nil {
-		runnerapi.WriteBad(w, e)
-		return
-	}
-	p, err := c.st.CreateProject(r.Context(), p)
-	if errors.Is(err, store.ErrExists) {
-		runnerapi.WriteError(w, http.StatusConflict, fmt.Sprintf("project %s exists", name), "name")
-		return
-	}
+	p, secret, err := c.createProject(r.Context(), req)
 	if err != nil {
-		c.internalError(r.Context(), w, "create project", err)
+		c.writeProjectError(w, r, "create project", err)
 		return
 	}
-	c.log.Info("project created", "project", p.Name, "project_id", p.ID)
 	v, err := c.projectView(&p)
 	if err != nil {
 		c.internalError(r.Context(), w, "project view", err)
@@ -369,19 +402,29 @@ func (c *Coordinator) handleListProjects(w http.ResponseWriter, r *http.Request)
 	runnerapi.WriteJSON(w, http.StatusOK, out)
 }
 
+// findProject reads project ref: a numeric id or a path. registered:
+// only a registered one is found (else store.ErrNotFound).
+func (c *Coordinator) findProject(ctx context.Context, ref string, registered bool) (store.Project, error) {
+	var p store.Project
+	var err error
+	if id, perr := strconv.ParseInt(ref, 10, 64); perr == nil {
+		p, err = c.st.GetProjectByID(ctx, id)
+	} else {
+		p, err = c.st.GetProject(ctx, ref)
+	}
+	if err == nil && registered && !p.Registered {
+		err = store.ErrNotFound
+	}
+	return p, err
+}
+
 // loadProject reads the project of the path's {project}: a numeric id
 // or a path (URL-encoded in the URL). registered: only a registered one
 // is found.
 func (c *Coordinator) loadProject(w http.ResponseWriter, r *http.Request, registered bool) (store.Project, bool) {
 	ref := r.PathValue("project")
-	var p store.Project
-	var err error
-	if id, perr := strconv.ParseInt(ref, 10, 64); perr == nil {
-		p, err = c.st.GetProjectByID(r.Context(), id)
-	} else {
-		p, err = c.st.GetProject(r.Context(), ref)
-	}
-	if errors.Is(err, store.ErrNotFound) || err == nil && registered && !p.Registered {
+	p, err := c.findProject(r.Context(), ref, registered)
+	if errors.Is(err, store.ErrNotFound) {
 		runnerapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("project %s not found", ref), "")
 		return p, false
 	}
@@ -424,53 +467,61 @@ func (c *Coordinator) handleUpdateProject(w http.ResponseWriter, r *http.Request
 	})
 }
 
-// changeProject applies fn to the project of the request, from version
-// ifVersion (0: the one read, again on a concurrent change), and answers
-// the project.
-func (c *Coordinator) changeProject(w http.ResponseWriter, r *http.Request, ifVersion int64, fn func(*store.Project, []ProjectVariable) *runnerapi.BadRequest) {
+// projectChange changes a project's record p, whose variables (opened)
+// are vs; a *runnerapi.BadRequest refuses the change.
+type projectChange func(p *store.Project, vs []ProjectVariable) *runnerapi.BadRequest
+
+// updateProject applies fn to registered project ref (an id or a path)
+// from version ifVersion (0: the one read, read again on a concurrent
+// change) and returns the project as stored. Errors: fn's
+// *runnerapi.BadRequest, *projectConflict when ifVersion is not the
+// project's version, store.ErrNotFound.
+func (c *Coordinator) updateProject(ctx context.Context, ref string, ifVersion int64, fn projectChange) (store.Project, error) {
 	for range 5 {
-		p, ok := c.loadProject(w, r, true)
-		if !ok {
-			return
+		p, err := c.findProject(ctx, ref, true)
+		if err != nil {
+			return p, err
 		}
 		vs, err := c.projectVariables(p.SealedVariables, projectVariablesPurpose)
 		if err != nil {
-			c.internalError(r.Context(), w, "project variables", err)
-			return
+			return p, fmt.Errorf("project %s variables: %w", p.Name, err)
 		}
 		from := p.Version
 		if ifVersion != 0 {
 			from = ifVersion
 		}
 		if e := fn(&p, vs); e != nil {
-			runnerapi.WriteBad(w, e)
-			return
+			return p, e
 		}
-		p, err = c.st.UpdateProject(r.Context(), p, from, c.clock.Now())
+		p, err = c.st.UpdateProject(ctx, p, from, c.clock.Now())
 		if errors.Is(err, store.ErrConflict) {
 			if ifVersion != 0 {
-				runnerapi.WriteError(w, http.StatusConflict, fmt.Sprintf("project %s changed: it is at version %d, not %d", p.Name, p.Version, ifVersion), "version")
-				return
+				return p, &projectConflict{msg: fmt.Sprintf("project %s changed: it is at version %d, not %d", p.Name, p.Version, ifVersion), field: "version"}
 			}
 			continue
 		}
-		if errors.Is(err, store.ErrNotFound) {
-			runnerapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("project %s not found", r.PathValue("project")), "")
-			return
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("update project %s: %w", p.Name, err)
 		}
-		if err != nil {
-			c.internalError(r.Context(), w, "update project", err)
-			return
-		}
-		v, err := c.projectView(&p)
-		if err != nil {
-			c.internalError(r.Context(), w, "project view", err)
-			return
-		}
-		runnerapi.WriteJSON(w, http.StatusOK, v)
+		return p, err
+	}
+	return store.Project{}, &projectConflict{msg: "the project keeps changing: try again"}
+}
+
+// changeProject applies fn to the project of the request, from version
+// ifVersion (updateProject), and answers the project.
+func (c *Coordinator) changeProject(w http.ResponseWriter, r *http.Request, ifVersion int64, fn projectChange) {
+	p, err := c.updateProject(r.Context(), r.PathValue("project"), ifVersion, fn)
+	if err != nil {
+		c.writeProjectError(w, r, "update project", err)
 		return
 	}
-	runnerapi.WriteError(w, http.StatusConflict, "the project keeps changing: try again", "")
+	v, err := c.projectView(&p)
+	if err != nil {
+		c.internalError(r.Context(), w, "project view", err)
+		return
+	}
+	runnerapi.WriteJSON(w, http.StatusOK, v)
 }
 
 // handleDeleteProject is DELETE /api/v1/projects/{project}: its settings,
@@ -539,29 +590,39 @@ func (c *Coordinator) handleSetProjectVariable(w http.ResponseWriter, r *http.Re
 		return
 	}
 	v.Key = key
-	c.changeProject(w, r, 0, func(p *store.Project, vs []ProjectVariable) *runnerapi.BadRequest {
+	c.changeProject(w, r, 0, c.setVariable(v))
+}
+
+// setVariable is the change that adds variable v, or replaces the one
+// of its key.
+func (c *Coordinator) setVariable(v ProjectVariable) projectChange {
+	return func(p *store.Project, vs []ProjectVariable) *runnerapi.BadRequest {
 		vs = slices.Clone(vs)
-		if i := slices.IndexFunc(vs, func(o ProjectVariable) bool { return o.Key == key }); i >= 0 {
+		if i := slices.IndexFunc(vs, func(o ProjectVariable) bool { return o.Key == v.Key }); i >= 0 {
 			vs[i] = v
 		} else {
 			vs = append(vs, v)
 		}
 		return c.applyProject(&projectRequest{Variables: &vs}, p, nil)
-	})
+	}
 }
 
 // handleDeleteProjectVariable is DELETE
 // /api/v1/projects/{project}/variables/{key}.
 func (c *Coordinator) handleDeleteProjectVariable(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	c.changeProject(w, r, 0, func(p *store.Project, vs []ProjectVariable) *runnerapi.BadRequest {
+	c.changeProject(w, r, 0, c.unsetVariable(r.PathValue("key")))
+}
+
+// unsetVariable is the change that removes variable key.
+func (c *Coordinator) unsetVariable(key string) projectChange {
+	return func(p *store.Project, vs []ProjectVariable) *runnerapi.BadRequest {
 		i := slices.IndexFunc(vs, func(o ProjectVariable) bool { return o.Key == key })
 		if i < 0 {
 			return runnerapi.Invalid("key", "project %s has no variable %s", p.Name, key)
 		}
 		vs = slices.Delete(slices.Clone(vs), i, i+1)
 		return c.applyProject(&projectRequest{Variables: &vs}, p, nil)
-	})
+	}
 }
 
 // projectSettings returns the registered project name, or nil.

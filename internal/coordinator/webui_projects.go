@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/runnerapi"
 	"github.com/drover-ci/drover/internal/store"
 	"github.com/drover-ci/drover/internal/web"
 )
@@ -61,6 +64,7 @@ func (s webSource) webProject(ctx context.Context, p *store.Project) (web.Projec
 	out := web.Project{
 		ID: p.ID, Name: p.Name, RepoURL: p.RepoURL, DefaultBranch: p.DefaultBranch, ConfigPath: p.ConfigPath,
 		ForgeKind: p.Forge.Kind, ForgeURL: p.Forge.URL, ForgeRepo: p.Forge.Repo, ForgeTokenSet: p.Forge.SealedToken != "",
+		Version: p.Version,
 	}
 	var err error
 	out.Latest, err = s.latestPipeline(ctx, p.Name, p.DefaultBranch)
@@ -104,7 +108,7 @@ func (s webSource) Project(ctx context.Context, id int64) (web.Project, error) {
 		return out, fmt.Errorf("project %s: %w", p.Name, err)
 	}
 	for _, v := range vs {
-		out.Variables = append(out.Variables, web.ProjectVariable{Key: v.Key, Masked: v.Masked, Protected: v.Protected})
+		out.Variables = append(out.Variables, web.ProjectVariable{Key: v.Key, Masked: v.Masked, Protected: v.Protected, File: v.File, Raw: v.Raw})
 	}
 	scs, err := s.c.st.ListSchedules(ctx, p.Name)
 	if err != nil {
@@ -145,4 +149,75 @@ func (s webSource) RunPipeline(ctx context.Context, req web.RunRequest) (int64, 
 		return 0, err
 	}
 	return p.ID, nil
+}
+
+var _ web.ProjectEditor = webSource{}
+
+// webFormError is err of createProject or updateProject as the web
+// forms take it: the request's fault a *web.FormError, a project that is
+// not registered web.ErrNotFound, anything else as it is.
+func webFormError(err error) error {
+	var bad *runnerapi.BadRequest
+	var conflict *projectConflict
+	switch {
+	case errors.As(err, &bad):
+		return &web.FormError{Code: bad.Code(), Field: bad.Field(), Msg: bad.Error()}
+	case errors.As(err, &conflict):
+		return &web.FormError{Code: http.StatusConflict, Field: conflict.field, Msg: conflict.msg}
+	case errors.Is(err, store.ErrNotFound):
+		return web.ErrNotFound
+	}
+	return err
+}
+
+// nonEmpty is &s, or nil for "" (the request leaves the field as it is,
+// or to its default).
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (s webSource) CreateProject(ctx context.Context, ps web.ProjectSettings) (int64, string, error) {
+	req := projectRequest{
+		Name: &ps.Name, RepoURL: nonEmpty(ps.RepoURL), DefaultBranch: nonEmpty(ps.DefaultBranch),
+		ConfigPath: nonEmpty(ps.ConfigPath), WebhookSecret: nonEmpty(ps.WebhookSecret),
+	}
+	if ps.ForgeKind != "" || ps.ForgeURL != "" || ps.ForgeRepo != "" || ps.ForgeToken != "" {
+		req.Forge = &forgeRequest{Kind: &ps.ForgeKind, URL: &ps.ForgeURL, Repo: &ps.ForgeRepo, Token: nonEmpty(ps.ForgeToken)}
+	}
+	p, secret, err := s.c.createProject(ctx, req)
+	if err != nil {
+		return 0, "", webFormError(err)
+	}
+	return p.ID, secret, nil
+}
+
+func (s webSource) UpdateProject(ctx context.Context, id int64, ps web.ProjectSettings) error {
+	if ps.Version == 0 {
+		// The form always sends its version: without one, a change
+		// would overwrite whatever another made meanwhile.
+		return &web.FormError{Code: http.StatusBadRequest, Field: "version", Msg: "the form has no version: reload the page"}
+	}
+	req := projectRequest{
+		RepoURL: &ps.RepoURL, DefaultBranch: &ps.DefaultBranch, ConfigPath: &ps.ConfigPath,
+		WebhookSecret: nonEmpty(ps.WebhookSecret),
+		Forge:         &forgeRequest{Kind: &ps.ForgeKind, URL: &ps.ForgeURL, Repo: &ps.ForgeRepo, Token: nonEmpty(ps.ForgeToken)},
+	}
+	_, err := s.c.updateProject(ctx, strconv.FormatInt(id, 10), ps.Version, func(p *store.Project, vs []ProjectVariable) *runnerapi.BadRequest {
+		return s.c.applyProject(&req, p, vs)
+	})
+	return webFormError(err)
+}
+
+func (s webSource) SetVariable(ctx context.Context, id int64, v web.VariableValue) error {
+	pv := ProjectVariable{Key: v.Key, Value: v.Value, Masked: v.Masked, Protected: v.Protected, File: v.File, Raw: v.Raw}
+	_, err := s.c.updateProject(ctx, strconv.FormatInt(id, 10), 0, s.c.setVariable(pv))
+	return webFormError(err)
+}
+
+func (s webSource) DeleteVariable(ctx context.Context, id int64, key string) error {
+	_, err := s.c.updateProject(ctx, strconv.FormatInt(id, 10), 0, s.c.unsetVariable(key))
+	return webFormError(err)
 }

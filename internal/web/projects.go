@@ -26,6 +26,58 @@ type Projects interface {
 	RunPipeline(ctx context.Context, req RunRequest) (int64, error)
 }
 
+// ProjectEditor is what the admin's forms on the projects' pages need:
+// registering a project and changing its settings and variables. The
+// pages offer the forms when Config.Projects is one too (a type
+// assertion), and only to the admin's sign-in.
+type ProjectEditor interface {
+	// CreateProject registers the project s describes (s.Version
+	// ignored; an empty DefaultBranch, ConfigPath or WebhookSecret takes
+	// its default, a generated secret for the last) and returns its id
+	// and its webhook secret. Invalid settings or a registered name are a
+	// *FormError.
+	CreateProject(ctx context.Context, s ProjectSettings) (id int64, secret string, err error)
+	// UpdateProject sets project id's settings to s, from version
+	// s.Version (an empty ForgeToken or WebhookSecret leaves it as it
+	// is). Invalid settings, or a project changed since s.Version, are a
+	// *FormError; a project that is not registered is ErrNotFound.
+	UpdateProject(ctx context.Context, id int64, s ProjectSettings) error
+	// SetVariable adds variable v to project id, or replaces the one of
+	// its key; an invalid one is a *FormError.
+	SetVariable(ctx context.Context, id int64, v VariableValue) error
+	// DeleteVariable removes project id's variable key; a key the
+	// project has not is a *FormError.
+	DeleteVariable(ctx context.Context, id int64, key string) error
+}
+
+// ProjectSettings are a project's settings as the forms give them.
+type ProjectSettings struct {
+	Name, RepoURL, DefaultBranch, ConfigPath string
+	// ForgeKind is gitea, forgejo, github, gitlab or "" (none).
+	ForgeKind, ForgeURL, ForgeRepo string
+	// ForgeToken and WebhookSecret are write-only: the forms never show
+	// them, and an empty one changes nothing.
+	ForgeToken, WebhookSecret string
+	// Version is the project's version the form was made from.
+	Version int64
+}
+
+// VariableValue is a project variable to set, with its value.
+type VariableValue struct {
+	Key, Value                   string
+	Masked, Protected, File, Raw bool
+}
+
+// FormError is a form's input refused: Msg says why, Field names the
+// form's field at fault (the API's name: "default_branch", "forge.url",
+// "version"), Code is the answer's status (400, or 409 for a conflict).
+type FormError struct {
+	Code       int
+	Field, Msg string
+}
+
+func (e *FormError) Error() string { return e.Msg }
+
 // RunRequest is a pipeline the run form asks for.
 type RunRequest struct {
 	Project, Ref string
@@ -53,8 +105,10 @@ type Project struct {
 	ConfigPath                     string
 	ForgeKind, ForgeURL, ForgeRepo string
 	ForgeTokenSet                  bool
-	Variables                      []ProjectVariable
-	Schedules                      []Schedule
+	// Version is the settings' version, which the edit form sends back.
+	Version   int64
+	Variables []ProjectVariable
+	Schedules []Schedule
 	// Latest is the default branch's newest pipeline (nil: none).
 	Latest *Pipeline
 }
@@ -62,8 +116,8 @@ type Project struct {
 // ProjectVariable is a project variable's key and flags (never its
 // value).
 type ProjectVariable struct {
-	Key               string
-	Masked, Protected bool
+	Key                          string
+	Masked, Protected, File, Raw bool
 }
 
 // Schedule is a pipeline schedule of a project.
@@ -80,6 +134,10 @@ type Schedule struct {
 // webhookForges are the forges whose webhooks the coordinator takes.
 var webhookForges = []string{"gitea", "github", "gitlab", "generic"}
 
+// statusForges are the forges commit statuses can go to, for the forms'
+// choice ("" is none).
+var statusForges = []string{"", "gitea", "forgejo", "github", "gitlab"}
+
 func (u *UI) mountProjects(m Mounter) {
 	if u.cfg.Projects == nil {
 		return
@@ -91,6 +149,10 @@ func (u *UI) mountProjects(m Mounter) {
 		{"GET /projects", u.page(u.handleProjects)},
 		{"GET /projects/{id}", u.page(u.handleProject)},
 		{"POST /projects/{id}/pipelines", u.projectAction(u.handleRunPipeline)},
+		{"POST /projects", u.adminAction(unscoped(u.handleCreateProject))},
+		{"POST /projects/{id}/settings", u.adminAction(unscoped(u.handleUpdateProject))},
+		{"POST /projects/{id}/variables", u.adminAction(unscoped(u.handleSetVariable))},
+		{"POST /projects/{id}/variables/{key}/delete", u.adminAction(unscoped(u.handleDeleteVariable))},
 	} {
 		m.Handle(r.pattern, secure(r.h))
 	}
@@ -99,6 +161,42 @@ func (u *UI) mountProjects(m Mounter) {
 type projectsPage struct {
 	base
 	Projects []Project
+	// CanCreate shows the registration form (the admin's, with an
+	// editor); New holds its values, Form what was wrong with them.
+	CanCreate bool
+	New       ProjectSettings
+	Form      formState
+	Forges    []string
+}
+
+// formState is what went wrong with a form's input: shown above it, the
+// field at fault marked.
+type formState struct {
+	Error, Field string
+}
+
+// editor returns the ProjectEditor of the UI's projects for cr: nil
+// when there is none or cr is not the admin's.
+func (u *UI) editor(cr credentials) ProjectEditor {
+	pe, ok := u.cfg.Projects.(ProjectEditor)
+	if !ok || !cr.admin || cr.project != "" {
+		return nil
+	}
+	return pe
+}
+
+// formError turns err of a ProjectEditor into the form's state and the
+// answer's status; ok is false for an error that is not the input's.
+func formError(err error) (formState, int, bool) {
+	var fe *FormError
+	if !errors.As(err, &fe) {
+		return formState{}, 0, false
+	}
+	code := fe.Code
+	if code == 0 {
+		code = http.StatusBadRequest
+	}
+	return formState{Error: fe.Msg, Field: fe.Field}, code, true
 }
 
 // handleProjects is GET /projects: the registered projects (a project
@@ -109,7 +207,7 @@ func (u *UI) handleProjects(w http.ResponseWriter, r *http.Request, cr credentia
 		u.fail(w, r, "list projects", err)
 		return
 	}
-	p := projectsPage{base: u.base("Projects", cr)}
+	p := projectsPage{base: u.base("Projects", cr), CanCreate: u.editor(cr) != nil, Forges: statusForges}
 	for _, pr := range ps {
 		if cr.sees(pr.Name) {
 			p.Projects = append(p.Projects, pr)
@@ -133,6 +231,18 @@ type projectPage struct {
 	Variables string
 	RunError  string
 	Errors    []string
+	// CanEdit shows the admin's forms: the settings (Settings their
+	// values, SettingsForm what was wrong), a variable to add
+	// (VariableForm), each variable's Remove button.
+	CanEdit      bool
+	Settings     ProjectSettings
+	SettingsForm formState
+	VariableForm formState
+	NewVariable  VariableValue
+	Forges       []string
+	// NewSecret is the webhook secret of a project just registered,
+	// shown this once.
+	NewSecret string
 }
 
 // loadProject reads project {id} for cr: 404 for none, and for another
@@ -159,7 +269,11 @@ func (u *UI) projectPage(r *http.Request, cr credentials, p Project) projectPage
 	base := u.baseURL(r)
 	pg := projectPage{
 		base: u.base(p.Name, cr), Project: p, CanRun: cr.canAct(p.Name), Ref: p.DefaultBranch,
-		Badge: "/" + p.Name + "/badge.svg",
+		Badge: "/" + p.Name + "/badge.svg", CanEdit: u.editor(cr) != nil, Forges: statusForges,
+		Settings: ProjectSettings{
+			Name: p.Name, RepoURL: p.RepoURL, DefaultBranch: p.DefaultBranch, ConfigPath: p.ConfigPath,
+			ForgeKind: p.ForgeKind, ForgeURL: p.ForgeURL, ForgeRepo: p.ForgeRepo, Version: p.Version,
+		},
 	}
 	for _, f := range webhookForges {
 		pg.Webhooks = append(pg.Webhooks, webhookURL{f, base + "/api/v1/hooks/" + f + "/" + p.Name})
@@ -237,4 +351,130 @@ func (u *UI) handleRunPipeline(w http.ResponseWriter, r *http.Request, cr creden
 	}
 	u.log.Info("pipeline run in the web UI", "project", p.Name, "pipeline_id", id, "by", cr.who)
 	http.Redirect(w, r, fmt.Sprintf("/pipelines/%d", id), http.StatusSeeOther)
+}
+
+// settingsForm reads a project settings form of r.
+func settingsForm(r *http.Request) ProjectSettings {
+	f := func(k string) string { return strings.TrimSpace(r.PostFormValue(k)) }
+	v, _ := strconv.ParseInt(f("version"), 10, 64)
+	return ProjectSettings{
+		Name: f("name"), RepoURL: f("repo_url"), DefaultBranch: f("default_branch"), ConfigPath: f("config_path"),
+		ForgeKind: f("forge_kind"), ForgeURL: f("forge_url"), ForgeRepo: f("forge_repo"),
+		// Secrets as typed: spaces may be part of them.
+		ForgeToken: r.PostFormValue("forge_token"), WebhookSecret: r.PostFormValue("webhook_secret"),
+		Version: v,
+	}
+}
+
+// handleCreateProject is POST /projects (the admin's registration form
+// on /projects): the new project's page, with its webhook secret shown
+// this once, or the form again with what went wrong.
+func (u *UI) handleCreateProject(w http.ResponseWriter, r *http.Request, cr credentials) {
+	pe := u.editor(cr)
+	if pe == nil {
+		http.NotFound(w, r)
+		return
+	}
+	s := settingsForm(r)
+	id, secret, err := pe.CreateProject(r.Context(), s)
+	if fs, code, ok := formError(err); ok {
+		s.ForgeToken, s.WebhookSecret = "", ""
+		pg := projectsPage{base: u.base("Projects", cr), CanCreate: true, New: s, Form: fs, Forges: statusForges}
+		if pg.Projects, err = u.cfg.Projects.ListProjects(r.Context()); err != nil {
+			u.fail(w, r, "list projects", err)
+			return
+		}
+		u.render(w, r, code, "projects", pg)
+		return
+	}
+	if err != nil {
+		u.fail(w, r, "create project", err)
+		return
+	}
+	p, err := u.cfg.Projects.Project(r.Context(), id)
+	if err != nil {
+		u.fail(w, r, "get project", err)
+		return
+	}
+	u.log.Info("project registered in the web UI", "project", p.Name, "project_id", id)
+	pg := u.projectPage(r, cr, p)
+	pg.NewSecret = secret
+	u.render(w, r, http.StatusCreated, "project", pg)
+}
+
+// editProject serves a POST of the admin's forms on /projects/{id}:
+// change applies the form; on success the browser goes back to the
+// project's page (at anchor), else the page shows what went wrong
+// (mark puts the error on the page).
+func (u *UI) editProject(w http.ResponseWriter, r *http.Request, cr credentials, what, anchor string,
+	change func(ProjectEditor, Project) error, mark func(*projectPage, formState)) {
+	pe := u.editor(cr)
+	if pe == nil {
+		http.NotFound(w, r)
+		return
+	}
+	p, ok := u.loadProject(w, r, cr)
+	if !ok {
+		return
+	}
+	err := change(pe, p)
+	if errors.Is(err, ErrNotFound) {
+		u.errorPage(w, r, cr, http.StatusNotFound, fmt.Sprintf("There is no project %d.", p.ID))
+		return
+	}
+	if fs, code, ok := formError(err); ok {
+		pg := u.projectPage(r, cr, p)
+		mark(&pg, fs)
+		u.render(w, r, code, "project", pg)
+		return
+	}
+	if err != nil {
+		u.fail(w, r, what, err)
+		return
+	}
+	u.log.Info("project changed in the web UI", "project", p.Name, "change", what)
+	http.Redirect(w, r, fmt.Sprintf("/projects/%d#%s", p.ID, anchor), http.StatusSeeOther)
+}
+
+// handleUpdateProject is POST /projects/{id}/settings (the admin's
+// settings form).
+func (u *UI) handleUpdateProject(w http.ResponseWriter, r *http.Request, cr credentials) {
+	s := settingsForm(r)
+	u.editProject(w, r, cr, "update project", "settings",
+		func(pe ProjectEditor, p Project) error { return pe.UpdateProject(r.Context(), p.ID, s) },
+		func(pg *projectPage, fs formState) {
+			s.Name, s.ForgeToken, s.WebhookSecret = pg.Project.Name, "", ""
+			pg.Settings, pg.SettingsForm = s, fs
+		})
+}
+
+// handleSetVariable is POST /projects/{id}/variables (the admin's form
+// that adds or replaces a variable).
+func (u *UI) handleSetVariable(w http.ResponseWriter, r *http.Request, cr credentials) {
+	on := func(k string) bool { return r.PostFormValue(k) == "on" }
+	v := VariableValue{
+		Key: strings.TrimSpace(r.PostFormValue("key")), Value: r.PostFormValue("value"),
+		Masked: on("masked"), Protected: on("protected"), File: on("file"), Raw: on("raw"),
+	}
+	u.editProject(w, r, cr, "set variable", "variables",
+		func(pe ProjectEditor, p Project) error {
+			if !varKeyRE.MatchString(v.Key) {
+				return &FormError{Field: "key", Msg: "a variable's key is letters, digits and _, not starting with a digit"}
+			}
+			return pe.SetVariable(r.Context(), p.ID, v)
+		},
+		func(pg *projectPage, fs formState) {
+			// The value is not shown again: it may be a secret.
+			pg.NewVariable, pg.VariableForm = VariableValue{Key: v.Key, Masked: v.Masked, Protected: v.Protected, File: v.File, Raw: v.Raw}, fs
+		})
+}
+
+// handleDeleteVariable is POST /projects/{id}/variables/{key}/delete
+// (a variable's Remove button).
+func (u *UI) handleDeleteVariable(w http.ResponseWriter, r *http.Request, cr credentials) {
+	u.editProject(w, r, cr, "delete variable", "variables",
+		func(pe ProjectEditor, p Project) error {
+			return pe.DeleteVariable(r.Context(), p.ID, r.PathValue("key"))
+		},
+		func(pg *projectPage, fs formState) { pg.VariableForm = fs })
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,11 @@ func parseTemplates() (*template.Template, error) {
 		"bytes":    formatBytes,
 		"finished": Finished,
 		"minute":   entryTime,
+		// settingsFields is the data of template settings-fields.
+		"settingsFields": func(s ProjectSettings, f formState, forges []string) settingsFieldsData {
+			return settingsFieldsData{s, f, forges}
+		},
+		"hasSuffix": strings.HasSuffix,
 		// safe marks HTML that the log parser made (escaped text in
 		// spans of its own): the only HTML not escaped by the template.
 		"safe": func(s string) template.HTML { return template.HTML(s) },
@@ -38,6 +44,14 @@ func parseTemplates() (*template.Template, error) {
 		return nil, fmt.Errorf("web: templates: %w", err)
 	}
 	return t, nil
+}
+
+// settingsFieldsData is what template settings-fields shows: a project's
+// settings in a form, the field at fault marked.
+type settingsFieldsData struct {
+	Settings ProjectSettings
+	Form     formState
+	Forges   []string
 }
 
 // formatDuration is d for people: "850ms", "42s", "3m 05s", "2h 03m".
