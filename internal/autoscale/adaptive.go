@@ -278,9 +278,10 @@ func AdaptiveIdleTime(s *Schedule, o Observed) time.Duration {
 // boots the buffer over and over: at 2 min boots the adaptive policy
 // created 2–4× the instances of the cheapest static configuration for the
 // same idle time, and its bill lost to it on every day. A longer hold
-// alone bought the boots back with idle time (the same bill within ±2 %);
+// alone bought the boots back with idle time (the same bill within ±3 % on the report days);
 // the band keeps only what the target's own size says the load swings
-// by. Measured at 2 min boots (BenchmarkBilledAdaptive, issue 38): billed
+// by. Measured at 2 min boots (BenchmarkBilledAdaptive, issue 38; the
+// share β was explored on the report days, then checked here): billed
 // time per second with a 1 min minimum 0.2–5.8 % lower on all twelve
 // tuning days (the weekend ones 2.7–5.8 %), 41–61 % fewer boots, and a
 // fresh pool's p95 on the weekend tuning days 5.3–26.1 s instead of
