@@ -264,6 +264,50 @@ func AdaptiveIdleTime(s *Schedule, o Observed) time.Duration {
 	return min(s.IdleTime, max(tw/3, o.BootTime-tw))
 }
 
+// AdaptiveBand is how many free slots beyond the idle target (and the
+// reserved and waiting jobs) the adaptive policy keeps before it removes
+// an idle instance that has idled its hold: β·target, rounded down, with
+// β = boot time / (2·target_wait) − 1 within [0, 2] (0 while a boot takes
+// at most twice the target, 1 at 2 min boots with the default 30 s
+// target). Creation still stops at the target: between the two the
+// pool neither creates nor removes, a hysteresis band.
+//
+// Why: boots are charged against holds. Without the band, every arrival
+// that takes a slot of the buffer has the pool boot a new instance, while
+// the instances the finishing jobs free go after the hold, so the pool
+// boots the buffer over and over: at 2 min boots the adaptive policy
+// created 2–4× the instances of the cheapest static configuration for the
+// same idle time, and its bill lost to it on every day. A longer hold
+// alone bought the boots back with idle time (the same bill within ±3 % on the report days);
+// the band keeps only what the target's own size says the load swings
+// by. Measured at 2 min boots (BenchmarkBilledAdaptive, issue 38; the
+// share β was explored on the report days, then checked here): billed
+// time per second with a 1 min minimum 0.2–5.8 % lower on all twelve
+// tuning days (the weekend ones 2.7–5.8 %), 41–61 % fewer boots, and a
+// fresh pool's p95 on the weekend tuning days 5.3–26.1 s instead of
+// 40–56 s (an instance kept in the band is one a quiet day's next job
+// does not wait a boot for). At 30 s boots a band
+// of a tenth of the target already cost more (bursty day 1 % more): there
+// a boot is cheaper than the idle time that avoids it, so β stays 0 up to
+// boots of twice the target, which also keeps the band off when the
+// measured boot time of 30 s boots wanders above 30 s.
+func AdaptiveBand(s *Schedule, o Observed, target int) int {
+	tw := s.TargetWait
+	if tw <= 0 {
+		tw = DefaultTargetWait
+	}
+	beta := min(o.BootTime.Seconds()/(2*tw.Seconds())-1, maxAdaptiveBand)
+	if !(beta > 0) || target <= 0 {
+		return 0
+	}
+	return int(math.Min(beta*float64(target), maxAdaptiveSlots))
+}
+
+// maxAdaptiveBand bounds AdaptiveBand's β: it was measured up to 2 (a
+// band of twice the target cost 0.4–3 % more than β = 1 on the weekend
+// day at 2 min boots, less on the steady and bursty ones), not beyond.
+const maxAdaptiveBand = 2.0
+
 // AdaptiveKeep reports whether the adaptive policy keeps an idle instance
 // created at created that neither the demand nor the idle target needs,
 // because the cloud has billed it (b) beyond now: it costs nothing more

@@ -323,3 +323,71 @@ func TestAdaptiveIdleSlotsGain(t *testing.T) {
 		}
 	}
 }
+
+func TestAdaptiveBand(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tw     time.Duration
+		boot   time.Duration
+		target int
+		want   int
+	}{
+		{"boots as long as the target: none", 30 * time.Second, 30 * time.Second, 10, 0},
+		{"boots of twice the target: none yet", 30 * time.Second, time.Minute, 10, 0},
+		{"90 s boots: half the target", 30 * time.Second, 90 * time.Second, 10, 5},
+		{"2 min boots: the target again", 30 * time.Second, 2 * time.Minute, 10, 10},
+		{"default target_wait", 0, 2 * time.Minute, 10, 10},
+		{"rounded down", 30 * time.Second, 2 * time.Minute, 7, 7},
+		{"β capped at 2", 30 * time.Second, 10 * time.Minute, 10, 20},
+		{"no idle target, no band", 30 * time.Second, 2 * time.Minute, 0, 0},
+		{"no boot observed yet", 30 * time.Second, 0, 10, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Schedule{Adaptive: true, TargetWait: tc.tw, IdleTime: 20 * time.Minute}
+			if got := AdaptiveBand(&s, Observed{BootTime: tc.boot}, tc.target); got != tc.want {
+				t.Errorf("AdaptiveBand(boot %s, target %d) = %d, want %d", tc.boot, tc.target, got, tc.want)
+			}
+		})
+	}
+}
+
+// With boots of four times the target, an adaptive pool keeps idle
+// instances past the hold up to its idle target plus the band (here the
+// target again) and removes only those beyond, saying why; with boots as
+// short as the target it removes everything beyond the target.
+func TestDecideAdaptiveBandKeepsBeyondTheTarget(t *testing.T) {
+	const tw = 30 * time.Second
+	for _, tc := range []struct {
+		name     string
+		boot     time.Duration
+		wantKept func(target int) int
+	}{
+		{"2 min boots keep target + band", 2 * time.Minute, func(k int) int { return 2 * k }},
+		{"30 s boots keep the target", 30 * time.Second, func(k int) int { return k }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Observed{ArrivalRate: 0.2, MeanDuration: 5 * time.Minute, BootTime: tc.boot}
+			s := Schedule{Adaptive: true, TargetWait: tw, IdleTime: 20 * time.Minute}
+			target := AdaptiveIdleSlots(o, tw)
+			if tc.boot > tw && target == 0 {
+				t.Fatalf("test assumes an idle target above 0 for %+v", o)
+			}
+			var insts []Instance
+			for i := range 2*target + 3 {
+				insts = append(insts, Instance{ID: string(rune('a' + i)), State: StateIdle, Created: t0.Add(-time.Hour),
+					Ready: t0.Add(-time.Hour), LastUsed: t0.Add(-10 * time.Minute), UseCount: 1})
+			}
+			dec := Decide(slotPolicy(1, 0, 0, s), t0, insts, Demand{Observed: o})
+			if kept := len(insts) - len(dec.Remove); kept != tc.wantKept(target) {
+				t.Fatalf("kept %d of %d idle instances, want %d (idle target %d)", kept, len(insts), tc.wantKept(target), target)
+			}
+			if dec.Create != 0 {
+				t.Errorf("created %d with the target met", dec.Create)
+			}
+			band := AdaptiveBand(&s, o, target)
+			if r := dec.Remove[0].Reason; (band > 0) != strings.Contains(r, "kept against boots") {
+				t.Errorf("band %d, reason %q", band, r)
+			}
+		})
+	}
+}

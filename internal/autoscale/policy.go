@@ -442,8 +442,10 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 	}
 	needFree := reserved + max(d.Waiting, 0) + target
 	idleTime := s.IdleTime
+	band := 0 // free slots kept beyond needFree against boots (AdaptiveBand)
 	if s.Adaptive {
 		idleTime = AdaptiveIdleTime(s, d.Observed)
+		band = AdaptiveBand(s, d.Observed, target)
 	}
 
 	// total counts every instance, for max_instances on creation; kept
@@ -473,14 +475,18 @@ func decideSlots(p *Policy, s *Schedule, now time.Time, instances []Instance, d 
 					tooMany = fmt.Sprintf("too many instances: max_instances %d reached by the instances before it", p.MaxInstances)
 				}
 				reason = tooMany
-			case now.Sub(in.idleSince()) > idleTime && free >= needFree && !(s.Adaptive && AdaptiveKeep(p.Billing, in.Created, now)):
+			case now.Sub(in.idleSince()) > idleTime && free >= needFree+band && !(s.Adaptive && AdaptiveKeep(p.Billing, in.Created, now)):
 				if tooIdle == "" {
 					what := "idle_time " + s.IdleTime.String()
 					if idleTime != s.IdleTime {
 						what = "the adaptive hold " + idleTime.String()
 					}
-					tooIdle = fmt.Sprintf("idle longer than %s and not needed: %d free slots wanted (%d reserved, %d waiting, idle target %d) are there without it",
-						what, needFree, max(d.Reserved, 0), max(d.Waiting, 0), target)
+					kept := ""
+					if band > 0 {
+						kept = fmt.Sprintf(", %d more kept against boots", band)
+					}
+					tooIdle = fmt.Sprintf("idle longer than %s and not needed: %d free slots wanted (%d reserved, %d waiting, idle target %d%s) are there without it",
+						what, needFree+band, max(d.Reserved, 0), max(d.Waiting, 0), target, kept)
 				}
 				reason = tooIdle
 			}

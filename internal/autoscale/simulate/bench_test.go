@@ -85,6 +85,37 @@ func benchOptions(pol *autoscale.Policy, boot time.Duration) simulate.Options {
 	return simulate.Options{Policy: pol, BootTime: boot, BootSpread: boot / 6, PollInterval: benchPoll}
 }
 
+// dayAndBefore generates the day of shape and seed and the day before it
+// (yesterdaySeed), the warm-up.
+func dayAndBefore(b *testing.B, shape string, seed uint64) (day, before []simulate.Job) {
+	b.Helper()
+	day, err := tracegen.Day(shape, seed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before, err = tracegen.Day(shape, yesterdaySeed(seed))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return day, before
+}
+
+// runBilled runs the adaptive policy on tr after warm (nil: from a fresh
+// pool), deciding with billing decide and billed in billed.
+func runBilled(b *testing.B, boot time.Duration, decide, billed autoscale.Billing, tr, warm []simulate.Job) *simulate.Result {
+	b.Helper()
+	pol := adaptivePolicy()
+	pol.Billing = decide
+	o := benchOptions(pol, boot)
+	o.WarmUp, o.Samples, o.LateAfter = warm, -1, benchTarget
+	o.Billing = &billed
+	res, err := simulate.Run(b.Context(), o, tr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return res
+}
+
 // yesterdaySeed is the seed of the day before a day of seed n, the
 // warm-up: a manager runs every day, and an adaptive pool starts the day
 // with what it learnt the day before (the state file keeps it across
@@ -106,15 +137,7 @@ func yesterdaySeed(n uint64) uint64 { return n + 1000 }
 // docs/BENCHMARKS.md.
 func BenchmarkAdaptiveVsBestStatic(b *testing.B) {
 	for _, shape := range tracegen.Shapes() {
-		seed := reportSeeds[shape.Name]
-		tr, err := tracegen.Day(shape.Name, seed)
-		if err != nil {
-			b.Fatal(err)
-		}
-		warm, err := tracegen.Day(shape.Name, yesterdaySeed(seed))
-		if err != nil {
-			b.Fatal(err)
-		}
+		tr, warm := dayAndBefore(b, shape.Name, reportSeeds[shape.Name])
 		for _, boot := range benchBoots {
 			b.Run(fmt.Sprintf("day=%s/boot=%s", shape.Name, boot), func(b *testing.B) {
 				for b.Loop() {
@@ -213,14 +236,7 @@ func reportComparison(b *testing.B, shape string, boot time.Duration, c *simulat
 func BenchmarkAdaptiveTuningDays(b *testing.B) {
 	for _, shape := range tracegen.Shapes() {
 		for _, seed := range tuneSeeds(shape.Name) {
-			tr, err := tracegen.Day(shape.Name, seed)
-			if err != nil {
-				b.Fatal(err)
-			}
-			warm, err := tracegen.Day(shape.Name, yesterdaySeed(seed))
-			if err != nil {
-				b.Fatal(err)
-			}
+			tr, warm := dayAndBefore(b, shape.Name, seed)
 			for _, boot := range benchBoots {
 				b.Run(fmt.Sprintf("day=%s/seed=%d/boot=%s", shape.Name, seed, boot), func(b *testing.B) {
 					for b.Loop() {
@@ -266,15 +282,7 @@ var billingModels = []struct {
 // docs/BENCHMARKS.md, ratios measured in the same run.
 func BenchmarkBilledYardsticks(b *testing.B) {
 	for _, shape := range tracegen.Shapes() {
-		seed := reportSeeds[shape.Name]
-		tr, err := tracegen.Day(shape.Name, seed)
-		if err != nil {
-			b.Fatal(err)
-		}
-		warm, err := tracegen.Day(shape.Name, yesterdaySeed(seed))
-		if err != nil {
-			b.Fatal(err)
-		}
+		tr, warm := dayAndBefore(b, shape.Name, reportSeeds[shape.Name])
 		for _, boot := range benchBoots {
 			b.Run(fmt.Sprintf("day=%s/boot=%s", shape.Name, boot), func(b *testing.B) {
 				for b.Loop() {
@@ -298,21 +306,9 @@ func billedYardsticks(b *testing.B, shape string, boot time.Duration, tr, warm [
 		b.Fatal(err)
 	}
 	for _, m := range billingModels {
-		run := func(policyBilling autoscale.Billing, warmUp []simulate.Job) *simulate.Result {
-			pol := adaptivePolicy()
-			pol.Billing = policyBilling
-			o := benchOptions(pol, boot)
-			o.WarmUp, o.Samples, o.LateAfter = warmUp, -1, benchTarget
-			o.Billing = &m.b
-			res, err := simulate.Run(ctx, o, tr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return res
-		}
-		aware := run(m.b, warm)
-		blind := run(autoscale.Billing{}, warm)
-		fresh := run(m.b, nil)
+		aware := runBilled(b, boot, m.b, m.b, tr, warm)
+		blind := runBilled(b, boot, autoscale.Billing{}, m.b, tr, warm)
+		fresh := runBilled(b, boot, m.b, m.b, tr, nil)
 		static := make([]simulate.SweepResult, 0, len(grid)+len(more))
 		for _, r := range append(slices.Clone(grid), more...) {
 			r.Rebill(m.b, simulate.DefaultStart)
@@ -341,5 +337,56 @@ func billedYardsticks(b *testing.B, shape string, boot time.Duration, tr, warm [
 			h(&blind.Report), blind.WaitP95, h(&aware.Report)/h(&blind.Report),
 			h(&hs.Report), hs.Report.WaitP95, h(&aware.Report)/h(&hs.Report),
 			fresh.WaitP95)
+	}
+}
+
+// BenchmarkBilledAdaptive runs only the adaptive policy on the report
+// days (-bench 'BilledAdaptive/days=report') or on the tuning days
+// ('BilledAdaptive/days=tune'): billed per second with a 1 min minimum
+// after the day before (warm_*) and from a fresh pool (fresh_*), with its
+// idle and booting hours and creations, and per started hour after the
+// day before, billing-aware (hour_aware_*) and billing-blind
+// (hour_blind_*). It is the quick loop of issue 38's policy changes
+// (seconds per case): BenchmarkBilledYardsticks adds the static grid and
+// the hindsight schedule, which the adaptive policy does not change.
+func BenchmarkBilledAdaptive(b *testing.B) {
+	perSecond, perHour := billingModels[0].b, billingModels[1].b
+	for _, days := range []string{"report", "tune"} {
+		for _, shape := range tracegen.Shapes() {
+			seeds := []uint64{reportSeeds[shape.Name]}
+			if days == "tune" {
+				seeds = tuneSeeds(shape.Name)
+			}
+			for _, seed := range seeds {
+				tr, warm := dayAndBefore(b, shape.Name, seed)
+				for _, boot := range benchBoots {
+					b.Run(fmt.Sprintf("days=%s/day=%s/seed=%d/boot=%s", days, shape.Name, seed, boot), func(b *testing.B) {
+						for b.Loop() {
+							for _, start := range []struct {
+								name string
+								warm []simulate.Job
+							}{{"warm", warm}, {"fresh", nil}} {
+								res := runBilled(b, boot, perSecond, perSecond, tr, start.warm)
+								b.ReportMetric(res.BilledInstanceS/3600, start.name+"_billed_h")
+								b.ReportMetric(res.WaitP95, start.name+"_p95_s")
+								b.ReportMetric(res.IdleInstanceS/3600, start.name+"_idle_h")
+								b.ReportMetric(res.CreatingInstanceS/3600, start.name+"_boot_h")
+								b.ReportMetric(float64(res.Created), start.name+"_created")
+							}
+							// Per started hour, after the day before: the
+							// billing-aware policy against the billing-blind one.
+							for _, pb := range []struct {
+								name string
+								b    autoscale.Billing
+							}{{"hour_aware", perHour}, {"hour_blind", autoscale.Billing{}}} {
+								res := runBilled(b, boot, pb.b, perHour, tr, warm)
+								b.ReportMetric(res.BilledInstanceS/3600, pb.name+"_billed_h")
+								b.ReportMetric(res.WaitP95, pb.name+"_p95_s")
+							}
+						}
+					})
+				}
+			}
+		}
 	}
 }
