@@ -71,6 +71,7 @@ func TestNormalise(t *testing.T) {
 		"plain /tmp/run1/builds/ABCDEFGHI/0 at http://127.0.0.1:4242/x token glcbt-64_abcdefghijklmnop\n" +
 		"\x1b[32;1mGitaly correlation ID: fa93ffdca5c84fe385f3c30eb4460ccb\x1b[0;m\n" +
 		"Using docker image sha256:" + strings.Repeat("ab", 32) + " for x:1\n" +
+		"Using helper image:  drover-difftest-gitlab-runner-helper:8d4da382bc5e  (overridden)\n" +
 		"Running on runner-abcdefghi-project-7-concurrent-0 via h...\n"
 	got, stderr := n.trace(log+"2026-11-30T09:00:00.423456Z 01E oops\n", 1)
 	want := []string{
@@ -79,6 +80,7 @@ func TestNormalise(t *testing.T) {
 		"plain $ROOT/builds/$SHORT_TOKEN/0 at $SERVER_URL/x token $JOB_TOKEN",
 		"\x1b[32;1mGitaly correlation ID: $CORRELATION_ID\x1b[0;m",
 		"Using docker image $IMAGE_ID for x:1",
+		"Using helper image:  drover-difftest-gitlab-runner-helper:$HELPER_TAG  (overridden)",
 		"Running on runner-$SHORT_TOKEN-project-7-concurrent-0 via h...",
 		"oops",
 	}

@@ -30,6 +30,10 @@ var (
 	// imageID is an image's id: the docker executor's images are built
 	// on the machine from its own files, so each machine has others.
 	imageID = regexp.MustCompile(`\bsha256:[0-9a-f]{64}\b`)
+	// helperTag is the tag of GitLab Runner's helper image as the suite
+	// builds it (dockerimage.GitLabHelper): a digest of the helper binary
+	// and this host's tools, so each build and machine has its own.
+	helperTag = regexp.MustCompile(`\b(drover-difftest-gitlab-runner-helper:)[0-9a-f]{12}\b`)
 )
 
 // trace returns the normalised lines of a job log, and those of them
@@ -56,6 +60,7 @@ func (n normaliser) trace(s string, jobID int64) (lines, stderr []string) {
 		l = runnerToken.ReplaceAllString(l, "$$RUNNER_TOKEN")
 		l = correlationID.ReplaceAllString(l, "${1}$$CORRELATION_ID")
 		l = imageID.ReplaceAllString(l, "$$IMAGE_ID")
+		l = helperTag.ReplaceAllString(l, "${1}$$HELPER_TAG")
 		if t := n.runnerToken; len(t) > 14 {
 			// GitLab Runner's short token is 9 characters after glrt-
 			// (8 in older versions).
