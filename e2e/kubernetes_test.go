@@ -190,6 +190,14 @@ func TestKubernetesExecutor(t *testing.T) {
 			"script": []string{"for i in $(seq 1 50); do wget -qO- http://localhost:8080/ && break; sleep 0.2; done",
 				"wget -qO- http://web:8080/"}},
 			want{status: "success", has: []string{"drover service ok\n\x1b[32;1m$ wget -qO- http://web:8080/\x1b[0;m\ndrover service ok\n"}}},
+		// CI_DEBUG_SERVICES: the service's output in the job's log. The
+		// script waits for the service's port, opened after its line.
+		{"service output with CI_DEBUG_SERVICES", map[string]any{
+			"variables": []map[string]any{{"key": "CI_DEBUG_SERVICES", "value": "true"}},
+			"services": []any{map[string]any{"name": k.busybox, "alias": "talker",
+				"entrypoint": []string{"sh", "-c", "echo talker says hi; exec httpd -f -p 9000"}}},
+			"script": []string{"for i in $(seq 1 300); do echo | nc localhost 9000 >/dev/null 2>&1 && break; sleep 0.2; done; echo port-open"}},
+			want{status: "success", has: []string{"port-open", "-talker] ", "Z talker says hi\x1b[0;m\n"}}},
 		{"image not allowed", map[string]any{"image": "forbidden/image:1", "script": []string{"echo must not run"}},
 			want{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
 		{"image pull failure", map[string]any{"image": missing, "script": []string{"echo must not run"}},

@@ -22,8 +22,10 @@
 # DIFFTEST_EXECUTORS="shell" (or "docker") records only that executor.
 #
 # Extra arguments go to the test binary, e.g. -fixtures 24 to record only
-# the fixtures whose names contain 24 (the others' recordings are dropped:
-# record all of them before committing).
+# the fixtures whose names contain 24: the fixtures before them run too (a
+# fixture sees their checkouts and caches), and only the named ones'
+# recordings replace their earlier ones in the golden file (the GitLab
+# Runner version must be the one it was recorded with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -3,11 +3,14 @@ package difftest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,13 +31,25 @@ func goldenPath(executor string) string {
 // loadFixtures returns the fixtures of executor (those -fixtures names).
 func loadFixtures(t testing.TB, executor string) []Fixture {
 	t.Helper()
+	var out []Fixture
+	for _, f := range executorFixtures(t, executor) {
+		if *only == "" || strings.Contains(f.Name, *only) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// executorFixtures returns every fixture of executor, in order.
+func executorFixtures(t testing.TB, executor string) []Fixture {
+	t.Helper()
 	fs, err := LoadFixtures(filepath.Join("testdata", "fixtures"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []Fixture
 	for _, f := range fs {
-		if f.For(executor) && (*only == "" || strings.Contains(f.Name, *only)) {
+		if f.For(executor) {
 			out = append(out, f)
 		}
 	}
@@ -135,10 +150,68 @@ func recordGolden(t *testing.T, opts Options, fixtures []Fixture) {
 	opts.Runner = Runner{Name: "gitlab-runner", Command: func(ctx context.Context, config, workDir string) *exec.Cmd {
 		return exec.CommandContext(ctx, bin, "run", "--config", config, "--working-directory", workDir)
 	}}
+	if *only != "" {
+		// A fixture runs after the ones before it, whose checkouts and
+		// caches it sees: they run again, and only its recording is kept.
+		last := fixtures[len(fixtures)-1].Name
+		var through []Fixture
+		for _, f := range executorFixtures(t, executor) {
+			through = append(through, f)
+			if f.Name == last {
+				break
+			}
+		}
+		fixtures = through
+	}
 	rec := runFixtures(t, opts, fixtures)
 	rec.Version = version
+	if *only != "" {
+		rec = mergeRecording(t, goldenPath(executor), rec)
+	}
 	writeRecording(t, goldenPath(executor), rec)
-	t.Logf("recorded %d fixtures of %s into %s", len(rec.Observations), version, goldenPath(executor))
+	t.Logf("recorded %s of %s into %s", cmpOr(*only, "every fixture"), version, goldenPath(executor))
+}
+
+// mergeRecording puts the fixtures of rec that -fixtures names in the
+// place of their earlier recording at path, keeping the others, so one
+// fixture can be recorded again alone. A recording by another
+// version of GitLab Runner is not mixed in: the test fails instead.
+func mergeRecording(t *testing.T, path string, rec *Recording) *Recording {
+	t.Helper()
+	old, err := ReadRecording(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Version != rec.Version {
+		t.Fatalf("%s was recorded with %s, this run with %s: record every fixture (no -fixtures) to change version", path, old.Version, rec.Version)
+	}
+	fresh := map[string]Observation{}
+	var chosen []Observation
+	for _, o := range rec.Observations {
+		if strings.Contains(o.Fixture, *only) {
+			fresh[o.Fixture] = o
+			chosen = append(chosen, o)
+		}
+	}
+	merged := *old
+	merged.Observations = nil
+	for _, o := range old.Observations {
+		if n, ok := fresh[o.Fixture]; ok {
+			o = n
+			delete(fresh, o.Fixture)
+		}
+		merged.Observations = append(merged.Observations, o)
+	}
+	for _, o := range chosen {
+		if _, ok := fresh[o.Fixture]; ok {
+			merged.Observations = append(merged.Observations, o)
+		}
+	}
+	slices.SortStableFunc(merged.Observations, func(a, b Observation) int { return strings.Compare(a.Fixture, b.Fixture) })
+	return &merged
 }
 
 func writeRecording(t *testing.T, path string, rec *Recording) {
@@ -184,7 +257,10 @@ func buildDrover(t *testing.T) string {
 	return bin
 }
 
-var peer = flag.String("peer", "", "GitLab Runner binary BenchmarkDifferentialShell runs the fixtures through, beside drover")
+var (
+	peer   = flag.String("peer", "", "GitLab Runner binary BenchmarkDifferentialShell runs the fixtures through, beside drover")
+	repeat = flag.Int("repeat", 1, "benchmarks: run the fixtures this many times over with each runner, one runner process for all (e.g. -fixtures 01-echo -repeat 10: a trivial job, warm)")
+)
 
 // BenchmarkDifferentialShell runs every shell fixture through GitLab
 // Runner (-peer) and drover, one after the other in the same run, and
@@ -199,7 +275,10 @@ func benchmarkDifferential(b *testing.B, opts Options, glrHelper string) {
 	if *peer == "" {
 		b.Skip("-peer names the GitLab Runner binary to compare with")
 	}
-	fixtures := loadFixtures(b, opts.Executor)
+	var fixtures []Fixture
+	for range max(*repeat, 1) {
+		fixtures = append(fixtures, loadFixtures(b, opts.Executor)...)
+	}
 	bin := filepath.Join(b.TempDir(), "drover")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/drover-ci/drover/cmd/drover").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)

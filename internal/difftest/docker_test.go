@@ -1,16 +1,21 @@
 package difftest
 
 import (
+	"context"
 	"flag"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	dockerclient "github.com/docker/docker/client"
 
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
+	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
 )
 
 var glrHelperBinary = flag.String("helper", "", "GitLab Runner's gitlab-runner-helper binary, for its docker executor's helper image (default: gitlab-runner-helper beside -record or -peer)")
@@ -109,7 +114,37 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 		t.Skipf("the coordinator cannot listen on Docker's bridge, where the containers would reach it (an engine on another host?): %v", err)
 	}
 	ln.Close()
-	return Options{Executor: "docker", Listen: listen, Docker: DockerConfig{Image: gitImage}}, helper
+	return Options{Executor: "docker", Listen: listen, Docker: DockerConfig{Image: gitImage}, AfterRunner: removeRunnerLeftovers(t, cli)}, helper
+}
+
+// removeRunnerLeftovers removes the networks and volumes a runner keeps
+// on the engine for its next jobs (drover's slot networks and builds
+// volumes, labelled with its short token): the run's runner is never
+// used again, and networks left behind run Docker out of address pools
+// after a few dozen runs.
+func removeRunnerLeftovers(t testing.TB, cli *dockerclient.Client) func(context.Context, string) {
+	return func(ctx context.Context, short string) {
+		f := filters.NewArgs(filters.Arg("label", dockerexec.LabelRunner+"="+short))
+		nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+		if err != nil {
+			t.Logf("list runner %s's networks: %v", short, err)
+		}
+		for _, n := range nets {
+			if err := cli.NetworkRemove(ctx, n.ID); err != nil {
+				t.Logf("remove network %s: %v", n.Name, err)
+			}
+		}
+		vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+		if err != nil {
+			t.Logf("list runner %s's volumes: %v", short, err)
+			return
+		}
+		for _, v := range vols.Volumes {
+			if err := cli.VolumeRemove(ctx, v.Name, true); err != nil {
+				t.Logf("remove volume %s: %v", v.Name, err)
+			}
+		}
+	}
 }
 
 // interfaceIPv4 is the first IPv4 address of the host's interface name,

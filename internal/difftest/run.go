@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	apitypes "github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/coordinator"
 )
@@ -53,6 +54,12 @@ type Options struct {
 	RawDir string
 	// Progress, when set, is told of each fixture as it ends.
 	Progress func(f Fixture, o Observation, took time.Duration)
+	// AfterRunner, when set, is called once the runner has stopped,
+	// with its short token: the docker executor's tests remove what
+	// the runner keeps on the engine for its next jobs (drover's slot
+	// networks and builds volumes), which a runner registered for one
+	// run never reuses.
+	AfterRunner func(ctx context.Context, shortToken string)
 }
 
 // Observation is what a runner did with one fixture.
@@ -199,6 +206,9 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 	defer func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
+		if opts.AfterRunner != nil {
+			opts.AfterRunner(context.WithoutCancel(ctx), apitypes.ShortToken(created.Token))
+		}
 	}()
 
 	out := &Recording{Runner: opts.Runner.Name, Executor: opts.Executor}

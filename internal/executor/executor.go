@@ -136,6 +136,12 @@ type Settings struct {
 	// Git are the runner's config.toml keys of get_sources, the
 	// executor's defaults applied.
 	Git GitSettings
+	// DebugServices is set from the start of the build (package jobrun)
+	// when the job asks for CI_DEBUG_SERVICES and the runner allows it
+	// (debug_trace_disabled unset): an executor that runs services
+	// writes their output into the job log as it comes, each line after
+	// "[service:<its names>] ", as GitLab Runner does.
+	DebugServices bool
 }
 
 // GitSettings are a runner's config.toml keys of get_sources.

@@ -438,13 +438,18 @@ func TestSettingsWarnings(t *testing.T) {
 			vars: []api.Variable{{Key: "CI_DEBUG_TRACE", Value: "true"}, {Key: "CI_DEBUG_SERVICES", Value: "1"}},
 			want: []string{"CI_DEBUG_TRACE: usage is disabled on this Runner", "CI_DEBUG_SERVICES: usage is disabled on this Runner"},
 			check: func(s settings) string {
-				if s.debugTrace {
-					return "debug trace on"
+				if s.debugTrace || s.debugServices {
+					return "debug trace or services on"
 				}
 				return ""
 			}},
 		{name: "debug services", vars: []api.Variable{{Key: "CI_DEBUG_SERVICES", Value: "true"}},
-			want: []string{"CI_DEBUG_SERVICES: drover does not stream the services' logs into the job log"}},
+			check: func(s settings) string {
+				if !s.debugServices {
+					return "debug services off"
+				}
+				return ""
+			}},
 		{name: "the last definition wins", vars: []api.Variable{{Key: "GET_SOURCES_ATTEMPTS", Value: "2"}, {Key: "GET_SOURCES_ATTEMPTS", Value: "5"}},
 			check: func(s settings) string {
 				if s.getSources != 5 {

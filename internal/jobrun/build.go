@@ -151,6 +151,7 @@ func Run(ctx context.Context, gracefulCancel <-chan struct{}, opts Options) Resu
 	// executor puts the job: they are known before it is prepared.
 	b.set = readSettings(executor.JobVariables(opts.Job, opts.Settings, executor.Paths{}, opts.Version), opts.Job.GitInfo.Depth,
 		opts.Runner.DebugTraceDisabled, opts.Settings.FeatureFlags)
+	b.opts.Settings.DebugServices = b.set.debugServices
 	b.flagProblems = b.resolveFlags()
 	if b.flags.On(featureflags.Timestamps) {
 		if opts.Settings.Resumable || opts.Resume != nil {

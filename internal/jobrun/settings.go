@@ -38,6 +38,9 @@ const ffExponentialBackoff = "FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY"
 // in another process.
 type settings struct {
 	debugTrace bool
+	// debugServices: CI_DEBUG_SERVICES, unless the runner refuses it
+	// (executor.Settings.DebugServices).
+	debugServices bool
 	// Attempts of get_sources, restore_cache and download_artifacts, and
 	// of any stage whose environment is lost (executor.ErrEnvironmentLost):
 	// 1 to 10.
@@ -69,7 +72,7 @@ func readSettings(vars api.Variables, gitDepth int, debugDisabled bool, flags ma
 	// GitLab Runner's order (values it cannot read, then the debug
 	// switches a runner refuses, then the clamped attempts), so that the
 	// warning reads the same.
-	debugServices := boolean("CI_DEBUG_SERVICES", false)
+	s.debugServices = boolean("CI_DEBUG_SERVICES", false)
 	s.debugTrace = boolean("CI_DEBUG_TRACE", false)
 	s.checkGitSettings(vars, gitDepth)
 	s.getSources = integer("GET_SOURCES_ATTEMPTS", minAttempts)
@@ -83,10 +86,10 @@ func readSettings(vars api.Variables, gitDepth int, debugDisabled bool, flags ma
 		if s.debugTrace {
 			warn("CI_DEBUG_TRACE: usage is disabled on this Runner")
 		}
-		if debugServices {
+		if s.debugServices {
 			warn("CI_DEBUG_SERVICES: usage is disabled on this Runner")
 		}
-		s.debugTrace, debugServices = false, false
+		s.debugTrace, s.debugServices = false, false
 	}
 	clamp := func(n *int, key string) {
 		if c := min(max(*n, minAttempts), maxAttempts); c != *n {
@@ -98,9 +101,6 @@ func readSettings(vars api.Variables, gitDepth int, debugDisabled bool, flags ma
 	clamp(&s.getSources, "GET_SOURCES_ATTEMPTS")
 	clamp(&s.downloadArtifacts, "ARTIFACT_DOWNLOAD_ATTEMPTS")
 	clamp(&s.restoreCache, "RESTORE_CACHE_ATTEMPTS")
-	if debugServices {
-		warn("CI_DEBUG_SERVICES: drover does not stream the services' logs into the job log")
-	}
 
 	exponential, set := flags[ffExponentialBackoff]
 	if !set {

@@ -81,7 +81,8 @@ type Executor struct {
 	resumable   bool
 	det         *detached.Runner // the job's stages, their output in the trace
 	cleanedUp   bool
-	cleaned     chan struct{} // closed when Cleanup's removals are done
+	cleaned     chan struct{}        // closed when Cleanup's removals are done
+	svcLogs     executor.ServiceLogs // CI_DEBUG_SERVICES
 }
 
 var (
@@ -282,6 +283,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 			}
 		}
 		return err
+	}
+	if e.settings.DebugServices {
+		e.followServiceLogs(ctx)
 	}
 	return e.waitServices(ctx)
 }
@@ -801,6 +805,7 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 // (builds and cache volumes stay for the next job), also after failures
 // and cancels. It is safe after a failed Prepare and more than once.
 func (e *Executor) Cleanup(ctx context.Context) {
+	e.svcLogs.Stop()
 	e.mu.Lock()
 	if e.cleanedUp || e.eng == nil {
 		if !e.cleanedUp {

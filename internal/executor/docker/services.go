@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -11,8 +12,10 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
 )
 
 // service is a started service container.
@@ -164,4 +167,25 @@ func (e *Executor) waitServices(ctx context.Context) error {
 		e.printf("Service container logs:\n%s\n\n\033[0;33m*********\033[0;m\n\n", e.containerLog(ctx, s.ID, 100))
 	}
 	return nil
+}
+
+// followServiceLogs writes what each service prints into the job log as
+// it comes, for CI_DEBUG_SERVICES (executor.ServiceLogs), with the
+// engine's timestamp of each line as GitLab Runner writes it, until
+// Cleanup or the container's end.
+func (e *Executor) followServiceLogs(ctx context.Context) {
+	e.mu.Lock()
+	svcs, trace, resumable, logger, eng := e.services, e.trace, e.resumable, e.logger, e.eng
+	e.mu.Unlock()
+	if !executor.Followable(trace, len(svcs), resumable) {
+		return
+	}
+	for _, s := range svcs {
+		e.svcLogs.Follow(ctx, trace, s.Names, logger, func(ctx context.Context) (io.ReadCloser, error) {
+			return eng.ContainerLogs(ctx, s.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true})
+		}, func(w io.Writer, r io.Reader) error {
+			_, err := stdcopy.StdCopy(w, w, r)
+			return err
+		})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +64,7 @@ type Executor struct {
 	det             *detached.Runner // the job's stages, their output in the trace
 	cleanedUp       bool
 	cleaned         chan struct{}
+	svcLogs         executor.ServiceLogs // CI_DEBUG_SERVICES
 }
 
 var (
@@ -268,7 +270,35 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if err := e.waitRunning(ctx, pod); err != nil {
 		return err
 	}
+	if opts.Settings.DebugServices {
+		e.followServiceLogs(ctx, job.Services)
+	}
 	return e.detectShell(ctx)
+}
+
+// followServiceLogs writes what each of the pod's service containers
+// prints into the job log as it comes, for CI_DEBUG_SERVICES
+// (executor.ServiceLogs), each line after "[service:<image name>-<its
+// aliases>] " with the cluster's timestamp, as GitLab Runner writes it,
+// until Cleanup or the container's end.
+func (e *Executor) followServiceLogs(ctx context.Context, services []api.Image) {
+	e.mu.Lock()
+	cs, ns, pod, trace, resumable, logger := e.cl.cs, e.ns, e.pod, e.trace, e.resumable, e.logger
+	e.mu.Unlock()
+	if !executor.Followable(trace, len(services), resumable) {
+		return
+	}
+	for i, s := range services {
+		image, _, _ := strings.Cut(s.Name, ":")
+		names := append([]string{image}, docker.SplitAliases(s.Alias)...)
+		container := servicePrefix + strconv.Itoa(i)
+		e.svcLogs.Follow(ctx, trace, names, logger, func(ctx context.Context) (io.ReadCloser, error) {
+			return cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true, Timestamps: true}).Stream(ctx)
+		}, func(w io.Writer, r io.Reader) error {
+			_, err := io.Copy(w, r)
+			return err
+		})
+	}
 }
 
 func mapKeys(m map[string]string) func(func(string) bool) {
@@ -518,6 +548,7 @@ func (e *Executor) detectShell(ctx context.Context) error {
 // cancels); it is safe after a failed Prepare and more than once. The
 // deletion runs in the background (Provider.Wait waits for it).
 func (e *Executor) Cleanup(ctx context.Context) {
+	e.svcLogs.Stop()
 	e.mu.Lock()
 	cleaned := e.cleanedLocked()
 	if e.cleanedUp || e.cl == nil {
