@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
@@ -117,7 +119,7 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 	return Options{Executor: "docker", Listen: listen, Docker: DockerConfig{Image: gitImage}, AfterRunner: removeRunnerLeftovers(t, cli)}, helper
 }
 
-// removeRunnerLeftovers removes the networks and volumes a runner keeps
+// removeRunnerLeftovers removes the containers, networks and volumes a runner keeps
 // on the engine for its next jobs (drover's slot networks and builds
 // volumes, labelled with its short token): the run's runner is never
 // used again, and networks left behind run Docker out of address pools
@@ -125,6 +127,18 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 func removeRunnerLeftovers(t testing.TB, cli *dockerclient.Client) func(context.Context, string) {
 	return func(ctx context.Context, short string) {
 		f := filters.NewArgs(filters.Arg("label", dockerexec.LabelRunner+"="+short))
+		// The runner was killed: the removal of its last job's
+		// containers, which it does after the job's result, may not be
+		// over, and a network with a container on it cannot go.
+		ctrs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+		if err != nil {
+			t.Logf("list runner %s's containers: %v", short, err)
+		}
+		for _, c := range ctrs {
+			if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				t.Logf("remove container %s: %v", c.ID, err)
+			}
+		}
 		nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
 		if err != nil {
 			t.Logf("list runner %s's networks: %v", short, err)
