@@ -130,17 +130,18 @@ func (p *persister) finish(ctx context.Context, r *config.RunnerConfig, st *stre
 	return p.m.newDelivery(p.store, p.log, r, rec, env), nil
 }
 
-// keepFinal makes the job's record keep its final update, or returns nil
-// when it has no record or the store cannot.
-func (l *jobLife) keepFinal(ctx context.Context, state api.JobState, reason api.FailureReason, code *int) *delivery {
-	if l.pers == nil {
+// keepFinal makes the job store of a job that ended keep its final
+// update, or returns nil when there is no store or it cannot.
+func (m *Manager) keepFinal(ctx context.Context, log *slog.Logger, r *config.RunnerConfig, pers *persister, st *streamer,
+	state api.JobState, reason api.FailureReason, code *int) *delivery {
+	if pers == nil {
 		return nil
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	d, err := l.pers.finish(sctx, l.runner, l.st, state, reason, code)
+	d, err := pers.finish(sctx, r, st, state, reason, code)
 	if err != nil {
-		l.log.Warn("job store: cannot keep the job's final update; it is sent within the retry budget only", "err", err)
+		log.Warn("job store: cannot keep the job's final update; it is sent within the retry budget only", "err", err)
 		return nil
 	}
 	return d
@@ -219,15 +220,14 @@ func (d *delivery) kept(hold context.Context, st *streamer) (ctx context.Context
 	}
 }
 
-// deliverKept sends the final update the job's record keeps (d) while
-// the job still holds its slot, within the retry budget; when the
-// coordinator has not taken it by then, the delivery goes on in the
-// background (deliverRecord) and deliverKept returns. finalCtx bounds its
-// requests (see finish).
-func (l *jobLife) deliverKept(ctx, finalCtx context.Context, d *delivery) {
-	m, st := l.m, l.st
+// deliverKept sends the final update a job store keeps while the job
+// still holds its slot, within the retry budget; when the coordinator has
+// not taken it by then, the delivery goes on in the background and
+// deliverKept returns. finalCtx bounds its requests (see finishJob).
+func (m *Manager) deliverKept(ctx, finalCtx context.Context, d *delivery, client *api.Client,
+	job *api.JobResponse, info api.VersionInfo, st *streamer) {
 	fin := d.final()
-	fu := l.newFinalUpdate(fin.State, fin.FailureReason, fin.ExitCode)
+	fu := m.newFinalUpdate(d.log, client, job, info, st, fin.State, fin.FailureReason, fin.ExitCode)
 	// A stop of the manager ends the retries, since the record keeps the
 	// update for the next one; a job the stop interrupted still gets
 	// shutdown_timeout, as without a store.
@@ -245,29 +245,13 @@ func (l *jobLife) deliverKept(ctx, finalCtx context.Context, d *delivery) {
 	}
 	d.log.Warn("final update not delivered within the retry budget; the job store keeps it and it is retried in the background",
 		"rounds", fu.limit, "err", fu.err, "stale_timeout", d.store.cfg.StaleTimeout)
-	// The job's life ends (its log is closed) while the delivery goes on:
-	// that gets a life of its own.
-	rest, backoff := l.detached(), fu.backoff
-	m.delivering.Go(func() { rest.deliverRecord(d, backoff) })
+	m.delivering.Go(func() { m.deliverRecord(d, client, job, info, fu.backoff) })
 }
 
-// detached returns a life of the same job without what the steps made of
-// this one: a final update a job store keeps goes on with it, from the
-// record alone, after this life ended.
-func (l *jobLife) detached() *jobLife {
-	return &jobLife{
-		m: l.m, log: l.log, runner: l.runner, client: l.client, job: l.job, info: l.info,
-		provider: l.provider, settings: l.settings, started: l.started, resumed: l.resumed,
-	}
-}
-
-// deliverRecord sends the final update a delivering record keeps (d),
-// from the record alone, until it is delivered, refused or expired, or
-// the manager stops. l is a life of its own (detached, or one resumed
-// only for that): the log it holds is the record's. backoff is the first
-// wait after a failed round (0: the default).
-func (l *jobLife) deliverRecord(d *delivery, backoff time.Duration) {
-	m := l.m
+// deliverRecord sends the final update a delivering record keeps, from the
+// record alone, until it is delivered, refused or expired, or the manager
+// stops. backoff is the first wait after a failed round (0: the default).
+func (m *Manager) deliverRecord(d *delivery, client *api.Client, job *api.JobResponse, info api.VersionInfo, backoff time.Duration) {
 	stop := m.stopContext()
 	fin := d.final()
 	from := d.offset()
@@ -288,11 +272,9 @@ func (l *jobLife) deliverRecord(d *delivery, backoff time.Duration) {
 		d.log.Warn("job store: the record's log does not end where the job's log did; sending what it holds",
 			"log_from", from, "log_bytes", len(fin.Log), "bytesize", fin.Bytesize)
 	}
-	l.buf = buf
-	st := l.continuedStreamer(from)
+	st := m.resumeStreamer(d.runner, client, job, info, buf, from)
 	st.contact = fin.Contact
-	l.st = st
-	fu := l.newFinalUpdate(fin.State, fin.FailureReason, fin.ExitCode)
+	fu := m.newFinalUpdate(d.log, client, job, info, st, fin.State, fin.FailureReason, fin.ExitCode)
 	fu.req.Output = api.JobOutput{Checksum: fin.Checksum, Bytesize: fin.Bytesize}
 	fu.req.Checksum = fin.Checksum
 	fu.limit = 0
@@ -309,18 +291,18 @@ func (l *jobLife) deliverRecord(d *delivery, backoff time.Duration) {
 // resumeDelivery takes over the final update of a delivering record
 // claimed from a stopped manager: the job is not run again, so
 // max_retries does not apply; stale_timeout bounds the delivery.
-func (l *jobLife) resumeDelivery(t resumeTask, env envelope) {
-	m := l.m
+func (m *Manager) resumeDelivery(log *slog.Logger, t resumeTask, r *config.RunnerConfig, client *api.Client,
+	job *api.JobResponse, info api.VersionInfo, env envelope) {
 	if env.Final == nil {
-		l.log.Error("job store: a delivering record without the job's outcome; removing it")
+		log.Error("job store: a delivering record without the job's outcome; removing it")
 		if err := t.store.Remove(context.WithoutCancel(m.stopContext()), t.rec.JobID); err != nil {
-			l.log.Warn("job store: remove", "err", err)
+			log.Warn("job store: remove", "err", err)
 		}
 		return
 	}
-	l.log.Info("job store: delivering the final update of a job a stopped manager finished",
+	log.Info("job store: delivering the final update of a job a stopped manager finished",
 		"state", env.Final.State, "finished_at", env.Final.Finished, "log_from", t.rec.TraceOffset, "bytesize", env.Final.Bytesize)
-	l.deliverRecord(m.newDelivery(t.store, l.log, l.runner, t.rec, env), 0)
+	m.deliverRecord(m.newDelivery(t.store, log, r, t.rec, env), client, job, info, 0)
 }
 
 // endDelivery ends a final update a job store keeps: its record is
