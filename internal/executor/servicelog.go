@@ -39,11 +39,11 @@ func Followable(trace io.Writer, services int, resumable bool) bool {
 }
 
 // Follow starts following the service known by names: open opens its
-// output stream (from its start, following), copy moves that stream's
+// output stream (from its start, following), copyOut moves that stream's
 // bytes into the writer it is given (a demultiplexer, or io.Copy).
 // Every line goes into trace through a ServiceLogWriter.
 func (l *ServiceLogs) Follow(ctx context.Context, trace io.Writer, names []string, logger *slog.Logger,
-	open func(context.Context) (io.ReadCloser, error), copy func(w io.Writer, r io.Reader) error) {
+	open func(context.Context) (io.ReadCloser, error), copyOut func(w io.Writer, r io.Reader) error) {
 	l.mu.Lock()
 	if l.ctx == nil {
 		l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -60,7 +60,7 @@ func (l *ServiceLogs) Follow(ctx context.Context, trace io.Writer, names []strin
 		}
 		defer rc.Close()
 		w := NewServiceLogWriter(trace, names)
-		if err := copy(w, rc); err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
+		if err := copyOut(w, rc); err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
 			logger.Warn("following a service's output stopped", "service", strings.Join(names, "-"), "err", err)
 		}
 		w.Flush()
