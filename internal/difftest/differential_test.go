@@ -153,6 +153,9 @@ func recordGolden(t *testing.T, opts Options, fixtures []Fixture) {
 	if *only != "" {
 		// A fixture runs after the ones before it, whose checkouts and
 		// caches it sees: they run again, and only its recording is kept.
+		if len(fixtures) == 0 {
+			t.Fatalf("no %s fixture's name contains %q (-fixtures)", executor, *only)
+		}
 		last := fixtures[len(fixtures)-1].Name
 		var through []Fixture
 		for _, f := range executorFixtures(t, executor) {
@@ -189,26 +192,20 @@ func mergeRecording(t *testing.T, path string, rec *Recording) *Recording {
 		t.Fatalf("%s was recorded with %s, this run with %s: record every fixture (no -fixtures) to change version", path, old.Version, rec.Version)
 	}
 	fresh := map[string]Observation{}
-	var chosen []Observation
 	for _, o := range rec.Observations {
 		if strings.Contains(o.Fixture, *only) {
 			fresh[o.Fixture] = o
-			chosen = append(chosen, o)
 		}
 	}
 	merged := *old
 	merged.Observations = nil
 	for _, o := range old.Observations {
-		if n, ok := fresh[o.Fixture]; ok {
-			o = n
-			delete(fresh, o.Fixture)
-		}
-		merged.Observations = append(merged.Observations, o)
-	}
-	for _, o := range chosen {
-		if _, ok := fresh[o.Fixture]; ok {
+		if _, ok := fresh[o.Fixture]; !ok {
 			merged.Observations = append(merged.Observations, o)
 		}
+	}
+	for _, o := range fresh {
+		merged.Observations = append(merged.Observations, o)
 	}
 	slices.SortStableFunc(merged.Observations, func(a, b Observation) int { return strings.Compare(a.Fixture, b.Fixture) })
 	return &merged
@@ -259,7 +256,7 @@ func buildDrover(t *testing.T) string {
 
 var (
 	peer   = flag.String("peer", "", "GitLab Runner binary BenchmarkDifferentialShell runs the fixtures through, beside drover")
-	repeat = flag.Int("repeat", 1, "benchmarks: run the fixtures this many times over with each runner, one runner process for all (e.g. -fixtures 01-echo -repeat 10: a trivial job, warm)")
+	repeat = flag.Int("repeat", 1, "benchmarks: run the fixtures this many times over with each runner, one runner process for all (e.g. -fixtures 17-git-none -repeat 10: a job without a repository, warm)")
 )
 
 // BenchmarkDifferentialShell runs every shell fixture through GitLab
