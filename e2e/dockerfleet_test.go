@@ -574,7 +574,7 @@ func TestDockerAutoscalerFaults(t *testing.T) {
 	runUntil := func(name string, breakIt func(inst string)) (string, *client.Job, string) {
 		id := submitJSON(t, c, map[string]any{"name": name, "script": []string{"echo started-" + name, "sleep 60", "echo not-reached"}})
 		var inst string
-		deadline := time.Now().Add(3 * time.Minute)
+		deadline := time.Now().Add(patience(3 * time.Minute))
 		for {
 			log := trace(t, cl, id)
 			if mm := acquiredRx.FindStringSubmatch(log); mm != nil && strings.Contains(log, "started-"+name) {

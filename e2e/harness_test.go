@@ -147,6 +147,7 @@ func (p *proc) signal(s syscall.Signal) {
 // wait waits for the process to exit and returns its exit code.
 func (p *proc) wait(d time.Duration) int {
 	p.t.Helper()
+	d = patience(d)
 	select {
 	case <-p.done:
 	case <-time.After(d):
@@ -162,10 +163,22 @@ func (p *proc) wait(d time.Duration) int {
 	return -1
 }
 
+// minPatience is the least a wait for an event (a log line, a job's or
+// a pipeline's state, a process's exit) is given before the test fails.
+// The bounds the tests name are what a quiet machine needs many times
+// over; CI runs the suite on 2 busy cores beside other packages' tests,
+// where a start or a job can take minutes. The bound is a safety net for
+// a hang, never an assertion on speed (benchmarks measure that).
+const minPatience = 5 * time.Minute
+
+// patience is d, or minPatience when that is longer.
+func patience(d time.Duration) time.Duration { return max(d, minPatience) }
+
 // waitLog waits until the process log matches re and returns the first submatch.
 func (p *proc) waitLog(re string, d time.Duration) string {
 	p.t.Helper()
 	rx := regexp.MustCompile(re)
+	d = patience(d)
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if m := rx.FindStringSubmatch(p.log.String()); m != nil {
@@ -259,6 +272,7 @@ shutdown_timeout = 10
 // waitJob polls until the job satisfies ok.
 func waitJob(t testing.TB, c *client.Client, id int64, d time.Duration, ok func(*client.Job) bool) *client.Job {
 	t.Helper()
+	d = patience(d)
 	deadline := time.Now().Add(d)
 	var j *client.Job
 	var err error

@@ -54,6 +54,7 @@ func ciRepo(t testing.TB, files map[string]string) (string, string) {
 // waitPipeline polls until pipeline id satisfies ok.
 func waitPipeline(t *testing.T, c *client.Client, id int64, d time.Duration, ok func(*client.Pipeline) bool) *client.Pipeline {
 	t.Helper()
+	d = patience(d)
 	deadline := time.Now().Add(d)
 	var p *client.Pipeline
 	var err error

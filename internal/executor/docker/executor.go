@@ -83,6 +83,10 @@ type Executor struct {
 	cleanedUp   bool
 	cleaned     chan struct{}        // closed when Cleanup's removals are done
 	svcLogs     executor.ServiceLogs // CI_DEBUG_SERVICES
+
+	// streamProbe and streamGrace bound the wait on an exec's stream
+	// that a dead link keeps open (watchStream); zero means the defaults.
+	streamProbe, streamGrace time.Duration
 }
 
 var (

@@ -328,12 +328,20 @@ func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, std
 		}()
 	}
 	done := make(chan error, 1)
+	act := newActivity(hj.Reader)
 	go func() {
-		_, err := demux(stdout, stderr, hj.Reader)
+		_, err := demux(stdout, stderr, act)
 		done <- err
 	}()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	lost := e.watchStream(wctx, resp.ID, act)
 	select {
 	case err = <-done:
+	case err = <-lost:
+		hj.Close()
+		<-done
+		return -1, fmt.Errorf("exec: %w", err)
 	case <-ctx.Done():
 		if onCancel == nil {
 			hj.Close()

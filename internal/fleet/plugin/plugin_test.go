@@ -341,17 +341,24 @@ func TestPluginHangIsCut(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
 		t.Fatalf("Update on a stopped plugin = %v, want it cut by the deadline", err)
 	}
-	if err := p.Update(t.Context(), func(string, fleet.State) {}); err != nil {
-		t.Fatalf("Update after the cut = %v, want a new process answering", err)
+	// The next call runs on a new process. On a loaded machine that new
+	// process may itself miss the short deadline (and be cut in turn), so
+	// a few tries are allowed: each must fail by the deadline, never hang.
+	for try := 1; ; try++ {
+		err = p.Update(t.Context(), func(string, fleet.State) {})
+		if err == nil {
+			break
+		}
+		if try == 5 || !strings.Contains(err.Error(), "no answer within 300ms") {
+			t.Fatalf("Update after the cut (try %d) = %v, want a new process answering", try, err)
+		}
 	}
-	if st := p.Status(); st.PID == pid || st.Restarts != 1 {
+	if st := p.Status(); st.PID == pid || st.Restarts < 1 {
 		t.Errorf("Status() = %+v, want a new process (old %d)", st, pid)
 	}
-	for deadline := time.Now().Add(10 * time.Second); alive(pid) && time.Now().Before(deadline); {
+	// Killed and reaped; the test's own timeout bounds the wait.
+	for alive(pid) {
 		time.Sleep(20 * time.Millisecond)
-	}
-	if alive(pid) {
-		t.Errorf("hung plugin process %d not killed", pid)
 	}
 }
 

@@ -1,0 +1,104 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+)
+
+// An exec's output comes back on a stream the engine ends when the
+// process ends. When the link to the engine dies without closing (an
+// instance's SSH connection whose far end vanished behind a proxy that
+// keeps the near end open, a half-open TCP connection), the stream
+// neither ends nor errs, and a job would wait on it until its timeout.
+// watchStream bounds that wait: after streamProbe of silence it asks the
+// engine whether the process still runs; once the engine says it ended,
+// the stream has streamGrace to deliver anything more and end, or it is
+// given up as lost.
+const (
+	defaultStreamProbe = 15 * time.Second
+	defaultStreamGrace = 10 * time.Second
+)
+
+// errStreamLost is returned (wrapped) by exec when the exec's process
+// ended but its output stream did not: what it printed last may be lost.
+var errStreamLost = errors.New("the output stream of the process was lost")
+
+// activity is an io.Reader that records when data last came.
+type activity struct {
+	r    io.Reader
+	last atomic.Int64 // unix nanoseconds
+}
+
+func newActivity(r io.Reader) *activity {
+	a := &activity{r: r}
+	a.last.Store(time.Now().UnixNano())
+	return a
+}
+
+func (a *activity) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (a *activity) idle() time.Duration {
+	return time.Since(time.Unix(0, a.last.Load()))
+}
+
+// watchStream watches exec id's stream (its reads recorded by act) until
+// ctx ends; the returned channel gets an error wrapping errStreamLost
+// when the process ended and the stream went on being silent for
+// streamGrace after that. Engine errors are not its business: the
+// exec's own calls report them.
+func (e *Executor) watchStream(ctx context.Context, id string, act *activity) <-chan error {
+	e.mu.Lock()
+	probe, grace := e.streamProbe, e.streamGrace
+	e.mu.Unlock()
+	if probe <= 0 {
+		probe = defaultStreamProbe
+	}
+	if grace <= 0 {
+		grace = defaultStreamGrace
+	}
+	lost := make(chan error, 1)
+	go func() {
+		t := time.NewTimer(probe)
+		defer t.Stop()
+		var ended time.Time // when the engine said the process had ended
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			idle := act.idle()
+			switch {
+			case !ended.IsZero() && idle >= grace && time.Since(ended) >= grace:
+				lost <- fmt.Errorf("%w: the process ended %s ago and nothing came on its stream for %s",
+					errStreamLost, time.Since(ended).Round(time.Second), idle.Round(time.Second))
+				return
+			case !ended.IsZero():
+				t.Reset(grace - min(idle, time.Since(ended)))
+			case idle < probe:
+				t.Reset(probe - idle)
+			default:
+				ictx, cancel := context.WithTimeout(ctx, probe)
+				ins, err := e.eng.ContainerExecInspect(ictx, id)
+				cancel()
+				if err == nil && !ins.Running {
+					ended = time.Now()
+					t.Reset(grace)
+				} else {
+					t.Reset(probe)
+				}
+			}
+		}
+	}()
+	return lost
+}

@@ -1,0 +1,106 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/drover-ci/drover/internal/dockerimage"
+)
+
+// cutEngine is the real engine whose exec streams go silent, without
+// ending, once a line holding cutAfter came: a link to the engine that
+// died without closing.
+type cutEngine struct {
+	Engine
+	cutAfter string
+}
+
+func (c *cutEngine) ContainerExecAttach(ctx context.Context, id string, opts container.ExecAttachOptions) (types.HijackedResponse, error) {
+	hj, err := c.Engine.ContainerExecAttach(ctx, id, opts)
+	if err != nil || c.cutAfter == "" {
+		return hj, err
+	}
+	conn := &cutConn{Conn: hj.Conn, closed: make(chan struct{})}
+	return types.HijackedResponse{Conn: conn, Reader: bufio.NewReader(&cutReader{r: hj.Reader, after: c.cutAfter, conn: conn})}, nil
+}
+
+type cutConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *cutConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+type cutReader struct {
+	r     io.Reader
+	after string
+	seen  bytes.Buffer
+	conn  *cutConn
+}
+
+func (c *cutReader) Read(p []byte) (int, error) {
+	if strings.Contains(c.seen.String(), c.after) {
+		<-c.conn.closed // silent until the reader gives up
+		return 0, net.ErrClosed
+	}
+	n, err := c.r.Read(p)
+	c.seen.Write(p[:n])
+	return n, err
+}
+
+// TestExecStreamLost: an exec whose stream goes silent without ending
+// (the link died) is given up once the engine says its process ended and
+// the grace passed: exec returns errStreamLost with what came before the
+// cut, instead of waiting for the job's timeout. A healthy stream that is
+// silent for longer than the probe interval is left alone.
+func TestExecStreamLost(t *testing.T) {
+	cli := realEngine(t)
+	ctx := t.Context()
+	created, err := cli.ContainerCreate(ctx, &container.Config{Image: dockerimage.TestImageBusybox, Cmd: []string{"sleep", "3600"}, Labels: dockerimage.TestImageLabels()},
+		&container.HostConfig{}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	script := []string{"sh", "-c", "echo start; sleep 1; echo end"}
+
+	t.Run("healthy stream silent past the probe", func(t *testing.T) {
+		e := &Executor{eng: &cutEngine{Engine: cli}, streamProbe: 100 * time.Millisecond, streamGrace: 5 * time.Second}
+		var out bytes.Buffer
+		code, err := e.exec(ctx, created.ID, "", script, nil, &out, &out, nil)
+		if err != nil || code != 0 || out.String() != "start\nend\n" {
+			t.Fatalf("exec = %d, %v, output %q; want 0 and both lines", code, err, out.String())
+		}
+	})
+	t.Run("stream cut", func(t *testing.T) {
+		e := &Executor{eng: &cutEngine{Engine: cli, cutAfter: "start"}, streamProbe: 100 * time.Millisecond, streamGrace: 300 * time.Millisecond}
+		var out bytes.Buffer
+		code, err := e.exec(ctx, created.ID, "", script, nil, &out, &out, nil)
+		if !errors.Is(err, errStreamLost) || code != -1 {
+			t.Fatalf("exec = %d, %v; want errStreamLost", code, err)
+		}
+		if got := out.String(); got != "start\n" {
+			t.Errorf("output = %q, want what came before the cut", got)
+		}
+	})
+}
