@@ -130,18 +130,17 @@ func (p *persister) finish(ctx context.Context, r *config.RunnerConfig, st *stre
 	return p.m.newDelivery(p.store, p.log, r, rec, env), nil
 }
 
-// keepFinal makes the job store of a job that ended keep its final
-// update, or returns nil when there is no store or it cannot.
-func (m *Manager) keepFinal(ctx context.Context, log *slog.Logger, r *config.RunnerConfig, pers *persister, st *streamer,
-	state api.JobState, reason api.FailureReason, code *int) *delivery {
-	if pers == nil {
+// keepFinal makes the job's record keep its final update, or returns nil
+// when it has no record or the store cannot.
+func (l *jobLife) keepFinal(ctx context.Context, state api.JobState, reason api.FailureReason, code *int) *delivery {
+	if l.pers == nil {
 		return nil
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	d, err := pers.finish(sctx, r, st, state, reason, code)
+	d, err := l.pers.finish(sctx, l.runner, l.st, state, reason, code)
 	if err != nil {
-		log.Warn("job store: cannot keep the job's final update; it is sent within the retry budget only", "err", err)
+		l.log.Warn("job store: cannot keep the job's final update; it is sent within the retry budget only", "err", err)
 		return nil
 	}
 	return d
@@ -220,14 +219,15 @@ func (d *delivery) kept(hold context.Context, st *streamer) (ctx context.Context
 	}
 }
 
-// deliverKept sends the final update a job store keeps while the job
-// still holds its slot, within the retry budget; when the coordinator has
-// not taken it by then, the delivery goes on in the background and
-// deliverKept returns. finalCtx bounds its requests (see finishJob).
-func (m *Manager) deliverKept(ctx, finalCtx context.Context, d *delivery, client *api.Client,
-	job *api.JobResponse, info api.VersionInfo, st *streamer) {
+// deliverKept sends the final update the job's record keeps (d) while
+// the job still holds its slot, within the retry budget; when the
+// coordinator has not taken it by then, the delivery goes on in the
+// background (deliverRecord) and deliverKept returns. finalCtx bounds its
+// requests (see finish).
+func (l *jobLife) deliverKept(ctx, finalCtx context.Context, d *delivery) {
+	m, st := l.m, l.st
 	fin := d.final()
-	fu := m.newFinalUpdate(d.log, client, job, info, st, fin.State, fin.FailureReason, fin.ExitCode)
+	fu := l.newFinalUpdate(fin.State, fin.FailureReason, fin.ExitCode)
 	// A stop of the manager ends the retries, since the record keeps the
 	// update for the next one; a job the stop interrupted still gets
 	// shutdown_timeout, as without a store.
@@ -245,13 +245,29 @@ func (m *Manager) deliverKept(ctx, finalCtx context.Context, d *delivery, client
 	}
 	d.log.Warn("final update not delivered within the retry budget; the job store keeps it and it is retried in the background",
 		"rounds", fu.limit, "err", fu.err, "stale_timeout", d.store.cfg.StaleTimeout)
-	m.delivering.Go(func() { m.deliverRecord(d, client, job, info, fu.backoff) })
+	// The job's life ends (its log is closed) while the delivery goes on:
+	// that gets a life of its own.
+	rest, backoff := l.detached(), fu.backoff
+	m.delivering.Go(func() { rest.deliverRecord(d, backoff) })
 }
 
-// deliverRecord sends the final update a delivering record keeps, from the
-// record alone, until it is delivered, refused or expired, or the manager
-// stops. backoff is the first wait after a failed round (0: the default).
-func (m *Manager) deliverRecord(d *delivery, client *api.Client, job *api.JobResponse, info api.VersionInfo, backoff time.Duration) {
+// detached returns a life of the same job without what the steps made of
+// this one: a final update a job store keeps goes on with it, from the
+// record alone, after this life ended.
+func (l *jobLife) detached() *jobLife {
+	return &jobLife{
+		m: l.m, log: l.log, runner: l.runner, client: l.client, job: l.job, info: l.info,
+		provider: l.provider, settings: l.settings, started: l.started, resumed: l.resumed,
+	}
+}
+
+// deliverRecord sends the final update a delivering record keeps (d),
+// from the record alone, until it is delivered, refused or expired, or
+// the manager stops. l is a life of its own (detached, or one resumed
+// only for that): the log it holds is the record's. backoff is the first
+// wait after a failed round (0: the default).
+func (l *jobLife) deliverRecord(d *delivery, backoff time.Duration) {
+	m := l.m
 	stop := m.stopContext()
 	fin := d.final()
 	from := d.offset()
@@ -272,9 +288,11 @@ func (m *Manager) deliverRecord(d *delivery, client *api.Client, job *api.JobRes
 		d.log.Warn("job store: the record's log does not end where the job's log did; sending what it holds",
 			"log_from", from, "log_bytes", len(fin.Log), "bytesize", fin.Bytesize)
 	}
-	st := m.resumeStreamer(d.runner, client, job, info, buf, from)
+	l.buf = buf
+	st := l.continuedStreamer(from)
 	st.contact = fin.Contact
-	fu := m.newFinalUpdate(d.log, client, job, info, st, fin.State, fin.FailureReason, fin.ExitCode)
+	l.st = st
+	fu := l.newFinalUpdate(fin.State, fin.FailureReason, fin.ExitCode)
 	fu.req.Output = api.JobOutput{Checksum: fin.Checksum, Bytesize: fin.Bytesize}
 	fu.req.Checksum = fin.Checksum
 	fu.limit = 0
@@ -291,18 +309,18 @@ func (m *Manager) deliverRecord(d *delivery, client *api.Client, job *api.JobRes
 // resumeDelivery takes over the final update of a delivering record
 // claimed from a stopped manager: the job is not run again, so
 // max_retries does not apply; stale_timeout bounds the delivery.
-func (m *Manager) resumeDelivery(log *slog.Logger, t resumeTask, r *config.RunnerConfig, client *api.Client,
-	job *api.JobResponse, info api.VersionInfo, env envelope) {
+func (l *jobLife) resumeDelivery(t resumeTask, env envelope) {
+	m := l.m
 	if env.Final == nil {
-		log.Error("job store: a delivering record without the job's outcome; removing it")
+		l.log.Error("job store: a delivering record without the job's outcome; removing it")
 		if err := t.store.Remove(context.WithoutCancel(m.stopContext()), t.rec.JobID); err != nil {
-			log.Warn("job store: remove", "err", err)
+			l.log.Warn("job store: remove", "err", err)
 		}
 		return
 	}
-	log.Info("job store: delivering the final update of a job a stopped manager finished",
+	l.log.Info("job store: delivering the final update of a job a stopped manager finished",
 		"state", env.Final.State, "finished_at", env.Final.Finished, "log_from", t.rec.TraceOffset, "bytesize", env.Final.Bytesize)
-	m.deliverRecord(m.newDelivery(t.store, log, r, t.rec, env), client, job, info, 0)
+	l.deliverRecord(m.newDelivery(t.store, l.log, l.runner, t.rec, env), 0)
 }
 
 // endDelivery ends a final update a job store keeps: its record is

@@ -10,6 +10,13 @@
 //	                  │ Job-Status      │   └─ canceling: stop script, run after_script
 //	                  └─ canceled/403 ──┴──► dropped (no further calls)
 //
+// In the code, a job's life is one jobLife (job.go): its logger, client,
+// log, streamer, provisioner, job record and outcome, and a method for
+// each step. Manager.runJob takes a received job through them top to
+// bottom; a job resumed from a job store (resume.go) takes the same
+// steps, and a final update a job store keeps goes on with deliverKept
+// and deliverRecord (deliver.go).
+//
 // # Two-phase job start
 //
 // The manager announces info.features.two_phase_job_commit. When a payload

@@ -95,160 +95,327 @@ type jobStart struct {
 	ackTimeout time.Duration
 }
 
+// jobLife is one job's life in this manager, from its receipt (receive)
+// or its resume from a job store (resumedLife) to its final update: who
+// the job is and what it runs with, then what each step made of it.
+// Manager.runJob walks a received job through the steps, top to bottom:
+//
+//	receive ─► openLog ─► begin ─► start ─► stream ─► openRecord, persist ─► build ─┬─► finish ─► sendFinal
+//	                                 │                                                │     or keepFinal ─► deliverKept
+//	                                 └─ refused: dropped                              └─► decline (two-phase, not accepted)
+//
+// Manager.resume walks a resumed one through the same steps from openLog
+// on (no start: the job runs already), and a final update a job store
+// kept goes on in deliverRecord, with a life of its own (detached).
+//
+// The steps run on the job's goroutine, one after the other, and set the
+// fields of the second group, in that order. A goroutine a step starts
+// captures what it needs, never the life: a field set later must not
+// change what it sees.
+type jobLife struct {
+	m        *Manager
+	log      *slog.Logger // the manager's log, narrowed to the job
+	runner   *config.RunnerConfig
+	client   *api.Client
+	job      *api.JobResponse
+	info     api.VersionInfo // sent with each call about the job
+	provider executor.Provider
+	settings executor.Settings
+	started  time.Time
+	// resumed: the job was resumed from a job store, whose record it has
+	// from the start.
+	resumed bool
+
+	buf  *trace.Buffer     // openLog: the job's log
+	exec executor.Executor // begin
+	jr   *jobRun           // begin: the job among the manager's running ones
+	prov *provisioner      // start: a two-phase job's; nil for a classic start
+	st   *streamer         // newStreamer: sends buf to the coordinator
+	pers *persister        // openRecord: keeps the job's record; nil without a job store
+	res  jobrun.Result     // build: the build's outcome
+}
+
 // runJob runs one received job to its end and reports it. ctx is the
 // manager's abort context.
 func (m *Manager) runJob(ctx context.Context, js *jobStart) {
-	r, client, job, info := js.runner, js.client, js.job, js.info
-	log := m.logger.With("job_id", job.ID, "runner", js.settings.ShortToken, "project", job.JobInfo.ProjectFullPath)
-	log.Info("job received", "name", job.JobInfo.Name)
-	m.metrics.jobStarted(r, job)
-	started := m.clock.Now()
-
-	buf, err := newJobLog(job, r, 0, 0)
-	if err != nil {
-		log.Error("cannot create the job log buffer", "err", err)
-		m.sendFinal(ctx, log, client, job, info, nil, api.StateFailed, api.RunnerSystemFailure, nil)
+	l := m.receive(js)
+	if l.openLog(0, 0) != nil {
+		l.sendFinal(ctx, api.StateFailed, api.RunnerSystemFailure, nil)
 		return
 	}
-	defer buf.Close()
-
-	jobCtx, abort := context.WithCancel(ctx)
-	defer abort()
-	exec := js.provider.Create()
-	jr := &jobRun{id: job.ID, runner: js.settings.ShortToken, runnerName: r.Name, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
-	m.mu.Lock()
-	m.jobs[job.ID] = jr
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.jobs, job.ID)
-		m.mu.Unlock()
-	}()
-
-	var prov *provisioner
-	var firstInterval time.Duration
-	if job.Features.TwoPhaseJobCommit {
-		// Two-phase start: the job stays the coordinator's until we accept
-		// it, right before the first script stage; until then keep it alive.
-		prov = newProvisioner(m, js, log, started, jr.abortJob, jr.cancelGracefully)
-		go prov.keepAlive(jobCtx)
-		defer prov.stopKeepAlive()
-	} else {
-		// Classic start: tell the coordinator at once that the job runs.
-		resp, err := client.UpdateJob(ctx, job.ID, api.UpdateJobRequest{Info: info, Token: job.Token, State: api.StateRunning})
-		m.metrics.apiRequest(r, "update_job", http.MethodPut, resp)
-		if err == nil && remoteAbort(resp) {
-			log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
-			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
-			return
-		}
-		if err != nil {
-			log.Warn("could not confirm the job start; running it anyway", "err", err)
-		}
-		if resp != nil && resp.JobStatus == api.RemoteCanceling {
-			jr.cancelGracefully()
-		}
-		if resp != nil {
-			firstInterval = resp.UpdateInterval
-		}
+	defer l.buf.Close()
+	jobCtx, end := l.begin(ctx)
+	defer end()
+	interval, ok := l.start(ctx, jobCtx, js.ackTimeout)
+	if !ok {
+		return
 	}
-
-	st := &streamer{
-		m: m, r: r, client: client, job: job, info: info, buf: buf, log: log,
-		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(),
-		onCanceling: jr.cancelGracefully, onAbort: jr.abortJob, debug: debugTrace(job, r),
+	if l.prov != nil {
+		defer l.prov.stopKeepAlive()
 	}
-	st.setInterval(firstInterval)
-	if prov != nil {
-		// Trace patches (the preparation log) go out while provisioning,
-		// but no keep-alive PUT: PUT state=running would accept the job.
-		st.canPut = prov.isAccepted
-		st.onAbort = func() { prov.drop("trace patch refused", nil) }
-	}
-	streamCtx, stopStream := context.WithCancel(jobCtx)
-	var streamWG sync.WaitGroup
-	streamWG.Add(1)
-	go func() {
-		defer streamWG.Done()
-		st.watch(streamCtx)
-	}()
-
+	l.st = l.newStreamer()
+	l.st.setInterval(interval)
+	stopStream := l.stream(jobCtx)
 	if m.prepareDelay > 0 {
 		sleep(jobCtx, m.clock, m.prepareDelay)
 	}
-	var accept func(context.Context) error
-	if prov != nil {
-		accept = prov.accept
+	l.openRecord(m.storeFor(l.runner))
+	stopPersist := l.persist(jobCtx)
+	l.build(jobCtx, js.data, nil)
+	stopStream()
+	stopPersist()
+	if l.prov != nil && !l.prov.isAccepted() {
+		l.decline(ctx)
+		return
 	}
-	var pers *persister
+	l.finish(ctx)
+}
+
+// receive starts the life of a job the coordinator gave this manager.
+func (m *Manager) receive(js *jobStart) *jobLife {
+	job := js.job
+	l := &jobLife{
+		m: m, runner: js.runner, client: js.client, job: job, info: js.info, provider: js.provider, settings: js.settings,
+		log: m.logger.With("job_id", job.ID, "runner", js.settings.ShortToken, "project", job.JobInfo.ProjectFullPath),
+	}
+	l.log.Info("job received", "name", job.JobInfo.Name)
+	m.metrics.jobStarted(l.runner, job)
+	l.started = m.clock.Now()
+	return l
+}
+
+// resumedLife starts the life of a job resumed from its record (see
+// Manager.resume).
+func (m *Manager) resumedLife(log *slog.Logger, r *config.RunnerConfig, client *api.Client, job *api.JobResponse,
+	p executor.Provider, settings executor.Settings) *jobLife {
+	return &jobLife{
+		m: m, log: log, runner: r, client: client, job: job, info: m.versionInfo(r, p),
+		provider: p, settings: settings, started: m.clock.Now(), resumed: true,
+	}
+}
+
+// openLog makes the job's log buffer. A resumed job's log continues at
+// base, the coordinator's size, and drops the first skip bytes it
+// regenerates (see trace.Options). On an error, logged here, the life
+// has no log.
+func (l *jobLife) openLog(base, skip int64) error {
+	buf, err := trace.New(trace.Options{
+		Masked:        l.job.Variables.Masked(),
+		TokenPrefixes: l.job.Features.TokenMaskPrefixes,
+		Limit:         l.runner.OutputLimitBytes(),
+		Base:          base,
+		Skip:          skip,
+	})
+	if err != nil {
+		l.log.Error("cannot create the job log buffer", "err", err)
+		return err
+	}
+	l.buf = buf
+	return nil
+}
+
+// begin makes the job's executor and counts the job among the manager's
+// running ones. It returns the job's context, which aborting the job
+// (jobRun.abortJob) cancels, and end, which ends both.
+func (l *jobLife) begin(ctx context.Context) (jobCtx context.Context, end func()) {
+	m := l.m
+	jobCtx, abort := context.WithCancel(ctx)
+	l.exec = l.provider.Create()
+	l.jr = &jobRun{
+		id: l.job.ID, runner: l.settings.ShortToken, runnerName: l.runner.Name, started: l.started,
+		graceful: make(chan struct{}), abort: abort, stage: l.exec.CurrentStage,
+	}
+	if l.resumed {
+		l.jr.resumable.Store(true)
+	}
+	id := l.job.ID
+	m.mu.Lock()
+	m.jobs[id] = l.jr
+	m.mu.Unlock()
+	return jobCtx, func() {
+		m.mu.Lock()
+		delete(m.jobs, id)
+		m.mu.Unlock()
+		abort()
+	}
+}
+
+// start tells the coordinator the job is taken. A two-phase job is kept
+// alive (l.prov) until it is accepted or declined; a classic one is
+// reported running at once, and ok is false when the coordinator refuses
+// that (the job is dropped). interval is the coordinator's update
+// interval, when it said one.
+func (l *jobLife) start(ctx, jobCtx context.Context, ackTimeout time.Duration) (interval time.Duration, ok bool) {
+	m := l.m
+	if l.job.Features.TwoPhaseJobCommit {
+		// Two-phase start: the job stays the coordinator's until we accept
+		// it, right before the first script stage; until then keep it alive.
+		l.prov = newProvisioner(l, ackTimeout)
+		go l.prov.keepAlive(jobCtx)
+		return 0, true
+	}
+	// Classic start: tell the coordinator at once that the job runs.
+	resp, err := l.client.UpdateJob(ctx, l.job.ID, api.UpdateJobRequest{Info: l.info, Token: l.job.Token, State: api.StateRunning})
+	m.metrics.apiRequest(l.runner, "update_job", http.MethodPut, resp)
+	if err == nil && remoteAbort(resp) {
+		l.log.Warn("coordinator refused the job start; dropping it", "status", resp.StatusCode, "job_status", resp.JobStatus)
+		m.metrics.jobFinished(l.runner, outcomeDropped, m.clock.Now().Sub(l.started))
+		return 0, false
+	}
+	if err != nil {
+		l.log.Warn("could not confirm the job start; running it anyway", "err", err)
+	}
+	if resp != nil && resp.JobStatus == api.RemoteCanceling {
+		l.jr.cancelGracefully()
+	}
+	if resp != nil {
+		interval = resp.UpdateInterval
+	}
+	return interval, true
+}
+
+// newStreamer makes the streamer of the job's log. The coordinator's
+// cancels reach the running job (l.jr), if there is one; a two-phase job
+// not accepted yet gets no keep-alive PUT.
+func (l *jobLife) newStreamer() *streamer {
+	m := l.m
+	st := &streamer{
+		m: m, r: l.runner, client: l.client, job: l.job, info: l.info, buf: l.buf, log: l.log,
+		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(),
+		onCanceling: func() {}, onAbort: func() {}, debug: debugTrace(l.job, l.runner),
+	}
+	if l.jr != nil {
+		st.onCanceling, st.onAbort = l.jr.cancelGracefully, l.jr.abortJob
+	}
+	if prov := l.prov; prov != nil {
+		// Trace patches (the preparation log) go out while provisioning,
+		// but no keep-alive PUT: PUT state=running would accept it.
+		st.canPut = prov.isAccepted
+		st.onAbort = func() { prov.drop("trace patch refused", nil) }
+	}
+	return st
+}
+
+// continuedStreamer makes the streamer of a log that goes on where the
+// coordinator's copy ends, at sent (a resumed job, a final update a job
+// store kept): it sends the log's first bytes at once. Nil without a log.
+func (l *jobLife) continuedStreamer(sent int64) *streamer {
+	if l.buf == nil {
+		return nil
+	}
+	st := l.newStreamer()
+	st.log = l.m.logger.With("job_id", l.job.ID)
+	st.sent, st.firstWait = sent, 50*time.Millisecond
+	return st
+}
+
+// stream sends the job's log (l.st) while the job runs; stop ends that
+// and waits for it.
+func (l *jobLife) stream(jobCtx context.Context) (stop func()) {
+	st := l.st
+	ctx, cancel := context.WithCancel(jobCtx)
+	var wg sync.WaitGroup
+	wg.Go(func() { st.watch(ctx) })
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// openRecord makes the persister of the job's record in store, a new
+// one; without a store, or when it cannot, the job is not resumable.
+func (l *jobLife) openRecord(store *openStore) {
+	if store == nil {
+		return
+	}
+	if err := l.newPersister(store, l.m.clock.Now()); err != nil {
+		l.log.Error("job store: the job will not be resumable", "err", err)
+	}
+}
+
+// newPersister makes l.pers, the persister of the job's record in store.
+func (l *jobLife) newPersister(store *openStore, accepted time.Time) error {
+	pers, err := newPersister(l.m, store, l.log, l.job, l.runner.Token, l.buf, l.exec, l.settings.ConcurrentID, accepted)
+	if err != nil {
+		return err
+	}
+	l.pers = pers
+	return nil
+}
+
+// persist keeps the job's record (l.pers) up to date while the job runs;
+// stop ends that and waits for it. Without a record it does nothing.
+func (l *jobLife) persist(jobCtx context.Context) (stop func()) {
+	pers := l.pers
+	if pers == nil {
+		return func() {}
+	}
+	l.jr.resumable.Store(true)
+	pers.setStreamer(l.st)
+	ctx, cancel := context.WithCancel(jobCtx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pers.run(ctx, pers.store.cfg.HealthInterval)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// build runs the job's build to its end and keeps its outcome (l.res).
+// data is what the executor capacity was acquired with (nil for a
+// resumed job); resume, where a resumed job's build goes on (nil: it
+// starts).
+func (l *jobLife) build(jobCtx context.Context, data executor.Data, resume *jobrun.Resume) {
+	m, r := l.m, l.runner
 	var checkpoint func(jobrun.Checkpoint, bool)
-	stopPersist := func() {}
-	if store := m.storeFor(r); store != nil {
-		if pers, err = newPersister(m, store, log, job, r.Token, buf, exec, js.settings.ConcurrentID, m.clock.Now()); err != nil {
-			log.Error("job store: the job will not be resumable", "err", err)
-			pers = nil
-		}
+	if l.pers != nil {
+		checkpoint = l.pers.checkpoint
 	}
-	if pers != nil {
-		jr.resumable.Store(true)
-		pers.setStreamer(st)
-		checkpoint = pers.checkpoint
-		if accept != nil {
-			acceptJob := accept
-			accept = func(ctx context.Context) error {
-				err := acceptJob(ctx)
-				if err == nil {
-					pers.setAccepted(m.clock.Now())
-				}
-				return err
-			}
-		}
-		persistCtx, cancel := context.WithCancel(jobCtx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			pers.run(persistCtx, pers.store.cfg.HealthInterval)
-		}()
-		stopPersist = func() { cancel(); <-done }
-	}
-	maxSize, maxEntries := js.runner.ArtifactExtractLimits()
-	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
+	maxSize, maxEntries := r.ArtifactExtractLimits()
+	l.res = jobrun.Run(jobCtx, l.jr.graceful, jobrun.Options{
 		Checkpoint:  checkpoint,
-		Accept:      accept,
-		Job:         job,
-		Provider:    js.provider,
-		Executor:    exec,
-		Data:        js.data,
-		Settings:    js.settings,
-		Trace:       buf,
-		Logger:      log,
+		Accept:      l.accept(),
+		Job:         l.job,
+		Provider:    l.provider,
+		Executor:    l.exec,
+		Data:        data,
+		Settings:    l.settings,
+		Trace:       l.buf,
+		Logger:      l.log,
 		Clock:       m.opts.Clock,
 		Version:     m.opts.Version,
 		Helper:      m.opts.HelperCommand,
-		ServerURL:   js.runner.URL,
-		SharedCache: m.sharedCache(js.runner, job, log),
+		ServerURL:   r.URL,
+		SharedCache: m.sharedCache(r, l.job, l.log),
+		Resume:      resume,
 
 		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
-		Runner: runnerOptions(js.runner),
+		Runner: runnerOptions(r),
 	})
-	resState := string(res.State)
-	jr.result.Store(&resState)
-	stopStream()
-	streamWG.Wait()
-	stopPersist()
+	state := string(l.res.State)
+	l.jr.result.Store(&state)
+}
 
-	if prov != nil && !prov.isAccepted() {
-		prov.stopKeepAlive()
-		if prov.isDropped() || jr.isAborted() {
-			prov.drop("aborted", nil) // for the outcome, if not settled yet
-			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
-			return
-		}
-		m.declineJob(ctx, log, js, prov, jr, st, res)
-		m.metrics.jobFinished(r, outcomeDeclined, m.clock.Now().Sub(started))
-		return
+// accept is the build's Accept (jobrun.Options): nil but for a two-phase
+// job, whose job record, if it has one, keeps when it was accepted.
+func (l *jobLife) accept() func(context.Context) error {
+	prov, pers, m := l.prov, l.pers, l.m
+	switch {
+	case prov == nil:
+		return nil
+	case pers == nil:
+		return prov.accept
 	}
-	m.finishJob(ctx, log, js, st, buf, jr, res, started, pers)
+	return func(ctx context.Context) error {
+		err := prov.accept(ctx)
+		if err == nil {
+			pers.setAccepted(m.clock.Now())
+		}
+		return err
+	}
 }
 
 // runnerOptions are the keys of r that bound or change its builds.
@@ -259,31 +426,17 @@ func runnerOptions(r *config.RunnerConfig) jobrun.RunnerOptions {
 	}
 }
 
-// newJobLog makes a job's log buffer. A resumed job's log continues at
-// base, the coordinator's size, and drops the first skip bytes it
-// regenerates (see trace.Options).
-func newJobLog(job *api.JobResponse, r *config.RunnerConfig, base, skip int64) (*trace.Buffer, error) {
-	return trace.New(trace.Options{
-		Masked:        job.Variables.Masked(),
-		TokenPrefixes: job.Features.TokenMaskPrefixes,
-		Limit:         r.OutputLimitBytes(),
-		Base:          base,
-		Skip:          skip,
-	})
-}
-
-// finishJob reports a build's end: the final update with the whole log.
-// With a job store (pers), the job's record keeps the update until the
+// finish reports a build's end (l.res): the final update with the whole
+// log. With a job record (l.pers), it keeps the update until the
 // coordinator has it (see deliverKept); without, it is sent within the
 // retry budget.
-func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, js *jobStart, st *streamer, buf *trace.Buffer, jr *jobRun,
-	res jobrun.Result, started time.Time, pers *persister) {
-	r := js.runner
-	if jr.isAborted() {
-		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(started))
-		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(started))
-		if pers != nil {
-			pers.remove(context.WithoutCancel(ctx))
+func (l *jobLife) finish(ctx context.Context) {
+	m, r, log, res := l.m, l.runner, l.log, l.res
+	if l.jr.isAborted() {
+		log.Warn("job aborted by the coordinator; no final update is sent", "elapsed", m.clock.Now().Sub(l.started))
+		m.metrics.jobFinished(r, "aborted", m.clock.Now().Sub(l.started))
+		if l.pers != nil {
+			l.pers.remove(context.WithoutCancel(ctx))
 		}
 		return
 	}
@@ -294,10 +447,10 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, js *jobStart,
 	}
 	if ctx.Err() != nil {
 		// The manager is being stopped forcefully (SIGTERM/SIGINT).
-		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: Job failed: the runner manager was stopped (runner_interrupted)\x1b[0;m\n")
+		fmt.Fprintf(l.buf, "\n\x1b[31;1mERROR: Job failed: the runner manager was stopped (runner_interrupted)\x1b[0;m\n")
 		state, reason, code = api.StateFailed, api.RunnerInterrupted, nil
 	}
-	buf.Finish()
+	l.buf.Finish()
 	if res.Err != nil {
 		log.Info("build ended with an error", "err", res.Err)
 	}
@@ -309,15 +462,15 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, js *jobStart,
 		finalCtx, cancel = context.WithTimeout(finalCtx, m.Config().ShutdownTimeoutDuration())
 		defer cancel()
 	}
-	if d := m.keepFinal(ctx, log, r, pers, st, state, reason, code); d != nil {
-		m.deliverKept(ctx, finalCtx, d, js.client, js.job, js.info, st)
+	if d := l.keepFinal(ctx, state, reason, code); d != nil {
+		l.deliverKept(ctx, finalCtx, d)
 	} else {
-		m.sendFinal(finalCtx, log, js.client, js.job, js.info, st, state, reason, code)
-		if pers != nil {
-			pers.remove(context.WithoutCancel(ctx))
+		l.sendFinal(finalCtx, state, reason, code)
+		if l.pers != nil {
+			l.pers.remove(context.WithoutCancel(ctx))
 		}
 	}
-	elapsed := m.clock.Now().Sub(started)
+	elapsed := m.clock.Now().Sub(l.started)
 	m.metrics.jobFinished(r, string(state), elapsed)
 	if state == api.StateFailed {
 		m.metrics.jobFailed(r, string(reason))
@@ -326,24 +479,32 @@ func (m *Manager) finishJob(ctx context.Context, log *slog.Logger, js *jobStart,
 	if code != nil {
 		attrs = append(attrs, "exit_code", *code)
 	}
-	log.Info("job finished", append(attrs, "duration", elapsed.Round(time.Millisecond), "log_bytes", buf.Size())...)
+	log.Info("job finished", append(attrs, "duration", elapsed.Round(time.Millisecond), "log_bytes", l.buf.Size())...)
 }
 
-// declineJob gives back a two-phase job that was not accepted: the build
-// failed before its scripts for a system reason, or the manager is being
-// stopped (SIGTERM: runner_interrupted). Nothing else is sent, unless the
-// answer shows that an accept landed after all (an accept whose answer was
-// lost): then the job is ours and gets a final update as failed.
-func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, js *jobStart, prov *provisioner, jr *jobRun,
-	st *streamer, res jobrun.Result) {
+// decline ends a two-phase job that was not accepted. When the
+// coordinator took it back, or aborted it, it is dropped. Else it is given
+// back: the build failed before its scripts for a system reason, or the
+// manager is being stopped (SIGTERM: runner_interrupted). Nothing else is
+// sent, unless the answer shows that an accept landed after all (an
+// accept whose answer was lost): then the job is ours and gets a final
+// update as failed.
+func (l *jobLife) decline(ctx context.Context) {
+	m, prov := l.m, l.prov
+	prov.stopKeepAlive()
+	if prov.isDropped() || l.jr.isAborted() {
+		prov.drop("aborted", nil) // for the outcome, if not settled yet
+		m.metrics.jobFinished(l.runner, outcomeDropped, m.clock.Now().Sub(l.started))
+		return
+	}
 	reason := string(api.RunnerSystemFailure)
 	switch {
 	case ctx.Err() != nil:
 		reason = string(api.RunnerInterrupted)
-	case jr.isCanceling():
+	case l.jr.isCanceling():
 		reason = string(api.JobCanceled)
-	case res.Err != nil:
-		reason += ": " + res.Err.Error()
+	case l.res.Err != nil:
+		reason += ": " + l.res.Err.Error()
 	}
 	// The decline must outlive an abort of the manager: it is what returns
 	// the job to the queue before the ack deadline does.
@@ -352,14 +513,58 @@ func (m *Manager) declineJob(ctx context.Context, log *slog.Logger, js *jobStart
 	resp := prov.decline(dctx, reason)
 	if resp != nil && resp.StatusCode == http.StatusBadRequest &&
 		(resp.JobStatus == api.RemoteRunning || resp.JobStatus == api.RemoteCanceling) {
-		log.Warn("the coordinator runs the job: an accept landed after all; failing it")
+		l.log.Warn("the coordinator runs the job: an accept landed after all; failing it")
 		failure := api.RunnerSystemFailure
 		if ctx.Err() != nil {
 			failure = api.RunnerInterrupted
 		}
-		st.buf.Finish()
-		m.sendFinal(dctx, log, js.client, js.job, js.info, st, api.StateFailed, failure, nil)
+		l.buf.Finish()
+		l.sendFinal(dctx, api.StateFailed, failure, nil)
 	}
+	m.metrics.jobFinished(l.runner, outcomeDeclined, m.clock.Now().Sub(l.started))
+}
+
+// sendFinal flushes the log (l.st, if any) and reports the final state,
+// within the retry budget: what happens without a job store, or when the
+// store cannot keep the update (see deliverFinal for the policy).
+func (l *jobLife) sendFinal(ctx context.Context, state api.JobState, reason api.FailureReason, code *int) finalOutcome {
+	m := l.m
+	fu := l.newFinalUpdate(state, reason, code)
+	out := m.deliverFinal(ctx, fu)
+	switch out {
+	case finalExhausted:
+		// Counted before it is logged, so that whoever reads the log line
+		// (an operator, a test) finds the metric already counting it.
+		m.metrics.finalAbandoned(abandonedRetryLimit)
+		l.log.Error("final update failed; giving up: the coordinator keeps the job running until its stale timeout", "rounds", fu.limit, "err", fu.err)
+	case finalStopped:
+		l.log.Error("final update abandoned", "err", ctx.Err())
+	}
+	return out
+}
+
+// newFinalUpdate prepares the job's final update, with the log l.st holds
+// (Finish was called: its size and checksum do not change any more), or
+// none when l.st is nil.
+func (l *jobLife) newFinalUpdate(state api.JobState, reason api.FailureReason, code *int) *finalUpdate {
+	job := l.job
+	req := api.UpdateJobRequest{Info: l.info, Token: job.Token, State: state, ExitCode: code}
+	if state == api.StateFailed {
+		req.FailureReason = mapFailureReason(reason, job.Features.FailureReasons)
+	}
+	limit := config.DefaultJobStatusFinalUpdateRetryLimit
+	if st := l.st; st != nil {
+		req.Output = api.JobOutput{Checksum: st.buf.Checksum(), Bytesize: st.buf.Size()}
+		req.Checksum = req.Output.Checksum
+		if st.r.JobStatusFinalUpdateRetryLimit > 0 {
+			limit = st.r.JobStatusFinalUpdateRetryLimit
+		}
+	}
+	backoff := l.m.opts.RetryBackoff
+	if backoff <= 0 {
+		backoff = time.Second
+	}
+	return &finalUpdate{client: l.client, job: job, st: l.st, req: req, log: l.log, limit: limit, backoff: backoff}
 }
 
 func statusOf(r *api.Response) int {
@@ -441,48 +646,6 @@ type finalUpdate struct {
 	noLog bool
 	// err is why the last round failed.
 	err error
-}
-
-// newFinalUpdate prepares the final update of a job whose log st holds
-// (Finish was called: its size and checksum do not change any more).
-func (m *Manager) newFinalUpdate(log *slog.Logger, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
-	state api.JobState, reason api.FailureReason, code *int) *finalUpdate {
-	req := api.UpdateJobRequest{Info: info, Token: job.Token, State: state, ExitCode: code}
-	if state == api.StateFailed {
-		req.FailureReason = mapFailureReason(reason, job.Features.FailureReasons)
-	}
-	limit := config.DefaultJobStatusFinalUpdateRetryLimit
-	if st != nil {
-		req.Output = api.JobOutput{Checksum: st.buf.Checksum(), Bytesize: st.buf.Size()}
-		req.Checksum = req.Output.Checksum
-		if st.r.JobStatusFinalUpdateRetryLimit > 0 {
-			limit = st.r.JobStatusFinalUpdateRetryLimit
-		}
-	}
-	backoff := m.opts.RetryBackoff
-	if backoff <= 0 {
-		backoff = time.Second
-	}
-	return &finalUpdate{client: client, job: job, st: st, req: req, log: log, limit: limit, backoff: backoff}
-}
-
-// sendFinal flushes the log and reports the final state, within the
-// retry budget: what happens without a job store, or when the store
-// cannot keep the update (see deliverFinal for the policy).
-func (m *Manager) sendFinal(ctx context.Context, log *slog.Logger, client *api.Client, job *api.JobResponse, info api.VersionInfo, st *streamer,
-	state api.JobState, reason api.FailureReason, code *int) finalOutcome {
-	fu := m.newFinalUpdate(log, client, job, info, st, state, reason, code)
-	out := m.deliverFinal(ctx, fu)
-	switch out {
-	case finalExhausted:
-		// Counted before it is logged, so that whoever reads the log line
-		// (an operator, a test) finds the metric already counting it.
-		m.metrics.finalAbandoned(abandonedRetryLimit)
-		log.Error("final update failed; giving up: the coordinator keeps the job running until its stale timeout", "rounds", fu.limit, "err", fu.err)
-	case finalStopped:
-		log.Error("final update abandoned", "err", ctx.Err())
-	}
-	return out
 }
 
 // deliverFinal sends a final update until it is delivered, refused, or

@@ -84,6 +84,15 @@ func newPersister(m *Manager, st *openStore, log *slog.Logger, job *api.JobRespo
 	}, nil
 }
 
+// continueRecord makes p go on with rec, the record of a resumed job,
+// whose last save was at log offset saved.
+func (p *persister) continueRecord(rec *jobstore.Record, saved int64) {
+	p.rec.Version = rec.Version
+	p.rec.StartedAt = rec.StartedAt
+	p.rec.Retries = rec.Retries
+	p.live, p.saved = true, saved
+}
+
 func (p *persister) setStreamer(s *streamer) {
 	p.mu.Lock()
 	p.stream = s

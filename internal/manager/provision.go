@@ -29,7 +29,8 @@ import (
 //	   (404/405 from runner_provisioning: PUT state=running instead)
 //
 // Every outcome releases the executor capacity (processRunner does it when
-// runJob returns). Only an accepted job gets a final update.
+// runJob returns). Only an accepted job gets a final update. The job's
+// side of it: jobLife.start and jobLife.decline (job.go).
 
 // Outcomes of a two-phase start, the outcome label of
 // drover_runner_provisioning_total.
@@ -92,11 +93,14 @@ type provisioner struct {
 	noEndpoint bool
 }
 
-func newProvisioner(m *Manager, js *jobStart, log *slog.Logger, started time.Time, onDrop, onCanceling func()) *provisioner {
+// newProvisioner makes the provisioner of job life l, begun (its jobRun
+// is what a drop aborts and a cancel cancels); ackTimeout is the
+// coordinator's acknowledgement timeout (0: its default).
+func newProvisioner(l *jobLife, ackTimeout time.Duration) *provisioner {
 	return &provisioner{
-		m: m, r: js.runner, client: js.client, job: js.job, info: js.info, log: log,
-		onDrop: onDrop, onCanceling: onCanceling, started: started,
-		every: keepAliveEvery(js.ackTimeout),
+		m: l.m, r: l.runner, client: l.client, job: l.job, info: l.info, log: l.log,
+		onDrop: l.jr.abortJob, onCanceling: l.jr.cancelGracefully, started: l.started,
+		every: keepAliveEvery(ackTimeout),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/jobstore"
-	"github.com/drover-ci/drover/internal/trace"
 )
 
 // owner names this manager process in job records: the system id, the
@@ -276,7 +275,10 @@ func (m *Manager) runnerByToken(token string) *config.RunnerConfig {
 	return nil
 }
 
-// resume continues a job from its record, in a limit slot of its runner.
+// resume continues a job from its record, in a limit slot of its runner:
+// the steps of runJob from openLog on (the job was started by the
+// manager that stopped), or only its final update's delivery when the
+// record is delivering.
 func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	if t.rs != nil {
 		defer t.rs.jobDone(t.slot)
@@ -307,7 +309,7 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		return
 	}
 	if rec.State == jobstore.StateDelivering {
-		m.resumeDelivery(log, t, r, client, &job, m.versionInfo(r, p), env)
+		m.resumedLife(log, r, client, &job, p, executor.Settings{}).resumeDelivery(t, env)
 		return
 	}
 	slot := t.slot
@@ -318,28 +320,16 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	}
 	settings := m.settings(r, slot)
 	settings.ServerTLS = jobTLS(r, log)
-	info := m.versionInfo(r, p)
-	started := m.clock.Now()
+	l := m.resumedLife(log, r, client, &job, p, settings)
 	m.metrics.jobStarted(r, nil)
 	m.metrics.jobResumed(r)
-
-	fail := func(buf *trace.Buffer, st *streamer, reason api.FailureReason, msg string) {
-		log.Warn("resumed job failed", "reason", reason, "why", msg)
-		if buf != nil {
-			fmt.Fprintf(buf, "\n\x1b[31;1mERROR: Job failed (system failure): %s\x1b[0;m\n", msg)
-			buf.Finish()
-		}
-		m.sendFinal(context.WithoutCancel(ctx), log, client, &job, info, st, api.StateFailed, reason, nil)
-		m.metrics.jobFinished(r, string(api.StateFailed), m.clock.Now().Sub(started))
-		_ = t.store.Remove(context.WithoutCancel(ctx), rec.JobID)
-	}
 
 	size, resp, err := client.TraceSize(ctx, job.ID, job.Token)
 	if err != nil && resp != nil && remoteAbort(resp) {
 		log.Warn("the coordinator no longer runs this job; stopping what is left of it", "status", resp.StatusCode, "job_status", resp.JobStatus)
 		m.stopResumed(ctx, p, settings, &job, env)
 		_ = t.store.Remove(ctx, rec.JobID)
-		m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(started))
+		m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(l.started))
 		return
 	}
 	if err != nil {
@@ -348,120 +338,68 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 	}
 	if rec.Retries > t.store.cfg.MaxRetries {
 		m.stopResumed(ctx, p, settings, &job, env)
-		buf := m.resumeBuffer(&job, r, size, 0, log)
-		if buf != nil {
-			defer buf.Close()
+		if l.openLog(size, 0) == nil {
+			defer l.buf.Close()
 		}
-		fail(buf, m.resumeStreamer(r, client, &job, info, buf, size), api.RunnerSystemFailure,
-			fmt.Sprintf("the job was resumed %d times, more than max_retries = %d", rec.Retries, t.store.cfg.MaxRetries))
+		l.st = l.continuedStreamer(size)
+		l.failResumed(ctx, t, fmt.Sprintf("the job was resumed %d times, more than max_retries = %d", rec.Retries, t.store.cfg.MaxRetries))
 		return
 	}
 	if size < env.LogOffset {
 		m.stopResumed(ctx, p, settings, &job, env)
-		fail(nil, nil, api.RunnerSystemFailure, fmt.Sprintf("the coordinator has %d log bytes, fewer than the %d of the checkpoint", size, env.LogOffset))
+		l.failResumed(ctx, t, fmt.Sprintf("the coordinator has %d log bytes, fewer than the %d of the checkpoint", size, env.LogOffset))
 		return
 	}
 	if _, ok := p.Create().(executor.Stateful); !ok {
 		// Nothing would be run again to fill the log from the checkpoint
 		// to the coordinator's size, so the reason is written after what
 		// the coordinator has, not skipped as already sent.
-		buf := m.resumeBuffer(&job, r, size, 0, log)
-		if buf != nil {
-			defer buf.Close()
+		if l.openLog(size, 0) == nil {
+			defer l.buf.Close()
 		}
-		fail(buf, m.resumeStreamer(r, client, &job, info, buf, size), api.RunnerSystemFailure,
-			fmt.Sprintf("the %s executor cannot resume a job after the runner manager restarted", r.Executor))
+		l.st = l.continuedStreamer(size)
+		l.failResumed(ctx, t, fmt.Sprintf("the %s executor cannot resume a job after the runner manager restarted", r.Executor))
 		return
 	}
-	buf := m.resumeBuffer(&job, r, size, size-env.LogOffset, log)
-	if buf == nil {
+	if l.openLog(size, size-env.LogOffset) != nil {
 		return
 	}
-	defer buf.Close()
+	defer l.buf.Close()
 	log.Info("resuming job", "stage", env.Checkpoint.Stage, "stage_offset", env.Checkpoint.StageOffset, "log_offset", env.LogOffset, "coordinator_log", size, "retries", rec.Retries)
 
-	jobCtx, abort := context.WithCancel(ctx)
-	defer abort()
-	exec := p.Create()
-	jr := &jobRun{id: job.ID, runner: settings.ShortToken, runnerName: r.Name, started: started, graceful: make(chan struct{}), abort: abort, stage: exec.CurrentStage}
-	jr.resumable.Store(true)
-	m.mu.Lock()
-	m.jobs[job.ID] = jr
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.jobs, job.ID)
-		m.mu.Unlock()
-	}()
-
-	st := m.resumeStreamer(r, client, &job, info, buf, size)
-	st.onCanceling, st.onAbort = jr.cancelGracefully, jr.abortJob
-	pers, err := newPersister(m, t.store, log, &job, r.Token, buf, exec, slot, env.Accepted)
-	if err != nil {
+	jobCtx, end := l.begin(ctx)
+	defer end()
+	l.st = l.continuedStreamer(size)
+	if err := l.newPersister(t.store, env.Accepted); err != nil {
 		log.Error("job store", "err", err)
 		return
 	}
-	pers.rec.Version = rec.Version
-	pers.rec.StartedAt = rec.StartedAt
-	pers.rec.Retries = rec.Retries
-	pers.live, pers.saved = true, env.LogOffset
-	pers.setStreamer(st)
-	streamCtx, stopStream := context.WithCancel(jobCtx)
-	var wg sync.WaitGroup
-	wg.Go(func() { st.watch(streamCtx) })
-	wg.Go(func() { pers.run(streamCtx, t.store.cfg.HealthInterval) })
-
-	maxSize, maxEntries := r.ArtifactExtractLimits()
-	res := jobrun.Run(jobCtx, jr.graceful, jobrun.Options{
-		Job:         &job,
-		Provider:    p,
-		Executor:    exec,
-		Settings:    settings,
-		Trace:       buf,
-		Logger:      log,
-		Clock:       m.opts.Clock,
-		Version:     m.opts.Version,
-		Helper:      m.opts.HelperCommand,
-		ServerURL:   r.URL,
-		SharedCache: m.sharedCache(r, &job, log),
-		Checkpoint:  pers.checkpoint,
-		Resume:      &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted},
-
-		ExtractMaxSize: maxSize, ExtractMaxEntries: maxEntries,
-		Runner: runnerOptions(r),
-	})
-	resState := string(res.State)
-	jr.result.Store(&resState)
+	l.pers.continueRecord(rec, env.LogOffset)
+	stopStream := l.stream(jobCtx)
+	stopPersist := l.persist(jobCtx)
+	l.build(jobCtx, nil, &jobrun.Resume{Checkpoint: env.Checkpoint, ExecutorState: env.Executor, Accepted: env.Accepted})
 	stopStream()
-	wg.Wait()
-	if errors.Is(res.Err, executor.ErrStageVanished) {
-		fmt.Fprintf(buf, "\n\x1b[31;1mERROR: the job's processes ended while the runner manager was down, without an exit code\x1b[0;m\n")
+	stopPersist()
+	if errors.Is(l.res.Err, executor.ErrStageVanished) {
+		fmt.Fprintf(l.buf, "\n\x1b[31;1mERROR: the job's processes ended while the runner manager was down, without an exit code\x1b[0;m\n")
 	}
-	js := &jobStart{runner: r, provider: p, client: client, settings: settings, job: &job, info: info}
-	m.finishJob(ctx, log, js, st, buf, jr, res, started, pers)
+	l.finish(ctx)
 }
 
-// resumeBuffer makes the log buffer of a resumed job (newJobLog), or logs
-// why it cannot and returns nil.
-func (m *Manager) resumeBuffer(job *api.JobResponse, r *config.RunnerConfig, base, skip int64, log interface{ Error(string, ...any) }) *trace.Buffer {
-	buf, err := newJobLog(job, r, base, skip)
-	if err != nil {
-		log.Error("cannot create the job log buffer", "err", err)
-		return nil
+// failResumed ends a resumed job that cannot go on: failed with
+// runner_system_failure, why written at the end of its log (when it has
+// one), and its record removed.
+func (l *jobLife) failResumed(ctx context.Context, t resumeTask, why string) {
+	m := l.m
+	reason := api.RunnerSystemFailure
+	l.log.Warn("resumed job failed", "reason", reason, "why", why)
+	if l.buf != nil {
+		fmt.Fprintf(l.buf, "\n\x1b[31;1mERROR: Job failed (system failure): %s\x1b[0;m\n", why)
+		l.buf.Finish()
 	}
-	return buf
-}
-
-func (m *Manager) resumeStreamer(r *config.RunnerConfig, client *api.Client, job *api.JobResponse, info api.VersionInfo, buf *trace.Buffer, sent int64) *streamer {
-	if buf == nil {
-		return nil
-	}
-	st := &streamer{
-		m: m, r: r, client: client, job: job, info: info, buf: buf, log: m.logger.With("job_id", job.ID),
-		interval: 3 * time.Second, lastPatch: m.clock.Now(), contact: m.clock.Now(), sent: sent, firstWait: 50 * time.Millisecond,
-		onCanceling: func() {}, onAbort: func() {}, debug: debugTrace(job, r),
-	}
-	return st
+	l.sendFinal(context.WithoutCancel(ctx), api.StateFailed, reason, nil)
+	m.metrics.jobFinished(l.runner, string(api.StateFailed), m.clock.Now().Sub(l.started))
+	_ = t.store.Remove(context.WithoutCancel(ctx), t.rec.JobID)
 }
 
 // stopResumed kills what is left of a job that will not be resumed: its
