@@ -267,15 +267,15 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		return err
 	}
 	// The services, the build container and the helper container (needed
-	// to wait for the services, and to follow every stage of a resumable
-	// job: made now, it is in the job's state before any stage runs) are
-	// independent: they start at once, and the engine overlaps their
-	// starts.
+	// to wait for the services, to follow every stage of a resumable job
+	// (made now, it is in the job's state before any stage runs), and for
+	// the job's git, cache and artifacts stages) are independent: they
+	// start at once, and the engine overlaps their starts.
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	wg.Go(func() { errs[0] = e.startServices(ctx, specs) })
 	wg.Go(func() { errs[1] = e.startBuild(ctx, executor.StagePrepareExecutor) })
-	if e.resumable || len(specs) > 0 {
+	if e.resumable || len(specs) > 0 || e.needsHelper() {
 		wg.Go(func() { _, errs[2] = e.ensureHelper(ctx) })
 	}
 	wg.Wait()

@@ -162,6 +162,24 @@ func (e *Executor) needsGit() bool {
 		LookupEnv: func(string) (string, bool) { return "", false }})
 }
 
+// needsHelper reports whether the job has a stage that runs in the
+// helper container: a git checkout, a cache, artifacts to upload, or
+// artifacts of earlier jobs to download.
+func (e *Executor) needsHelper() bool {
+	e.mu.Lock()
+	job := e.job
+	e.mu.Unlock()
+	if len(job.Cache) > 0 || len(job.Artifacts) > 0 {
+		return true
+	}
+	for _, d := range job.Dependencies {
+		if d.ArtifactsFile != nil {
+			return true
+		}
+	}
+	return e.needsGit()
+}
+
 // wrapper runs a stage's script file in the project directory.
 func (e *Executor) wrapper(cid string) string {
 	e.mu.Lock()
