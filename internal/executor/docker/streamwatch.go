@@ -80,7 +80,8 @@ func (e *Executor) watchStream(ctx context.Context, id string, act *activity) <-
 			idle := act.idle()
 			switch {
 			case !ended.IsZero() && idle >= grace && time.Since(ended) >= grace:
-				lost <- fmt.Errorf("%w: the process ended %s ago and nothing came on its stream for %s",
+				lost <- fmt.Errorf("%w: the process ended %s ago and nothing came on its stream for %s "+
+					"(the connection to the engine likely died without closing: for an autoscaled instance, check its SSH link)",
 					errStreamLost, time.Since(ended).Round(time.Second), idle.Round(time.Second))
 				return
 			case !ended.IsZero():
