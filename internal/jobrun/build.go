@@ -65,7 +65,9 @@ type Options struct {
 	// runner's prepare_timeout run out) is accepted first and then
 	// reported as a failed job. With Accept set, the job
 	// timeout counts from the acceptance (preparation is bounded by one
-	// job timeout of its own).
+	// job timeout of its own), and the synchronous checkpoint of
+	// prepare_script comes before the call, not after it: the job's
+	// record exists before the job can be the runner's.
 	Accept func(ctx context.Context) error
 	// Checkpoint, when set, receives the build's checkpoints (see
 	// Checkpoint). With sync true (before a stage starts) the build waits
@@ -239,13 +241,21 @@ func (b *build) run(ctx context.Context, graceful <-chan struct{}) Result {
 	}
 	prepared := err == nil
 	started := false // the job is the runner's and its stages began
+	if b.resume == nil && prepared && b.opts.Accept != nil && jobCtx.Err() == nil {
+		// A two-phase job's record is saved before its accept, not after:
+		// a manager that dies once the accept landed leaves a record that
+		// the next one resumes (accepting again, which is harmless),
+		// instead of a job the coordinator runs and no runner has.
+		b.checkpoint(executor.StagePrepareScript, false, 0, true)
+	}
 	if b.resume != nil {
-		// A resumed job was accepted by the process that started it.
+		// A resumed job was accepted by the process that started it, or
+		// by the manager that resumed it (before the build).
 	} else if aerr := b.accept(jobCtx, err, timer, timeout); aerr != nil {
 		err = aerr
 	}
 	if prepared && err == nil {
-		if b.resume == nil {
+		if b.resume == nil && b.opts.Accept == nil {
 			// The job is the runner's from here on: a resume after the
 			// manager's death starts at prepare_script at the earliest.
 			b.checkpoint(executor.StagePrepareScript, false, 0, true)

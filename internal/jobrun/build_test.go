@@ -483,6 +483,35 @@ func TestAccept(t *testing.T) {
 		}
 		f.assertTrace(t, []string{"script-ran\n"}, nil)
 	})
+	t.Run("after the record's first checkpoint", func(t *testing.T) {
+		// A manager killed right after the accept must find the job's
+		// record: the synchronous checkpoint of prepare_script before it
+		// starts comes first.
+		t.Parallel()
+		f := newFixture(t, "bash", job([]string{"echo script-ran"}, nil))
+		var mu sync.Mutex
+		var events []string
+		f.opts.Checkpoint = func(cp Checkpoint, sync bool) {
+			if sync && !cp.Started {
+				mu.Lock()
+				events = append(events, "checkpoint "+string(cp.Stage))
+				mu.Unlock()
+			}
+		}
+		f.opts.Accept = func(ctx context.Context) error {
+			mu.Lock()
+			events = append(events, "accept")
+			mu.Unlock()
+			return nil
+		}
+		checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{"checkpoint " + string(executor.StagePrepareScript), "accept"}
+		if len(events) < 2 || !slices.Equal(events[:2], want) {
+			t.Errorf("synchronous checkpoints and accept in order %v; want %v first", events, want)
+		}
+	})
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, "bash", job([]string{"echo script-ran"}, []string{"echo after-ran"}))

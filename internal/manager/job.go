@@ -328,7 +328,13 @@ func (l *jobLife) openRecord(store *openStore) {
 	if store == nil {
 		return
 	}
-	if err := l.newPersister(store, l.m.clock.Now()); err != nil {
+	accepted := l.m.clock.Now()
+	if l.prov != nil {
+		// A two-phase job's record is saved before its accept (jobrun):
+		// no acceptance time tells a resume to accept it.
+		accepted = time.Time{}
+	}
+	if err := l.newPersister(store, accepted); err != nil {
 		l.log.Error("job store: the job will not be resumable", "err", err)
 	}
 }
@@ -403,16 +409,17 @@ func (l *jobLife) build(jobCtx context.Context, data executor.Data, resume *jobr
 // job, whose job record, if it has one, keeps when it was accepted.
 func (l *jobLife) accept() func(context.Context) error {
 	prov, pers, m := l.prov, l.pers, l.m
-	switch {
-	case prov == nil:
+	if prov == nil {
 		return nil
-	case pers == nil:
-		return prov.accept
 	}
 	return func(ctx context.Context) error {
+		m.killAt(killBeforeAccept)
 		err := prov.accept(ctx)
 		if err == nil {
-			pers.setAccepted(m.clock.Now())
+			m.killAt(killAfterAccept)
+			if pers != nil {
+				pers.setAccepted(m.clock.Now())
+			}
 		}
 		return err
 	}
@@ -492,6 +499,10 @@ func (l *jobLife) finish(ctx context.Context) {
 func (l *jobLife) decline(ctx context.Context) {
 	m, prov := l.m, l.prov
 	prov.stopKeepAlive()
+	if l.pers != nil {
+		// Saved before the accept that did not happen (or was refused).
+		defer l.pers.remove(context.WithoutCancel(ctx))
+	}
 	if prov.isDropped() || l.jr.isAborted() {
 		prov.drop("aborted", nil) // for the outcome, if not settled yet
 		m.metrics.jobFinished(l.runner, outcomeDropped, m.clock.Now().Sub(l.started))

@@ -90,6 +90,7 @@ type Manager struct {
 
 	lastUpdates  api.LastUpdates
 	prepareDelay time.Duration // fault injection for tests, see testPrepareDelay
+	testKillAt   string        // fault injection for tests, see testKillAt
 	busy         atomic.Int64  // requests in flight + jobs running
 	requests     atomic.Int64  // job requests in flight
 	// twoPhase holds the coordinator URLs that said (X-Drover-Ack-Timeout)
@@ -144,6 +145,7 @@ func New(logger *slog.Logger, opts Options) (*Manager, error) {
 		runnerStores: map[string]*openStore{},
 
 		prepareDelay: testPrepareDelay(),
+		testKillAt:   testKillAt(),
 		fileSeen:     statVersion(opts.ConfigPath),
 	}
 	if err := m.checkStores(opts.Config); err != nil {

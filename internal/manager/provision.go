@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -103,6 +104,15 @@ func newProvisioner(l *jobLife, ackTimeout time.Duration) *provisioner {
 		every: keepAliveEvery(ackTimeout),
 		stop:  make(chan struct{}), done: make(chan struct{}),
 	}
+}
+
+// resumedProvisioner is the provisioner of a resumed two-phase job whose
+// record was saved before its accept: no keep-alive runs, and accept asks
+// the coordinator again.
+func resumedProvisioner(l *jobLife) *provisioner {
+	p := newProvisioner(l, 0)
+	close(p.done) // no keep-alive loop to wait for
+	return p
 }
 
 // settle records the outcome, once; it reports whether this call did.
@@ -310,4 +320,36 @@ func testPrepareDelay() time.Duration {
 		return 0
 	}
 	return d
+}
+
+// Points of a two-phase start where DROVER_TEST_KILL_AT kills the
+// manager (testKillAt).
+const (
+	killBeforeAccept = "before-accept"
+	killAfterAccept  = "after-accept"
+)
+
+// testKillAt is fault injection for end-to-end tests only: with
+// DROVER_TEST_KILL_AT set to before-accept or after-accept, the manager
+// kills itself with SIGKILL at that point of the first two-phase job it
+// starts (a resumed job has no such point), so that a test can check
+// what the next manager makes of the job. It is read once, by New, and
+// nowhere else.
+func testKillAt() string {
+	switch v := os.Getenv("DROVER_TEST_KILL_AT"); v {
+	case killBeforeAccept, killAfterAccept:
+		return v
+	}
+	return ""
+}
+
+// killAt kills this process with SIGKILL when point is the one
+// DROVER_TEST_KILL_AT names (testKillAt).
+func (m *Manager) killAt(point string) {
+	if m.testKillAt == "" || m.testKillAt != point {
+		return
+	}
+	m.logger.Warn("DROVER_TEST_KILL_AT: killing the manager", "at", point)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
 }

@@ -369,6 +369,25 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 
 	jobCtx, end := l.begin(ctx)
 	defer end()
+	if env.Accepted.IsZero() && job.Features.TwoPhaseJobCommit {
+		// The record was saved before the job's accept (jobrun), and
+		// whether that accept landed is not known: accept it again (a
+		// repeated accept is harmless).
+		switch err := resumedProvisioner(l).accept(jobCtx); {
+		case errors.Is(err, errDropped):
+			log.Warn("the job was not accepted before the restart and the coordinator took it back; stopping what is left of it")
+			m.stopResumed(ctx, p, settings, &job, env)
+			_ = t.store.Remove(ctx, rec.JobID)
+			m.metrics.jobFinished(r, outcomeDropped, m.clock.Now().Sub(l.started))
+			return
+		case err != nil:
+			// Its log updates accept it too (PUT state=running), and a
+			// refusal there aborts it.
+			log.Warn("could not accept the resumed job; resuming it anyway", "err", err)
+		default:
+			env.Accepted = m.clock.Now()
+		}
+	}
 	l.st = l.continuedStreamer(size)
 	if err := l.newPersister(t.store, env.Accepted); err != nil {
 		log.Error("job store", "err", err)
