@@ -113,17 +113,10 @@ func NewProvider(o Options) (*Provider, error) {
 // Wait waits until the resources of finished jobs are removed (Cleanup
 // removes them in the background), or ctx ends.
 func (p *Provider) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.cleanups.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("removing the resources of finished jobs: %w", ctx.Err())
+	if err := executor.WaitGroup(ctx, &p.cleanups); err != nil {
+		return fmt.Errorf("removing the resources of finished jobs: %w", err)
 	}
+	return nil
 }
 
 // CanCreate reports true: whether a runner's engine answers is checked at

@@ -89,17 +89,10 @@ func NewProvider(name string, o Options) (*Provider, error) {
 // given back (so that a pool shut down next deletes what they condemned,
 // e.g. an instance at max_use_count), or ctx ends.
 func (p *Provider) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.releases.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("giving back the slots of finished jobs: %w", ctx.Err())
+	if err := executor.WaitGroup(ctx, &p.releases); err != nil {
+		return fmt.Errorf("giving back the slots of finished jobs: %w", err)
 	}
+	return nil
 }
 
 // CanCreate reports true: whether a runner has a pool is decided per job.

@@ -111,17 +111,10 @@ func (p *Provider) DefaultShell() string { return "" }
 
 // Wait waits until the pods of finished jobs are deleted, or ctx ends.
 func (p *Provider) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.cleanups.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("deleting the pods of finished jobs: %w", ctx.Err())
+	if err := executor.WaitGroup(ctx, &p.cleanups); err != nil {
+		return fmt.Errorf("deleting the pods of finished jobs: %w", err)
 	}
+	return nil
 }
 
 // client returns the API connection of c, made the first time.
