@@ -209,8 +209,7 @@ func Check(ctx context.Context, file string, cfg *config.Config, rs *Runners) er
 // Runners holds the [runners.kubernetes] of every kubernetes runner, kept
 // in step with config.toml.
 type Runners struct {
-	mu sync.RWMutex
-	m  map[string]*Config
+	t executor.RunnerTable[*Config]
 }
 
 // ErrUnknownRunner is returned (wrapped) by Runners.Lookup for a runner
@@ -220,32 +219,19 @@ var ErrUnknownRunner = errors.New("no [runners.kubernetes] for this runner")
 // Apply parses the [runners.kubernetes] of every kubernetes runner of cfg
 // and, when all are right, makes them the table's.
 func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, error) {
-	m := map[string]*Config{}
-	var warns []config.Warning
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
+	return rs.t.Load(cfg, func(r *config.RunnerConfig) (*Config, []config.Warning, error) {
 		c, w, err := ParseConfig(file, r)
-		warns = append(warns, w...)
 		if err != nil {
-			return warns, err
+			return nil, w, err
 		}
 		c.ShortToken = api.ShortToken(r.Token)
-		m[c.ShortToken] = c
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return warns, nil
+		return c, w, nil
+	}, Name)
 }
 
 // Lookup returns the configuration of the runner of s.
 func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	c, ok := rs.m[s.ShortToken]
+	c, ok := rs.t.Get(s.ShortToken)
 	if !ok {
 		return nil, fmt.Errorf("runner %s: %w", s.RunnerName, ErrUnknownRunner)
 	}
@@ -253,12 +239,4 @@ func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
 }
 
 // All returns every kubernetes runner's configuration.
-func (rs *Runners) All() []*Config {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	out := make([]*Config, 0, len(rs.m))
-	for _, c := range rs.m {
-		out = append(out, c)
-	}
-	return out
-}
+func (rs *Runners) All() []*Config { return rs.t.All() }

@@ -1,0 +1,54 @@
+package executor
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/drover-ci/drover/internal/config"
+)
+
+func TestRunnerTable(t *testing.T) {
+	cfg := &config.Config{Runners: []config.RunnerConfig{
+		{Name: "a", Executor: "docker", Token: "aaaaaaaaa"},
+		{Name: "b", Executor: "shell", Token: "bbbbbbbbb"},
+		{Name: "c", Executor: "docker+machine", Token: "ccccccccc"},
+	}}
+	parse := func(r *config.RunnerConfig) (string, []config.Warning, error) {
+		return r.Name, []config.Warning{{Key: r.Name}}, nil
+	}
+	var tab RunnerTable[string]
+	warns, err := tab.Load(cfg, parse, "docker", "docker+machine")
+	if err != nil {
+		t.Fatalf("Load() = %v", err)
+	}
+	if len(warns) != 2 || warns[0].Key != "a" || warns[1].Key != "c" {
+		t.Errorf("warnings %v, want those of a and c", warns)
+	}
+	if c, ok := tab.Get("aaaaaaaaa"); !ok || c != "a" {
+		t.Errorf("Get(a's token) = %q, %v; want a, true", c, ok)
+	}
+	if _, ok := tab.Get("bbbbbbbbb"); ok {
+		t.Error("Get(b's token) found the runner of another executor")
+	}
+	all := tab.All()
+	slices.Sort(all)
+	if !slices.Equal(all, []string{"a", "c"}) {
+		t.Errorf("All() = %v, want a and c", all)
+	}
+
+	// A runner that does not parse leaves the table as it was.
+	bad := errors.New("bad")
+	_, err = tab.Load(cfg, func(r *config.RunnerConfig) (string, []config.Warning, error) {
+		if r.Name == "c" {
+			return "", nil, bad
+		}
+		return r.Name + "2", nil, nil
+	}, "docker", "docker+machine")
+	if !errors.Is(err, bad) {
+		t.Errorf("Load(failing) = %v, want the parse error", err)
+	}
+	if c, _ := tab.Get("aaaaaaaaa"); c != "a" {
+		t.Errorf("after a failed Load, Get(a's token) = %q, want the earlier a", c)
+	}
+}
