@@ -378,19 +378,12 @@ func TestCancelEscalatesToKill(t *testing.T) {
 	f := newFixture(t, "bash")
 	e := f.prepared(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 300 &\necho $! > " + dir + "/pid\nwait\n"})
-	}()
-	pid := executortest.WaitFile(t, dir+"/pid")
-	start := time.Now()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
+	pid, d, err := executortest.RunCanceled(t, e, "trap '' TERM\nsleep 300 &\necho $! > "+dir+"/pid\nwait\n", dir+"/pid")
+	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 	}
-	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+	if d < 300*time.Millisecond || d > 5*time.Second {
 		t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
 	}
 	if !waitDead(t, pid) {
@@ -404,18 +397,11 @@ func TestCancelIsGraceful(t *testing.T) {
 	e := f.prepared(t)
 	e.GracePeriod = 10 * time.Second
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
-	}()
-	executortest.WaitFile(t, dir+"/ready")
-	start := time.Now()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	_, d, err := executortest.RunCanceled(t, e, "trap 'echo cleaning up; exit 0' TERM\necho ready > "+dir+"/ready\nwhile :; do sleep 0.05; done\n", dir+"/ready")
+	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d > 5*time.Second {
 		t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
 	}
 	if !strings.Contains(f.trace.String(), "cleaning up") {

@@ -151,23 +151,11 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 			t.Parallel()
 			e, _ := prepared(t, "bash", 200*time.Millisecond, m.resumable)
 			pidFile := filepath.Join(t.TempDir(), "pid")
-			ctx, cancel := context.WithCancel(t.Context())
-			errc := make(chan error, 1)
-			go func() {
-				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\nsleep 100\n"})
-			}()
-			pid := executortest.WaitFile(t, pidFile)
-			start := time.Now()
-			cancel()
-			select {
-			case err := <-errc:
-				if !errors.Is(err, context.Canceled) {
-					t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not return after cancel")
+			pid, d, err := executortest.RunCanceled(t, e, "sleep 100 &\necho $! > "+pidFile+"\nsleep 100\n", pidFile)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 			}
-			if d := time.Since(start); d > 3*time.Second {
+			if d > 3*time.Second {
 				t.Errorf("Run took %v after cancel", d)
 			}
 			if executortest.Alive(t, pid) {
@@ -183,19 +171,12 @@ func TestCancelEscalatesToKill(t *testing.T) {
 			t.Parallel()
 			e, _ := prepared(t, "bash", 300*time.Millisecond, m.resumable)
 			dir := t.TempDir()
-			ctx, cancel := context.WithCancel(t.Context())
-			errc := make(chan error, 1)
-			go func() {
-				// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
-				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 100 &\necho $! > " + dir + "/pid\nwait\n"})
-			}()
-			pid := executortest.WaitFile(t, dir+"/pid")
-			start := time.Now()
-			cancel()
-			if err := <-errc; !errors.Is(err, context.Canceled) {
+			// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
+			pid, d, err := executortest.RunCanceled(t, e, "trap '' TERM\nsleep 100 &\necho $! > "+dir+"/pid\nwait\n", dir+"/pid")
+			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 			}
-			if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+			if d < 300*time.Millisecond || d > 5*time.Second {
 				t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
 			}
 			if executortest.Alive(t, pid) {
@@ -211,18 +192,11 @@ func TestCancelIsGraceful(t *testing.T) {
 			t.Parallel()
 			e, trace := prepared(t, "bash", 10*time.Second, m.resumable)
 			dir := t.TempDir()
-			ctx, cancel := context.WithCancel(t.Context())
-			errc := make(chan error, 1)
-			go func() {
-				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
-			}()
-			executortest.WaitFile(t, dir+"/ready")
-			start := time.Now()
-			cancel()
-			if err := <-errc; !errors.Is(err, context.Canceled) {
+			_, d, err := executortest.RunCanceled(t, e, "trap 'echo cleaning up; exit 0' TERM\necho ready > "+dir+"/ready\nwhile :; do sleep 0.05; done\n", dir+"/ready")
+			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 			}
-			if d := time.Since(start); d > 5*time.Second {
+			if d > 5*time.Second {
 				t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
 			}
 			if !strings.Contains(trace.String(), "cleaning up") {
