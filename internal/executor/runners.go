@@ -59,3 +59,25 @@ func (t *RunnerTable[C]) All() []C {
 	}
 	return out
 }
+
+// CheckRunners calls ping with the configuration (from lookup) of every
+// runner of cfg whose executor is name, so that a runner whose host does
+// not answer is not started. Its error names the runner's file, line and
+// [runners.<name>] host key.
+func CheckRunners[C any](file string, cfg *config.Config, name string, lookup func(Settings) (C, error), ping func(C) error) error {
+	for i := range cfg.Runners {
+		r := &cfg.Runners[i]
+		if r.Executor != name {
+			continue
+		}
+		c, err := lookup(Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
+		if err != nil {
+			return err
+		}
+		if err := ping(c); err != nil {
+			key, line := r.KeyPosition(name, "host")
+			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
+		}
+	}
+	return nil
+}

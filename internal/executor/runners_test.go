@@ -52,3 +52,52 @@ func TestRunnerTable(t *testing.T) {
 		t.Errorf("after a failed Load, Get(a's token) = %q, want the earlier a", c)
 	}
 }
+
+func TestCheckRunners(t *testing.T) {
+	const file = `concurrent = 1
+[[runners]]
+  name = "up"
+  url = "https://gitlab.example.com"
+  token = "glrt-aaaaaaaaa"
+  executor = "docker"
+  [runners.docker]
+    host = "tcp://up:2376"
+[[runners]]
+  name = "other"
+  url = "https://gitlab.example.com"
+  token = "glrt-ccccccccc"
+  executor = "shell"
+[[runners]]
+  name = "down"
+  url = "https://gitlab.example.com"
+  token = "glrt-bbbbbbbbb"
+  executor = "docker"
+  [runners.docker]
+    host = "tcp://down:2376"
+`
+	cfg, _, err := config.Parse("config.toml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pinged []string
+	lookup := func(s Settings) (string, error) { return s.RunnerName + "/" + s.ShortToken, nil }
+	ping := func(c string) error {
+		pinged = append(pinged, c)
+		if c == "down/bbbbbbbbb" {
+			return errors.New("no answer")
+		}
+		return nil
+	}
+	err = CheckRunners("config.toml", cfg, "docker", lookup, ping)
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.Line != 20 || ce.Key != "runners[2].docker.host" || ce.Msg != "no answer" {
+		t.Errorf("CheckRunners() = %#v, want a *config.Error at line 20, the down runner's docker host", err)
+	}
+	if !slices.Equal(pinged, []string{"up/aaaaaaaaa", "down/bbbbbbbbb"}) {
+		t.Errorf("pinged %v, want the two docker runners in order", pinged)
+	}
+	bad := errors.New("no such runner")
+	if err := CheckRunners("config.toml", cfg, "docker", func(Settings) (string, error) { return "", bad }, ping); !errors.Is(err, bad) {
+		t.Errorf("CheckRunners(failing lookup) = %v, want the lookup's error", err)
+	}
+}

@@ -158,21 +158,7 @@ func (p *Provider) DefaultShell() string { return "" }
 // a runner whose engine is unreachable is not started. The error names the
 // runner and its host.
 func Check(ctx context.Context, d Dialer, file string, cfg *config.Config, rs *Runners) error {
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
-		c, err := rs.Lookup(executor.Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
-		if err != nil {
-			return err
-		}
-		if err := Ping(ctx, d, c); err != nil {
-			key, line := r.KeyPosition("docker", "host")
-			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
-		}
-	}
-	return nil
+	return executor.CheckRunners(file, cfg, Name, rs.Lookup, func(c *Config) error { return Ping(ctx, d, c) })
 }
 
 // helperTag returns the helper image on eng: helper_image when set (it

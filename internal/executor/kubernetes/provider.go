@@ -189,21 +189,7 @@ func Ping(ctx context.Context, c *Config) error {
 // answers: a runner whose cluster is unreachable is not started. The error
 // names the runner's file, line and host key.
 func Check(ctx context.Context, file string, cfg *config.Config, rs *Runners) error {
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
-		c, err := rs.Lookup(executor.Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
-		if err != nil {
-			return err
-		}
-		if err := Ping(ctx, c); err != nil {
-			key, line := r.KeyPosition("kubernetes", "host")
-			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
-		}
-	}
-	return nil
+	return executor.CheckRunners(file, cfg, Name, rs.Lookup, func(c *Config) error { return Ping(ctx, c) })
 }
 
 // Runners holds the [runners.kubernetes] of every kubernetes runner, kept
