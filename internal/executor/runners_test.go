@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -54,27 +55,16 @@ func TestRunnerTable(t *testing.T) {
 }
 
 func TestCheckRunners(t *testing.T) {
-	const file = `concurrent = 1
-[[runners]]
-  name = "up"
-  url = "https://gitlab.example.com"
-  token = "glrt-aaaaaaaaa"
-  executor = "docker"
-  [runners.docker]
-    host = "tcp://up:2376"
-[[runners]]
-  name = "other"
-  url = "https://gitlab.example.com"
-  token = "glrt-ccccccccc"
-  executor = "shell"
-[[runners]]
-  name = "down"
-  url = "https://gitlab.example.com"
-  token = "glrt-bbbbbbbbb"
-  executor = "docker"
-  [runners.docker]
-    host = "tcp://down:2376"
-`
+	runner := func(name, token, executor, dockerHost string) string {
+		s := fmt.Sprintf("[[runners]]\n  name = %q\n  url = \"https://gitlab.example.com\"\n  token = %q\n  executor = %q\n", name, token, executor)
+		if dockerHost != "" {
+			s += fmt.Sprintf("  [runners.docker]\n    host = %q\n", dockerHost)
+		}
+		return s
+	}
+	// The down runner's host is on line 20: 1 + 7 + 5 + 7.
+	file := "concurrent = 1\n" + runner("up", "glrt-aaaaaaaaa", "docker", "tcp://up:2376") +
+		runner("other", "glrt-ccccccccc", "shell", "") + runner("down", "glrt-bbbbbbbbb", "docker", "tcp://down:2376")
 	cfg, _, err := config.Parse("config.toml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
