@@ -6,10 +6,8 @@ import (
 	"io/fs"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
 )
@@ -164,8 +162,7 @@ func driverFile(path string) error {
 // Runners holds the [runners.custom] of the custom runners, kept in step
 // with config.toml by Apply. Safe for concurrent use.
 type Runners struct {
-	mu sync.RWMutex
-	m  map[string]Config
+	t executor.RunnerTable[Config]
 }
 
 // ErrUnknownRunner is returned (wrapped) by Lookup for a runner without
@@ -176,30 +173,17 @@ var ErrUnknownRunner = errors.New("no [runners.custom] for this runner")
 // when all are right, makes them the table's. Its error is the first one
 // (a *config.Error naming file, line and key).
 func (rs *Runners) Apply(file string, cfg *config.Config) error {
-	m := map[string]Config{}
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
+	_, err := rs.t.Load(cfg, func(r *config.RunnerConfig) (Config, []config.Warning, error) {
 		c, err := ParseConfig(file, r)
-		if err != nil {
-			return err
-		}
-		m[api.ShortToken(r.Token)] = c
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return nil
+		return c, nil, err
+	}, Name)
+	return err
 }
 
 // Lookup returns the [runners.custom] of the runner of s, by its
 // ShortToken.
 func (rs *Runners) Lookup(s executor.Settings) (Config, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	c, ok := rs.m[s.ShortToken]
+	c, ok := rs.t.Get(s.ShortToken)
 	if !ok {
 		return Config{}, fmt.Errorf("%w: %s", ErrUnknownRunner, s.ShortToken)
 	}

@@ -1,7 +1,6 @@
 package custom
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -15,30 +14,17 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 )
 
-// trace is a job log that tests read once the executor wrote it.
-type trace struct {
-	executor.SyncWriter
-	b bytes.Buffer
-}
-
-func newTrace() *trace {
-	t := &trace{}
-	t.W = &t.b
-	return t
-}
-
-func (t *trace) String() string { return t.b.String() }
-
 // newExec returns an executor over cfg and options for it.
-func newExec(t *testing.T, cfg Config, clk clock.Clock) (*Executor, executor.PrepareOptions, *trace) {
+func newExec(t *testing.T, cfg Config, clk clock.Clock) (*Executor, executor.PrepareOptions, *executortest.Trace) {
 	t.Helper()
 	p, err := NewProvider(Options{Lookup: func(executor.Settings) (Config, error) { return cfg, nil }, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newTrace()
+	tr := &executortest.Trace{}
 	job := &api.JobResponse{ID: 42, Token: "jt", JobInfo: api.JobInfo{ProjectFullPath: "group/proj"},
 		Variables: api.Variables{{Key: "CI_JOB_ID", Value: "42"}, {Key: "MY_VAR", Value: "a b"}},
 		Services:  []api.Image{{Name: "postgres:16", Alias: "db,pg", Variables: api.Variables{{Key: "P", Value: "1"}}}},

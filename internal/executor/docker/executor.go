@@ -79,9 +79,8 @@ type Executor struct {
 	services    []service
 	containers  []string // every container made, for Cleanup
 	resumable   bool
-	det         *detached.Runner // the job's stages, their output in the trace
-	cleanedUp   bool
-	cleaned     chan struct{}        // closed when Cleanup's removals are done
+	det         *detached.Runner     // the job's stages, their output in the trace
+	cleaning    executor.Cleaning    // Cleanup's removals, done in the background
 	svcLogs     executor.ServiceLogs // CI_DEBUG_SERVICES
 
 	// streamProbe and streamGrace bound the wait on an exec's stream
@@ -811,17 +810,13 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.svcLogs.Stop()
 	e.mu.Lock()
-	if e.cleanedUp || e.eng == nil {
-		if !e.cleanedUp {
-			close(e.cleanedLocked())
-		}
-		e.cleanedUp = true
+	cleaned := e.cleaning.Start(e.eng != nil)
+	if cleaned == nil {
 		e.mu.Unlock()
 		return
 	}
-	e.cleanedUp = true
 	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
-	resumable, s, jobID, cleaned := e.resumable, e.settings, e.job.ID, e.cleanedLocked()
+	resumable, s, jobID := e.resumable, e.settings, e.job.ID
 	netName, linked, keepAnon := e.netName, e.linked, e.cfg.VolumeKeep
 	e.mu.Unlock()
 	// Removing containers and a network takes the engine a few hundred
@@ -855,14 +850,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 func (e *Executor) Cleaned() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cleanedLocked()
-}
-
-func (e *Executor) cleanedLocked() chan struct{} {
-	if e.cleaned == nil {
-		e.cleaned = make(chan struct{})
-	}
-	return e.cleaned
+	return e.cleaning.Done()
 }
 
 // cleanupTimeout bounds the removal of a job's resources.

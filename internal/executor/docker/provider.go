@@ -113,17 +113,10 @@ func NewProvider(o Options) (*Provider, error) {
 // Wait waits until the resources of finished jobs are removed (Cleanup
 // removes them in the background), or ctx ends.
 func (p *Provider) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.cleanups.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("removing the resources of finished jobs: %w", ctx.Err())
+	if err := executor.WaitGroup(ctx, &p.cleanups); err != nil {
+		return fmt.Errorf("removing the resources of finished jobs: %w", err)
 	}
+	return nil
 }
 
 // CanCreate reports true: whether a runner's engine answers is checked at
@@ -165,21 +158,7 @@ func (p *Provider) DefaultShell() string { return "" }
 // a runner whose engine is unreachable is not started. The error names the
 // runner and its host.
 func Check(ctx context.Context, d Dialer, file string, cfg *config.Config, rs *Runners) error {
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
-		c, err := rs.Lookup(executor.Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
-		if err != nil {
-			return err
-		}
-		if err := Ping(ctx, d, c); err != nil {
-			key, line := r.KeyPosition("docker", "host")
-			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
-		}
-	}
-	return nil
+	return executor.CheckRunners(file, cfg, Name, rs.Lookup, func(c *Config) error { return Ping(ctx, d, c) })
 }
 
 // helperTag returns the helper image on eng: helper_image when set (it
@@ -234,8 +213,7 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // provider's Options.Lookup, kept in step with config.toml by Apply. The
 // zero value is empty and ready; it is safe for concurrent use.
 type Runners struct {
-	mu sync.RWMutex
-	m  map[string]*Config
+	t executor.RunnerTable[*Config]
 }
 
 // ErrUnknownRunner is returned (wrapped) by Runners.Lookup for a runner
@@ -246,33 +224,20 @@ var ErrUnknownRunner = errors.New("no [runners.docker] for this runner")
 // when all are right, makes them the table's. It returns the warnings and
 // the first error (a *config.Error naming file, line and key).
 func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, error) {
-	m := map[string]*Config{}
-	var warns []config.Warning
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if !Uses(r.Executor) {
-			continue
-		}
+	return rs.t.Load(cfg, func(r *config.RunnerConfig) (*Config, []config.Warning, error) {
 		c, w, err := ParseConfig(file, r)
-		warns = append(warns, w...)
 		if err != nil {
-			return warns, err
+			return nil, w, err
 		}
 		c.Executor = r.Executor
 		c.ShortToken = api.ShortToken(r.Token)
-		m[c.ShortToken] = c
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return warns, nil
+		return c, w, nil
+	}, Name, NameAutoscaler, NameMachine) // the executors Uses names
 }
 
 // Lookup returns the configuration of the runner of s.
 func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	c, ok := rs.m[s.ShortToken]
+	c, ok := rs.t.Get(s.ShortToken)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownRunner, s.ShortToken)
 	}
@@ -282,10 +247,8 @@ func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
 // All returns the configuration of every runner with executor "docker"
 // (those whose engine is the runner's own, which Sweep looks at).
 func (rs *Runners) All() []*Config {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	out := make([]*Config, 0, len(rs.m))
-	for _, c := range rs.m {
+	var out []*Config
+	for _, c := range rs.t.All() {
 		if c.Executor == "" || c.Executor == Name {
 			out = append(out, c)
 		}

@@ -57,12 +57,10 @@ type Provider struct {
 
 	mu     sync.Mutex
 	recent map[string][]string // per runner: the latest jobs' images, newest last
+
 	// The manager's Sweep at start, carried out on each instance's
-	// engine when this process first reaches it.
-	systemID string
-	keep     func(jobID int64) bool
-	keepHeld func(keep func(jobID int64) bool) // SetKeepHeld
-	swept    map[string]chan struct{}          // per engine key: closed once swept
+	// engine when this process first reaches it (per engine key).
+	sweeps instance.Sweeps
 }
 
 var (
@@ -89,17 +87,10 @@ func NewProvider(name string, o Options) (*Provider, error) {
 // given back (so that a pool shut down next deletes what they condemned,
 // e.g. an instance at max_use_count), or ctx ends.
 func (p *Provider) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.releases.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("giving back the slots of finished jobs: %w", ctx.Err())
+	if err := executor.WaitGroup(ctx, &p.releases); err != nil {
+		return fmt.Errorf("giving back the slots of finished jobs: %w", err)
 	}
+	return nil
 }
 
 // CanCreate reports true: whether a runner has a pool is decided per job.
@@ -157,13 +148,7 @@ func (p *Provider) Forget(shortToken, instanceID string) {
 // when this process first connects to it, before any job of this process
 // makes anything there (see sweepFirst). It removes nothing now.
 func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
-	p.mu.Lock()
-	p.systemID, p.keep = systemID, keep
-	keepHeld := p.keepHeld
-	p.mu.Unlock()
-	if keepHeld != nil {
-		keepHeld(keep)
-	}
+	p.sweeps.Record(systemID, keep)
 	return nil, nil
 }
 
@@ -171,9 +156,7 @@ func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID i
 // function: the pools then free at once the slots held before a restart
 // by jobs that will not be resumed (runnerpool.Set.KeepHeld).
 func (p *Provider) SetKeepHeld(fn func(keep func(jobID int64) bool)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.keepHeld = fn
+	p.sweeps.SetKeepHeld(fn)
 }
 
 // sweepFirst removes, the first time this process reaches an engine,
@@ -181,34 +164,15 @@ func (p *Provider) SetKeepHeld(fn func(keep func(jobID int64) bool)) {
 // no job store will resume. Other callers wait for it: no job of this
 // process makes anything on the engine before it is swept.
 func (p *Provider) sweepFirst(ctx context.Context, key string, conn *engine.Conn) {
-	p.mu.Lock()
-	if p.keep == nil {
-		p.mu.Unlock()
-		return
-	}
-	if done, ok := p.swept[key]; ok {
-		p.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
+	p.sweeps.Once(ctx, key, func(systemID string, keep func(jobID int64) bool) {
+		removed, err := docker.SweepEngine(ctx, conn.Client(), systemID, keep)
+		for _, r := range removed {
+			p.o.Logger.Info("removed what a previous run left on an instance", "engine", key, "resource", r)
 		}
-		return
-	}
-	if p.swept == nil {
-		p.swept = map[string]chan struct{}{}
-	}
-	done := make(chan struct{})
-	p.swept[key] = done
-	systemID, keep := p.systemID, p.keep
-	p.mu.Unlock()
-	defer close(done)
-	removed, err := docker.SweepEngine(ctx, conn.Client(), systemID, keep)
-	for _, r := range removed {
-		p.o.Logger.Info("removed what a previous run left on an instance", "engine", key, "resource", r)
-	}
-	if err != nil {
-		p.o.Logger.Warn("cannot look for leftovers on an instance", "engine", key, "err", err)
-	}
+		if err != nil {
+			p.o.Logger.Warn("cannot look for leftovers on an instance", "engine", key, "err", err)
+		}
+	})
 }
 
 // sweepJob removes what earlier attempts of a resumed job left on the

@@ -1,6 +1,8 @@
 // Package executortest holds executor doubles for the tests of packages
-// that drive executors (the manager, the build runner). Only tests import
-// it: no provider here is registered in the drover binary.
+// that drive executors (the manager, the build runner), and what the
+// executors' own tests share (a trace, waiting for a stage's pid file,
+// cancelling a stage). Only tests import it: no provider here is
+// registered in the drover binary.
 package executortest
 
 import (

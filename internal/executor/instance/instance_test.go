@@ -1,7 +1,6 @@
 package instance
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/sshx"
@@ -111,24 +111,6 @@ func (f *fakeSlots) counts() (reserved, acquired, unreserves, releases int) {
 	return f.reserved, f.acquired, f.unreserves, f.releases
 }
 
-// buffer is a concurrency-safe trace.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 func newJob(script, after []string, vars ...api.Variable) *api.JobResponse {
 	j := &api.JobResponse{
 		ID:         11,
@@ -148,7 +130,7 @@ type fixture struct {
 	slots    *fakeSlots
 	provider *Provider
 	settings executor.Settings
-	trace    *buffer
+	trace    *executortest.Trace
 	runner   Runner
 }
 
@@ -160,7 +142,7 @@ func newFixture(t testing.TB, sh string) *fixture {
 // newFixtureOn is newFixture with the instance behind srv.
 func newFixtureOn(t testing.TB, sh string, srv *sshxtest.Server) *fixture {
 	t.Helper()
-	f := &fixture{srv: srv, slots: newSlots(srv, 2), trace: &buffer{}}
+	f := &fixture{srv: srv, slots: newSlots(srv, 2), trace: &executortest.Trace{}}
 	f.runner = Runner{Slots: f.slots}
 	p, err := NewProvider(Options{
 		GracePeriod: 300 * time.Millisecond,
@@ -347,41 +329,12 @@ func TestGitClone(t *testing.T) {
 	}
 }
 
-// waitFile waits until path holds a complete line and returns it.
-func waitFile(t *testing.T, path string) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
-			return strings.TrimSpace(string(b))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never written", path)
-	return ""
-}
-
-// alive reports whether pid is a live process (a zombie is dead).
-func alive(t *testing.T, pidText string) bool {
-	t.Helper()
-	pid, err := strconv.Atoi(pidText)
-	if err != nil {
-		t.Fatalf("pid %q: %v", pidText, err)
-	}
-	stat, err := os.ReadFile("/proc/" + pidText + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X'
-}
-
 // waitDead waits a little for pid to be gone: the remote kill and the
 // reaping of the killed process are not synchronous with Run's return.
 func waitDead(t *testing.T, pid string) bool {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
-	for alive(t, pid) {
+	for executortest.Alive(t, pid) {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -399,7 +352,7 @@ func TestGracefulCancel(t *testing.T) {
 	graceful := make(chan struct{})
 	resc := make(chan jobrun.Result, 1)
 	go func() { resc <- f.run(t, t.Context(), graceful, j) }()
-	bg, sh := waitFile(t, dir+"/bg"), waitFile(t, dir+"/sh")
+	bg, sh := executortest.WaitFile(t, dir+"/bg"), executortest.WaitFile(t, dir+"/sh")
 	start := time.Now()
 	close(graceful)
 	var res jobrun.Result
@@ -425,19 +378,12 @@ func TestCancelEscalatesToKill(t *testing.T) {
 	f := newFixture(t, "bash")
 	e := f.prepared(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 300 &\necho $! > " + dir + "/pid\nwait\n"})
-	}()
-	pid := waitFile(t, dir+"/pid")
-	start := time.Now()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
+	pid, d, err := executortest.RunCanceled(t, e, "trap '' TERM\nsleep 300 &\necho $! > "+dir+"/pid\nwait\n", dir+"/pid")
+	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 	}
-	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+	if d < 300*time.Millisecond || d > 5*time.Second {
 		t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
 	}
 	if !waitDead(t, pid) {
@@ -451,18 +397,11 @@ func TestCancelIsGraceful(t *testing.T) {
 	e := f.prepared(t)
 	e.GracePeriod = 10 * time.Second
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() {
-		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
-	}()
-	waitFile(t, dir+"/ready")
-	start := time.Now()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	_, d, err := executortest.RunCanceled(t, e, "trap 'echo cleaning up; exit 0' TERM\necho ready > "+dir+"/ready\nwhile :; do sleep 0.05; done\n", dir+"/ready")
+	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d > 5*time.Second {
 		t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
 	}
 	if !strings.Contains(f.trace.String(), "cleaning up") {
@@ -542,7 +481,7 @@ func TestBackgroundChildDoesNotOutliveStage(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Run took %v: the background child held it", d)
 	}
-	if pid := waitFile(t, pidFile); !waitDead(t, pid) {
+	if pid := executortest.WaitFile(t, pidFile); !waitDead(t, pid) {
 		t.Errorf("background sleep %s still alive after the stage", pid)
 	}
 }
@@ -554,7 +493,7 @@ func TestInstanceLost(t *testing.T) {
 	j := newJob([]string{"echo $$ > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
 	resc := make(chan jobrun.Result, 1)
 	go func() { resc <- f.run(t, t.Context(), nil, j) }()
-	killGroup(t, waitFile(t, dir+"/started"))
+	killGroup(t, executortest.WaitFile(t, dir+"/started"))
 	close(f.slots.lost)
 	var res jobrun.Result
 	select {
@@ -827,7 +766,7 @@ func TestConnectionLost(t *testing.T) {
 			j := newJob([]string{"echo $$ > " + dir + "/started", "sleep 20", "echo not-reached"}, []string{"echo after"})
 			resc := make(chan jobrun.Result, 1)
 			go func() { resc <- f.run(t, t.Context(), nil, j) }()
-			killGroup(t, waitFile(t, dir+"/started"))
+			killGroup(t, executortest.WaitFile(t, dir+"/started"))
 			if how == "cut" {
 				px.Cut()
 			} else {
@@ -896,7 +835,7 @@ func TestWithoutSetsid(t *testing.T) {
 	go func() {
 		errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "echo $$ > " + pidFile + "\nexec sleep 300\n"})
 	}()
-	pid := waitFile(t, pidFile)
+	pid := executortest.WaitFile(t, pidFile)
 	cancel()
 	select {
 	case err := <-errc:

@@ -155,13 +155,9 @@ type Provider struct {
 	helper *helperBinary
 	conns  *connPool
 
-	mu sync.Mutex
-	// The manager's Sweep at start (keep nil before it), carried out on
-	// each host when this process first reaches it.
-	systemID string
-	keep     func(jobID int64) bool
-	keepHeld func(keep func(jobID int64) bool) // SetKeepHeld
-	swept    map[string]chan struct{}          // per instance id: closed once swept
+	// The manager's Sweep at start, carried out on each host when this
+	// process first reaches it (per instance id).
+	sweeps Sweeps
 }
 
 var _ executor.Provider = (*Provider)(nil)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 	"github.com/drover-ci/drover/internal/jobrun"
 	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
@@ -87,7 +88,7 @@ type checkpoint struct {
 	trace  string // the trace when the checkpoint was taken
 }
 
-func takeCheckpoint(t *testing.T, e *Executor, trace *buffer) checkpoint {
+func takeCheckpoint(t *testing.T, e *Executor, trace *executortest.Trace) checkpoint {
 	t.Helper()
 	var cp checkpoint
 	err := e.OutputCheckpoint(func(st json.RawMessage, stage executor.Stage, off int64) {
@@ -100,7 +101,7 @@ func takeCheckpoint(t *testing.T, e *Executor, trace *buffer) checkpoint {
 }
 
 // waitTrace waits until the trace holds s.
-func waitTrace(t *testing.T, b *buffer, s string) {
+func waitTrace(t *testing.T, b *executortest.Trace, s string) {
 	t.Helper()
 	for !strings.Contains(b.String(), s) {
 		select {
@@ -131,7 +132,7 @@ func die(t *testing.T, f *fixture, e *Executor, runErr <-chan error) {
 }
 
 // restored is a new manager's executor of the job, restored from cp.
-func (f *fixture) restored(t *testing.T, cp checkpoint, trace *buffer) *Executor {
+func (f *fixture) restored(t *testing.T, cp checkpoint, trace *executortest.Trace) *Executor {
 	t.Helper()
 	e := f.provider.Create().(*Executor)
 	t.Cleanup(func() { e.Cleanup(context.Background()) })
@@ -212,7 +213,7 @@ func TestResume(t *testing.T) {
 					waitTrace(t, dead.trace, "line 5\n")
 					cp = takeCheckpoint(t, e1, dead.trace)
 				case "silent":
-					waitFile(t, filepath.Join(e1.scriptDir, "001.pid"))
+					executortest.WaitFile(t, filepath.Join(e1.scriptDir, "001.pid"))
 					cp = takeCheckpoint(t, e1, dead.trace)
 				case "before":
 					waitTrace(t, dead.trace, "line 1\n")
@@ -236,7 +237,7 @@ func TestResume(t *testing.T) {
 					t.Errorf("state %s: want instance i-1, dir %s, addr %s and no key", cp.state, e1.scriptDir, f.srv.Addr)
 				}
 
-				trace := &buffer{}
+				trace := &executortest.Trace{}
 				e2 := f.restored(t, cp, trace)
 				if trace.String() != "" {
 					t.Errorf("Restore wrote to the trace: %q", trace.String())
@@ -263,7 +264,7 @@ func TestResume(t *testing.T) {
 // (this machine).
 func stageGroup(t *testing.T, dir string, n int) int {
 	t.Helper()
-	pid := waitFile(t, filepath.Join(dir, fmt.Sprintf("%03d.pid", n)))
+	pid := executortest.WaitFile(t, filepath.Join(dir, fmt.Sprintf("%03d.pid", n)))
 	stat, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +304,7 @@ func TestResumeVanished(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			e2 := f.restored(t, cp, &buffer{})
+			e2 := f.restored(t, cp, &executortest.Trace{})
 			err := e2.Resume(t.Context(), cmd, cp.offset)
 			if !errors.Is(err, executor.ErrStageVanished) {
 				t.Errorf("Resume() = %v, want ErrStageVanished", err)
@@ -325,12 +326,12 @@ func TestResumeCancel(t *testing.T) {
 	go func() { runErr <- e1.Run(t.Context(), cmd) }()
 	waitTrace(t, dead.trace, "started\n")
 	cp := takeCheckpoint(t, e1, dead.trace)
-	pid := waitFile(t, sleeper)
+	pid := executortest.WaitFile(t, sleeper)
 	die(t, dead, e1, runErr)
-	if !alive(t, pid) {
+	if !executortest.Alive(t, pid) {
 		t.Fatal("the stage did not outlive its manager")
 	}
-	e2 := f.restored(t, cp, &buffer{})
+	e2 := f.restored(t, cp, &executortest.Trace{})
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() { errc <- e2.Resume(ctx, cmd, cp.offset) }()
@@ -360,7 +361,7 @@ func TestDetachedStage(t *testing.T) {
 			errc <- e.Run(ctx, executor.Command{Stage: executor.StageStepScript,
 				Script: "trap '' TERM\nsleep 300 &\necho $! > " + dir + "/bg\necho $$ > " + dir + "/sh\nwhile :; do sleep 0.1; done\n"})
 		}()
-		bg, sh := waitFile(t, dir+"/bg"), waitFile(t, dir+"/sh")
+		bg, sh := executortest.WaitFile(t, dir+"/bg"), executortest.WaitFile(t, dir+"/sh")
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Errorf("Run after cancel = %v, want context.Canceled", err)
@@ -379,7 +380,7 @@ func TestDetachedStage(t *testing.T) {
 		if err := e.Run(t.Context(), executor.Command{Stage: executor.StageStepScript, Script: "sleep 300 &\necho $! > " + bg + "\n"}); err != nil {
 			t.Fatalf("Run() = %v", err)
 		}
-		if pid := waitFile(t, bg); !waitDead(t, pid) {
+		if pid := executortest.WaitFile(t, bg); !waitDead(t, pid) {
 			t.Errorf("the stage's background sleep %s outlived it", pid)
 		}
 	})
@@ -448,7 +449,7 @@ func TestSweep(t *testing.T) {
 				go func() {
 					_ = e.Run(context.Background(), executor.Command{Stage: "step_script", Script: "echo $$ > " + pidFile + "\nexec sleep 300\n"})
 				}()
-				pid := waitFile(t, pidFile)
+				pid := executortest.WaitFile(t, pidFile)
 				g := stageGroup(t, e.scriptDir, 1)
 				t.Cleanup(func() { _ = syscall.Kill(-g, syscall.SIGKILL) })
 				die(t, dead, e, nil)
@@ -479,7 +480,7 @@ func TestSweep(t *testing.T) {
 				if len(removed) != 0 {
 					t.Errorf("Sweep() removed %v before any job reached the instance", removed)
 				}
-				if !alive(t, gone.pid) {
+				if !executortest.Alive(t, gone.pid) {
 					t.Fatal("the stage was stopped before a job reached its instance")
 				}
 				f.prepared(t) // the first job of the new process
@@ -493,7 +494,7 @@ func TestSweep(t *testing.T) {
 				t.Errorf("job 21's directory %s is still there", gone.dir)
 			}
 			for _, l := range []left{kept, other} {
-				if !alive(t, l.pid) {
+				if !executortest.Alive(t, l.pid) {
 					t.Errorf("the stage in %s was stopped", l.dir)
 				}
 				if _, err := os.Stat(l.dir); err != nil {

@@ -33,13 +33,7 @@ const sweepConnectTimeout = 30 * time.Second
 // it, before any job of this process runs there (its pool re-adopts it
 // later). The pools are told which jobs' slots to keep (SetKeepHeld).
 func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
-	p.mu.Lock()
-	p.systemID, p.keep = systemID, keep
-	keepHeld := p.keepHeld
-	p.mu.Unlock()
-	if keepHeld != nil {
-		keepHeld(keep)
-	}
+	p.sweeps.Record(systemID, keep)
 	if p.opts.Hosts == nil {
 		return nil, nil
 	}
@@ -59,9 +53,7 @@ func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID i
 // function: the pools then free at once the slots held before a restart
 // by jobs that will not be resumed (runnerpool.Set.KeepHeld).
 func (p *Provider) SetKeepHeld(fn func(keep func(jobID int64) bool)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.keepHeld = fn
+	p.sweeps.SetKeepHeld(fn)
 }
 
 // sweepHost connects to a fixed host and sweeps it. An unreachable host
@@ -100,34 +92,17 @@ func (p *Provider) sweepFirst(ctx context.Context, id string, client *sshx.Clien
 	if p == nil {
 		return nil
 	}
-	p.mu.Lock()
-	if p.keep == nil {
-		p.mu.Unlock()
-		return nil
-	}
-	if done, ok := p.swept[id]; ok {
-		p.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
+	var removed []string
+	p.sweeps.Once(ctx, id, func(systemID string, keep func(jobID int64) bool) {
+		var err error
+		removed, err = sweepJobs(ctx, client, systemID, keep, p.opts.GracePeriod)
+		for _, r := range removed {
+			logger.Info("stopped what a previous run left on a host", "host", id, "what", r)
 		}
-		return nil
-	}
-	if p.swept == nil {
-		p.swept = map[string]chan struct{}{}
-	}
-	done := make(chan struct{})
-	p.swept[id] = done
-	systemID, keep := p.systemID, p.keep
-	p.mu.Unlock()
-	defer close(done)
-	removed, err := sweepJobs(ctx, client, systemID, keep, p.opts.GracePeriod)
-	for _, r := range removed {
-		logger.Info("stopped what a previous run left on a host", "host", id, "what", r)
-	}
-	if err != nil {
-		logger.Warn("cannot look for what a previous run left on a host", "host", id, "err", err)
-	}
+		if err != nil {
+			logger.Warn("cannot look for what a previous run left on a host", "host", id, "err", err)
+		}
+	})
 	return removed
 }
 

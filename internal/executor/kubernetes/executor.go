@@ -60,10 +60,9 @@ type Executor struct {
 	shell           string // bash or sh
 	shellPath       string // its path in the build image
 	paths           executor.Paths
-	fileVars        bool             // the job's file variables are in the Secret
-	det             *detached.Runner // the job's stages, their output in the trace
-	cleanedUp       bool
-	cleaned         chan struct{}
+	fileVars        bool                 // the job's file variables are in the Secret
+	det             *detached.Runner     // the job's stages, their output in the trace
+	cleaning        executor.Cleaning    // Cleanup's deletions, done in the background
 	svcLogs         executor.ServiceLogs // CI_DEBUG_SERVICES
 }
 
@@ -550,16 +549,11 @@ func (e *Executor) detectShell(ctx context.Context) error {
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.svcLogs.Stop()
 	e.mu.Lock()
-	cleaned := e.cleanedLocked()
-	if e.cleanedUp || e.cl == nil {
-		if !e.cleanedUp {
-			close(cleaned)
-		}
-		e.cleanedUp = true
+	cleaned := e.cleaning.Start(e.cl != nil)
+	if cleaned == nil {
 		e.mu.Unlock()
 		return
 	}
-	e.cleanedUp = true
 	cs, ns, pod, logger, cfg := e.cl.cs, e.ns, e.pod, e.logger, e.cfg
 	secrets := []string{e.secret, e.regSecret}
 	resumable, s, jobID := e.resumable, e.settings, e.job.ID
@@ -598,14 +592,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 func (e *Executor) Cleaned() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cleanedLocked()
-}
-
-func (e *Executor) cleanedLocked() chan struct{} {
-	if e.cleaned == nil {
-		e.cleaned = make(chan struct{})
-	}
-	return e.cleaned
+	return e.cleaning.Done()
 }
 
 const cleanupTimeout = 2 * time.Minute

@@ -111,17 +111,10 @@ func (p *Provider) DefaultShell() string { return "" }
 
 // Wait waits until the pods of finished jobs are deleted, or ctx ends.
 func (p *Provider) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		p.cleanups.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("deleting the pods of finished jobs: %w", ctx.Err())
+	if err := executor.WaitGroup(ctx, &p.cleanups); err != nil {
+		return fmt.Errorf("deleting the pods of finished jobs: %w", err)
 	}
+	return nil
 }
 
 // client returns the API connection of c, made the first time.
@@ -196,28 +189,13 @@ func Ping(ctx context.Context, c *Config) error {
 // answers: a runner whose cluster is unreachable is not started. The error
 // names the runner's file, line and host key.
 func Check(ctx context.Context, file string, cfg *config.Config, rs *Runners) error {
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
-		c, err := rs.Lookup(executor.Settings{ShortToken: api.ShortToken(r.Token), RunnerName: r.Name})
-		if err != nil {
-			return err
-		}
-		if err := Ping(ctx, c); err != nil {
-			key, line := r.KeyPosition("kubernetes", "host")
-			return &config.Error{File: file, Line: line, Key: key, Msg: err.Error()}
-		}
-	}
-	return nil
+	return executor.CheckRunners(file, cfg, Name, rs.Lookup, func(c *Config) error { return Ping(ctx, c) })
 }
 
 // Runners holds the [runners.kubernetes] of every kubernetes runner, kept
 // in step with config.toml.
 type Runners struct {
-	mu sync.RWMutex
-	m  map[string]*Config
+	t executor.RunnerTable[*Config]
 }
 
 // ErrUnknownRunner is returned (wrapped) by Runners.Lookup for a runner
@@ -227,32 +205,19 @@ var ErrUnknownRunner = errors.New("no [runners.kubernetes] for this runner")
 // Apply parses the [runners.kubernetes] of every kubernetes runner of cfg
 // and, when all are right, makes them the table's.
 func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, error) {
-	m := map[string]*Config{}
-	var warns []config.Warning
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
+	return rs.t.Load(cfg, func(r *config.RunnerConfig) (*Config, []config.Warning, error) {
 		c, w, err := ParseConfig(file, r)
-		warns = append(warns, w...)
 		if err != nil {
-			return warns, err
+			return nil, w, err
 		}
 		c.ShortToken = api.ShortToken(r.Token)
-		m[c.ShortToken] = c
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return warns, nil
+		return c, w, nil
+	}, Name)
 }
 
 // Lookup returns the configuration of the runner of s.
 func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	c, ok := rs.m[s.ShortToken]
+	c, ok := rs.t.Get(s.ShortToken)
 	if !ok {
 		return nil, fmt.Errorf("runner %s: %w", s.RunnerName, ErrUnknownRunner)
 	}
@@ -260,12 +225,4 @@ func (rs *Runners) Lookup(s executor.Settings) (*Config, error) {
 }
 
 // All returns every kubernetes runner's configuration.
-func (rs *Runners) All() []*Config {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	out := make([]*Config, 0, len(rs.m))
-	for _, c := range rs.m {
-		out = append(out, c)
-	}
-	return out
-}
+func (rs *Runners) All() []*Config { return rs.t.All() }

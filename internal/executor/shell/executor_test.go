@@ -1,15 +1,12 @@
 package shell
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,25 +14,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 )
-
-// buffer is a concurrency-safe trace.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 func testJob() *api.JobResponse {
 	return &api.JobResponse{ID: 7, JobInfo: api.JobInfo{ProjectFullPath: "group/sub/project", ProjectID: 3}}
@@ -49,11 +29,11 @@ var modes = []struct {
 }{{"attached", false}, {"resumable", true}}
 
 // prepared returns a prepared executor for sh with its trace.
-func prepared(t testing.TB, sh string, grace time.Duration, resumable bool) (*Executor, *buffer) {
+func prepared(t testing.TB, sh string, grace time.Duration, resumable bool) (*Executor, *executortest.Trace) {
 	t.Helper()
 	p := &Provider{GracePeriod: grace}
 	e := p.Create().(*Executor)
-	trace := &buffer{}
+	trace := &executortest.Trace{}
 	err := e.Prepare(t.Context(), executor.PrepareOptions{
 		Job: testJob(),
 		Settings: executor.Settings{Shell: sh, ShortToken: "abcdefghi", ConcurrentID: 2, Resumable: resumable,
@@ -165,62 +145,20 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// waitFile waits until path has content and returns it.
-func waitFile(t *testing.T, path string) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
-			return strings.TrimSpace(string(b))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never written", path)
-	return ""
-}
-
-// alive reports whether pid is a live process (a zombie is dead: some
-// containers' init never reaps orphans).
-func alive(t *testing.T, pidText string) bool {
-	t.Helper()
-	pid, err := strconv.Atoi(pidText)
-	if err != nil {
-		t.Fatalf("pid %q: %v", pidText, err)
-	}
-	stat, err := os.ReadFile("/proc/" + pidText + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X'
-}
-
 func TestCancelKillsProcessGroup(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			e, _ := prepared(t, "bash", 200*time.Millisecond, m.resumable)
 			pidFile := filepath.Join(t.TempDir(), "pid")
-			ctx, cancel := context.WithCancel(t.Context())
-			errc := make(chan error, 1)
-			go func() {
-				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "sleep 100 &\necho $! > " + pidFile + "\nsleep 100\n"})
-			}()
-			pid := waitFile(t, pidFile)
-			start := time.Now()
-			cancel()
-			select {
-			case err := <-errc:
-				if !errors.Is(err, context.Canceled) {
-					t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not return after cancel")
+			pid, d, err := executortest.RunCanceled(t, e, "sleep 100 &\necho $! > "+pidFile+"\nsleep 100\n", pidFile)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 			}
-			if d := time.Since(start); d > 3*time.Second {
+			if d > 3*time.Second {
 				t.Errorf("Run took %v after cancel", d)
 			}
-			if alive(t, pid) {
+			if executortest.Alive(t, pid) {
 				t.Errorf("background sleep %s still alive after Run returned", pid)
 			}
 		})
@@ -233,22 +171,15 @@ func TestCancelEscalatesToKill(t *testing.T) {
 			t.Parallel()
 			e, _ := prepared(t, "bash", 300*time.Millisecond, m.resumable)
 			dir := t.TempDir()
-			ctx, cancel := context.WithCancel(t.Context())
-			errc := make(chan error, 1)
-			go func() {
-				// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
-				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap '' TERM\nsleep 100 &\necho $! > " + dir + "/pid\nwait\n"})
-			}()
-			pid := waitFile(t, dir+"/pid")
-			start := time.Now()
-			cancel()
-			if err := <-errc; !errors.Is(err, context.Canceled) {
+			// The group ignores SIGTERM: only SIGKILL after the grace period ends it.
+			pid, d, err := executortest.RunCanceled(t, e, "trap '' TERM\nsleep 100 &\necho $! > "+dir+"/pid\nwait\n", dir+"/pid")
+			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 			}
-			if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+			if d < 300*time.Millisecond || d > 5*time.Second {
 				t.Errorf("Run returned %v after cancel, want after the 300ms grace period", d)
 			}
-			if alive(t, pid) {
+			if executortest.Alive(t, pid) {
 				t.Errorf("sleep %s survived SIGKILL", pid)
 			}
 		})
@@ -261,18 +192,11 @@ func TestCancelIsGraceful(t *testing.T) {
 			t.Parallel()
 			e, trace := prepared(t, "bash", 10*time.Second, m.resumable)
 			dir := t.TempDir()
-			ctx, cancel := context.WithCancel(t.Context())
-			errc := make(chan error, 1)
-			go func() {
-				errc <- e.Run(ctx, executor.Command{Stage: "step_script", Script: "trap 'echo cleaning up; exit 0' TERM\necho ready > " + dir + "/ready\nwhile :; do sleep 0.05; done\n"})
-			}()
-			waitFile(t, dir+"/ready")
-			start := time.Now()
-			cancel()
-			if err := <-errc; !errors.Is(err, context.Canceled) {
+			_, d, err := executortest.RunCanceled(t, e, "trap 'echo cleaning up; exit 0' TERM\necho ready > "+dir+"/ready\nwhile :; do sleep 0.05; done\n", dir+"/ready")
+			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Run after cancel = %v, want context.Canceled wrapped", err)
 			}
-			if d := time.Since(start); d > 5*time.Second {
+			if d > 5*time.Second {
 				t.Errorf("Run took %v: it waited for the grace period although the script exited", d)
 			}
 			if !strings.Contains(trace.String(), "cleaning up") {
@@ -295,7 +219,7 @@ func TestBackgroundChildDoesNotOutliveStage(t *testing.T) {
 			if d := time.Since(start); d > 3*time.Second {
 				t.Errorf("Run took %v: the background child held it", d)
 			}
-			if pid := waitFile(t, pidFile); alive(t, pid) {
+			if pid := executortest.WaitFile(t, pidFile); executortest.Alive(t, pid) {
 				t.Errorf("background sleep %s still alive after the stage", pid)
 			}
 		})

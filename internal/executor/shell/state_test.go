@@ -411,7 +411,7 @@ func TestResumeCancel(t *testing.T) {
 	if groupAlive(pgid) {
 		t.Errorf("process group %d still alive after Resume returned", pgid)
 	}
-	if pid := waitFile(t, bg); alive(t, pid) {
+	if pid := executortest.WaitFile(t, bg); executortest.Alive(t, pid) {
 		t.Errorf("background sleep %s survived the cancel", pid)
 	}
 }
@@ -465,7 +465,7 @@ func TestLostClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, files.pid)
+	executortest.WaitFile(t, files.pid)
 	second, err := startStage(e.shPath, e.shellPath, e.paths.ProjectDir, files)
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +514,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Errorf("State() after Restore = %s, %v; want %s", got, err, state)
 	}
 	// Between stages, Resume starts the next stage.
-	trace := &buffer{}
+	trace := &executortest.Trace{}
 	b.trace = &executor.SyncWriter{W: trace}
 	if err := b.Resume(t.Context(), executor.Command{Stage: executor.StageAfterScript, Script: "echo next"}, 0); err != nil || trace.String() != "next\n" {
 		t.Errorf("Resume(next stage) = %v, trace %q; want nil, \"next\\n\"", err, trace)

@@ -46,12 +46,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/config"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/instance"
@@ -75,8 +73,7 @@ const (
 type Runners struct {
 	HostKeys *sshx.TOFU
 
-	mu sync.RWMutex
-	m  map[string]instance.Runner
+	t executor.RunnerTable[instance.Runner]
 }
 
 // ErrUnknownRunner is returned (wrapped) by Lookup for a runner without
@@ -87,24 +84,13 @@ var ErrUnknownRunner = errors.New("no [runners.ssh] for this runner")
 // are right, makes them the table's. It returns the warnings and the
 // first error (a *config.Error naming file, line and key).
 func (rs *Runners) Apply(file string, cfg *config.Config) ([]config.Warning, error) {
-	m := map[string]instance.Runner{}
-	var warns []config.Warning
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != Name {
-			continue
-		}
+	return rs.t.Load(cfg, func(r *config.RunnerConfig) (instance.Runner, []config.Warning, error) {
 		c, w, err := ParseConfig(file, r)
-		warns = append(warns, w...)
 		if err != nil {
-			return warns, err
+			return instance.Runner{}, w, err
 		}
-		m[api.ShortToken(r.Token)] = rs.runner(c)
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return warns, nil
+		return rs.runner(c), w, nil
+	}, Name)
 }
 
 // runner is the instance runner of c: the host as its only instance.
@@ -127,9 +113,7 @@ func (rs *Runners) runner(c Config) instance.Runner {
 
 // Lookup returns the runner of s, by its ShortToken.
 func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	r, ok := rs.m[s.ShortToken]
+	r, ok := rs.t.Get(s.ShortToken)
 	if !ok {
 		return instance.Runner{}, fmt.Errorf("%w: %s", ErrUnknownRunner, s.ShortToken)
 	}
@@ -138,10 +122,8 @@ func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
 
 // Hosts returns the runners' hosts, for the provider's sweep at start.
 func (rs *Runners) Hosts() []instance.Host {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	hosts := make([]instance.Host, 0, len(rs.m))
-	for _, r := range rs.m {
+	var hosts []instance.Host
+	for _, r := range rs.t.All() {
 		if h, ok := r.Slots.(host); ok {
 			hosts = append(hosts, instance.Host{Runner: r, Info: h.acq.info})
 		}

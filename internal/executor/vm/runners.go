@@ -37,46 +37,32 @@ type Runners struct {
 	// table's own.
 	HostKeys *sshx.TOFU
 
-	mu sync.RWMutex
-	m  map[string]instance.Runner
+	mu sync.Mutex // guards HostKeys
+	t  executor.RunnerTable[instance.Runner]
 }
 
 // Apply parses the tables of every runner of cfg (read from file) with
 // executor rs.Executor and, when all are right, makes them the table's.
 // It returns the warnings and the first error.
 func (rs *Runners) Apply(ctx context.Context, file string, cfg *config.Config) ([]config.Warning, error) {
-	m := map[string]instance.Runner{}
-	var warns []config.Warning
 	rs.mu.Lock()
 	if rs.HostKeys == nil {
 		rs.HostKeys = &sshx.TOFU{}
 	}
 	hk := rs.HostKeys
 	rs.mu.Unlock()
-	for i := range cfg.Runners {
-		r := &cfg.Runners[i]
-		if r.Executor != rs.Executor {
-			continue
-		}
+	return rs.t.Load(cfg, func(r *config.RunnerConfig) (instance.Runner, []config.Warning, error) {
 		hv, c, w, err := rs.Parse(ctx, file, r)
-		warns = append(warns, w...)
 		if err != nil {
-			return warns, err
+			return instance.Runner{}, w, err
 		}
-		token := api.ShortToken(r.Token)
-		m[token] = NewSlots(hv, c, Options{ShortToken: token, HostKeys: hk}).Runner()
-	}
-	rs.mu.Lock()
-	rs.m = m
-	rs.mu.Unlock()
-	return warns, nil
+		return NewSlots(hv, c, Options{ShortToken: api.ShortToken(r.Token), HostKeys: hk}).Runner(), w, nil
+	}, rs.Executor)
 }
 
 // Lookup returns the runner of s, by its ShortToken.
 func (rs *Runners) Lookup(s executor.Settings) (instance.Runner, error) {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	r, ok := rs.m[s.ShortToken]
+	r, ok := rs.t.Get(s.ShortToken)
 	if !ok {
 		return instance.Runner{}, fmt.Errorf("%w: %s runner %s", ErrUnknownRunner, rs.Executor, s.ShortToken)
 	}
@@ -98,14 +84,12 @@ var _ executor.Sweeper = (*Provider)(nil)
 func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID int64) bool) ([]string, error) {
 	removed, err := p.Provider.Sweep(ctx, systemID, keep)
 	errs := []error{err}
-	p.rs.mu.RLock()
 	var slots []*Slots
-	for _, r := range p.rs.m {
+	for _, r := range p.rs.t.All() {
 		if s, ok := r.Slots.(*Slots); ok {
 			slots = append(slots, s)
 		}
 	}
-	p.rs.mu.RUnlock()
 	for _, s := range slots {
 		r, err := s.sweep(ctx, systemID, keep)
 		removed = append(removed, r...)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 	"github.com/drover-ci/drover/internal/executor/instance"
 	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
@@ -193,24 +194,13 @@ func newSlots(t *testing.T, cfg Config) (*Slots, *memHV) {
 	return NewSlots(hv, cfg, Options{ShortToken: "tok123456"}), hv
 }
 
-func jobFor(image string, slot int) (instance.Job, *bytes.Buffer) {
-	var trace bytes.Buffer
+func jobFor(image string, slot int) (instance.Job, *executortest.Trace) {
+	trace := &executortest.Trace{}
 	return instance.Job{
 		Job:      &api.JobResponse{ID: 1, Image: api.Image{Name: image}},
 		Settings: executor.Settings{ShortToken: "tok123456", ConcurrentID: slot},
-		Trace:    &syncWriter{w: &trace},
-	}, &trace
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
+		Trace:    trace,
+	}, trace
 }
 
 func TestVMName(t *testing.T) {
