@@ -147,6 +147,23 @@ func TestChaosManagerKilled(t *testing.T) {
 	}
 }
 
+// submitAndKill submits spec while no manager runs, starts one with cfg in
+// dir and kills it (SIGKILL) a second after the job started running; it
+// returns the job's id.
+func submitAndKill(t *testing.T, cl *client.Client, dir, cfg string, spec client.JobSpec) int64 {
+	t.Helper()
+	j, err := cl.Submit(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, dir, "run", "--config", cfg)
+	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(time.Second)
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+	return j.ID
+}
+
 // TestResumeAfterDowntimePastTimeout: a job whose timeout passes while the
 // manager is down is failed with job_execution_timeout on restart and its
 // processes are killed.
@@ -158,18 +175,10 @@ func TestResumeAfterDowntimePastTimeout(t *testing.T) {
 	marker := fmt.Sprintf("timeout-%d", time.Now().UnixNano())
 	spec := numberedJob("slow", marker, 100, "0.1")
 	spec.Timeout = 3
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, dir, "run", "--config", cfg)
-	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
-	time.Sleep(time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
+	id := submitAndKill(t, cl, dir, cfg, spec)
 	time.Sleep(3 * time.Second) // the job timeout passes while nobody watches
 	start(t, dir, "run", "--config", cfg)
-	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	got := waitJob(t, cl, id, 30*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "job_execution_timeout" {
 		t.Errorf("job = %s %s, want failed job_execution_timeout", got.Status, got.FailureReason)
 	}
@@ -436,16 +445,8 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	store := filepath.Join(dir, "store")
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fileStore(store))
 	marker := fmt.Sprintf("truncated-%d", time.Now().UnixNano())
-	j, err := cl.Submit(context.Background(), numberedJob("cut", marker, 300, "0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, dir, "run", "--config", cfg)
-	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
-	time.Sleep(time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
-	rec := filepath.Join(store, fmt.Sprintf("job-%d.json", j.ID))
+	id := submitAndKill(t, cl, dir, cfg, numberedJob("cut", marker, 300, "0.1"))
+	rec := filepath.Join(store, fmt.Sprintf("job-%d.json", id))
 	data, err := os.ReadFile(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -458,13 +459,13 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	if err := os.WriteFile(rec, data[:at+60], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m = start(t, dir, "run", "--config", cfg)
+	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog(`corrupt record moved aside`, 10*time.Second)
-	got := waitJob(t, cl, j.ID, 20*time.Second, finished)
+	got := waitJob(t, cl, id, 20*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
 		t.Errorf("job = %s %s, want failed runner_system_failure", got.Status, got.FailureReason)
 	}
-	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "is corrupt; the job cannot be resumed") {
+	if tr := trace(t, cl, id); !strings.Contains(tr, "is corrupt; the job cannot be resumed") {
 		t.Errorf("the job log does not say why it failed:\n%s", tr)
 	}
 	if _, err := os.Stat(rec + ".corrupt"); err != nil {
@@ -525,21 +526,13 @@ func TestResumeOverMaxRetries(t *testing.T) {
 	store := strings.Replace(fileStore(filepath.Join(dir, "store")), `    health_interval = "500ms"`, "    health_interval = \"500ms\"\n    max_retries = 0", 1)
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
 	marker := fmt.Sprintf("retries-%d", time.Now().UnixNano())
-	j, err := cl.Submit(context.Background(), numberedJob("rt", marker, 300, "0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, dir, "run", "--config", cfg)
-	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
-	time.Sleep(time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
+	id := submitAndKill(t, cl, dir, cfg, numberedJob("rt", marker, 300, "0.1"))
 	start(t, dir, "run", "--config", cfg)
-	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	got := waitJob(t, cl, id, 30*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
 		t.Errorf("job = %s %s, want failed runner_system_failure", got.Status, got.FailureReason)
 	}
-	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "more than max_retries = 0") {
+	if tr := trace(t, cl, id); !strings.Contains(tr, "more than max_retries = 0") {
 		t.Errorf("the log does not say why the job failed:\n%s", tr)
 	}
 	if ps := waitNoLeftovers(marker, 10*time.Second); len(ps) > 0 {
