@@ -363,12 +363,7 @@ func TestDockerChaosManagerKilled(t *testing.T) {
 	cl := c.client()
 	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 4, fileStore(filepath.Join(dir, "store")), "")
 	const jobs, lines = 12, 40
-	var ids []int64
-	for i := range jobs {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, jobs, lines)
 	killRestart(t, dir, cfg, 3, 1500, 3000)
 	checkChaosJobs(t, cl, ids, lines, 3*time.Minute)
 	for _, id := range ids {

@@ -215,12 +215,7 @@ func TestKubernetesChaosManagerKilled(t *testing.T) {
 	cl := c.client()
 	cfg := k.config(t, dir, c.url, c.runnerToken(t), 8, fileStore(filepath.Join(dir, "store")), "")
 	const jobs, lines = 8, 60
-	var ids []int64
-	for i := range jobs {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, jobs, lines)
 	killRestart(t, dir, cfg, 3, 1500, 3000)
 	checkChaosJobs(t, cl, ids, lines, 4*time.Minute)
 	for _, id := range ids {
@@ -444,12 +439,7 @@ func TestKubernetesStatefulSetManager(t *testing.T) {
 		}
 	}
 	const lines = 120
-	var ids []int64
-	for i := range 2 {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, 2, lines)
 	for _, id := range ids {
 		waitJob(t, cl, id, 3*time.Minute, func(j *client.Job) bool {
 			return j.Status == "running" && strings.Contains(trace(t, cl, id), "line 10\n")

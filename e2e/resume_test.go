@@ -102,6 +102,20 @@ func killRestart(t *testing.T, dir, cfg string, kills, minMS, spreadMS int) *pro
 	return m
 }
 
+// submitChaosJobs submits jobs jobs, job00, job01 ..., each printing lines
+// numbered lines, one every 0.1 s (what checkChaosJobs checks), and
+// returns their ids.
+func submitChaosJobs(t *testing.T, c *coordinator, jobs, lines int) []int64 {
+	t.Helper()
+	var ids []int64
+	for i := range jobs {
+		name := fmt.Sprintf("job%02d", i)
+		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
+			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
+	}
+	return ids
+}
+
 // checkChaosJobs waits for each job of ids (named job00, job01, ...) and
 // asserts it succeeded with its numbered lines exactly once, in order.
 func checkChaosJobs(t *testing.T, cl *client.Client, ids []int64, lines int, d time.Duration) {
