@@ -269,6 +269,17 @@ shutdown_timeout = 10
 	return path
 }
 
+// submit submits spec and returns the job; it fails the test when the
+// coordinator refuses it.
+func submit(t testing.TB, cl *client.Client, spec client.JobSpec) *client.Job {
+	t.Helper()
+	j, err := cl.Submit(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // waitJob polls until the job satisfies ok.
 func waitJob(t testing.TB, c *client.Client, id int64, d time.Duration, ok func(*client.Job) bool) *client.Job {
 	t.Helper()
@@ -363,10 +374,7 @@ func pidAlive(pid int) bool {
 // the test unless it succeeded, and returns its id and log.
 func runSuccess(t testing.TB, cl *client.Client, spec client.JobSpec, d time.Duration) (int64, string) {
 	t.Helper()
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, spec)
 	got := waitJob(t, cl, j.ID, d, finished)
 	log := trace(t, cl, j.ID)
 	if got.Status != "success" {

@@ -148,10 +148,7 @@ func TestChaosManagerKilled(t *testing.T) {
 	const jobs, lines = 12, 40
 	var ids []int64
 	for i := range jobs {
-		j, err := cl.Submit(context.Background(), numberedJob(fmt.Sprintf("job%02d", i), marker, lines, "0.1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, numberedJob(fmt.Sprintf("job%02d", i), marker, lines, "0.1"))
 		ids = append(ids, j.ID)
 	}
 	killRestart(t, dir, cfg, 3, 1000, 2500)
@@ -166,10 +163,7 @@ func TestChaosManagerKilled(t *testing.T) {
 // returns the job's id.
 func submitAndKill(t *testing.T, cl *client.Client, dir, cfg string, spec client.JobSpec) int64 {
 	t.Helper()
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, spec)
 	m := start(t, dir, "run", "--config", cfg)
 	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
 	time.Sleep(time.Second)
@@ -234,10 +228,7 @@ func TestFileStoreLockedAndCorruptRecord(t *testing.T) {
 		t.Errorf("the refusal does not name the holder (pid %d):\n%s", m.cmd.Process.Pid, out)
 	}
 
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "ok", Script: []string{"echo still-working"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "ok", Script: []string{"echo still-working"}})
 	if got := waitJob(t, cl, j.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("job after a corrupt record = %s", got.Status)
 	}
@@ -330,10 +321,7 @@ func redisTakeover(t *testing.T, writeCfg func(dir, url, token, store string) st
 	const lines = 60
 	var ids []int64
 	for i := range 2 {
-		j, err := cl.Submit(context.Background(), numberedJob(fmt.Sprintf("r%d", i), marker, lines, "0.1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, numberedJob(fmt.Sprintf("r%d", i), marker, lines, "0.1"))
 		ids = append(ids, j.ID)
 	}
 	// Kill whichever manager runs the first job.
@@ -485,10 +473,7 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	if _, err := os.Stat(rec + ".corrupt"); err != nil {
 		t.Errorf("the corrupt record was not kept aside: %v", err)
 	}
-	next, err := cl.Submit(context.Background(), client.JobSpec{Name: "after", Script: []string{"echo goes-on"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := submit(t, cl, client.JobSpec{Name: "after", Script: []string{"echo goes-on"}})
 	if got := waitJob(t, cl, next.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("next job = %s", got.Status)
 	}
@@ -515,10 +500,7 @@ func TestRedisDownJobGoesOn(t *testing.T) {
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 10*time.Second)
-	j, err := cl.Submit(context.Background(), numberedJob("rd", "redis-down", 40, "0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, numberedJob("rd", "redis-down", 40, "0.1"))
 	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
 	time.Sleep(500 * time.Millisecond)
 	killRedis()
