@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -35,11 +36,7 @@ func runJobCases(t *testing.T, c *coordinator, timeout int, cases []jobCase, lef
 	cl := c.client()
 	ids := make([]int64, len(cases))
 	for i, tc := range cases {
-		spec := map[string]any{"name": tc.name, "timeout": timeout}
-		for k, v := range tc.spec {
-			spec[k] = v
-		}
-		ids[i] = submitJSON(t, c, spec)
+		ids[i] = submitNamed(t, c, tc.name, timeout, tc.spec)
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,6 +61,15 @@ func runJobCases(t *testing.T, c *coordinator, timeout int, cases []jobCase, lef
 			left(t, ids[i])
 		})
 	}
+}
+
+// submitNamed submits spec (as submitJSON) named name, with a job timeout
+// of timeout seconds unless spec sets one.
+func submitNamed(t testing.TB, c *coordinator, name string, timeout int, spec map[string]any) int64 {
+	t.Helper()
+	full := map[string]any{"name": name, "timeout": timeout}
+	maps.Copy(full, spec)
+	return submitJSON(t, c, full)
 }
 
 // testCancelAndTimeout runs, as a subtest, a job canceled while it runs
