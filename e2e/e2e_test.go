@@ -218,16 +218,10 @@ func TestSignals(t *testing.T) {
 		cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 2, "")
 		m := start(t, dir, "run", "--config", cfg)
 		m.waitLog("runner manager started", 10*time.Second)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if n, ok := metricValue(c.url, "drover_coordinator_long_poll_waiters"); ok && n >= 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the manager's request was never held")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitFor(t, 30*time.Second, "the manager's request to be held", func() bool {
+			n, ok := metricValue(c.url, "drover_coordinator_long_poll_waiters")
+			return ok && n >= 1
+		})
 		m.signal(syscall.SIGQUIT)
 		if code := m.wait(30 * time.Second); code != 0 {
 			t.Errorf("exit code = %d, want 0", code)
