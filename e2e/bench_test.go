@@ -87,6 +87,22 @@ func newStackWith(b *testing.B, concurrent int, rc config.RunnerConfig, provider
 	}}
 }
 
+// settleOn makes s wait for p, a provider that cleans up after a job's
+// result in the background (containers, pods), when it settles and after
+// it stops.
+func (s *stack) settleOn(b *testing.B, p interface{ Wait(context.Context) error }) {
+	s.settle = func() {
+		if err := p.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	stop := s.stop
+	s.stop = func() {
+		stop()
+		s.settle() // the last job's leftovers are being removed
+	}
+}
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })

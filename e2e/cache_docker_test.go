@@ -74,16 +74,7 @@ func TestCacheAndArtifactsDocker(t *testing.T) {
 			}
 			runner := ""
 			if shared {
-				runner = fmt.Sprintf(`  [runners.cache]
-    Type = "s3"
-    Path = "ci"
-    [runners.cache.s3]
-      ServerAddress = %q
-      AccessKey = %q
-      SecretKey = %q
-      BucketName = %q
-      BucketLocation = "us-east-1"
-      Insecure = true`, srv.Addr, srv.AccessKey, srv.SecretKey, srv.Bucket)
+				runner = "  [runners.cache]\n    Path = \"ci\"\n" + s3Section(srv.Addr, srv, "")
 			}
 			cfg := dockerConfig(t, dir, c.url, token, 1, runner,
 				fmt.Sprintf("    volumes = [%q, %q]", repo+":"+repo+":ro", signal+":/signal"))

@@ -53,11 +53,7 @@ func directoryDriver(t testing.TB, base string) string {
 func submitJob(t *testing.T, cl *client.Client, spec client.JobSpec) int64 {
 	t.Helper()
 	spec.Variables = append(spec.Variables, client.Variable{Key: "GIT_STRATEGY", Value: "none"})
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j.ID
+	return submit(t, cl, spec).ID
 }
 
 // TestCustomExecutorStages runs jobs with executor = "custom" and a

@@ -50,16 +50,7 @@ func newDockerStackProvider(b *testing.B, concurrent int) (*stack, *dockerexec.P
 		_, err := runners.Apply("bench", c)
 		return err
 	})
-	s.settle = func() {
-		if err := prov.Wait(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	}
-	stop := s.stop
-	s.stop = func() {
-		stop()
-		s.settle() // the last job's containers are being removed
-	}
+	s.settleOn(b, prov)
 	return s, prov
 }
 

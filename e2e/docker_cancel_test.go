@@ -32,11 +32,7 @@ func TestDockerCancelStopsStage(t *testing.T) {
 	}
 	ids := make([]int64, len(cases))
 	for i, tc := range cases {
-		spec := map[string]any{"name": tc.name, "timeout": 3600}
-		for k, v := range tc.spec {
-			spec[k] = v
-		}
-		ids[i] = submitJSON(t, c, spec)
+		ids[i] = submitNamed(t, c, tc.name, 3600, tc.spec)
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

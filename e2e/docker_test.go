@@ -195,7 +195,6 @@ func TestDockerExecutor(t *testing.T) {
 	needDockerImages(t)
 	dir := t.TempDir()
 	c := startCoordinator(t, filepath.Join(dir, "coord"))
-	cl := c.client()
 	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 6, "", `    wait_for_services_timeout = 3
     allowed_images = ["drover-test-*", "drover-missing-*"]
     allowed_users = ["drover"]
@@ -205,118 +204,50 @@ func TestDockerExecutor(t *testing.T) {
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 20*time.Second)
 
-	type want struct {
-		status, reason string
-		exit           int
-		has, hasNot    []string
-	}
-	cases := []struct {
-		name string
-		spec map[string]any
-		want want
-	}{
+	cases := []jobCase{
 		{"success", map[string]any{"image": dockerimage.TestImageBusybox, "script": []string{"echo hello from the container", "cat /etc/hostname >/dev/null && echo user=$(id -u)",
 			"echo image=$CI_JOB_IMAGE disposable=$CI_DISPOSABLE_ENVIRONMENT shared=$CI_SHARED_ENVIRONMENT"}},
-			want{status: "success", has: []string{"hello from the container", "user=0", "Using Docker executor with image " + dockerimage.TestImageBusybox,
+			jobWant{status: "success", has: []string{"hello from the container", "user=0", "Using Docker executor with image " + dockerimage.TestImageBusybox,
 				"image=" + dockerimage.TestImageBusybox + " disposable=true shared=\n"}}},
 		{"exit code", map[string]any{"script": []string{"echo before", "exit 3"}},
-			want{status: "failed", reason: "script_failure", exit: 3, has: []string{"before", "ERROR: Job failed: exit code 3"}}},
+			jobWant{status: "failed", reason: "script_failure", exit: 3, has: []string{"before", "ERROR: Job failed: exit code 3"}}},
 		{"masked and file variables", map[string]any{
 			"script": []string{"echo secret=$SECRET_TOKEN", "cat \"$CONF_FILE\"", "echo path=$CONF_FILE"},
 			"variables": []map[string]any{
 				{"key": "SECRET_TOKEN", "value": "s3cr3t-value-42", "masked": true},
 				{"key": "CONF_FILE", "value": "file-content-line", "file": true},
 			}},
-			want{status: "success", has: []string{"secret=[MASKED]", "file-content-line", "path=/builds/"}, hasNot: []string{"s3cr3t-value-42"}}},
+			jobWant{status: "success", has: []string{"secret=[MASKED]", "file-content-line", "path=/builds/"}, hasNot: []string{"s3cr3t-value-42"}}},
 		{"bash image", map[string]any{"image": dockerimage.TestImageBash, "script": []string{"echo shell=${BASH_VERSION:+bash}"}},
-			want{status: "success", has: []string{"shell=bash"}}},
+			jobWant{status: "success", has: []string{"shell=bash"}}},
 		{"sh image", map[string]any{"script": []string{"echo shell=${BASH_VERSION:-sh}"}},
-			want{status: "success", has: []string{"shell=sh"}}},
+			jobWant{status: "success", has: []string{"shell=sh"}}},
 		{"service by alias and derived name", map[string]any{
 			"services": []any{map[string]any{"name": dockerimage.TestImageService, "alias": "web, cache"}},
 			"script": []string{"wget -qO- http://web:8080/", "wget -qO- http://cache:8080/",
 				"wget -qO- http://" + strings.Split(dockerimage.TestImageService, ":")[0] + ":8080/"}},
-			want{status: "success", has: []string{"Starting service " + dockerimage.TestImageService, "drover service ok"}}},
+			jobWant{status: "success", has: []string{"Starting service " + dockerimage.TestImageService, "drover service ok"}}},
 		{"service never ready", map[string]any{
 			"services": []any{map[string]any{"name": dockerimage.TestImageService, "command": []string{"sh", "-c", "echo svc-log-marker; sleep 300"}}},
 			"script":   []string{"echo script ran"}},
-			want{status: "success", has: []string{"WARNING:", "probably didn't start properly", "svc-log-marker", "script ran"}}},
+			jobWant{status: "success", has: []string{"WARNING:", "probably didn't start properly", "svc-log-marker", "script ran"}}},
 		{"image not allowed", map[string]any{"image": "forbidden/image:1", "script": []string{"echo must not run"}},
-			want{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
+			jobWant{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
 		{"pull never, image missing", map[string]any{"image": map[string]any{"name": "drover-missing-image:nope", "pull_policy": "never"}, "script": []string{"echo must not run"}},
-			want{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "never"}, hasNot: []string{"must not run\n"}}},
+			jobWant{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "never"}, hasNot: []string{"must not run\n"}}},
 		{"user allowed, anonymous volume", map[string]any{
 			"image":  map[string]any{"name": dockerimage.TestImageBusybox, "docker": map[string]any{"user": "drover"}},
 			"script": []string{"echo uid=$(id -u)", "touch in-project && echo project-writable", "test -d /anonymous-volume && echo anon-volume-ok"}},
-			want{status: "success", has: []string{"uid=1000", "project-writable", "anon-volume-ok"}}},
+			jobWant{status: "success", has: []string{"uid=1000", "project-writable", "anon-volume-ok"}}},
 		{"user not allowed", map[string]any{
 			"image":  map[string]any{"name": dockerimage.TestImageBusybox, "docker": map[string]any{"user": "nobody"}},
 			"script": []string{"echo must not run"}},
-			want{status: "failed", reason: "runner_configuration_error", has: []string{"allowed_users"}, hasNot: []string{"must not run\n"}}},
+			jobWant{status: "failed", reason: "runner_configuration_error", has: []string{"allowed_users"}, hasNot: []string{"must not run\n"}}},
 		{"oom", map[string]any{"script": []string{"echo start", "head -c 200m /dev/zero | tail > /dev/null"}},
-			want{status: "failed", reason: "script_failure", has: []string{"lack of memory"}}},
+			jobWant{status: "failed", reason: "script_failure", has: []string{"lack of memory"}}},
 	}
-	ids := make([]int64, len(cases))
-	for i, tc := range cases {
-		spec := map[string]any{"name": tc.name, "timeout": 120}
-		for k, v := range tc.spec {
-			spec[k] = v
-		}
-		ids[i] = submitJSON(t, c, spec)
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			j := waitJob(t, cl, ids[i], 3*time.Minute, finished)
-			log := trace(t, cl, ids[i])
-			if j.Status != tc.want.status || j.FailureReason != tc.want.reason {
-				t.Errorf("status = %s %q, want %s %q\nlog:\n%s", j.Status, j.FailureReason, tc.want.status, tc.want.reason, log)
-			}
-			if tc.want.exit != 0 && (j.ExitCode == nil || *j.ExitCode != tc.want.exit) {
-				t.Errorf("exit code = %v, want %d", j.ExitCode, tc.want.exit)
-			}
-			for _, s := range tc.want.has {
-				if !strings.Contains(log, s) {
-					t.Errorf("log lacks %q:\n%s", s, log)
-				}
-			}
-			for _, s := range tc.want.hasNot {
-				if strings.Contains(log, s) {
-					t.Errorf("log has %q:\n%s", s, log)
-				}
-			}
-			waitNoResources(t, ids[i])
-		})
-	}
-
-	t.Run("cancel and timeout leave nothing", func(t *testing.T) {
-		cancelID := submitJSON(t, c, map[string]any{"name": "to cancel", "script": []string{"echo started-sleeping", "sleep 300"},
-			"after_script": []string{"echo after-script-ran"}})
-		timeoutID := submitJSON(t, c, map[string]any{"name": "to time out", "timeout": 4, "script": []string{"sleep 300"}})
-		waitJob(t, cl, cancelID, time.Minute, func(j *client.Job) bool {
-			return j.Status == "running" && strings.Contains(trace(t, cl, cancelID), "started-sleeping")
-		})
-		if _, err := cl.Cancel(context.Background(), cancelID); err != nil {
-			t.Fatalf("Cancel: %v", err)
-		}
-		for _, id := range []int64{cancelID, timeoutID} {
-			j := waitJob(t, cl, id, 2*time.Minute, finished)
-			log := trace(t, cl, id)
-			switch id {
-			case cancelID:
-				if j.Status != "canceled" && j.Status != "failed" {
-					t.Errorf("canceled job = %s %s", j.Status, j.FailureReason)
-				}
-				if !strings.Contains(log, "after-script-ran") {
-					t.Errorf("after_script did not run after the cancel:\n%s", log)
-				}
-			case timeoutID:
-				if j.FailureReason != "job_execution_timeout" {
-					t.Errorf("timed-out job = %s %s\n%s", j.Status, j.FailureReason, log)
-				}
-			}
-			waitNoResources(t, id)
-		}
-	})
+	runJobCases(t, c, 120, cases, waitNoResources)
+	testCancelAndTimeout(t, c, 4, time.Minute, waitNoResources)
 }
 
 // TestDockerGitFetchReusesClone: two jobs of one project on a runner with
@@ -432,12 +363,7 @@ func TestDockerChaosManagerKilled(t *testing.T) {
 	cl := c.client()
 	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 4, fileStore(filepath.Join(dir, "store")), "")
 	const jobs, lines = 12, 40
-	var ids []int64
-	for i := range jobs {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, jobs, lines)
 	killRestart(t, dir, cfg, 3, 1500, 3000)
 	checkChaosJobs(t, cl, ids, lines, 3*time.Minute)
 	for _, id := range ids {

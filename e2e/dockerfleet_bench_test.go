@@ -99,17 +99,28 @@ type jobTimes struct {
 // its moments.
 func runTimedJob(tb testing.TB, cl *client.Client, beacon *scriptBeacon, name string, limit time.Duration) jobTimes {
 	tb.Helper()
-	ctx := context.Background()
+	jt, id, log := runTimed(tb, cl, beacon, client.JobSpec{Name: name, Script: []string{beacon.line(), "echo ran-$CI_JOB_ID"}}, limit)
+	if jt.instance == "" {
+		tb.Fatalf("job %d: log names no instance:\n%s", id, log)
+	}
+	return jt
+}
+
+// runTimed submits spec, whose script calls the beacon, waits (at most
+// limit) for it to succeed and returns its moments (no instance when its
+// log names none), its id and its log.
+func runTimed(tb testing.TB, cl *client.Client, beacon *scriptBeacon, spec client.JobSpec, limit time.Duration) (jobTimes, int64, string) {
+	tb.Helper()
 	submitted := time.Now()
-	j, err := cl.Submit(ctx, client.JobSpec{Name: name, Script: []string{beacon.line(), "echo ran-$CI_JOB_ID"}})
+	j, err := cl.Submit(context.Background(), spec)
 	if err != nil {
-		tb.Fatalf("Submit(%s) = %v", name, err)
+		tb.Fatalf("Submit(%s) = %v", spec.Name, err)
 	}
 	jt := jobTimes{submitted: submitted}
 	j = waitJob(tb, cl, j.ID, limit, finished)
 	log := trace(tb, cl, j.ID)
 	if j.Status != "success" {
-		tb.Fatalf("job %s (%d): %s (%s)\n%s", name, j.ID, j.Status, j.FailureReason, log)
+		tb.Fatalf("job %s (%d): %s (%s)\n%s", spec.Name, j.ID, j.Status, j.FailureReason, log)
 	}
 	if j.CreatedAt == nil {
 		tb.Fatalf("job %d has no created_at: %+v", j.ID, j)
@@ -122,10 +133,8 @@ func runTimedJob(tb testing.TB, cl *client.Client, beacon *scriptBeacon, name st
 	}
 	if m := acquiredRx.FindStringSubmatch(log); m != nil {
 		jt.instance = m[2]
-	} else {
-		tb.Fatalf("job %d: log names no instance:\n%s", j.ID, log)
 	}
-	return jt
+	return jt, j.ID, log
 }
 
 func fromSeconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

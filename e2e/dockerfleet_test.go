@@ -466,12 +466,7 @@ func TestDockerAutoscalerManagerKilled(t *testing.T) {
 	// The instances must be up before the kills start, so that the kills
 	// hit running jobs rather than instance boots.
 	const jobs, lines = 6, 40
-	var ids []int64
-	for i := range jobs {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, jobs, lines)
 	m := killRestart(t, dir, cfg, 2, 4000, 3000)
 	checkChaosJobs(t, cl, ids, lines, 5*time.Minute)
 	insts := groupContainersE(t, owner)

@@ -189,17 +189,11 @@ func TestSignals(t *testing.T) {
 		m := start(t, dir, "run", "--config", cfg)
 		m.waitLog("runner manager started", 10*time.Second)
 		cl := c.client()
-		j, err := cl.Submit(context.Background(), client.JobSpec{Name: "slow", Script: []string{"sleep 2", "echo done"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, client.JobSpec{Name: "slow", Script: []string{"sleep 2", "echo done"}})
 		waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
 		m.signal(syscall.SIGQUIT)
 		time.Sleep(200 * time.Millisecond)
-		late, err := cl.Submit(context.Background(), client.JobSpec{Name: "late", Script: []string{"true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		late := submit(t, cl, client.JobSpec{Name: "late", Script: []string{"true"}})
 		if code := m.wait(30 * time.Second); code != 0 {
 			t.Errorf("manager exit code after drain = %d, want 0", code)
 		}
@@ -211,10 +205,7 @@ func TestSignals(t *testing.T) {
 		if got, _ := cl.Job(context.Background(), late.ID); got.Status != "pending" && got.Status != "success" {
 			t.Errorf("job submitted during drain = %s, want pending or success (never lost)", got.Status)
 		}
-		after, err := cl.Submit(context.Background(), client.JobSpec{Name: "after", Script: []string{"true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		after := submit(t, cl, client.JobSpec{Name: "after", Script: []string{"true"}})
 		time.Sleep(500 * time.Millisecond)
 		if got, _ := cl.Job(context.Background(), after.ID); got.Status != "pending" {
 			t.Errorf("job submitted after the drained manager exited = %s, want pending", got.Status)
@@ -227,16 +218,10 @@ func TestSignals(t *testing.T) {
 		cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 2, "")
 		m := start(t, dir, "run", "--config", cfg)
 		m.waitLog("runner manager started", 10*time.Second)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if n, ok := metricValue(c.url, "drover_coordinator_long_poll_waiters"); ok && n >= 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the manager's request was never held")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitFor(t, 30*time.Second, "the manager's request to be held", func() bool {
+			n, ok := metricValue(c.url, "drover_coordinator_long_poll_waiters")
+			return ok && n >= 1
+		})
 		m.signal(syscall.SIGQUIT)
 		if code := m.wait(30 * time.Second); code != 0 {
 			t.Errorf("exit code = %d, want 0", code)
@@ -245,10 +230,7 @@ func TestSignals(t *testing.T) {
 			t.Errorf("no log line about the drain:\n%s", m.log.String())
 		}
 		// Nothing was lost: a job submitted now is there for the next manager.
-		j, err := c.client().Submit(context.Background(), client.JobSpec{Name: "next", Script: []string{"true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, c.client(), client.JobSpec{Name: "next", Script: []string{"true"}})
 		m2 := start(t, dir, "run", "--config", cfg)
 		m2.waitLog("runner manager started", 10*time.Second)
 		if got := waitJob(t, c.client(), j.ID, 30*time.Second, finished); got.Status != "success" {
@@ -264,10 +246,7 @@ func TestSignals(t *testing.T) {
 		m := start(t, dir, "run", "--config", cfg)
 		m.waitLog("runner manager started", 10*time.Second)
 		cl := c.client()
-		j, err := cl.Submit(context.Background(), client.JobSpec{Name: "slow", Script: []string{"echo working", "sleep 120"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, client.JobSpec{Name: "slow", Script: []string{"echo working", "sleep 120"}})
 		waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" && j.TraceSize > 0 })
 		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(trace(t, cl, j.ID), "working") && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond)
@@ -373,10 +352,7 @@ func TestCoordinatorSurvivesKill9(t *testing.T) {
 	cl := c.client()
 	var ids []int64
 	for i := range 50 {
-		j, err := cl.Submit(context.Background(), client.JobSpec{Name: "n" + strconv.Itoa(i), Script: []string{"echo " + strconv.Itoa(i)}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, client.JobSpec{Name: "n" + strconv.Itoa(i), Script: []string{"echo " + strconv.Itoa(i)}})
 		ids = append(ids, j.ID)
 	}
 	c.signal(syscall.SIGKILL)
@@ -455,10 +431,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	m.waitLog(`configuration not reloaded.*config.toml:[0-9]+: runners\[0\]\.`, 10*time.Second)
 
 	// The manager still works with the configuration it kept.
-	j, err := c.client().Submit(context.Background(), client.JobSpec{Name: "after-reload", Script: []string{"echo still-here"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, c.client(), client.JobSpec{Name: "after-reload", Script: []string{"echo still-here"}})
 	if got := waitJob(t, c.client(), j.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("job after a failed reload = %s", got.Status)
 	}
@@ -490,10 +463,7 @@ func TestManagerRestartEndsLostJobs(t *testing.T) {
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 10*time.Second)
 	cl := c.client()
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "long", Script: []string{"echo started", "sleep 300"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "long", Script: []string{"echo started", "sleep 300"}})
 	waitJob(t, cl, j.ID, 30*time.Second, func(j *client.Job) bool { return j.Status == "running" })
 	m.signal(syscall.SIGKILL)
 	m.wait(10 * time.Second)

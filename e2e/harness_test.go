@@ -269,6 +269,17 @@ shutdown_timeout = 10
 	return path
 }
 
+// submit submits spec and returns the job; it fails the test when the
+// coordinator refuses it.
+func submit(t testing.TB, cl *client.Client, spec client.JobSpec) *client.Job {
+	t.Helper()
+	j, err := cl.Submit(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // waitJob polls until the job satisfies ok.
 func waitJob(t testing.TB, c *client.Client, id int64, d time.Duration, ok func(*client.Job) bool) *client.Job {
 	t.Helper()
@@ -314,21 +325,26 @@ func runCLI(t *testing.T, dir string, stdin io.Reader, args ...string) (string, 
 	return string(out), 0
 }
 
+// gitAs runs git with args in dir, committing as name <email>, and
+// returns its output, trimmed; it fails the test when git fails.
+func gitAs(t testing.TB, name, email, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME="+name, "GIT_AUTHOR_EMAIL="+email, "GIT_COMMITTER_NAME="+name, "GIT_COMMITTER_EMAIL="+email)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // gitRepo makes a repository with two commits on main and returns its
 // path and the sha of each commit.
 func gitRepo(t *testing.T) (string, []string) {
 	t.Helper()
 	dir := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := func(args ...string) string { return gitAs(t, "t", "t@example.com", dir, args...) }
 	git("init", "-q", "-b", "main")
 	var shas []string
 	for i, msg := range []string{"first commit", "second commit"} {
@@ -358,10 +374,7 @@ func pidAlive(pid int) bool {
 // the test unless it succeeded, and returns its id and log.
 func runSuccess(t testing.TB, cl *client.Client, spec client.JobSpec, d time.Duration) (int64, string) {
 	t.Helper()
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, spec)
 	got := waitJob(t, cl, j.ID, d, finished)
 	log := trace(t, cl, j.ID)
 	if got.Status != "success" {

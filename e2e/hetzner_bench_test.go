@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -164,29 +163,10 @@ func BenchmarkHetznerFirstJob(b *testing.B) {
 // instance executor's).
 func runTimedShellJob(b *testing.B, cl *client.Client, beacon *scriptBeacon, name string, limit time.Duration) jobTimes {
 	b.Helper()
-	submitted := time.Now()
-	j, err := cl.Submit(context.Background(), client.JobSpec{
+	jt, _, _ := runTimed(b, cl, beacon, client.JobSpec{
 		Name: name, Script: []string{beacon.line(), "echo ran-$CI_JOB_ID"},
 		Variables: []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}},
-	})
-	if err != nil {
-		b.Fatalf("Submit(%s) = %v", name, err)
-	}
-	j = waitJob(b, cl, j.ID, limit, finished)
-	log := trace(b, cl, j.ID)
-	if j.Status != "success" || j.CreatedAt == nil {
-		b.Fatalf("job %s (%d): %s (%s), created %v\n%s", name, j.ID, j.Status, j.FailureReason, j.CreatedAt, log)
-	}
-	jt := jobTimes{submitted: submitted}
-	jt.handout = j.CreatedAt.Add(fromSeconds(j.QueuedDuration))
-	jt.accepted = jt.handout.Add(fromSeconds(j.ProvisioningDuration))
-	var ok bool
-	if jt.script, ok = beacon.at(j.ID); !ok {
-		b.Fatalf("job %d succeeded but its script never called the beacon:\n%s", j.ID, log)
-	}
-	if m := acquiredRx.FindStringSubmatch(log); m != nil {
-		jt.instance = m[2]
-	}
+	}, limit)
 	return jt
 }
 

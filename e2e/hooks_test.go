@@ -52,14 +52,7 @@ func TestPostReceiveHook(t *testing.T) {
 	work := filepath.Join(dir, "work")
 	git := func(wd string, args ...string) string {
 		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = wd
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Ada", "GIT_AUTHOR_EMAIL=ada@example.com", "GIT_COMMITTER_NAME=Ada", "GIT_COMMITTER_EMAIL=ada@example.com")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
+		return gitAs(t, "Ada", "ada@example.com", wd, args...)
 	}
 	git(dir, "init", "-q", "--bare", "-b", "main", bare)
 

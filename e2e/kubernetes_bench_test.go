@@ -31,16 +31,7 @@ func newKubeStack(b *testing.B, k *kube, concurrent int) *stack {
 		_, err := runners.Apply("bench", c)
 		return err
 	})
-	s.settle = func() {
-		if err := prov.Wait(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	}
-	stop := s.stop
-	s.stop = func() {
-		stop()
-		s.settle()
-	}
+	s.settleOn(b, prov)
 	return s
 }
 

@@ -159,22 +159,13 @@ func TestKubernetesExecutor(t *testing.T) {
 	mb := start(t, big, "run", "--config", bigCfg)
 	mb.waitLog("runner manager started", 20*time.Second)
 
-	type want struct {
-		status, reason string
-		exit           int
-		has, hasNot    []string
-	}
 	missing := k.env.Registry + "/drover-missing-image:nope"
-	cases := []struct {
-		name string
-		spec map[string]any
-		want want
-	}{
+	cases := []jobCase{
 		{"success", map[string]any{"script": []string{"echo hello from the pod", "echo user=$(id -u) host=$(hostname)",
 			"echo disposable=$CI_DISPOSABLE_ENVIRONMENT"}},
-			want{status: "success", has: []string{"hello from the pod", "user=0", "host=drover-", "Using Kubernetes executor with image " + k.busybox, "disposable=true"}}},
+			jobWant{status: "success", has: []string{"hello from the pod", "user=0", "host=drover-", "Using Kubernetes executor with image " + k.busybox, "disposable=true"}}},
 		{"exit code", map[string]any{"script": []string{"echo before", "exit 3"}},
-			want{status: "failed", reason: "script_failure", exit: 3, has: []string{"before", "ERROR: Job failed: exit code 3"}}},
+			jobWant{status: "failed", reason: "script_failure", exit: 3, has: []string{"before", "ERROR: Job failed: exit code 3"}}},
 		{"masked and file variables", map[string]any{
 			"script": []string{"echo secret=$SECRET_TOKEN", "cat \"$CONF_FILE\"", "echo path=$CONF_FILE",
 				"env | grep -q '^SECRET_TOKEN=' && echo env-from-secret"},
@@ -182,14 +173,14 @@ func TestKubernetesExecutor(t *testing.T) {
 				{"key": "SECRET_TOKEN", "value": "s3cr3t-value-42", "masked": true},
 				{"key": "CONF_FILE", "value": "file-content-line", "file": true},
 			}},
-			want{status: "success", has: []string{"secret=[MASKED]", "file-content-line", "path=/drover-secrets/CONF_FILE", "env-from-secret"}, hasNot: []string{"s3cr3t-value-42"}}},
+			jobWant{status: "success", has: []string{"secret=[MASKED]", "file-content-line", "path=/drover-secrets/CONF_FILE", "env-from-secret"}, hasNot: []string{"s3cr3t-value-42"}}},
 		{"bash image", map[string]any{"image": k.bash, "script": []string{"echo shell=${BASH_VERSION:+bash}"}},
-			want{status: "success", has: []string{"shell=bash"}}},
+			jobWant{status: "success", has: []string{"shell=bash"}}},
 		{"service on localhost and by alias", map[string]any{
 			"services": []any{map[string]any{"name": k.service, "alias": "web"}},
 			"script": []string{"for i in $(seq 1 50); do wget -qO- http://localhost:8080/ && break; sleep 0.2; done",
 				"wget -qO- http://web:8080/"}},
-			want{status: "success", has: []string{"drover service ok\n\x1b[32;1m$ wget -qO- http://web:8080/\x1b[0;m\ndrover service ok\n"}}},
+			jobWant{status: "success", has: []string{"drover service ok\n\x1b[32;1m$ wget -qO- http://web:8080/\x1b[0;m\ndrover service ok\n"}}},
 		// CI_DEBUG_SERVICES: the service's output in the job's log. The
 		// script waits for the service's port, opened after its line.
 		{"service output with CI_DEBUG_SERVICES", map[string]any{
@@ -197,75 +188,16 @@ func TestKubernetesExecutor(t *testing.T) {
 			"services": []any{map[string]any{"name": k.busybox, "alias": "talker",
 				"entrypoint": []string{"sh", "-c", "echo talker says hi; exec httpd -f -p 9000"}}},
 			"script": []string{"for i in $(seq 1 300); do echo | nc localhost 9000 >/dev/null 2>&1 && break; sleep 0.2; done; echo port-open"}},
-			want{status: "success", has: []string{"port-open", "-talker] ", "Z talker says hi\x1b[0;m\n"}}},
+			jobWant{status: "success", has: []string{"port-open", "-talker] ", "Z talker says hi\x1b[0;m\n"}}},
 		{"image not allowed", map[string]any{"image": "forbidden/image:1", "script": []string{"echo must not run"}},
-			want{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
+			jobWant{status: "failed", reason: "runner_configuration_error", has: []string{"not allowed", "allowed_images"}, hasNot: []string{"must not run\n"}}},
 		{"image pull failure", map[string]any{"image": missing, "script": []string{"echo must not run"}},
-			want{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "cannot be pulled", "kubelet Failed: "}, hasNot: []string{"must not run\n", "MissingClusterDNS"}}},
+			jobWant{status: "failed", reason: "image_pull_failure", has: []string{"drover-missing-image:nope", "cannot be pulled", "kubelet Failed: "}, hasNot: []string{"must not run\n", "MissingClusterDNS"}}},
 		{"unschedulable", map[string]any{"tags": []string{"big"}, "script": []string{"echo must not run"}},
-			want{status: "failed", reason: "runner_system_failure", has: []string{"cannot be scheduled", "Insufficient cpu", "poll_timeout"}, hasNot: []string{"must not run\n"}}},
+			jobWant{status: "failed", reason: "runner_system_failure", has: []string{"cannot be scheduled", "Insufficient cpu", "poll_timeout"}, hasNot: []string{"must not run\n"}}},
 	}
-	ids := make([]int64, len(cases))
-	for i, tc := range cases {
-		spec := map[string]any{"name": tc.name, "timeout": 180}
-		for k, v := range tc.spec {
-			spec[k] = v
-		}
-		ids[i] = submitJSON(t, c, spec)
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			j := waitJob(t, cl, ids[i], 3*time.Minute, finished)
-			log := trace(t, cl, ids[i])
-			if j.Status != tc.want.status || (tc.want.reason != "" && j.FailureReason != tc.want.reason) {
-				t.Errorf("status = %s %q, want %s %q\nlog:\n%s", j.Status, j.FailureReason, tc.want.status, tc.want.reason, log)
-			}
-			if tc.want.exit != 0 && (j.ExitCode == nil || *j.ExitCode != tc.want.exit) {
-				t.Errorf("exit code = %v, want %d", j.ExitCode, tc.want.exit)
-			}
-			for _, s := range tc.want.has {
-				if !strings.Contains(log, s) {
-					t.Errorf("log lacks %q:\n%s", s, log)
-				}
-			}
-			for _, s := range tc.want.hasNot {
-				if strings.Contains(log, s) {
-					t.Errorf("log has %q:\n%s", s, log)
-				}
-			}
-			k.waitNothingLeft(t, ids[i])
-		})
-	}
-
-	t.Run("cancel and timeout leave nothing", func(t *testing.T) {
-		cancelID := submitJSON(t, c, map[string]any{"name": "to cancel", "script": []string{"echo started-sleeping", "sleep 300"},
-			"after_script": []string{"echo after-script-ran"}})
-		timeoutID := submitJSON(t, c, map[string]any{"name": "to time out", "timeout": 6, "script": []string{"sleep 300"}})
-		waitJob(t, cl, cancelID, 2*time.Minute, func(j *client.Job) bool {
-			return j.Status == "running" && strings.Contains(trace(t, cl, cancelID), "started-sleeping")
-		})
-		if _, err := cl.Cancel(context.Background(), cancelID); err != nil {
-			t.Fatalf("Cancel: %v", err)
-		}
-		for _, id := range []int64{cancelID, timeoutID} {
-			j := waitJob(t, cl, id, 2*time.Minute, finished)
-			log := trace(t, cl, id)
-			switch id {
-			case cancelID:
-				if j.Status != "canceled" && j.Status != "failed" {
-					t.Errorf("canceled job = %s %s", j.Status, j.FailureReason)
-				}
-				if !strings.Contains(log, "after-script-ran") {
-					t.Errorf("after_script did not run after the cancel:\n%s", log)
-				}
-			case timeoutID:
-				if j.FailureReason != "job_execution_timeout" {
-					t.Errorf("timed-out job = %s %s\n%s", j.Status, j.FailureReason, log)
-				}
-			}
-			k.waitNothingLeft(t, id)
-		}
-	})
+	runJobCases(t, c, 180, cases, k.waitNothingLeft)
+	testCancelAndTimeout(t, c, 6, 2*time.Minute, k.waitNothingLeft)
 }
 
 // TestKubernetesChaosManagerKilled is the seed's scenario: 8 jobs of ~6 s
@@ -283,12 +215,7 @@ func TestKubernetesChaosManagerKilled(t *testing.T) {
 	cl := c.client()
 	cfg := k.config(t, dir, c.url, c.runnerToken(t), 8, fileStore(filepath.Join(dir, "store")), "")
 	const jobs, lines = 8, 60
-	var ids []int64
-	for i := range jobs {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, jobs, lines)
 	killRestart(t, dir, cfg, 3, 1500, 3000)
 	checkChaosJobs(t, cl, ids, lines, 4*time.Minute)
 	for _, id := range ids {
@@ -512,12 +439,7 @@ func TestKubernetesStatefulSetManager(t *testing.T) {
 		}
 	}
 	const lines = 120
-	var ids []int64
-	for i := range 2 {
-		name := fmt.Sprintf("job%02d", i)
-		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
-			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
-	}
+	ids := submitChaosJobs(t, c, 2, lines)
 	for _, id := range ids {
 		waitJob(t, cl, id, 3*time.Minute, func(j *client.Job) bool {
 			return j.Status == "running" && strings.Contains(trace(t, cl, id), "line 10\n")

@@ -103,12 +103,7 @@ func TestParallelsExecutor(t *testing.T) {
 		"snapshot " + vm + " --name Started",
 	}, append(timeSync(vm), "stop "+vm+" --kill")...))
 
-	j, log, got = h.run(client.JobSpec{Name: "second", Script: []string{
-		`test ! -e $HOME/from-the-first-job && echo "reverted on $(hostname)"`,
-	}}, "stop "+vm+" --kill")
-	if j.Status != "success" || !strings.Contains(log, "reverted on "+guestimage.Hostname) {
-		t.Fatalf("second job = %s (%s), want success in a VM reverted to Started:\n%s", j.Status, j.FailureReason, log)
-	}
+	got = h.runReverted("stop " + vm + " --kill")
 	h.check("second job of the slot", got, append([]string{
 		"--version",
 		"snapshot-switch " + vm + " --id {ID}",
@@ -120,14 +115,8 @@ func TestParallelsExecutor(t *testing.T) {
 
 	mgr = start(t, dir, "run", "--config", config("    disable_snapshots = true\n"))
 	mgr.waitLog("runner manager started", 30*time.Second)
-	before := len(h.calls())
-	j, log, _ = h.run(client.JobSpec{Name: "fresh", Script: []string{`echo "fresh=$(hostname)"`, "test ! -e $HOME/from-the-first-job"}}, "")
-	if j.Status != "success" || !strings.Contains(log, "fresh="+guestimage.Hostname) {
-		t.Fatalf("job with disable_snapshots = %s (%s):\n%s", j.Status, j.FailureReason, log)
-	}
-	pvm := projectVM(t, log, short)
-	h.waitLast(before, "delete")
-	h.check("disable_snapshots", h.since(before), append([]string{
+	pvm, got := h.runFresh(short, "delete")
+	h.check("disable_snapshots", got, append([]string{
 		"--version",
 		"create " + pvm + " --ostemplate busybox-template",
 		"start " + pvm,

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -26,16 +25,7 @@ import (
 func ciRepo(t testing.TB, files map[string]string) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Ada", "GIT_AUTHOR_EMAIL=ada@example.com", "GIT_COMMITTER_NAME=Ada", "GIT_COMMITTER_EMAIL=ada@example.com")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := func(args ...string) string { return gitAs(t, "Ada", "ada@example.com", dir, args...) }
 	git("init", "-q", "-b", "main")
 	for name, data := range files {
 		p := filepath.Join(dir, name)

@@ -86,12 +86,7 @@ func benchSSHGuest(b *testing.B, img guestimage.Image) {
 		"host": "127.0.0.1", "port": strconv.Itoa(v.SSHPort), "user": img.User, "identity_file": img.IdentityFile,
 		"disable_strict_host_key_checking": true,
 	}}
-	prov := sshexec.NewProvider(rs)
-	defer prov.Close()
-	s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: prov}, func(cfg *config.Config) error {
-		_, err := rs.Apply("bench", cfg)
-		return err
-	})
+	s := newSSHStack(b, rs, rc)
 	defer s.stop()
 	benchNoGit(b, s)
 }

@@ -346,10 +346,7 @@ func TestQemuExecutorBootTimeout(t *testing.T) {
 	}
 	startManager(t, dir, cfg)
 	cl := c.client()
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "never", Script: []string{"echo never runs"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "never", Script: []string{"echo never runs"}})
 	got := waitJob(t, cl, j.ID, vmJobTimeout, finished)
 	log := trace(t, cl, j.ID)
 	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
@@ -427,10 +424,7 @@ func TestQemuExecutorRefusals(t *testing.T) {
 	cfg := qemuRunner(t, dir, c.url, token, img, "", "    allowed_images = [\"^busybox$\"]\n", "")
 	startManager(t, dir, cfg)
 	cl := c.client()
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "ubuntu", Image: &client.Image{Name: "ubuntu"}, Script: []string{"echo no"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "ubuntu", Image: &client.Image{Name: "ubuntu"}, Script: []string{"echo no"}})
 	got := waitJob(t, cl, j.ID, time.Minute, finished)
 	log := trace(t, cl, j.ID)
 	if got.Status != "failed" || got.FailureReason != "runner_configuration_error" ||
@@ -489,10 +483,7 @@ func TestQemuExecutorDiskFull(t *testing.T) {
 	cfg := qemuRunner(t, dir, c.url, c.runnerToken(t), img, "", "    disable_snapshots = true\n", "")
 	startManager(t, dir, cfg)
 	cl := c.client()
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "full", Script: []string{"true"}, Variables: []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "full", Script: []string{"true"}, Variables: []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}})
 	got := waitJob(t, cl, j.ID, vmJobTimeout, finished)
 	log := trace(t, cl, j.ID)
 	if got.Status != "failed" || got.FailureReason != "runner_system_failure" || !strings.Contains(log, "No space left on device") {

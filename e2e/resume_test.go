@@ -102,6 +102,20 @@ func killRestart(t *testing.T, dir, cfg string, kills, minMS, spreadMS int) *pro
 	return m
 }
 
+// submitChaosJobs submits jobs jobs, job00, job01 ..., each printing lines
+// numbered lines, one every 0.1 s (what checkChaosJobs checks), and
+// returns their ids.
+func submitChaosJobs(t *testing.T, c *coordinator, jobs, lines int) []int64 {
+	t.Helper()
+	var ids []int64
+	for i := range jobs {
+		name := fmt.Sprintf("job%02d", i)
+		ids = append(ids, submitJSON(t, c, map[string]any{"name": name, "timeout": 600,
+			"script": []string{fmt.Sprintf(`for i in $(seq 1 %d); do echo "%s line $i"; sleep 0.1; done`, lines, name)}}))
+	}
+	return ids
+}
+
 // checkChaosJobs waits for each job of ids (named job00, job01, ...) and
 // asserts it succeeded with its numbered lines exactly once, in order.
 func checkChaosJobs(t *testing.T, cl *client.Client, ids []int64, lines int, d time.Duration) {
@@ -134,10 +148,7 @@ func TestChaosManagerKilled(t *testing.T) {
 	const jobs, lines = 12, 40
 	var ids []int64
 	for i := range jobs {
-		j, err := cl.Submit(context.Background(), numberedJob(fmt.Sprintf("job%02d", i), marker, lines, "0.1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, numberedJob(fmt.Sprintf("job%02d", i), marker, lines, "0.1"))
 		ids = append(ids, j.ID)
 	}
 	killRestart(t, dir, cfg, 3, 1000, 2500)
@@ -145,6 +156,20 @@ func TestChaosManagerKilled(t *testing.T) {
 	if ps := leftovers(marker); len(ps) > 0 {
 		t.Errorf("job processes left behind: %v", ps)
 	}
+}
+
+// submitAndKill submits spec while no manager runs, starts one with cfg in
+// dir and kills it (SIGKILL) a second after the job started running; it
+// returns the job's id.
+func submitAndKill(t *testing.T, cl *client.Client, dir, cfg string, spec client.JobSpec) int64 {
+	t.Helper()
+	j := submit(t, cl, spec)
+	m := start(t, dir, "run", "--config", cfg)
+	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
+	time.Sleep(time.Second)
+	m.signal(syscall.SIGKILL)
+	m.wait(10 * time.Second)
+	return j.ID
 }
 
 // TestResumeAfterDowntimePastTimeout: a job whose timeout passes while the
@@ -158,18 +183,10 @@ func TestResumeAfterDowntimePastTimeout(t *testing.T) {
 	marker := fmt.Sprintf("timeout-%d", time.Now().UnixNano())
 	spec := numberedJob("slow", marker, 100, "0.1")
 	spec.Timeout = 3
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, dir, "run", "--config", cfg)
-	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
-	time.Sleep(time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
+	id := submitAndKill(t, cl, dir, cfg, spec)
 	time.Sleep(3 * time.Second) // the job timeout passes while nobody watches
 	start(t, dir, "run", "--config", cfg)
-	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	got := waitJob(t, cl, id, 30*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "job_execution_timeout" {
 		t.Errorf("job = %s %s, want failed job_execution_timeout", got.Status, got.FailureReason)
 	}
@@ -211,10 +228,7 @@ func TestFileStoreLockedAndCorruptRecord(t *testing.T) {
 		t.Errorf("the refusal does not name the holder (pid %d):\n%s", m.cmd.Process.Pid, out)
 	}
 
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "ok", Script: []string{"echo still-working"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "ok", Script: []string{"echo still-working"}})
 	if got := waitJob(t, cl, j.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("job after a corrupt record = %s", got.Status)
 	}
@@ -307,10 +321,7 @@ func redisTakeover(t *testing.T, writeCfg func(dir, url, token, store string) st
 	const lines = 60
 	var ids []int64
 	for i := range 2 {
-		j, err := cl.Submit(context.Background(), numberedJob(fmt.Sprintf("r%d", i), marker, lines, "0.1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := submit(t, cl, numberedJob(fmt.Sprintf("r%d", i), marker, lines, "0.1"))
 		ids = append(ids, j.ID)
 	}
 	// Kill whichever manager runs the first job.
@@ -436,16 +447,8 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	store := filepath.Join(dir, "store")
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, fileStore(store))
 	marker := fmt.Sprintf("truncated-%d", time.Now().UnixNano())
-	j, err := cl.Submit(context.Background(), numberedJob("cut", marker, 300, "0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, dir, "run", "--config", cfg)
-	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
-	time.Sleep(time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
-	rec := filepath.Join(store, fmt.Sprintf("job-%d.json", j.ID))
+	id := submitAndKill(t, cl, dir, cfg, numberedJob("cut", marker, 300, "0.1"))
+	rec := filepath.Join(store, fmt.Sprintf("job-%d.json", id))
 	data, err := os.ReadFile(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -458,22 +461,19 @@ func TestTruncatedRecordFailsJobUpstream(t *testing.T) {
 	if err := os.WriteFile(rec, data[:at+60], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m = start(t, dir, "run", "--config", cfg)
+	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog(`corrupt record moved aside`, 10*time.Second)
-	got := waitJob(t, cl, j.ID, 20*time.Second, finished)
+	got := waitJob(t, cl, id, 20*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
 		t.Errorf("job = %s %s, want failed runner_system_failure", got.Status, got.FailureReason)
 	}
-	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "is corrupt; the job cannot be resumed") {
+	if tr := trace(t, cl, id); !strings.Contains(tr, "is corrupt; the job cannot be resumed") {
 		t.Errorf("the job log does not say why it failed:\n%s", tr)
 	}
 	if _, err := os.Stat(rec + ".corrupt"); err != nil {
 		t.Errorf("the corrupt record was not kept aside: %v", err)
 	}
-	next, err := cl.Submit(context.Background(), client.JobSpec{Name: "after", Script: []string{"echo goes-on"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := submit(t, cl, client.JobSpec{Name: "after", Script: []string{"echo goes-on"}})
 	if got := waitJob(t, cl, next.ID, 30*time.Second, finished); got.Status != "success" {
 		t.Errorf("next job = %s", got.Status)
 	}
@@ -500,10 +500,7 @@ func TestRedisDownJobGoesOn(t *testing.T) {
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 10*time.Second)
-	j, err := cl.Submit(context.Background(), numberedJob("rd", "redis-down", 40, "0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, numberedJob("rd", "redis-down", 40, "0.1"))
 	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
 	time.Sleep(500 * time.Millisecond)
 	killRedis()
@@ -525,21 +522,13 @@ func TestResumeOverMaxRetries(t *testing.T) {
 	store := strings.Replace(fileStore(filepath.Join(dir, "store")), `    health_interval = "500ms"`, "    health_interval = \"500ms\"\n    max_retries = 0", 1)
 	cfg := writeConfig(t, dir, c.url, c.runnerToken(t), 1, store)
 	marker := fmt.Sprintf("retries-%d", time.Now().UnixNano())
-	j, err := cl.Submit(context.Background(), numberedJob("rt", marker, 300, "0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, dir, "run", "--config", cfg)
-	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "running" })
-	time.Sleep(time.Second)
-	m.signal(syscall.SIGKILL)
-	m.wait(10 * time.Second)
+	id := submitAndKill(t, cl, dir, cfg, numberedJob("rt", marker, 300, "0.1"))
 	start(t, dir, "run", "--config", cfg)
-	got := waitJob(t, cl, j.ID, 30*time.Second, finished)
+	got := waitJob(t, cl, id, 30*time.Second, finished)
 	if got.Status != "failed" || got.FailureReason != "runner_system_failure" {
 		t.Errorf("job = %s %s, want failed runner_system_failure", got.Status, got.FailureReason)
 	}
-	if tr := trace(t, cl, j.ID); !strings.Contains(tr, "more than max_retries = 0") {
+	if tr := trace(t, cl, id); !strings.Contains(tr, "more than max_retries = 0") {
 		t.Errorf("the log does not say why the job failed:\n%s", tr)
 	}
 	if ps := waitNoLeftovers(marker, 10*time.Second); len(ps) > 0 {

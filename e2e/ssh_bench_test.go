@@ -59,14 +59,21 @@ func benchSSH(b *testing.B, resumable bool) {
 	if resumable {
 		rc.Store = fileStoreTable(dir)
 	}
+	s := newSSHStack(b, rs, rc)
+	defer s.stop()
+	benchTrivial(b, s)
+}
+
+// newSSHStack is a stack whose one runner, rc, uses the ssh executor with
+// rs; the executor's provider is closed when the benchmark ends.
+func newSSHStack(b *testing.B, rs *sshexec.Runners, rc config.RunnerConfig) *stack {
+	b.Helper()
 	prov := sshexec.NewProvider(rs)
-	defer prov.Close()
-	s := newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: prov}, func(cfg *config.Config) error {
+	b.Cleanup(func() { prov.Close() })
+	return newStackWith(b, 1, rc, map[string]executor.Provider{sshexec.Name: prov}, func(cfg *config.Config) error {
 		_, err := rs.Apply("bench", cfg)
 		return err
 	})
-	defer s.stop()
-	benchTrivial(b, s)
 }
 
 // benchShellBaseline is benchTrivial with the shell executor: the

@@ -65,10 +65,7 @@ func submitNumbered(t *testing.T, cl *client.Client, name, marker string, n int,
 	t.Helper()
 	spec := numberedJob(name, marker, n, pause)
 	spec.Variables = []client.Variable{{Key: "GIT_STRATEGY", Value: "none"}}
-	j, err := cl.Submit(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, spec)
 	return j.ID
 }
 
@@ -126,10 +123,7 @@ func TestSSHResumeFileStore(t *testing.T) {
 				spec.Script = append(spec.Script, "echo kept > out.txt")
 				spec.Artifacts = &client.Artifacts{Paths: []string{"out.txt"}}
 			}
-			j, err := s.cl.Submit(context.Background(), spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j := submit(t, s.cl, spec)
 			id := j.ID
 			s.kill(t, m, id, "ssh line 5\n")
 			if len(leftovers(mk)) == 0 {

@@ -41,10 +41,7 @@ func TestManagerKilledWhileProvisioning(t *testing.T) {
 	cl := c.client()
 	slow := startSlowManager(t, filepath.Join(dir, "slow"), c.url, c.runnerToken(t), "1h")
 
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "survivor", Script: []string{"echo ran-on-the-second-manager"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "survivor", Script: []string{"echo ran-on-the-second-manager"}})
 	waitJob(t, cl, j.ID, 20*time.Second, func(j *client.Job) bool { return j.Status == "waiting_for_runner_ack" })
 	slow.signal(syscall.SIGKILL)
 	killed := time.Now()
@@ -74,10 +71,7 @@ func TestKeepAliveHoldsSlowProvisioning(t *testing.T) {
 	c := startCoordinator(t, filepath.Join(dir, "coord"), "--ack-timeout", "2s")
 	cl := c.client()
 	startSlowManager(t, filepath.Join(dir, "slow"), c.url, c.runnerToken(t), "7s")
-	j, err := cl.Submit(context.Background(), client.JobSpec{Name: "slow-provisioning", Script: []string{"echo provisioned"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submit(t, cl, client.JobSpec{Name: "slow-provisioning", Script: []string{"echo provisioned"}})
 	got := waitJob(t, cl, j.ID, 40*time.Second, finished)
 	if got.Status != "success" {
 		t.Fatalf("job = %s/%s, want success", got.Status, got.FailureReason)

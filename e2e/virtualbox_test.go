@@ -113,6 +113,36 @@ func (h *vmHarness) check(what string, got, want []string) {
 	}
 }
 
+// runReverted runs the second job of a slot, which must find the VM
+// reverted to its Started snapshot (the first job's file gone), and waits
+// for the call last; it returns the selected calls meanwhile.
+func (h *vmHarness) runReverted(last string) []string {
+	h.t.Helper()
+	j, log, got := h.run(client.JobSpec{Name: "second", Script: []string{
+		`test ! -e $HOME/from-the-first-job && echo "reverted on $(hostname)"`,
+	}}, last)
+	if j.Status != "success" || !strings.Contains(log, "reverted on "+guestimage.Hostname) {
+		h.t.Fatalf("second job = %s (%s), want success in a VM reverted to Started:\n%s", j.Status, j.FailureReason, log)
+	}
+	return got
+}
+
+// runFresh runs a job with disable_snapshots, which must get a fresh VM
+// named after its project, and waits until the last selected call starts
+// with removed (the VM deleted); it returns the VM's name and the selected
+// calls since the job was submitted. short is the runner's short token.
+func (h *vmHarness) runFresh(short, removed string) (string, []string) {
+	h.t.Helper()
+	before := len(h.calls())
+	j, log, _ := h.run(client.JobSpec{Name: "fresh", Script: []string{`echo "fresh=$(hostname)"`, "test ! -e $HOME/from-the-first-job"}}, "")
+	if j.Status != "success" || !strings.Contains(log, "fresh="+guestimage.Hostname) {
+		h.t.Fatalf("job with disable_snapshots = %s (%s):\n%s", j.Status, j.FailureReason, log)
+	}
+	pvm := projectVM(h.t, log, short)
+	h.waitLast(before, removed)
+	return pvm, h.since(before)
+}
+
 // vboxChanges reports whether a VBoxManage call changes something (or is
 // --version, which GitLab Runner runs before each job).
 func vboxChanges(c []string) bool {
@@ -182,12 +212,7 @@ func TestVirtualBoxExecutor(t *testing.T) {
 		"controlvm " + vm + " poweroff",
 	})
 
-	j, log, got = h.run(client.JobSpec{Name: "second", Script: []string{
-		`test ! -e $HOME/from-the-first-job && echo "reverted on $(hostname)"`,
-	}}, "controlvm "+vm+" poweroff")
-	if j.Status != "success" || !strings.Contains(log, "reverted on "+guestimage.Hostname) {
-		t.Fatalf("second job = %s (%s), want success in a VM reverted to Started:\n%s", j.Status, j.FailureReason, log)
-	}
+	got = h.runReverted("controlvm " + vm + " poweroff")
 	h.check("second job of the slot", got, []string{
 		"--version",
 		"snapshot " + vm + " restorecurrent",
@@ -202,14 +227,8 @@ func TestVirtualBoxExecutor(t *testing.T) {
 	// after it.
 	mgr = start(t, dir, "run", "--config", config("    disable_snapshots = true\n"))
 	mgr.waitLog("runner manager started", 30*time.Second)
-	before := len(h.calls())
-	j, log, _ = h.run(client.JobSpec{Name: "fresh", Script: []string{`echo "fresh=$(hostname)"`, "test ! -e $HOME/from-the-first-job"}}, "")
-	if j.Status != "success" || !strings.Contains(log, "fresh="+guestimage.Hostname) {
-		t.Fatalf("job with disable_snapshots = %s (%s):\n%s", j.Status, j.FailureReason, log)
-	}
-	pvm := projectVM(t, log, short)
-	h.waitLast(before, "unregistervm")
-	h.check("disable_snapshots", h.since(before), []string{
+	pvm, got := h.runFresh(short, "unregistervm")
+	h.check("disable_snapshots", got, []string{
 		"--version",
 		"clonevm busybox --mode machine --name " + pvm + " --register --snapshot Base State --options link",
 		"modifyvm " + pvm + " --natpf1 guestssh,tcp,127.0.0.1,PORT,,22",

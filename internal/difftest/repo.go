@@ -108,6 +108,20 @@ func MakeRepos(ctx context.Context, dir string) (*Repos, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// commitFile writes one file of the project, commits it with msg and
+	// returns the commit's hash.
+	commitFile := func(path, content, msg string) (string, error) {
+		if err := write(filepath.Join(project, path), content); err != nil {
+			return "", err
+		}
+		if _, err := g(project, "add", "-A"); err != nil {
+			return "", err
+		}
+		if _, err := g(project, "commit", "-q", "-m", msg); err != nil {
+			return "", err
+		}
+		return g(project, "rev-parse", "HEAD")
+	}
 	first, err := g(project, "rev-parse", "HEAD")
 	if err != nil {
 		return nil, err
@@ -115,32 +129,14 @@ func MakeRepos(ctx context.Context, dir string) (*Repos, error) {
 	if _, err := g(project, "tag", "v1.0"); err != nil {
 		return nil, err
 	}
-	if err := write(filepath.Join(project, "CHANGELOG.md"), "second commit\n"); err != nil {
-		return nil, err
-	}
-	if _, err := g(project, "add", "-A"); err != nil {
-		return nil, err
-	}
-	if _, err := g(project, "commit", "-q", "-m", "second commit"); err != nil {
-		return nil, err
-	}
-	second, err := g(project, "rev-parse", "HEAD")
+	second, err := commitFile("CHANGELOG.md", "second commit\n", "second commit")
 	if err != nil {
 		return nil, err
 	}
 	if _, err := g(project, "checkout", "-q", "-b", "feature"); err != nil {
 		return nil, err
 	}
-	if err := write(filepath.Join(project, "feature.txt"), "feature\n"); err != nil {
-		return nil, err
-	}
-	if _, err := g(project, "add", "-A"); err != nil {
-		return nil, err
-	}
-	if _, err := g(project, "commit", "-q", "-m", "feature commit"); err != nil {
-		return nil, err
-	}
-	feature, err := g(project, "rev-parse", "HEAD")
+	feature, err := commitFile("feature.txt", "feature\n", "feature commit")
 	if err != nil {
 		return nil, err
 	}

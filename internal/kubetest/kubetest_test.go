@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	dockerclient "github.com/docker/docker/client"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,14 +27,7 @@ import (
 // it) to the cluster's registry and returns the reference the node pulls.
 func busybox(t *testing.T, env *kubetest.Env) string {
 	t.Helper()
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("docker client: %v", err)
-	}
-	defer cli.Close()
-	if err := dockerimage.EnsureTestImages(t.Context(), cli); err != nil {
-		t.Fatalf("EnsureTestImages: %v", err)
-	}
+	kubetest.EngineWithTestImages(t)
 	return env.PushImage(t, dockerimage.TestImageBusybox)
 }
 

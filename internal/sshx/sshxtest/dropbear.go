@@ -2,14 +2,11 @@ package sshxtest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -79,36 +76,11 @@ func StartDropbear(t testing.TB) *Server {
 	write(t, filepath.Join(home, ".ssh", "authorized_keys"), ssh.MarshalAuthorizedKey(clientPub), 0o600)
 
 	s := &Server{User: u.Username, Key: clientPEM, HostKey: hostPub, Dir: dir}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port := freePort(t)
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.log = &syncBuffer{}
-		s.once = sync.Once{}
+	return s.serve(t, "dropbear", 0, func(int) *exec.Cmd {
 		// -F foreground, -E log to stderr, -s no passwords, -P a pid file
 		// of its own (the default is /var/run/dropbear.pid).
 		script := fmt.Sprintf(`mount --bind "$1" "$2" && exec %s -F -E -s -p %s -r "$3" -P "$4"`, Dropbear, s.Addr)
-		s.cmd = exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+		return exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh",
 			home, u.HomeDir, hostKey, filepath.Join(dir, "dropbear.pid"))
-		s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-		if err := s.cmd.Start(); err != nil {
-			t.Fatalf("start dropbear: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = s.cmd.Wait(); close(exited) }()
-		if lastErr = waitOwn(s, exited); lastErr == nil {
-			t.Cleanup(func() {
-				s.Stop()
-				<-exited
-				if t.Failed() {
-					t.Logf("dropbear log:\n%s", s.log.String())
-				}
-			})
-			return s
-		}
-		_ = s.cmd.Process.Kill()
-		<-exited
-	}
-	t.Fatalf("dropbear did not start: %v\n%s", lastErr, s.log.String())
-	return nil
+	})
 }

@@ -86,12 +86,7 @@ func StartWith(t testing.TB, o Options) *Server {
 	// cost half a second per session (pyenv, nvm...), which real instances
 	// do not pay and tests should not either.
 	s := &Server{User: u.Username, Key: clientPEM, HostKey: hostPub, Dir: dir}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port := freePort(t)
-		if attempt == 0 && o.FirstPort != 0 {
-			port = o.FirstPort
-		}
+	return s.serve(t, "sshd", o.FirstPort, func(port int) *exec.Cmd {
 		cfg := fmt.Sprintf(`Port %d
 ListenAddress 127.0.0.1
 HostKey %[2]s/host_ed25519
@@ -108,12 +103,31 @@ LogLevel VERBOSE
 SetEnv SHLVL=1 %[3]s
 `, port, dir, strings.Join(o.SetEnv, " "))
 		write(t, filepath.Join(dir, "sshd_config"), []byte(cfg), 0o600)
+		return exec.Command(SSHD, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
+	})
+}
+
+// serve starts the server that command makes for a port, on a free port
+// of 127.0.0.1 (firstPort, when not 0, for the first attempt), until s's
+// own server answers there; a port taken meanwhile by another server means
+// another attempt on another port, five at most. The server is stopped when
+// the test ends, and its log shown if the test failed. name is the
+// program's, for messages.
+func (s *Server) serve(t testing.TB, name string, firstPort int, command func(port int) *exec.Cmd) *Server {
+	t.Helper()
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port := freePort(t)
+		if attempt == 0 && firstPort != 0 {
+			port = firstPort
+		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.log = &syncBuffer{}
-		s.cmd = exec.Command(SSHD, "-D", "-e", "-f", filepath.Join(dir, "sshd_config"))
+		s.once = sync.Once{}
+		s.cmd = command(port)
 		s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 		if err := s.cmd.Start(); err != nil {
-			t.Fatalf("start sshd: %v", err)
+			t.Fatalf("start %s: %v", name, err)
 		}
 		exited := make(chan struct{})
 		go func() { _ = s.cmd.Wait(); close(exited) }()
@@ -122,7 +136,7 @@ SetEnv SHLVL=1 %[3]s
 				s.Stop()
 				<-exited
 				if t.Failed() {
-					t.Logf("sshd log:\n%s", s.log.String())
+					t.Logf("%s log:\n%s", name, s.log.String())
 				}
 			})
 			return s
@@ -130,7 +144,7 @@ SetEnv SHLVL=1 %[3]s
 		_ = s.cmd.Process.Kill()
 		<-exited
 	}
-	t.Fatalf("sshd did not start: %v\n%s", lastErr, s.log.String())
+	t.Fatalf("%s did not start: %v\n%s", name, lastErr, s.log.String())
 	return nil
 }
 
