@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,21 +30,8 @@ func TestDaemonsCapConnectionsPerClient(t *testing.T) {
 		t.Run(tc.daemon, func(t *testing.T) {
 			t.Setenv("DROVER_ADMIN_TOKEN", "")
 			t.Setenv("DROVER_DATABASE_URL", "")
-			ctx, cancel := context.WithCancel(t.Context())
-			var out syncBuffer
-			root := newRootCmd()
-			root.SetOut(&out)
-			root.SetErr(&out)
-			root.SetArgs(append([]string{tc.daemon, "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--max-conns-per-client", "2"}, tc.args...))
-			done := make(chan error, 1)
-			go func() { done <- root.ExecuteContext(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("drover %s = %v", tc.daemon, err)
-				}
-			}()
-			addr := listeningAt(t, &out, tc.daemon+" listening", done)
+			out, done := startDaemon(t, append([]string{tc.daemon, "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--max-conns-per-client", "2"}, tc.args...)...)
+			addr := listeningAt(t, out, tc.daemon+" listening", done)
 			if !strings.Contains(out.String(), "max_conns_per_client=2") {
 				t.Errorf("the listening line does not give the cap:\n%s", out.String())
 			}
@@ -84,20 +69,7 @@ func TestMaxConnsPerClientBelowZero(t *testing.T) {
 // and returns the address.
 func listeningAt(t *testing.T, out *syncBuffer, msg string, done <-chan error) string {
 	t.Helper()
-	re := regexp.MustCompile(regexp.QuoteMeta(msg) + `.* addr=https?://(\S+)`)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("ended before listening: %v\n%s", err, out.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 30 s:\n%s", out.String())
-		}
-	}
+	return waitLog(t, out, regexp.MustCompile(regexp.QuoteMeta(msg)+`.* addr=https?://(\S+)`), done)
 }
 
 // TestListenAddressCapsConnections: the manager's listen_address admits

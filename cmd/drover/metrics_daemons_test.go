@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -224,24 +223,7 @@ var gitlabAutoscalingFamilies = []gitlabFamily{
 // exported. A job and a removal on such a pool are
 // runnerpool.TestSetGitLabAutoscalingMetrics's.
 func TestRunAutoscalingMetricsParity(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(`concurrent = 2
-listen_address = "127.0.0.1:0"
-[[runners]]
-  name = "fleet-sim"
-  url = "http://127.0.0.1:1"
-  token = "glrt-fleetmetrics"
-  executor = "instance"
-  [runners.autoscaler]
-    plugin = "sim"
-    max_instances = 2
-    update_interval = "50ms"
-    update_interval_when_expecting = "10ms"
-    [[runners.autoscaler.policy]]
-      idle_count = 1
-      idle_time = "1h"
-[[runners]]
+	cfg := fleetSimConfig(t, "glrt-fleetmetrics", `[[runners]]
   name = "machine-sim"
   url = "http://127.0.0.1:1"
   token = "glrt-machinemetrics"
@@ -252,22 +234,9 @@ listen_address = "127.0.0.1:0"
     MachineDriver = "sim"
     IdleCount = 1
     IdleTime = 3600
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuffer
-	root := newRootCmd()
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs([]string{"run", "--config", cfg, "--log-format", "text"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	metricsURL := "http://" + waitLog(t, &out, regexp.MustCompile(`metrics and health listening.* addr=(\S+)`), done)
+`)
+	addr, out, done := startRun(t, "--config", cfg)
+	metricsURL := "http://" + addr
 
 	fleet := map[string]string{"runner": "fleetmetr", "runner_name": "fleet-sim"}
 	machine := map[string]string{"executor": "docker+machine"}
