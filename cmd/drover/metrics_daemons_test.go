@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"gopkg.in/yaml.v3"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
@@ -310,25 +308,11 @@ func TestRunAutoscalingMetricsParity(t *testing.T) {
 func monitoringNames(t *testing.T) []string {
 	t.Helper()
 	var names []string
-	b, err := os.ReadFile(monitoringDir + "alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules alertRules
-	if err := yaml.Unmarshal(b, &rules); err != nil {
-		t.Fatalf("alerts.yaml: %v", err)
-	}
+	rules, d := monitoringFiles(t)
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			names = append(names, metricNames(t, "alerts.yaml "+r.Alert, r.Expr)...)
 		}
-	}
-	if b, err = os.ReadFile(monitoringDir + "grafana-dashboard.json"); err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("grafana-dashboard.json: %v", err)
 	}
 	for _, p := range d.Panels {
 		for _, q := range p.Targets {

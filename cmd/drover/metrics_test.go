@@ -173,31 +173,7 @@ func TestRunMetricsParity(t *testing.T) {
 		t.Fatalf("held job: %v, %v", j, err)
 	}
 
-	for _, f := range gitlabFamilies {
-		mf := mfs[f.name]
-		if mf == nil {
-			t.Errorf("%s: not exported", f.name)
-			continue
-		}
-		if mf.GetType() != f.typ {
-			t.Errorf("%s: type %v, want %v", f.name, mf.GetType(), f.typ)
-		}
-		if len(mf.GetMetric()) == 0 {
-			t.Errorf("%s: no series", f.name)
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			have := map[string]bool{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = true
-			}
-			for _, l := range f.labels {
-				if !have[l] {
-					t.Errorf("%s: series %v has no label %s", f.name, m.GetLabel(), l)
-				}
-			}
-		}
-	}
+	checkFamilies(t, "drover run", mfs, gitlabFamilies)
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string
