@@ -605,37 +605,29 @@ func (d *decoder) strList(p keyPath, v any) ([]string, bool) {
 }
 
 func (d *decoder) strMap(p keyPath, v any) (map[string]string, bool) {
-	m, ok := d.table(p, v)
-	if !ok {
-		return nil, false
-	}
-	out := make(map[string]string, len(m))
-	for _, k := range SortedKeys(m) {
-		s, isStr := m[k].(string)
-		if !isStr {
-			d.wrongType(p.key(k), "a string", m[k])
-			ok = false
-			continue
-		}
-		out[k] = s
-	}
-	return out, ok
+	return typedMap[string](d, p, v, "a string")
 }
 
 func (d *decoder) boolMap(p keyPath, v any) (map[string]bool, bool) {
+	return typedMap[bool](d, p, v, "a boolean")
+}
+
+// typedMap reads table v whose values are all Ts (what names a T in the
+// errors): a value of another type is an error, and left out.
+func typedMap[T any](d *decoder, p keyPath, v any, what string) (map[string]T, bool) {
 	m, ok := d.table(p, v)
 	if !ok {
 		return nil, false
 	}
-	out := make(map[string]bool, len(m))
+	out := make(map[string]T, len(m))
 	for _, k := range SortedKeys(m) {
-		b, isBool := m[k].(bool)
-		if !isBool {
-			d.wrongType(p.key(k), "a boolean", m[k])
+		t, isT := m[k].(T)
+		if !isT {
+			d.wrongType(p.key(k), what, m[k])
 			ok = false
 			continue
 		}
-		out[k] = b
+		out[k] = t
 	}
 	return out, ok
 }
