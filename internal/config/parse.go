@@ -479,28 +479,25 @@ func (d *decoder) wrongType(p keyPath, want string, v any) {
 	d.fail(p, "must be %s, not %s", want, TypeName(v))
 }
 
-func (d *decoder) str(p keyPath, v any) (string, bool) {
-	s, ok := v.(string)
+// typed returns v as a T, or fails p, what naming a T.
+func typed[T any](d *decoder, p keyPath, v any, what string) (T, bool) {
+	t, ok := v.(T)
 	if !ok {
-		d.wrongType(p, "a string", v)
+		d.wrongType(p, what, v)
 	}
-	return s, ok
+	return t, ok
+}
+
+func (d *decoder) str(p keyPath, v any) (string, bool) {
+	return typed[string](d, p, v, "a string")
 }
 
 func (d *decoder) bool(p keyPath, v any) (bool, bool) {
-	b, ok := v.(bool)
-	if !ok {
-		d.wrongType(p, "a boolean", v)
-	}
-	return b, ok
+	return typed[bool](d, p, v, "a boolean")
 }
 
 func (d *decoder) int64(p keyPath, v any) (int64, bool) {
-	n, ok := v.(int64)
-	if !ok {
-		d.wrongType(p, "an integer", v)
-	}
-	return n, ok
+	return typed[int64](d, p, v, "an integer")
 }
 
 func (d *decoder) int(p keyPath, v any) (int, bool) {
@@ -555,11 +552,7 @@ func (d *decoder) duration(p keyPath, v any) (time.Duration, bool) {
 }
 
 func (d *decoder) table(p keyPath, v any) (map[string]any, bool) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		d.wrongType(p, "a table", v)
-	}
-	return m, ok
+	return typed[map[string]any](d, p, v, "a table")
 }
 
 // tables accepts an array of tables, also written inline.
@@ -621,9 +614,8 @@ func typedMap[T any](d *decoder, p keyPath, v any, what string) (map[string]T, b
 	}
 	out := make(map[string]T, len(m))
 	for _, k := range SortedKeys(m) {
-		t, isT := m[k].(T)
+		t, isT := typed[T](d, p.key(k), m[k], what)
 		if !isT {
-			d.wrongType(p.key(k), what, m[k])
 			ok = false
 			continue
 		}
