@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/drover-ci/drover/internal/coordinator"
@@ -52,13 +51,13 @@ func envSecretKey(name string) (*secretbox.Key, error) {
 
 func newCoordinatorCmd() *cobra.Command {
 	var (
-		listen, data, publicURL, logLevel, logFormat string
-		databaseURL, secretKeyFile                   string
-		longPoll, stale, grace, ack                  time.Duration
-		maxProvisioning, maxConnsPerClient           int
-		maxArtifactSize, maxTraceSize, minFreeDisk   int64
-		serve                                        serveFlags
-		trustedProxies                               []string
+		listen, data, publicURL                    string
+		databaseURL, secretKeyFile                 string
+		longPoll, stale, grace, ack                time.Duration
+		maxProvisioning                            int
+		maxArtifactSize, maxTraceSize, minFreeDisk int64
+		daemon                                     daemonFlags
+		trustedProxies                             []string
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -133,15 +132,8 @@ ignored). --metrics-token-file makes /metrics require that token as
 Authorization: Bearer; the health endpoints stay open.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			logger, reg, err := daemon.start(cmd.ErrOrStderr(), "drover_coordinator_errors_total")
 			if err != nil {
-				return usageError(err)
-			}
-			reg := prometheus.NewRegistry()
-			if logger, err = daemonMetrics(reg, logger, "drover_coordinator_errors_total", false); err != nil {
-				return err
-			}
-			if err := checkMaxConns(maxConnsPerClient); err != nil {
 				return err
 			}
 			if maxArtifactSize <= 0 {
@@ -156,7 +148,7 @@ Authorization: Bearer; the health endpoints stay open.`,
 			if minFreeDisk == 0 {
 				minFreeDisk = -1 // Config's "no guard"
 			}
-			sec, err := serve.load(logger)
+			sec, err := daemon.serve.load(logger)
 			if err != nil {
 				return err
 			}
@@ -227,7 +219,7 @@ Authorization: Bearer; the health endpoints stay open.`,
 				scheme = "https"
 			}
 			logger.Info("web UI", "url", scheme+"://"+ln.Addr().String()+"/", "sign_in", "with the admin token, or open /login?token=ADMIN_TOKEN")
-			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, maxConnsPerClient, sec, "data", data)
+			return serveRunnerAPI(ctx, logger, reg, "coordinator", c, ln, daemon.maxConnsPerClient, sec, "data", data)
 		},
 	}
 	f := cmd.Flags()
@@ -244,10 +236,7 @@ Authorization: Bearer; the health endpoints stay open.`,
 	f.Int64Var(&maxArtifactSize, "max-artifact-size", coordinator.DefaultMaxArtifactSize, "largest artifact a job may upload, in bytes (GitLab's default: 100 MiB); larger uploads are answered 413")
 	f.Int64Var(&maxTraceSize, "max-trace-size", coordinator.DefaultMaxTraceSize, "largest log a job may have, in bytes (GitLab's default: 100 MiB); the PATCH that would pass it is answered 403 and the job fails with trace_size_exceeded")
 	f.Int64Var(&minFreeDisk, "min-free-disk", coordinator.DefaultMinFreeDisk, "free space, in bytes, kept on the data directory's disk: under it trace PATCHes and artifact uploads are answered 507 and /health/ready is 503; 0: no guard")
-	maxConnsFlag(f, &maxConnsPerClient)
-	serve.define(f, "", "the APIs and the web UI")
+	daemon.define(f, "the APIs and the web UI")
 	f.StringSliceVar(&trustedProxies, "trusted-proxies", nil, "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto is believed (the session cookie is Secure, job URLs https, when it says https); from other clients it is ignored")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
 }

@@ -47,13 +47,9 @@ in front of every line, then a table of the jobs. The exit code is 0 when the
 pipeline succeeded, 1 when it did not, 2 for a configuration error (every
 error is printed with file:line).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lvl := "error"
-			if verbose {
-				lvl = logLevel
-			}
-			logger, err := newLogger(cmd.ErrOrStderr(), lvl, "text")
+			logger, err := verboseLogger(cmd.ErrOrStderr(), verbose, logLevel)
 			if err != nil {
-				return usageError(err)
+				return err
 			}
 			vars, err := pf.vars()
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -54,14 +55,8 @@ login is not supported yet). The tag is printed on standard output.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "built %s from %s\n", tag, binary)
 			}
 			if push {
-				rc, err := cli.ImagePush(ctx, tag, image.PushOptions{RegistryAuth: "e30="})
-				if err != nil {
-					return fmt.Errorf("push %s: %w", tag, err)
-				}
-				err = pushMessages(rc)
-				rc.Close()
-				if err != nil {
-					return fmt.Errorf("push %s: %w", tag, err)
+				if err := pushImage(ctx, cli, tag); err != nil {
+					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "pushed %s\n", tag)
 			}
@@ -74,6 +69,21 @@ login is not supported yet). The tag is printed on standard output.`,
 	f.StringVar(&binary, "binary", "", "the drover binary to put in the image (default: this one; it must be a linux binary)")
 	f.BoolVar(&push, "push", false, "push the image to its registry")
 	return cmd
+}
+
+// pushImage pushes ref (anonymously: a registry without login) and waits
+// for the push to end.
+func pushImage(ctx context.Context, cli *dockerclient.Client, ref string) error {
+	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: "e30="})
+	if err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	err = pushMessages(rc)
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	return nil
 }
 
 // pushMessages reads the engine's push progress and returns the error it

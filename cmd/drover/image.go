@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/docker/docker/api/types/image"
 	dockerclient "github.com/docker/docker/client"
 	"github.com/spf13/cobra"
 
@@ -84,14 +83,8 @@ the sizes on standard error.`,
 					if err := cli.ImageTag(ctx, t, ref); err != nil {
 						return fmt.Errorf("tag %s as %s: %w", t, ref, err)
 					}
-					rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: "e30="})
-					if err != nil {
-						return fmt.Errorf("push %s: %w", ref, err)
-					}
-					err = pushMessages(rc)
-					rc.Close()
-					if err != nil {
-						return fmt.Errorf("push %s: %w", ref, err)
+					if err := pushImage(ctx, cli, ref); err != nil {
+						return err
 					}
 					fmt.Fprintf(stderr, "pushed %s\n", ref)
 				}

@@ -55,6 +55,36 @@ func (a *apiFlags) client() (*client.Client, error) {
 	return client.New(a.url, tok, nil), nil
 }
 
+// apiCmd makes cmd a command of the coordinator's admin API: it gets the
+// apiFlags, and its RunE makes the client they name and hands it to run.
+func apiCmd(cmd *cobra.Command, run func(cmd *cobra.Command, args []string, c *client.Client) error) *cobra.Command {
+	var af apiFlags
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := af.client()
+		if err != nil {
+			return err
+		}
+		return run(cmd, args, c)
+	}
+	af.add(cmd)
+	return cmd
+}
+
+// jobIDCmd is apiCmd for a command on one job (or pipeline), its argument
+// the id: a bad id is a usage error, said before the client is made.
+func jobIDCmd(cmd *cobra.Command, run func(cmd *cobra.Command, id int64, c *client.Client) error) *cobra.Command {
+	var af apiFlags
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, c, err := af.job(args[0])
+		if err != nil {
+			return err
+		}
+		return run(cmd, id, c)
+	}
+	af.add(cmd)
+	return cmd
+}
+
 func parseKV(s string) (string, string, error) {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
@@ -333,31 +363,24 @@ func parseID(s string) (int64, error) {
 }
 
 func newLogsCmd() *cobra.Command {
-	var af apiFlags
 	var follow, noColor, timestamps bool
-	cmd := &cobra.Command{
+	cmd := jobIDCmd(&cobra.Command{
 		Use:   "logs JOB_ID",
 		Short: "Print a job's log (-f follows it until the job ends)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, c, err := af.job(args[0])
-			if err != nil {
-				return err
-			}
-			out, done := logOutput(cmd, noColor, timestamps)
-			if follow {
-				_, err := c.Follow(cmd.Context(), id, out, 500*time.Millisecond)
-				return errors.Join(err, done())
-			}
-			b, _, err := c.Trace(cmd.Context(), id, 0)
-			if err != nil {
-				return err
-			}
-			_, err = out.Write(b)
+	}, func(cmd *cobra.Command, id int64, c *client.Client) error {
+		out, done := logOutput(cmd, noColor, timestamps)
+		if follow {
+			_, err := c.Follow(cmd.Context(), id, out, 500*time.Millisecond)
 			return errors.Join(err, done())
-		},
-	}
-	af.add(cmd)
+		}
+		b, _, err := c.Trace(cmd.Context(), id, 0)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(b)
+		return errors.Join(err, done())
+	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the job ends")
 	cmd.Flags().BoolVar(&noColor, "no-color", false, "no colours or section markers (also NO_COLOR, and when stdout is not a terminal)")
 	cmd.Flags().BoolVar(&timestamps, "timestamps", false, "keep the per-line timestamps GitLab Runner 19 writes (dropped by default)")
@@ -396,26 +419,18 @@ func newRetryCmd() *cobra.Command {
 // jobActionCmd is a command acting on one job through the admin API; act
 // returns the line to print.
 func jobActionCmd(use, short string, act func(ctx context.Context, c *client.Client, id int64) (string, error)) *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return jobIDCmd(&cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, c, err := af.job(args[0])
-			if err != nil {
-				return err
-			}
-			line, err := act(cmd.Context(), c, id)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), line)
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, id int64, c *client.Client) error {
+		line, err := act(cmd.Context(), c, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), line)
+		return nil
+	})
 }
 
 // resolveRef returns the commit ref (a branch or tag; "" = the remote's

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +36,41 @@ func checkMaxConns(perClient int) error {
 		return usageError(fmt.Errorf("--max-conns-per-client %d: want 0 (no cap) or more", perClient))
 	}
 	return nil
+}
+
+// daemonFlags are the flags drover coordinator and drover router share
+// besides --listen and --data.
+type daemonFlags struct {
+	logLevel, logFormat string
+	maxConnsPerClient   int
+	serve               serveFlags
+}
+
+// define adds the flags to f; what is what the server serves (for
+// serveFlags.define).
+func (d *daemonFlags) define(f *pflag.FlagSet, what string) {
+	maxConnsFlag(f, &d.maxConnsPerClient)
+	d.serve.define(f, "", what)
+	f.StringVar(&d.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&d.logFormat, "log-format", "text", "text or json")
+}
+
+// start is how the daemon begins: its logger (to w), counting its
+// warnings and errors into errorsName, and its metrics registry
+// (daemonMetrics); then --max-conns-per-client is checked.
+func (d *daemonFlags) start(w io.Writer, errorsName string) (*slog.Logger, *prometheus.Registry, error) {
+	logger, err := newLogger(w, d.logLevel, d.logFormat)
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	reg := prometheus.NewRegistry()
+	if logger, err = daemonMetrics(reg, logger, errorsName, false); err != nil {
+		return nil, nil, err
+	}
+	if err := checkMaxConns(d.maxConnsPerClient); err != nil {
+		return nil, nil, err
+	}
+	return logger, reg, nil
 }
 
 // serveFlags are the flags of a daemon's HTTP server that secure it: its

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,54 +16,8 @@ import (
 // TestRunServesFleetPage: drover run's listen_address serves the fleet
 // page of its autoscaled runners next to /metrics, and / leads there.
 func TestRunServesFleetPage(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(`concurrent = 2
-listen_address = "127.0.0.1:0"
-[[runners]]
-  name = "fleet-sim"
-  url = "http://127.0.0.1:1"
-  token = "glrt-fleetpagetest"
-  executor = "instance"
-  [runners.autoscaler]
-    plugin = "sim"
-    max_instances = 2
-    update_interval = "50ms"
-    update_interval_when_expecting = "10ms"
-    [[runners.autoscaler.policy]]
-      idle_count = 1
-      idle_time = "1h"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuffer
-	root := newRootCmd()
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs([]string{"run", "--config", cfg, "--log-format", "text"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	re := regexp.MustCompile(`metrics and health listening.* addr=(\S+)`)
-	var addr string
-	for deadline := time.Now().Add(30 * time.Second); addr == ""; {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("drover run ended: %v\n%s", err, out.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 30 s:\n%s", out.String())
-		}
-	}
+	cfg := fleetSimConfig(t, "glrt-fleetpagetest", "")
+	addr, out, done := startRun(t, "--config", cfg)
 	// Poll until the idle instance shows, closing each connection: the
 	// server allows 32 at once per address, and a loaded machine can take
 	// more polls than that. It takes well under a second; two minutes is
@@ -104,34 +56,39 @@ listen_address = "127.0.0.1:0"
 	}
 }
 
-// startRun starts drover run with args in this process; it returns the
-// address listen_address bound, its output, and a stop function.
-func startRun(t *testing.T, args ...string) (string, *syncBuffer, func()) {
+// fleetSimConfig writes a config.toml of drover run and returns its path:
+// concurrent = 2, listen_address on a free port, and the runner fleet-sim
+// (token) of the instance executor keeping one idle instance on the sim
+// provider; more follows (more runners).
+func fleetSimConfig(t *testing.T, token, more string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
-	root := newRootCmd()
-	root.SetOut(out)
-	root.SetErr(out)
-	root.SetArgs(append([]string{"run", "--log-format", "text"}, args...))
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	re := regexp.MustCompile(`metrics and health listening.* addr=(\S+)`)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1], out, func() { cancel(); <-done }
-		}
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("drover run ended: %v\n%s", err, out.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("not listening after 60 s:\n%s", out.String())
-		}
-	}
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	writeTestFile(t, cfg, `concurrent = 2
+listen_address = "127.0.0.1:0"
+[[runners]]
+  name = "fleet-sim"
+  url = "http://127.0.0.1:1"
+  token = "`+token+`"
+  executor = "instance"
+  [runners.autoscaler]
+    plugin = "sim"
+    max_instances = 2
+    update_interval = "50ms"
+    update_interval_when_expecting = "10ms"
+    [[runners.autoscaler.policy]]
+      idle_count = 1
+      idle_time = "1h"
+`+more)
+	return cfg
+}
+
+// startRun runs drover run --log-format text with args in this process
+// until the test ends (startDaemon); it returns the address
+// listen_address bound, its output, and the channel its end comes on.
+func startRun(t *testing.T, args ...string) (string, *syncBuffer, <-chan error) {
+	t.Helper()
+	out, done := startDaemon(t, append([]string{"run", "--log-format", "text"}, args...)...)
+	return waitLog(t, out, regexp.MustCompile(`metrics and health listening.* addr=(\S+)`), done), out, done
 }
 
 // httpGet is one GET of a client that follows no redirect, with headers
@@ -181,8 +138,7 @@ func TestRunFleetPageSignIn(t *testing.T) {
 	writeTestFile(t, cfg, "listen_address = \""+addr+"\"\ncheck_interval = 1\n"+readFile(t, cfg))
 	tokenFile := filepath.Join(dir, "fleet-token")
 	writeTestFile(t, tokenFile, "fleet-page-secret\n")
-	bound, out, stop := startRun(t, "-c", cfg, "--listen-url", "http://"+addr, "--listen-token-file", tokenFile)
-	defer stop()
+	bound, out, _ := startRun(t, "-c", cfg, "--listen-url", "http://"+addr, "--listen-token-file", tokenFile)
 	if bound != addr {
 		t.Fatalf("listening on %s, want %s", bound, addr)
 	}
@@ -260,8 +216,7 @@ func TestRunFleetPageNotLoopback(t *testing.T) {
   token = "glrt-notloopback"
   executor = "shell"
 `)
-	bound, out, stop := startRun(t, "-c", cfg)
-	defer stop()
+	bound, out, _ := startRun(t, "-c", cfg)
 	_, port, _ := net.SplitHostPort(bound)
 	base := "http://127.0.0.1:" + port
 	if !strings.Contains(out.String(), "listen_address is not a loopback address and the fleet page has no sign-in") {

@@ -1,15 +1,14 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,54 +21,29 @@ import (
 // connection 429 naming the cause, serve other addresses, and count the
 // refusal in their /metrics.
 func TestDaemonsCapConnectionsPerClient(t *testing.T) {
-	for _, tc := range []struct {
-		daemon string
-		args   []string
-	}{
-		{"coordinator", nil},
-		{"router", []string{"--upstream", "http://127.0.0.1:1", "--upstream-token", "glrt-test"}},
-	} {
-		t.Run(tc.daemon, func(t *testing.T) {
-			t.Setenv("DROVER_ADMIN_TOKEN", "")
-			t.Setenv("DROVER_DATABASE_URL", "")
-			ctx, cancel := context.WithCancel(t.Context())
-			var out syncBuffer
-			root := newRootCmd()
-			root.SetOut(&out)
-			root.SetErr(&out)
-			root.SetArgs(append([]string{tc.daemon, "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--max-conns-per-client", "2"}, tc.args...))
-			done := make(chan error, 1)
-			go func() { done <- root.ExecuteContext(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("drover %s = %v", tc.daemon, err)
-				}
-			}()
-			addr := listeningAt(t, &out, tc.daemon+" listening", done)
-			if !strings.Contains(out.String(), "max_conns_per_client=2") {
-				t.Errorf("the listening line does not give the cap:\n%s", out.String())
+	forEachDaemon(t, []string{"--max-conns-per-client", "2"}, func(t *testing.T, daemon, addr string, out *syncBuffer) {
+		if !strings.Contains(out.String(), "max_conns_per_client=2") {
+			t.Errorf("the listening line does not give the cap:\n%s", out.String())
+		}
+		for i := range 2 {
+			if a := conntest.Get(t, conntest.Dial(t, "127.0.0.2", addr), "/health/live"); a.Status != http.StatusOK {
+				t.Fatalf("connection %d from 127.0.0.2: %d %q", i+1, a.Status, a.Body)
 			}
-			for i := range 2 {
-				if a := conntest.Get(t, conntest.Dial(t, "127.0.0.2", addr), "/health/live"); a.Status != http.StatusOK {
-					t.Fatalf("connection %d from 127.0.0.2: %d %q", i+1, a.Status, a.Body)
-				}
+		}
+		a := conntest.Get(t, conntest.Dial(t, "127.0.0.2", addr), "/health/live")
+		if want := "too many connections from 127.0.0.2: limit 2"; a.Status != http.StatusTooManyRequests || !strings.Contains(a.Body, want) {
+			t.Errorf("third connection from 127.0.0.2: %d %q, want 429 %q", a.Status, a.Body, want)
+		}
+		m := conntest.Get(t, conntest.Dial(t, "127.0.0.3", addr), "/metrics")
+		for _, want := range []string{
+			fmt.Sprintf("drover_%s_connections_rejected_total{reason=\"per_client\"} 1\n", daemon),
+			fmt.Sprintf("drover_%s_connections 3\n", daemon),
+		} {
+			if m.Status != http.StatusOK || !strings.Contains(m.Body, want) {
+				t.Errorf("/metrics from 127.0.0.3 = %d, lacks %q", m.Status, want)
 			}
-			a := conntest.Get(t, conntest.Dial(t, "127.0.0.2", addr), "/health/live")
-			if want := "too many connections from 127.0.0.2: limit 2"; a.Status != http.StatusTooManyRequests || !strings.Contains(a.Body, want) {
-				t.Errorf("third connection from 127.0.0.2: %d %q, want 429 %q", a.Status, a.Body, want)
-			}
-			m := conntest.Get(t, conntest.Dial(t, "127.0.0.3", addr), "/metrics")
-			for _, want := range []string{
-				fmt.Sprintf("drover_%s_connections_rejected_total{reason=\"per_client\"} 1\n", tc.daemon),
-				fmt.Sprintf("drover_%s_connections 3\n", tc.daemon),
-			} {
-				if m.Status != http.StatusOK || !strings.Contains(m.Body, want) {
-					t.Errorf("/metrics from 127.0.0.3 = %d, lacks %q", m.Status, want)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestMaxConnsPerClientBelowZero is a usage error.
@@ -80,24 +54,34 @@ func TestMaxConnsPerClientBelowZero(t *testing.T) {
 	}
 }
 
+// forEachDaemon runs test in a subtest for drover coordinator and for
+// drover router (its upstream never reached), each started with args on
+// a free port of 127.0.0.1 until the subtest ends (startDaemon), with
+// DROVER_ADMIN_TOKEN and DROVER_DATABASE_URL cleared; test gets the
+// daemon's name, the address it listens on and its log.
+func forEachDaemon(t *testing.T, args []string, test func(t *testing.T, daemon, addr string, out *syncBuffer)) {
+	t.Helper()
+	for _, tc := range []struct {
+		daemon string
+		args   []string
+	}{
+		{"coordinator", nil},
+		{"router", []string{"--upstream", "http://127.0.0.1:1", "--upstream-token", "glrt-test"}},
+	} {
+		t.Run(tc.daemon, func(t *testing.T) {
+			t.Setenv("DROVER_ADMIN_TOKEN", "")
+			t.Setenv("DROVER_DATABASE_URL", "")
+			out, done := startDaemon(t, slices.Concat([]string{tc.daemon, "--listen", "127.0.0.1:0", "--data", t.TempDir()}, args, tc.args)...)
+			test(t, tc.daemon, listeningAt(t, out, tc.daemon+" listening", done), out)
+		})
+	}
+}
+
 // listeningAt waits for the log line msg with the daemon's addr=http(s)://...
 // and returns the address.
 func listeningAt(t *testing.T, out *syncBuffer, msg string, done <-chan error) string {
 	t.Helper()
-	re := regexp.MustCompile(regexp.QuoteMeta(msg) + `.* addr=https?://(\S+)`)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("ended before listening: %v\n%s", err, out.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 30 s:\n%s", out.String())
-		}
-	}
+	return waitLog(t, out, regexp.MustCompile(regexp.QuoteMeta(msg)+`.* addr=https?://(\S+)`), done)
 }
 
 // TestListenAddressCapsConnections: the manager's listen_address admits

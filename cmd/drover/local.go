@@ -37,13 +37,9 @@ machine's busybox, no registry is used. Without an engine they are listed as
 skipped, with the reason, and do not make the command fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lvl := "error"
-			if verbose {
-				lvl = logLevel
-			}
-			logger, err := newLogger(cmd.ErrOrStderr(), lvl, "text")
+			logger, err := verboseLogger(cmd.ErrOrStderr(), verbose, logLevel)
 			if err != nil {
-				return usageError(err)
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,7 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"gopkg.in/yaml.v3"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
@@ -224,24 +221,7 @@ var gitlabAutoscalingFamilies = []gitlabFamily{
 // exported. A job and a removal on such a pool are
 // runnerpool.TestSetGitLabAutoscalingMetrics's.
 func TestRunAutoscalingMetricsParity(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(`concurrent = 2
-listen_address = "127.0.0.1:0"
-[[runners]]
-  name = "fleet-sim"
-  url = "http://127.0.0.1:1"
-  token = "glrt-fleetmetrics"
-  executor = "instance"
-  [runners.autoscaler]
-    plugin = "sim"
-    max_instances = 2
-    update_interval = "50ms"
-    update_interval_when_expecting = "10ms"
-    [[runners.autoscaler.policy]]
-      idle_count = 1
-      idle_time = "1h"
-[[runners]]
+	cfg := fleetSimConfig(t, "glrt-fleetmetrics", `[[runners]]
   name = "machine-sim"
   url = "http://127.0.0.1:1"
   token = "glrt-machinemetrics"
@@ -252,22 +232,9 @@ listen_address = "127.0.0.1:0"
     MachineDriver = "sim"
     IdleCount = 1
     IdleTime = 3600
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuffer
-	root := newRootCmd()
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs([]string{"run", "--config", cfg, "--log-format", "text"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	metricsURL := "http://" + waitLog(t, &out, regexp.MustCompile(`metrics and health listening.* addr=(\S+)`), done)
+`)
+	addr, out, done := startRun(t, "--config", cfg)
+	metricsURL := "http://" + addr
 
 	fleet := map[string]string{"runner": "fleetmetr", "runner_name": "fleet-sim"}
 	machine := map[string]string{"executor": "docker+machine"}
@@ -341,25 +308,11 @@ listen_address = "127.0.0.1:0"
 func monitoringNames(t *testing.T) []string {
 	t.Helper()
 	var names []string
-	b, err := os.ReadFile(monitoringDir + "alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules alertRules
-	if err := yaml.Unmarshal(b, &rules); err != nil {
-		t.Fatalf("alerts.yaml: %v", err)
-	}
+	rules, d := monitoringFiles(t)
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			names = append(names, metricNames(t, "alerts.yaml "+r.Alert, r.Expr)...)
 		}
-	}
-	if b, err = os.ReadFile(monitoringDir + "grafana-dashboard.json"); err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("grafana-dashboard.json: %v", err)
 	}
 	for _, p := range d.Panels {
 		for _, q := range p.Targets {

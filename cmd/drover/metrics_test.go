@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,8 +8,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/drover-ci/drover/internal/client"
 )
@@ -76,20 +72,7 @@ var gitlabFamilies = []gitlabFamily{
 // scrape GETs url's /metrics and parses it.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s/metrics: %s", url, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse %s/metrics: %v", url, err)
-	}
-	return mfs
+	return scrapeWith(t, url, "")
 }
 
 // series are the metrics of family name whose labels include want.
@@ -151,26 +134,14 @@ func TestRunMetricsParity(t *testing.T) {
 	}
 	writeTestFile(t, "config.toml", "listen_address = \"127.0.0.1:0\"\nlog_format = \"text\"\n"+readFile(t, "config.toml"))
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var out syncBuffer
-	root := newRootCmd()
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs([]string{"run", "-c", "config.toml"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	metricsURL := "http://" + waitLog(t, &out, regexp.MustCompile(`metrics and health listening.* addr=(\S+)`), done)
+	addr, out, done := startRun(t, "-c", "config.toml")
+	metricsURL := "http://" + addr
 
 	cl := client.New(url, c.AdminToken(), nil)
-	if j, trace := runJob(t, cl, client.JobSpec{Name: "ok", Script: []string{"true"}}, done, &out); j.Status != "success" {
+	if j, trace := runJob(t, cl, client.JobSpec{Name: "ok", Script: []string{"true"}}, done, out); j.Status != "success" {
 		t.Fatalf("job ok: %s\n%s", j.Status, trace)
 	}
-	if j, trace := runJob(t, cl, client.JobSpec{Name: "fails", Script: []string{"exit 3"}}, done, &out); j.Status != "failed" {
+	if j, trace := runJob(t, cl, client.JobSpec{Name: "fails", Script: []string{"exit 3"}}, done, out); j.Status != "failed" {
 		t.Fatalf("job fails: %s\n%s", j.Status, trace)
 	}
 	// A job held in its script until the test lets it go, for
@@ -195,38 +166,14 @@ func TestRunMetricsParity(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if j, trace := runJob(t, cl, client.JobSpec{Name: "after", Script: []string{"true"}}, done, &out); j.Status != "success" {
+	if j, trace := runJob(t, cl, client.JobSpec{Name: "after", Script: []string{"true"}}, done, out); j.Status != "success" {
 		t.Fatalf("job after: %s\n%s", j.Status, trace)
 	}
 	if j, err := cl.Job(t.Context(), held.ID); err != nil || j.Status != "success" {
 		t.Fatalf("held job: %v, %v", j, err)
 	}
 
-	for _, f := range gitlabFamilies {
-		mf := mfs[f.name]
-		if mf == nil {
-			t.Errorf("%s: not exported", f.name)
-			continue
-		}
-		if mf.GetType() != f.typ {
-			t.Errorf("%s: type %v, want %v", f.name, mf.GetType(), f.typ)
-		}
-		if len(mf.GetMetric()) == 0 {
-			t.Errorf("%s: no series", f.name)
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			have := map[string]bool{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = true
-			}
-			for _, l := range f.labels {
-				if !have[l] {
-					t.Errorf("%s: series %v has no label %s", f.name, m.GetLabel(), l)
-				}
-			}
-		}
-	}
+	checkFamilies(t, "drover run", mfs, gitlabFamilies)
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string

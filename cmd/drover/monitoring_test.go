@@ -67,6 +67,28 @@ var (
 	promOperators = map[string]bool{"and": true, "or": true, "unless": true, "bool": true, "offset": true, "by": true, "without": true}
 )
 
+// monitoringFiles reads deploy/monitoring's alert rules and Grafana
+// dashboard.
+func monitoringFiles(t *testing.T) (alertRules, dashboard) {
+	t.Helper()
+	var rules alertRules
+	var d dashboard
+	b, err := os.ReadFile(monitoringDir + "alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatalf("alerts.yaml: %v", err)
+	}
+	if b, err = os.ReadFile(monitoringDir + "grafana-dashboard.json"); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	return rules, d
+}
+
 // metricNames are the metric names of PromQL (or Grafana's label_values)
 // expression expr; it fails t when expr's brackets do not balance. This is
 // no PromQL parser (Prometheus's would add its whole module tree): it
@@ -195,14 +217,7 @@ func checkMonitoringFiles(t *testing.T, exported ...map[string]*dto.MetricFamily
 		}
 	}
 
-	b, err := os.ReadFile(monitoringDir + "alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules alertRules
-	if err := yaml.Unmarshal(b, &rules); err != nil {
-		t.Fatalf("alerts.yaml: %v", err)
-	}
+	rules, d := monitoringFiles(t)
 	alerts := map[string]bool{}
 	for _, g := range rules.Groups {
 		if g.Name == "" || len(g.Rules) == 0 {
@@ -226,13 +241,6 @@ func checkMonitoringFiles(t *testing.T, exported ...map[string]*dto.MetricFamily
 		}
 	}
 
-	if b, err = os.ReadFile(monitoringDir + "grafana-dashboard.json"); err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("grafana-dashboard.json: %v", err)
-	}
 	queries := 0
 	for _, p := range d.Panels {
 		if p.Type != "row" && len(p.Targets) == 0 {

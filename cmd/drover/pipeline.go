@@ -38,11 +38,10 @@ func newPipelineCmd() *cobra.Command {
 }
 
 func newPipelineRunCmd() *cobra.Command {
-	var af apiFlags
 	var pf pipelineFlags
 	var repo, sha, project, file, source string
 	var wait, quiet bool
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "run",
 		Short: "Create a pipeline: the coordinator fetches the commit and runs its .gitlab-ci.yml",
 		Long: `Asks the coordinator to run a repository's CI configuration for a ref: it
@@ -55,83 +54,77 @@ defaults to the checked-out branch. With --wait the command follows every
 job's log, prefixed with the job's name, and exits 0 only when the pipeline
 succeeded. A configuration with errors is refused with every error, exit 2.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := af.client()
-			if err != nil {
-				return err
+	}, func(cmd *cobra.Command, _ []string, c *client.Client) error {
+		ctx := cmd.Context()
+		vars, err := pf.vars()
+		if err != nil {
+			return usageError(err)
+		}
+		ref := pf.ref
+		// Outside a work tree, --project alone names a registered
+		// project: the coordinator takes its repository and default
+		// branch.
+		root, rootErr := "", error(nil)
+		if repo == "" || ref == "" || project == "" {
+			root, rootErr = gitrepo.TopLevel(ctx, ".")
+			if rootErr != nil && project == "" {
+				return usageError(fmt.Errorf("not in a git work tree: pass --repo, --ref and --project, or --project of a registered project (%v)", rootErr))
 			}
-			vars, err := pf.vars()
-			if err != nil {
-				return usageError(err)
-			}
-			ref := pf.ref
-			// Outside a work tree, --project alone names a registered
-			// project: the coordinator takes its repository and default
-			// branch.
-			root, rootErr := "", error(nil)
-			if repo == "" || ref == "" || project == "" {
-				root, rootErr = gitrepo.TopLevel(ctx, ".")
-				if rootErr != nil && project == "" {
-					return usageError(fmt.Errorf("not in a git work tree: pass --repo, --ref and --project, or --project of a registered project (%v)", rootErr))
+		}
+		if (repo == "" || ref == "" || project == "") && rootErr == nil {
+			g := gitrepo.Git{Dir: root}
+			if repo == "" {
+				repo = "file://" + root
+				if u, err := gitOrigin(ctx, root); err == nil && u != "" {
+					repo = u
 				}
 			}
-			if (repo == "" || ref == "" || project == "") && rootErr == nil {
-				g := gitrepo.Git{Dir: root}
-				if repo == "" {
-					repo = "file://" + root
-					if u, err := gitOrigin(ctx, root); err == nil && u != "" {
-						repo = u
-					}
+			if ref == "" {
+				cm, err := g.Resolve(ctx, "", "")
+				if err != nil {
+					return usageError(err)
 				}
-				if ref == "" {
-					cm, err := g.Resolve(ctx, "", "")
-					if err != nil {
-						return usageError(err)
-					}
-					ref = cm.Ref
-				}
-				if project == "" {
-					project = "local/" + filepath.Base(root)
-				}
+				ref = cm.Ref
 			}
-			spec := client.PipelineSpec{Project: project, RepoURL: repo, Ref: ref, SHA: sha, Source: source, ConfigFile: file}
-			for k, v := range vars {
-				spec.Variables = append(spec.Variables, client.Variable{Key: k, Value: v})
+			if project == "" {
+				project = "local/" + filepath.Base(root)
 			}
-			p, err := c.CreatePipeline(ctx, spec)
-			var ae *client.APIError
-			if errors.As(err, &ae) && len(ae.Errors) > 0 {
-				for _, e := range ae.Errors {
-					fmt.Fprintln(cmd.ErrOrStderr(), e)
-				}
-				return usageError(errors.New(ae.Msg))
+		}
+		spec := client.PipelineSpec{Project: project, RepoURL: repo, Ref: ref, SHA: sha, Source: source, ConfigFile: file}
+		for k, v := range vars {
+			spec.Variables = append(spec.Variables, client.Variable{Key: k, Value: v})
+		}
+		p, err := c.CreatePipeline(ctx, spec)
+		var ae *client.APIError
+		if errors.As(err, &ae) && len(ae.Errors) > 0 {
+			for _, e := range ae.Errors {
+				fmt.Fprintln(cmd.ErrOrStderr(), e)
 			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pipeline %d (#%d of %s) for %s %.8s: %d jobs\n", p.ID, p.IID, p.Project, p.Ref, p.SHA, len(p.Jobs))
-			if !wait {
-				return nil
-			}
-			out, done := logOutput(cmd, false, false)
-			defer done()
-			final, err := local.FollowPipeline(ctx, c, p.ID, out, local.FollowOptions{Quiet: quiet, Poll: 500 * time.Millisecond})
-			if err != nil {
-				return err
-			}
-			local.PipelineSummary(out, final)
-			if final.Status == "manual" {
-				fmt.Fprintln(out, "the pipeline waits for its manual jobs: drover pipeline play JOB_ID")
-				return nil
-			}
-			if final.Status != "success" {
-				return &exitError{code: 1, err: fmt.Errorf("pipeline %d: %s", final.ID, final.Status)}
-			}
+			return usageError(errors.New(ae.Msg))
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "pipeline %d (#%d of %s) for %s %.8s: %d jobs\n", p.ID, p.IID, p.Project, p.Ref, p.SHA, len(p.Jobs))
+		if !wait {
 			return nil
-		},
-	}
-	af.add(cmd)
+		}
+		out, done := logOutput(cmd, false, false)
+		defer done()
+		final, err := local.FollowPipeline(ctx, c, p.ID, out, local.FollowOptions{Quiet: quiet, Poll: 500 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		local.PipelineSummary(out, final)
+		if final.Status == "manual" {
+			fmt.Fprintln(out, "the pipeline waits for its manual jobs: drover pipeline play JOB_ID")
+			return nil
+		}
+		if final.Status != "success" {
+			return &exitError{code: 1, err: fmt.Errorf("pipeline %d: %s", final.ID, final.Status)}
+		}
+		return nil
+	})
 	pf.addRef(cmd)
 	f := cmd.Flags()
 	f.StringVar(&repo, "repo", "", "the repository URL the coordinator fetches (default: origin, else this work tree)")
@@ -151,66 +144,51 @@ func gitOrigin(ctx context.Context, root string) (string, error) {
 }
 
 func newPipelineListCmd() *cobra.Command {
-	var af apiFlags
 	var project string
 	var limit int
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "list",
 		Short: "List the newest pipelines",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
+	}, func(cmd *cobra.Command, _ []string, c *client.Client) error {
+		ps, err := c.Pipelines(cmd.Context(), project, limit)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPROJECT\tIID\tREF\tSHA\tSOURCE\tSTATUS\tCREATED")
+		for _, p := range ps {
+			created := ""
+			if p.CreatedAt != nil {
+				created = p.CreatedAt.Local().Format(time.DateTime)
 			}
-			ps, err := c.Pipelines(cmd.Context(), project, limit)
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tPROJECT\tIID\tREF\tSHA\tSOURCE\tSTATUS\tCREATED")
-			for _, p := range ps {
-				created := ""
-				if p.CreatedAt != nil {
-					created = p.CreatedAt.Local().Format(time.DateTime)
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.8s\t%s\t%s\t%s\n", p.ID, p.Project, p.IID, p.Ref, p.SHA, p.Source, p.Status, created)
-			}
-			return tw.Flush()
-		},
-	}
-	af.add(cmd)
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.8s\t%s\t%s\t%s\n", p.ID, p.Project, p.IID, p.Ref, p.SHA, p.Source, p.Status, created)
+		}
+		return tw.Flush()
+	})
 	cmd.Flags().StringVar(&project, "project", "", "only this project's pipelines")
 	cmd.Flags().IntVar(&limit, "limit", 20, "how many")
 	return cmd
 }
 
 func newPipelineShowCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return jobIDCmd(&cobra.Command{
 		Use:   "show PIPELINE_ID",
 		Short: "Show a pipeline and its jobs",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, c, err := af.job(args[0])
-			if err != nil {
-				return err
-			}
-			p, err := c.Pipeline(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "pipeline %d (#%d of %s), %s %s %.8s, source %s\n", p.ID, p.IID, p.Project, refKind(p), p.Ref, p.SHA, p.Source)
-			for _, w := range p.Warnings {
-				fmt.Fprintln(out, "warning:", w)
-			}
-			local.PipelineSummary(out, p)
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, id int64, c *client.Client) error {
+		p, err := c.Pipeline(cmd.Context(), id)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "pipeline %d (#%d of %s), %s %s %.8s, source %s\n", p.ID, p.IID, p.Project, refKind(p), p.Ref, p.SHA, p.Source)
+		for _, w := range p.Warnings {
+			fmt.Fprintln(out, "warning:", w)
+		}
+		local.PipelineSummary(out, p)
+		return nil
+	})
 }
 
 func refKind(p *client.Pipeline) string {
@@ -221,24 +199,16 @@ func refKind(p *client.Pipeline) string {
 }
 
 func pipelineActionCmd(use, short string, act func(*client.Client, context.Context, int64) (*client.Pipeline, error)) *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return jobIDCmd(&cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, c, err := af.job(args[0])
-			if err != nil {
-				return err
-			}
-			p, err := act(c, cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pipeline %d: %s\n", p.ID, p.Status)
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, id int64, c *client.Client) error {
+		p, err := act(c, cmd.Context(), id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "pipeline %d: %s\n", p.ID, p.Status)
+		return nil
+	})
 }

@@ -68,10 +68,9 @@ func (pf *projectFlags) spec(cmd *cobra.Command) client.ProjectSpec {
 }
 
 func newProjectAddCmd() *cobra.Command {
-	var af apiFlags
 	var pf projectFlags
 	var vars []string
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "add GROUP/NAME",
 		Short: "Register a project; prints its webhook secret once",
 		Long: `Registers a project by its path, the name its pipelines run under. Its
@@ -82,32 +81,26 @@ protected ones only on the default branch and tags).
 
 A project that has run pipelines already is registered in place.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		spec := pf.spec(cmd)
+		spec.Name = &args[0]
+		if len(vars) > 0 {
+			vs, err := parseVariableFlags(vars)
 			if err != nil {
-				return err
+				return usageError(err)
 			}
-			spec := pf.spec(cmd)
-			spec.Name = &args[0]
-			if len(vars) > 0 {
-				vs, err := parseVariableFlags(vars)
-				if err != nil {
-					return usageError(err)
-				}
-				spec.Variables = &vs
-			}
-			p, err := c.CreateProject(cmd.Context(), spec)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "project %s (id %d) registered\n", p.Name, p.ID)
-			fmt.Fprintf(out, "webhook secret: %s\n", p.WebhookSecret)
-			fmt.Fprintf(cmd.ErrOrStderr(), "keep it: it is shown again only by drover project show %s --secret\n", p.Name)
-			return nil
-		},
-	}
-	af.add(cmd)
+			spec.Variables = &vs
+		}
+		p, err := c.CreateProject(cmd.Context(), spec)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "project %s (id %d) registered\n", p.Name, p.ID)
+		fmt.Fprintf(out, "webhook secret: %s\n", p.WebhookSecret)
+		fmt.Fprintf(cmd.ErrOrStderr(), "keep it: it is shown again only by drover project show %s --secret\n", p.Name)
+		return nil
+	})
 	pf.add(cmd)
 	cmd.Flags().StringArrayVar(&vars, "variable", nil, "a CI/CD variable KEY=VALUE, flags after a colon: KEY:masked,protected,file,raw=VALUE (repeatable)")
 	return cmd
@@ -147,67 +140,53 @@ func parseVariableFlags(vals []string) ([]client.ProjectVariable, error) {
 }
 
 func newProjectListCmd() *cobra.Command {
-	var af apiFlags
 	var all bool
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "list",
 		Short: "List the registered projects",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
+	}, func(cmd *cobra.Command, _ []string, c *client.Client) error {
+		ps, err := c.Projects(cmd.Context(), all)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tREPOSITORY\tBRANCH\tVARIABLES\tFORGE")
+		for _, p := range ps {
+			repo := p.RepoURL
+			if !p.Registered {
+				repo = "(not registered)"
 			}
-			ps, err := c.Projects(cmd.Context(), all)
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tREPOSITORY\tBRANCH\tVARIABLES\tFORGE")
-			for _, p := range ps {
-				repo := p.RepoURL
-				if !p.Registered {
-					repo = "(not registered)"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Name, repo, p.DefaultBranch, len(p.Variables), p.Forge.Kind)
-			}
-			return tw.Flush()
-		},
-	}
-	af.add(cmd)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Name, repo, p.DefaultBranch, len(p.Variables), p.Forge.Kind)
+		}
+		return tw.Flush()
+	})
 	cmd.Flags().BoolVar(&all, "all", false, "also the projects only their pipelines or jobs created")
 	return cmd
 }
 
 func newProjectShowCmd() *cobra.Command {
-	var af apiFlags
 	var secret bool
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "show GROUP/NAME",
 		Short: "Show a project's settings (--secret: its webhook secret)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		if secret {
+			s, err := c.ProjectWebhookSecret(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			if secret {
-				s, err := c.ProjectWebhookSecret(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), s)
-				return nil
-			}
-			p, err := c.Project(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			printProject(cmd.OutOrStdout(), p)
+			fmt.Fprintln(cmd.OutOrStdout(), s)
 			return nil
-		},
-	}
-	af.add(cmd)
+		}
+		p, err := c.Project(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		printProject(cmd.OutOrStdout(), p)
+		return nil
+	})
 	cmd.Flags().BoolVar(&secret, "secret", false, "print the webhook secret only")
 	return cmd
 }
@@ -259,54 +238,39 @@ func variableFlags(v client.ProjectVariable) string {
 }
 
 func newProjectEditCmd() *cobra.Command {
-	var af apiFlags
 	var pf projectFlags
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "edit GROUP/NAME",
 		Short: "Change a project's settings (only the flags given)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			spec := pf.spec(cmd)
-			if spec == (client.ProjectSpec{}) {
-				return usageError(fmt.Errorf("nothing to change: give a flag (drover project edit --help)"))
-			}
-			p, err := c.UpdateProject(cmd.Context(), args[0], spec)
-			if err != nil {
-				return err
-			}
-			printProject(cmd.OutOrStdout(), p)
-			return nil
-		},
-	}
-	af.add(cmd)
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		spec := pf.spec(cmd)
+		if spec == (client.ProjectSpec{}) {
+			return usageError(fmt.Errorf("nothing to change: give a flag (drover project edit --help)"))
+		}
+		p, err := c.UpdateProject(cmd.Context(), args[0], spec)
+		if err != nil {
+			return err
+		}
+		printProject(cmd.OutOrStdout(), p)
+		return nil
+	})
 	pf.add(cmd)
 	return cmd
 }
 
 func newProjectDeleteCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return apiCmd(&cobra.Command{
 		Use:   "delete GROUP/NAME",
 		Short: "Drop a project's settings, variables, schedules and webhook deliveries (its pipelines and jobs stay)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteProject(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "project %s deleted\n", args[0])
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		if err := c.DeleteProject(cmd.Context(), args[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "project %s deleted\n", args[0])
+		return nil
+	})
 }
 
 func newProjectVariableCmd() *cobra.Command {
@@ -315,76 +279,57 @@ func newProjectVariableCmd() *cobra.Command {
 		Short: "Set, unset and list a project's CI/CD variables",
 		Args:  cobra.NoArgs,
 	}
-	var setAF, unsetAF, listAF apiFlags
 	var v client.ProjectVariable
-	set := &cobra.Command{
+	set := apiCmd(&cobra.Command{
 		Use:   "set GROUP/NAME KEY VALUE",
 		Short: "Add or replace a variable (value - : read from stdin)",
 		Args:  cobra.ExactArgs(3),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := setAF.client()
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		v.Key, v.Value = args[1], args[2]
+		if v.Value == "-" {
+			b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
 			if err != nil {
 				return err
 			}
-			v.Key, v.Value = args[1], args[2]
-			if v.Value == "-" {
-				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
-				if err != nil {
-					return err
-				}
-				v.Value = strings.TrimSuffix(string(b), "\n")
-			}
-			if _, err := c.SetProjectVariable(cmd.Context(), args[0], v); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "variable %s of %s set%s\n", v.Key, args[0], variableFlags(v))
-			return nil
-		},
-	}
-	setAF.add(set)
+			v.Value = strings.TrimSuffix(string(b), "\n")
+		}
+		if _, err := c.SetProjectVariable(cmd.Context(), args[0], v); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "variable %s of %s set%s\n", v.Key, args[0], variableFlags(v))
+		return nil
+	})
 	set.Flags().BoolVar(&v.Masked, "masked", false, "hide the value in job logs (one line, at least 8 characters)")
 	set.Flags().BoolVar(&v.Protected, "protected", false, "give it only to pipelines of the default branch and tags")
 	set.Flags().BoolVar(&v.File, "file", false, "a file variable: the value is written to a file, the variable holds its path")
 	set.Flags().BoolVar(&v.Raw, "raw", false, "do not expand $NAMES in the value")
-	unset := &cobra.Command{
+	unset := apiCmd(&cobra.Command{
 		Use:   "unset GROUP/NAME KEY",
 		Short: "Remove a variable",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := unsetAF.client()
-			if err != nil {
-				return err
-			}
-			if _, err := c.DeleteProjectVariable(cmd.Context(), args[0], args[1]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "variable %s of %s removed\n", args[1], args[0])
-			return nil
-		},
-	}
-	unsetAF.add(unset)
-	list := &cobra.Command{
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		if _, err := c.DeleteProjectVariable(cmd.Context(), args[0], args[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "variable %s of %s removed\n", args[1], args[0])
+		return nil
+	})
+	list := apiCmd(&cobra.Command{
 		Use:   "list GROUP/NAME",
 		Short: "List a project's variables (names and flags; values are never shown)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := listAF.client()
-			if err != nil {
-				return err
-			}
-			vs, err := c.ProjectVariables(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tMASKED\tPROTECTED\tFILE\tRAW")
-			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%v\t%v\t%v\t%v\n", v.Key, v.Masked, v.Protected, v.File, v.Raw)
-			}
-			return tw.Flush()
-		},
-	}
-	listAF.add(list)
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		vs, err := c.ProjectVariables(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tMASKED\tPROTECTED\tFILE\tRAW")
+		for _, v := range vs {
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%v\t%v\n", v.Key, v.Masked, v.Protected, v.File, v.Raw)
+		}
+		return tw.Flush()
+	})
 	cmd.AddCommand(set, unset, list)
 	return cmd
 }
@@ -441,12 +386,24 @@ func (sf *scheduleFlags) spec(cmd *cobra.Command) (client.ScheduleSpec, error) {
 	return spec, nil
 }
 
-func scheduleID(arg string) (int64, error) {
-	id, err := parseID(arg)
-	if err != nil {
-		return 0, usageError(fmt.Errorf("schedule id %q: want a positive number", arg))
+// projectItemCmd is apiCmd for a command on one item of a project,
+// GROUP/NAME ITEM_ID: the id is read before the client is made, a bad one
+// a usage error naming what the item is ("schedule", "token").
+func projectItemCmd(cmd *cobra.Command, what string, run func(cmd *cobra.Command, project string, id int64, c *client.Client) error) *cobra.Command {
+	var af apiFlags
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := parseID(args[1])
+		if err != nil {
+			return usageError(fmt.Errorf("%s id %q: want a positive number", what, args[1]))
+		}
+		c, err := af.client()
+		if err != nil {
+			return err
+		}
+		return run(cmd, args[0], id, c)
 	}
-	return id, nil
+	af.add(cmd)
+	return cmd
 }
 
 func printSchedule(out io.Writer, s *client.Schedule) {
@@ -458,153 +415,103 @@ func printSchedule(out io.Writer, s *client.Schedule) {
 }
 
 func newScheduleAddCmd() *cobra.Command {
-	var af apiFlags
 	var sf scheduleFlags
-	cmd := &cobra.Command{
+	cmd := apiCmd(&cobra.Command{
 		Use:   "add GROUP/NAME --cron EXPR",
 		Short: "Add a pipeline schedule to a project",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			spec, err := sf.spec(cmd)
-			if err != nil {
-				return usageError(err)
-			}
-			if spec.Cron == nil {
-				return usageError(fmt.Errorf("--cron is required"))
-			}
-			s, err := c.CreateSchedule(cmd.Context(), args[0], spec)
-			if err != nil {
-				return err
-			}
-			printSchedule(cmd.OutOrStdout(), s)
-			return nil
-		},
-	}
-	af.add(cmd)
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		spec, err := sf.spec(cmd)
+		if err != nil {
+			return usageError(err)
+		}
+		if spec.Cron == nil {
+			return usageError(fmt.Errorf("--cron is required"))
+		}
+		s, err := c.CreateSchedule(cmd.Context(), args[0], spec)
+		if err != nil {
+			return err
+		}
+		printSchedule(cmd.OutOrStdout(), s)
+		return nil
+	})
 	sf.add(cmd)
 	return cmd
 }
 
 func newScheduleListCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return apiCmd(&cobra.Command{
 		Use:   "list GROUP/NAME",
 		Short: "List a project's pipeline schedules",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		ss, err := c.Schedules(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tDESCRIPTION\tREF\tCRON\tTIMEZONE\tACTIVE\tNEXT RUN\tLAST PIPELINE")
+		for _, s := range ss {
+			next, last := "", ""
+			if s.NextRunAt != nil {
+				next = s.NextRunAt.Local().Format(time.DateTime)
 			}
-			ss, err := c.Schedules(cmd.Context(), args[0])
-			if err != nil {
-				return err
+			if s.LastPipelineID != 0 {
+				last = fmt.Sprint(s.LastPipelineID)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tDESCRIPTION\tREF\tCRON\tTIMEZONE\tACTIVE\tNEXT RUN\tLAST PIPELINE")
-			for _, s := range ss {
-				next, last := "", ""
-				if s.NextRunAt != nil {
-					next = s.NextRunAt.Local().Format(time.DateTime)
-				}
-				if s.LastPipelineID != 0 {
-					last = fmt.Sprint(s.LastPipelineID)
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\n", s.ID, s.Description, s.Ref, s.Cron, s.CronTimezone, s.Active, next, last)
-			}
-			return tw.Flush()
-		},
-	}
-	af.add(cmd)
-	return cmd
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%v\t%s\t%s\n", s.ID, s.Description, s.Ref, s.Cron, s.CronTimezone, s.Active, next, last)
+		}
+		return tw.Flush()
+	})
 }
 
 func newScheduleEditCmd() *cobra.Command {
-	var af apiFlags
 	var sf scheduleFlags
-	cmd := &cobra.Command{
+	cmd := projectItemCmd(&cobra.Command{
 		Use:   "edit GROUP/NAME SCHEDULE_ID",
 		Short: "Change a pipeline schedule (only the flags given)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := scheduleID(args[1])
-			if err != nil {
-				return err
-			}
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			spec, err := sf.spec(cmd)
-			if err != nil {
-				return usageError(err)
-			}
-			s, err := c.UpdateSchedule(cmd.Context(), args[0], id, spec)
-			if err != nil {
-				return err
-			}
-			printSchedule(cmd.OutOrStdout(), s)
-			return nil
-		},
-	}
-	af.add(cmd)
+	}, "schedule", func(cmd *cobra.Command, project string, id int64, c *client.Client) error {
+		spec, err := sf.spec(cmd)
+		if err != nil {
+			return usageError(err)
+		}
+		s, err := c.UpdateSchedule(cmd.Context(), project, id, spec)
+		if err != nil {
+			return err
+		}
+		printSchedule(cmd.OutOrStdout(), s)
+		return nil
+	})
 	sf.add(cmd)
 	return cmd
 }
 
 func newScheduleDeleteCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return projectItemCmd(&cobra.Command{
 		Use:   "delete GROUP/NAME SCHEDULE_ID",
 		Short: "Remove a pipeline schedule",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := scheduleID(args[1])
-			if err != nil {
-				return err
-			}
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteSchedule(cmd.Context(), args[0], id); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schedule %d of %s deleted\n", id, args[0])
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, "schedule", func(cmd *cobra.Command, project string, id int64, c *client.Client) error {
+		if err := c.DeleteSchedule(cmd.Context(), project, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "schedule %d of %s deleted\n", id, project)
+		return nil
+	})
 }
 
 func newSchedulePlayCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return projectItemCmd(&cobra.Command{
 		Use:   "play GROUP/NAME SCHEDULE_ID",
 		Short: "Run a schedule's pipeline now",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := scheduleID(args[1])
-			if err != nil {
-				return err
-			}
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.PlaySchedule(cmd.Context(), args[0], id)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pipeline %d (#%d of %s) for %s %.8s: %d jobs\n", p.ID, p.IID, p.Project, p.Ref, p.SHA, len(p.Jobs))
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, "schedule", func(cmd *cobra.Command, project string, id int64, c *client.Client) error {
+		p, err := c.PlaySchedule(cmd.Context(), project, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "pipeline %d (#%d of %s) for %s %.8s: %d jobs\n", p.ID, p.IID, p.Project, p.Ref, p.SHA, len(p.Jobs))
+		return nil
+	})
 }

@@ -1,24 +1,15 @@
 package main
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/drover-ci/drover/internal/coordinator"
 )
 
 // TestProjectAndScheduleCommands drives a real coordinator with drover
 // project and drover schedule.
 func TestProjectAndScheduleCommands(t *testing.T) {
-	co, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { co.Close() })
-	srv := httptest.NewServer(co.Handler())
-	t.Cleanup(srv.Close)
-	api := []string{"--url", srv.URL, "--token", co.AdminToken()}
+	url, admin, _ := adminServer(t)
+	api := []string{"--url", url, "--token", admin}
 	run := func(want int, args ...string) string {
 		t.Helper()
 		stdout, stderr, code, err := droverSplit(t, append(args, api...)...)
@@ -81,22 +72,15 @@ func TestProjectAndScheduleCommands(t *testing.T) {
 // against a real coordinator; the token works with the CLI until it is
 // revoked.
 func TestProjectTokenCommands(t *testing.T) {
-	co, err := coordinator.New(t.Context(), nil, coordinator.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { co.Close() })
-	srv := httptest.NewServer(co.Handler())
-	t.Cleanup(srv.Close)
+	url, admin, _ := adminServer(t)
 	run := func(want int, token string, args ...string) string {
 		t.Helper()
-		stdout, stderr, code, err := droverSplit(t, append(args, "--url", srv.URL, "--token", token)...)
+		stdout, stderr, code, err := droverSplit(t, append(args, "--url", url, "--token", token)...)
 		if code != want {
 			t.Fatalf("drover %s: exit %d (%v), want %d\n%s%s", strings.Join(args, " "), code, err, want, stdout, stderr)
 		}
 		return stdout
 	}
-	admin := co.AdminToken()
 	run(0, admin, "project", "add", "g/app", "--repo", "https://example.com/app.git")
 	out := run(0, admin, "project", "token", "add", "g/app", "ci bot", "--role", "maintainer", "--expires", "720h")
 	lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -79,60 +79,40 @@ func parseExpiry(s string, now time.Time) (time.Time, error) {
 }
 
 func newProjectTokenListCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return apiCmd(&cobra.Command{
 		Use:   "list GROUP/NAME",
 		Short: "List a project's access tokens (not the tokens themselves)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
+	}, func(cmd *cobra.Command, args []string, c *client.Client) error {
+		ts, err := c.ProjectTokens(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		when := func(t *time.Time, none string) string {
+			if t == nil {
+				return none
 			}
-			ts, err := c.ProjectTokens(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			when := func(t *time.Time, none string) string {
-				if t == nil {
-					return none
-				}
-				return t.Local().Format(time.DateTime)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tLAST USED\tEXPIRES")
-			for _, t := range ts {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, when(t.CreatedAt, ""), when(t.LastUsedAt, "never"), when(t.ExpiresAt, "never"))
-			}
-			return tw.Flush()
-		},
-	}
-	af.add(cmd)
-	return cmd
+			return t.Local().Format(time.DateTime)
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tLAST USED\tEXPIRES")
+		for _, t := range ts {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, when(t.CreatedAt, ""), when(t.LastUsedAt, "never"), when(t.ExpiresAt, "never"))
+		}
+		return tw.Flush()
+	})
 }
 
 func newProjectTokenRevokeCmd() *cobra.Command {
-	var af apiFlags
-	cmd := &cobra.Command{
+	return projectItemCmd(&cobra.Command{
 		Use:   "revoke GROUP/NAME TOKEN_ID",
 		Short: "Revoke a project's access token: it stops working at once, its web sessions too",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[1])
-			if err != nil {
-				return usageError(fmt.Errorf("token id %q: want a positive number", args[1]))
-			}
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			if err := c.RevokeProjectToken(cmd.Context(), args[0], id); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %d of %s revoked\n", id, args[0])
-			return nil
-		},
-	}
-	af.add(cmd)
-	return cmd
+	}, "token", func(cmd *cobra.Command, project string, id int64, c *client.Client) error {
+		if err := c.RevokeProjectToken(cmd.Context(), project, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "token %d of %s revoked\n", id, project)
+		return nil
+	})
 }

@@ -138,6 +138,20 @@ func applyDebug(cmd *cobra.Command) error {
 	return nil
 }
 
+// verboseLogger is drover's own log for the commands that print jobs'
+// output (exec, local): text, errors only unless --verbose, then at
+// level (--log-level); a bad level is a usage error.
+func verboseLogger(w io.Writer, verbose bool, level string) (*slog.Logger, error) {
+	if !verbose {
+		level = "error"
+	}
+	logger, err := newLogger(w, level, "text")
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return logger, nil
+}
+
 // newLogger builds the process logger. format: runner|text|json.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

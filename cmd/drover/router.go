@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -18,11 +17,11 @@ import (
 
 func newRouterCmd() *cobra.Command {
 	var (
-		upstream, upstreamToken, listen, data, logLevel, logFormat string
-		ackTimeout, longPoll, noRunner                             time.Duration
-		prefetch, maxConnsPerClient                                int
-		serve                                                      serveFlags
-		upstreamTLS                                                api.TLSFiles
+		upstream, upstreamToken, listen, data string
+		ackTimeout, longPoll, noRunner        time.Duration
+		prefetch                              int
+		daemon                                daemonFlags
+		upstreamTLS                           api.TLSFiles
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -71,15 +70,8 @@ beyond, drover_router_connections_rejected_total).`,
     --listen 0.0.0.0:8090 --data /var/lib/drover-router`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			logger, reg, err := daemon.start(cmd.ErrOrStderr(), "drover_router_errors_total")
 			if err != nil {
-				return usageError(err)
-			}
-			reg := prometheus.NewRegistry()
-			if logger, err = daemonMetrics(reg, logger, "drover_router_errors_total", false); err != nil {
-				return err
-			}
-			if err := checkMaxConns(maxConnsPerClient); err != nil {
 				return err
 			}
 			if upstreamToken == "" {
@@ -88,7 +80,7 @@ beyond, drover_router_connections_rejected_total).`,
 			if upstream == "" || upstreamToken == "" {
 				return usageError(errors.New("--upstream and --upstream-token are required"))
 			}
-			sec, err := serve.load(logger)
+			sec, err := daemon.serve.load(logger)
 			if err != nil {
 				return err
 			}
@@ -120,7 +112,7 @@ beyond, drover_router_connections_rejected_total).`,
 				return usageError(err)
 			}
 			defer ln.Close()
-			return serveRunnerAPI(ctx, logger, reg, "router", r, ln, maxConnsPerClient, sec, "upstream", upstream, "data", data)
+			return serveRunnerAPI(ctx, logger, reg, "router", r, ln, daemon.maxConnsPerClient, sec, "upstream", upstream, "data", data)
 		},
 	}
 	f := cmd.Flags()
@@ -135,9 +127,6 @@ beyond, drover_router_connections_rejected_total).`,
 	f.DurationVar(&longPoll, "long-poll-timeout", router.DefaultLongPollTimeout, "how long a runner's jobs/request is held waiting for a job")
 	f.DurationVar(&noRunner, "no-runner-timeout", router.DefaultNoRunnerTimeout, "decline a held job upstream when no runner behind the router could take it for this long")
 	f.IntVar(&prefetch, "prefetch", 0, "jobs the router may hold beyond its waiting runners (two-phase upstreams only, kept alive upstream), so its own fair share can reorder bursts; 0 = pull only for a waiting runner")
-	maxConnsFlag(f, &maxConnsPerClient)
-	serve.define(f, "", "the runner API")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	daemon.define(f, "the runner API")
 	return cmd
 }

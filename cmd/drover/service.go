@@ -30,6 +30,16 @@ func serviceHost(needRoot bool) error {
 	return nil
 }
 
+// serviceTarget checks a --service name and that this machine can manage
+// services (needRoot: as root), and returns the name.
+func serviceTarget(name string, needRoot bool) (string, error) {
+	n, err := service.CheckName(name)
+	if err != nil {
+		return "", usageError(err)
+	}
+	return n, serviceHost(needRoot)
+}
+
 // serviceNameFlag adds --service/-n (gitlab-runner's) with default def.
 func serviceNameFlag(f *pflag.FlagSet, p *string, def string) {
 	f.StringVarP(p, "service", "n", def, "name of the systemd service (its unit is /etc/systemd/system/NAME.service)")
@@ -50,6 +60,37 @@ func (o *installFlags) define(f *pflag.FlagSet, defService string, defStop time.
 	f.BoolVar(&o.print, "print", false, "print the unit file and change nothing (needs neither root nor systemd)")
 	f.BoolVar(&o.hardening, "hardening", true, "sandbox the service (NoNewPrivileges, ProtectSystem, ProtectHome=read-only, PrivateTmp, ...); --hardening=false for jobs that need sudo or other setuid programs")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", defStop, "how long systemd waits for the service to stop ("+stopWhat+") before it kills it (TimeoutStopSec); 0: for ever")
+}
+
+// check checks --service, that this machine can install services (not
+// needed for --print) and --user, and returns the service's name and the
+// user's account.
+func (o *installFlags) check() (string, account, error) {
+	name, err := service.CheckName(o.service)
+	if err != nil {
+		return "", account{}, usageError(err)
+	}
+	if !o.print {
+		if err := serviceHost(true); err != nil {
+			return "", account{}, err
+		}
+	}
+	a, err := lookupAccount(o.user)
+	return name, a, err
+}
+
+// install prints u (--print), or makes what the service needs (prepare)
+// and installs u.
+func (o *installFlags) install(cmd *cobra.Command, u service.Unit, prepare func(out io.Writer) error) error {
+	out := cmd.OutOrStdout()
+	if o.print {
+		_, err := io.WriteString(out, u.Render())
+		return err
+	}
+	if err := prepare(out); err != nil {
+		return err
+	}
+	return installUnit(cmd.Context(), out, u, o.force)
 }
 
 // account is the user a service runs as.
@@ -145,16 +186,7 @@ service runs and picks up the runners drover register adds.
 drover install coordinator installs the coordinator the same way.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			name, err := service.CheckName(o.service)
-			if err != nil {
-				return usageError(err)
-			}
-			if !o.print {
-				if err := serviceHost(true); err != nil {
-					return err
-				}
-			}
-			a, err := lookupAccount(o.user)
+			name, a, err := o.check()
 			if err != nil {
 				return err
 			}
@@ -176,21 +208,18 @@ drover install coordinator installs the coordinator the same way.`,
 				WorkingDirectory: workDir, Config: cfgPath,
 				StopTimeout: o.stopTimeout, Hardening: o.hardening, KeepJobs: keepJobs,
 			})
-			out := cmd.OutOrStdout()
-			if o.print {
-				_, err := io.WriteString(out, u.Render())
-				return err
-			}
-			if err := ensureDir(out, workDir, a, 0o700); err != nil {
-				return fmt.Errorf("--working-directory: %w", err)
-			}
-			if err := ensureDir(out, filepath.Dir(cfgPath), a, 0o700); err != nil {
-				return fmt.Errorf("--config: %w", err)
-			}
-			if err := ensureConfig(out, cfgPath, a); err != nil {
-				return fmt.Errorf("--config: %w", err)
-			}
-			return installUnit(cmd.Context(), out, u, o.force)
+			return o.install(cmd, u, func(out io.Writer) error {
+				if err := ensureDir(out, workDir, a, 0o700); err != nil {
+					return fmt.Errorf("--working-directory: %w", err)
+				}
+				if err := ensureDir(out, filepath.Dir(cfgPath), a, 0o700); err != nil {
+					return fmt.Errorf("--config: %w", err)
+				}
+				if err := ensureConfig(out, cfgPath, a); err != nil {
+					return fmt.Errorf("--config: %w", err)
+				}
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -290,16 +319,7 @@ devices, no capabilities (but binding a port under 1024).
 			if n := cmd.ArgsLenAtDash(); n != 0 && len(extra) > 0 {
 				return usageError(fmt.Errorf("unexpected argument %q: drover coordinator's own flags go after --", extra[0]))
 			}
-			name, err := service.CheckName(o.service)
-			if err != nil {
-				return usageError(err)
-			}
-			if !o.print {
-				if err := serviceHost(true); err != nil {
-					return err
-				}
-			}
-			a, err := lookupAccount(o.user)
+			name, a, err := o.check()
 			if err != nil {
 				return err
 			}
@@ -315,15 +335,12 @@ devices, no capabilities (but binding a port under 1024).
 				Data: data, Listen: listen, Extra: extra,
 				StopTimeout: o.stopTimeout, Hardening: o.hardening,
 			})
-			out := cmd.OutOrStdout()
-			if o.print {
-				_, err := io.WriteString(out, u.Render())
-				return err
-			}
-			if err := ensureDir(out, data, a, 0o700); err != nil {
-				return fmt.Errorf("--data: %w", err)
-			}
-			return installUnit(cmd.Context(), out, u, o.force)
+			return o.install(cmd, u, func(out io.Writer) error {
+				if err := ensureDir(out, data, a, 0o700); err != nil {
+					return fmt.Errorf("--data: %w", err)
+				}
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -344,11 +361,8 @@ uninstall does. config.toml, the working directory and the coordinator's
 data stay. Needs root and systemd.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := service.CheckName(name)
+			n, err := serviceTarget(name, true)
 			if err != nil {
-				return usageError(err)
-			}
-			if err := serviceHost(true); err != nil {
 				return err
 			}
 			path, err := (&service.Manager{}).Uninstall(cmd.Context(), n)
@@ -372,11 +386,8 @@ func newServiceVerbCmd(verb, short, long string, do func(*service.Manager, conte
 		Long:  long + "\n\nNeeds root and systemd; --service names the service (default drover).",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := service.CheckName(name)
+			n, err := serviceTarget(name, true)
 			if err != nil {
-				return usageError(err)
-			}
-			if err := serviceHost(true); err != nil {
 				return err
 			}
 			return do(&service.Manager{}, cmd.Context(), n)
@@ -400,11 +411,8 @@ and exits as systemctl status does: 0 when it runs, 3 when it does not
 systemd, not root.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := service.CheckName(name)
+			n, err := serviceTarget(name, false)
 			if err != nil {
-				return usageError(err)
-			}
-			if err := serviceHost(false); err != nil {
 				return err
 			}
 			st, err := (&service.Manager{}).Status(cmd.Context(), n)

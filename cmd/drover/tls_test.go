@@ -101,30 +101,17 @@ func secureFiles(t *testing.T) (ca *tlstest.CA, cert, key, tokenFile, token stri
 // a client trusting the CA reaches and others do not, with /metrics
 // behind the token.
 func TestDaemonsServeTLS(t *testing.T) {
-	for _, tc := range []struct {
-		daemon string
-		args   []string
-	}{
-		{"coordinator", nil},
-		{"router", []string{"--upstream", "http://127.0.0.1:1", "--upstream-token", "glrt-test"}},
-	} {
-		t.Run(tc.daemon, func(t *testing.T) {
-			t.Setenv("DROVER_ADMIN_TOKEN", "")
-			t.Setenv("DROVER_DATABASE_URL", "")
-			ca, cert, key, tokenFile, token := secureFiles(t)
-			out, done := startDaemon(t, append([]string{tc.daemon, "--listen", "127.0.0.1:0", "--data", t.TempDir(),
-				"--tls-cert", cert, "--tls-key", key, "--metrics-token-file", tokenFile}, tc.args...)...)
-			addr := listeningAt(t, out, tc.daemon+" listening", done)
-			if !strings.Contains(out.String(), "addr=https://"+addr) {
-				t.Errorf("the listening line does not say https:\n%s", out.String())
-			}
-			checkSecured(t, ca, "https://"+addr, token, "drover_"+tc.daemon+"_connections")
-			// Plain HTTP gets no API answer.
-			if code, body, err := httpsGet(t, &http.Client{}, "http://"+addr+"/health/live", ""); err == nil && code == http.StatusOK {
-				t.Errorf("plain HTTP GET /health/live = %d %q, want no answer of the API", code, body)
-			}
-		})
-	}
+	ca, cert, key, tokenFile, token := secureFiles(t)
+	forEachDaemon(t, []string{"--tls-cert", cert, "--tls-key", key, "--metrics-token-file", tokenFile}, func(t *testing.T, daemon, addr string, out *syncBuffer) {
+		if !strings.Contains(out.String(), "addr=https://"+addr) {
+			t.Errorf("the listening line does not say https:\n%s", out.String())
+		}
+		checkSecured(t, ca, "https://"+addr, token, "drover_"+daemon+"_connections")
+		// Plain HTTP gets no API answer.
+		if code, body, err := httpsGet(t, &http.Client{}, "http://"+addr+"/health/live", ""); err == nil && code == http.StatusOK {
+			t.Errorf("plain HTTP GET /health/live = %d %q, want no answer of the API", code, body)
+		}
+	})
 }
 
 // TestDaemonTLSFlagsRefused: a certificate without its key, a key without

@@ -344,33 +344,39 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, want 
 	return resp, nil
 }
 
-// Submit creates a job.
-func (c *Client) Submit(ctx context.Context, spec JobSpec) (*Job, error) {
-	var j Job
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs", spec, &j, http.StatusCreated); err != nil {
+// call is do for a request whose answer is a T: it returns the answer.
+func call[T any](ctx context.Context, c *Client, method, path string, in any, want int) (*T, error) {
+	var out T
+	if _, err := c.do(ctx, method, path, in, &out, want); err != nil {
 		return nil, err
 	}
-	return &j, nil
+	return &out, nil
+}
+
+// callList is call for an answer that is a list of T.
+func callList[T any](ctx context.Context, c *Client, method, path string, in any, want int) ([]T, error) {
+	var out []T
+	if _, err := c.do(ctx, method, path, in, &out, want); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Submit creates a job.
+func (c *Client) Submit(ctx context.Context, spec JobSpec) (*Job, error) {
+	return call[Job](ctx, c, http.MethodPost, "/api/v1/jobs", spec, http.StatusCreated)
 }
 
 // SubmitTestPayload queues a GitLab jobs/request payload as written
 // (POST /api/v1/test/payloads): a test-only path, answered only by a
 // coordinator started with Config.TestPayloads.
 func (c *Client) SubmitTestPayload(ctx context.Context, payload json.RawMessage) (*Job, error) {
-	var j Job
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/test/payloads", payload, &j, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return call[Job](ctx, c, http.MethodPost, "/api/v1/test/payloads", payload, http.StatusCreated)
 }
 
 // Job returns one job.
 func (c *Client) Job(ctx context.Context, id int64) (*Job, error) {
-	var j Job
-	if _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+strconv.FormatInt(id, 10), nil, &j, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return call[Job](ctx, c, http.MethodGet, "/api/v1/jobs/"+strconv.FormatInt(id, 10), nil, http.StatusOK)
 }
 
 // Jobs lists jobs, oldest first, optionally filtered by status.
@@ -425,29 +431,17 @@ func (c *Client) JobList(ctx context.Context, jq JobQuery) ([]Job, int64, error)
 
 // Cancel cancels a job.
 func (c *Client) Cancel(ctx context.Context, id int64) (*Job, error) {
-	var j Job
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/cancel", nil, &j, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return call[Job](ctx, c, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/cancel", nil, http.StatusOK)
 }
 
 // Retry queues a new job with finished job id's spec and returns it.
 func (c *Client) Retry(ctx context.Context, id int64) (*Job, error) {
-	var j Job
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/retry", nil, &j, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return call[Job](ctx, c, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/retry", nil, http.StatusCreated)
 }
 
 // CreateRunner creates a runner and returns its glrt- token.
 func (c *Client) CreateRunner(ctx context.Context, spec RunnerSpec) (*CreatedRunner, error) {
-	var r CreatedRunner
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/runners", spec, &r, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[CreatedRunner](ctx, c, http.MethodPost, "/api/v1/runners", spec, http.StatusCreated)
 }
 
 // Trace returns the job log from offset, with the job status the

@@ -64,20 +64,12 @@ func (p *Pipeline) Finished() bool {
 
 // CreatePipeline runs a repository's CI configuration for a ref.
 func (c *Client) CreatePipeline(ctx context.Context, spec PipelineSpec) (*Pipeline, error) {
-	var p Pipeline
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/pipelines", spec, &p, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pipeline](ctx, c, http.MethodPost, "/api/v1/pipelines", spec, http.StatusCreated)
 }
 
 // Pipeline returns a pipeline with its jobs.
 func (c *Client) Pipeline(ctx context.Context, id int64) (*Pipeline, error) {
-	var p Pipeline
-	if _, err := c.do(ctx, http.MethodGet, "/api/v1/pipelines/"+strconv.FormatInt(id, 10), nil, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pipeline](ctx, c, http.MethodGet, "/api/v1/pipelines/"+strconv.FormatInt(id, 10), nil, http.StatusOK)
 }
 
 // Pipelines lists the newest pipelines (of project, when set), without
@@ -94,36 +86,20 @@ func (c *Client) Pipelines(ctx context.Context, project string, limit int) ([]Pi
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var out []Pipeline
-	if _, err := c.do(ctx, http.MethodGet, path, nil, &out, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callList[Pipeline](ctx, c, http.MethodGet, path, nil, http.StatusOK)
 }
 
 // CancelPipeline cancels every unfinished job of a pipeline.
 func (c *Client) CancelPipeline(ctx context.Context, id int64) (*Pipeline, error) {
-	var p Pipeline
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/pipelines/"+strconv.FormatInt(id, 10)+"/cancel", nil, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pipeline](ctx, c, http.MethodPost, "/api/v1/pipelines/"+strconv.FormatInt(id, 10)+"/cancel", nil, http.StatusOK)
 }
 
 // RetryPipeline retries a pipeline's failed, canceled and skipped jobs.
 func (c *Client) RetryPipeline(ctx context.Context, id int64) (*Pipeline, error) {
-	var p Pipeline
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/pipelines/"+strconv.FormatInt(id, 10)+"/retry", nil, &p, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pipeline](ctx, c, http.MethodPost, "/api/v1/pipelines/"+strconv.FormatInt(id, 10)+"/retry", nil, http.StatusCreated)
 }
 
 // Play queues a manual job.
 func (c *Client) Play(ctx context.Context, id int64) (*Job, error) {
-	var j Job
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/play", nil, &j, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return call[Job](ctx, c, http.MethodPost, "/api/v1/jobs/"+strconv.FormatInt(id, 10)+"/play", nil, http.StatusOK)
 }

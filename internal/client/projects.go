@@ -73,11 +73,7 @@ func projectPath(project string) string {
 // CreateProject registers a project; the answer carries its webhook
 // secret, once.
 func (c *Client) CreateProject(ctx context.Context, spec ProjectSpec) (*Project, error) {
-	var p Project
-	if _, err := c.do(ctx, http.MethodPost, "/api/v1/projects", spec, &p, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Project](ctx, c, http.MethodPost, "/api/v1/projects", spec, http.StatusCreated)
 }
 
 // Projects lists the registered projects (all: also those only their
@@ -87,29 +83,17 @@ func (c *Client) Projects(ctx context.Context, all bool) ([]Project, error) {
 	if all {
 		path += "?all=true"
 	}
-	var out []Project
-	if _, err := c.do(ctx, http.MethodGet, path, nil, &out, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callList[Project](ctx, c, http.MethodGet, path, nil, http.StatusOK)
 }
 
 // Project returns a project by name (group/name) or id.
 func (c *Client) Project(ctx context.Context, project string) (*Project, error) {
-	var p Project
-	if _, err := c.do(ctx, http.MethodGet, projectPath(project), nil, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Project](ctx, c, http.MethodGet, projectPath(project), nil, http.StatusOK)
 }
 
 // UpdateProject changes what spec sets.
 func (c *Client) UpdateProject(ctx context.Context, project string, spec ProjectSpec) (*Project, error) {
-	var p Project
-	if _, err := c.do(ctx, http.MethodPatch, projectPath(project), spec, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Project](ctx, c, http.MethodPatch, projectPath(project), spec, http.StatusOK)
 }
 
 // DeleteProject drops a project's settings, schedules and webhook
@@ -133,29 +117,17 @@ func (c *Client) ProjectWebhookSecret(ctx context.Context, project string) (stri
 
 // ProjectVariables lists a project's variables (without values).
 func (c *Client) ProjectVariables(ctx context.Context, project string) ([]ProjectVariable, error) {
-	var out []ProjectVariable
-	if _, err := c.do(ctx, http.MethodGet, projectPath(project)+"/variables", nil, &out, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callList[ProjectVariable](ctx, c, http.MethodGet, projectPath(project)+"/variables", nil, http.StatusOK)
 }
 
 // SetProjectVariable adds or replaces variable v.Key of a project.
 func (c *Client) SetProjectVariable(ctx context.Context, project string, v ProjectVariable) (*Project, error) {
-	var p Project
-	if _, err := c.do(ctx, http.MethodPut, projectPath(project)+"/variables/"+url.PathEscape(v.Key), v, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Project](ctx, c, http.MethodPut, projectPath(project)+"/variables/"+url.PathEscape(v.Key), v, http.StatusOK)
 }
 
 // DeleteProjectVariable removes variable key of a project.
 func (c *Client) DeleteProjectVariable(ctx context.Context, project, key string) (*Project, error) {
-	var p Project
-	if _, err := c.do(ctx, http.MethodDelete, projectPath(project)+"/variables/"+url.PathEscape(key), nil, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Project](ctx, c, http.MethodDelete, projectPath(project)+"/variables/"+url.PathEscape(key), nil, http.StatusOK)
 }
 
 // ScheduleSpec is the body of a schedule's creation (Cron required) or
@@ -196,38 +168,22 @@ func schedulePath(project string, id int64) string {
 
 // CreateSchedule adds a pipeline schedule to a project.
 func (c *Client) CreateSchedule(ctx context.Context, project string, spec ScheduleSpec) (*Schedule, error) {
-	var s Schedule
-	if _, err := c.do(ctx, http.MethodPost, projectPath(project)+"/schedules", spec, &s, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[Schedule](ctx, c, http.MethodPost, projectPath(project)+"/schedules", spec, http.StatusCreated)
 }
 
 // Schedules lists a project's schedules.
 func (c *Client) Schedules(ctx context.Context, project string) ([]Schedule, error) {
-	var out []Schedule
-	if _, err := c.do(ctx, http.MethodGet, projectPath(project)+"/schedules", nil, &out, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callList[Schedule](ctx, c, http.MethodGet, projectPath(project)+"/schedules", nil, http.StatusOK)
 }
 
 // Schedule returns one schedule of a project.
 func (c *Client) Schedule(ctx context.Context, project string, id int64) (*Schedule, error) {
-	var s Schedule
-	if _, err := c.do(ctx, http.MethodGet, schedulePath(project, id), nil, &s, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[Schedule](ctx, c, http.MethodGet, schedulePath(project, id), nil, http.StatusOK)
 }
 
 // UpdateSchedule changes what spec sets; the next run is computed again.
 func (c *Client) UpdateSchedule(ctx context.Context, project string, id int64, spec ScheduleSpec) (*Schedule, error) {
-	var s Schedule
-	if _, err := c.do(ctx, http.MethodPatch, schedulePath(project, id), spec, &s, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[Schedule](ctx, c, http.MethodPatch, schedulePath(project, id), spec, http.StatusOK)
 }
 
 // DeleteSchedule removes a schedule.
@@ -238,9 +194,5 @@ func (c *Client) DeleteSchedule(ctx context.Context, project string, id int64) e
 
 // PlaySchedule runs a schedule's pipeline now.
 func (c *Client) PlaySchedule(ctx context.Context, project string, id int64) (*Pipeline, error) {
-	var p Pipeline
-	if _, err := c.do(ctx, http.MethodPost, schedulePath(project, id)+"/play", nil, &p, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[Pipeline](ctx, c, http.MethodPost, schedulePath(project, id)+"/play", nil, http.StatusCreated)
 }

@@ -30,20 +30,12 @@ type ProjectTokenSpec struct {
 
 // CreateProjectToken adds an access token to a project.
 func (c *Client) CreateProjectToken(ctx context.Context, project string, spec ProjectTokenSpec) (*ProjectToken, error) {
-	var t ProjectToken
-	if _, err := c.do(ctx, http.MethodPost, projectPath(project)+"/tokens", spec, &t, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &t, nil
+	return call[ProjectToken](ctx, c, http.MethodPost, projectPath(project)+"/tokens", spec, http.StatusCreated)
 }
 
 // ProjectTokens lists a project's tokens (without the tokens).
 func (c *Client) ProjectTokens(ctx context.Context, project string) ([]ProjectToken, error) {
-	var out []ProjectToken
-	if _, err := c.do(ctx, http.MethodGet, projectPath(project)+"/tokens", nil, &out, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return callList[ProjectToken](ctx, c, http.MethodGet, projectPath(project)+"/tokens", nil, http.StatusOK)
 }
 
 // RevokeProjectToken deletes token id of a project: it stops working.

@@ -264,46 +264,16 @@ func (sc *lineScanner) value(p keyPath, depth int) {
 		sc.str()
 	case '[':
 		sc.i++
-		for n := 0; ; {
-			sc.skipBlank()
-			switch sc.peek() {
-			case 0:
-				if sc.eof() {
-					return
-				}
-			case ']':
-				sc.i++
-				return
-			case ',':
-				sc.i++
-				continue
-			}
-			start := sc.i
+		n := 0
+		sc.items(']', func() {
 			e := p.index(n)
 			sc.mark(e, sc.line)
 			sc.value(e, depth+1)
 			n++
-			if sc.i == start {
-				sc.next()
-			}
-		}
+		})
 	case '{':
 		sc.i++
-		for {
-			sc.skipBlank()
-			switch sc.peek() {
-			case 0:
-				if sc.eof() {
-					return
-				}
-			case '}':
-				sc.i++
-				return
-			case ',':
-				sc.i++
-				continue
-			}
-			start := sc.i
+		sc.items('}', func() {
 			line := sc.line
 			q := p
 			for _, k := range sc.key() {
@@ -316,13 +286,36 @@ func (sc *lineScanner) value(p keyPath, depth int) {
 				sc.skipSpace()
 				sc.value(q, depth+1)
 			}
-			if sc.i == start {
-				sc.next()
-			}
-		}
+		})
 	default:
 		for !sc.eof() && !strings.ContainsRune(",]}\r\n#", rune(sc.peek())) {
 			sc.i++
+		}
+	}
+}
+
+// items scans the items of an array or an inline table, from past its
+// opening bracket to past its closing one, end; item scans one, and a byte
+// is skipped when it did not move on.
+func (sc *lineScanner) items(end byte, item func()) {
+	for {
+		sc.skipBlank()
+		switch sc.peek() {
+		case 0:
+			if sc.eof() {
+				return
+			}
+		case end:
+			sc.i++
+			return
+		case ',':
+			sc.i++
+			continue
+		}
+		start := sc.i
+		item()
+		if sc.i == start {
+			sc.next()
 		}
 	}
 }

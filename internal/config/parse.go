@@ -479,28 +479,25 @@ func (d *decoder) wrongType(p keyPath, want string, v any) {
 	d.fail(p, "must be %s, not %s", want, TypeName(v))
 }
 
-func (d *decoder) str(p keyPath, v any) (string, bool) {
-	s, ok := v.(string)
+// typed returns v as a T, or fails p, what naming a T.
+func typed[T any](d *decoder, p keyPath, v any, what string) (T, bool) {
+	t, ok := v.(T)
 	if !ok {
-		d.wrongType(p, "a string", v)
+		d.wrongType(p, what, v)
 	}
-	return s, ok
+	return t, ok
+}
+
+func (d *decoder) str(p keyPath, v any) (string, bool) {
+	return typed[string](d, p, v, "a string")
 }
 
 func (d *decoder) bool(p keyPath, v any) (bool, bool) {
-	b, ok := v.(bool)
-	if !ok {
-		d.wrongType(p, "a boolean", v)
-	}
-	return b, ok
+	return typed[bool](d, p, v, "a boolean")
 }
 
 func (d *decoder) int64(p keyPath, v any) (int64, bool) {
-	n, ok := v.(int64)
-	if !ok {
-		d.wrongType(p, "an integer", v)
-	}
-	return n, ok
+	return typed[int64](d, p, v, "an integer")
 }
 
 func (d *decoder) int(p keyPath, v any) (int, bool) {
@@ -555,11 +552,7 @@ func (d *decoder) duration(p keyPath, v any) (time.Duration, bool) {
 }
 
 func (d *decoder) table(p keyPath, v any) (map[string]any, bool) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		d.wrongType(p, "a table", v)
-	}
-	return m, ok
+	return typed[map[string]any](d, p, v, "a table")
 }
 
 // tables accepts an array of tables, also written inline.
@@ -605,37 +598,28 @@ func (d *decoder) strList(p keyPath, v any) ([]string, bool) {
 }
 
 func (d *decoder) strMap(p keyPath, v any) (map[string]string, bool) {
-	m, ok := d.table(p, v)
-	if !ok {
-		return nil, false
-	}
-	out := make(map[string]string, len(m))
-	for _, k := range SortedKeys(m) {
-		s, isStr := m[k].(string)
-		if !isStr {
-			d.wrongType(p.key(k), "a string", m[k])
-			ok = false
-			continue
-		}
-		out[k] = s
-	}
-	return out, ok
+	return typedMap[string](d, p, v, "a string")
 }
 
 func (d *decoder) boolMap(p keyPath, v any) (map[string]bool, bool) {
+	return typedMap[bool](d, p, v, "a boolean")
+}
+
+// typedMap reads table v whose values are all Ts (what names a T in the
+// errors): a value of another type is an error, and left out.
+func typedMap[T any](d *decoder, p keyPath, v any, what string) (map[string]T, bool) {
 	m, ok := d.table(p, v)
 	if !ok {
 		return nil, false
 	}
-	out := make(map[string]bool, len(m))
+	out := make(map[string]T, len(m))
 	for _, k := range SortedKeys(m) {
-		b, isBool := m[k].(bool)
-		if !isBool {
-			d.wrongType(p.key(k), "a boolean", m[k])
+		t, isT := typed[T](d, p.key(k), m[k], what)
+		if !isT {
 			ok = false
 			continue
 		}
-		out[k] = b
+		out[k] = t
 	}
 	return out, ok
 }

@@ -95,6 +95,21 @@ shim_pids() {
   done
 }
 
+# kill_all tries what list: SIGKILL to the pids the function list prints,
+# until it prints none, up to tries times 0.2s apart; what says what they
+# are (once, with the pids).
+kill_all() {
+  local i pids
+  for i in $(seq "$1"); do
+    pids=$($3)
+    [ -z "$pids" ] && break
+    [ "$i" = 1 ] && step "$2: $(echo $pids)"
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+  done
+}
+
 # The kubelet first, so that it restarts nothing; then the pods; then the
 # rest at once (all their state is deleted below, nothing to flush).
 stop kubelet
@@ -111,23 +126,9 @@ if pidof_component containerd >/dev/null && [ -S "$CTRD_SOCK" ]; then
     done
   fi
 fi
-for i in $(seq 50); do
-  pids=$(pod_pids)
-  [ -z "$pids" ] && break
-  [ "$i" = 1 ] && step "killing the processes left in the kubepods cgroups: $(echo $pids)"
-  # shellcheck disable=SC2086
-  kill -KILL $pids 2>/dev/null || true
-  sleep 0.2
-done
+kill_all 50 "killing the processes left in the kubepods cgroups" pod_pids
 stop kube-scheduler kube-controller-manager kube-apiserver etcd containerd registry
-for i in $(seq 25); do
-  pids=$(shim_pids)
-  [ -z "$pids" ] && break
-  [ "$i" = 1 ] && step "killing containerd shims: $(echo $pids)"
-  # shellcheck disable=SC2086
-  kill -KILL $pids 2>/dev/null || true
-  sleep 0.2
-done
+kill_all 25 "killing containerd shims" shim_pids
 # Components whose pid file was lost.
 pids=$(our_pids)
 if [ -n "$pids" ]; then
