@@ -711,56 +711,9 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	}
 	set := []string{"status = ?", "updated_at = ?", "version = version + 1"}
 	args := []any{string(ch.Status), store.Nanos(ch.At)}
-	add := func(col string, v any) {
-		set = append(set, col+" = ?")
-		args = append(args, v)
-	}
-	if ch.FailureReason != nil {
-		add("failure_reason", *ch.FailureReason)
-	}
-	if ch.ExitCode != nil {
-		add("exit_code", *ch.ExitCode)
-	}
-	if ch.RunTimeout != nil {
-		add("run_timeout", *ch.RunTimeout)
-	}
-	if ch.RunnerID != nil {
-		add("runner_id", *ch.RunnerID)
-	}
-	if ch.RunnerSystemID != nil {
-		add("runner_system_id", *ch.RunnerSystemID)
-	}
-	if ch.TokenHash != nil {
-		add("token_hash", *ch.TokenHash)
-	}
-	if ch.ProvisioningAttempts != nil {
-		add("provisioning_attempts", *ch.ProvisioningAttempts)
-	}
-	if ch.ProvisioningReturns != nil {
-		add("provisioning_returns", *ch.ProvisioningReturns)
-	}
-	if ch.QueuedNanos != nil {
-		add("queued_ns", *ch.QueuedNanos)
-	}
-	if ch.ProvisioningNanos != nil {
-		add("provisioning_ns", *ch.ProvisioningNanos)
-	}
-	if ch.AvoidSystemIDs != nil {
-		add("avoid_system_ids", tagsText(*ch.AvoidSystemIDs))
-	}
-	if ch.Coverage != nil {
-		add("coverage", *ch.Coverage)
-	}
-	for _, t := range []struct {
-		col string
-		t   time.Time
-	}{
-		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
-		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
-	} {
-		if !t.t.IsZero() {
-			add(t.col, store.Nanos(t.t))
-		}
+	for _, c := range ch.Sets(func(l []string) any { return tagsText(l) }) {
+		set = append(set, c.Column+" = ?")
+		args = append(args, c.Value)
 	}
 	// where and its arguments select the row the change applies to; they
 	// serve the token retirement and the update alike.
