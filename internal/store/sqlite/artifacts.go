@@ -115,20 +115,8 @@ func (s *Store) ExpiredArtifacts(ctx context.Context, now time.Time, limit int) 
 // queryArtifacts runs q and returns the artifacts it selects (artifactCols);
 // op names it in errors.
 func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) ([]store.Artifact, error) {
-	rows, err := s.rs.QueryContext(ctx, q, args...)
+	out, err := queryAll(ctx, s.rs, scanArtifact, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	defer rows.Close()
-	out := []store.Artifact{}
-	for rows.Next() {
-		a, err := scanArtifact(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
