@@ -151,36 +151,34 @@ func (q *fairQueue) Remove(j *job) bool {
 // dropEmpty removes the empty project p (and ns when it empties) without
 // disturbing whose turn it is.
 func (q *fairQueue) dropEmpty(ns *nsQueue, p *projQueue) {
-	for i, x := range ns.projects {
-		if x == p {
-			ns.projects = append(ns.projects[:i], ns.projects[i+1:]...)
-			if i < ns.next {
-				ns.next--
-			}
-			break
-		}
-	}
+	ns.projects = dropTurn(ns.projects, &ns.next, p)
 	delete(ns.byProj, p.name)
 	if len(ns.projects) > 0 {
-		ns.next %= len(ns.projects)
 		return
 	}
-	ns.next = 0
-	for i, x := range q.nss {
-		if x == ns {
-			q.nss = append(q.nss[:i], q.nss[i+1:]...)
-			if i < q.next {
-				q.next--
+	q.nss = dropTurn(q.nss, &q.next, ns)
+	delete(q.byNS, ns.name)
+}
+
+// dropTurn removes x from the round robin ring whose turn is next, keeping
+// the turn where it is (the one after x if it was x's), and returns the
+// ring.
+func dropTurn[T comparable](ring []T, next *int, x T) []T {
+	for i, y := range ring {
+		if y == x {
+			ring = append(ring[:i], ring[i+1:]...)
+			if i < *next {
+				*next--
 			}
 			break
 		}
 	}
-	delete(q.byNS, ns.name)
-	if len(q.nss) > 0 {
-		q.next %= len(q.nss)
+	if len(ring) > 0 {
+		*next %= len(ring)
 	} else {
-		q.next = 0
+		*next = 0
 	}
+	return ring
 }
 
 // Each calls fn for every queued job, in no particular order.
