@@ -102,6 +102,24 @@ func TestFairnessEndToEnd(t *testing.T) {
 	}
 }
 
+// handedOutBefore reads the jobs handed out to s up to the first of
+// project and returns how many came before it.
+func handedOutBefore(t *testing.T, s *simRunner, project string) int {
+	t.Helper()
+	n := 0
+	for {
+		select {
+		case j := <-s.got:
+			if j.JobInfo.ProjectFullPath == project {
+				return n
+			}
+			n++
+		case <-time.After(20 * time.Second):
+			t.Fatal("no job handed out")
+		}
+	}
+}
+
 func testFairness(t *testing.T, u upstreamUnderTest) {
 	x := startRouter(t, Config{Upstream: u.url(), UpstreamToken: u.routerToken(), LongPollTimeout: 10 * time.Second, Prefetch: 1000})
 	tok := createRunner(t, x.srv.URL, x.r.AdminToken(), nil)
@@ -119,20 +137,7 @@ func testFairness(t *testing.T, u upstreamUnderTest) {
 	s := newSim(t, x.srv.URL, tok, "s_fair", true)
 	s.got = make(chan *api.JobResponse, 300)
 	startSims(t, s)
-	aBefore := 0
-	for {
-		var j *api.JobResponse
-		select {
-		case j = <-s.got:
-		case <-time.After(20 * time.Second):
-			t.Fatal("no job handed out")
-		}
-		if j.JobInfo.ProjectFullPath == "b/small" {
-			break
-		}
-		aBefore++
-	}
-	if aBefore > 1 {
+	if aBefore := handedOutBefore(t, s, "b/small"); aBefore > 1 {
 		t.Errorf("%d of A's jobs were handed out before B's first, want at most 1", aBefore)
 	}
 	waitFor(t, 60*time.Second, "all jobs done", func() bool { return s.jobs.Load() == 205 })
@@ -403,20 +408,7 @@ func TestFairnessWithoutPrefetch(t *testing.T) {
 	s := newSim(t, x.srv.URL, tok, "s_fair0", true)
 	s.got = make(chan *api.JobResponse, 300)
 	startSims(t, s)
-	aBefore := 0
-	for {
-		var j *api.JobResponse
-		select {
-		case j = <-s.got:
-		case <-time.After(20 * time.Second):
-			t.Fatal("no job handed out")
-		}
-		if j.JobInfo.ProjectFullPath == "b/small" {
-			break
-		}
-		aBefore++
-	}
-	if aBefore > 1 {
+	if aBefore := handedOutBefore(t, s, "b/small"); aBefore > 1 {
 		t.Errorf("%d of A's jobs were handed out before B's first, want at most 1", aBefore)
 	}
 	if n := x.r.QueueLen(); n > 1 {
