@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
 
 // jobCols are a job's columns, from jobs (or a CTE of its rows) as j
@@ -23,7 +24,7 @@ const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failur
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
-func scanJob(row pgx.Row) (store.Job, error) {
+func scanJob(row sqlrow.Scanner) (store.Job, error) {
 	var j store.Job
 	var status, spec string
 	var created, queued, started, finished, updated, contacted, assigned, deadline, accepted int64
@@ -54,7 +55,7 @@ func (s *Store) collectJobs(ctx context.Context, op string, rows pgx.Rows, err e
 }
 
 // collect scans every row of a query (rows and err are its result).
-func collect[T any](ctx context.Context, s *Store, op string, rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
+func collect[T any](ctx context.Context, s *Store, op string, rows pgx.Rows, err error, scan func(sqlrow.Scanner) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}

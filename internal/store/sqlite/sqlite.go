@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -266,7 +267,7 @@ func notFound(err error, what string, id any) error {
 
 const runnerCols = `id, token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at`
 
-type scanner interface{ Scan(dest ...any) error }
+type scanner = sqlrow.Scanner
 
 func scanRunner(sc scanner) (store.Runner, error) {
 	var r store.Runner
