@@ -94,12 +94,7 @@ func ping(t testing.TB, url, token, sysID string, twoPhase bool) {
 // project B submits 5: B's first job goes out after at most one of A's.
 func TestFairnessEndToEnd(t *testing.T) {
 	t.Parallel()
-	for name, mk := range upstreams(t, 60*time.Second) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testFairness(t, mk())
-		})
-	}
+	eachUpstream(t, 60*time.Second, testFairness)
 }
 
 // handedOutBefore reads the jobs handed out to s up to the first of
@@ -222,12 +217,7 @@ func TestRouterRestart(t *testing.T) {
 	t.Parallel()
 	// An ack timeout of 3 s: the router's keep-alives (every second) stay
 	// well inside it on a loaded 2-core machine.
-	for name, mk := range upstreams(t, 3*time.Second) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testRouterRestart(t, mk())
-		})
-	}
+	eachUpstream(t, 3*time.Second, testRouterRestart)
 }
 
 func testRouterRestart(t *testing.T, u upstreamUnderTest) {
