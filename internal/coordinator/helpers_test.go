@@ -202,8 +202,14 @@ func (e *env) job(id int64) jobView {
 // payload.
 func (e *env) request(token, lastUpdate string, f api.FeaturesInfo) (*http.Response, *api.JobResponse) {
 	e.t.Helper()
-	req := api.JobRequest{Token: token, SystemID: "s_test", LastUpdate: lastUpdate, Info: api.VersionInfo{Name: "gitlab-runner", Version: "19.4.0", Executor: "shell", Features: f}}
-	resp, b := e.do("POST", "/api/v4/jobs/request", map[string]string{hdrRunnerToken: token}, req)
+	return e.postRequest(api.JobRequest{Token: token, SystemID: "s_test", LastUpdate: lastUpdate, Info: api.VersionInfo{Name: "gitlab-runner", Version: "19.4.0", Executor: "shell", Features: f}})
+}
+
+// postRequest sends req to jobs/request with its runner token; the job
+// comes back only with a 201.
+func (e *env) postRequest(req api.JobRequest) (*http.Response, *api.JobResponse) {
+	e.t.Helper()
+	resp, b := e.do("POST", "/api/v4/jobs/request", map[string]string{hdrRunnerToken: req.Token}, req)
 	if resp.StatusCode != http.StatusCreated {
 		return resp, nil
 	}

@@ -441,7 +441,12 @@ func (c *Coordinator) handleGetProject(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := c.projectView(&p)
+	c.writeProject(w, r, &p)
+}
+
+// writeProject answers 200 with the view of p.
+func (c *Coordinator) writeProject(w http.ResponseWriter, r *http.Request, p *store.Project) {
+	v, err := c.projectView(p)
 	if err != nil {
 		c.internalError(r.Context(), w, "project view", err)
 		return
@@ -516,12 +521,7 @@ func (c *Coordinator) changeProject(w http.ResponseWriter, r *http.Request, ifVe
 		c.writeProjectError(w, r, "update project", err)
 		return
 	}
-	v, err := c.projectView(&p)
-	if err != nil {
-		c.internalError(r.Context(), w, "project view", err)
-		return
-	}
-	runnerapi.WriteJSON(w, http.StatusOK, v)
+	c.writeProject(w, r, &p)
 }
 
 // handleDeleteProject is DELETE /api/v1/projects/{project}: its settings,

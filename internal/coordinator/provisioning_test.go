@@ -23,14 +23,7 @@ import (
 func (e *env) requestAs(token, systemID, lastUpdate string, twoPhase bool) (*http.Response, *api.JobResponse) {
 	e.t.Helper()
 	f := api.FeaturesInfo{Image: true, Services: true, TwoPhaseJobCommit: twoPhase}
-	req := api.JobRequest{Token: token, SystemID: systemID, LastUpdate: lastUpdate, Info: api.VersionInfo{Name: "drover", Version: "1.0.0", Executor: "shell", Features: f}}
-	resp, b := e.do("POST", "/api/v4/jobs/request", map[string]string{hdrRunnerToken: token}, req)
-	if resp.StatusCode != http.StatusCreated {
-		return resp, nil
-	}
-	var jr api.JobResponse
-	e.decode(b, &jr)
-	return resp, &jr
+	return e.postRequest(api.JobRequest{Token: token, SystemID: systemID, LastUpdate: lastUpdate, Info: api.VersionInfo{Name: "drover", Version: "1.0.0", Executor: "shell", Features: f}})
 }
 
 // takeAs claims the next job as a two-phase runner manager and fails if

@@ -162,13 +162,7 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 	c.byLeastRecentlyServed(heads)
 	for i := range heads {
 		j := &heads[i]
-		if !canRun(&rn, req.Info.Features, j) {
-			continue
-		}
-		if until := c.avoidedUntil(j, req.SystemID, now); !until.IsZero() {
-			if retryAt.IsZero() || until.Before(retryAt) {
-				retryAt = until
-			}
+		if c.passOver(&rn, &req, j, now, &retryAt) {
 			continue
 		}
 		if !c.claims.begin(j.ID, j.Version) {
@@ -201,13 +195,7 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 		contended := false
 		for i := range jobs {
 			j := &jobs[i]
-			if !canRun(&rn, req.Info.Features, j) {
-				continue
-			}
-			if until := c.avoidedUntil(j, req.SystemID, now); !until.IsZero() {
-				if retryAt.IsZero() || until.Before(retryAt) {
-					retryAt = until
-				}
+			if c.passOver(&rn, &req, j, now, &retryAt) {
 				continue
 			}
 			if !c.claims.begin(j.ID, j.Version) {
@@ -234,6 +222,22 @@ func (c *Coordinator) claim(ctx context.Context, r *http.Request, rn store.Runne
 		}
 		page = min(page*2, claimPage)
 	}
+}
+
+// passOver reports whether claim passes j over for rn: rn cannot run it,
+// or this manager gave it back recently (then retryAt becomes the end of
+// that wait, if it is the earliest yet).
+func (c *Coordinator) passOver(rn *store.Runner, req *api.JobRequest, j *store.Job, now time.Time, retryAt *time.Time) bool {
+	if !canRun(rn, req.Info.Features, j) {
+		return true
+	}
+	if until := c.avoidedUntil(j, req.SystemID, now); !until.IsZero() {
+		if retryAt.IsZero() || until.Before(*retryAt) {
+			*retryAt = until
+		}
+		return true
+	}
+	return false
 }
 
 func (c *Coordinator) claimJob(ctx context.Context, r *http.Request, rn store.Runner, req api.JobRequest, j *store.Job) (*api.JobResponse, error) {

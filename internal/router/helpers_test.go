@@ -370,6 +370,16 @@ func (f *fakeUpstream) state(id int64) string {
 }
 
 // upstreams returns the upstreams a test runs against, with ack timeout ack.
+// eachUpstream runs test in parallel subtests, one for each of upstreams.
+func eachUpstream(t *testing.T, ack time.Duration, test func(*testing.T, upstreamUnderTest)) {
+	for name, mk := range upstreams(t, ack) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, mk())
+		})
+	}
+}
+
 func upstreams(t *testing.T, ack time.Duration) map[string]func() upstreamUnderTest {
 	return map[string]func() upstreamUnderTest{
 		"fake": func() upstreamUnderTest { return newFakeUpstream(t, ack) },

@@ -100,28 +100,30 @@ func (q *fairQueue) advance(ni, pi int) {
 	p := ns.projects[pi]
 	if len(p.jobs) == 0 {
 		delete(ns.byProj, p.name)
-		ns.projects = append(ns.projects[:pi], ns.projects[pi+1:]...)
-		ns.next = pi
-	} else {
-		ns.next = pi + 1
 	}
-	if len(ns.projects) > 0 {
-		ns.next %= len(ns.projects)
-	} else {
-		ns.next = 0
-	}
+	ns.projects = passTurn(ns.projects, &ns.next, pi, len(p.jobs) == 0)
 	if len(ns.projects) == 0 {
 		delete(q.byNS, ns.name)
-		q.nss = append(q.nss[:ni], q.nss[ni+1:]...)
-		q.next = ni
-	} else {
-		q.next = ni + 1
 	}
-	if len(q.nss) > 0 {
-		q.next %= len(q.nss)
+	q.nss = passTurn(q.nss, &q.next, ni, len(ns.projects) == 0)
+}
+
+// passTurn gives the turn of the round robin ring to the element after
+// the one at i, which was just served, and drops that one when drop; it
+// returns the ring.
+func passTurn[T any](ring []T, next *int, i int, drop bool) []T {
+	if drop {
+		ring = append(ring[:i], ring[i+1:]...)
+		*next = i
 	} else {
-		q.next = 0
+		*next = i + 1
 	}
+	if len(ring) > 0 {
+		*next %= len(ring)
+	} else {
+		*next = 0
+	}
+	return ring
 }
 
 // Remove takes j out of the queue; it reports whether j was queued.
@@ -151,36 +153,34 @@ func (q *fairQueue) Remove(j *job) bool {
 // dropEmpty removes the empty project p (and ns when it empties) without
 // disturbing whose turn it is.
 func (q *fairQueue) dropEmpty(ns *nsQueue, p *projQueue) {
-	for i, x := range ns.projects {
-		if x == p {
-			ns.projects = append(ns.projects[:i], ns.projects[i+1:]...)
-			if i < ns.next {
-				ns.next--
-			}
-			break
-		}
-	}
+	ns.projects = dropTurn(ns.projects, &ns.next, p)
 	delete(ns.byProj, p.name)
 	if len(ns.projects) > 0 {
-		ns.next %= len(ns.projects)
 		return
 	}
-	ns.next = 0
-	for i, x := range q.nss {
-		if x == ns {
-			q.nss = append(q.nss[:i], q.nss[i+1:]...)
-			if i < q.next {
-				q.next--
+	q.nss = dropTurn(q.nss, &q.next, ns)
+	delete(q.byNS, ns.name)
+}
+
+// dropTurn removes x from the round robin ring whose turn is next, keeping
+// the turn where it is (the one after x if it was x's), and returns the
+// ring.
+func dropTurn[T comparable](ring []T, next *int, x T) []T {
+	for i, y := range ring {
+		if y == x {
+			ring = append(ring[:i], ring[i+1:]...)
+			if i < *next {
+				*next--
 			}
 			break
 		}
 	}
-	delete(q.byNS, ns.name)
-	if len(q.nss) > 0 {
-		q.next %= len(q.nss)
+	if len(ring) > 0 {
+		*next %= len(ring)
 	} else {
-		q.next = 0
+		*next = 0
 	}
+	return ring
 }
 
 // Each calls fn for every queued job, in no particular order.

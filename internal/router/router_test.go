@@ -94,11 +94,24 @@ func ping(t testing.TB, url, token, sysID string, twoPhase bool) {
 // project B submits 5: B's first job goes out after at most one of A's.
 func TestFairnessEndToEnd(t *testing.T) {
 	t.Parallel()
-	for name, mk := range upstreams(t, 60*time.Second) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testFairness(t, mk())
-		})
+	eachUpstream(t, 60*time.Second, testFairness)
+}
+
+// handedOutBefore reads the jobs handed out to s up to the first of
+// project and returns how many came before it.
+func handedOutBefore(t *testing.T, s *simRunner, project string) int {
+	t.Helper()
+	n := 0
+	for {
+		select {
+		case j := <-s.got:
+			if j.JobInfo.ProjectFullPath == project {
+				return n
+			}
+			n++
+		case <-time.After(20 * time.Second):
+			t.Fatal("no job handed out")
+		}
 	}
 }
 
@@ -119,20 +132,7 @@ func testFairness(t *testing.T, u upstreamUnderTest) {
 	s := newSim(t, x.srv.URL, tok, "s_fair", true)
 	s.got = make(chan *api.JobResponse, 300)
 	startSims(t, s)
-	aBefore := 0
-	for {
-		var j *api.JobResponse
-		select {
-		case j = <-s.got:
-		case <-time.After(20 * time.Second):
-			t.Fatal("no job handed out")
-		}
-		if j.JobInfo.ProjectFullPath == "b/small" {
-			break
-		}
-		aBefore++
-	}
-	if aBefore > 1 {
+	if aBefore := handedOutBefore(t, s, "b/small"); aBefore > 1 {
 		t.Errorf("%d of A's jobs were handed out before B's first, want at most 1", aBefore)
 	}
 	waitFor(t, 60*time.Second, "all jobs done", func() bool { return s.jobs.Load() == 205 })
@@ -217,12 +217,7 @@ func TestRouterRestart(t *testing.T) {
 	t.Parallel()
 	// An ack timeout of 3 s: the router's keep-alives (every second) stay
 	// well inside it on a loaded 2-core machine.
-	for name, mk := range upstreams(t, 3*time.Second) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			testRouterRestart(t, mk())
-		})
-	}
+	eachUpstream(t, 3*time.Second, testRouterRestart)
 }
 
 func testRouterRestart(t *testing.T, u upstreamUnderTest) {
@@ -403,20 +398,7 @@ func TestFairnessWithoutPrefetch(t *testing.T) {
 	s := newSim(t, x.srv.URL, tok, "s_fair0", true)
 	s.got = make(chan *api.JobResponse, 300)
 	startSims(t, s)
-	aBefore := 0
-	for {
-		var j *api.JobResponse
-		select {
-		case j = <-s.got:
-		case <-time.After(20 * time.Second):
-			t.Fatal("no job handed out")
-		}
-		if j.JobInfo.ProjectFullPath == "b/small" {
-			break
-		}
-		aBefore++
-	}
-	if aBefore > 1 {
+	if aBefore := handedOutBefore(t, s, "b/small"); aBefore > 1 {
 		t.Errorf("%d of A's jobs were handed out before B's first, want at most 1", aBefore)
 	}
 	if n := x.r.QueueLen(); n > 1 {

@@ -376,6 +376,54 @@ type JobChange struct {
 	SkipLocked bool
 }
 
+// ColumnValue is a column of a table and the value a change writes there.
+type ColumnValue struct {
+	Column string
+	Value  any
+}
+
+// Sets returns the columns of the jobs table that ch writes besides
+// status, updated_at and version, with their values: what the set
+// pointers point to, the non-zero times as Nanos, and AvoidSystemIDs as
+// list makes it (each store keeps lists its own way).
+func (ch JobChange) Sets(list func([]string) any) []ColumnValue {
+	var sets []ColumnValue
+	sets = setIf(sets, "failure_reason", ch.FailureReason)
+	sets = setIf(sets, "exit_code", ch.ExitCode)
+	sets = setIf(sets, "run_timeout", ch.RunTimeout)
+	sets = setIf(sets, "runner_id", ch.RunnerID)
+	sets = setIf(sets, "runner_system_id", ch.RunnerSystemID)
+	sets = setIf(sets, "token_hash", ch.TokenHash)
+	sets = setIf(sets, "provisioning_attempts", ch.ProvisioningAttempts)
+	sets = setIf(sets, "provisioning_returns", ch.ProvisioningReturns)
+	sets = setIf(sets, "queued_ns", ch.QueuedNanos)
+	sets = setIf(sets, "provisioning_ns", ch.ProvisioningNanos)
+	if ch.AvoidSystemIDs != nil {
+		sets = append(sets, ColumnValue{"avoid_system_ids", list(*ch.AvoidSystemIDs)})
+	}
+	sets = setIf(sets, "coverage", ch.Coverage)
+	for _, t := range []struct {
+		col string
+		t   time.Time
+	}{
+		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
+		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
+	} {
+		if !t.t.IsZero() {
+			sets = append(sets, ColumnValue{t.col, Nanos(t.t)})
+		}
+	}
+	return sets
+}
+
+// setIf appends col = *v to sets when v is not nil.
+func setIf[T any](sets []ColumnValue, col string, v *T) []ColumnValue {
+	if v != nil {
+		sets = append(sets, ColumnValue{col, *v})
+	}
+	return sets
+}
+
 // JobState is the part of a job that the answers to its runner depend on
 // (jobs/watch): its status, whose it is and its current token.
 type JobState struct {

@@ -212,13 +212,20 @@ func (a *auth) csrfOK(r *http.Request, cr credentials) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.csrf(cr.session))) == 1
 }
 
-// setCookie sets an HttpOnly, SameSite=Strict cookie for the whole site,
-// Secure when the browser reached the site over HTTPS: the request came
-// over TLS, or from a trusted proxy that says so (httpserver.IsHTTPS; the
-// daemon names its proxies); maxAge < 0 deletes it.
+// setCookie sets an HttpOnly, SameSite=Strict cookie for the whole site
+// (siteCookie).
 func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge time.Duration) {
+	siteCookie(w, r, http.SameSiteStrictMode, name, value, maxAge)
+}
+
+// siteCookie sets an HttpOnly cookie for the whole site, SameSite as
+// sameSite says, Secure when the browser reached the site over HTTPS: the
+// request came over TLS, or from a trusted proxy that says so
+// (httpserver.IsHTTPS; the daemon names its proxies); maxAge < 0 deletes
+// it.
+func siteCookie(w http.ResponseWriter, r *http.Request, sameSite http.SameSite, name, value string, maxAge time.Duration) {
 	c := &http.Cookie{
-		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: sameSite,
 		Secure: httpserver.IsHTTPS(r), MaxAge: int(maxAge.Seconds()),
 	}
 	if maxAge < 0 {

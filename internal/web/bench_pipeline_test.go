@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -88,19 +87,10 @@ func BenchmarkPipelinePageOpenBrowser(b *testing.B) {
 					};
 				})()`))
 			}
-			metric := func(unit string, f func(load) float64) {
-				v := make([]float64, len(loads))
-				for i, l := range loads {
-					v[i] = f(l)
-				}
-				slices.Sort(v)
-				b.ReportMetric(v[len(v)/2], "p50-"+unit)
-				b.ReportMetric(v[len(v)-1], "max-"+unit)
-			}
-			metric("fcp-ms", func(l load) float64 { return l.FCP })
-			metric("dcl-ms", func(l load) float64 { return l.DCL })
-			metric("load-ms", func(l load) float64 { return l.Load })
-			metric("elements", func(l load) float64 { return l.Nodes })
+			reportSpread(b, loads, "fcp-ms", func(l load) float64 { return l.FCP })
+			reportSpread(b, loads, "dcl-ms", func(l load) float64 { return l.DCL })
+			reportSpread(b, loads, "load-ms", func(l load) float64 { return l.Load })
+			reportSpread(b, loads, "elements", func(l load) float64 { return l.Nodes })
 		})
 	}
 }

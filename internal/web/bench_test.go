@@ -204,19 +204,10 @@ func BenchmarkLogPageOpenBrowser(b *testing.B) {
 			};
 		})()`))
 	}
-	metric := func(unit string, f func(pageLoad) float64) {
-		v := make([]float64, len(loads))
-		for i, l := range loads {
-			v[i] = f(l)
-		}
-		slices.Sort(v)
-		b.ReportMetric(v[len(v)/2], "p50-"+unit)
-		b.ReportMetric(v[len(v)-1], "max-"+unit)
-	}
-	metric("dcl-ms", func(l pageLoad) float64 { return l.DOMContentLoaded })
-	metric("load-ms", func(l pageLoad) float64 { return l.Load })
-	metric("heap-MB", func(l pageLoad) float64 { return l.Heap / (1 << 20) })
-	metric("nodes", func(l pageLoad) float64 { return l.Nodes })
+	reportSpread(b, loads, "dcl-ms", func(l pageLoad) float64 { return l.DOMContentLoaded })
+	reportSpread(b, loads, "load-ms", func(l pageLoad) float64 { return l.Load })
+	reportSpread(b, loads, "heap-MB", func(l pageLoad) float64 { return l.Heap / (1 << 20) })
+	reportSpread(b, loads, "nodes", func(l pageLoad) float64 { return l.Nodes })
 	for _, l := range loads {
 		if !l.AtTail {
 			b.Errorf("a load did not show the log's tail: %+v", l)
@@ -273,4 +264,16 @@ func BenchmarkLiveLogLatency(b *testing.B) {
 	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
 	b.ReportMetric(q(0.5), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
+}
+
+// reportSpread reports the median and the maximum of f over loads, as the
+// metrics p50-unit and max-unit.
+func reportSpread[L any](b *testing.B, loads []L, unit string, f func(L) float64) {
+	v := make([]float64, len(loads))
+	for i, l := range loads {
+		v[i] = f(l)
+	}
+	slices.Sort(v)
+	b.ReportMetric(v[len(v)/2], "p50-"+unit)
+	b.ReportMetric(v[len(v)-1], "max-"+unit)
 }

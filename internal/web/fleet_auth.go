@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/fleetticket"
-	"github.com/drover-ci/drover/internal/httpserver"
 )
 
 // Sign-in on the fleet page.
@@ -260,16 +259,9 @@ func fleetNext(next string) string {
 }
 
 // setFleetCookie sets an HttpOnly, SameSite=Lax cookie for the whole
-// site, Secure when the browser came over HTTPS; maxAge < 0 deletes it.
+// site (siteCookie).
 func setFleetCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge time.Duration) {
-	c := &http.Cookie{
-		Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode,
-		Secure: httpserver.IsHTTPS(r), MaxAge: int(maxAge.Seconds()),
-	}
-	if maxAge < 0 {
-		c.MaxAge = -1
-	}
-	http.SetCookie(w, c)
+	siteCookie(w, r, http.SameSiteLaxMode, name, value, maxAge)
 }
 
 type fleetLoginPage struct {

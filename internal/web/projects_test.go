@@ -59,6 +59,29 @@ var formHdr = map[string]string{"Content-Type": "application/x-www-form-urlencod
 // only (other projects' pages are 404, lists are filtered, runners are
 // none of its business), and a maintainer's acts on it where a viewer's
 // cannot; revoking the token ends the session.
+// formRun is a pipeline a project page's run form made, as the API shows
+// it.
+type formRun struct {
+	Project     string `json:"project"`
+	Ref         string `json:"ref"`
+	Source      string `json:"source"`
+	TriggeredBy string `json:"triggered_by"`
+}
+
+// runForm posts v (with csrf) to the run form of project id as client c;
+// the form must answer 303 to the pipeline it made, which runForm returns.
+func (e *env) runForm(c *http.Client, id int64, csrf string, v url.Values) formRun {
+	e.t.Helper()
+	resp, _ := e.postForm(c, fmt.Sprintf("/projects/%d/pipelines", id), csrf, v)
+	m := regexp.MustCompile(`^/pipelines/(\d+)$`).FindStringSubmatch(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusSeeOther || m == nil {
+		e.t.Fatalf("run form = %d to %q, want 303 to a pipeline", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	var run formRun
+	e.api("GET", "/api/v1/pipelines/"+m[1], nil, &run)
+	return run
+}
+
 func TestProjectTokenSessions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -170,18 +193,7 @@ func TestProjectTokenSessions(t *testing.T) {
 
 	// A maintainer's run form runs a pipeline in the token's name.
 	c, csrf := e.loginWith(maint)
-	resp, _ := e.do(c, "POST", fmt.Sprintf("/projects/%d/pipelines", idA), formHdr,
-		strings.NewReader(url.Values{"csrf": {csrf}, "ref": {"main"}, "variables": {"GREETING=hi there\n"}}.Encode()))
-	m := regexp.MustCompile(`^/pipelines/(\d+)$`).FindStringSubmatch(resp.Header.Get("Location"))
-	if resp.StatusCode != http.StatusSeeOther || m == nil {
-		t.Fatalf("run form = %d to %q, want 303 to a pipeline", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	var run struct {
-		Project     string `json:"project"`
-		Source      string `json:"source"`
-		TriggeredBy string `json:"triggered_by"`
-	}
-	e.api("GET", "/api/v1/pipelines/"+m[1], nil, &run)
+	run := e.runForm(c, idA, csrf, url.Values{"ref": {"main"}, "variables": {"GREETING=hi there\n"}})
 	if run.Project != "g/a" || run.Source != "web" || run.TriggeredBy != "deployer" {
 		t.Errorf("the form's pipeline: %+v, want g/a, web, deployer", run)
 	}
@@ -263,18 +275,7 @@ func TestProjectsPages(t *testing.T) {
 		}
 	}
 	// The admin's run is the admin's.
-	resp, _ = e.do(a, "POST", fmt.Sprintf("/projects/%d/pipelines", id), formHdr,
-		strings.NewReader(url.Values{"csrf": {csrf}, "ref": {""}, "variables": {"A=1\r\nB=two words"}}.Encode()))
-	m := regexp.MustCompile(`^/pipelines/(\d+)$`).FindStringSubmatch(resp.Header.Get("Location"))
-	if resp.StatusCode != http.StatusSeeOther || m == nil {
-		t.Fatalf("run = %d to %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	var run struct {
-		Ref         string `json:"ref"`
-		Source      string `json:"source"`
-		TriggeredBy string `json:"triggered_by"`
-	}
-	e.api("GET", "/api/v1/pipelines/"+m[1], nil, &run)
+	run := e.runForm(a, id, csrf, url.Values{"ref": {""}, "variables": {"A=1\r\nB=two words"}})
 	if run.Ref != "main" || run.Source != "web" || run.TriggeredBy != "admin" {
 		t.Errorf("the form's pipeline: %+v, want main, web, admin", run)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
 
 // JobByTokenHash implements store.Store.
@@ -27,16 +28,6 @@ func (s *Store) JobByTokenHash(ctx context.Context, hash string) (store.Job, err
 	return j, nil
 }
 
-const artifactCols = `job_id, artifact_type, format, filename, file, size, sha256, created_at, expire_at`
-
-func scanArtifact(row pgx.Row) (store.Artifact, error) {
-	var a store.Artifact
-	var created, expire int64
-	err := row.Scan(&a.JobID, &a.Type, &a.Format, &a.Filename, &a.File, &a.Size, &a.SHA256, &created, &expire)
-	a.CreatedAt, a.ExpireAt = store.FromNanos(created), store.FromNanos(expire)
-	return a, err
-}
-
 // PutArtifact implements store.Store. The insert does nothing on the
 // primary key's conflict, after waiting for a concurrent insert of the
 // same key to commit or roll back: of concurrent uploads exactly one
@@ -46,7 +37,7 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artif
 		return nil, err
 	}
 	op := fmt.Sprintf("put artifact %s of job %d", a.Type, a.JobID)
-	tag, err := s.pool.Exec(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO artifacts (`+sqlrow.ArtifactCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (job_id, artifact_type) DO NOTHING`,
 		a.JobID, a.Type, a.Format, a.Filename, a.File, a.Size, a.SHA256, store.Nanos(a.CreatedAt), store.Nanos(a.ExpireAt))
 	var pe *pgconn.PgError
@@ -59,7 +50,7 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artif
 	if tag.RowsAffected() == 1 {
 		return nil, nil
 	}
-	old, err := scanArtifact(s.pool.QueryRow(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = $1 AND artifact_type = $2`, a.JobID, a.Type))
+	old, err := sqlrow.Artifact(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ArtifactCols+` FROM artifacts WHERE job_id = $1 AND artifact_type = $2`, a.JobID, a.Type))
 	if err != nil {
 		// Only a job deleted in between takes the row away.
 		return nil, s.fail(ctx, op, err)
@@ -72,7 +63,7 @@ func (s *Store) GetArtifact(ctx context.Context, jobID int64, typ string) (store
 	if err := s.check(); err != nil {
 		return store.Artifact{}, err
 	}
-	a, err := scanArtifact(s.pool.QueryRow(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = $1 AND artifact_type = $2`, jobID, typ))
+	a, err := sqlrow.Artifact(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ArtifactCols+` FROM artifacts WHERE job_id = $1 AND artifact_type = $2`, jobID, typ))
 	if err != nil {
 		return store.Artifact{}, s.fail(ctx, fmt.Sprintf("artifact %s of job %d", typ, jobID), err)
 	}
@@ -87,7 +78,7 @@ func (s *Store) JobArtifacts(ctx context.Context, jobIDs []int64) ([]store.Artif
 	if len(jobIDs) == 0 {
 		return []store.Artifact{}, nil
 	}
-	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+artifactCols+` FROM artifacts
+	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+sqlrow.ArtifactCols+` FROM artifacts
 		WHERE job_id = ANY($1) AND file != '' ORDER BY job_id, artifact_type`, jobIDs)
 }
 
@@ -96,18 +87,18 @@ func (s *Store) ExpiredArtifacts(ctx context.Context, now time.Time, limit int) 
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.queryArtifacts(ctx, "expired artifacts", `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= $1
+	return s.queryArtifacts(ctx, "expired artifacts", `SELECT `+sqlrow.ArtifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= $1
 		ORDER BY expire_at, job_id, artifact_type LIMIT $2`, store.Nanos(now), limit)
 }
 
-// queryArtifacts runs q and returns the artifacts it selects (artifactCols);
+// queryArtifacts runs q and returns the artifacts it selects (sqlrow.ArtifactCols);
 // op names it in errors.
 func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) ([]store.Artifact, error) {
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Artifact, error) { return scanArtifact(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Artifact, error) { return sqlrow.Artifact(row) })
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}

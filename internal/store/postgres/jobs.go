@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
 
 // jobCols are a job's columns, from jobs (or a CTE of its rows) as j
@@ -23,7 +24,7 @@ const jobCols = `j.id, j.name, p.path, j.project_id, j.stage, j.status, j.failur
 
 const jobFrom = ` FROM jobs j JOIN projects p ON p.id = j.project_id`
 
-func scanJob(row pgx.Row) (store.Job, error) {
+func scanJob(row sqlrow.Scanner) (store.Job, error) {
 	var j store.Job
 	var status, spec string
 	var created, queued, started, finished, updated, contacted, assigned, deadline, accepted int64
@@ -54,7 +55,7 @@ func (s *Store) collectJobs(ctx context.Context, op string, rows pgx.Rows, err e
 }
 
 // collect scans every row of a query (rows and err are its result).
-func collect[T any](ctx context.Context, s *Store, op string, rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
+func collect[T any](ctx context.Context, s *Store, op string, rows pgx.Rows, err error, scan func(sqlrow.Scanner) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -270,31 +271,8 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		"updated_at = " + upd.add(store.Nanos(ch.At)),
 		"version = version + 1",
 	}
-	setIf := func(col string, ok bool, v func() any) {
-		if ok {
-			set = append(set, col+" = "+upd.add(v()))
-		}
-	}
-	setIf("failure_reason", ch.FailureReason != nil, func() any { return *ch.FailureReason })
-	setIf("exit_code", ch.ExitCode != nil, func() any { return *ch.ExitCode })
-	setIf("run_timeout", ch.RunTimeout != nil, func() any { return *ch.RunTimeout })
-	setIf("runner_id", ch.RunnerID != nil, func() any { return *ch.RunnerID })
-	setIf("runner_system_id", ch.RunnerSystemID != nil, func() any { return *ch.RunnerSystemID })
-	setIf("token_hash", ch.TokenHash != nil, func() any { return *ch.TokenHash })
-	setIf("provisioning_attempts", ch.ProvisioningAttempts != nil, func() any { return *ch.ProvisioningAttempts })
-	setIf("provisioning_returns", ch.ProvisioningReturns != nil, func() any { return *ch.ProvisioningReturns })
-	setIf("queued_ns", ch.QueuedNanos != nil, func() any { return *ch.QueuedNanos })
-	setIf("provisioning_ns", ch.ProvisioningNanos != nil, func() any { return *ch.ProvisioningNanos })
-	setIf("avoid_system_ids", ch.AvoidSystemIDs != nil, func() any { return nonNil(*ch.AvoidSystemIDs) })
-	setIf("coverage", ch.Coverage != nil, func() any { return *ch.Coverage })
-	for _, t := range []struct {
-		col string
-		t   time.Time
-	}{
-		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
-		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
-	} {
-		setIf(t.col, !t.t.IsZero(), func() any { return store.Nanos(t.t) })
+	for _, c := range ch.Sets(func(l []string) any { return nonNil(l) }) {
+		set = append(set, c.Column+" = "+upd.add(c.Value))
 	}
 	if ch.Status != store.StatusPending {
 		return s.transitionOne(ctx, id, op, lockQ, lock, set, upd, ch)

@@ -11,30 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
-
-// pipelineCols are a pipeline's columns, from pipelines (or a CTE of its
-// rows) as pl joined with projects (or a CTE of its rows) as p.
-const pipelineCols = `pl.id, p.path, pl.project_id, pl.iid, pl.source, pl.ref, pl.tag, pl.sha, pl.before_sha, pl.status, pl.spec,
-	pl.created_at, pl.started_at, pl.finished_at, pl.updated_at, pl.version`
-
-const pipelineFrom = ` FROM pipelines pl JOIN projects p ON p.id = pl.project_id`
-
-func scanPipeline(row pgx.Row) (store.Pipeline, error) {
-	var p store.Pipeline
-	var status, spec string
-	var created, started, finished, updated int64
-	if err := row.Scan(&p.ID, &p.Project, &p.ProjectID, &p.IID, &p.Source, &p.Ref, &p.Tag, &p.SHA, &p.BeforeSHA, &status, &spec,
-		&created, &started, &finished, &updated, &p.Version); err != nil {
-		return store.Pipeline{}, err
-	}
-	p.Status = store.PipelineStatus(status)
-	if err := json.Unmarshal([]byte(spec), &p.Spec); err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %d spec: %w", p.ID, err)
-	}
-	p.CreatedAt, p.StartedAt, p.FinishedAt, p.UpdatedAt = store.FromNanos(created), store.FromNanos(started), store.FromNanos(finished), store.FromNanos(updated)
-	return p, nil
-}
 
 // CreatePipeline implements store.Store. The project's IID counter is
 // bumped by an UPDATE of its row, whose lock a concurrent creation in the
@@ -61,13 +39,13 @@ func (s *Store) CreatePipeline(ctx context.Context, p store.Pipeline, jobs []sto
 		return p, nil, s.fail(ctx, "create pipeline: begin", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
-	created, err := scanPipeline(tx.QueryRow(ctx, `WITH p AS (
+	created, err := sqlrow.Pipeline(tx.QueryRow(ctx, `WITH p AS (
 			UPDATE projects SET pipeline_iid = pipeline_iid + 1 WHERE id = $1 RETURNING id, path, pipeline_iid
 		), pl AS (
 			INSERT INTO pipelines (project_id, iid, source, ref, tag, sha, before_sha, status, spec, created_at, started_at, finished_at, updated_at, version)
 			SELECT p.id, p.pipeline_iid, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1 FROM p
 			RETURNING *)
-		SELECT `+pipelineCols+` FROM pl JOIN p ON p.id = pl.project_id`,
+		SELECT `+sqlrow.PipelineCols+` FROM pl JOIN p ON p.id = pl.project_id`,
 		pid, p.Source, p.Ref, p.Tag, p.SHA, p.BeforeSHA, string(p.Status), string(spec),
 		store.Nanos(p.CreatedAt), store.Nanos(p.StartedAt), store.Nanos(p.FinishedAt), store.Nanos(p.UpdatedAt)))
 	if err != nil {
@@ -112,7 +90,7 @@ func (s *Store) GetPipeline(ctx context.Context, id int64) (store.Pipeline, erro
 }
 
 func (s *Store) getPipeline(ctx context.Context, q querier, id int64) (store.Pipeline, error) {
-	p, err := scanPipeline(q.QueryRow(ctx, `SELECT `+pipelineCols+pipelineFrom+` WHERE pl.id = $1`, id))
+	p, err := sqlrow.Pipeline(q.QueryRow(ctx, `SELECT `+sqlrow.PipelineCols+sqlrow.PipelineFrom+` WHERE pl.id = $1`, id))
 	if err != nil {
 		return store.Pipeline{}, s.fail(ctx, fmt.Sprintf("get pipeline %d", id), err)
 	}
@@ -125,7 +103,7 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 		return nil, err
 	}
 	var a args
-	q := `SELECT ` + pipelineCols + pipelineFrom + ` WHERE pl.id > ` + a.add(f.AfterID)
+	q := `SELECT ` + sqlrow.PipelineCols + sqlrow.PipelineFrom + ` WHERE pl.id > ` + a.add(f.AfterID)
 	if len(f.Statuses) > 0 {
 		q += ` AND pl.status = ANY(` + a.add(statusStrings(f.Statuses)) + `)`
 	}
@@ -137,7 +115,7 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 	}
 	q += page(&a, "pl.id", f.BeforeID, f.Newest, f.Limit)
 	rows, err := s.pool.Query(ctx, q, a...)
-	return collect(ctx, s, "list pipelines", rows, err, scanPipeline)
+	return collect(ctx, s, "list pipelines", rows, err, sqlrow.Pipeline)
 }
 
 // UpdatePipeline implements store.Store, in one statement: the update's
@@ -168,8 +146,8 @@ func (s *Store) UpdatePipeline(ctx context.Context, id int64, ch store.PipelineC
 	if ch.IfVersion != 0 {
 		where += ` AND version = ` + a.add(ch.IfVersion)
 	}
-	p, err := scanPipeline(s.pool.QueryRow(ctx, `WITH pl AS (UPDATE pipelines SET `+strings.Join(set, ", ")+where+` RETURNING *)
-		SELECT `+pipelineCols+` FROM pl JOIN projects p ON p.id = pl.project_id`, a...))
+	p, err := sqlrow.Pipeline(s.pool.QueryRow(ctx, `WITH pl AS (UPDATE pipelines SET `+strings.Join(set, ", ")+where+` RETURNING *)
+		SELECT `+sqlrow.PipelineCols+` FROM pl JOIN projects p ON p.id = pl.project_id`, a...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, err := s.getPipeline(ctx, s.pool, id)
 		if err != nil {

@@ -9,21 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
-
-const projectCols = `id, path, registered, repo_url, default_branch, config_path, variables, webhook_secret,
-	forge_kind, forge_url, forge_repo, forge_token, created_at, updated_at, version`
-
-func scanProject(row pgx.Row) (store.Project, error) {
-	var p store.Project
-	var created, updated int64
-	if err := row.Scan(&p.ID, &p.Name, &p.Registered, &p.RepoURL, &p.DefaultBranch, &p.ConfigPath, &p.SealedVariables, &p.SealedWebhookSecret,
-		&p.Forge.Kind, &p.Forge.URL, &p.Forge.Repo, &p.Forge.SealedToken, &created, &updated, &p.Version); err != nil {
-		return store.Project{}, err
-	}
-	p.CreatedAt, p.UpdatedAt = store.FromNanos(created), store.FromNanos(updated)
-	return p, nil
-}
 
 // CreateProject implements store.Store in one statement: the insert of a
 // new row, or the update of an implicit one, whose condition (not
@@ -34,13 +21,13 @@ func (s *Store) CreateProject(ctx context.Context, p store.Project) (store.Proje
 		return p, err
 	}
 	op := fmt.Sprintf("create project %q", p.Name)
-	out, err := scanProject(s.pool.QueryRow(ctx, `INSERT INTO projects AS p (path, registered, repo_url, default_branch, config_path, variables,
+	out, err := sqlrow.Project(s.pool.QueryRow(ctx, `INSERT INTO projects AS p (path, registered, repo_url, default_branch, config_path, variables,
 			webhook_secret, forge_kind, forge_url, forge_repo, forge_token, created_at, updated_at, version)
 		VALUES ($1, TRUE, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, 1)
 		ON CONFLICT (path) DO UPDATE SET registered = TRUE, repo_url = $2, default_branch = $3, config_path = $4, variables = $5,
 			webhook_secret = $6, forge_kind = $7, forge_url = $8, forge_repo = $9, forge_token = $10, created_at = $11, updated_at = $11, version = 1
 			WHERE NOT p.registered
-		RETURNING `+projectCols,
+		RETURNING `+sqlrow.ProjectCols,
 		p.Name, p.RepoURL, p.DefaultBranch, p.ConfigPath, p.SealedVariables, p.SealedWebhookSecret,
 		p.Forge.Kind, p.Forge.URL, p.Forge.Repo, p.Forge.SealedToken, store.Nanos(p.CreatedAt)))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -57,7 +44,7 @@ func (s *Store) GetProject(ctx context.Context, name string) (store.Project, err
 	if err := s.check(); err != nil {
 		return store.Project{}, err
 	}
-	p, err := scanProject(s.pool.QueryRow(ctx, `SELECT `+projectCols+` FROM projects WHERE path = $1`, name))
+	p, err := sqlrow.Project(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects WHERE path = $1`, name))
 	if err != nil {
 		return p, s.fail(ctx, fmt.Sprintf("get project %q", name), err)
 	}
@@ -69,7 +56,7 @@ func (s *Store) GetProjectByID(ctx context.Context, id int64) (store.Project, er
 	if err := s.check(); err != nil {
 		return store.Project{}, err
 	}
-	p, err := scanProject(s.pool.QueryRow(ctx, `SELECT `+projectCols+` FROM projects WHERE id = $1`, id))
+	p, err := sqlrow.Project(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects WHERE id = $1`, id))
 	if err != nil {
 		return p, s.fail(ctx, fmt.Sprintf("get project %d", id), err)
 	}
@@ -81,8 +68,8 @@ func (s *Store) ListProjects(ctx context.Context) ([]store.Project, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+projectCols+` FROM projects ORDER BY path`)
-	return collect(ctx, s, "list projects", rows, err, scanProject)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects ORDER BY path`)
+	return collect(ctx, s, "list projects", rows, err, sqlrow.Project)
 }
 
 // UpdateProject implements store.Store, in one statement (see
@@ -92,10 +79,10 @@ func (s *Store) UpdateProject(ctx context.Context, p store.Project, ifVersion in
 		return store.Project{}, err
 	}
 	op := fmt.Sprintf("update project %d", p.ID)
-	out, err := scanProject(s.pool.QueryRow(ctx, `UPDATE projects SET repo_url = $2, default_branch = $3, config_path = $4, variables = $5,
+	out, err := sqlrow.Project(s.pool.QueryRow(ctx, `UPDATE projects SET repo_url = $2, default_branch = $3, config_path = $4, variables = $5,
 			webhook_secret = $6, forge_kind = $7, forge_url = $8, forge_repo = $9, forge_token = $10, updated_at = $11, version = version + 1
 		WHERE id = $1 AND registered AND ($12 = 0 OR version = $12)
-		RETURNING `+projectCols,
+		RETURNING `+sqlrow.ProjectCols,
 		p.ID, p.RepoURL, p.DefaultBranch, p.ConfigPath, p.SealedVariables, p.SealedWebhookSecret,
 		p.Forge.Kind, p.Forge.URL, p.Forge.Repo, p.Forge.SealedToken, store.Nanos(at), ifVersion))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -200,36 +187,18 @@ func (s *Store) ExpireDeliveries(ctx context.Context, before time.Time) (int64, 
 
 // ---- schedules ----
 
-// scheduleCols are a schedule's columns, from pipeline_schedules (or a
-// CTE of its rows) as sc joined with projects as p.
-const scheduleCols = `sc.id, sc.project_id, p.path, sc.description, sc.ref, sc.cron, sc.cron_timezone, sc.variables, sc.active,
-	sc.next_run_at, sc.last_pipeline_id, sc.owner, sc.created_at, sc.updated_at, sc.version`
-
-const scheduleFrom = ` FROM pipeline_schedules sc JOIN projects p ON p.id = sc.project_id`
-
-func scanSchedule(row pgx.Row) (store.Schedule, error) {
-	var s store.Schedule
-	var next, created, updated int64
-	if err := row.Scan(&s.ID, &s.ProjectID, &s.Project, &s.Description, &s.Ref, &s.Cron, &s.CronTimezone, &s.SealedVariables, &s.Active,
-		&next, &s.LastPipelineID, &s.Owner, &created, &updated, &s.Version); err != nil {
-		return store.Schedule{}, err
-	}
-	s.NextRunAt, s.CreatedAt, s.UpdatedAt = store.FromNanos(next), store.FromNanos(created), store.FromNanos(updated)
-	return s, nil
-}
-
 // CreateSchedule implements store.Store.
 func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) (store.Schedule, error) {
 	if err := s.check(); err != nil {
 		return sc, err
 	}
 	op := fmt.Sprintf("create schedule of project %q", sc.Project)
-	out, err := scanSchedule(s.pool.QueryRow(ctx, `WITH sc AS (
+	out, err := sqlrow.Schedule(s.pool.QueryRow(ctx, `WITH sc AS (
 			INSERT INTO pipeline_schedules (project_id, description, ref, cron, cron_timezone, variables, active,
 				next_run_at, last_pipeline_id, owner, created_at, updated_at, version)
 			SELECT id, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $10, 1 FROM projects WHERE path = $1 AND registered
 			RETURNING *)
-		SELECT `+scheduleCols+` FROM sc JOIN projects p ON p.id = sc.project_id`,
+		SELECT `+sqlrow.ScheduleCols+` FROM sc JOIN projects p ON p.id = sc.project_id`,
 		sc.Project, sc.Description, sc.Ref, sc.Cron, sc.CronTimezone, sc.SealedVariables, sc.Active,
 		store.Nanos(sc.NextRunAt), sc.Owner, store.Nanos(sc.CreatedAt)))
 	if err != nil {
@@ -243,7 +212,7 @@ func (s *Store) GetSchedule(ctx context.Context, id int64) (store.Schedule, erro
 	if err := s.check(); err != nil {
 		return store.Schedule{}, err
 	}
-	sc, err := scanSchedule(s.pool.QueryRow(ctx, `SELECT `+scheduleCols+scheduleFrom+` WHERE sc.id = $1`, id))
+	sc, err := sqlrow.Schedule(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+` WHERE sc.id = $1`, id))
 	if err != nil {
 		return sc, s.fail(ctx, fmt.Sprintf("get schedule %d", id), err)
 	}
@@ -255,8 +224,8 @@ func (s *Store) ListSchedules(ctx context.Context, project string) ([]store.Sche
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+scheduleCols+scheduleFrom+` WHERE $1 = '' OR p.path = $1 ORDER BY sc.id`, project)
-	return collect(ctx, s, "list schedules", rows, err, scanSchedule)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+` WHERE $1 = '' OR p.path = $1 ORDER BY sc.id`, project)
+	return collect(ctx, s, "list schedules", rows, err, sqlrow.Schedule)
 }
 
 // UpdateSchedule implements store.Store.
@@ -290,8 +259,8 @@ func (s *Store) changeSchedule(ctx context.Context, op string, id, ifVersion int
 	if ifVersion != 0 {
 		where += ` AND version = ` + a.add(ifVersion)
 	}
-	out, err := scanSchedule(s.pool.QueryRow(ctx, `WITH sc AS (UPDATE pipeline_schedules SET `+set+where+cond+` RETURNING *)
-		SELECT `+scheduleCols+` FROM sc JOIN projects p ON p.id = sc.project_id`, a...))
+	out, err := sqlrow.Schedule(s.pool.QueryRow(ctx, `WITH sc AS (UPDATE pipeline_schedules SET `+set+where+cond+` RETURNING *)
+		SELECT `+sqlrow.ScheduleCols+` FROM sc JOIN projects p ON p.id = sc.project_id`, a...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, err := s.GetSchedule(ctx, id)
 		if err != nil {
@@ -318,9 +287,9 @@ func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]s
 	if limit <= 0 {
 		return nil, errors.New("due schedules: bad arguments (no limit)")
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+scheduleCols+scheduleFrom+`
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+`
 		WHERE sc.active AND sc.next_run_at > 0 AND sc.next_run_at <= $1 ORDER BY sc.next_run_at, sc.id LIMIT $2`, store.Nanos(now), limit)
-	return collect(ctx, s, "due schedules", rows, err, scanSchedule)
+	return collect(ctx, s, "due schedules", rows, err, sqlrow.Schedule)
 }
 
 // SetScheduleLastPipeline implements store.Store.

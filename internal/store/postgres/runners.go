@@ -7,11 +7,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
 
 const runnerCols = `id, token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at`
 
-func scanRunner(row pgx.Row) (store.Runner, error) {
+func scanRunner(row sqlrow.Scanner) (store.Runner, error) {
 	var r store.Runner
 	var created, contacted int64
 	if err := row.Scan(&r.ID, &r.TokenHash, &r.Description, &r.Tags, &r.RunUntagged, &r.Locked, &r.Paused, &r.MaximumTimeout, &created, &contacted); err != nil {

@@ -5,24 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
-
-const tokenCols = `t.id, t.project_id, p.path, t.name, t.role, t.token_hash, t.created_at, t.last_used_at, t.expires_at`
-
-const tokenFrom = ` FROM project_tokens t JOIN projects p ON p.id = t.project_id`
-
-func scanToken(row pgx.Row) (store.ProjectToken, error) {
-	var t store.ProjectToken
-	var created, used, expires int64
-	if err := row.Scan(&t.ID, &t.ProjectID, &t.Project, &t.Name, &t.Role, &t.TokenHash, &created, &used, &expires); err != nil {
-		return store.ProjectToken{}, err
-	}
-	t.CreatedAt, t.LastUsedAt, t.ExpiresAt = store.FromNanos(created), store.FromNanos(used), store.FromNanos(expires)
-	return t, nil
-}
 
 // CreateProjectToken implements store.Store in one statement: no row is
 // inserted unless the project is registered.
@@ -30,11 +15,11 @@ func (s *Store) CreateProjectToken(ctx context.Context, t store.ProjectToken) (s
 	if err := s.check(); err != nil {
 		return t, err
 	}
-	out, err := scanToken(s.pool.QueryRow(ctx, `WITH t AS (
+	out, err := sqlrow.Token(s.pool.QueryRow(ctx, `WITH t AS (
 			INSERT INTO project_tokens (project_id, name, role, token_hash, created_at, last_used_at, expires_at)
 			SELECT id, $2, $3, $4, $5, $6, $7 FROM projects WHERE path = $1 AND registered
 			RETURNING *)
-		SELECT `+tokenCols+` FROM t JOIN projects p ON p.id = t.project_id`,
+		SELECT `+sqlrow.TokenCols+` FROM t JOIN projects p ON p.id = t.project_id`,
 		t.Project, t.Name, t.Role, t.TokenHash, store.Nanos(t.CreatedAt), store.Nanos(t.LastUsedAt), store.Nanos(t.ExpiresAt)))
 	if err != nil {
 		return t, s.fail(ctx, fmt.Sprintf("create token of project %q", t.Project), err)
@@ -47,8 +32,8 @@ func (s *Store) ListProjectTokens(ctx context.Context, project string) ([]store.
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE p.path = $1 ORDER BY t.id`, project)
-	return collect(ctx, s, fmt.Sprintf("list tokens of project %q", project), rows, err, scanToken)
+	rows, err := s.pool.Query(ctx, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE p.path = $1 ORDER BY t.id`, project)
+	return collect(ctx, s, fmt.Sprintf("list tokens of project %q", project), rows, err, sqlrow.Token)
 }
 
 // ProjectTokenByHash implements store.Store.
@@ -59,7 +44,7 @@ func (s *Store) ProjectTokenByHash(ctx context.Context, hash string) (store.Proj
 	if hash == "" {
 		return store.ProjectToken{}, fmt.Errorf("project token: %w", store.ErrNotFound)
 	}
-	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.token_hash = $1`, hash))
+	t, err := sqlrow.Token(s.pool.QueryRow(ctx, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE t.token_hash = $1`, hash))
 	if err != nil {
 		return t, s.fail(ctx, "project token by hash", err)
 	}
@@ -71,7 +56,7 @@ func (s *Store) GetProjectToken(ctx context.Context, id int64) (store.ProjectTok
 	if err := s.check(); err != nil {
 		return store.ProjectToken{}, err
 	}
-	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.id = $1`, id))
+	t, err := sqlrow.Token(s.pool.QueryRow(ctx, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE t.id = $1`, id))
 	if err != nil {
 		return t, s.fail(ctx, fmt.Sprintf("get project token %d", id), err)
 	}

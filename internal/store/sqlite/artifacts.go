@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
 
 // JobByTokenHash implements store.Store.
@@ -22,16 +23,6 @@ func (s *Store) JobByTokenHash(ctx context.Context, hash string) (store.Job, err
 	}
 	j, err := scanJob(s.rs.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.token_hash = ? LIMIT 1`, hash))
 	return j, notFound(err, "job with token", "")
-}
-
-const artifactCols = `job_id, artifact_type, format, filename, file, size, sha256, created_at, expire_at`
-
-func scanArtifact(sc scanner) (store.Artifact, error) {
-	var a store.Artifact
-	var created, expire int64
-	err := sc.Scan(&a.JobID, &a.Type, &a.Format, &a.Filename, &a.File, &a.Size, &a.SHA256, &created, &expire)
-	a.CreatedAt, a.ExpireAt = store.FromNanos(created), store.FromNanos(expire)
-	return a, err
 }
 
 // PutArtifact implements store.Store. Writes are serialised (one
@@ -50,14 +41,14 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (*store.Artif
 		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
 	}
 	defer tx.Rollback()
-	old, err := scanArtifact(tx.QueryRowContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, a.JobID, a.Type))
+	old, err := sqlrow.Artifact(tx.QueryRowContext(ctx, `SELECT `+sqlrow.ArtifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, a.JobID, a.Type))
 	switch {
 	case err == nil:
 		return &old, fmt.Errorf("put artifact %s of job %d: %w", a.Type, a.JobID, store.ErrExists)
 	case !errors.Is(err, sql.ErrNoRows):
 		return nil, fmt.Errorf("put artifact of job %d: %w", a.JobID, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+artifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+sqlrow.ArtifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.JobID, a.Type, a.Format, a.Filename, a.File, a.Size, a.SHA256, store.Nanos(a.CreatedAt), store.Nanos(a.ExpireAt))
 	if err != nil {
 		if isForeignKey(err) {
@@ -81,7 +72,7 @@ func (s *Store) GetArtifact(ctx context.Context, jobID int64, typ string) (store
 	if err := s.check(); err != nil {
 		return store.Artifact{}, err
 	}
-	a, err := scanArtifact(s.rs.QueryRowContext(ctx, `SELECT `+artifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, jobID, typ))
+	a, err := sqlrow.Artifact(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.ArtifactCols+` FROM artifacts WHERE job_id = ? AND artifact_type = ?`, jobID, typ))
 	return a, notFound(err, "artifact of job", jobID)
 }
 
@@ -99,7 +90,7 @@ func (s *Store) JobArtifacts(ctx context.Context, jobIDs []int64) ([]store.Artif
 	if err != nil {
 		return nil, fmt.Errorf("artifacts of jobs: %w", err)
 	}
-	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+artifactCols+` FROM artifacts
+	return s.queryArtifacts(ctx, "artifacts of jobs", `SELECT `+sqlrow.ArtifactCols+` FROM artifacts
 		WHERE job_id IN (SELECT value FROM json_each(?)) AND file != '' ORDER BY job_id, artifact_type`, string(ids))
 }
 
@@ -108,27 +99,15 @@ func (s *Store) ExpiredArtifacts(ctx context.Context, now time.Time, limit int) 
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.queryArtifacts(ctx, "expired artifacts", `SELECT `+artifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= ?
+	return s.queryArtifacts(ctx, "expired artifacts", `SELECT `+sqlrow.ArtifactCols+` FROM artifacts WHERE expire_at > 0 AND expire_at <= ?
 		ORDER BY expire_at, job_id, artifact_type LIMIT ?`, store.Nanos(now), limit)
 }
 
-// queryArtifacts runs q and returns the artifacts it selects (artifactCols);
+// queryArtifacts runs q and returns the artifacts it selects (sqlrow.ArtifactCols);
 // op names it in errors.
 func (s *Store) queryArtifacts(ctx context.Context, op, q string, args ...any) ([]store.Artifact, error) {
-	rows, err := s.rs.QueryContext(ctx, q, args...)
+	out, err := queryAll(ctx, s.rs, sqlrow.Artifact, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	defer rows.Close()
-	out := []store.Artifact{}
-	for rows.Next() {
-		a, err := scanArtifact(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil

@@ -2,36 +2,13 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
-
-// pipelineCols are a pipeline's columns, from pipelines as pl joined with
-// projects as p.
-const pipelineCols = `pl.id, p.path, pl.project_id, pl.iid, pl.source, pl.ref, pl.tag, pl.sha, pl.before_sha, pl.status, pl.spec,
-	pl.created_at, pl.started_at, pl.finished_at, pl.updated_at, pl.version`
-
-const pipelineFrom = ` FROM pipelines pl JOIN projects p ON p.id = pl.project_id`
-
-func scanPipeline(sc scanner) (store.Pipeline, error) {
-	var p store.Pipeline
-	var status, spec string
-	var created, started, finished, updated int64
-	if err := sc.Scan(&p.ID, &p.Project, &p.ProjectID, &p.IID, &p.Source, &p.Ref, &p.Tag, &p.SHA, &p.BeforeSHA, &status, &spec,
-		&created, &started, &finished, &updated, &p.Version); err != nil {
-		return p, err
-	}
-	p.Status = store.PipelineStatus(status)
-	if err := json.Unmarshal([]byte(spec), &p.Spec); err != nil {
-		return p, fmt.Errorf("pipeline %d spec: %w", p.ID, err)
-	}
-	p.CreatedAt, p.StartedAt, p.FinishedAt, p.UpdatedAt = store.FromNanos(created), store.FromNanos(started), store.FromNanos(finished), store.FromNanos(updated)
-	return p, nil
-}
 
 // CreatePipeline implements store.Store. The write turn makes the
 // project's IID counter safe: one transaction at a time bumps it.
@@ -79,7 +56,7 @@ func (s *Store) CreatePipeline(ctx context.Context, p store.Pipeline, jobs []sto
 		}
 		out = append(out, got)
 	}
-	created, err := scanPipeline((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+pipelineCols+pipelineFrom+` WHERE pl.id = ?`, id))
+	created, err := sqlrow.Pipeline((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+sqlrow.PipelineCols+sqlrow.PipelineFrom+` WHERE pl.id = ?`, id))
 	if err != nil {
 		return p, nil, fmt.Errorf("create pipeline: %w", err)
 	}
@@ -95,7 +72,7 @@ func (s *Store) GetPipeline(ctx context.Context, id int64) (store.Pipeline, erro
 	if err := s.check(); err != nil {
 		return store.Pipeline{}, err
 	}
-	p, err := scanPipeline(s.rs.QueryRowContext(ctx, `SELECT `+pipelineCols+pipelineFrom+` WHERE pl.id = ?`, id))
+	p, err := sqlrow.Pipeline(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.PipelineCols+sqlrow.PipelineFrom+` WHERE pl.id = ?`, id))
 	return p, notFound(err, "pipeline", id)
 }
 
@@ -104,12 +81,12 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	l := listing{q: `SELECT ` + pipelineCols + pipelineFrom + ` WHERE pl.id > ?`, args: []any{f.AfterID}}
+	l := listing{q: `SELECT ` + sqlrow.PipelineCols + sqlrow.PipelineFrom + ` WHERE pl.id > ?`, args: []any{f.AfterID}}
 	l.in("pl.status", strs(f.Statuses))
 	l.and(f.Project != "", "p.path = ?", f.Project)
 	l.and(f.Ref != "", "pl.ref = ?", f.Ref)
 	q, args := l.page("pl.id", f.BeforeID, f.Newest, f.Limit)
-	out, err := queryAll(ctx, s.rs, scanPipeline, q, args...)
+	out, err := queryAll(ctx, s.rs, sqlrow.Pipeline, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list pipelines: %w", err)
 	}
@@ -164,7 +141,7 @@ func (s *Store) UpdatePipeline(ctx context.Context, id int64, ch store.PipelineC
 	if err != nil {
 		return store.Pipeline{}, fmt.Errorf("update pipeline %d: %w", id, err)
 	}
-	p, err := scanPipeline((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+pipelineCols+pipelineFrom+` WHERE pl.id = ?`, id))
+	p, err := sqlrow.Pipeline((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+sqlrow.PipelineCols+sqlrow.PipelineFrom+` WHERE pl.id = ?`, id))
 	if err != nil {
 		return p, fmt.Errorf("update pipeline: %w", notFound(err, "pipeline", id))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
 
 // inWrite runs fn in a write transaction, in the write turn, and commits
@@ -32,20 +33,6 @@ func (s *Store) inWrite(ctx context.Context, fn func(tx txStmts) error) error {
 	return tx.Commit()
 }
 
-const projectCols = `id, path, registered, repo_url, default_branch, config_path, variables, webhook_secret,
-	forge_kind, forge_url, forge_repo, forge_token, created_at, updated_at, version`
-
-func scanProject(sc scanner) (store.Project, error) {
-	var p store.Project
-	var created, updated int64
-	if err := sc.Scan(&p.ID, &p.Name, &p.Registered, &p.RepoURL, &p.DefaultBranch, &p.ConfigPath, &p.SealedVariables, &p.SealedWebhookSecret,
-		&p.Forge.Kind, &p.Forge.URL, &p.Forge.Repo, &p.Forge.SealedToken, &created, &updated, &p.Version); err != nil {
-		return p, err
-	}
-	p.CreatedAt, p.UpdatedAt = store.FromNanos(created), store.FromNanos(updated)
-	return p, nil
-}
-
 // CreateProject implements store.Store.
 func (s *Store) CreateProject(ctx context.Context, p store.Project) (store.Project, error) {
 	var out store.Project
@@ -66,7 +53,7 @@ func (s *Store) CreateProject(ctx context.Context, p store.Project) (store.Proje
 		} else if n == 0 {
 			return fmt.Errorf("project %q: %w", p.Name, store.ErrExists)
 		}
-		out, err = scanProject(tx.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects WHERE path = ?`, p.Name))
+		out, err = sqlrow.Project(tx.QueryRowContext(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects WHERE path = ?`, p.Name))
 		return err
 	})
 	if err != nil {
@@ -80,7 +67,7 @@ func (s *Store) GetProject(ctx context.Context, name string) (store.Project, err
 	if err := s.check(); err != nil {
 		return store.Project{}, err
 	}
-	p, err := scanProject(s.rs.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects WHERE path = ?`, name))
+	p, err := sqlrow.Project(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects WHERE path = ?`, name))
 	return p, notFound(err, "project", name)
 }
 
@@ -89,7 +76,7 @@ func (s *Store) GetProjectByID(ctx context.Context, id int64) (store.Project, er
 	if err := s.check(); err != nil {
 		return store.Project{}, err
 	}
-	p, err := scanProject(s.rs.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects WHERE id = ?`, id))
+	p, err := sqlrow.Project(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects WHERE id = ?`, id))
 	return p, notFound(err, "project", id)
 }
 
@@ -98,7 +85,7 @@ func (s *Store) ListProjects(ctx context.Context) ([]store.Project, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	out, err := queryAll(ctx, s.rs, scanProject, `SELECT `+projectCols+` FROM projects ORDER BY path`)
+	out, err := queryAll(ctx, s.rs, sqlrow.Project, `SELECT `+sqlrow.ProjectCols+` FROM projects ORDER BY path`)
 	if err != nil {
 		return nil, fmt.Errorf("list projects: %w", err)
 	}
@@ -122,7 +109,7 @@ func (s *Store) UpdateProject(ctx context.Context, p store.Project, ifVersion in
 		if err != nil {
 			return err
 		}
-		out, err = scanProject(tx.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects WHERE id = ?`, p.ID))
+		out, err = sqlrow.Project(tx.QueryRowContext(ctx, `SELECT `+sqlrow.ProjectCols+` FROM projects WHERE id = ?`, p.ID))
 		if err != nil {
 			return notFound(err, "project", p.ID)
 		}
@@ -229,22 +216,6 @@ func (s *Store) ExpireDeliveries(ctx context.Context, before time.Time) (int64, 
 
 // ---- schedules ----
 
-const scheduleCols = `sc.id, sc.project_id, p.path, sc.description, sc.ref, sc.cron, sc.cron_timezone, sc.variables, sc.active,
-	sc.next_run_at, sc.last_pipeline_id, sc.owner, sc.created_at, sc.updated_at, sc.version`
-
-const scheduleFrom = ` FROM pipeline_schedules sc JOIN projects p ON p.id = sc.project_id`
-
-func scanSchedule(sc scanner) (store.Schedule, error) {
-	var s store.Schedule
-	var next, created, updated int64
-	if err := sc.Scan(&s.ID, &s.ProjectID, &s.Project, &s.Description, &s.Ref, &s.Cron, &s.CronTimezone, &s.SealedVariables, &s.Active,
-		&next, &s.LastPipelineID, &s.Owner, &created, &updated, &s.Version); err != nil {
-		return s, err
-	}
-	s.NextRunAt, s.CreatedAt, s.UpdatedAt = store.FromNanos(next), store.FromNanos(created), store.FromNanos(updated)
-	return s, nil
-}
-
 // CreateSchedule implements store.Store.
 func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) (store.Schedule, error) {
 	var out store.Schedule
@@ -262,7 +233,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) (store.Sc
 			return err
 		}
 		var err error
-		out, err = scanSchedule(tx.QueryRowContext(ctx, `SELECT `+scheduleCols+scheduleFrom+` WHERE sc.id = ?`, id))
+		out, err = sqlrow.Schedule(tx.QueryRowContext(ctx, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+` WHERE sc.id = ?`, id))
 		return err
 	})
 	if err != nil {
@@ -276,7 +247,7 @@ func (s *Store) GetSchedule(ctx context.Context, id int64) (store.Schedule, erro
 	if err := s.check(); err != nil {
 		return store.Schedule{}, err
 	}
-	sc, err := scanSchedule(s.rs.QueryRowContext(ctx, `SELECT `+scheduleCols+scheduleFrom+` WHERE sc.id = ?`, id))
+	sc, err := sqlrow.Schedule(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+` WHERE sc.id = ?`, id))
 	return sc, notFound(err, "schedule", id)
 }
 
@@ -285,7 +256,7 @@ func (s *Store) ListSchedules(ctx context.Context, project string) ([]store.Sche
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	out, err := queryAll(ctx, s.rs, scanSchedule, `SELECT `+scheduleCols+scheduleFrom+` WHERE ? = '' OR p.path = ? ORDER BY sc.id`, project, project)
+	out, err := queryAll(ctx, s.rs, sqlrow.Schedule, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+` WHERE ? = '' OR p.path = ? ORDER BY sc.id`, project, project)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
 	}
@@ -325,7 +296,7 @@ func (s *Store) changeSchedule(ctx context.Context, op string, id, ifVersion int
 		if err != nil {
 			return err
 		}
-		out, err = scanSchedule(tx.QueryRowContext(ctx, `SELECT `+scheduleCols+scheduleFrom+` WHERE sc.id = ?`, id))
+		out, err = sqlrow.Schedule(tx.QueryRowContext(ctx, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+` WHERE sc.id = ?`, id))
 		if err != nil {
 			return notFound(err, "schedule", id)
 		}
@@ -354,7 +325,7 @@ func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]s
 	if limit <= 0 {
 		return nil, errors.New("due schedules: bad arguments (no limit)")
 	}
-	out, err := queryAll(ctx, s.rs, scanSchedule, `SELECT `+scheduleCols+scheduleFrom+`
+	out, err := queryAll(ctx, s.rs, sqlrow.Schedule, `SELECT `+sqlrow.ScheduleCols+sqlrow.ScheduleFrom+`
 		WHERE sc.active = 1 AND sc.next_run_at > 0 AND sc.next_run_at <= ? ORDER BY sc.next_run_at, sc.id LIMIT ?`, store.Nanos(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("due schedules: %w", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/buildinfo"
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -266,7 +267,7 @@ func notFound(err error, what string, id any) error {
 
 const runnerCols = `id, token_hash, description, tags, run_untagged, locked, paused, maximum_timeout, created_at, contacted_at`
 
-type scanner interface{ Scan(dest ...any) error }
+type scanner = sqlrow.Scanner
 
 func scanRunner(sc scanner) (store.Runner, error) {
 	var r store.Runner
@@ -325,20 +326,7 @@ func (s *Store) ListRunners(ctx context.Context) ([]store.Runner, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.rs.QueryContext(ctx, `SELECT `+runnerCols+` FROM runners ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []store.Runner{}
-	for rows.Next() {
-		r, err := scanRunner(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.rs, scanRunner, `SELECT `+runnerCols+` FROM runners ORDER BY id`)
 }
 
 func (s *Store) execOne(ctx context.Context, what string, id any, query string, args ...any) error {
@@ -381,39 +369,27 @@ func (s *Store) SetRunnerPaused(ctx context.Context, id int64, paused bool) erro
 
 // UpsertRunnerManager implements store.Store.
 func (s *Store) UpsertRunnerManager(ctx context.Context, m store.RunnerManager) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	done, err := s.enterWrite(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	s.ws.warm(ctx)
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, store.Nanos(m.ContactedAt), m.RunnerID)
-	if err != nil {
-		return fmt.Errorf("upsert manager: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("upsert manager of runner %d: %w", m.RunnerID, store.ErrNotFound)
-	}
-	if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch, fleet_url)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = excluded.contacted_at,
-			version = COALESCE(NULLIF(excluded.version, ''), runner_managers.version),
-			executor = COALESCE(NULLIF(excluded.executor, ''), runner_managers.executor),
-			platform = COALESCE(NULLIF(excluded.platform, ''), runner_managers.platform),
-			arch = COALESCE(NULLIF(excluded.arch, ''), runner_managers.arch),
-			fleet_url = excluded.fleet_url`,
-		m.RunnerID, m.SystemID, store.Nanos(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch, m.FleetURL); err != nil {
-		return fmt.Errorf("upsert manager: %w", err)
-	}
-	return tx.Commit()
+	return s.inWrite(ctx, func(tx txStmts) error {
+		res, err := tx.ExecContext(ctx, `UPDATE runners SET contacted_at = ? WHERE id = ?`, store.Nanos(m.ContactedAt), m.RunnerID)
+		if err != nil {
+			return fmt.Errorf("upsert manager: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("upsert manager of runner %d: %w", m.RunnerID, store.ErrNotFound)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO runner_managers (runner_id, system_id, contacted_at, version, executor, platform, arch, fleet_url)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (runner_id, system_id) DO UPDATE SET contacted_at = excluded.contacted_at,
+				version = COALESCE(NULLIF(excluded.version, ''), runner_managers.version),
+				executor = COALESCE(NULLIF(excluded.executor, ''), runner_managers.executor),
+				platform = COALESCE(NULLIF(excluded.platform, ''), runner_managers.platform),
+				arch = COALESCE(NULLIF(excluded.arch, ''), runner_managers.arch),
+				fleet_url = excluded.fleet_url`,
+			m.RunnerID, m.SystemID, store.Nanos(m.ContactedAt), m.Version, m.Executor, m.Platform, m.Arch, m.FleetURL); err != nil {
+			return fmt.Errorf("upsert manager: %w", err)
+		}
+		return nil
+	})
 }
 
 // DeleteRunnerManager implements store.Store.
@@ -701,66 +677,14 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 	if err := s.check(); err != nil {
 		return store.Job{}, err
 	}
-	done, err := s.enterWrite(ctx)
-	if err != nil {
-		return store.Job{}, err
-	}
-	defer done()
 	if len(from) == 0 || !ch.Status.Valid() || ch.At.IsZero() {
 		return store.Job{}, fmt.Errorf("transition job %d: bad arguments (from %v, to %q)", id, from, ch.Status)
 	}
 	set := []string{"status = ?", "updated_at = ?", "version = version + 1"}
 	args := []any{string(ch.Status), store.Nanos(ch.At)}
-	add := func(col string, v any) {
-		set = append(set, col+" = ?")
-		args = append(args, v)
-	}
-	if ch.FailureReason != nil {
-		add("failure_reason", *ch.FailureReason)
-	}
-	if ch.ExitCode != nil {
-		add("exit_code", *ch.ExitCode)
-	}
-	if ch.RunTimeout != nil {
-		add("run_timeout", *ch.RunTimeout)
-	}
-	if ch.RunnerID != nil {
-		add("runner_id", *ch.RunnerID)
-	}
-	if ch.RunnerSystemID != nil {
-		add("runner_system_id", *ch.RunnerSystemID)
-	}
-	if ch.TokenHash != nil {
-		add("token_hash", *ch.TokenHash)
-	}
-	if ch.ProvisioningAttempts != nil {
-		add("provisioning_attempts", *ch.ProvisioningAttempts)
-	}
-	if ch.ProvisioningReturns != nil {
-		add("provisioning_returns", *ch.ProvisioningReturns)
-	}
-	if ch.QueuedNanos != nil {
-		add("queued_ns", *ch.QueuedNanos)
-	}
-	if ch.ProvisioningNanos != nil {
-		add("provisioning_ns", *ch.ProvisioningNanos)
-	}
-	if ch.AvoidSystemIDs != nil {
-		add("avoid_system_ids", tagsText(*ch.AvoidSystemIDs))
-	}
-	if ch.Coverage != nil {
-		add("coverage", *ch.Coverage)
-	}
-	for _, t := range []struct {
-		col string
-		t   time.Time
-	}{
-		{"queued_at", ch.QueuedAt}, {"started_at", ch.StartedAt}, {"finished_at", ch.FinishedAt}, {"contacted_at", ch.ContactedAt},
-		{"assigned_at", ch.AssignedAt}, {"ack_deadline", ch.AckDeadline}, {"accepted_at", ch.AcceptedAt},
-	} {
-		if !t.t.IsZero() {
-			add(t.col, store.Nanos(t.t))
-		}
+	for _, c := range ch.Sets(func(l []string) any { return tagsText(l) }) {
+		set = append(set, c.Column+" = ?")
+		args = append(args, c.Value)
 	}
 	// where and its arguments select the row the change applies to; they
 	// serve the token retirement and the update alike.
@@ -774,37 +698,35 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, from []store.Status
 		wargs = append(wargs, ch.IfVersion)
 	}
 	args = append(args, wargs...)
-	s.ws.warm(ctx)
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return store.Job{}, err
-	}
-	defer tx.Rollback()
-	if ch.TokenHash != nil {
-		// Retire the token being replaced. Should the update below find the
-		// job in another state, the rollback takes this back too.
-		rargs := append(append([]any{store.Nanos(ch.At)}, wargs...), *ch.TokenHash)
-		if _, err := (txStmts{tx, s.ws}).ExecContext(ctx, `INSERT INTO retired_job_tokens (token_hash, job_id, retired_at)
-			SELECT token_hash, id, ? FROM jobs`+where+` AND token_hash != '' AND token_hash != ? ON CONFLICT (token_hash) DO NOTHING`, rargs...); err != nil {
-			return store.Job{}, fmt.Errorf("transition job %d: retire token: %w", id, err)
+	var j store.Job
+	err := s.inWrite(ctx, func(tx txStmts) error {
+		if ch.TokenHash != nil {
+			// Retire the token being replaced. Should the update below find the
+			// job in another state, the rollback takes this back too.
+			rargs := append(append([]any{store.Nanos(ch.At)}, wargs...), *ch.TokenHash)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO retired_job_tokens (token_hash, job_id, retired_at)
+				SELECT token_hash, id, ? FROM jobs`+where+` AND token_hash != '' AND token_hash != ? ON CONFLICT (token_hash) DO NOTHING`, rargs...); err != nil {
+				return fmt.Errorf("transition job %d: retire token: %w", id, err)
+			}
 		}
-	}
-	res, err := (txStmts{tx, s.ws}).ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+where, args...)
-	if err != nil {
-		return store.Job{}, fmt.Errorf("transition job %d: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return store.Job{}, err
-	}
-	j, err := scanJob((txStmts{tx, s.ws}).QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
-	if err != nil {
-		return j, notFound(err, "job", id)
-	}
-	if n == 0 {
-		return j, fmt.Errorf("job %d is %s: %w", id, j.Status, store.ErrConflict)
-	}
-	return j, tx.Commit()
+		res, err := tx.ExecContext(ctx, `UPDATE jobs SET `+strings.Join(set, ", ")+where, args...)
+		if err != nil {
+			return fmt.Errorf("transition job %d: %w", id, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		j, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobCols+jobFrom+` WHERE j.id = ?`, id))
+		if err != nil {
+			return notFound(err, "job", id)
+		}
+		if n == 0 {
+			return fmt.Errorf("job %d is %s: %w", id, j.Status, store.ErrConflict)
+		}
+		return nil
+	})
+	return j, err
 }
 
 // RetiredJobToken implements store.Store.

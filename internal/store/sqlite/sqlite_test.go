@@ -71,6 +71,25 @@ func TestMigrateTwice(t *testing.T) {
 	}
 }
 
+// migrated creates a database at a new path with sqlite.Open and closes
+// it; it returns the path and a plain connection to the database, closed
+// when the test ends.
+func migrated(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "db.sqlite")
+	s, err := sqlite.Open(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return p, db
+}
+
 // TestNewerSchemaRefused: a database migrated by a newer drover is
 // refused at Open with ErrSchemaTooNew, naming the database's schema
 // version and the drover that migrated it (when that drover recorded its
@@ -87,17 +106,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			p := filepath.Join(t.TempDir(), "db.sqlite")
-			s, err := sqlite.Open(ctx, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
-			db, err := sql.Open("sqlite", p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
+			p, db := migrated(t)
 			var known int
 			if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations WHERE drover_version = ?`, buildinfo.Get().Version).Scan(&known); err != nil || known == 0 {
 				t.Fatalf("the migrations applied are not recorded with this drover's version %q: max %d, %v", buildinfo.Get().Version, known, err)
@@ -105,7 +114,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 			if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at, drover_version) VALUES (999, 0, ?)`, tc.by); err != nil {
 				t.Fatal(err)
 			}
-			s, err = sqlite.Open(ctx, p)
+			s, err := sqlite.Open(ctx, p)
 			if err == nil {
 				s.Close()
 				t.Fatal("Open of a database with a newer schema succeeded")
@@ -125,21 +134,11 @@ func TestNewerSchemaRefused(t *testing.T) {
 // column.
 func TestSchemaVersionColumnAdded(t *testing.T) {
 	ctx := t.Context()
-	p := filepath.Join(t.TempDir(), "db.sqlite")
-	s, err := sqlite.Open(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	db, err := sql.Open("sqlite", p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	p, db := migrated(t)
 	if _, err := db.ExecContext(ctx, `ALTER TABLE schema_migrations DROP COLUMN drover_version`); err != nil {
 		t.Fatal(err)
 	}
-	s, err = sqlite.Open(ctx, p)
+	s, err := sqlite.Open(ctx, p)
 	if err != nil {
 		t.Fatalf("Open of a database without schema_migrations.drover_version = %v", err)
 	}

@@ -6,21 +6,8 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/store"
+	"github.com/drover-ci/drover/internal/store/sqlrow"
 )
-
-const tokenCols = `t.id, t.project_id, p.path, t.name, t.role, t.token_hash, t.created_at, t.last_used_at, t.expires_at`
-
-const tokenFrom = ` FROM project_tokens t JOIN projects p ON p.id = t.project_id`
-
-func scanToken(sc scanner) (store.ProjectToken, error) {
-	var t store.ProjectToken
-	var created, used, expires int64
-	if err := sc.Scan(&t.ID, &t.ProjectID, &t.Project, &t.Name, &t.Role, &t.TokenHash, &created, &used, &expires); err != nil {
-		return t, err
-	}
-	t.CreatedAt, t.LastUsedAt, t.ExpiresAt = store.FromNanos(created), store.FromNanos(used), store.FromNanos(expires)
-	return t, nil
-}
 
 // CreateProjectToken implements store.Store.
 func (s *Store) CreateProjectToken(ctx context.Context, t store.ProjectToken) (store.ProjectToken, error) {
@@ -37,7 +24,7 @@ func (s *Store) CreateProjectToken(ctx context.Context, t store.ProjectToken) (s
 			return err
 		}
 		var err error
-		out, err = scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.id = ?`, id))
+		out, err = sqlrow.Token(tx.QueryRowContext(ctx, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE t.id = ?`, id))
 		return err
 	})
 	if err != nil {
@@ -51,7 +38,7 @@ func (s *Store) ListProjectTokens(ctx context.Context, project string) ([]store.
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	out, err := queryAll(ctx, s.rs, scanToken, `SELECT `+tokenCols+tokenFrom+` WHERE p.path = ? ORDER BY t.id`, project)
+	out, err := queryAll(ctx, s.rs, sqlrow.Token, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE p.path = ? ORDER BY t.id`, project)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens of project %q: %w", project, err)
 	}
@@ -66,7 +53,7 @@ func (s *Store) ProjectTokenByHash(ctx context.Context, hash string) (store.Proj
 	if hash == "" {
 		return store.ProjectToken{}, fmt.Errorf("project token: %w", store.ErrNotFound)
 	}
-	t, err := scanToken(s.rs.QueryRowContext(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.token_hash = ?`, hash))
+	t, err := sqlrow.Token(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE t.token_hash = ?`, hash))
 	return t, notFound(err, "project token", "by hash")
 }
 
@@ -75,7 +62,7 @@ func (s *Store) GetProjectToken(ctx context.Context, id int64) (store.ProjectTok
 	if err := s.check(); err != nil {
 		return store.ProjectToken{}, err
 	}
-	t, err := scanToken(s.rs.QueryRowContext(ctx, `SELECT `+tokenCols+tokenFrom+` WHERE t.id = ?`, id))
+	t, err := sqlrow.Token(s.rs.QueryRowContext(ctx, `SELECT `+sqlrow.TokenCols+sqlrow.TokenFrom+` WHERE t.id = ?`, id))
 	return t, notFound(err, "project token", id)
 }
 

@@ -331,13 +331,6 @@ func testListJobs(t *testing.T, h Harness) {
 	if _, err := s.TransitionJob(ctx, ids[0], []store.Status{store.StatusPending}, store.JobChange{Status: store.StatusRunning, At: t0}); err != nil {
 		t.Fatal(err)
 	}
-	idsOf := func(js []store.Job) []int64 {
-		out := []int64{}
-		for _, j := range js {
-			out = append(out, j.ID)
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name string
 		f    store.JobFilter
