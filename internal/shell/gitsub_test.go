@@ -1,7 +1,6 @@
 package shell
 
 import (
-	"errors"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -147,23 +146,7 @@ func (r subRepos) serveHTTP(t *testing.T) string {
 // shell executor runs a stage.
 func runGetSources(t *testing.T, info Info, env []string) (string, int) {
 	t.Helper()
-	script := generate(t, executor.StageGetSources, info)
-	f := filepath.Join(t.TempDir(), "script.sh")
-	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(info.Shell, f)
-	cmd.Dir, cmd.Env = info.ProjectDir, env
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	}
-	t.Fatalf("run %s: %v", info.Shell, err)
-	return "", 0
+	return runScriptEnv(t, info.Shell, generate(t, executor.StageGetSources, info), info.ProjectDir, env)
 }
 
 func subJob(repoURL, sha string, vars ...api.Variable) *api.JobResponse {
