@@ -18,18 +18,16 @@ type testRepo struct {
 	first, second, branch string // commit shas
 }
 
+// testIdent is the author and committer of the tests' commits.
+var testIdent = []string{
+	"GIT_AUTHOR_NAME=Drover Test", "GIT_AUTHOR_EMAIL=test@drover.invalid",
+	"GIT_COMMITTER_NAME=Drover Test", "GIT_COMMITTER_EMAIL=test@drover.invalid",
+}
+
+// git runs git in dir with this process's environment and testIdent.
 func git(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"GIT_AUTHOR_NAME=Drover Test", "GIT_AUTHOR_EMAIL=test@drover.invalid",
-		"GIT_COMMITTER_NAME=Drover Test", "GIT_COMMITTER_EMAIL=test@drover.invalid")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return gitIn(t, append(os.Environ(), testIdent...), dir, args...)
 }
 
 func newTestRepo(t *testing.T) testRepo {

@@ -47,9 +47,7 @@ func gitEnv(t *testing.T, extra ...string) []string {
 			env = append(env, e)
 		}
 	}
-	return append(env, "HOME="+home, "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=Drover Test", "GIT_AUTHOR_EMAIL=test@drover.invalid",
-		"GIT_COMMITTER_NAME=Drover Test", "GIT_COMMITTER_EMAIL=test@drover.invalid")
+	return append(append(env, "HOME="+home, "GIT_CONFIG_NOSYSTEM=1"), testIdent...)
 }
 
 // fileAllowed lets git clone submodules over file:// (off by default
