@@ -30,11 +30,17 @@ func git(t *testing.T, dir string, args ...string) string {
 	return gitIn(t, append(os.Environ(), testIdent...), dir, args...)
 }
 
+// needProgram skips t when the program name is not installed.
+func needProgram(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skip(name + " not installed")
+	}
+}
+
 func newTestRepo(t *testing.T) testRepo {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	needProgram(t, "git")
 	r := testRepo{dir: t.TempDir()}
 	git(t, r.dir, "init", "-q", "-b", "main")
 	commit := func(file, content string) string {

@@ -68,9 +68,7 @@ func gitIn(t *testing.T, env []string, dir string, args ...string) string {
 // newSubRepos makes the repositories of subRepos.
 func newSubRepos(t *testing.T) subRepos {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	needProgram(t, "git")
 	env := gitEnv(t, fileAllowed)
 	r := subRepos{root: t.TempDir()}
 	work := t.TempDir()
@@ -551,9 +549,7 @@ func TestGetSourcesLFSCommands(t *testing.T) {
 // GIT_LFS_SKIP_SMUDGE.
 func TestGetSourcesLFS(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("git-lfs"); err != nil {
-		t.Skip("git-lfs not installed")
-	}
+	needProgram(t, "git-lfs")
 	env := gitEnv(t)
 	root := t.TempDir()
 	work, bare := filepath.Join(root, "work"), filepath.Join(root, "lfs.git")
