@@ -169,14 +169,22 @@ func TestCreateCancelled(t *testing.T) {
 	}
 }
 
+// lookInfoZIP returns the path of Info-ZIP's program name (zip or
+// unzip), skipping t when it is not installed.
+func lookInfoZIP(t *testing.T, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		t.Skip(name + " not installed (scripts/test.sh installs it)")
+	}
+	return bin
+}
+
 // TestUnzipReadsOurArchives checks the format with Info-ZIP's unzip, the
 // reference most zip readers follow: CRCs, sizes, data descriptors.
 func TestUnzipReadsOurArchives(t *testing.T) {
 	t.Parallel()
-	unzip, err := exec.LookPath("unzip")
-	if err != nil {
-		t.Skip("unzip not installed (scripts/test.sh installs it)")
-	}
+	unzip := lookInfoZIP(t, "unzip")
 	src := t.TempDir()
 	sampleTree(t, src, 1000)
 	archive := filepath.Join(t.TempDir(), "a.zip")
@@ -206,10 +214,7 @@ func TestUnzipReadsOurArchives(t *testing.T) {
 // included, as GitLab-made archives use the same conventions.
 func TestExtractReadsZipArchives(t *testing.T) {
 	t.Parallel()
-	zipBin, err := exec.LookPath("zip")
-	if err != nil {
-		t.Skip("zip not installed (scripts/test.sh installs it)")
-	}
+	zipBin := lookInfoZIP(t, "zip")
 	src := t.TempDir()
 	sampleTree(t, src, 1000)
 	archive := filepath.Join(t.TempDir(), "a.zip")

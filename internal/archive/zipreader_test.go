@@ -322,10 +322,7 @@ func TestExtractReadsArchiveZipDataDescriptors(t *testing.T) {
 // local headers without sizes.
 func TestExtractReadsStreamedZipArchives(t *testing.T) {
 	t.Parallel()
-	zipBin, err := exec.LookPath("zip")
-	if err != nil {
-		t.Skip("zip not installed (scripts/test.sh installs it)")
-	}
+	zipBin := lookInfoZIP(t, "zip")
 	// Not sampleTree: to a pipe, zip refuses to write entries it would
 	// store (empty, incompressible, symlinks).
 	src := t.TempDir()

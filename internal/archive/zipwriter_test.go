@@ -164,10 +164,7 @@ func TestZipWriterManyEntries(t *testing.T) {
 	if len(zr.File) != n {
 		t.Fatalf("archive/zip reads %d entries, want %d", len(zr.File), n)
 	}
-	unzip, err := exec.LookPath("unzip")
-	if err != nil {
-		t.Skip("unzip not installed (scripts/test.sh installs it)")
-	}
+	unzip := lookInfoZIP(t, "unzip")
 	archive := filepath.Join(t.TempDir(), "many.zip")
 	if err := os.WriteFile(archive, data, 0o600); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,32 @@ func readTar(t *testing.T, data []byte) []entry {
 	}
 }
 
+// testBinary returns the path of the test binary, which stands in for
+// drover's in the images' contexts.
+func testBinary(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return self
+}
+
+// contextOf writes a context with write, the function named what, and
+// returns its entries by name.
+func contextOf(t *testing.T, what string, write func(*Context) error) map[string]entry {
+	t.Helper()
+	var buf bytes.Buffer
+	c := NewContext(&buf)
+	if err := write(c); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return byName(t, readTar(t, buf.Bytes()))
+}
+
 // byName indexes entries by name and fails on a name written twice.
 func byName(t *testing.T, entries []entry) map[string]entry {
 	t.Helper()
@@ -271,19 +297,8 @@ func TestWriteHelperContext(t *testing.T) {
 	needHost(t, HostBusybox, hostGit, "/usr/lib/git-core/git-remote-http")
 	// The test binary stands in for drover: under -race it is dynamically
 	// linked, so its libraries must come along.
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	c := NewContext(&buf)
-	if err := WriteHelperContext(c, self); err != nil {
-		t.Fatalf("WriteHelperContext: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	m := byName(t, readTar(t, buf.Bytes()))
+	self := testBinary(t)
+	m := contextOf(t, "WriteHelperContext", func(c *Context) error { return WriteHelperContext(c, self) })
 	df := m["Dockerfile"].Data
 	for _, want := range []string{"FROM scratch", "ENV PATH=/usr/bin:/bin", "LABEL io.drover.helper=1"} {
 		if !strings.Contains(df, want) {
@@ -349,19 +364,10 @@ func TestWriteHelperContext(t *testing.T) {
 // libraries.
 func TestWriteHelperContextWithoutBusybox(t *testing.T) {
 	needHost(t, "/bin/bash", hostGit, "/usr/lib/git-core/git-remote-http")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	c := NewContext(&buf)
-	if err := writeHelperContext(c, self, filepath.Join(t.TempDir(), "busybox")); err != nil {
-		t.Fatalf("writeHelperContext: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	m := byName(t, readTar(t, buf.Bytes()))
+	self := testBinary(t)
+	m := contextOf(t, "writeHelperContext", func(c *Context) error {
+		return writeHelperContext(c, self, filepath.Join(t.TempDir(), "busybox"))
+	})
 	if _, ok := m["rootfs/bin/busybox"]; ok {
 		t.Error("rootfs/bin/busybox is there")
 	}
@@ -392,10 +398,7 @@ func TestWriteHelperContextNeedsAShell(t *testing.T) {
 	if err != nil {
 		t.Skip("no ldd on this host")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	self := testBinary(t)
 	// A PATH with ldd and no bash.
 	dir := t.TempDir()
 	if err := os.Symlink(ldd, filepath.Join(dir, "ldd")); err != nil {
@@ -480,19 +483,8 @@ func TestFileTar(t *testing.T) {
 
 func TestWriteDroverContext(t *testing.T) {
 	needHost(t, HostBusybox)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	c := NewContext(&buf)
-	if err := WriteDroverContext(c, self); err != nil {
-		t.Fatalf("WriteDroverContext: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	m := byName(t, readTar(t, buf.Bytes()))
+	self := testBinary(t)
+	m := contextOf(t, "WriteDroverContext", func(c *Context) error { return WriteDroverContext(c, self) })
 	df := m["Dockerfile"].Data
 	for _, want := range []string{"FROM scratch", "USER 1000:1000", `ENTRYPOINT ["drover"]`, "WORKDIR /var/lib/drover",
 		"COPY --chown=1000:1000 config/ /etc/drover/", "COPY --chown=1000:1000 data/ /var/lib/drover/"} {

@@ -2,8 +2,6 @@ package dockerimage
 
 import (
 	"archive/tar"
-	"bytes"
-	"os"
 	"strings"
 	"testing"
 )
@@ -13,19 +11,8 @@ import (
 // GitLab's ENTRYPOINT; drover is not in it.
 func TestWriteGitLabRunnerHelperContext(t *testing.T) {
 	needHost(t, HostBusybox, "/bin/bash", hostGit, "/usr/lib/git-core/git-remote-http")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	c := NewContext(&buf)
-	if err := WriteGitLabRunnerHelperContext(c, self); err != nil {
-		t.Fatalf("WriteGitLabRunnerHelperContext: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	m := byName(t, readTar(t, buf.Bytes()))
+	self := testBinary(t)
+	m := contextOf(t, "WriteGitLabRunnerHelperContext", func(c *Context) error { return WriteGitLabRunnerHelperContext(c, self) })
 	for _, name := range []string{"rootfs/usr/bin/gitlab-runner-helper", "rootfs/bin/bash", "rootfs/usr/bin/gitlab-runner-build", "rootfs/entrypoint", "rootfs/usr/bin/git", "rootfs/bin/busybox"} {
 		if e, ok := m[name]; !ok || e.Type != tar.TypeReg {
 			t.Errorf("%s: got %+v, want a file", name, e)

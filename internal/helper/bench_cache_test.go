@@ -115,61 +115,60 @@ func BenchmarkHelperCacheS3(b *testing.B) {
 				}
 			}
 			var sum summary
-
-			b.Run("archive+upload", func(b *testing.B) {
+			// measure runs op once per b.Loop and returns its mean time
+			// and the peak RSS it reported. Before each run, untimed,
+			// file is removed and, with restore, so is the cached tree,
+			// which is checked after each run.
+			treeDir := filepath.Join(project, tree.path)
+			measure := func(b *testing.B, file string, restore bool, op func() float64) (time.Duration, float64) {
 				b.SetBytes(size)
-				file := filepath.Join(work, "cache.zip")
 				var rss float64
 				n := 0
 				for b.Loop() {
 					b.StopTimer()
 					_ = os.Remove(file)
+					if restore {
+						if err := os.RemoveAll(treeDir); err != nil {
+							b.Fatal(err)
+						}
+					}
 					b.StartTimer()
-					args := append([]string{"helper", "cache-archiver", "--root", project, "--file", file,
-						"--path", tree.path, "--url", putURL.String(), "--timeout", "1h"}, headerArgs...)
-					rss = max(rss, runRSS(b, timeBin, "", drover, args...))
+					rss = max(rss, op())
+					if restore {
+						b.StopTimer()
+						checkTree(b, treeDir, files, size)
+						b.StartTimer()
+					}
 					n++
 				}
-				sum.archive = b.Elapsed() / time.Duration(n)
-				sum.archiveRSS = rss
-				reportHelperRSS(b, rss)
+				return b.Elapsed() / time.Duration(n), rss
+			}
+
+			b.Run("archive+upload", func(b *testing.B) {
+				file := filepath.Join(work, "cache.zip")
+				sum.archive, sum.archiveRSS = measure(b, file, false, func() float64 {
+					args := append([]string{"helper", "cache-archiver", "--root", project, "--file", file,
+						"--path", tree.path, "--url", putURL.String(), "--timeout", "1h"}, headerArgs...)
+					return runRSS(b, timeBin, "", drover, args...)
+				})
+				reportHelperRSS(b, sum.archiveRSS)
 				if info, err := os.Stat(file); err == nil {
 					b.ReportMetric(float64(info.Size())/float64(size), "archive/data")
 				}
 			})
 			b.Run("download+extract", func(b *testing.B) {
-				b.SetBytes(size)
 				file := filepath.Join(work, "restored.zip")
-				var rss float64
-				n := 0
-				for b.Loop() {
-					b.StopTimer()
-					_ = os.Remove(file)
-					if err := os.RemoveAll(filepath.Join(project, tree.path)); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
-					rss = max(rss, runRSS(b, timeBin, "", drover, "helper", "cache-extractor", "--root", project,
-						"--file", file, "--url", getURL.String(), "--timeout", "1h"))
-					b.StopTimer()
-					checkTree(b, filepath.Join(project, tree.path), files, size)
-					b.StartTimer()
-					n++
-				}
-				sum.extract = b.Elapsed() / time.Duration(n)
-				sum.extractRSS = rss
-				reportHelperRSS(b, rss)
+				sum.extract, sum.extractRSS = measure(b, file, true, func() float64 {
+					return runRSS(b, timeBin, "", drover, "helper", "cache-extractor", "--root", project,
+						"--file", file, "--url", getURL.String(), "--timeout", "1h")
+				})
+				reportHelperRSS(b, sum.extractRSS)
 			})
 			b.Run("floor-zip+upload", func(b *testing.B) {
-				b.SetBytes(size)
 				file := filepath.Join(work, "floor.zip")
 				var rss float64
-				n := 0
-				for b.Loop() {
-					b.StopTimer()
-					_ = os.Remove(file)
-					b.StartTimer()
-					rss = max(rss, runRSS(b, timeBin, project, zipBin, "-q", "-r", "--symlinks", file, tree.path))
+				sum.floorArchive, rss = measure(b, file, false, func() float64 {
+					zipRSS := runRSS(b, timeBin, project, zipBin, "-q", "-r", "--symlinks", file, tree.path)
 					f, err := os.Open(file)
 					if err != nil {
 						b.Fatal(err)
@@ -182,24 +181,15 @@ func BenchmarkHelperCacheS3(b *testing.B) {
 						b.Fatal(err)
 					}
 					_ = f.Close()
-					n++
-				}
-				sum.floorArchive = b.Elapsed() / time.Duration(n)
+					return zipRSS
+				})
 				b.ReportMetric(rss, "zip-RSS-MiB")
 				reportSpeedup(b, sum.floorArchive, sum.archive)
 			})
 			b.Run("floor-download+unzip", func(b *testing.B) {
-				b.SetBytes(size)
 				file := filepath.Join(work, "floor-restored.zip")
 				var rss float64
-				n := 0
-				for b.Loop() {
-					b.StopTimer()
-					_ = os.Remove(file)
-					if err := os.RemoveAll(filepath.Join(project, tree.path)); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
+				sum.floorExtract, rss = measure(b, file, true, func() float64 {
 					f, err := os.Create(file)
 					if err != nil {
 						b.Fatal(err)
@@ -210,13 +200,8 @@ func BenchmarkHelperCacheS3(b *testing.B) {
 					if err := f.Close(); err != nil {
 						b.Fatal(err)
 					}
-					rss = max(rss, runRSS(b, timeBin, "", unzipBin, "-q", file, "-d", project))
-					b.StopTimer()
-					checkTree(b, filepath.Join(project, tree.path), files, size)
-					b.StartTimer()
-					n++
-				}
-				sum.floorExtract = b.Elapsed() / time.Duration(n)
+					return runRSS(b, timeBin, "", unzipBin, "-q", file, "-d", project)
+				})
 				b.ReportMetric(rss, "unzip-RSS-MiB")
 				reportSpeedup(b, sum.floorExtract, sum.extract)
 			})

@@ -23,6 +23,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/executor"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 )
 
 // gitServer is a git repository served over HTTP by git's own
@@ -129,7 +130,7 @@ type retryDriver struct {
 	waits []time.Duration
 }
 
-func driveRetries(ctx context.Context, fake *clock.Fake, trace *buffer) *retryDriver {
+func driveRetries(ctx context.Context, fake *clock.Fake, trace *executortest.Trace) *retryDriver {
 	d := &retryDriver{}
 	go func() {
 		seen := 0
@@ -277,7 +278,7 @@ func TestClearWorktree(t *testing.T) {
 	checkResult(t, f.run(t.Context(), nil), Result{State: api.StateSuccess})
 	// The next one fails its first fetch.
 	s.fail.Store(s.fetches.Load() + 1)
-	f.trace = &buffer{}
+	f.trace = &executortest.Trace{}
 	f.opts.Trace = f.trace
 	marker := filepath.Join(t.TempDir(), "seen")
 	f.opts.Settings.Hooks.PreGetSources = fmt.Sprintf(`if [ -e %[1]s/.git ]; then ls -A %[1]s | grep -v '^.git$' | sort | tr '\n' ' ' >> %[2]s; echo >> %[2]s; fi`, f.projectDir(), marker)

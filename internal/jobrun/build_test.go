@@ -26,24 +26,6 @@ import (
 	shellexec "github.com/drover-ci/drover/internal/executor/shell"
 )
 
-// buffer is a concurrency-safe trace.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // recorder is the real shell executor, recording the calls the build makes.
 type recorder struct {
 	executor.Executor
@@ -91,7 +73,7 @@ func job(script []string, after []string, vars ...api.Variable) *api.JobResponse
 
 type fixture struct {
 	opts  Options
-	trace *buffer
+	trace *executortest.Trace
 	rec   *recorder
 }
 
@@ -99,7 +81,7 @@ func newFixture(t *testing.T, sh string, j *api.JobResponse) *fixture {
 	t.Helper()
 	p := &shellexec.Provider{GracePeriod: 300 * time.Millisecond}
 	rec := &recorder{Executor: p.Create()}
-	trace := &buffer{}
+	trace := &executortest.Trace{}
 	return &fixture{
 		trace: trace,
 		rec:   rec,

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/drover-ci/drover/internal/jobstore"
@@ -17,28 +16,14 @@ import (
 )
 
 type fileHarness struct {
-	mu   sync.Mutex
-	dirs map[jobstore.Store]string
+	dirs storeHomes
 }
 
 func (h *fileHarness) Name() string { return jobstore.NameFile }
 
 func (h *fileHarness) open(t *testing.T, dir string, opts jobstore.Options) jobstore.Store {
 	t.Helper()
-	s, err := jobstore.Open(t.Context(), fileConfig(dir), opts)
-	if err != nil {
-		t.Fatalf("Open(%s) = %v", dir, err)
-	}
-	h.mu.Lock()
-	h.dirs[s] = dir
-	h.mu.Unlock()
-	return s
-}
-
-func (h *fileHarness) dir(s jobstore.Store) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.dirs[s]
+	return h.dirs.open(t, fileConfig(dir), dir, opts)
 }
 
 func (h *fileHarness) Open(t *testing.T, opts jobstore.Options) jobstore.Store {
@@ -47,7 +32,7 @@ func (h *fileHarness) Open(t *testing.T, opts jobstore.Options) jobstore.Store {
 
 func (h *fileHarness) Reopen(t *testing.T, s jobstore.Store, opts jobstore.Options) jobstore.Store {
 	s.Close()
-	return h.open(t, h.dir(s), opts)
+	return h.open(t, h.dirs.of(s), opts)
 }
 
 func (h *fileHarness) Shared(*testing.T, jobstore.Store, jobstore.Options) (jobstore.Store, bool) {
@@ -55,7 +40,7 @@ func (h *fileHarness) Shared(*testing.T, jobstore.Store, jobstore.Options) (jobs
 }
 
 func (h *fileHarness) Corrupt(t *testing.T, s jobstore.Store, jobID int64, kind string) string {
-	p := filepath.Join(h.dir(s), "job-"+strconv.FormatInt(jobID, 10)+".json")
+	p := filepath.Join(h.dirs.of(s), "job-"+strconv.FormatInt(jobID, 10)+".json")
 	data, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +66,7 @@ func fileConfig(dir string) *jobstore.Config {
 }
 
 func TestFileConformance(t *testing.T) {
-	storetest.Run(t, &fileHarness{dirs: map[jobstore.Store]string{}})
+	storetest.Run(t, &fileHarness{})
 }
 
 func TestFileLockOtherProcess(t *testing.T) {

@@ -22,35 +22,21 @@ type redisHarness struct {
 	client *redis.Client
 	n      atomic.Int64
 
-	mu       sync.Mutex
-	prefixes map[jobstore.Store]string
+	prefixes storeHomes
 }
 
 func newRedisHarness(t *testing.T) *redisHarness {
 	srv := storetest.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
-	return &redisHarness{srv: srv, client: c, prefixes: map[jobstore.Store]string{}}
+	return &redisHarness{srv: srv, client: c}
 }
 
 func (h *redisHarness) Name() string { return jobstore.NameRedis }
 
 func (h *redisHarness) open(t *testing.T, prefix string, opts jobstore.Options) jobstore.Store {
 	t.Helper()
-	s, err := jobstore.Open(t.Context(), redisConfig(h.srv, prefix), opts)
-	if err != nil {
-		t.Fatalf("Open(redis, %s) = %v", prefix, err)
-	}
-	h.mu.Lock()
-	h.prefixes[s] = prefix
-	h.mu.Unlock()
-	return s
-}
-
-func (h *redisHarness) prefix(s jobstore.Store) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.prefixes[s]
+	return h.prefixes.open(t, redisConfig(h.srv, prefix), prefix, opts)
 }
 
 func (h *redisHarness) Open(t *testing.T, opts jobstore.Options) jobstore.Store {
@@ -59,16 +45,16 @@ func (h *redisHarness) Open(t *testing.T, opts jobstore.Options) jobstore.Store 
 
 func (h *redisHarness) Reopen(t *testing.T, s jobstore.Store, opts jobstore.Options) jobstore.Store {
 	s.Close()
-	return h.open(t, h.prefix(s), opts)
+	return h.open(t, h.prefixes.of(s), opts)
 }
 
 func (h *redisHarness) Shared(t *testing.T, s jobstore.Store, opts jobstore.Options) (jobstore.Store, bool) {
-	return h.open(t, h.prefix(s), opts), true
+	return h.open(t, h.prefixes.of(s), opts), true
 }
 
 func (h *redisHarness) Corrupt(t *testing.T, s jobstore.Store, jobID int64, kind string) string {
 	ctx := t.Context()
-	key := h.prefix(s) + "job:" + strconv.FormatInt(jobID, 10)
+	key := h.prefixes.of(s) + "job:" + strconv.FormatInt(jobID, 10)
 	data, err := h.client.HGet(ctx, key, "data").Result()
 	if err != nil {
 		t.Fatalf("HGET %s data: %v", key, err)
@@ -119,7 +105,7 @@ func TestRedisCorruptFields(t *testing.T) {
 			if err := s.Save(ctx, storetest.Record(8, "m", 100)); err != nil {
 				t.Fatal(err)
 			}
-			key := h.prefix(s) + "job:8"
+			key := h.prefixes.of(s) + "job:8"
 			if err := h.client.HSet(ctx, key, tt.field, tt.value).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -277,7 +263,7 @@ func TestRedisSaveOverWrongType(t *testing.T) {
 	var reported []string
 	s := h.Open(t, jobstore.Options{OnCorrupt: func(name string, _ int64, _ error) { reported = append(reported, name) }})
 	defer s.Close()
-	key := h.prefix(s) + "job:5"
+	key := h.prefixes.of(s) + "job:5"
 	if err := h.client.Set(ctx, key, "junk", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

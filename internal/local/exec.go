@@ -20,7 +20,6 @@ import (
 	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/docker"
-	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/manager"
 	"github.com/drover-ci/drover/internal/pipeline/gitrepo"
 )
@@ -150,23 +149,12 @@ func Exec(ctx context.Context, opts ExecOptions) (ExecResult, error) {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	coord, err := coordinator.New(ctx, logger.With("component", "coordinator"), coordinator.Config{
-		DataDir: filepath.Join(state, "coordinator"), LongPollTimeout: 10 * time.Second,
-	})
-	if err != nil {
-		return res, fmt.Errorf("start coordinator: %w", err)
-	}
-	defer coord.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc, err := startCoordinator(ctx, logger, filepath.Join(state, "coordinator"))
 	if err != nil {
 		return res, err
 	}
-	srv := httpserver.New(coord.Handler(), httpserver.Options{})
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	go func() { _ = coord.Run(ctx) }()
-	url := "http://" + ln.Addr().String()
-	api := client.New(url, coord.AdminToken(), nil)
+	defer lc.Close()
+	srv, url, api := lc.srv, lc.url, lc.api
 	// Containers reach the coordinator (artifacts, the cache's helper)
 	// on the address of the engine's default bridge on this machine.
 	containerURL := ""

@@ -16,7 +16,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -33,10 +32,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/config"
-	"github.com/drover-ci/drover/internal/coordinator"
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/docker"
-	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/manager"
 )
 
@@ -225,29 +222,17 @@ func Run(ctx context.Context, opts Options) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	coord, err := coordinator.New(ctx, logger.With("component", "coordinator"), coordinator.Config{
-		DataDir:         filepath.Join(dir, "coordinator"),
-		LongPollTimeout: 10 * time.Second,
-	})
-	if err != nil {
-		return false, fmt.Errorf("start coordinator: %w", err)
-	}
-	defer coord.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc, err := startCoordinator(ctx, logger, filepath.Join(dir, "coordinator"))
 	if err != nil {
 		return false, err
 	}
-	srv := httpserver.New(coord.Handler(), httpserver.Options{})
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	go func() { _ = coord.Run(ctx) }()
-	url := "http://" + ln.Addr().String()
-	api := client.New(url, coord.AdminToken(), nil)
+	defer lc.Close()
+	url, api := lc.url, lc.api
 	fmt.Fprintf(out, "drover local: coordinator on %s, data in %s\n", url, dir)
 	// The admin token in a link is this demo coordinator's, which lives
 	// only as long as this command.
 	fmt.Fprintf(out, "drover local: web UI while this runs: %s/login?%s\n", url,
-		neturl.Values{"token": {coord.AdminToken()}, "next": {"/jobs"}}.Encode())
+		neturl.Values{"token": {lc.coord.AdminToken()}, "next": {"/jobs"}}.Encode())
 
 	yes := true
 	runner, err := api.CreateRunner(ctx, client.RunnerSpec{Description: "local shell runner", RunUntagged: &yes, TagList: []string{"local", "shell"}})

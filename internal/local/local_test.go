@@ -49,7 +49,9 @@ func subset(t *testing.T, names ...string) fs.FS {
 	return m
 }
 
-func TestLoadExamplesContainerKeys(t *testing.T) {
+// examplesByName loads the examples of examples.FS, by name.
+func examplesByName(t *testing.T) map[string]Example {
+	t.Helper()
 	exs, err := LoadExamples(examples.FS)
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,11 @@ func TestLoadExamplesContainerKeys(t *testing.T) {
 	for _, e := range exs {
 		byName[e.Name] = e
 	}
+	return byName
+}
+
+func TestLoadExamplesContainerKeys(t *testing.T) {
+	byName := examplesByName(t)
 	c, s := byName["container"], byName["service"]
 	if !c.Container() || c.Image != dockerimage.TestImageBusybox || len(c.Services) != 0 {
 		t.Errorf("container example: %+v", c)
@@ -72,7 +79,7 @@ func TestLoadExamplesContainerKeys(t *testing.T) {
 		}
 	}
 
-	_, err = LoadExamples(fstest.MapFS{"x.toml": {Data: []byte("name = \"x\"\nscript = [\"true\"]\n[[services]]\nalias = \"web\"\n")}})
+	_, err := LoadExamples(fstest.MapFS{"x.toml": {Data: []byte("name = \"x\"\nscript = [\"true\"]\n[[services]]\nalias = \"web\"\n")}})
 	if err == nil || !strings.Contains(err.Error(), "services[0]: name is required") {
 		t.Errorf("service without a name: %v", err)
 	}
@@ -100,14 +107,7 @@ func TestSpecsForContainer(t *testing.T) {
 }
 
 func TestLoadExamplesNeeds(t *testing.T) {
-	exs, err := LoadExamples(examples.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]Example{}
-	for _, e := range exs {
-		byName[e.Name] = e
-	}
+	byName := examplesByName(t)
 	for name, need := range map[string]string{"cache-restore": "cache-fill", "artifact-use": "artifact-build"} {
 		if e := byName[name]; !slices.Equal(e.Needs, []string{need}) || e.Container() {
 			t.Errorf("example %s: needs %q, container %v", name, e.Needs, e.Container())

@@ -204,39 +204,34 @@ func TestJobProtocol416ResumesAtRange(t *testing.T) {
 	}
 }
 
-func TestJobProtocol202RetriesFinalUpdate(t *testing.T) {
-	f := newFakeCoordinator(t)
-	f.addJob(testJob(5, []string{"echo x"}, nil))
-	var n atomic.Int32
-	f.updateHook = func(w http.ResponseWriter, id int64, u api.UpdateJobRequest) bool {
-		if u.State == api.StateSuccess && n.Add(1) <= 2 {
-			w.WriteHeader(http.StatusAccepted)
-			return true
-		}
-		return false
-	}
-	startManager(t, f.srv.URL, nil)
-	waitFinal(t, f)
-	if got := n.Load(); got != 3 {
-		t.Errorf("final PUTs = %d, want 3 (two 202 answers, then 200)", got)
-	}
-}
-
-func TestJobProtocolRetriesFailedFinalUpdate(t *testing.T) {
-	f := newFakeCoordinator(t)
-	f.addJob(testJob(6, []string{"echo x"}, nil))
-	var n atomic.Int32
-	f.updateHook = func(w http.ResponseWriter, id int64, u api.UpdateJobRequest) bool {
-		if u.State == api.StateSuccess && n.Add(1) <= 2 {
-			w.WriteHeader(http.StatusInternalServerError)
-			return true
-		}
-		return false
-	}
-	startManager(t, f.srv.URL, nil)
-	waitFinal(t, f)
-	if got := n.Load(); got != 3 {
-		t.Errorf("final PUTs = %d, want 3 (two 500 answers, then 200)", got)
+// TestJobProtocolRetriesFinalUpdate: a final update answered 202 or 500
+// is sent again until it is answered 200.
+func TestJobProtocolRetriesFinalUpdate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		id     int64
+		status int
+	}{
+		{"202", 5, http.StatusAccepted},
+		{"500", 6, http.StatusInternalServerError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCoordinator(t)
+			f.addJob(testJob(tc.id, []string{"echo x"}, nil))
+			var n atomic.Int32
+			f.updateHook = func(w http.ResponseWriter, id int64, u api.UpdateJobRequest) bool {
+				if u.State == api.StateSuccess && n.Add(1) <= 2 {
+					w.WriteHeader(tc.status)
+					return true
+				}
+				return false
+			}
+			startManager(t, f.srv.URL, nil)
+			waitFinal(t, f)
+			if got := n.Load(); got != 3 {
+				t.Errorf("final PUTs = %d, want 3 (two %d answers, then 200)", got, tc.status)
+			}
+		})
 	}
 }
 

@@ -18,25 +18,29 @@ type testRepo struct {
 	first, second, branch string // commit shas
 }
 
+// testIdent is the author and committer of the tests' commits.
+var testIdent = []string{
+	"GIT_AUTHOR_NAME=Drover Test", "GIT_AUTHOR_EMAIL=test@drover.invalid",
+	"GIT_COMMITTER_NAME=Drover Test", "GIT_COMMITTER_EMAIL=test@drover.invalid",
+}
+
+// git runs git in dir with this process's environment and testIdent.
 func git(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"GIT_AUTHOR_NAME=Drover Test", "GIT_AUTHOR_EMAIL=test@drover.invalid",
-		"GIT_COMMITTER_NAME=Drover Test", "GIT_COMMITTER_EMAIL=test@drover.invalid")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	return gitIn(t, append(os.Environ(), testIdent...), dir, args...)
+}
+
+// needProgram skips t when the program name is not installed.
+func needProgram(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skip(name + " not installed")
 	}
-	return strings.TrimSpace(string(out))
 }
 
 func newTestRepo(t *testing.T) testRepo {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	needProgram(t, "git")
 	r := testRepo{dir: t.TempDir()}
 	git(t, r.dir, "init", "-q", "-b", "main")
 	commit := func(file, content string) string {

@@ -1,7 +1,6 @@
 package shell
 
 import (
-	"errors"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -48,9 +47,7 @@ func gitEnv(t *testing.T, extra ...string) []string {
 			env = append(env, e)
 		}
 	}
-	return append(env, "HOME="+home, "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=Drover Test", "GIT_AUTHOR_EMAIL=test@drover.invalid",
-		"GIT_COMMITTER_NAME=Drover Test", "GIT_COMMITTER_EMAIL=test@drover.invalid")
+	return append(append(env, "HOME="+home, "GIT_CONFIG_NOSYSTEM=1"), testIdent...)
 }
 
 // fileAllowed lets git clone submodules over file:// (off by default
@@ -71,9 +68,7 @@ func gitIn(t *testing.T, env []string, dir string, args ...string) string {
 // newSubRepos makes the repositories of subRepos.
 func newSubRepos(t *testing.T) subRepos {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	needProgram(t, "git")
 	env := gitEnv(t, fileAllowed)
 	r := subRepos{root: t.TempDir()}
 	work := t.TempDir()
@@ -147,23 +142,7 @@ func (r subRepos) serveHTTP(t *testing.T) string {
 // shell executor runs a stage.
 func runGetSources(t *testing.T, info Info, env []string) (string, int) {
 	t.Helper()
-	script := generate(t, executor.StageGetSources, info)
-	f := filepath.Join(t.TempDir(), "script.sh")
-	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(info.Shell, f)
-	cmd.Dir, cmd.Env = info.ProjectDir, env
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	}
-	t.Fatalf("run %s: %v", info.Shell, err)
-	return "", 0
+	return runScriptEnv(t, info.Shell, generate(t, executor.StageGetSources, info), info.ProjectDir, env)
 }
 
 func subJob(repoURL, sha string, vars ...api.Variable) *api.JobResponse {
@@ -570,9 +549,7 @@ func TestGetSourcesLFSCommands(t *testing.T) {
 // GIT_LFS_SKIP_SMUDGE.
 func TestGetSourcesLFS(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("git-lfs"); err != nil {
-		t.Skip("git-lfs not installed")
-	}
+	needProgram(t, "git-lfs")
 	env := gitEnv(t)
 	root := t.TempDir()
 	work, bare := filepath.Join(root, "work"), filepath.Join(root, "lfs.git")

@@ -20,12 +20,19 @@ var shells = []string{Bash, Sh}
 // in dir, stdout and stderr together.
 func runScript(t *testing.T, sh, script, dir string) (string, int) {
 	t.Helper()
+	return runScriptEnv(t, sh, script, dir, nil)
+}
+
+// runScriptEnv is runScript with the environment env (nil: this
+// process's).
+func runScriptEnv(t *testing.T, sh, script, dir string, env []string) (string, int) {
+	t.Helper()
 	f := filepath.Join(t.TempDir(), "script.sh")
 	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(sh, f)
-	cmd.Dir = dir
+	cmd.Dir, cmd.Env = dir, env
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	switch {
@@ -230,34 +237,44 @@ var torture = map[string]string{
 	"SPACES":    "  leading and trailing  ",
 }
 
+// scriptValues runs a job with vars whose script writes the value of
+// each of keys to a file, and returns what it wrote, by key.
+func scriptValues(t *testing.T, sh string, vars api.Variables, keys []string) map[string]string {
+	t.Helper()
+	out := t.TempDir()
+	var lines []string
+	for _, k := range keys {
+		lines = append(lines, `printf '%s' "$`+k+`" > '`+filepath.Join(out, k)+`'`)
+	}
+	info := testInfo(t, sh, scriptJob(lines, nil, vars...))
+	if o, code := runScript(t, sh, generate(t, StepStage(api.StepScript), info), info.ProjectDir); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, o)
+	}
+	got := map[string]string{}
+	for _, k := range keys {
+		b, err := os.ReadFile(filepath.Join(out, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[k] = string(b)
+	}
+	return got
+}
+
 func TestVariableQuoting(t *testing.T) {
 	for _, sh := range shells {
 		t.Run(sh, func(t *testing.T) {
 			t.Parallel()
 			var vars api.Variables
-			var lines []string
-			out := t.TempDir()
-			want := map[string]string{}
+			var keys []string
 			for k, v := range torture {
 				// Raw, so the check is about quoting alone; $$ would be
 				// unescaped by expansion otherwise.
 				vars = append(vars, api.Variable{Key: k, Value: v, Raw: true})
-				lines = append(lines, `printf '%s' "$`+k+`" > '`+filepath.Join(out, k)+`'`)
-				want[k] = v
+				keys = append(keys, k)
 			}
-			info := testInfo(t, sh, scriptJob(lines, nil, vars...))
-			if o, code := runScript(t, sh, generate(t, StepStage(api.StepScript), info), info.ProjectDir); code != 0 {
-				t.Fatalf("exit code %d:\n%s", code, o)
-			}
-			got := map[string]string{}
-			for k := range torture {
-				b, err := os.ReadFile(filepath.Join(out, k))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got[k] = string(b)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
+			got := scriptValues(t, sh, vars, keys)
+			if diff := cmp.Diff(torture, got); diff != "" {
 				t.Errorf("variable values (-want +got):\n%s", diff)
 			}
 		})
@@ -277,28 +294,12 @@ func TestRawAndExpandedVariables(t *testing.T) {
 				{Key: "BASE", Value: "again-$BASE"}, // redefinition sees the old value; earlier references see this one, unexpanded
 				{Key: "bad-name", Value: "skipped"},
 			}
-			out := t.TempDir()
-			var lines []string
-			for _, k := range []string{"BASE", "EXPANDED", "RAW", "LATER"} {
-				lines = append(lines, `printf '%s' "$`+k+`" > '`+filepath.Join(out, k)+`'`)
-			}
-			info := testInfo(t, sh, scriptJob(lines, nil, vars...))
-			if o, code := runScript(t, sh, generate(t, StepStage(api.StepScript), info), info.ProjectDir); code != 0 {
-				t.Fatalf("exit code %d:\n%s", code, o)
-			}
+			got := scriptValues(t, sh, vars, []string{"BASE", "EXPANDED", "RAW", "LATER"})
 			want := map[string]string{
 				"BASE":     "again-base",
 				"EXPANDED": "again-$BASE/x again-$BASEy $BASE . env-value $ end$",
 				"RAW":      "$BASE ${BASE} $(echo no)",
 				"LATER":    "next",
-			}
-			got := map[string]string{}
-			for k := range want {
-				b, err := os.ReadFile(filepath.Join(out, k))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got[k] = string(b)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("values (-want +got):\n%s", diff)

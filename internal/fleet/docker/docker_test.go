@@ -21,6 +21,7 @@ import (
 	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
 	"github.com/drover-ci/drover/internal/fleet"
 	"github.com/drover-ci/drover/internal/fleet/docker"
+	"github.com/drover-ci/drover/internal/fleet/fleettest"
 )
 
 // testImage is built once per test binary, by the first test that needs it.
@@ -89,15 +90,6 @@ func ownedContainers(t *testing.T, cli *dockerclient.Client, owner string) []con
 	return list
 }
 
-func states(t *testing.T, p fleet.Provider) map[string]fleet.State {
-	t.Helper()
-	got := map[string]fleet.State{}
-	if err := p.Update(t.Context(), func(id string, st fleet.State) { got[id] = st }); err != nil {
-		t.Fatalf("Update = %v", err)
-	}
-	return got
-}
-
 // runSSH logs in with ci and runs cmd, returning its output.
 func runSSH(t *testing.T, ci fleet.ConnectInfo, cmd string) string {
 	t.Helper()
@@ -160,7 +152,7 @@ func TestProviderLifecycle(t *testing.T) {
 	if n != 2 || err != nil {
 		t.Fatalf("Increase(2) = %d, %v; want 2, nil", n, err)
 	}
-	got := states(t, p)
+	got := fleettest.States(t, p)
 	if len(got) != 2 {
 		t.Fatalf("Update reported %v, want 2 instances", got)
 	}
@@ -206,7 +198,7 @@ func TestProviderLifecycle(t *testing.T) {
 	if _, err := p2.Init(ctx, fleet.Settings{Name: owner, Config: map[string]any{"image": testImage}}); err != nil {
 		t.Fatalf("second Init = %v", err)
 	}
-	got2 := states(t, p2)
+	got2 := fleettest.States(t, p2)
 	if len(got2) != 3 {
 		t.Errorf("second provider reported %v, want the 3 instances", got2)
 	}
@@ -224,7 +216,7 @@ func TestProviderLifecycle(t *testing.T) {
 	if _, err := other.Init(ctx, fleet.Settings{Name: owner + "-other", Config: map[string]any{}}); err != nil {
 		t.Fatalf("other Init = %v", err)
 	}
-	if g := states(t, other); len(g) != 0 {
+	if g := fleettest.States(t, other); len(g) != 0 {
 		t.Errorf("other owner's Update reported %v, want none", g)
 	}
 	if err := other.Heartbeat(ctx, ids[0]); !errors.Is(err, fleet.ErrNotFound) {
@@ -247,13 +239,13 @@ func TestProviderLifecycle(t *testing.T) {
 			t.Errorf("container %s after Decrease: inspect = %v, want not found", id, err)
 		}
 	}
-	after := states(t, p)
+	after := fleettest.States(t, p)
 	for _, id := range ids {
 		if after[id] != fleet.StateDeleted {
 			t.Errorf("Update after Decrease: %s is %q, want deleted", id, after[id])
 		}
 	}
-	if again := states(t, p); len(again) != 0 {
+	if again := fleettest.States(t, p); len(again) != 0 {
 		t.Errorf("second Update after Decrease reported %v, want nothing", again)
 	}
 	if left := ownedContainers(t, cli, owner); len(left) != 0 {
@@ -280,14 +272,14 @@ func TestStoppedContainerTimesOut(t *testing.T) {
 		t.Fatalf("Increase(1) = %d, %v", n, err)
 	}
 	var id string
-	for i := range states(t, p) {
+	for i := range fleettest.States(t, p) {
 		id = i
 	}
 	zero := 0
 	if err := cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &zero}); err != nil {
 		t.Fatalf("ContainerStop: %v", err)
 	}
-	if st := states(t, p)[id]; st != fleet.StateTimeout {
+	if st := fleettest.States(t, p)[id]; st != fleet.StateTimeout {
 		t.Errorf("stopped container is %q, want timeout", st)
 	}
 	if err := p.Heartbeat(ctx, id); err == nil {

@@ -135,11 +135,7 @@ func (s *Server) getServerType(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
-	q, ok := s.query(w, r, "name", "architecture", "include_deprecated", "type", "status", "label_selector", "sort")
-	if !ok {
-		return
-	}
-	sel, ok := s.selector(w, q)
+	q, sel, ok := s.listQuery(w, r, "name", "architecture", "include_deprecated", "type", "status", "label_selector", "sort")
 	if !ok {
 		return
 	}
@@ -160,11 +156,7 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 // listVolumes answers the plugin's search for its volumes: the stand-in
 // has none (volume_size is not modelled; POST /volumes is unexpected).
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
-	q, ok := s.query(w, r, "name", "label_selector", "status", "sort")
-	if !ok {
-		return
-	}
-	if _, ok := s.selector(w, q); !ok {
+	if _, _, ok := s.listQuery(w, r, "name", "label_selector", "status", "sort"); !ok {
 		return
 	}
 	writeList(w, r, "volumes", []struct{}{})

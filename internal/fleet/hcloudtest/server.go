@@ -455,13 +455,19 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request, allowed ...string
 	return q, true
 }
 
-func (s *Server) selector(w http.ResponseWriter, q url.Values) (selector, bool) {
+// listQuery is query for a list call that may filter by labels: it also
+// returns the call's label_selector, or refuses one that does not parse.
+func (s *Server) listQuery(w http.ResponseWriter, r *http.Request, allowed ...string) (url.Values, selector, bool) {
+	q, ok := s.query(w, r, allowed...)
+	if !ok {
+		return nil, nil, false
+	}
 	sel, err := parseSelector(q.Get("label_selector"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_input", err.Error())
-		return nil, false
+		return nil, nil, false
 	}
-	return sel, true
+	return q, sel, true
 }
 
 func (s *Server) pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {

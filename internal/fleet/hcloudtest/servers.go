@@ -21,11 +21,7 @@ const (
 )
 
 func (s *Server) listServers(w http.ResponseWriter, r *http.Request) {
-	q, ok := s.query(w, r, "name", "label_selector", "status", "sort")
-	if !ok {
-		return
-	}
-	sel, ok := s.selector(w, q)
+	q, sel, ok := s.listQuery(w, r, "name", "label_selector", "status", "sort")
 	if !ok {
 		return
 	}

@@ -13,11 +13,7 @@ import (
 )
 
 func (s *Server) listSSHKeys(w http.ResponseWriter, r *http.Request) {
-	q, ok := s.query(w, r, "name", "fingerprint", "label_selector", "sort")
-	if !ok {
-		return
-	}
-	sel, ok := s.selector(w, q)
+	q, sel, ok := s.listQuery(w, r, "name", "fingerprint", "label_selector", "sort")
 	if !ok {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/fleettest"
 	"github.com/drover-ci/drover/internal/fleet/plugin"
 	"github.com/drover-ci/drover/internal/fleet/static/sshdtest"
 )
@@ -146,15 +147,6 @@ func start(t *testing.T, log *slog.Logger, path string, cfg map[string]any, conn
 	return p
 }
 
-func update(t *testing.T, p fleet.Provider) map[string]fleet.State {
-	t.Helper()
-	got := map[string]fleet.State{}
-	if err := p.Update(t.Context(), func(id string, st fleet.State) { got[id] = st }); err != nil {
-		t.Fatalf("Update = %v", err)
-	}
-	return got
-}
-
 // TestEndToEnd drives the example plugin (written with GitLab's fleeting
 // SDK) through the whole lifecycle; its instances all point at one real
 // sshd, which the test logs into with the key the connector sent.
@@ -180,7 +172,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("Increase(2) = %d, %v", n, err)
 	}
 	want := map[string]fleet.State{"fake-runner-x-1": fleet.StateCreating, "fake-runner-x-2": fleet.StateCreating}
-	if diff := cmp.Diff(want, update(t, p)); diff != "" {
+	if diff := cmp.Diff(want, fleettest.States(t, p)); diff != "" {
 		t.Errorf("Update while booting (-want +got):\n%s", diff)
 	}
 	if err := p.Heartbeat(ctx, "fake-runner-x-1"); err == nil {
@@ -188,7 +180,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	time.Sleep(350 * time.Millisecond) // the plugin's boot time, on its own clock
 	want = map[string]fleet.State{"fake-runner-x-1": fleet.StateRunning, "fake-runner-x-2": fleet.StateRunning}
-	if diff := cmp.Diff(want, update(t, p)); diff != "" {
+	if diff := cmp.Diff(want, fleettest.States(t, p)); diff != "" {
 		t.Errorf("Update after boot (-want +got):\n%s", diff)
 	}
 
@@ -215,7 +207,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("Decrease = %v", err)
 	}
 	want = map[string]fleet.State{"fake-runner-x-1": fleet.StateDeleted, "fake-runner-x-2": fleet.StateRunning}
-	if diff := cmp.Diff(want, update(t, p)); diff != "" {
+	if diff := cmp.Diff(want, fleettest.States(t, p)); diff != "" {
 		t.Errorf("Update after Decrease (-want +got):\n%s", diff)
 	}
 	if n, _ := p.Increase(ctx, 5); n != 2 {
@@ -254,7 +246,7 @@ func TestGitLabDummyPlugin(t *testing.T) {
 	}
 	// The dummy reports creating, and moves them to running as the next
 	// Update starts.
-	got := update(t, p)
+	got := fleettest.States(t, p)
 	if len(got) != 2 {
 		t.Fatalf("Update = %v, want 2 instances", got)
 	}
@@ -265,7 +257,7 @@ func TestGitLabDummyPlugin(t *testing.T) {
 			t.Errorf("instance %s is %s, want creating or running", id, s)
 		}
 	}
-	for id, s := range update(t, p) {
+	for id, s := range fleettest.States(t, p) {
 		if s != fleet.StateRunning {
 			t.Errorf("instance %s is %s on the second Update, want running", id, s)
 		}
@@ -281,7 +273,7 @@ func TestGitLabDummyPlugin(t *testing.T) {
 	if err != nil || !cmp.Equal(done, ids[:1]) {
 		t.Errorf("Decrease = %v, %v; want %v", done, err, ids[:1])
 	}
-	got = update(t, p)
+	got = fleettest.States(t, p)
 	if got[ids[0]] != fleet.StateDeleting && got[ids[0]] != fleet.StateDeleted {
 		t.Errorf("after Decrease %s is %s, want deleting or deleted", ids[0], got[ids[0]])
 	}

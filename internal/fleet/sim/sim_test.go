@@ -7,16 +7,8 @@ import (
 
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/fleettest"
 )
-
-func states(t *testing.T, p *Provider) map[string]fleet.State {
-	t.Helper()
-	m := map[string]fleet.State{}
-	if err := p.Update(t.Context(), func(id string, st fleet.State) { m[id] = st }); err != nil {
-		t.Fatalf("Update = %v", err)
-	}
-	return m
-}
 
 func TestLifecycle(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
@@ -27,14 +19,14 @@ func TestLifecycle(t *testing.T) {
 	if n, err := p.Increase(t.Context(), 2); n != 2 || err != nil {
 		t.Fatalf("Increase = %d, %v", n, err)
 	}
-	if st := states(t, p); len(st) != 2 || st["r-000001"] != fleet.StateCreating {
+	if st := fleettest.States(t, p); len(st) != 2 || st["r-000001"] != fleet.StateCreating {
 		t.Fatalf("states %v, want 2 creating", st)
 	}
 	if err := p.Heartbeat(t.Context(), "r-000001"); err == nil {
 		t.Error("Heartbeat of a booting instance succeeded")
 	}
 	clk.Advance(30 * time.Second)
-	if st := states(t, p); st["r-000001"] != fleet.StateRunning {
+	if st := fleettest.States(t, p); st["r-000001"] != fleet.StateRunning {
 		t.Fatalf("states %v after boot, want running", st)
 	}
 	if err := p.Heartbeat(t.Context(), "r-000001"); err != nil {
@@ -48,14 +40,14 @@ func TestLifecycle(t *testing.T) {
 	if len(ok) != 1 || !errors.Is(err, fleet.ErrNotFound) {
 		t.Fatalf("Decrease = %v, %v; want r-000001 accepted, nope not found", ok, err)
 	}
-	if st := states(t, p); st["r-000001"] != fleet.StateDeleting {
+	if st := fleettest.States(t, p); st["r-000001"] != fleet.StateDeleting {
 		t.Fatalf("state %v, want deleting", st["r-000001"])
 	}
 	clk.Advance(5 * time.Second)
-	if st := states(t, p); st["r-000001"] != fleet.StateDeleted {
+	if st := fleettest.States(t, p); st["r-000001"] != fleet.StateDeleted {
 		t.Fatalf("state %v, want deleted (reported once)", st["r-000001"])
 	}
-	if st := states(t, p); len(st) != 1 {
+	if st := fleettest.States(t, p); len(st) != 1 {
 		t.Fatalf("states %v, want the deleted instance gone", st)
 	}
 	if c, r := p.Counts(); c != 2 || r != 1 {
@@ -111,11 +103,11 @@ func TestBootSpreadDeterministic(t *testing.T) {
 func TestRealClock(t *testing.T) {
 	p := New(Options{BootTime: 5 * time.Millisecond})
 	p.Increase(t.Context(), 1)
-	if st := states(t, p); st["sim-000001"] != fleet.StateCreating {
+	if st := fleettest.States(t, p); st["sim-000001"] != fleet.StateCreating {
 		t.Fatalf("state %v right after Increase, want creating", st)
 	}
 	time.Sleep(10 * time.Millisecond)
-	if st := states(t, p); st["sim-000001"] != fleet.StateRunning {
+	if st := fleettest.States(t, p); st["sim-000001"] != fleet.StateRunning {
 		t.Fatalf("state %v after the boot time, want running", st)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/drover-ci/drover/internal/fleet"
+	"github.com/drover-ci/drover/internal/fleet/fleettest"
 	"github.com/drover-ci/drover/internal/fleet/static"
 	"github.com/drover-ci/drover/internal/fleet/static/sshdtest"
 )
@@ -138,15 +139,6 @@ func TestParseHosts(t *testing.T) {
 	}
 }
 
-func update(t *testing.T, p fleet.Provider) map[string]fleet.State {
-	t.Helper()
-	got := map[string]fleet.State{}
-	if err := p.Update(t.Context(), func(id string, st fleet.State) { got[id] = st }); err != nil {
-		t.Fatalf("Update = %v", err)
-	}
-	return got
-}
-
 // TestProviderAgainstRealSSHD runs the whole lifecycle against a real sshd
 // plus a host where nothing listens.
 func TestProviderAgainstRealSSHD(t *testing.T) {
@@ -169,7 +161,7 @@ func TestProviderAgainstRealSSHD(t *testing.T) {
 	if info.MaxSize != 2 {
 		t.Errorf("Init MaxSize = %d, want 2", info.MaxSize)
 	}
-	if got := update(t, p); len(got) != 0 {
+	if got := fleettest.States(t, p); len(got) != 0 {
 		t.Errorf("Update before Increase = %v, want nothing", got)
 	}
 
@@ -177,7 +169,7 @@ func TestProviderAgainstRealSSHD(t *testing.T) {
 	if n != 1 || err != nil {
 		t.Fatalf("Increase(1) = %d, %v", n, err)
 	}
-	if diff := cmp.Diff(map[string]fleet.State{srv.Addr: fleet.StateRunning}, update(t, p)); diff != "" {
+	if diff := cmp.Diff(map[string]fleet.State{srv.Addr: fleet.StateRunning}, fleettest.States(t, p)); diff != "" {
 		t.Errorf("Update after Increase(1) (-want +got):\n%s", diff)
 	}
 	ci, err := p.ConnectInfo(ctx, srv.Addr)
@@ -209,17 +201,17 @@ func TestProviderAgainstRealSSHD(t *testing.T) {
 		t.Errorf("Decrease = %v, %v; want [%s], ErrNotFound", done, err, srv.Addr)
 	}
 	want := map[string]fleet.State{srv.Addr: fleet.StateDeleted, dead: fleet.StateRunning}
-	if diff := cmp.Diff(want, update(t, p)); diff != "" {
+	if diff := cmp.Diff(want, fleettest.States(t, p)); diff != "" {
 		t.Errorf("Update after Decrease (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]fleet.State{dead: fleet.StateRunning}, update(t, p)); diff != "" {
+	if diff := cmp.Diff(map[string]fleet.State{dead: fleet.StateRunning}, fleettest.States(t, p)); diff != "" {
 		t.Errorf("second Update after Decrease (-want +got):\n%s", diff)
 	}
 	// The freed host is taken again first.
 	if n, err := p.Increase(ctx, 1); n != 1 || err != nil {
 		t.Errorf("Increase(1) after Decrease = %d, %v", n, err)
 	}
-	if got := update(t, p); got[srv.Addr] != fleet.StateRunning {
+	if got := fleettest.States(t, p); got[srv.Addr] != fleet.StateRunning {
 		t.Errorf("freed host not reused: %v", got)
 	}
 

@@ -256,16 +256,7 @@ func (l *loader) localNames(p string, pos Pos) ([]string, error) {
 		return []string{clean}, nil
 	}
 	var out []string
-	err := fs.WalkDir(l.fsys, ".", func(name string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if de.IsDir() {
-			if name == ".git" {
-				return fs.SkipDir
-			}
-			return nil
-		}
+	err := walkFiles(l.fsys, func(name string) error {
 		if ext := path.Ext(name); ext != ".yml" && ext != ".yaml" {
 			return nil
 		}
@@ -282,6 +273,24 @@ func (l *loader) localNames(p string, pos Pos) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// walkFiles calls fn with the name of every file of the repository in
+// fsys (what is under .git is not), in lexical order; fn may return
+// fs.SkipAll to stop the walk.
+func walkFiles(fsys fs.FS, fn func(name string) error) error {
+	return fs.WalkDir(fsys, ".", func(name string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if de.IsDir() {
+			if name == ".git" {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		return fn(name)
+	})
 }
 
 // globMatch matches name against a pattern where * matches within one

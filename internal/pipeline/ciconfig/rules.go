@@ -245,16 +245,7 @@ func (ec evalContext) exists(patterns []string) (bool, error) {
 	}
 	if ec.files == nil || *ec.files == nil {
 		var files []string
-		err := fs.WalkDir(ec.fsys, ".", func(name string, de fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if de.IsDir() {
-				if name == ".git" {
-					return fs.SkipDir
-				}
-				return nil
-			}
+		err := walkFiles(ec.fsys, func(name string) error {
 			if len(files) >= maxExistsFiles {
 				return fs.SkipAll
 			}

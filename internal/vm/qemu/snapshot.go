@@ -25,29 +25,27 @@ func CheckSnapshotName(name string) error {
 // must be qcow2. The guest is paused while it saves and resumed after, if
 // it was running.
 func (m *Monitor) SaveVM(ctx context.Context, name string) error {
-	if err := CheckSnapshotName(name); err != nil {
-		return err
-	}
-	_, err := m.HumanCommand(ctx, "savevm "+name)
-	return err
+	return m.snapshotCommand(ctx, "savevm", name)
 }
 
 // LoadVM restores the snapshot name: the guest continues from the saved
 // state (running if it was running when saved and is now).
 func (m *Monitor) LoadVM(ctx context.Context, name string) error {
-	if err := CheckSnapshotName(name); err != nil {
-		return err
-	}
-	_, err := m.HumanCommand(ctx, "loadvm "+name)
-	return err
+	return m.snapshotCommand(ctx, "loadvm", name)
 }
 
 // DelVM deletes the snapshot name from every disk.
 func (m *Monitor) DelVM(ctx context.Context, name string) error {
+	return m.snapshotCommand(ctx, "delvm", name)
+}
+
+// snapshotCommand runs the HMP command verb on the snapshot name, once
+// the name is one that can go into a command line.
+func (m *Monitor) snapshotCommand(ctx context.Context, verb, name string) error {
 	if err := CheckSnapshotName(name); err != nil {
 		return err
 	}
-	_, err := m.HumanCommand(ctx, "delvm "+name)
+	_, err := m.HumanCommand(ctx, verb+" "+name)
 	return err
 }
 
