@@ -160,6 +160,7 @@ func (m *Manager) runJob(ctx context.Context, js *jobStart) {
 		sleep(jobCtx, m.clock, m.prepareDelay)
 	}
 	l.openRecord(m.storeFor(l.runner))
+	l.saveReceived(jobCtx)
 	stopPersist := l.persist(jobCtx)
 	l.build(jobCtx, js.data, nil)
 	stopStream()
@@ -337,6 +338,19 @@ func (l *jobLife) openRecord(store *openStore) {
 	if err := l.newPersister(store, accepted); err != nil {
 		l.log.Error("job store: the job will not be resumable", "err", err)
 	}
+}
+
+// saveReceived saves the record of a classic job before it is prepared:
+// the coordinator runs it from the moment it was handed out. A two-phase
+// job's first save comes before its accept (jobrun); until then a manager
+// that dies leaves it to the coordinator's ack deadline.
+func (l *jobLife) saveReceived(ctx context.Context) {
+	if l.pers == nil || l.prov != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l.pers.received(ctx)
 }
 
 // newPersister makes l.pers, the persister of the job's record in store.

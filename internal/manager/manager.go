@@ -612,7 +612,9 @@ func (m *Manager) sweep(ctx context.Context) {
 			return
 		}
 		for _, r := range recs {
-			keep[r.JobID] = true
+			// A job received but never prepared (no stage) is failed,
+			// not resumed: what its preparation left goes.
+			keep[r.JobID] = r.Stage != ""
 		}
 	}
 	seen := map[executor.Sweeper]bool{}

@@ -160,6 +160,17 @@ func (p *persister) flushed(ctx context.Context) bool {
 	return ok && st.offset() == size
 }
 
+// received saves the record of a job that is not prepared yet: no
+// checkpoint (Stage ""), no executor state. A manager that dies while the
+// job prepares leaves it to the next one, which fails the job (see
+// Manager.resume) instead of leaving one the coordinator runs and no
+// runner has. A store error is logged and counted as any save's.
+func (p *persister) received(ctx context.Context) {
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
+	p.save(ctx, syncPoint{}, nil)
+}
+
 // save writes the record for point sp with the executor state.
 // p.saveMu is held.
 func (p *persister) save(ctx context.Context, sp syncPoint, state json.RawMessage) {

@@ -336,6 +336,18 @@ func (m *Manager) resume(ctx context.Context, t resumeTask) {
 		log.Warn("cannot learn the coordinator's log size; resuming from the checkpoint", "err", err)
 		size = env.LogOffset
 	}
+	if env.Checkpoint.Stage == "" {
+		// Saved when the job was received (saveReceived): the manager
+		// died while it prepared, before any of its scripts ran, and
+		// nothing of it can be found again. The sweep at the start does
+		// not keep what the preparation left behind.
+		if l.openLog(size, 0) == nil {
+			defer l.buf.Close()
+		}
+		l.st = l.continuedStreamer(size)
+		l.failResumed(ctx, t, "the runner manager stopped while it prepared the job, before any of the job's scripts ran")
+		return
+	}
 	if rec.Retries > t.store.cfg.MaxRetries {
 		m.stopResumed(ctx, p, settings, &job, env)
 		if l.openLog(size, 0) == nil {
