@@ -1,7 +1,6 @@
 package jobrun
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -303,7 +300,7 @@ func TestHardCancel(t *testing.T) {
 	if res.Err == nil {
 		t.Error("Result.Err = nil, want the abort")
 	}
-	if alive(t, pid) {
+	if executortest.Alive(t, pid) {
 		t.Errorf("background sleep %s survived the hard cancel", pid)
 	}
 	f.assertTrace(t, []string{"ERROR: Job failed (system failure)"}, []string{"after-ran"})
@@ -415,21 +412,6 @@ func waitFile(t *testing.T, path string) string {
 	}
 	t.Errorf("%s never written", path)
 	return ""
-}
-
-// alive reports whether pid is a live process; a zombie is dead.
-func alive(t *testing.T, pidText string) bool {
-	t.Helper()
-	pid, err := strconv.Atoi(pidText)
-	if err != nil {
-		t.Fatalf("pid %q: %v", pidText, err)
-	}
-	stat, err := os.ReadFile("/proc/" + pidText + "/stat")
-	if err != nil {
-		return syscall.Kill(pid, 0) == nil
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X'
 }
 
 // cancelAfterPrepare prepares, then closes graceful and waits for the

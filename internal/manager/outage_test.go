@@ -22,6 +22,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/clock"
 	"github.com/drover-ci/drover/internal/config"
+	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/shell"
 	"github.com/drover-ci/drover/internal/jobstore"
 	"github.com/drover-ci/drover/internal/jobstore/storetest"
@@ -212,8 +213,14 @@ type runningManager struct {
 
 func runTestManager(t *testing.T, url string, tweak func(*config.Config), opts func(*Options)) *runningManager {
 	t.Helper()
+	return runTestManagerWith(t, url, shell.NewProvider(), tweak, opts)
+}
+
+// runTestManagerWith is runTestManager with executor provider p.
+func runTestManagerWith(t *testing.T, url string, p executor.Provider, tweak func(*config.Config), opts func(*Options)) *runningManager {
+	t.Helper()
 	log, sink := newLogCapture(t)
-	m := newTestManager(t, log, url, shell.NewProvider(), tweak, opts)
+	m := newTestManager(t, log, url, p, tweak, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	rm := &runningManager{m: m, logs: sink, cancel: cancel, stopped: make(chan struct{})}
 	go func() {

@@ -20,27 +20,11 @@ import (
 	"github.com/drover-ci/drover/internal/jobstore"
 )
 
-// startStoreManager runs a manager on provider p with the file store at dir
-// until the test ends.
+// startStoreManager runs a manager on provider p with the file store at
+// dir until the test ends.
 func startStoreManager(t *testing.T, url, dir string, p executor.Provider) *runningManager {
 	t.Helper()
-	log, sink := newLogCapture(t)
-	m := newTestManager(t, log, url, p, func(c *config.Config) {
-		c.Runners[0].Store = fileStore(dir)
-	}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	rm := &runningManager{m: m, logs: sink, cancel: cancel, stopped: make(chan struct{})}
-	go func() {
-		defer close(rm.stopped)
-		if err := m.Run(ctx); err != nil && ctx.Err() == nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		rm.waitStopped(t)
-	})
-	return rm
+	return runTestManagerWith(t, url, p, func(c *config.Config) { c.Runners[0].Store = fileStore(dir) }, nil)
 }
 
 // TestClassicJobRecordedAtReceipt: a classic job (not two-phase) runs at
