@@ -83,12 +83,15 @@ func exposure(o Observed, targetWait time.Duration) time.Duration {
 }
 
 // adaptiveBufferZ is how many spreads of the load change over the
-// exposure window the idle buffer covers before feedback: z = 3. The
-// feedback gain scales it to the load at hand (see doc.go); it is high on
-// purpose, since on a quiet day the loop learns slowly (few jobs) and the
-// starting point is what a fresh pool keeps: with z = 2.5 quiet
-// ("weekend") tuning days missed the p95 target by up to 3 s, with z = 3
-// none of six did, for 3–8 % more idle time on busy days.
+// exposure window the idle buffer covers before feedback: z = 2. The
+// feedback gain scales it to the load at hand (see doc.go). Issue 19 first
+// set z = 3, since on a quiet day the loop learns slowly (few jobs) and
+// the starting point is what a fresh pool keeps (with z = 2.5 quiet
+// "weekend" tuning days missed the p95 target by up to 3 s); z = 2 came
+// in one change with the slower feedback to a 4.2 % goal and the hold of
+// a third of the target. A fresh pool starts from this buffer: the fresh
+// weekend day at 30 s boots misses its p95 by 0.7 s (docs/BENCHMARKS.md,
+// issue 38).
 const adaptiveBufferZ = 2.0
 
 // idleSlots is the buffer's size; see AdaptiveIdleSlots.

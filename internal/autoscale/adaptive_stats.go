@@ -77,7 +77,7 @@ func (e *dispersionEstimator) index() float64 {
 // spread σ is multiplied by a gain g; each job that waited longer than the
 // target raises ln g by feedbackStep·(1 − goal), each one served within it
 // lowers ln g by feedbackStep·goal, so that at equilibrium the share goal
-// of the jobs misses the target. The goal is 4%, one point inside the
+// of the jobs misses the target. The goal is 4.2 %, 0.8 points inside the
 // p95, as margin for the loop's lag. The loop corrects what the model
 // gets wrong on the load at hand (a lumpy low load needs more than the
 // normal approximation says, a steady high one less).
