@@ -24,16 +24,19 @@ const (
 	spanExec = "exec"
 	// spanBoot is a build container's start up to its boot line.
 	spanBoot = "boot"
+	// spanSession is a stage run by a container's idle shell (see
+	// shellSession): the command written to it, to the stage's end line.
+	spanSession = "session"
 )
 
 // newEngineCalls is the histogram of the engine calls of every job:
 // drover_docker_engine_call_duration_seconds by call (the Engine method,
-// or spanExec, spanBoot).
+// or spanExec, spanSession, spanBoot).
 func newEngineCalls() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "drover_docker_engine_call_duration_seconds",
 		Help: "Duration of the docker executor's calls to the Docker engine, by call: the engine API's (ContainerCreate, NetworkCreate...), " +
-			"exec (a whole exec, to its exit code) and boot (a build container's start to its first output line).",
+			"exec (a whole exec, to its exit code), session (a stage run by a container's idle shell, to its end) and boot (a build container's start to its first output line).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	}, []string{"call"})
 }
@@ -130,6 +133,11 @@ func (t *tracedEngine) CopyToContainer(ctx context.Context, id, dst string, cont
 func (t *tracedEngine) ContainerExecCreate(ctx context.Context, id string, opts container.ExecOptions) (r container.ExecCreateResponse, err error) {
 	defer func(start time.Time) { t.span("ContainerExecCreate", start, err) }(time.Now())
 	return t.Engine.ContainerExecCreate(ctx, id, opts)
+}
+
+func (t *tracedEngine) ContainerAttach(ctx context.Context, id string, opts container.AttachOptions) (r types.HijackedResponse, err error) {
+	defer func(start time.Time) { t.span("ContainerAttach", start, err) }(time.Now())
+	return t.Engine.ContainerAttach(ctx, id, opts)
 }
 
 func (t *tracedEngine) ContainerExecAttach(ctx context.Context, execID string, opts container.ExecAttachOptions) (r types.HijackedResponse, err error) {

@@ -45,6 +45,8 @@ type Engine interface {
 	CopyToContainer(ctx context.Context, id, dst string, content io.Reader, opts container.CopyToContainerOptions) error
 	CopyFromContainer(ctx context.Context, id, src string) (io.ReadCloser, container.PathStat, error)
 
+	ContainerAttach(ctx context.Context, id string, opts container.AttachOptions) (types.HijackedResponse, error)
+
 	ContainerExecCreate(ctx context.Context, id string, opts container.ExecOptions) (container.ExecCreateResponse, error)
 	ContainerExecAttach(ctx context.Context, execID string, opts container.ExecAttachOptions) (types.HijackedResponse, error)
 	ContainerExecStart(ctx context.Context, execID string, opts container.ExecStartOptions) error

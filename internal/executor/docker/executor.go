@@ -76,8 +76,11 @@ type Executor struct {
 	builds      int       // build containers made so far (names)
 	helper      string
 	helperImg   string
+	plainHelper bool // no entrypoint runs before the helper container's idle shell
 	services    []service
-	containers  []string // every container made, for Cleanup
+	containers  []string                 // every container made, for Cleanup
+	sessions    map[string]*shellSession // the idle shells that run stages, by container (session.go)
+	noSession   map[string]bool          // containers whose attach failed: stages by exec
 	resumable   bool
 	det         *detached.Runner     // the job's stages, their output in the trace
 	cleaning    executor.Cleaning    // Cleanup's removals, done in the background
@@ -785,7 +788,8 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("helper image: %w", err)
 	}
-	if _, err := e.pullHelper(ctx, tag); err != nil {
+	ins, err := e.pullHelper(ctx, tag)
+	if err != nil {
 		return "", err
 	}
 	cc := &container.Config{
@@ -800,6 +804,9 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 	}
 	e.mu.Lock()
 	e.helper, e.helperImg = id, tag
+	// Its idle shell is the container's first process unless the image
+	// has an entrypoint (a helper_image of the user's may).
+	e.plainHelper = ins.Config == nil || len(ins.Config.Entrypoint) == 0
 	e.mu.Unlock()
 	return id, nil
 }
@@ -815,6 +822,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		e.mu.Unlock()
 		return
 	}
+	e.closeSessionsLocked()
 	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
 	resumable, s, jobID := e.resumable, e.settings, e.job.ID
 	netName, linked, keepAnon := e.netName, e.linked, e.cfg.VolumeKeep

@@ -89,12 +89,12 @@ func (e *Executor) pullOnce(ctx context.Context, img, ref string, p PullPolicy) 
 
 // pullHelper makes the helper image present: drover's own was built by
 // the provider; a configured helper_image is pulled when missing.
-func (e *Executor) pullHelper(ctx context.Context, tag string) (string, error) {
+func (e *Executor) pullHelper(ctx context.Context, tag string) (image.InspectResponse, error) {
 	ins, err := e.pullOnce(ctx, tag, tag, PullIfNotPresent)
 	if err != nil {
-		return "", fmt.Errorf("helper image %s: %w", tag, err)
+		return ins, fmt.Errorf("helper image %s: %w", tag, err)
 	}
-	return ins.ID, nil
+	return ins, nil
 }
 
 func shortID(id string) string {

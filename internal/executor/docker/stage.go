@@ -227,8 +227,10 @@ func (e *Executor) stageSetup(cid string) string {
 }
 
 // runAttached runs a stage of a job that is not resumable: its script goes
-// to the exec's stdin (stored to a file first, so that commands reading
-// stdin do not eat it), its output comes back on the exec's streams.
+// to the stage's standard input (stored to a file first, so that commands
+// reading stdin do not eat it), its output comes back on the container's
+// streams. The stage is run by the build container's idle shell where
+// that is the same as an exec (session), else by an exec.
 func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, shellPath, user string) error {
 	e.mu.Lock()
 	det := e.det
@@ -242,8 +244,22 @@ func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, s
 	script := e.wrapper(cid) + fmt.Sprintf("cat > %[1]s || exit\necho $$ > %[3]s\n%[4]s%[2]s %[1]s </dev/null 2>&1\nexit $?\n",
 		quote(f.Script), quote(shellPath), quote(f.PID), detached.Words(e.stageEntry(cmd.Stage, cid)))
 	started := time.Now()
-	code, err := e.exec(ctx, cid, user, []string{"sh", "-c", script}, strings.NewReader(cmd.Script), w, w,
-		func() { e.stopStage(context.Background(), cid, user, f) })
+	stop := func() { e.stopStage(context.Background(), cid, user, f) }
+	var code int
+	var err error
+	if sess := e.session(ctx, cid); sess != nil {
+		code, err = e.runStage(ctx, sess, script, cmd.Script, w, stop, func(ctx context.Context) (bool, error) {
+			c, err := e.exec(ctx, cid, user, []string{"sh", "-c", "p=$(cat " + quote(f.PID) + ") && kill -0 \"$p\""}, nil, io.Discard, io.Discard, nil)
+			return err == nil && c != 0, err
+		})
+		if errors.Is(err, errSessionEnded) && ctx.Err() == nil && e.containerDied(ctx, cid) != "" {
+			// The container stopped under the stage: as after an exec
+			// killed with it (137), its state says why (out of memory?).
+			return e.exitResult(ctx, cmd.Stage, cid, 137, started)
+		}
+	} else {
+		code, err = e.exec(ctx, cid, user, []string{"sh", "-c", script}, strings.NewReader(cmd.Script), w, w, stop)
+	}
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: %w", cmd.Stage, ctx.Err())
@@ -353,7 +369,10 @@ func (e *Executor) exec(ctx context.Context, cid, user string, cmd []string, std
 	}()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	lost := e.watchStream(wctx, resp.ID, act)
+	lost := e.watchStream(wctx, act, func(ctx context.Context) (bool, error) {
+		ins, err := e.eng.ContainerExecInspect(ctx, resp.ID)
+		return err == nil && !ins.Running, err
+	})
 	select {
 	case err = <-done:
 	case err = <-lost:

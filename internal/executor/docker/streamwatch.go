@@ -51,12 +51,14 @@ func (a *activity) idle() time.Duration {
 	return time.Since(time.Unix(0, a.last.Load()))
 }
 
-// watchStream watches exec id's stream (its reads recorded by act) until
-// ctx ends; the returned channel gets an error wrapping errStreamLost
-// when the process ended and the stream went on being silent for
-// streamGrace after that. Engine errors are not its business: the
-// exec's own calls report them.
-func (e *Executor) watchStream(ctx context.Context, id string, act *activity) <-chan error {
+// watchStream watches a process's output stream (its reads recorded by
+// act) until ctx ends; ended asks the engine whether the process has
+// ended (an exec's inspect, or a probe of a session's stage). The
+// returned channel gets an error wrapping errStreamLost when the process
+// ended and the stream went on being silent for streamGrace after that.
+// Engine errors are not its business: the process's own calls report
+// them.
+func (e *Executor) watchStream(ctx context.Context, act *activity, ended func(context.Context) (bool, error)) <-chan error {
 	e.mu.Lock()
 	probe, grace := e.streamProbe, e.streamGrace
 	e.mu.Unlock()
@@ -70,7 +72,7 @@ func (e *Executor) watchStream(ctx context.Context, id string, act *activity) <-
 	go func() {
 		t := time.NewTimer(probe)
 		defer t.Stop()
-		var ended time.Time // when the engine said the process had ended
+		var endedAt time.Time // when the engine said the process had ended
 		for {
 			select {
 			case <-ctx.Done():
@@ -79,21 +81,21 @@ func (e *Executor) watchStream(ctx context.Context, id string, act *activity) <-
 			}
 			idle := act.idle()
 			switch {
-			case !ended.IsZero() && idle >= grace && time.Since(ended) >= grace:
+			case !endedAt.IsZero() && idle >= grace && time.Since(endedAt) >= grace:
 				lost <- fmt.Errorf("%w: the process ended %s ago and nothing came on its stream for %s "+
 					"(the connection to the engine likely died without closing: for an autoscaled instance, check its SSH link)",
-					errStreamLost, time.Since(ended).Round(time.Second), idle.Round(time.Second))
+					errStreamLost, time.Since(endedAt).Round(time.Second), idle.Round(time.Second))
 				return
-			case !ended.IsZero():
-				t.Reset(grace - min(idle, time.Since(ended)))
+			case !endedAt.IsZero():
+				t.Reset(grace - min(idle, time.Since(endedAt)))
 			case idle < probe:
 				t.Reset(probe - idle)
 			default:
 				ictx, cancel := context.WithTimeout(ctx, probe)
-				ins, err := e.eng.ContainerExecInspect(ictx, id)
+				done, err := ended(ictx)
 				cancel()
-				if err == nil && !ins.Running {
-					ended = time.Now()
+				if err == nil && done {
+					endedAt = time.Now()
 					t.Reset(grace)
 				} else {
 					t.Reset(probe)
