@@ -6,7 +6,6 @@
 package fleetingdirtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // registryPackage is distribution's registry, which scripts/test.sh and
@@ -92,7 +93,7 @@ type Registry struct {
 	Root string
 
 	opts Options
-	log  *syncBuffer
+	log  *lockedbuf.Buffer
 
 	mu        sync.Mutex
 	published map[string][]string // repository path -> versions
@@ -131,7 +132,7 @@ func Start(ctx context.Context, tb testing.TB, o Options) *Registry {
 	}
 	port := freePort(tb, o.Listen)
 	r := &Registry{Host: "127.0.0.1:" + port, Port: port, Root: filepath.Join(dir, "storage"),
-		opts: o, log: &syncBuffer{}, published: map[string][]string{}}
+		opts: o, log: &lockedbuf.Buffer{}, published: map[string][]string{}}
 	// Access logs stay on (stdout, the rest stderr: both are kept).
 	cfg := fmt.Sprintf(registryConfig, r.Root, o.Listen, port)
 	if o.Upstream != "" {
@@ -212,23 +213,6 @@ func freePort(tb testing.TB, host string) string {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Count returns how many lines of the registry's log contain all of
