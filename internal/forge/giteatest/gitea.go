@@ -29,7 +29,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,6 +39,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // Version is the Gitea release the tests run: the one scripts/gitea/build.sh
@@ -199,12 +200,11 @@ func start(ctx context.Context, bin, dir string) (*Gitea, error) {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		return 0, fmt.Errorf("picking a loopback port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 func (g *Gitea) writeConfig(port int) error {

@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
@@ -222,12 +223,11 @@ func FreeAddr(t testing.TB) string {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // newKey returns a new ed25519 key pair: the public key and the private key

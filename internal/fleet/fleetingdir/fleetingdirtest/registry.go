@@ -8,11 +8,11 @@ package fleetingdirtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
@@ -206,13 +207,11 @@ func (r *Registry) Log() string { return r.log.String() }
 // registry then exits, which Start reports.
 func freePort(tb testing.TB, host string) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	port, err := freeport.On(host)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return strconv.Itoa(port)
 }
 
 // Count returns how many lines of the registry's log contain all of
