@@ -40,6 +40,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-ci/drover/internal/cachedir"
 	"github.com/drover-ci/drover/internal/freeport"
 )
 
@@ -65,13 +66,9 @@ var ErrNotInstalled = errors.New("gitea " + Version + " not found in $DROVER_CAC
 
 // Binary returns the path of the Gitea binary of Version in drover's cache.
 func Binary() (string, error) {
-	dir := os.Getenv("DROVER_CACHE_DIR")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", ErrNotInstalled
-		}
-		dir = filepath.Join(home, ".cache", "drover")
+	dir, err := cachedir.Dir()
+	if err != nil {
+		return "", ErrNotInstalled
 	}
 	p := filepath.Join(dir, "bin", "gitea-"+Version)
 	if info, err := os.Stat(p); err != nil || !info.Mode().IsRegular() {

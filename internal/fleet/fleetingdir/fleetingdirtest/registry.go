@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/drover-ci/drover/internal/cachedir"
 	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/lockedbuf"
 )
@@ -47,13 +48,9 @@ func RegistryBinary(tb testing.TB) string {
 }
 
 func installRegistry() (string, error) {
-	cache := os.Getenv("DROVER_CACHE_DIR")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		cache = filepath.Join(home, ".cache", "drover")
+	cache, err := cachedir.Dir()
+	if err != nil {
+		return "", err
 	}
 	bin := filepath.Join(cache, "bin")
 	path := filepath.Join(bin, "registry")
