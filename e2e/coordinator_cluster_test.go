@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 	"github.com/drover-ci/drover/internal/pgtest"
 )
 
@@ -81,7 +82,7 @@ func startNginx(t *testing.T, upstreams []string) *nginxProxy {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", conf, "-p", dir, "-g", "daemon off;")
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start nginx: %v", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
 	"github.com/drover-ci/drover/internal/fleet/fleetingdir/fleetingdirtest"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // TestDockerPullAlwaysRegistry pulls a job's image from a real registry
@@ -43,7 +44,7 @@ func TestDockerPullAlwaysRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	regLog := &syncBuffer{}
+	regLog := &lockedbuf.Buffer{}
 	srv := &http.Server{Handler: registry.New(registry.Logger(stdlog.New(regLog, "registry: ", 0)))}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +26,7 @@ import (
 	fleetdocker "github.com/drover-ci/drover/internal/fleet/docker"
 	"github.com/drover-ci/drover/internal/fleet/engine"
 	"github.com/drover-ci/drover/internal/fleet/fleetingdir/fleetingdirtest"
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/sshx"
 )
 
@@ -42,13 +43,11 @@ func startMirror(ctx context.Context, tb testing.TB, upstream string) *fleetingd
 // call, for a process that cannot be handed a listener.
 func freePort(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	port, err := freeport.On("0.0.0.0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return strconv.Itoa(port)
 }
 
 // blobGets returns the lines of a go-containerregistry registry log that

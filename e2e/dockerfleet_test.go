@@ -29,6 +29,7 @@ import (
 	"github.com/drover-ci/drover/internal/dockerimage"
 	"github.com/drover-ci/drover/internal/dockerimage/dockertest"
 	fleetdocker "github.com/drover-ci/drover/internal/fleet/docker"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // needDindImage builds (once per machine: its Debian root is cached) the
@@ -83,7 +84,7 @@ func bridgeGateway(t testing.TB) string {
 type instanceRegistry struct {
 	port string
 	gw   string
-	log  *syncBuffer
+	log  *lockedbuf.Buffer
 }
 
 func startInstanceRegistry(t testing.TB) *instanceRegistry {
@@ -92,7 +93,7 @@ func startInstanceRegistry(t testing.TB) *instanceRegistry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &instanceRegistry{gw: bridgeGateway(t), log: &syncBuffer{}}
+	r := &instanceRegistry{gw: bridgeGateway(t), log: &lockedbuf.Buffer{}}
 	_, r.port, _ = net.SplitHostPort(ln.Addr().String())
 	srv := &http.Server{Handler: registry.New(registry.Logger(stdlog.New(r.log, "registry: ", 0)))}
 	go func() { _ = srv.Serve(ln) }()

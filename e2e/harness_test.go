@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 	"github.com/drover-ci/drover/internal/pgtest"
 )
 
@@ -79,29 +79,11 @@ func pruneHelperImages() {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a drover process started by a test.
 type proc struct {
 	t    testing.TB
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *lockedbuf.Buffer
 	done chan struct{}
 	err  error
 }
@@ -114,7 +96,7 @@ func start(t testing.TB, dir string, args ...string) *proc {
 // startBin is start with another drover binary (an earlier release's).
 func startBin(t testing.TB, bin, dir string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, log: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
 	p.cmd.Stdout = p.log

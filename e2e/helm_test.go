@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/drover-ci/drover/internal/cachedir"
 	"github.com/drover-ci/drover/internal/dockerimage"
 )
 
@@ -33,12 +34,8 @@ const chartDir = "../deploy/helm/drover"
 // (else one on PATH), or skips the test.
 func helmBin(t testing.TB) string {
 	t.Helper()
-	cache := os.Getenv("DROVER_CACHE_DIR")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "drover")
-	}
-	if p := filepath.Join(cache, "bin", "helm"); isExecutable(p) {
+	cache, _ := cachedir.Dir() // without a home, no cache: PATH then
+	if p := filepath.Join(cache, "bin", "helm"); cache != "" && isExecutable(p) {
 		return p
 	}
 	if p, err := exec.LookPath("helm"); err == nil {

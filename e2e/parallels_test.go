@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/executor/parallels"
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/vm/guestimage"
 	"github.com/drover-ci/drover/internal/vm/guestimage/guestimagetest"
 	"github.com/drover-ci/drover/internal/vm/prlstandin"
@@ -42,12 +42,10 @@ func TestParallelsExecutor(t *testing.T) {
 	home := t.TempDir()
 	// The guests' SSH port on their addresses: one free on 127.0.0.1 is
 	// as good as any (each guest has an address of its own).
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	t.Setenv(prlstandin.HomeEnv, home)
 	t.Setenv(prlstandin.SSHPortEnv, strconv.Itoa(port))
 	t.Setenv(parallels.LeasesFileEnv, prlstandin.LeasesFile(home))

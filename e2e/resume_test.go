@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // fileStore is a [runners.store] table for writeConfig.
@@ -247,12 +248,10 @@ func startRedisKillable(t testing.TB) (url string, kill func()) {
 	if err != nil {
 		t.Skip("redis-server not installed (scripts/test.sh installs it)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/httpserver/conntest"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // TestRunServesFleetPage: drover run's listen_address serves the fleet
@@ -85,7 +86,7 @@ listen_address = "127.0.0.1:0"
 // startRun runs drover run --log-format text with args in this process
 // until the test ends (startDaemon); it returns the address
 // listen_address bound, its output, and the channel its end comes on.
-func startRun(t *testing.T, args ...string) (string, *syncBuffer, <-chan error) {
+func startRun(t *testing.T, args ...string) (string, *lockedbuf.Buffer, <-chan error) {
 	t.Helper()
 	out, done := startDaemon(t, append([]string{"run", "--log-format", "text"}, args...)...)
 	return waitLog(t, out, regexp.MustCompile(`metrics and health listening.* addr=(\S+)`), done), out, done

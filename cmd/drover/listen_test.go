@@ -14,6 +14,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/httpserver"
 	"github.com/drover-ci/drover/internal/httpserver/conntest"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // TestDaemonsCapConnectionsPerClient: drover coordinator and drover
@@ -21,7 +22,7 @@ import (
 // connection 429 naming the cause, serve other addresses, and count the
 // refusal in their /metrics.
 func TestDaemonsCapConnectionsPerClient(t *testing.T) {
-	forEachDaemon(t, []string{"--max-conns-per-client", "2"}, func(t *testing.T, daemon, addr string, out *syncBuffer) {
+	forEachDaemon(t, []string{"--max-conns-per-client", "2"}, func(t *testing.T, daemon, addr string, out *lockedbuf.Buffer) {
 		if !strings.Contains(out.String(), "max_conns_per_client=2") {
 			t.Errorf("the listening line does not give the cap:\n%s", out.String())
 		}
@@ -59,7 +60,7 @@ func TestMaxConnsPerClientBelowZero(t *testing.T) {
 // a free port of 127.0.0.1 until the subtest ends (startDaemon), with
 // DROVER_ADMIN_TOKEN and DROVER_DATABASE_URL cleared; test gets the
 // daemon's name, the address it listens on and its log.
-func forEachDaemon(t *testing.T, args []string, test func(t *testing.T, daemon, addr string, out *syncBuffer)) {
+func forEachDaemon(t *testing.T, args []string, test func(t *testing.T, daemon, addr string, out *lockedbuf.Buffer)) {
 	t.Helper()
 	for _, tc := range []struct {
 		daemon string
@@ -79,7 +80,7 @@ func forEachDaemon(t *testing.T, args []string, test func(t *testing.T, daemon, 
 
 // listeningAt waits for the log line msg with the daemon's addr=http(s)://...
 // and returns the address.
-func listeningAt(t *testing.T, out *syncBuffer, msg string, done <-chan error) string {
+func listeningAt(t *testing.T, out *lockedbuf.Buffer, msg string, done <-chan error) string {
 	t.Helper()
 	return waitLog(t, out, regexp.MustCompile(regexp.QuoteMeta(msg)+`.* addr=https?://(\S+)`), done)
 }

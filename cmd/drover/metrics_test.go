@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // gitlabFamily is one metric family of GitLab Runner's that drover run
@@ -206,7 +207,7 @@ func TestRunMetricsParity(t *testing.T) {
 
 // waitLog waits until out has a line re matches and returns its first
 // group.
-func waitLog(t *testing.T, out *syncBuffer, re *regexp.Regexp, done <-chan error) string {
+func waitLog(t *testing.T, out *lockedbuf.Buffer, re *regexp.Regexp, done <-chan error) string {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; {
 		if m := re.FindStringSubmatch(out.String()); m != nil {

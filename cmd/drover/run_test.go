@@ -1,39 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drover-ci/drover/internal/client"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
-
-// syncBuffer is a bytes.Buffer that a running command may write while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestRunWorkingDirectory: drover --debug run --working-directory DIR runs
 // jobs with their builds in DIR/builds, still reads the --config given
@@ -51,7 +31,7 @@ func TestRunWorkingDirectory(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out syncBuffer
+	var out lockedbuf.Buffer
 	root := newRootCmd()
 	root.SetOut(&out)
 	root.SetErr(&out)

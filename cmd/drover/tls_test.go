@@ -17,14 +17,15 @@ import (
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/httpserver/tlstest"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // startDaemon runs drover with args until the test ends and returns its
 // log; the command must end without an error once its context ends.
-func startDaemon(t *testing.T, args ...string) (*syncBuffer, <-chan error) {
+func startDaemon(t *testing.T, args ...string) (*lockedbuf.Buffer, <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
+	out := &lockedbuf.Buffer{}
 	root := newRootCmd()
 	root.SetOut(out)
 	root.SetErr(out)
@@ -102,7 +103,7 @@ func secureFiles(t *testing.T) (ca *tlstest.CA, cert, key, tokenFile, token stri
 // behind the token.
 func TestDaemonsServeTLS(t *testing.T) {
 	ca, cert, key, tokenFile, token := secureFiles(t)
-	forEachDaemon(t, []string{"--tls-cert", cert, "--tls-key", key, "--metrics-token-file", tokenFile}, func(t *testing.T, daemon, addr string, out *syncBuffer) {
+	forEachDaemon(t, []string{"--tls-cert", cert, "--tls-key", key, "--metrics-token-file", tokenFile}, func(t *testing.T, daemon, addr string, out *lockedbuf.Buffer) {
 		if !strings.Contains(out.String(), "addr=https://"+addr) {
 			t.Errorf("the listening line does not say https:\n%s", out.String())
 		}
@@ -231,7 +232,7 @@ func TestRouterUpstreamTLS(t *testing.T) {
 
 	// startRouter runs a router in front of the coordinator with args and
 	// returns its log and a client and runner token of its runner API.
-	startRouter := func(args ...string) (*syncBuffer, *api.Client, string) {
+	startRouter := func(args ...string) (*lockedbuf.Buffer, *api.Client, string) {
 		t.Helper()
 		up, err := cl.CreateRunner(t.Context(), client.RunnerSpec{RunUntagged: &yes})
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 
+	"github.com/drover-ci/drover/internal/cachedir"
 	"github.com/drover-ci/drover/internal/dockerimage"
 )
 
@@ -41,9 +42,9 @@ type Recipe struct {
 	// Trim are globs, relative to the root, of files removed before the
 	// root is packed (downloaded packages, package lists, host keys).
 	Trim []string
-	// File is the name of the cached tar in CacheDir. It should change
-	// with the recipe (see Key), so that a root of an old recipe is never
-	// reused.
+	// File is the name of the cached tar in drover's cache directory
+	// (cachedir.Dir). It should change with the recipe (see Key), so that
+	// a root of an old recipe is never reused.
 	File string
 }
 
@@ -56,19 +57,6 @@ var DefaultTrim = []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin"
 func Key(parts ...string) string {
 	h := sha256.Sum256([]byte(strings.Join(parts, "\n")))
 	return hex.EncodeToString(h[:4])
-}
-
-// CacheDir is where roots are cached: $DROVER_CACHE_DIR, else
-// ~/.cache/drover.
-func CacheDir() (string, error) {
-	if d := os.Getenv("DROVER_CACHE_DIR"); d != "" {
-		return d, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cache directory: set DROVER_CACHE_DIR: %w", err)
-	}
-	return filepath.Join(home, ".cache", "drover"), nil
 }
 
 // Importer is the part of the Docker client ImportImage uses;
@@ -107,7 +95,7 @@ func Ensure(ctx context.Context, r Recipe, progress func(string)) (string, error
 	if progress == nil {
 		progress = func(string) {}
 	}
-	dir, err := CacheDir()
+	dir, err := cachedir.Dir()
 	if err != nil {
 		return "", err
 	}

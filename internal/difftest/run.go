@@ -2,7 +2,6 @@ package difftest
 
 import (
 	"archive/zip"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,13 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	apitypes "github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/coordinator"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // Runner says how to start a runner manager on a config.toml.
@@ -195,7 +194,7 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	runnerLog := &lockedBuffer{}
+	runnerLog := &lockedbuf.Buffer{}
 	cmd.Stdout = io.MultiWriter(runnerLog, logFile)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
@@ -363,24 +362,6 @@ func listCache(dir string) ([]CacheObject, error) {
 		return nil
 	})
 	return out, err
-}
-
-// lockedBuffer is the runner's output, written by its two pipes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func tail(s string, n int) string {

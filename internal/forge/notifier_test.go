@@ -1,7 +1,6 @@
 package forge
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/clock"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -24,25 +24,13 @@ type notifierRig struct {
 	attempts chan Attempt
 	got      chan seen
 	srv      string
-	log      *syncBuffer
+	log      *lockedbuf.Buffer
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func newRig(t *testing.T, cfg NotifierConfig, reply func(w http.ResponseWriter, r *http.Request)) *notifierRig {
 	t.Helper()
 	srv, got := standIn(t, reply)
-	rig := &notifierRig{clk: clock.NewFake(t0), attempts: make(chan Attempt, 100), got: got, srv: srv.URL, log: &syncBuffer{}}
+	rig := &notifierRig{clk: clock.NewFake(t0), attempts: make(chan Attempt, 100), got: got, srv: srv.URL, log: &lockedbuf.Buffer{}}
 	cfg.Clock = rig.clk
 	cfg.Poster = &StatusClient{HTTP: srv.Client()}
 	cfg.OnAttempt = func(a Attempt) { rig.attempts <- a }

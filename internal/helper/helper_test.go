@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // limit bounds every wait of these tests: far beyond what they need.
@@ -621,13 +623,11 @@ func FuzzParseStatus(f *testing.F) {
 // freeAddr returns a loopback address nothing listens on (one just
 // closed).
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := ln.Addr().String()
-	ln.Close()
-	return a
+	return addr
 }
 
 func listen(t *testing.T) string {

@@ -63,6 +63,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // ErrNotInstalled is returned by Start when no PostgreSQL server binaries
@@ -112,8 +114,10 @@ func Start(ctx context.Context) (*Server, error) {
 	// server binds it: try again with another one.
 	const attempts = 5
 	for i := 1; ; i++ {
-		port, err := freePort()
-		if err == nil {
+		port, err := freeport.Port()
+		if err != nil {
+			err = fmt.Errorf("pgtest: find a free port: %w", err)
+		} else {
 			err = s.start(ctx, bin, cred, port)
 		}
 		if err == nil {
@@ -243,15 +247,6 @@ func (s *Server) start(ctx context.Context, bin string, cred *syscall.Credential
 		return fmt.Errorf("pgtest: postgres on port %d: %w\n%s", port, err, log)
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitReady connects until the server answers, it exits, or ctx ends.

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/drover-ci/drover/internal/cachedir"
 )
 
 // Release is one released drover: its semantic version and the commit it
@@ -40,14 +42,11 @@ var Previous = V0_1_0
 // CacheDir is where built releases are kept: $DROVER_CACHE_DIR/releases,
 // else ~/.cache/drover/releases.
 func CacheDir() (string, error) {
-	if d := os.Getenv("DROVER_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "releases"), nil
-	}
-	home, err := os.UserHomeDir()
+	dir, err := cachedir.Dir()
 	if err != nil {
-		return "", fmt.Errorf("release cache directory: set DROVER_CACHE_DIR: %w", err)
+		return "", fmt.Errorf("release %w", err)
 	}
-	return filepath.Join(home, ".cache", "drover", "releases"), nil
+	return filepath.Join(dir, "releases"), nil
 }
 
 // Binary returns the path of drover built at r's commit, building it the

@@ -30,6 +30,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/drover-ci/drover/internal/cache"
+	"github.com/drover-ci/drover/internal/cachedir"
 )
 
 // InstallCommand installs the server where Binary finds it.
@@ -43,13 +44,7 @@ var ErrNotInstalled = errors.New("versitygw not found in $DROVER_CACHE_DIR/bin, 
 
 // Binary returns the path of the versitygw binary.
 func Binary() (string, error) {
-	dir := os.Getenv("DROVER_CACHE_DIR")
-	if dir == "" {
-		if home, err := os.UserHomeDir(); err == nil {
-			dir = filepath.Join(home, ".cache", "drover")
-		}
-	}
-	if dir != "" {
+	if dir, err := cachedir.Dir(); err == nil {
 		p := filepath.Join(dir, "bin", "versitygw")
 		if info, err := os.Stat(p); err == nil && info.Mode().IsRegular() {
 			return p, nil

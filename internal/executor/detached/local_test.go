@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/helper"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // localTarget is a real Target that needs no engine: stages run as
@@ -116,7 +117,7 @@ func (l *localTarget) Exec(ctx context.Context, argv []string, stdout, stderr io
 }
 
 func (l *localTarget) Stop(ctx context.Context, f Files) error {
-	var out syncBuffer
+	var out lockedbuf.Buffer
 	code, err := l.Exec(ctx, l.tool.Stop(f, l.grace), &out, &out)
 	if err == nil && code != 0 {
 		err = errors.New("exit " + strconv.Itoa(code) + ": " + out.String())

@@ -1,7 +1,6 @@
 package detached
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/helper"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // Config is what a Runner needs of its executor.
@@ -283,7 +283,7 @@ func (r *Runner) markGone(ctx context.Context, w Watcher, t Target, s Stage, f F
 	if !w.WaitStopped(ctx) {
 		return
 	}
-	var out syncBuffer
+	var out lockedbuf.Buffer
 	code, err := t.Exec(ctx, []string{"sh", "-c", `: > "$1"`, "sh", f.Gone}, &out, &out)
 	if (err != nil || code != 0) && ctx.Err() == nil {
 		r.c.Logger.Warn("cannot mark a stopped stage", "stage", s.Name, "exit", code, "err", err, "output", out.String())
@@ -295,7 +295,7 @@ func (r *Runner) markGone(ctx context.Context, w Watcher, t Target, s Stage, f F
 // it vanished, or (with a.Claim) that it never started and is now
 // claimed, or (with a.Probe) nothing once it started.
 func (r *Runner) followOnce(ctx context.Context, t Target, a FollowArgs, w io.Writer) (code int, vanished, notStarted bool, err error) {
-	var status syncBuffer
+	var status lockedbuf.Buffer
 	c, err := t.Exec(ctx, r.c.Tool.Follow(a), w, &status)
 	if err != nil {
 		return 0, false, false, fmt.Errorf("follow the stage's output: %w", err)
@@ -439,23 +439,4 @@ func (r *Runner) Checkpoint(state func() (json.RawMessage, error), fn func(state
 	r.mu.Unlock()
 	fn(st, stage, r.off.Load())
 	return nil
-}
-
-// syncBuffer collects a command's stdout and stderr, which a target may
-// copy from goroutines of their own.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

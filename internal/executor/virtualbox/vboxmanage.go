@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/drover-ci/drover/internal/executor/vm"
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // Program is VirtualBox's command line tool. GitLab Runner runs it as
@@ -161,7 +161,7 @@ func parseHostPorts(out string) []string {
 // is skipped (GitLab Runner's ConfigureSSH).
 func (m Manage) ConfigureSSH(ctx context.Context, vm string, guestPort int) (int, error) {
 	for attempt := 0; attempt < 20; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return 0, err
 		}
@@ -179,16 +179,6 @@ func (m Manage) ConfigureSSH(ctx context.Context, vm string, guestPort int) (int
 		return port, nil
 	}
 	return 0, fmt.Errorf("VM %s: no free host port for its SSH forwarding", vm)
-}
-
-// freePort returns a TCP port that was free on the host a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 var currentSnapshotRe = regexp.MustCompile(`(?m)^CurrentSnapshotName="([^"]*)"\r?$`)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 	"github.com/drover-ci/drover/internal/executor"
 	"github.com/drover-ci/drover/internal/executor/executortest"
 	"github.com/drover-ci/drover/internal/executor/instance"
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/sshx/sshxtest"
 )
 
@@ -169,12 +169,11 @@ func (h *memHV) ConsoleTail(name string, n int) ([]string, error) {
 
 // closedAddr is an address where nothing listens.
 var closedAddr = func() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }()
 
 // newSlots returns slots over a memHV whose VMs answer at a real sshd.

@@ -23,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/drover-ci/drover/internal/cachedir"
 	"github.com/drover-ci/drover/internal/debroot"
 	"github.com/drover-ci/drover/internal/dockerimage"
 )
@@ -288,7 +289,7 @@ func ensureDindBase(ctx context.Context, cli DindImageAPI, plan dindPlan, progre
 
 // DindCacheDir is where EnsureDindImage keeps the Debian root:
 // $DROVER_CACHE_DIR, else ~/.cache/drover.
-func DindCacheDir() (string, error) { return debroot.CacheDir() }
+func DindCacheDir() (string, error) { return cachedir.Dir() }
 
 // dindInit is the entrypoint script tini runs. DROVER_DOCKERD_ARGS holds
 // one dockerd flag per line (a flag may contain spaces); globbing is off

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/drover-ci/drover/internal/cachedir"
 )
 
 // PluginSourceEnv is the environment variable that names the directory
@@ -80,7 +82,7 @@ func buildPlugin(src string) (string, error) {
 		h.Write(data)
 	}
 	fmt.Fprintf(h, "%s/%s\n", runtime.GOOS, runtime.GOARCH)
-	dir, err := cacheDir()
+	dir, err := cachedir.Dir()
 	if err != nil {
 		return "", err
 	}
@@ -129,18 +131,6 @@ func buildPlugin(src string) (string, error) {
 		return "", err
 	}
 	return bin, nil
-}
-
-// cacheDir is drover's cache: $DROVER_CACHE_DIR, else ~/.cache/drover.
-func cacheDir() (string, error) {
-	if d := os.Getenv("DROVER_CACHE_DIR"); d != "" {
-		return d, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cache directory: set DROVER_CACHE_DIR: %w", err)
-	}
-	return filepath.Join(home, ".cache", "drover"), nil
 }
 
 // PluginConfig returns a plugin_config for the Hetzner plugin that the

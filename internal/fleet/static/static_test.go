@@ -14,6 +14,7 @@ import (
 	"github.com/drover-ci/drover/internal/fleet/fleettest"
 	"github.com/drover-ci/drover/internal/fleet/static"
 	"github.com/drover-ci/drover/internal/fleet/static/sshdtest"
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 func TestParseHost(t *testing.T) {
@@ -235,11 +236,9 @@ func TestInitMissingKey(t *testing.T) {
 // freeClosedAddr returns a loopback address nothing listens on.
 func freeClosedAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return addr
 }

@@ -29,7 +29,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,6 +39,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drover-ci/drover/internal/cachedir"
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // Version is the Gitea release the tests run: the one scripts/gitea/build.sh
@@ -64,13 +66,9 @@ var ErrNotInstalled = errors.New("gitea " + Version + " not found in $DROVER_CAC
 
 // Binary returns the path of the Gitea binary of Version in drover's cache.
 func Binary() (string, error) {
-	dir := os.Getenv("DROVER_CACHE_DIR")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", ErrNotInstalled
-		}
-		dir = filepath.Join(home, ".cache", "drover")
+	dir, err := cachedir.Dir()
+	if err != nil {
+		return "", ErrNotInstalled
 	}
 	p := filepath.Join(dir, "bin", "gitea-"+Version)
 	if info, err := os.Stat(p); err != nil || !info.Mode().IsRegular() {
@@ -199,12 +197,11 @@ func start(ctx context.Context, bin, dir string) (*Gitea, error) {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		return 0, fmt.Errorf("picking a loopback port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 func (g *Gitea) writeConfig(port int) error {

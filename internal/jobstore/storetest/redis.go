@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // RedisServer is a redis-server process a test started.
@@ -29,12 +30,10 @@ func StartRedis(t testing.TB) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not installed; the Redis store tests need it")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	rs := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: t.TempDir()}
 	rs.Start(t)
 	return rs

@@ -22,6 +22,9 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/drover-ci/drover/internal/freeport"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // SSHD is the sshd binary the tests start.
@@ -36,7 +39,7 @@ type Server struct {
 	Dir     string // where its files are
 
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *lockedbuf.Buffer
 	once sync.Once
 }
 
@@ -122,7 +125,7 @@ func (s *Server) serve(t testing.TB, name string, firstPort int, command func(po
 			port = firstPort
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.log = &syncBuffer{}
+		s.log = &lockedbuf.Buffer{}
 		s.once = sync.Once{}
 		s.cmd = command(port)
 		s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -220,12 +223,11 @@ func FreeAddr(t testing.TB) string {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // newKey returns a new ed25519 key pair: the public key and the private key
@@ -265,23 +267,6 @@ func write(t testing.TB, path string, b []byte, mode os.FileMode) {
 	if err := os.WriteFile(path, b, mode); err != nil {
 		t.Fatalf("write %s: %v", path, err)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Proxy forwards TCP connections to a target, and can make the peer

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/buildinfo"
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/pgtest"
 	"github.com/drover-ci/drover/internal/store"
 	"github.com/drover-ci/drover/internal/store/postgres"
@@ -327,12 +327,10 @@ func TestUnavailable(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("nothing listening", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := l.Addr().String()
-		l.Close()
 		s, err := postgres.Open(ctx, "postgres://postgres@"+addr+"/x?sslmode=disable")
 		if err == nil {
 			s.Close()

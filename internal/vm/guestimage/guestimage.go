@@ -55,6 +55,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-ci/drover/internal/cachedir"
 	"github.com/drover-ci/drover/internal/debroot"
 	"github.com/drover-ci/drover/internal/sshx"
 )
@@ -180,7 +181,7 @@ type manifest struct {
 // DefaultCacheDir is where images are cached by default: "vm" in
 // drover's cache directory ($DROVER_CACHE_DIR, else ~/.cache/drover).
 func DefaultCacheDir() (string, error) {
-	dir, err := debroot.CacheDir()
+	dir, err := cachedir.Dir()
 	if err != nil {
 		return "", err
 	}

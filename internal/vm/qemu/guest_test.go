@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/sshx"
 	"github.com/drover-ci/drover/internal/vm/guestimage"
 	"github.com/drover-ci/drover/internal/vm/guestimage/guestimagetest"
@@ -97,7 +98,7 @@ func TestGuestSaveAndLoad(t *testing.T) {
 	}
 
 	t0 = time.Now()
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // Binary is the QEMU system emulator drover runs (found on PATH): from
@@ -243,7 +245,7 @@ func Start(ctx context.Context, dir string, m Machine, o StartOptions) (*VM, err
 	pick := o.SSHPort == 0
 	for attempt := 1; ; attempt++ {
 		if pick {
-			if o.SSHPort, err = freePort(); err != nil {
+			if o.SSHPort, err = freeport.Port(); err != nil {
 				return nil, err
 			}
 		}
@@ -440,16 +442,6 @@ func writeState(dir string, st state) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, fileState))
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Info is what a VM's directory says of it, without connecting to it.

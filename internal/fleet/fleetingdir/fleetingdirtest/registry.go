@@ -6,20 +6,23 @@
 package fleetingdirtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/drover-ci/drover/internal/cachedir"
+	"github.com/drover-ci/drover/internal/freeport"
+	"github.com/drover-ci/drover/internal/lockedbuf"
 )
 
 // registryPackage is distribution's registry, which scripts/test.sh and
@@ -45,13 +48,9 @@ func RegistryBinary(tb testing.TB) string {
 }
 
 func installRegistry() (string, error) {
-	cache := os.Getenv("DROVER_CACHE_DIR")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		cache = filepath.Join(home, ".cache", "drover")
+	cache, err := cachedir.Dir()
+	if err != nil {
+		return "", err
 	}
 	bin := filepath.Join(cache, "bin")
 	path := filepath.Join(bin, "registry")
@@ -92,7 +91,7 @@ type Registry struct {
 	Root string
 
 	opts Options
-	log  *syncBuffer
+	log  *lockedbuf.Buffer
 
 	mu        sync.Mutex
 	published map[string][]string // repository path -> versions
@@ -131,7 +130,7 @@ func Start(ctx context.Context, tb testing.TB, o Options) *Registry {
 	}
 	port := freePort(tb, o.Listen)
 	r := &Registry{Host: "127.0.0.1:" + port, Port: port, Root: filepath.Join(dir, "storage"),
-		opts: o, log: &syncBuffer{}, published: map[string][]string{}}
+		opts: o, log: &lockedbuf.Buffer{}, published: map[string][]string{}}
 	// Access logs stay on (stdout, the rest stderr: both are kept).
 	cfg := fmt.Sprintf(registryConfig, r.Root, o.Listen, port)
 	if o.Upstream != "" {
@@ -205,30 +204,11 @@ func (r *Registry) Log() string { return r.log.String() }
 // registry then exits, which Start reports.
 func freePort(tb testing.TB, host string) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	port, err := freeport.On(host)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return strconv.Itoa(port)
 }
 
 // Count returns how many lines of the registry's log contain all of

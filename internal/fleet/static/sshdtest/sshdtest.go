@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/drover-ci/drover/internal/freeport"
 )
 
 // Binary is the sshd the package runs.
@@ -209,10 +211,9 @@ func newKey(t testing.TB) (ed25519.PrivateKey, []byte) {
 // for tests.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/drover-ci/drover/internal/debroot"
+	"github.com/drover-ci/drover/internal/freeport"
 	"github.com/drover-ci/drover/internal/sshx"
 	"github.com/drover-ci/drover/internal/vm/guestimage"
 )
@@ -131,7 +132,7 @@ func Start(t testing.TB, img guestimage.Image, opts Options) *Guest {
 }
 
 func (g *Guest) start(opts Options) error {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return err
 	}
@@ -277,16 +278,6 @@ func (g *Guest) QMP(ctx context.Context, command string) (json.RawMessage, error
 		}
 	}
 	return ret, nil
-}
-
-// freePort is a TCP port on 127.0.0.1 free right now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // console collects QEMU's output (the guest's serial console) and closes
