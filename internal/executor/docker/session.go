@@ -46,11 +46,12 @@ type shellSession struct {
 
 	run sync.Mutex // one stage at a time
 
-	mu   sync.Mutex
-	sink io.Writer // the current stage's output; nil between stages
-	ends chan int  // the current stage's exit code
-	done chan struct{}
-	err  error // why the stream ended (nil: it ended cleanly), after done
+	mu     sync.Mutex
+	sink   io.Writer // the current stage's output; nil between stages
+	broken bool      // a stage was given up on before its end line: not used again
+	ends   chan int  // the current stage's exit code
+	done   chan struct{}
+	err    error // why the stream ended (nil: it ended cleanly), after done
 }
 
 // attachSession attaches to container cid's standard input and output
@@ -141,6 +142,7 @@ func (e *Executor) runStage(ctx context.Context, s *shellSession, wrapper, scrip
 	case <-s.done:
 		return -1, s.ended()
 	case err := <-lost:
+		s.giveUp()
 		return -1, fmt.Errorf("shell session: %w", err)
 	case <-ctx.Done():
 		onCancel()
@@ -148,9 +150,32 @@ func (e *Executor) runStage(ctx context.Context, s *shellSession, wrapper, scrip
 		case <-s.ends:
 		case <-s.done:
 		case <-time.After(drainTimeout):
+			s.giveUp()
 		}
 		return -1, ctx.Err()
 	}
+}
+
+// giveUp ends a session whose stage was given up on before its end line
+// came: a later end line would be taken for the next stage's, so the next
+// stage in the container attaches anew (with another marker).
+func (s *shellSession) giveUp() {
+	s.mu.Lock()
+	s.broken = true
+	s.mu.Unlock()
+	s.close()
+}
+
+// usable reports whether the session can run another stage.
+func (s *shellSession) usable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	return !s.broken
 }
 
 // ended is the error of a stage whose session's stream ended.
@@ -253,7 +278,7 @@ func (e *Executor) session(ctx context.Context, cid string) *shellSession {
 		e.mu.Unlock()
 		return nil
 	}
-	if s := e.sessions[cid]; s != nil {
+	if s := e.sessions[cid]; s != nil && s.usable() {
 		e.mu.Unlock()
 		return s
 	}

@@ -26,6 +26,15 @@ type cutEngine struct {
 	cutAfter string
 }
 
+func (c *cutEngine) ContainerAttach(ctx context.Context, id string, opts container.AttachOptions) (types.HijackedResponse, error) {
+	hj, err := c.Engine.ContainerAttach(ctx, id, opts)
+	if err != nil || c.cutAfter == "" {
+		return hj, err
+	}
+	conn := &cutConn{Conn: hj.Conn, closed: make(chan struct{})}
+	return types.HijackedResponse{Conn: conn, Reader: bufio.NewReader(&cutReader{r: hj.Reader, after: c.cutAfter, conn: conn})}, nil
+}
+
 func (c *cutEngine) ContainerExecAttach(ctx context.Context, id string, opts container.ExecAttachOptions) (types.HijackedResponse, error) {
 	hj, err := c.Engine.ContainerExecAttach(ctx, id, opts)
 	if err != nil || c.cutAfter == "" {
@@ -103,4 +112,57 @@ func TestExecStreamLost(t *testing.T) {
 			t.Errorf("output = %q, want what came before the cut", got)
 		}
 	})
+}
+
+// TestSessionStreamLost: a shell session whose stream goes silent without
+// ending is given up as an exec's is (errStreamLost, with what came
+// before the cut), and the session is not used again: a late end line of
+// the lost stage must not end the next one. The next stage attaches anew.
+func TestSessionStreamLost(t *testing.T) {
+	cli := realEngine(t)
+	ctx := t.Context()
+	created, err := cli.ContainerCreate(ctx, &container.Config{Image: dockerimage.TestImageBusybox, Cmd: idleCmd, OpenStdin: true, Labels: dockerimage.TestImageLabels()},
+		&container.HostConfig{}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const wrapper = "cat > /tmp/stage || exit\necho $$ > /tmp/pid\nsh /tmp/stage </dev/null 2>&1\nexit $?\n"
+	e := &Executor{eng: &cutEngine{Engine: cli, cutAfter: "start"}, streamProbe: 100 * time.Millisecond, streamGrace: 300 * time.Millisecond}
+	probe := func(ctx context.Context) (bool, error) {
+		c, err := e.exec(ctx, created.ID, "", []string{"sh", "-c", `kill -0 "$(cat /tmp/pid)"`}, nil, io.Discard, io.Discard, nil)
+		return err == nil && c != 0, err
+	}
+	s, err := e.attachSession(ctx, created.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code, err := e.runStage(ctx, s, wrapper, "echo start; sleep 1; echo end", &out, func() {}, probe)
+	if !errors.Is(err, errStreamLost) || code != -1 {
+		t.Fatalf("runStage = %d, %v; want errStreamLost", code, err)
+	}
+	if got := out.String(); got != "start\n" {
+		t.Errorf("output = %q, want what came before the cut", got)
+	}
+	if s.usable() {
+		t.Error("the session whose stage was lost is still usable")
+	}
+
+	healthy := &Executor{eng: cli}
+	s2, err := healthy.attachSession(ctx, created.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.close()
+	out.Reset()
+	code, err = healthy.runStage(ctx, s2, wrapper, "echo next; exit 5", &out, func() {}, probe)
+	if err != nil || code != 5 || out.String() != "next\n" {
+		t.Errorf("the next stage = %d, %v, output %q; want 5 and its own line", code, err, out.String())
+	}
 }
