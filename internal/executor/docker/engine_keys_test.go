@@ -323,15 +323,7 @@ func runKeyCase(t *testing.T, cli *dockerclient.Client, token string, i int, tc 
 	prepErr := ex.Prepare(ctx, executor.PrepareOptions{Job: job, Settings: s, Trace: trace})
 	var made map[string][]container.InspectResponse
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		ex.Cleanup(ctx)
-		if err := p.Wait(ctx); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if err := p.RemoveSlotNetworks(ctx); err != nil {
-			t.Errorf("RemoveSlotNetworks: %v", err)
-		}
+		cleanupJob(t, ex, p)
 		if tc.after != nil {
 			tc.after(t, ex, made)
 		}
@@ -389,6 +381,22 @@ func runKeyCase(t *testing.T, cli *dockerclient.Client, token string, i int, tc 
 		if out := trace.String()[before:]; !strings.Contains(out, "RESULT:"+tc.want+"\n") {
 			t.Errorf("the job's script printed %q, want RESULT:%s", out, tc.want)
 		}
+	}
+}
+
+// cleanupJob removes what a test's job made, as a manager does after its
+// result: the executor's Cleanup, the provider's background removals, and
+// the slot networks.
+func cleanupJob(t *testing.T, ex *Executor, p *Provider) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 2*time.Minute)
+	defer cancel()
+	ex.Cleanup(ctx)
+	if err := p.Wait(ctx); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	if err := p.RemoveSlotNetworks(ctx); err != nil {
+		t.Errorf("RemoveSlotNetworks: %v", err)
 	}
 }
 

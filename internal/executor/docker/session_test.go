@@ -172,17 +172,7 @@ func TestShellSessionStages(t *testing.T) {
 	if err := ex.Prepare(ctx, executor.PrepareOptions{Job: job, Settings: executor.Settings{ShortToken: token, SystemID: "s_sess", RunnerName: "sess"}, Trace: trace}); err != nil {
 		t.Fatalf("Prepare = %v\n%s", err, trace)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		ex.Cleanup(ctx)
-		if err := p.Wait(ctx); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if err := p.RemoveSlotNetworks(ctx); err != nil {
-			t.Errorf("RemoveSlotNetworks: %v", err)
-		}
-	})
+	t.Cleanup(func() { cleanupJob(t, ex, p) })
 	execsBefore := eng.execs.Load()
 	for _, tc := range []struct {
 		name   string

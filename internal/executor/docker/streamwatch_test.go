@@ -14,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	dockerclient "github.com/docker/docker/client"
 
 	"github.com/drover-ci/drover/internal/dockerimage"
 )
@@ -72,6 +73,25 @@ func (c *cutReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// startTestContainer creates and starts a container of the busybox test
+// image with cfg (its image and labels set here), removed when the test
+// ends.
+func startTestContainer(t *testing.T, cli *dockerclient.Client, cfg *container.Config) container.CreateResponse {
+	t.Helper()
+	cfg.Image, cfg.Labels = dockerimage.TestImageBusybox, dockerimage.TestImageLabels()
+	created, err := cli.ContainerCreate(t.Context(), cfg, &container.HostConfig{}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(t.Context(), created.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
 // TestExecStreamLost: an exec whose stream goes silent without ending
 // (the link died) is given up once the engine says its process ended and
 // the grace passed: exec returns errStreamLost with what came before the
@@ -80,17 +100,7 @@ func (c *cutReader) Read(p []byte) (int, error) {
 func TestExecStreamLost(t *testing.T) {
 	cli := realEngine(t)
 	ctx := t.Context()
-	created, err := cli.ContainerCreate(ctx, &container.Config{Image: dockerimage.TestImageBusybox, Cmd: []string{"sleep", "3600"}, Labels: dockerimage.TestImageLabels()},
-		&container.HostConfig{}, nil, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
-	})
-	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	created := startTestContainer(t, cli, &container.Config{Cmd: []string{"sleep", "3600"}})
 	script := []string{"sh", "-c", "echo start; sleep 1; echo end"}
 
 	t.Run("healthy stream silent past the probe", func(t *testing.T) {
@@ -121,17 +131,7 @@ func TestExecStreamLost(t *testing.T) {
 func TestSessionStreamLost(t *testing.T) {
 	cli := realEngine(t)
 	ctx := t.Context()
-	created, err := cli.ContainerCreate(ctx, &container.Config{Image: dockerimage.TestImageBusybox, Cmd: idleCmd, OpenStdin: true, Labels: dockerimage.TestImageLabels()},
-		&container.HostConfig{}, nil, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
-	})
-	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	created := startTestContainer(t, cli, &container.Config{Cmd: idleCmd, OpenStdin: true})
 	const wrapper = "cat > /tmp/stage || exit\necho $$ > /tmp/pid\nsh /tmp/stage </dev/null 2>&1\nexit $?\n"
 	e := &Executor{eng: &cutEngine{Engine: cli, cutAfter: "start"}, streamProbe: 100 * time.Millisecond, streamGrace: 300 * time.Millisecond}
 	probe := func(ctx context.Context) (bool, error) {
