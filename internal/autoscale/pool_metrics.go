@@ -487,6 +487,12 @@ func (p *Pool) updateGaugesLocked() {
 	for state, n := range tasks {
 		m.TaskscalerTasks.WithLabelValues(p.gitlabLabels(state)...).Set(float64(n))
 	}
+	// Every slot operation's series is there from the start, at 0: a
+	// rate() over a refusal that has not happened yet reads 0, not
+	// nothing.
+	for _, op := range []string{"reserve", "unreserve", "acquire", "release", "reserve_available_capacity_failure", "reserve_iop_capacity_failure"} {
+		m.TaskscalerTaskOperations.WithLabelValues(p.gitlabLabels(op)...)
+	}
 	labels := p.gitlabLabels()
 	m.FleetingMaxInstances.WithLabelValues(labels...).Set(float64(p.pol.MaxInstances))
 	m.TaskscalerMaxUseCount.WithLabelValues(labels...).Set(float64(p.pol.MaxUseCount))
