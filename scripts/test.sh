@@ -103,7 +103,7 @@ trap 'exit 130' INT TERM
 scripts/kubecluster/up.sh
 
 echo "== go test -race"
-go test -race -count=1 -timeout 60m ./...
+go test -race -count=1 -timeout 75m ./...
 
 echo "== fuzz ($FUZZTIME each)"
 # Every Fuzz* target of every package gets a short run on top of its seed corpus.

@@ -63,7 +63,7 @@ func TestBrowserProjects(t *testing.T) {
 	}
 	b.do("its job has the variable",
 		b.open(fmt.Sprintf("/jobs/%d", p.job(t, "build"))),
-		until(`document.querySelector('main').textContent.includes('GREETING')`),
+		until(`document.querySelector('main')?.textContent.includes('GREETING')`),
 	)
 }
 
@@ -101,7 +101,7 @@ func TestBrowserProjectForms(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`#settings-form input[name="default_branch"]`), "release"),
 		chromedp.Click(chromedp.CSS("#save-settings")),
 	)
-	b.afterReload("the saved settings", `location.hash === '#settings' && document.querySelector('#settings dl').textContent.includes('release')`)
+	b.afterReload("the saved settings", `location.hash === '#settings' && !!document.querySelector('#settings dl')?.textContent.includes('release')`)
 	if got := e.projectJSON("team/web").DefaultBranch; got != "release" {
 		t.Errorf("default branch after the form = %q, want release", got)
 	}

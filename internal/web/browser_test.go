@@ -256,7 +256,7 @@ func testBrowserLiveLog(t *testing.T, browser context.Context) {
 	e.finish(id, tok, api.UpdateJobRequest{State: "success"})
 	b.do("the end of the job",
 		until(logHas("Job succeeded")),
-		until(`document.querySelector('details.sec[data-name="step_script"] .sec-dur').textContent === '7s'`),
+		until(`document.querySelector('details.sec[data-name="step_script"] .sec-dur')?.textContent === '7s'`),
 		until(`document.getElementById('job-status').dataset.status === 'success'`),
 		until(`document.getElementById('log-state').textContent === ''`),
 	)
