@@ -74,6 +74,12 @@ var ErrNotInstalled = errors.New("PostgreSQL server binaries not found under /us
 // startTimeout bounds Start: initdb plus the server coming up.
 const startTimeout = 60 * time.Second
 
+// restartTimeout bounds a Restart's server coming up again. A server that
+// exits is noticed at once (waitReady); the bound only guards one that
+// runs and never answers, so it is wide: on a 2-core machine at load 200
+// (a test's thousand shell jobs beside it) a restart took over a minute.
+const restartTimeout = 5 * time.Minute
+
 // Server is a PostgreSQL server started by Start. Its superuser is
 // postgres, with trust authentication on 127.0.0.1.
 type Server struct {
@@ -383,7 +389,7 @@ func (s *Server) Restart(ctx context.Context, whileDown func()) error {
 	if whileDown != nil {
 		whileDown()
 	}
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, restartTimeout)
 	defer cancel()
 	// The port was ours a moment ago; another process taking it in
 	// between is unlikely, and fatal to the test (clients know the port).
