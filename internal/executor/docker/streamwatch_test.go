@@ -28,16 +28,15 @@ type cutEngine struct {
 }
 
 func (c *cutEngine) ContainerAttach(ctx context.Context, id string, opts container.AttachOptions) (types.HijackedResponse, error) {
-	hj, err := c.Engine.ContainerAttach(ctx, id, opts)
-	if err != nil || c.cutAfter == "" {
-		return hj, err
-	}
-	conn := &cutConn{Conn: hj.Conn, closed: make(chan struct{})}
-	return types.HijackedResponse{Conn: conn, Reader: bufio.NewReader(&cutReader{r: hj.Reader, after: c.cutAfter, conn: conn})}, nil
+	return c.cut(c.Engine.ContainerAttach(ctx, id, opts))
 }
 
 func (c *cutEngine) ContainerExecAttach(ctx context.Context, id string, opts container.ExecAttachOptions) (types.HijackedResponse, error) {
-	hj, err := c.Engine.ContainerExecAttach(ctx, id, opts)
+	return c.cut(c.Engine.ContainerExecAttach(ctx, id, opts))
+}
+
+// cut makes a stream go silent once cutAfter came on it.
+func (c *cutEngine) cut(hj types.HijackedResponse, err error) (types.HijackedResponse, error) {
 	if err != nil || c.cutAfter == "" {
 		return hj, err
 	}
