@@ -229,7 +229,7 @@ func (e *Executor) stageSetup(cid string) string {
 // runAttached runs a stage of a job that is not resumable: its script goes
 // to the stage's standard input (stored to a file first, so that commands
 // reading stdin do not eat it), its output comes back on the container's
-// streams. The stage is run by the build container's idle shell where
+// streams. The stage is run by the container's idle shell (build or helper) where
 // that is the same as an exec (session), else by an exec.
 func (e *Executor) runAttached(ctx context.Context, cmd executor.Command, cid, shellPath, user string) error {
 	e.mu.Lock()
