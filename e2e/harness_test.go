@@ -24,32 +24,38 @@ import (
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/dockerimage"
+	"github.com/drover-ci/drover/internal/executor/executortest"
 	"github.com/drover-ci/drover/internal/lockedbuf"
 	"github.com/drover-ci/drover/internal/pgtest"
 )
 
 var droverBin string
 
+// TestMain builds drover once and runs the tests with HOME an empty
+// directory (executortest.WithEmptyHome): the shell jobs of the tests are
+// login shells, which would otherwise read this machine's profile.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "drover-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	droverBin = filepath.Join(dir, "drover")
-	build := exec.Command("go", "build", "-o", droverBin, "../cmd/drover")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building drover:", err)
-		os.Exit(1)
-	}
-	pruneHelperImages()
-	code := m.Run()
-	if err := pgtest.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the test PostgreSQL server:", err)
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(executortest.WithEmptyHome(func() int {
+		dir, err := os.MkdirTemp("", "drover-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		droverBin = filepath.Join(dir, "drover")
+		build := exec.Command("go", "build", "-o", droverBin, "../cmd/drover")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building drover:", err)
+			return 1
+		}
+		pruneHelperImages()
+		code := m.Run()
+		if err := pgtest.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the test PostgreSQL server:", err)
+		}
+		return code
+	}))
 }
 
 // pruneHelperImages removes the docker executor's helper images that

@@ -102,6 +102,20 @@ trap 'echo "== stopping the kubernetes test cluster"; scripts/kubecluster/down.s
 trap 'exit 130' INT TERM
 scripts/kubecluster/up.sh
 
+# The tests' shell jobs are login shells (bash -l, as GitLab Runner's shell
+# executor runs them), which read the user's profile: one that sets up tools
+# (pyenv's rehash takes a lock that every login shell waits on, a minute
+# when a killed shell left it) makes every job slow and the suite's time a
+# matter of this machine's dotfiles. The tests and fuzzers run with HOME an
+# empty directory, the caches and settings they use pinned where they are
+# (executortest.WithEmptyHome does the same for a package run by hand).
+export GOPATH="$(go env GOPATH)" GOCACHE="$(go env GOCACHE)" GOMODCACHE="$(go env GOMODCACHE)" GOENV="$(go env GOENV)"
+export DOCKER_CONFIG="${DOCKER_CONFIG:-$HOME/.docker}" GIT_CONFIG_GLOBAL="${GIT_CONFIG_GLOBAL:-$HOME/.gitconfig}"
+export DROVER_CACHE_DIR="${DROVER_CACHE_DIR:-$HOME/.cache/drover}"
+test_home=$(mktemp -d "${TMPDIR:-/tmp}/drover-test-home-XXXXXX")
+trap 'echo "== stopping the kubernetes test cluster"; scripts/kubecluster/down.sh || echo "!! scripts/kubecluster/down.sh failed"; rm -rf "$test_home"' EXIT
+export HOME="$test_home"
+
 echo "== go test -race"
 go test -race -count=1 -timeout 75m ./...
 

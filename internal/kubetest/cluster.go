@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/drover-ci/drover/internal/cachedir"
 )
 
 // DefaultStateDir is the state directory of the cluster when
@@ -202,10 +204,11 @@ func missingPrereqs() []string {
 
 // k8sBinDir is where build.sh puts the binaries.
 func k8sBinDir() string {
+	// DROVER_CACHE first, as scripts/kubecluster/lib.sh reads it, then
+	// drover's cache directory.
 	cache := os.Getenv("DROVER_CACHE")
 	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "drover")
+		cache, _ = cachedir.Dir()
 	}
 	v := os.Getenv("K8S_VERSION")
 	if v == "" {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane and kubelet that drover's tests run
 # (kube-apiserver, kube-scheduler, kube-controller-manager, kubelet) from the
-# Go module proxy, once, into $DROVER_CACHE/k8s/<version>/bin.
+# Go module proxy, once, into $DROVER_CACHE/k8s/<version>/bin ($DROVER_CACHE:
+# else $DROVER_CACHE_DIR, else ~/.cache/drover).
 #
 # `go install k8s.io/kubernetes/cmd/...@v1.31.x` refuses because the module
 # has replace directives for its staging modules, so this builds through a
@@ -10,7 +11,7 @@
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.31.14}"
-CACHE="${DROVER_CACHE:-$HOME/.cache/drover}"
+CACHE="${DROVER_CACHE:-${DROVER_CACHE_DIR:-$HOME/.cache/drover}}"
 OUT="$CACHE/k8s/$K8S_VERSION/bin"
 BINS=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
 

@@ -3,7 +3,7 @@
 
 STATE="${DROVER_KUBE_STATE:-/tmp/drover-kube}"
 K8S_VERSION="${K8S_VERSION:-v1.31.14}"
-CACHE="${DROVER_CACHE:-$HOME/.cache/drover}"
+CACHE="${DROVER_CACHE:-${DROVER_CACHE_DIR:-$HOME/.cache/drover}}"
 K8S_BIN="$CACHE/k8s/$K8S_VERSION/bin"
 REGISTRY_BIN="${DROVER_REGISTRY_BIN:-$CACHE/bin/registry}"
 
