@@ -39,7 +39,15 @@ func (c *configFile) write(t *testing.T, top, extra string) {
 	t.Helper()
 	src := fmt.Sprintf("concurrent = 1\ncheck_interval = 1\n%s[[runners]]\n  name = \"r\"\n  url = %q\n  token = \"glrt-reloadtest\"\n  executor = \"shell\"\n  builds_dir = %q\n%s",
 		top, c.url, c.builds, extra)
-	if err := os.WriteFile(c.path, []byte(src), 0o600); err != nil {
+	// Written beside and renamed over the file, as an editor or a
+	// configuration tool saves it: written in place, the file is empty for
+	// a moment, and the watch (a look every 10 ms here) can take that
+	// moment for a version of its own on a loaded machine.
+	tmp := c.path + ".new"
+	if err := os.WriteFile(tmp, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, c.path); err != nil {
 		t.Fatal(err)
 	}
 }

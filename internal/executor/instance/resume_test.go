@@ -424,8 +424,10 @@ func withoutSetsid(t *testing.T) string {
 // instance when a job of the new process first reaches it.
 func TestSweep(t *testing.T) {
 	for _, fixed := range []bool{true, false} {
+		// Not in parallel: both subtests' hosts are this machine, whose
+		// /tmp holds the job directories of both under the same system
+		// id, and the first job of one would sweep the other's.
 		t.Run(fmt.Sprintf("fixed host %v", fixed), func(t *testing.T) {
-			t.Parallel()
 			f := resumable(t, "sh", sshxtest.Start(t))
 			type left struct {
 				dir string
