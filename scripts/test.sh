@@ -98,7 +98,13 @@ staticcheck ./...
 export DROVER_KUBE_STATE=${DROVER_KUBE_STATE:-/tmp/drover-kube}
 echo "== kubernetes test cluster ($DROVER_KUBE_STATE)"
 scripts/kubecluster/build.sh
-trap 'echo "== stopping the kubernetes test cluster"; scripts/kubecluster/down.sh || echo "!! scripts/kubecluster/down.sh failed"' EXIT
+test_home=
+cleanup() {
+  echo "== stopping the kubernetes test cluster"
+  scripts/kubecluster/down.sh || echo "!! scripts/kubecluster/down.sh failed"
+  [ -z "$test_home" ] || rm -rf "$test_home"
+}
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 scripts/kubecluster/up.sh
 
@@ -113,7 +119,6 @@ export GOPATH="$(go env GOPATH)" GOCACHE="$(go env GOCACHE)" GOMODCACHE="$(go en
 export DOCKER_CONFIG="${DOCKER_CONFIG:-$HOME/.docker}" GIT_CONFIG_GLOBAL="${GIT_CONFIG_GLOBAL:-$HOME/.gitconfig}"
 export DROVER_CACHE_DIR="${DROVER_CACHE_DIR:-$HOME/.cache/drover}"
 test_home=$(mktemp -d "${TMPDIR:-/tmp}/drover-test-home-XXXXXX")
-trap 'echo "== stopping the kubernetes test cluster"; scripts/kubecluster/down.sh || echo "!! scripts/kubecluster/down.sh failed"; rm -rf "$test_home"' EXIT
 export HOME="$test_home"
 
 echo "== go test -race"
