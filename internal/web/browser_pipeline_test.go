@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/drover-ci/drover/internal/api"
 )
 
@@ -85,7 +83,7 @@ func testBrowserPipelinePlay(t *testing.T, browser context.Context) {
 	b.do("the manual job",
 		b.open(fmt.Sprintf("/pipelines/%d", p.ID)),
 		until(nodeStatus("b")+` === 'manual'`),
-		chromedp.Click(chromedp.CSS(`button.play[data-job="b"]`)),
+		click(`button.play[data-job="b"]`),
 	)
 	b.afterReload("the played job", nodeStatus("b")+` === 'pending'`)
 	if got := e.status(p.job(t, "b")); got != "pending" {

@@ -139,6 +139,34 @@ func navigating(err error) bool {
 	return false
 }
 
+// click clicks the element sel selects, as chromedp.Click does, again
+// when the node it found was replaced before the click reached it: a
+// live section (live.js) swaps its whole HTML for every event, so a
+// button found in one version may be gone when the mouse comes.
+// chromedp fails such a click before it sends the mouse events, so
+// trying again never clicks twice.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for {
+			v, err := chromedp.Click(chromedp.CSS(sel))(ctx, t)
+			if err == nil || ctx.Err() != nil || !replaced(err) {
+				return v, err
+			}
+		}
+	}
+}
+
+// replaced reports whether err is of a node that left the page between
+// its query and its use.
+func replaced(err error) bool {
+	for _, s := range []string{"Could not find node with given id", "No node with given id found", "Node is detached from document"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
 // script runs JavaScript statements js in the page.
 func script(js string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -399,7 +427,7 @@ func testBrowserCancel(t *testing.T, browser context.Context) {
 	b.do("cancel from the job page",
 		b.open(fmt.Sprintf("/jobs/%d", job.ID)),
 		chromedp.WaitVisible(chromedp.CSS(`#job-status[data-status="pending"]`)),
-		chromedp.Click(chromedp.CSS(`#facts form[action$="/cancel"] button`)),
+		click(`#facts form[action$="/cancel"] button`),
 		chromedp.WaitVisible(chromedp.CSS(`#job-status[data-status="canceled"]`)),
 	)
 	if got := e.status(job.ID); got != "canceled" {
