@@ -181,6 +181,11 @@ func throughput(b *testing.B, n int, store map[string]any) {
 // runMany submits n trivial jobs from four goroutines, waits until all of
 // them succeeded and reports jobs/s.
 func runMany(b *testing.B, s *stack, n int) {
+	runManyPoll(b, s, n, 5*time.Millisecond)
+}
+
+// runManyPoll is runMany looking at an unfinished job every poll.
+func runManyPoll(b *testing.B, s *stack, n int, poll time.Duration) {
 	ctx := context.Background()
 	start := time.Now()
 	ids := make([]int64, n)
@@ -214,7 +219,7 @@ func runMany(b *testing.B, s *stack, n int) {
 			b.Fatal(err)
 		}
 		if !j.Finished() {
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(poll)
 			continue
 		}
 		if j.Status != "success" {
