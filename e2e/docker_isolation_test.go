@@ -11,17 +11,19 @@ import (
 )
 
 // TestDockerJobsIsolated: jobs of one slot share no network, files or
-// processes. Job A serves a file over HTTP from a background process and
-// prints its address; the two jobs after it (handed out as A ends, while
-// its containers are being removed, on the slot's two networks) cannot
-// reach it, see its files or its process. A job with a service is followed
-// by one that cannot reach the service by its alias.
+// processes. Job A serves a file over HTTP from a background process,
+// prints its address and, as root, adds a line to /etc/hosts; the two
+// jobs after it (handed out as A ends, while its containers are being
+// removed, on the slot's two networks, in their sandboxes: the second
+// in A's, whose address it has) cannot reach it, see its files, its
+// process or its line. A job with a service is followed by one that cannot
+// reach the service by its alias.
 func TestDockerJobsIsolated(t *testing.T) {
 	needDockerImages(t)
 	c, cl := startDockerManager(t, 1)
 	a := submitJSON(t, c, map[string]any{"name": "serves", "script": []string{
 		"mkdir -p /tmp/www && echo secret-of-job-a > /tmp/www/index.html && httpd -p 8080 -h /tmp/www",
-		"wget -qO- http://127.0.0.1:8080/ && echo ip=$(hostname -i)", "sleep 3"}})
+		"wget -qO- http://127.0.0.1:8080/ && echo ip=$(hostname -i)", "echo '10.6.6.6 poisoned.example' >> /etc/hosts", "sleep 3"}})
 	var ip string
 	ipRE := regexp.MustCompile(`ip=([0-9.]+)`)
 	waitJob(t, cl, a, 2*time.Minute, func(*client.Job) bool {
@@ -35,6 +37,8 @@ func TestDockerJobsIsolated(t *testing.T) {
 		"if wget -T 3 -qO- http://" + ip + ":8080/; then echo REACHED-A; else echo a-unreachable; fi",
 		"if [ -e /tmp/www/index.html ]; then echo SAW-A-FILES; else echo no-a-files; fi",
 		"if ps | grep -v grep | grep -q httpd; then echo SAW-A-PROCESS; else echo no-a-process; fi",
+		"if grep -q poisoned /etc/hosts; then echo SAW-A-HOSTS; else echo no-a-hosts; fi",
+		"echo here=$(hostname -i)",
 	}
 	b := submitJSON(t, c, map[string]any{"name": "next", "script": probe})
 	d := submitJSON(t, c, map[string]any{"name": "after next", "script": probe})
@@ -48,8 +52,8 @@ func TestDockerJobsIsolated(t *testing.T) {
 		has  []string
 	}{
 		{"serves", a, []string{"secret-of-job-a"}},
-		{"next", b, []string{"a-unreachable", "no-a-files", "no-a-process"}},
-		{"after next", d, []string{"a-unreachable", "no-a-files", "no-a-process"}},
+		{"next", b, []string{"a-unreachable", "no-a-files", "no-a-process", "no-a-hosts"}},
+		{"after next", d, []string{"a-unreachable", "no-a-files", "no-a-process", "no-a-hosts", "here=" + ip}},
 		{"service", svc, []string{"drover service ok"}},
 		{"after service", after, []string{"service-unreachable"}},
 	}
@@ -59,9 +63,16 @@ func TestDockerJobsIsolated(t *testing.T) {
 		if j.Status != "success" {
 			t.Errorf("%s: status %s %s\n%s", tc.name, j.Status, j.FailureReason, log)
 		}
+		// A probe's answer is a line of its own: the log also has each
+		// command, answers included, behind "$ ".
 		for _, s := range tc.has {
-			if !strings.Contains(log, s) {
-				t.Errorf("%s: log lacks %q:\n%s", tc.name, s, log)
+			if !strings.Contains(log, "\n"+s+"\n") {
+				t.Errorf("%s: log lacks the line %q:\n%s", tc.name, s, log)
+			}
+		}
+		for _, s := range []string{"REACHED-A", "SAW-A-FILES", "SAW-A-PROCESS", "SAW-A-HOSTS", "REACHED-SERVICE"} {
+			if strings.Contains(log, "\n"+s+"\n") {
+				t.Errorf("%s: log has the line %q:\n%s", tc.name, s, log)
 			}
 		}
 	}

@@ -76,6 +76,9 @@ type Config struct {
 	DisableCache               bool
 	NetworkMode                string
 	DNS, DNSSearch, ExtraHosts []string
+	// NetworkSandbox: the jobs of a slot share its sandbox's network
+	// namespace (sandbox.go); drover's own key, true by default.
+	NetworkSandbox bool
 	// Memory and MemorySwap are bytes (TOML strings in docker's units such
 	// as "512m", "1g", or integers); 0 = no limit. MemorySwap is -1 for
 	// unlimited swap.
@@ -177,6 +180,7 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 		PullPolicy:             []PullPolicy{PullAlways},
 		WaitForServicesTimeout: DefaultWaitForServicesTimeout,
 		ServicesLimit:          UnlimitedServices,
+		NetworkSandbox:         true,
 	}
 	for _, k := range config.SortedKeys(r.Docker) {
 		v, key := r.Docker[k], config.SubKey("docker", k)
@@ -225,6 +229,8 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			c.DisableCache = rd.Bool(key, v)
 		case "network_mode":
 			c.NetworkMode = rd.Str(key, v)
+		case "network_sandbox":
+			c.NetworkSandbox = rd.Bool(key, v)
 		case "dns":
 			c.DNS = rd.dns(key, v)
 		case "dns_search":

@@ -42,6 +42,7 @@ func defaults() *Config {
 		AllowedPullPolicies:    []PullPolicy{PullAlways},
 		WaitForServicesTimeout: 30 * time.Second,
 		ServicesLimit:          -1,
+		NetworkSandbox:         true,
 	}
 }
 
@@ -76,6 +77,7 @@ func TestParseConfigEveryKey(t *testing.T) {
   cache_dir = "/var/cache/drover"
   disable_cache = true
   network_mode = "bridge"
+  network_sandbox = false
   dns = ["1.1.1.1", "2606:4700:4700::1111"]
   dns_search = ["example.com"]
   extra_hosts = ["db:10.0.0.5", "gw:host-gateway"]

@@ -124,6 +124,8 @@ func TestEngineContainerKeys(t *testing.T) {
 				}
 			},
 			script: `echo "RESULT:$(cat /sys/class/net/eth0/mtu)"`, want: "1300"},
+		{name: "extra_hosts and dns_search through the slot's sandbox", body: "extra_hosts = [\"drover-extra.example:10.1.2.3\"]\ndns_search = [\"drover.example\"]",
+			script: `echo "RESULT:$(grep -c '10.1.2.3.*drover-extra.example' /etc/hosts)$(grep -c '^search.*drover.example' /etc/resolv.conf)"`, want: "11"},
 		{name: "network_mtu on the job's network", body: `network_mtu = 1280`, service: true,
 			net:    func(t *testing.T, n network.Inspect) { equal(t, "Options[mtu]", n.Options[networkMTUOption], "1280") },
 			script: `echo "RESULT:$(cat /sys/class/net/eth0/mtu)"`, want: "1280"},
@@ -357,7 +359,16 @@ func runKeyCase(t *testing.T, cli *dockerclient.Client, token string, i int, tc 
 	check(roleBuild, tc.build)
 	check(roleService, tc.svc)
 	if tc.net != nil {
-		n, err := cli.NetworkInspect(ctx, ex.netName, network.InspectOptions{})
+		name := ex.netName
+		if id, ok := strings.CutPrefix(name, "container:"); ok {
+			// The slot's sandbox (sandbox.go): the network is its.
+			ins, err := cli.ContainerInspect(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name = string(ins.HostConfig.NetworkMode)
+		}
+		n, err := cli.NetworkInspect(ctx, name, network.InspectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,6 +66,9 @@ type Executor struct {
 	network     string   // the job's network (id); "" when network_mode is set
 	netName     string   // what containers join
 	linked      []string // containers of links this job joined to netName
+	sandbox     string   // the slot's sandbox the containers joined (sandbox.go), or ""
+	sandboxOf   *slotNets
+	sandboxIdx  int
 	jobVolume   string
 	volumes     []string  // per-job volumes to remove (job, and builds/cache with disable_cache)
 	binds       []string  // mounts of the build and helper containers
@@ -345,12 +348,35 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 		return nil
 	}
 	if slot {
-		name, err := e.slotNetwork(ctx, e.Cleaned())
+		name, sn, i, err := e.slotNetwork(ctx, e.Cleaned())
 		if err != nil {
 			return err
 		}
+		join := name
+		if sandboxable(e.cfg) {
+			p := e.prov
+			id, err := e.slotSandbox(ctx, name, func(id string) bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return sn.clean[i] == id
+			})
+			switch {
+			case err == nil:
+				p.mu.Lock()
+				sn.clean[i] = "" // this job's until its Cleanup restores it
+				p.mu.Unlock()
+				join = "container:" + id
+				e.mu.Lock()
+				e.sandbox, e.sandboxOf, e.sandboxIdx = id, sn, i
+				e.mu.Unlock()
+			case ctx.Err() != nil:
+				return err
+			default:
+				e.logger.Warn("the job joins its slot's network without the slot's sandbox", "network", name, "err", err)
+			}
+		}
 		e.mu.Lock()
-		e.netName = name // not the job's: Cleanup leaves it
+		e.netName = join // not the job's: Cleanup leaves it
 		e.mu.Unlock()
 		return nil
 	}
@@ -501,6 +527,9 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	e.builds++
 	name := fmt.Sprintf("%s-build-%d", e.prefix, e.builds)
 	job, cfg, hostname := e.job, e.cfg, e.buildHostname()
+	if e.sandbox != "" {
+		hostname = "" // the sandbox's, which has it
+	}
 	e.mu.Unlock()
 
 	cc := &container.Config{
@@ -671,6 +700,13 @@ func (e *Executor) detectShell(ctx context.Context, id string) error {
 // bootLine waits for the build container's boot line and returns what
 // follows bootMarker, with the output seen so far for messages.
 func (e *Executor) bootLine(ctx context.Context, id string) (string, string, error) {
+	return e.waitLine(ctx, id, bootMarker)
+}
+
+// waitLine waits (bootWait at most) for container id to print a line
+// with marker and returns what follows it, with the output seen so far
+// for messages.
+func (e *Executor) waitLine(ctx context.Context, id, marker string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, bootWait)
 	defer cancel()
 	rc, err := e.eng.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
@@ -678,7 +714,7 @@ func (e *Executor) bootLine(ctx context.Context, id string) (string, string, err
 		return "", "", fmt.Errorf("read the build container's output: %w", err)
 	}
 	defer rc.Close()
-	lw := &lineWatch{marker: bootMarker, found: make(chan string, 1)}
+	lw := &lineWatch{marker: marker, found: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
 		_, err := demux(lw, lw, rc)
@@ -826,6 +862,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	eng, containers, netID, vols, logger := e.eng, e.containers, e.network, e.volumes, e.logger
 	resumable, s, jobID := e.resumable, e.settings, e.job.ID
 	netName, linked, keepAnon := e.netName, e.linked, e.cfg.VolumeKeep
+	sandbox, sandboxOf, sandboxIdx := e.sandbox, e.sandboxOf, e.sandboxIdx
 	e.mu.Unlock()
 	// Removing containers and a network takes the engine a few hundred
 	// milliseconds that the job's result need not wait for: it is done in
@@ -841,6 +878,21 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			}
 		}
 		removeAll(ctx, eng, logger, containers, netID, vols, !keepAnon)
+		if sandbox != "" {
+			// The job's processes are gone with its containers: what is
+			// left of it in the sandbox is what it wrote to the shared
+			// files. A sandbox that cannot be restored is not used again.
+			if err := e.restoreSandbox(ctx, sandbox); err != nil {
+				logger.Warn("the slot's sandbox is removed", "container", sandbox, "err", err)
+				if err := eng.ContainerRemove(ctx, sandbox, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+					logger.Warn("cannot remove the slot's sandbox", "container", sandbox, "err", err)
+				}
+			} else {
+				e.prov.mu.Lock()
+				sandboxOf.clean[sandboxIdx] = sandbox
+				e.prov.mu.Unlock()
+			}
+		}
 		if resumable {
 			// A manager that died between creating something and saving
 			// the job's state left it unrecorded: it has the job's labels

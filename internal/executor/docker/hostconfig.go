@@ -78,6 +78,11 @@ func (e *Executor) hostConfig(binds []string, privileged bool, tmpfs map[string]
 		t := true
 		hc.OomKillDisable = &t
 	}
+	if e.sandbox != "" {
+		// The sandbox has them: a container that joins another's
+		// network namespace takes its names and resolver.
+		hc.DNS, hc.DNSSearch, hc.ExtraHosts = nil, nil, nil
+	}
 	return hc
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 )
@@ -38,13 +39,16 @@ type slotNets struct {
 	// cleaned: closed when the containers of the last job on the
 	// network are removed (nil: no job yet).
 	cleaned [2]<-chan struct{}
+	// clean: the sandbox of each network (sandbox.go) this process made
+	// or restored since the last job on it ended ("": none known).
+	clean [2]string
 }
 
 // slotNetwork returns the name of the slot network job's executor joins,
 // after the last job on it is removed, creating the network if the
-// engine lacks it. cleaned is closed once this job's containers are
-// removed.
-func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (string, error) {
+// engine lacks it, with the slot's networks and the network's index.
+// cleaned is closed once this job's containers are removed.
+func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (string, *slotNets, int, error) {
 	s := e.settings
 	p := e.prov
 	key := slotNetKey{eng: untraced(e.eng), runner: s.ShortToken, slot: s.ConcurrentID, variant: networkVariant(e.cfg)}
@@ -66,26 +70,26 @@ func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (st
 		select {
 		case <-last:
 		case <-ctx.Done():
-			return "", fmt.Errorf("wait for the removal of the last job on the slot's network: %w", ctx.Err())
+			return "", nil, 0, fmt.Errorf("wait for the removal of the last job on the slot's network: %w", ctx.Err())
 		}
 	}
 	name := slotNetNameOf(s.ShortToken, s.ConcurrentID, i, key.variant)
 	nets, err := e.eng.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
 	if err != nil {
-		return "", fmt.Errorf("find the slot's network: %w", err)
+		return "", nil, 0, fmt.Errorf("find the slot's network: %w", err)
 	}
 	for _, n := range nets {
 		if n.Name == name {
-			return name, nil
+			return name, sn, i, nil
 		}
 	}
 	// The client asks engines before API 1.44 to refuse a duplicate name
 	// (CheckDuplicate); later ones always do.
 	_, err = e.createJobNetwork(ctx, name, labels(s, 0, roleNetwork, e.cfg.ContainerLabels))
 	if err != nil && !cerrdefs.IsConflict(err) { // a conflict: made meanwhile
-		return "", fmt.Errorf("create the slot's network: %w", err)
+		return "", nil, 0, fmt.Errorf("create the slot's network: %w", err)
 	}
-	return name, nil
+	return name, sn, i, nil
 }
 
 // slotNetNameOf is the name of network i (0 or 1) of a runner's slot,
@@ -111,6 +115,9 @@ func (p *Provider) RemoveSlotNetworks(ctx context.Context) error {
 	for _, k := range keys {
 		for i := range 2 {
 			name := slotNetNameOf(k.runner, k.slot, i, k.variant)
+			if err := k.eng.ContainerRemove(ctx, sandboxNameOf(name), container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("remove the sandbox of slot network %s: %w", name, err))
+			}
 			if err := k.eng.NetworkRemove(ctx, name); err != nil && !cerrdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("remove the slot network %s: %w", name, err))
 			}
