@@ -80,3 +80,43 @@ func TestDockerJobsIsolated(t *testing.T) {
 		waitNoResources(t, tc.id)
 	}
 }
+
+// TestDockerSandboxProjects: jobs of two projects on one slot, in turn
+// and then the second project's in a row. Each job's host name is GitLab Runner's for
+// its own project, whether it joined the slot's sandbox, joined the slot
+// network itself (the sandbox was the other project's) or had the
+// sandbox made anew for its project.
+func TestDockerSandboxProjects(t *testing.T) {
+	needDockerImages(t)
+	c, cl := startDockerManager(t, 1)
+	script := []string{"echo host=$(hostname)"}
+	var ids []int64
+	// The coordinator hands the projects' jobs out in turn while both
+	// have some (a b a b a b), then b's in a row: each network of the
+	// slot gets jobs of both projects in turn, then b's.
+	for _, p := range []string{"group/a", "group/a", "group/a", "group/b", "group/b", "group/b", "group/b", "group/b", "group/b"} {
+		ids = append(ids, submitJSON(t, c, map[string]any{"name": "host", "project": p, "script": script}))
+	}
+	runningOn := regexp.MustCompile(`Running on (\S+) via`)
+	hostIs := regexp.MustCompile(`(?m)^host=(\S+)$`)
+	hosts := map[string]bool{}
+	for _, id := range ids {
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		log := trace(t, cl, id)
+		if j.Status != "success" {
+			t.Fatalf("job %d: %s %s\n%s", id, j.Status, j.FailureReason, log)
+		}
+		want, got := runningOn.FindStringSubmatch(log), hostIs.FindStringSubmatch(log)
+		if want == nil || got == nil || got[1] != want[1] {
+			t.Errorf("job %d: host name %v, want the one prepare_script names, %v:\n%s", id, got, want, log)
+			continue
+		}
+		hosts[got[1]] = true
+	}
+	if len(hosts) != 2 {
+		t.Errorf("host names %v: want one for each project", hosts)
+	}
+	for _, id := range ids {
+		waitNoResources(t, id)
+	}
+}

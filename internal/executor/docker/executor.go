@@ -359,6 +359,10 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				return sn.clean[i] == id
+			}, func(spec string) bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return sn.wantAgain(i, spec)
 			})
 			switch {
 			case err == nil:
@@ -371,6 +375,8 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 				e.mu.Unlock()
 			case ctx.Err() != nil:
 				return err
+			case errors.Is(err, errSandboxOther):
+				e.logger.Debug("the job joins its slot's network: the slot's sandbox is another project's", "network", name)
 			default:
 				e.logger.Warn("the job joins its slot's network without the slot's sandbox", "network", name, "err", err)
 			}

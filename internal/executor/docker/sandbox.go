@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -99,15 +100,23 @@ func sandboxSpec(hostname, image string, c *Config) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
+// errSandboxOther: the slot network's sandbox has another job's
+// settings (another project's host name) and is not replaced for this
+// job: it joins the slot network itself.
+var errSandboxOther = errors.New("the slot's sandbox has other settings")
+
 // sandboxNameOf is the name of the sandbox of slot network netName.
 func sandboxNameOf(netName string) string { return netName + "-sandbox" }
 
 // slotSandbox returns the id of the running sandbox of slot network
-// netName that the job can join, making it (anew, when the one there has
-// other settings or is not running) if needed. trusted says whether this
-// process has made or restored the sandbox with that id since the last
-// job on it ended; one that is not is restored first.
-func (e *Executor) slotSandbox(ctx context.Context, netName string, trusted func(id string) bool) (string, error) {
+// netName that the job can join, making it if needed (anew when the one
+// there is not running). trusted says whether this process has made or
+// restored the sandbox with that id since the last job on it ended; one
+// that is not is restored first. A running sandbox with other settings
+// (a runner's jobs of several projects) is replaced only when replace,
+// which records the job's settings, says the last job wanted them too
+// (see slotNets.want); else errSandboxOther.
+func (e *Executor) slotSandbox(ctx context.Context, netName string, trusted func(id string) bool, replace func(spec string) bool) (string, error) {
 	tag, err := e.prov.helperTag(ctx, e.eng, e.cfg, func(s string) { e.printf("%s\n", s) })
 	if err != nil {
 		return "", fmt.Errorf("helper image: %w", err)
@@ -119,11 +128,15 @@ func (e *Executor) slotSandbox(ctx context.Context, netName string, trusted func
 	spec := sandboxSpec(hostname, tag, e.cfg)
 	name := sandboxNameOf(netName)
 	ins, err := e.eng.ContainerInspect(ctx, name)
+	running := err == nil && ins.State != nil && ins.State.Running && ins.Config != nil
+	again := replace(spec) // records the job's settings, whatever is there
 	switch {
 	case cerrdefs.IsNotFound(err):
 	case err != nil:
 		return "", fmt.Errorf("inspect the slot's sandbox: %w", err)
-	case ins.State != nil && ins.State.Running && ins.Config != nil && ins.Config.Labels[LabelSandboxSpec] == spec:
+	case running && ins.Config.Labels[LabelSandboxSpec] != spec && !again:
+		return "", errSandboxOther
+	case running && ins.Config.Labels[LabelSandboxSpec] == spec:
 		if trusted(ins.ID) {
 			return ins.ID, nil
 		}

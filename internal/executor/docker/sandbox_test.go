@@ -68,3 +68,38 @@ func TestRestoreScript(t *testing.T) {
 		t.Errorf("restoreScript() = %q, want %q", got, want)
 	}
 }
+
+// TestSandboxWantAgain: a sandbox of another project's is replaced for
+// the second job in a row of a project on its network, never for jobs of
+// several projects in turn.
+func TestSandboxWantAgain(t *testing.T) {
+	cases := []struct {
+		name  string
+		specs string // one job's settings per letter, on network 0
+		want  string // r: the job's settings were wanted by the last job too
+	}{
+		{"one project", "aaaa", ".rrr"},
+		{"two in turn", "abab", "...."},
+		{"moving on", "aabb", ".r.r"},
+		{"three in turn, then one", "abcaa", "....r"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var sn slotNets
+			got := ""
+			for _, c := range tc.specs {
+				if sn.wantAgain(0, string(c)) {
+					got += "r"
+				} else {
+					got += "."
+				}
+			}
+			if got != tc.want {
+				t.Errorf("%s: %s, want %s", tc.specs, got, tc.want)
+			}
+			if sn.want[1] != "" {
+				t.Errorf("network 1's record changed: %q", sn.want[1])
+			}
+		})
+	}
+}

@@ -42,6 +42,20 @@ type slotNets struct {
 	// clean: the sandbox of each network (sandbox.go) this process made
 	// or restored since the last job on it ended ("": none known).
 	clean [2]string
+	// want: the sandbox settings the last job on each network wanted. A
+	// sandbox with other settings is replaced for the second job in a
+	// row that wants the same ones: a runner's jobs of several projects
+	// in turn do not make a sandbox each (those join the network itself,
+	// as without sandboxes), one that moves on to a project does.
+	want [2]string
+}
+
+// wantAgain records that a job on network i wants sandbox settings spec
+// and reports whether the last job on it wanted them too.
+func (sn *slotNets) wantAgain(i int, spec string) bool {
+	again := sn.want[i] == spec
+	sn.want[i] = spec
+	return again
 }
 
 // slotNetwork returns the name of the slot network job's executor joins,
