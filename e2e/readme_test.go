@@ -9,11 +9,15 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drover-ci/drover/internal/api"
+	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
 )
 
 // walkPages are the pages whose ```sh blocks make the documentation's
@@ -242,6 +246,25 @@ func cleanReadmeState() {
 	}
 }
 
+// removeWalkthroughRunners removes what the walk-through's docker runners
+// keep on the engine for their next jobs (their slot networks, the
+// networks' sandboxes, their cache volumes), found by the runners' tokens
+// in the configs the walk-through wrote in dir: a manager stopped with
+// its jobs done leaves them for its next start, which never comes here.
+func removeWalkthroughRunners(t *testing.T, dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
+	token := regexp.MustCompile(`(?m)^\s*token\s*=\s*"([^"]+)"`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, m := range token.FindAllStringSubmatch(string(b), -1) {
+			removeLabelled(t, dockerexec.LabelRunner+"="+api.ShortToken(m[1]))
+		}
+	}
+}
+
 // copyRepo copies the repository's files (tracked and new, not ignored:
 // what a fresh clone with the working tree's changes has) to a new
 // repository on branch main, as the walk-through's examples expect.
@@ -327,6 +350,7 @@ func TestReadmeBlocks(t *testing.T) {
 	cleanReadmeState()
 	t.Cleanup(cleanReadmeState)
 	work := copyRepo(t)
+	t.Cleanup(func() { removeWalkthroughRunners(t, work) })
 	logPath := filepath.Join(t.TempDir(), "readme.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
