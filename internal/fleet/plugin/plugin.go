@@ -60,6 +60,10 @@ type Config struct {
 	// SlowCallTimeout bounds Init, Increase, Decrease and Shutdown, which
 	// wait on a cloud's API; default 10m.
 	SlowCallTimeout time.Duration
+	// KillGrace is how long stopping the process may take before it is
+	// killed with SIGKILL: go-plugin asks it to exit and gives it two
+	// seconds of its own; default 5s.
+	KillGrace time.Duration
 	// PIDFile, when set, records the running plugin's pid. A manager
 	// killed with SIGKILL cannot stop its plugin (the fleeting module
 	// starts the process, so drover cannot ask the kernel to end it with
@@ -85,7 +89,7 @@ type Provider struct {
 
 // process is one run of the plugin program.
 type process struct {
-	run   *fleeting.Runner
+	stop  func() // go-plugin's Kill: asks the process to exit, then kills it
 	group provider.InstanceGroup
 	sink  *procSink
 	gen   int
@@ -114,6 +118,9 @@ func New(logger *slog.Logger, cfg Config) (*Provider, error) {
 	}
 	if cfg.SlowCallTimeout <= 0 {
 		cfg.SlowCallTimeout = 10 * time.Minute
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = 5 * time.Second
 	}
 	return &Provider{log: logger.With("plugin", filepath.Base(cfg.Path)), path: cfg.Path, cfg: cfg}, nil
 }
@@ -158,13 +165,13 @@ func (p *Provider) startLocked(ctx context.Context, s fleet.Settings) (*process,
 		return nil, fleet.Info{}, fmt.Errorf("fleet plugin %s: not started: %w "+
 			"(a fleeting plugin answers go-plugin's gRPC handshake FLEETING_INSTANCE_GROUP_PLUGIN; is it one?)", p.path, err)
 	}
-	proc := &process{run: run, group: run.InstanceGroup(), sink: sink, gen: p.gen}
+	proc := &process{stop: run.Kill, group: run.InstanceGroup(), sink: sink, gen: p.gen}
 	p.writePID(proc)
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.SlowCallTimeout)
 	defer cancel()
 	pi, err := proc.group.Init(cctx, nil, conn)
 	if err != nil {
-		proc.kill(cctx.Err() != nil)
+		proc.kill(p.log, cctx.Err() != nil, p.cfg.KillGrace)
 		where := ""
 		if p.cfg.ConfigSource != "" {
 			where = " (check " + p.cfg.ConfigSource + ")"
@@ -280,19 +287,47 @@ func (p *Provider) drop(proc *process, why string, hung bool) {
 	}
 	p.mu.Unlock()
 	p.log.Warn("fleet plugin process dropped", "why", why)
-	proc.kill(hung)
+	proc.kill(p.log, hung, p.cfg.KillGrace)
 }
 
 // kill ends the process. go-plugin's Kill first asks the plugin to shut
 // down over gRPC and waits for its answer with no deadline, so a hung
-// process is killed outright before.
-func (proc *process) kill(hung bool) {
-	if pid, exited := proc.sink.state(); hung && pid > 0 && !exited {
-		if pr, err := os.FindProcess(pid); err == nil {
-			_ = pr.Kill()
+// process is killed outright before, and one that stops answering during
+// Kill (a process stopped, or wedged, between its last answer and this
+// call) is killed when Kill has not returned within grace: the closed
+// connection then ends Kill's wait.
+func (proc *process) kill(log *slog.Logger, hung bool, grace time.Duration) {
+	pid, exited := proc.sink.state()
+	sigkill := func() {
+		if pid, exited := proc.sink.state(); pid > 0 && !exited {
+			if pr, err := os.FindProcess(pid); err == nil {
+				_ = pr.Kill()
+			}
 		}
 	}
-	proc.run.Kill()
+	if hung && pid > 0 && !exited {
+		sigkill()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		proc.stop()
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	log.Warn("fleet plugin did not exit when asked; killing it", "pid", pid, "waited", grace)
+	sigkill()
+	t.Reset(grace)
+	select {
+	case <-done:
+	case <-t.C:
+		log.Error("fleet plugin process still not reaped after SIGKILL; leaving it", "pid", pid)
+	}
 }
 
 // Update calls the plugin's Update.
@@ -398,7 +433,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	}
 	// Kill closes the connection, gives the process two seconds to exit
 	// and then kills it.
-	proc.kill(hung)
+	proc.kill(p.log, hung, p.cfg.KillGrace)
 	if p.cfg.PIDFile != "" {
 		_ = os.Remove(p.cfg.PIDFile)
 	}

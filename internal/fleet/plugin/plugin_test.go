@@ -321,13 +321,24 @@ func TestPluginHangIsCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 	if _, err := p.Init(t.Context(), fleet.Settings{Config: map[string]any{"name": "h"}}); err != nil {
 		t.Fatal(err)
 	}
 	pid := runningPID(t, p)
+	// A failure below must not leave the cleanup's Shutdown waiting on
+	// the stopped process: its Shutdown call is bounded too.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	})
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	// The signal is delivered when a thread of the process next runs; on
+	// a loaded machine the process can still answer a call before that.
+	for !stopped(pid) {
+		time.Sleep(5 * time.Millisecond)
 	}
 	err = p.Update(t.Context(), func(string, fleet.State) {})
 	if err == nil || !strings.Contains(err.Error(), "no answer within 300ms") {
@@ -449,16 +460,28 @@ func TestNotAPlugin(t *testing.T) {
 	}
 }
 
-// alive tells whether pid is a live process (a zombie counts as dead).
+// stopped says whether the process is in the stopped state (T).
+func stopped(pid int) bool { return procState(pid) == 'T' }
+
+// alive says whether the process exists and is not a zombie.
 func alive(pid int) bool {
+	st := procState(pid)
+	return st != 0 && st != 'Z'
+}
+
+// procState is the process's state letter from /proc, 0 when it is gone.
+func procState(pid int) byte {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return 0
 	}
 	// The state is the field after the parenthesised command name.
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	if i < 0 || i+2 >= len(s) {
+		return '?'
+	}
+	return s[i+2]
 }
 
 // TestLeftoverPluginKilled: a plugin a dead manager left running (here:
