@@ -1,13 +1,19 @@
 package e2e
 
 import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
 	"github.com/drover-ci/drover/internal/dockerimage"
+	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
 )
 
 // TestDockerJobsIsolated: jobs of one slot share no network, files or
@@ -118,5 +124,112 @@ func TestDockerSandboxProjects(t *testing.T) {
 	}
 	for _, id := range ids {
 		waitNoResources(t, id)
+	}
+}
+
+// TestDockerStandby: a slot network's next build container is made when
+// a job on it ends, and the next job on that network takes it (its
+// container id is one of the standbys there before it started): with its
+// own variables, none of the files or processes of the jobs before it. A
+// job of another project takes none. A manager started after this one
+// removes the standbys it left.
+func TestDockerStandby(t *testing.T) {
+	needDockerImages(t)
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	cl := c.client()
+	own := "label=" + testLabel + "=" + testName(t)
+	standbys := func() []string {
+		out, err := exec.Command("docker", "ps", "-aq", "--no-trunc", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", own).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker ps: %v\n%s", err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	waitStandbys := func(n int) []string {
+		t.Helper()
+		for {
+			if s := standbys(); len(s) >= n {
+				return s
+			}
+			time.Sleep(50 * time.Millisecond) // the test's timeout bounds the wait
+		}
+	}
+	script := []string{
+		`echo cid=$(sed -n 's|.*/docker/\([0-9a-f]\{64\}\).*|\1|p' /proc/self/cgroup | head -n 1)`,
+		`echo "var=$STANDBY_VAR"`,
+		`if [ -e /tmp/left-by-a-job ]; then echo SAW-FILE; else echo no-file; fi`,
+		`if ps | grep -v grep | grep -q 'sleep 6[0]0'; then echo SAW-PROCESS; else echo no-process; fi`,
+		`touch /tmp/left-by-a-job; sleep 600 >/dev/null 2>&1 &`,
+	}
+	cidRE := regexp.MustCompile(`(?m)^cid=(\S*)$`)
+	project := "group/standby"
+	run := func(n int, vars []map[string]any) (cid, log string) {
+		t.Helper()
+		id := submitJSON(t, c, map[string]any{"name": fmt.Sprintf("job %d", n), "project": project, "script": script, "variables": vars})
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		log = trace(t, cl, id)
+		if j.Status != "success" {
+			t.Fatalf("job %d: %s %s\n%s", n, j.Status, j.FailureReason, log)
+		}
+		for _, s := range []string{fmt.Sprintf("var=value-%d", n), "no-file", "no-process"} {
+			if !strings.Contains(log, "\n"+s+"\n") {
+				t.Errorf("job %d: log lacks the line %q:\n%s", n, s, log)
+			}
+		}
+		m := cidRE.FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("job %d: no cid line:\n%s", n, log)
+		}
+		if m[1] == "" {
+			t.Skip("the job cannot see its container's id (/proc/self/cgroup names no /docker/<id>: cgroup v2?)")
+		}
+		return m[1], log
+	}
+	vars := func(n int) []map[string]any {
+		return []map[string]any{{"key": "STANDBY_VAR", "value": fmt.Sprintf("value-%d", n)}}
+	}
+	// Jobs 1 and 2 take the slot's two networks in turn and leave a
+	// standby on each; jobs 3 and 4 take them.
+	run(1, vars(1))
+	run(2, vars(2))
+	before := waitStandbys(2)
+	for n := 3; n <= 4; n++ {
+		cid, log := run(n, vars(n))
+		if !slices.Contains(before, cid) {
+			t.Errorf("job %d ran in container %s, not in one of the standbys %v:\n%s", n, cid, before, log)
+		}
+	}
+	// Another project's job: its build container would not be the
+	// standby (another working directory, host name), which it removes.
+	before = waitStandbys(2)
+	project = "group/other"
+	cid, _ := run(5, vars(5))
+	if slices.Contains(before, cid) {
+		t.Errorf("job 5 of another project ran in a standby (%s)", cid)
+	}
+	if s := waitStandbys(2); len(s) != 2 {
+		t.Errorf("standbys after job 5: %v, want one for each of the slot's networks", s)
+	}
+	// A manager that is killed leaves its standbys; the next one
+	// removes them as it starts; one that stops removes its own.
+	m.signal(syscall.SIGKILL)
+	m.wait(time.Minute)
+	m = start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	for len(standbys()) > 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	run(6, vars(6))
+	waitStandbys(1)
+	m.signal(syscall.SIGTERM)
+	if code := m.wait(time.Minute); code != 0 {
+		t.Errorf("the manager exited %d on SIGTERM", code)
+	}
+	if s := standbys(); len(s) > 0 {
+		t.Errorf("standbys left by a manager that stopped: %v", s)
 	}
 }

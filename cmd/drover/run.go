@@ -384,6 +384,7 @@ so that the file stays GitLab Runner's.`,
 				if werr := dp.Wait(ctx); werr != nil {
 					logger.Warn("containers of finished jobs not all removed; the next start removes them", "err", werr)
 				}
+				dp.RemoveStandbys(ctx)
 			}
 			if kp, ok := provs[kubernetes.Name].(*kubernetes.Provider); ok {
 				if werr := kp.Wait(ctx); werr != nil {

@@ -16,6 +16,10 @@ func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// ValidName reports whether key can be exported by a POSIX shell: the
+// stage scripts export every job variable with such a name.
+func ValidName(key string) bool { return validName(key) }
+
 // validName reports whether key can be exported by a POSIX shell.
 func validName(key string) bool {
 	if key == "" {

@@ -24,6 +24,9 @@ const (
 	spanExec = "exec"
 	// spanBoot is a build container's start up to its boot line.
 	spanBoot = "boot"
+	// spanStandby is a job taking its slot's standby build container
+	// instead of booting one (standby.go): a count, its duration zero.
+	spanStandby = "standby"
 	// spanSession is a stage run by a container's idle shell (see
 	// shellSession): the command written to it, to the stage's end line.
 	spanSession = "session"

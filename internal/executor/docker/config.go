@@ -79,6 +79,10 @@ type Config struct {
 	// NetworkSandbox: the jobs of a slot share its sandbox's network
 	// namespace (sandbox.go); drover's own key, true by default.
 	NetworkSandbox bool
+	// BuildStandby: the next build container of a slot network is made
+	// when a job on it ends (standby.go); drover's own key, true by
+	// default.
+	BuildStandby bool
 	// Memory and MemorySwap are bytes (TOML strings in docker's units such
 	// as "512m", "1g", or integers); 0 = no limit. MemorySwap is -1 for
 	// unlimited swap.
@@ -181,6 +185,7 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 		WaitForServicesTimeout: DefaultWaitForServicesTimeout,
 		ServicesLimit:          UnlimitedServices,
 		NetworkSandbox:         true,
+		BuildStandby:           true,
 	}
 	for _, k := range config.SortedKeys(r.Docker) {
 		v, key := r.Docker[k], config.SubKey("docker", k)
@@ -231,6 +236,8 @@ func ParseConfig(file string, r *config.RunnerConfig) (*Config, []config.Warning
 			c.NetworkMode = rd.Str(key, v)
 		case "network_sandbox":
 			c.NetworkSandbox = rd.Bool(key, v)
+		case "build_standby":
+			c.BuildStandby = rd.Bool(key, v)
 		case "dns":
 			c.DNS = rd.dns(key, v)
 		case "dns_search":

@@ -43,6 +43,7 @@ func defaults() *Config {
 		WaitForServicesTimeout: 30 * time.Second,
 		ServicesLimit:          -1,
 		NetworkSandbox:         true,
+		BuildStandby:           true,
 	}
 }
 
@@ -78,6 +79,7 @@ func TestParseConfigEveryKey(t *testing.T) {
   disable_cache = true
   network_mode = "bridge"
   network_sandbox = false
+  build_standby = false
   dns = ["1.1.1.1", "2606:4700:4700::1111"]
   dns_search = ["example.com"]
   extra_hosts = ["db:10.0.0.5", "gw:host-gateway"]

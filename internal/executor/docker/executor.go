@@ -69,6 +69,9 @@ type Executor struct {
 	sandbox     string   // the slot's sandbox the containers joined (sandbox.go), or ""
 	sandboxOf   *slotNets
 	sandboxIdx  int
+	held        *standby    // the slot network's standby, taken from the provider (standby.go)
+	standbyAt   *standbyKey // where the job's Cleanup makes the next standby; nil: none
+	standbyMode bool        // a shadow making a standby: its volumes' labels
 	jobVolume   string
 	volumes     []string  // per-job volumes to remove (job, and builds/cache with disable_cache)
 	binds       []string  // mounts of the build and helper containers
@@ -268,8 +271,14 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if cfg.VolumeKeep {
 		fmt.Fprintf(trace, "\033[0;33mWARNING: volume_keep is set: the anonymous volumes of the job's containers stay on the engine after the job\033[0;m\n")
 	}
-	if err := e.createVolumes(ctx); err != nil {
+	standby, err := e.useStandby(ctx, e.standbyEligible(len(specs), stacked))
+	if err != nil {
 		return err
+	}
+	if !standby {
+		if err := e.createVolumes(ctx); err != nil {
+			return err
+		}
 	}
 	// The services, the build container and the helper container (needed
 	// to wait for the services, to follow every stage of a resumable job
@@ -279,7 +288,9 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	wg.Go(func() { errs[0] = e.startServices(ctx, specs) })
-	wg.Go(func() { errs[1] = e.startBuild(ctx, executor.StagePrepareExecutor) })
+	if !standby {
+		wg.Go(func() { errs[1] = e.startBuild(ctx, executor.StagePrepareExecutor) })
+	}
 	if e.resumable || len(specs) > 0 || e.needsHelper() {
 		wg.Go(func() { _, errs[2] = e.ensureHelper(ctx) })
 	}
@@ -352,6 +363,7 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 		if err != nil {
 			return err
 		}
+		e.holdStandby(e.slotKey(), i)
 		join := name
 		if sandboxable(e.cfg) {
 			p := e.prov
@@ -405,28 +417,52 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 // each driver and options: see volumeVariant). The job's volume, drover's
 // scripts, is the engine's default kind.
 func (e *Executor) createVolumes(ctx context.Context) error {
-	s, job, cfg := e.settings, e.job, e.cfg
-	jv := e.prefix + "-job"
-	if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: jv, Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
-		return fmt.Errorf("create the job's volume: %w", err)
+	plan := e.planVolumes()
+	for _, v := range plan.create {
+		// Creating an existing volume returns it: no inspect first.
+		if _, err := e.eng.VolumeCreate(ctx, v); err != nil {
+			if v.Name == plan.jobVolume {
+				return fmt.Errorf("create the job's volume: %w", err)
+			}
+			return fmt.Errorf("create a volume: %w", err)
+		}
+		if plan.owned[v.Name] {
+			e.mu.Lock()
+			e.volumes = append(e.volumes, v.Name)
+			e.mu.Unlock()
+		}
 	}
 	e.mu.Lock()
-	e.jobVolume = jv
-	e.volumes = append(e.volumes, jv)
+	e.jobVolume, e.binds, e.anonVolumes = plan.jobVolume, plan.binds, plan.anon
 	e.mu.Unlock()
-	binds := []string{jv + ":" + jobDir}
+	return nil
+}
+
+// volumePlan is what createVolumes makes and mounts.
+type volumePlan struct {
+	create    []volume.CreateOptions // in order: the job's volume first
+	owned     map[string]bool        // the volumes of the job's own, removed with it
+	jobVolume string
+	binds     []string
+	anon      []string
+}
+
+// planVolumes works out the job's volumes and mounts (createVolumes),
+// named after e.prefix, labelled with e.volumeLabels.
+func (e *Executor) planVolumes() volumePlan {
+	s, job, cfg := e.settings, e.job, e.cfg
+	own := e.volumeLabels()
+	p := volumePlan{owned: map[string]bool{}, jobVolume: e.prefix + "-job"}
+	p.create = append(p.create, volume.CreateOptions{Name: p.jobVolume, Labels: own})
+	p.owned[p.jobVolume] = true
+	binds := []string{p.jobVolume + ":" + jobDir}
 
 	var builds, cache string
 	if cfg.DisableCache {
 		builds, cache = e.prefix+"-builds", e.prefix+"-cache"
 		for _, v := range []string{builds, cache} {
-			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
-				Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
-				return fmt.Errorf("create a volume: %w", err)
-			}
-			e.mu.Lock()
-			e.volumes = append(e.volumes, v)
-			e.mu.Unlock()
+			p.create = append(p.create, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts, Labels: own})
+			p.owned[v] = true
 		}
 	} else {
 		base := fmt.Sprintf("drover-%s-project-%d", nameSafe(s.ShortToken), job.JobInfo.ProjectID)
@@ -439,20 +475,12 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 			// clone, none and empty start from an empty builds volume
 			// of the job's own, removed with it.
 			builds, shared = e.prefix+"-builds", []string{cache}
-			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: builds, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
-				Labels: labels(s, job.ID, roleJobVol, cfg.ContainerLabels)}); err != nil {
-				return fmt.Errorf("create a volume: %w", err)
-			}
-			e.mu.Lock()
-			e.volumes = append(e.volumes, builds)
-			e.mu.Unlock()
+			p.create = append(p.create, volume.CreateOptions{Name: builds, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts, Labels: own})
+			p.owned[builds] = true
 		}
 		for _, v := range shared {
-			// Creating an existing volume returns it: no inspect first.
-			if _, err := e.eng.VolumeCreate(ctx, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
-				Labels: labels(s, 0, roleCache, cfg.ContainerLabels)}); err != nil {
-				return fmt.Errorf("create a volume: %w", err)
-			}
+			p.create = append(p.create, volume.CreateOptions{Name: v, Driver: cfg.VolumeDriver, DriverOpts: cfg.VolumeDriverOpts,
+				Labels: labels(s, 0, roleCache, cfg.ContainerLabels)})
 		}
 	}
 	// A volume of the config's at the builds or cache directory takes
@@ -471,18 +499,15 @@ func (e *Executor) createVolumes(ctx context.Context) error {
 	default:
 		binds = append(binds, cache+":"+cacheDir)
 	}
-	var anon []string
 	for _, v := range cfg.Volumes {
 		if strings.Contains(v, ":") {
 			binds = append(binds, v)
 		} else {
-			anon = append(anon, v) // a volume of the container's own
+			p.anon = append(p.anon, v) // a volume of the container's own
 		}
 	}
-	e.mu.Lock()
-	e.binds, e.anonVolumes = binds, anon
-	e.mu.Unlock()
-	return nil
+	p.binds = binds
+	return p
 }
 
 // volumeTarget is the container path of a volumes entry:
@@ -532,12 +557,33 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	e.mu.Lock()
 	e.builds++
 	name := fmt.Sprintf("%s-build-%d", e.prefix, e.builds)
+	e.mu.Unlock()
+	cc, hc, nc := e.buildSpec(stage)
+	start := time.Now()
+	id, err := e.createStart(ctx, name, cc, hc, nc)
+	if err != nil {
+		return fmt.Errorf("build container: %w", err)
+	}
+	e.mu.Lock()
+	e.build = id
+	detected := e.shell != ""
+	e.mu.Unlock()
+	if detected {
+		return nil
+	}
+	err = e.detectShell(ctx, id)
+	spanOf(e.eng, spanBoot, start, err)
+	return err
+}
+
+// buildSpec is the configuration of a build container of the job.
+func (e *Executor) buildSpec(stage executor.Stage) (*container.Config, *container.HostConfig, *network.NetworkingConfig) {
+	e.mu.Lock()
 	job, cfg, hostname := e.job, e.cfg, e.buildHostname()
 	if e.sandbox != "" {
 		hostname = "" // the sandbox's, which has it
 	}
 	e.mu.Unlock()
-
 	cc := &container.Config{
 		Image:      e.imageID,
 		Hostname:   hostname,
@@ -557,21 +603,7 @@ func (e *Executor) startBuild(ctx context.Context, stage executor.Stage) error {
 	}
 	hc := e.hostConfig(e.binds, cfg.Privileged, cfg.Tmpfs)
 	nc := e.buildNetworking(cc, hc)
-	start := time.Now()
-	id, err := e.createStart(ctx, name, cc, hc, nc)
-	if err != nil {
-		return fmt.Errorf("build container: %w", err)
-	}
-	e.mu.Lock()
-	e.build = id
-	detected := e.shell != ""
-	e.mu.Unlock()
-	if detected {
-		return nil
-	}
-	err = e.detectShell(ctx, id)
-	spanOf(e.eng, spanBoot, start, err)
-	return err
+	return cc, hc, nc
 }
 
 // stageEntrypoint is what the user stages (step_script, after_script)
@@ -686,6 +718,12 @@ func (e *Executor) detectShell(ctx context.Context, id string) error {
 		e.nonRoot = true
 		e.mu.Unlock()
 	}
+	return e.setShell(p)
+}
+
+// setShell takes the shell the build container's boot line named at p
+// (bash, else sh), or the runner's shell setting.
+func (e *Executor) setShell(p string) error {
 	sh := "sh"
 	if path.Base(p) == "bash" {
 		sh = "bash"
@@ -858,7 +896,10 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 // and cancels. It is safe after a failed Prepare and more than once.
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.svcLogs.Stop()
+	makeStandby := e.standbyMaker()
 	e.mu.Lock()
+	held := e.held
+	e.held = nil
 	cleaned := e.cleaning.Start(e.eng != nil)
 	if cleaned == nil {
 		e.mu.Unlock()
@@ -884,6 +925,9 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			}
 		}
 		removeAll(ctx, eng, logger, containers, netID, vols, !keepAnon)
+		if held != nil {
+			held.remove(ctx, logger) // a Prepare that failed before deciding
+		}
 		if sandbox != "" {
 			// The job's processes are gone with its containers: what is
 			// left of it in the sandbox is what it wrote to the shared
@@ -893,11 +937,15 @@ func (e *Executor) Cleanup(ctx context.Context) {
 				if err := eng.ContainerRemove(ctx, sandbox, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 					logger.Warn("cannot remove the slot's sandbox", "container", sandbox, "err", err)
 				}
+				makeStandby = nil // it joined the sandbox
 			} else {
 				e.prov.mu.Lock()
 				sandboxOf.clean[sandboxIdx] = sandbox
 				e.prov.mu.Unlock()
 			}
+		}
+		if makeStandby != nil {
+			makeStandby(ctx)
 		}
 		if resumable {
 			// A manager that died between creating something and saving

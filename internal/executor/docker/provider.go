@@ -77,6 +77,8 @@ type Provider struct {
 	calls   *prometheus.HistogramVec // jobs' engine calls (tracedEngine)
 	// slotNets: the slot networks' turns (slotnet.go).
 	slotNets map[slotNetKey]*slotNets
+	// standbys: the slot networks' standby build containers (standby.go).
+	standbys map[standbyKey]*standby
 
 	cleanups sync.WaitGroup // jobs' resources being removed
 }

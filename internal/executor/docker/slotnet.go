@@ -65,7 +65,7 @@ func (sn *slotNets) wantAgain(i int, spec string) bool {
 func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (string, *slotNets, int, error) {
 	s := e.settings
 	p := e.prov
-	key := slotNetKey{eng: untraced(e.eng), runner: s.ShortToken, slot: s.ConcurrentID, variant: networkVariant(e.cfg)}
+	key := e.slotKey()
 	p.mu.Lock()
 	if p.slotNets == nil {
 		p.slotNets = map[slotNetKey]*slotNets{}
@@ -106,6 +106,12 @@ func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (st
 	return name, sn, i, nil
 }
 
+// slotKey names the job's slot's networks.
+func (e *Executor) slotKey() slotNetKey {
+	s := e.settings
+	return slotNetKey{eng: untraced(e.eng), runner: s.ShortToken, slot: s.ConcurrentID, variant: networkVariant(e.cfg)}
+}
+
 // slotNetNameOf is the name of network i (0 or 1) of a runner's slot,
 // for the network settings variant (networkVariant).
 func slotNetNameOf(shortToken string, slot, i int, variant string) string {
@@ -118,6 +124,7 @@ func slotNetNameOf(shortToken string, slot, i int, variant string) string {
 // running jobs leaves them, as it leaves its builds volumes, for its next
 // jobs.
 func (p *Provider) RemoveSlotNetworks(ctx context.Context) error {
+	p.RemoveStandbys(ctx)
 	p.mu.Lock()
 	keys := make([]slotNetKey, 0, len(p.slotNets))
 	for k := range p.slotNets {

@@ -44,6 +44,11 @@ func (p *Provider) Sweep(ctx context.Context, systemID string, keep func(jobID i
 		if err != nil {
 			return removed, fmt.Errorf("docker host %s: %w", hostName(c), err)
 		}
+		r, err = p.sweepStandbys(ctx, eng, LabelSystemID+"="+systemID, LabelRunner+"="+c.ShortToken)
+		removed = append(removed, r...)
+		if err != nil {
+			return removed, fmt.Errorf("docker host %s: %w", hostName(c), err)
+		}
 	}
 	return removed, nil
 }

@@ -1,0 +1,63 @@
+package docker
+
+import (
+	"testing"
+
+	"github.com/drover-ci/drover/internal/api"
+)
+
+// TestStandbyEligible: which jobs may take (and leave) a slot's standby
+// build container.
+func TestStandbyEligible(t *testing.T) {
+	type in struct {
+		cfg       func(*Config)
+		job       func(*api.JobResponse)
+		e         func(*Executor)
+		services  int
+		stacked   bool
+		resumable bool
+	}
+	cases := []struct {
+		name string
+		in   in
+		want bool
+	}{
+		{"a plain job", in{}, true},
+		{"user root", in{e: func(e *Executor) { e.user = "root" }}, true},
+		{"user 0:0", in{e: func(e *Executor) { e.user = "0:0" }}, true},
+		{"user 1000", in{e: func(e *Executor) { e.user = "1000" }}, false},
+		{"build_standby = false", in{cfg: func(c *Config) { c.BuildStandby = false }}, false},
+		{"services", in{services: 1}, false},
+		{"an autoscaled instance's engine", in{stacked: true}, false},
+		{"resumable", in{resumable: true}, false},
+		{"a network of the job's own", in{e: func(e *Executor) { e.network = "n" }}, false},
+		{"network_mode", in{cfg: func(c *Config) { c.NetworkMode = "host" }}, false},
+		{"an image entrypoint", in{e: func(e *Executor) { e.userEntry = []string{"/entry.sh"} }}, false},
+		{"the job's entrypoint", in{job: func(j *api.JobResponse) { j.Image.Entrypoint = []string{""} }}, false},
+		{"a variable no shell exports", in{job: func(j *api.JobResponse) {
+			j.Variables = append(j.Variables, api.Variable{Key: "1ABC", Value: "x"})
+		}}, false},
+		{"a file variable of any name", in{job: func(j *api.JobResponse) {
+			j.Variables = append(j.Variables, api.Variable{Key: "1ABC", Value: "x", File: true})
+		}}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &Config{BuildStandby: true}
+			job := &api.JobResponse{Variables: api.Variables{{Key: "CI_JOB_ID", Value: "1"}}}
+			if tc.in.cfg != nil {
+				tc.in.cfg(cfg)
+			}
+			if tc.in.job != nil {
+				tc.in.job(job)
+			}
+			e := &Executor{cfg: cfg, job: job, resumable: tc.in.resumable}
+			if tc.in.e != nil {
+				tc.in.e(e)
+			}
+			if got := e.standbyEligible(tc.in.services, tc.in.stacked); got != tc.want {
+				t.Errorf("standbyEligible = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
