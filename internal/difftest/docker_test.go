@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -135,7 +136,18 @@ func removeRunnerLeftovers(t testing.TB, cli *dockerclient.Client) func(context.
 			t.Logf("list runner %s's containers: %v", short, err)
 		}
 		for _, c := range ctrs {
-			if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			if err != nil && (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "already in progress")) {
+				// The runner was killed while removing it: its volumes
+				// can go once that removal is over.
+				waited, werrs := cli.ContainerWait(ctx, c.ID, container.WaitConditionRemoved)
+				select {
+				case <-waited:
+					err = nil
+				case err = <-werrs:
+				}
+			}
+			if err != nil && !cerrdefs.IsNotFound(err) {
 				t.Logf("remove container %s: %v", c.ID, err)
 			}
 		}

@@ -919,6 +919,12 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	e.prov.cleanups.Go(func() {
 		defer cancel()
 		defer close(cleaned)
+		var settleStandby chan func(bool)
+		if makeStandby != nil {
+			settleStandby = make(chan func(bool), 1)
+			go func() { settleStandby <- makeStandby(ctx) }()
+		}
+		keepStandby := true
 		for _, c := range linked {
 			if err := eng.NetworkDisconnect(ctx, netName, c, true); err != nil && !cerrdefs.IsNotFound(err) {
 				logger.Warn("cannot disconnect a linked container from the job's network", "container", c, "network", netName, "err", err)
@@ -937,15 +943,15 @@ func (e *Executor) Cleanup(ctx context.Context) {
 				if err := eng.ContainerRemove(ctx, sandbox, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 					logger.Warn("cannot remove the slot's sandbox", "container", sandbox, "err", err)
 				}
-				makeStandby = nil // it joined the sandbox
+				keepStandby = false // it joined the sandbox
 			} else {
 				e.prov.mu.Lock()
 				sandboxOf.clean[sandboxIdx] = sandbox
 				e.prov.mu.Unlock()
 			}
 		}
-		if makeStandby != nil {
-			makeStandby(ctx)
+		if settleStandby != nil {
+			(<-settleStandby)(keepStandby)
 		}
 		if resumable {
 			// A manager that died between creating something and saving

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -182,10 +183,26 @@ func (e *Executor) slotSandbox(ctx context.Context, netName string, trusted func
 	return resp.ID, nil
 }
 
+// restoreWait bounds a restore by the sandbox's idle shell: a copy of
+// three small files.
+const restoreWait = 30 * time.Second
+
 // restoreSandbox writes the files a sandbox's jobs share back from its
-// copies, as root.
+// copies, as root: by the sandbox's idle shell (an attach costs the engine
+// far less than an exec, which starts a process of runc's), else by exec.
 func (e *Executor) restoreSandbox(ctx context.Context, id string) error {
 	var out bytes.Buffer
+	if s, err := e.attachSession(ctx, id); err == nil {
+		sctx, cancel := context.WithTimeout(ctx, restoreWait)
+		code, err := e.runStage(sctx, s, "sh", restoreScript(), &out, func() {}, func(context.Context) (bool, error) { return false, nil })
+		cancel()
+		s.close()
+		if err == nil && code == 0 {
+			return nil
+		}
+		e.logger.Debug("restoring the slot's sandbox by exec", "container", shortID(id), "exit", code, "err", err, "output", strings.TrimSpace(out.String()))
+		out.Reset()
+	}
 	code, err := e.exec(ctx, id, "0", []string{"sh", "-c", restoreScript()}, nil, &out, &out, nil)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %s", code, strings.TrimSpace(out.String()))

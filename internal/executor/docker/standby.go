@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -201,8 +202,12 @@ func (e *Executor) useStandby(ctx context.Context, eligible bool) (bool, error) 
 }
 
 // standbyMaker returns what makes the next standby of the job's slot
-// network after its Cleanup, or nil when the job takes none.
-func (e *Executor) standbyMaker() func(ctx context.Context) {
+// network in its Cleanup, or nil when the job takes none. The standby is
+// made while the job's containers are removed (no job runs in it before
+// the next job on the network, which waits for that removal); what the
+// maker returns then gives it to the provider for that job, or removes
+// it (keep false: the slot's sandbox, which it joined, is gone).
+func (e *Executor) standbyMaker() func(ctx context.Context) (settle func(keep bool)) {
 	e.mu.Lock()
 	at := e.standbyAt
 	ok := at != nil && e.shell != "" && e.build != ""
@@ -216,25 +221,39 @@ func (e *Executor) standbyMaker() func(ctx context.Context) {
 	prefix := fmt.Sprintf("drover-%s-concurrent-%d-standby-%d-%s", nameSafe(s.ShortToken), s.ConcurrentID, at.i, hex.EncodeToString(b[:]))
 	spec := e.standbySpec()
 	sh := e.shadow(prefix)
-	return func(ctx context.Context) {
+	return func(ctx context.Context) func(bool) {
 		sb, err := sh.makeStandby(ctx, spec)
-		if err != nil {
+		if errors.Is(err, errStandbyNotRoot) {
+			sh.logger.Debug("no standby build container for the slot's next job", "err", err)
+		} else if err != nil {
 			sh.logger.Warn("no standby build container for the slot's next job", "err", err)
-			return
 		}
-		p := sh.prov
-		p.mu.Lock()
-		old := p.standbys[*at]
-		if p.standbys == nil {
-			p.standbys = map[standbyKey]*standby{}
-		}
-		p.standbys[*at] = sb
-		p.mu.Unlock()
-		if old != nil {
-			old.remove(ctx, sh.logger)
+		return func(keep bool) {
+			if sb == nil {
+				return
+			}
+			if !keep {
+				sb.remove(ctx, sh.logger)
+				return
+			}
+			p := sh.prov
+			p.mu.Lock()
+			old := p.standbys[*at]
+			if p.standbys == nil {
+				p.standbys = map[standbyKey]*standby{}
+			}
+			p.standbys[*at] = sb
+			p.mu.Unlock()
+			if old != nil {
+				old.remove(ctx, sh.logger)
+			}
 		}
 	}
 }
+
+// errStandbyNotRoot: the image's user is not root (the job's user
+// stages would need the volumes opened to it first).
+var errStandbyNotRoot = errors.New("the build container does not run as root")
 
 // makeStandby makes a standby: e is a shadow named after its prefix.
 func (e *Executor) makeStandby(ctx context.Context, spec string) (*standby, error) {
@@ -277,7 +296,7 @@ func (e *Executor) makeStandby(ctx context.Context, spec string) (*standby, erro
 	chmodOK, p, _ := strings.Cut(line, ":")
 	if chmodOK != "1" || path.Base(p) == "" {
 		sb.remove(ctx, e.logger)
-		return nil, fmt.Errorf("%s does not run as root", sb.name)
+		return nil, fmt.Errorf("%s: %w", sb.name, errStandbyNotRoot)
 	}
 	sb.shellPath = p
 	return sb, nil
