@@ -127,48 +127,57 @@ func dockerSetup(t testing.TB, glr string) (Options, string) {
 // after a few dozen runs.
 func removeRunnerLeftovers(t testing.TB, cli *dockerclient.Client) func(context.Context, string) {
 	return func(ctx context.Context, short string) {
-		f := filters.NewArgs(filters.Arg("label", dockerexec.LabelRunner+"="+short))
-		// The runner was killed: the removal of its last job's
-		// containers, which it does after the job's result, may not be
-		// over, and a network with a container on it cannot go.
-		ctrs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-		if err != nil {
-			t.Logf("list runner %s's containers: %v", short, err)
+		// Twice: the killed runner may have left a request to make a
+		// container (its slot's next standby) that the engine carries
+		// out after the first listing.
+		for range 2 {
+			removeRunnerLeftoversOnce(ctx, t, cli, short)
 		}
-		for _, c := range ctrs {
-			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-			if err != nil && (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "already in progress")) {
-				// The runner was killed while removing it: its volumes
-				// can go once that removal is over.
-				waited, werrs := cli.ContainerWait(ctx, c.ID, container.WaitConditionRemoved)
-				select {
-				case <-waited:
-					err = nil
-				case err = <-werrs:
-				}
-			}
-			if err != nil && !cerrdefs.IsNotFound(err) {
-				t.Logf("remove container %s: %v", c.ID, err)
-			}
-		}
-		nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
-		if err != nil {
-			t.Logf("list runner %s's networks: %v", short, err)
-		}
-		for _, n := range nets {
-			if err := cli.NetworkRemove(ctx, n.ID); err != nil {
-				t.Logf("remove network %s: %v", n.Name, err)
+	}
+}
+
+func removeRunnerLeftoversOnce(ctx context.Context, t testing.TB, cli *dockerclient.Client, short string) {
+	f := filters.NewArgs(filters.Arg("label", dockerexec.LabelRunner+"="+short))
+	// The runner was killed: the removal of its last job's
+	// containers, which it does after the job's result, may not be
+	// over, and a network with a container on it cannot go.
+	ctrs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Logf("list runner %s's containers: %v", short, err)
+	}
+	for _, c := range ctrs {
+		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "already in progress")) {
+			// The runner was killed while removing it: its volumes
+			// can go once that removal is over.
+			waited, werrs := cli.ContainerWait(ctx, c.ID, container.WaitConditionRemoved)
+			select {
+			case <-waited:
+				err = nil
+			case err = <-werrs:
 			}
 		}
-		vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-		if err != nil {
-			t.Logf("list runner %s's volumes: %v", short, err)
-			return
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			t.Logf("remove container %s: %v", c.ID, err)
 		}
-		for _, v := range vols.Volumes {
-			if err := cli.VolumeRemove(ctx, v.Name, true); err != nil {
-				t.Logf("remove volume %s: %v", v.Name, err)
-			}
+	}
+	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Logf("list runner %s's networks: %v", short, err)
+	}
+	for _, n := range nets {
+		if err := cli.NetworkRemove(ctx, n.ID); err != nil {
+			t.Logf("remove network %s: %v", n.Name, err)
+		}
+	}
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		t.Logf("list runner %s's volumes: %v", short, err)
+		return
+	}
+	for _, v := range vols.Volumes {
+		if err := cli.VolumeRemove(ctx, v.Name, true); err != nil {
+			t.Logf("remove volume %s: %v", v.Name, err)
 		}
 	}
 }
