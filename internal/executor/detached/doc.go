@@ -68,7 +68,14 @@
 //     job whose checkpoint was taken between stages asks a follower to
 //     probe the next run with a claim: started (follow it) or claimed (the
 //     manager starts it; the dead manager's starter, if it comes late,
-//     finds the claim and does nothing).
+//     finds the claim and does nothing). A manager that resumes a stage
+//     its checkpoint had running with none of its output in the trace
+//     probes it the same way: the dead manager may have died before its
+//     wrapper started.
+//   - A script cut short is never run: a target that stores and starts
+//     in one round trip (StoreStart) starts the wrapper only once the
+//     file holds every byte of the script, and leaves the run unclaimed
+//     otherwise, for the resuming manager to start.
 //   - Output is never lost nor doubled across a resume: the Runner counts
 //     the bytes of the running stage's output it has written to the trace,
 //     under a lock that Checkpoint holds while the manager takes the

@@ -3,6 +3,7 @@ package detached
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -336,4 +337,39 @@ func waitDead(t *testing.T, pid int, limit time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// cutShort is a target that stores and starts in one call through the
+// sh of StoreStart, as the kubernetes and instance executors do, and
+// whose manager dies while it sends the script: the shell's input ends
+// after cut bytes of it (all of it when cut < 0). before runs first.
+type cutShort struct {
+	*localTarget
+	cut    int
+	before func()
+}
+
+func (c *cutShort) WriteStart(ctx context.Context, name string, data []byte, script string) error {
+	if c.before != nil {
+		c.before()
+	}
+	sent := data
+	if c.cut >= 0 {
+		sent = data[:c.cut]
+	}
+	cmd := c.command(ctx, "sh", "-c", StoreStart(`"$1"`, len(data), `sh -c "$2" </dev/null >/dev/null 2>&1 &`), "sh", name, script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Stdin = strings.NewReader(string(sent))
+	var out lockedbuf.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.sessions = append(c.sessions, cmd.Process.Pid)
+	c.mu.Unlock()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return errors.New("the manager died")
 }

@@ -50,7 +50,10 @@ const (
 	// StartFresh starts the stage as the next run and follows it.
 	StartFresh Mode = iota
 	// AttachSaved follows the run a dead manager started (Saved), from
-	// the byte its checkpoint had: nothing is started.
+	// the byte its checkpoint had. From byte 0 (the dead manager may
+	// have saved the state before the run's wrapper started, and died
+	// before it did), a run that never started is claimed and started,
+	// as with AttachIfStarted, unless ctx is over.
 	AttachSaved
 	// AttachIfStarted follows the next run if a dead manager started it
 	// after its last checkpoint, else starts it: never both.
@@ -138,9 +141,17 @@ func (r *Runner) Run(ctx context.Context, t Target, s Stage, mode Mode, from int
 		if err := r.start(ctx, t, s, f, false); err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
-	case AttachIfStarted:
+	case AttachIfStarted, AttachSaved:
+		if mode == AttachSaved && (from > 0 || ctx.Err() != nil) {
+			// Its output exists: it started. Or the resumed job is
+			// cancelled: what runs is stopped, nothing is started.
+			break
+		}
 		// The dead manager may have started this stage after its last
-		// checkpoint: follow it if so, else claim it and start it here.
+		// checkpoint (AttachIfStarted), or it had the stage running but
+		// died before its wrapper claimed it (AttachSaved from byte 0: a
+		// script cut short on its way is not started, StoreStart):
+		// follow it if it started, else claim it and start it here.
 		_, _, notStarted, err := r.followOnce(ctx, t, FollowArgs{Files: f, Claim: true, Probe: true}, io.Discard)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)

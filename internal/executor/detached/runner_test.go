@@ -532,3 +532,63 @@ func TestCheckpointNilRunner(t *testing.T) {
 		t.Errorf("Checkpoint = %v, fn called with no stage: %v", err, called)
 	}
 }
+
+// TestResumeScriptCutShort: the manager dies while it sends the stage's
+// script in its one store-and-start round trip (saved state: the stage
+// running, none of its output in the trace). A script cut short is never
+// started, and no one claims the run: the manager that resumes the job
+// starts the whole script, once. A script that arrived whole was started
+// by the dead manager: the resumed one follows it and starts nothing.
+func TestResumeScriptCutShort(t *testing.T) {
+	var script, want strings.Builder
+	script.WriteString("echo run >> ../job/count\n")
+	for i := range 40 {
+		fmt.Fprintf(&script, "echo line %d\n", i)
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	cuts := []struct {
+		name string
+		cut  int
+	}{{"nothing sent", 0}, {"half sent", script.Len() / 2}, {"all but a byte", script.Len() - 1}, {"all sent", -1}}
+	for _, tl := range tools {
+		for _, c := range cuts {
+			t.Run(tl.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				j := newJob(t, tl)
+				s := j.stage(executor.StageStepScript, script.String())
+				var st saved
+				var off int64
+				dead := &cutShort{localTarget: j.target, cut: c.cut, before: func() {
+					var stage executor.Stage
+					st, stage, off = checkpoint(t, j.r)
+					if stage != executor.StageStepScript || off != 0 {
+						t.Errorf("checkpoint: stage %q, offset %d", stage, off)
+					}
+				}}
+				err := j.r.Run(t.Context(), dead, s, StartFresh, 0)
+				if wantErr := map[bool]string{true: "arrived cut short", false: "the manager died"}[c.cut >= 0]; err == nil || !strings.Contains(err.Error(), wantErr) {
+					t.Errorf("the dead manager's Run = %v, want %q", err, wantErr)
+				}
+				if c.cut >= 0 {
+					for _, f := range []string{"001.claim", "001.log", "count"} {
+						if _, err := os.Stat(filepath.Join(j.dir, f)); err == nil {
+							t.Errorf("%s exists: a cut script was started", f)
+						}
+					}
+				}
+				r2, trace2 := j.restored(t, tl.tool, st)
+				mode, sv, err := r2.ResumeMode(s.Name, off)
+				if err != nil || mode != AttachSaved || sv == nil || sv.N != 1 {
+					t.Fatalf("ResumeMode = %v, %+v, %v", mode, sv, err)
+				}
+				checkResult(t, r2.Run(t.Context(), j.target, s, mode, off), 0)
+				if trace2.String() != want.String() {
+					t.Errorf("resumed trace %q, want the whole output", trace2.String())
+				}
+				if b, _ := os.ReadFile(filepath.Join(j.dir, "count")); string(b) != "run\n" {
+					t.Errorf("the stage ran %q times", b)
+				}
+			})
+		}
+	}
+}

@@ -317,3 +317,27 @@ func loginFlag(login bool) string {
 func Quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// StoreStart is the sh of a WriteStarter's one round trip: it stores its
+// standard input (the n bytes of a run's script) as file (a sh word, e.g.
+// `"$1"` or a Quote), and runs start (the command that starts the
+// wrapper in the background) only once the file holds all n bytes. A
+// manager that dies while it sends the script ends the input early, and a
+// shell that reads EOF there must not start what it got: the cut script
+// would run as the stage (an empty step script "succeeds"). Left
+// unstarted and unclaimed, the run is started again by the manager that
+// resumes the job (AttachSaved and AttachIfStarted claim a run that never
+// started). A live manager gets an error that says so. Where the place
+// has no wc(1) the size is not checked.
+func StoreStart(file string, n int, start string) string {
+	return fmt.Sprintf(`cat > %[1]s || exit 1
+if command -v wc >/dev/null 2>&1; then
+	got=$(wc -c < %[1]s)
+	if [ "$((got))" -ne %[2]d ]; then
+		rm -f %[1]s
+		echo "the stage script arrived cut short: $got of %[2]d bytes" >&2
+		exit 1
+	fi
+fi
+%[3]s`, file, n, start)
+}

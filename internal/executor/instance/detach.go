@@ -65,13 +65,13 @@ func (t *sshTarget) Start(ctx context.Context, script string) error {
 }
 
 // WriteStart stores data as name and starts script (as Start) in one
-// session.
+// session, once all of data arrived (detached.StoreStart).
 func (t *sshTarget) WriteStart(ctx context.Context, name string, data []byte, script string) error {
 	c, err := t.conn(ctx)
 	if err != nil {
 		return err
 	}
-	cmd := "cat > " + quote(name) + " || exit 1\n" + startScript(script)
+	cmd := detached.StoreStart(quote(name), len(data), startScript(script))
 	if _, err := c.Output(ctx, shCommand(cmd), bytes.NewReader(data)); err != nil {
 		return fmt.Errorf("store %s and start the stage's wrapper: %w", name, err)
 	}

@@ -215,7 +215,7 @@ func (e *Executor) Resume(ctx context.Context, cmd executor.Command, from int64)
 	if det == nil {
 		return fmt.Errorf("%s: %s executor: Resume before Restore", cmd.Stage, e.name())
 	}
-	mode, saved, err := det.ResumeMode(cmd.Stage, from)
+	mode, _, err := det.ResumeMode(cmd.Stage, from)
 	if err != nil {
 		return err
 	}
@@ -225,13 +225,6 @@ func (e *Executor) Resume(ctx context.Context, cmd executor.Command, from int64)
 		if err := e.checkDir(ctx, dir); errors.Is(err, executor.ErrStageVanished) {
 			return fmt.Errorf("%s: %w", cmd.Stage, err)
 		}
-	}
-	if saved != nil && from == 0 && ctx.Err() == nil {
-		// Nothing of the run is in the trace: the dead manager may have
-		// saved the state before the run's wrapper started, and died
-		// before it did. Follow it if it started, else start it. (With
-		// ctx over, AttachSaved stops what runs; Cleanup stops the rest.)
-		mode = detached.AttachIfStarted
 	}
 	return e.runDetached(ctx, cmd, mode, from)
 }

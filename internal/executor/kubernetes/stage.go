@@ -102,11 +102,11 @@ func (t *podTarget) Start(ctx context.Context, script string) error {
 	return t.sh(ctx, "start the stage", `sh -c "$1" </dev/null >/dev/null 2>&1 &`, nil, script)
 }
 
-// WriteStart stores the script and starts the wrapper by one exec: every
-// exec is a round trip through the API server.
+// WriteStart stores the script and starts the wrapper by one exec (every
+// exec is a round trip through the API server), once all of the script
+// arrived (detached.StoreStart).
 func (t *podTarget) WriteStart(ctx context.Context, name string, data []byte, script string) error {
-	return t.sh(ctx, "start the stage", `cat > "$1" || exit 1
-sh -c "$2" </dev/null >/dev/null 2>&1 &`, data, name, script)
+	return t.sh(ctx, "start the stage", detached.StoreStart(`"$1"`, len(data), `sh -c "$2" </dev/null >/dev/null 2>&1 &`), data, name, script)
 }
 
 // sh runs `sh -c script args...` in the stage's container with data on
