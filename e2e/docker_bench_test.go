@@ -226,6 +226,35 @@ func BenchmarkDockerTrivialJob(b *testing.B) {
 	b.ReportMetric(ms(percentile(lat, 0.5)-percentile(floor, 0.5)), "overhead-p50-ms")
 }
 
+// BenchmarkDockerBackToBack measures trivial container jobs submitted
+// back to back on one slot (concurrent = 1), each as soon as the one
+// before succeeded: unlike BenchmarkDockerTrivialJob, the engine's work
+// after a job (its removal, the slot's next standby) is not let finish
+// first, as in a pipeline's stream of jobs and in the difftest's runs
+// against GitLab Runner. standby-share is the share of jobs that ran in
+// a standby build container.
+func BenchmarkDockerBackToBack(b *testing.B) {
+	s, prov := newDockerStackProvider(b, 1)
+	defer s.stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prov.Collector())
+	spec := client.JobSpec{Name: "trivial", Script: []string{"echo hi"}}
+	runJob(b, s, spec)
+	s.settle()
+	var lat []time.Duration
+	before := readEngineCalls(b, reg)
+	for b.Loop() {
+		d, _ := runJob(b, s, spec)
+		lat = append(lat, d)
+	}
+	after := readEngineCalls(b, reg)
+	logBreakdown(b, before, after, len(lat))
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
+	b.ReportMetric(float64(after["standby"].n-before["standby"].n)/float64(len(lat)), "standby-share")
+}
+
 // BenchmarkDockerThroughput200 submits 200 trivial container jobs with
 // concurrent = 8 and measures the time until all of them succeeded.
 func BenchmarkDockerThroughput200(b *testing.B) {

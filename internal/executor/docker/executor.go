@@ -69,8 +69,7 @@ type Executor struct {
 	sandbox     string   // the slot's sandbox the containers joined (sandbox.go), or ""
 	sandboxOf   *slotNets
 	sandboxIdx  int
-	held        *standby    // the slot network's standby, taken from the provider (standby.go)
-	standbyAt   *standbyKey // where the job's Cleanup makes the next standby; nil: none
+	standbyAt   *standbyKey // the slot network whose next standby the job makes; nil: none
 	standbyMode bool        // a shadow making a standby: its volumes' labels
 	jobVolume   string
 	volumes     []string  // per-job volumes to remove (job, and builds/cache with disable_cache)
@@ -91,6 +90,12 @@ type Executor struct {
 	det         *detached.Runner     // the job's stages, their output in the trace
 	cleaning    executor.Cleaning    // Cleanup's removals, done in the background
 	svcLogs     executor.ServiceLogs // CI_DEBUG_SERVICES
+
+	// held: the slot network's standby, taken from the provider;
+	// nextStandby: the one the job makes while it runs for the next job
+	// on slot network nextStandbyAt (standby.go).
+	held, nextStandby *pendingStandby
+	nextStandbyAt     standbyKey
 
 	// streamProbe and streamGrace bound the wait on an exec's stream
 	// that a dead link keeps open (watchStream); zero means the defaults.
@@ -304,6 +309,7 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		}
 		return err
 	}
+	e.startNextStandby()
 	if e.settings.DebugServices {
 		e.followServiceLogs(ctx)
 	}
@@ -896,10 +902,10 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 // and cancels. It is safe after a failed Prepare and more than once.
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.svcLogs.Stop()
-	makeStandby := e.standbyMaker()
 	e.mu.Lock()
 	held := e.held
 	e.held = nil
+	nextStandby, nextStandbyAt := e.nextStandby, e.nextStandbyAt
 	cleaned := e.cleaning.Start(e.eng != nil)
 	if cleaned == nil {
 		e.mu.Unlock()
@@ -919,11 +925,6 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	e.prov.cleanups.Go(func() {
 		defer cancel()
 		defer close(cleaned)
-		var settleStandby chan func(bool)
-		if makeStandby != nil {
-			settleStandby = make(chan func(bool), 1)
-			go func() { settleStandby <- makeStandby(ctx) }()
-		}
 		keepStandby := true
 		for _, c := range linked {
 			if err := eng.NetworkDisconnect(ctx, netName, c, true); err != nil && !cerrdefs.IsNotFound(err) {
@@ -932,7 +933,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 		}
 		removeAll(ctx, eng, logger, containers, netID, vols, !keepAnon)
 		if held != nil {
-			held.remove(ctx, logger) // a Prepare that failed before deciding
+			e.prov.discard(held, logger) // a Prepare that failed before deciding
 		}
 		if sandbox != "" {
 			// The job's processes are gone with its containers: what is
@@ -950,8 +951,12 @@ func (e *Executor) Cleanup(ctx context.Context) {
 				e.prov.mu.Unlock()
 			}
 		}
-		if settleStandby != nil {
-			(<-settleStandby)(keepStandby)
+		switch {
+		case nextStandby == nil:
+		case keepStandby:
+			e.prov.offerStandby(nextStandby, nextStandbyAt, logger)
+		default:
+			e.prov.discard(nextStandby, logger)
 		}
 		if resumable {
 			// A manager that died between creating something and saving

@@ -78,7 +78,7 @@ type Provider struct {
 	// slotNets: the slot networks' turns (slotnet.go).
 	slotNets map[slotNetKey]*slotNets
 	// standbys: the slot networks' standby build containers (standby.go).
-	standbys map[standbyKey]*standby
+	standbys map[standbyKey]*pendingStandby
 
 	cleanups sync.WaitGroup // jobs' resources being removed
 }

@@ -133,7 +133,7 @@ func (e *Executor) slotSandbox(ctx context.Context, netName string, trusted func
 	again := replace(spec) // records the job's settings, whatever is there
 	switch {
 	case cerrdefs.IsNotFound(err):
-		e.dropHeld(ctx) // it joined the sandbox that is gone
+		e.dropHeld() // it joined the sandbox that is gone
 	case err != nil:
 		return "", fmt.Errorf("inspect the slot's sandbox: %w", err)
 	case running && ins.Config.Labels[LabelSandboxSpec] != spec && !again:
@@ -149,7 +149,7 @@ func (e *Executor) slotSandbox(ctx context.Context, netName string, trusted func
 		}
 		fallthrough
 	default:
-		e.dropHeld(ctx) // it joined the sandbox that goes
+		e.dropHeld() // it joined the sandbox that goes
 		if err := e.eng.ContainerRemove(ctx, ins.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return "", fmt.Errorf("remove the slot's sandbox %s to make it anew: %w", name, err)
 		}

@@ -23,24 +23,28 @@ import (
 
 // Standby build containers. Creating and starting a job's build container
 // is most of what a trivial job costs (BenchmarkDockerTrivialJob's
-// breakdown: the boot span), and it waits on the engine. So when a job on
-// a slot network ends, once its containers are removed (and the slot's
-// sandbox restored), the executor makes the next build container for that
-// network at once, off any job's path: the same image, user, mounts and
-// host settings, with volumes of its own (the scripts volume and, unless
-// the job fetches, the builds volume) and without the job's variables,
-// its idle shell started and its boot line read. The next job on that
-// network whose build container would be the same (standbySpec) takes it
-// instead of making one; a job that would not removes it.
+// breakdown: the boot span), and it waits on the engine. So once a job on
+// a slot network has its build container, the executor makes the next
+// build container for that network, while the job runs, off any job's
+// path: the same image, user, mounts and host settings, with volumes of
+// its own (the scripts volume and, unless the job fetches, the builds
+// volume) and without the job's variables, its idle shell started and its
+// boot line read. When the job's containers are removed (and the slot's
+// sandbox restored), the standby is the provider's, and the next job on
+// that network whose build container would be the same (standbySpec)
+// takes it instead of making one; a job that would not removes it.
 //
 // A job's variables reach its stages as before: every stage script
 // exports them (a name a shell cannot export is not; a job with such a
 // variable, which GitLab Runner would put in the container's environment,
-// takes no standby). Isolation is that of a fresh container: the standby
-// is made after the last job on its network is gone and no job has run
-// in it. Jobs whose build container runs more than the boot script (an
-// entrypoint), runs as another user than root, has services, is
-// resumable or runs on an autoscaled instance's engine take none, nor do
+// takes no standby). Isolation is that of a fresh container: no job has
+// run in it, and the next job runs in it only once the last job on its
+// network is gone (while that job ran, the standby held only its idle
+// shell, listening on nothing in the namespace it shares with the job,
+// whose processes could reach none of its files or processes). Jobs whose
+// build container runs more than the boot script (an entrypoint), runs as
+// another user than root, has services, is resumable or runs on an
+// autoscaled instance's engine take none, nor do
 // runners with build_standby = false.
 
 // roleStandby labels a standby build container and its volumes. They
@@ -135,51 +139,93 @@ func (e *Executor) shadow(prefix string) *Executor {
 	}
 }
 
+// pendingStandby is a slot network's next standby: being made while a
+// job runs, or made.
+type pendingStandby struct {
+	spec string        // standbySpec of the job that makes it
+	done chan struct{} // closed once made; sb is then set (nil: it failed)
+	sb   *standby
+}
+
+// wait returns the standby once it is made (nil if making it failed).
+func (f *pendingStandby) wait(ctx context.Context) (*standby, error) {
+	select {
+	case <-f.done:
+		return f.sb, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the slot's standby build container: %w", ctx.Err())
+	}
+}
+
+// discard removes standby f once it is made, in the background
+// (Provider.Wait waits for it).
+func (p *Provider) discard(f *pendingStandby, logger *slog.Logger) {
+	p.cleanups.Go(func() {
+		<-f.done
+		if f.sb != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			f.sb.remove(ctx, logger)
+		}
+	})
+}
+
 // holdStandby takes the standby of slot network (key, i) from the
 // provider for this job (it decides in useStandby whether to use it).
 func (e *Executor) holdStandby(key slotNetKey, i int) {
 	p := e.prov
 	p.mu.Lock()
-	sb := p.standbys[standbyKey{key, i}]
+	f := p.standbys[standbyKey{key, i}]
 	delete(p.standbys, standbyKey{key, i})
 	p.mu.Unlock()
 	e.mu.Lock()
-	e.held, e.standbyAt = sb, &standbyKey{key, i}
+	e.held, e.standbyAt = f, &standbyKey{key, i}
 	e.mu.Unlock()
 }
 
 // dropHeld removes the standby the job holds and does not use.
-func (e *Executor) dropHeld(ctx context.Context) {
+func (e *Executor) dropHeld() {
 	e.mu.Lock()
-	sb := e.held
+	f := e.held
 	e.held = nil
 	e.mu.Unlock()
-	if sb != nil {
-		sb.remove(ctx, e.logger)
+	if f != nil {
+		e.prov.discard(f, e.logger)
 	}
 }
 
 // useStandby makes the held standby the job's build container when it is
 // what the job would make, and reports whether it did; one that is not
-// is removed.
+// is removed. A standby still being made (by the job before on the slot
+// network, while it ran) is waited for: its start is under way, sooner
+// done than one the job would begin.
 func (e *Executor) useStandby(ctx context.Context, eligible bool) (bool, error) {
 	e.mu.Lock()
-	sb := e.held
+	f := e.held
 	e.held = nil
 	if !eligible {
 		e.standbyAt = nil
 	}
 	e.mu.Unlock()
+	if f == nil {
+		return false, nil
+	}
+	if !eligible || f.spec != e.standbySpec() {
+		e.logger.Debug("the slot's standby build container is not this job's: removed")
+		e.prov.discard(f, e.logger)
+		return false, nil
+	}
+	sb, err := f.wait(ctx)
+	if err != nil {
+		e.prov.discard(f, e.logger)
+		return false, err
+	}
 	if sb == nil {
-		return false, nil
+		return false, nil // making it failed (logged): the job makes its own
 	}
-	if !eligible || sb.spec != e.standbySpec() {
-		e.logger.Debug("the slot's standby build container is not this job's: removed", "container", sb.name)
-		sb.remove(ctx, e.logger)
-		return false, nil
-	}
-	// Its shared volumes (the cache's, a fetch's builds) may be gone
-	// since (a docker volume prune): creating one that exists returns it.
+	// Its shared volumes (the cache's, a fetch's builds) are the job's to
+	// make, with their driver options (the engine would make a missing
+	// one with the default driver); creating one that exists returns it.
 	plan := e.shadow(standbyPlaceholder).planVolumes()
 	for _, v := range plan.create {
 		if plan.owned[v.Name] {
@@ -201,53 +247,59 @@ func (e *Executor) useStandby(ctx context.Context, eligible bool) (bool, error) 
 	return true, e.setShell(sb.shellPath)
 }
 
-// standbyMaker returns what makes the next standby of the job's slot
-// network in its Cleanup, or nil when the job takes none. The standby is
-// made while the job's containers are removed (no job runs in it before
-// the next job on the network, which waits for that removal); what the
-// maker returns then gives it to the provider for that job, or removes
-// it (keep false: the slot's sandbox, which it joined, is gone).
-func (e *Executor) standbyMaker() func(ctx context.Context) (settle func(keep bool)) {
+// startNextStandby begins making the next standby of the job's slot
+// network, in the background, once the job has its build container
+// (nothing when the job takes none). It is made while the job runs, so
+// that the next job on the network finds it started as soon as this
+// job's containers are removed: nothing runs in it before then (the next
+// job waits for that removal), and while this job runs it holds only its
+// idle shell, in file systems and processes of its own, listening on
+// nothing in the network namespace it shares with the job. Cleanup gives
+// it to the provider for the next job, made or still being made
+// (offerStandby), or removes it.
+func (e *Executor) startNextStandby() {
 	e.mu.Lock()
 	at := e.standbyAt
-	ok := at != nil && e.shell != "" && e.build != ""
+	ok := at != nil && e.shell != "" && e.build != "" && e.nextStandby == nil
 	e.mu.Unlock()
 	if !ok {
-		return nil
+		return
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	s := e.settings
 	prefix := fmt.Sprintf("drover-%s-concurrent-%d-standby-%d-%s", nameSafe(s.ShortToken), s.ConcurrentID, at.i, hex.EncodeToString(b[:]))
-	spec := e.standbySpec()
+	f := &pendingStandby{spec: e.standbySpec(), done: make(chan struct{})}
 	sh := e.shadow(prefix)
-	return func(ctx context.Context) func(bool) {
-		sb, err := sh.makeStandby(ctx, spec)
+	e.mu.Lock()
+	e.nextStandby, e.nextStandbyAt = f, *at
+	e.mu.Unlock()
+	e.prov.cleanups.Go(func() {
+		defer close(f.done)
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		sb, err := sh.makeStandby(ctx, f.spec)
 		if errors.Is(err, errStandbyNotRoot) {
 			sh.logger.Debug("no standby build container for the slot's next job", "err", err)
 		} else if err != nil {
 			sh.logger.Warn("no standby build container for the slot's next job", "err", err)
 		}
-		return func(keep bool) {
-			if sb == nil {
-				return
-			}
-			if !keep {
-				sb.remove(ctx, sh.logger)
-				return
-			}
-			p := sh.prov
-			p.mu.Lock()
-			old := p.standbys[*at]
-			if p.standbys == nil {
-				p.standbys = map[standbyKey]*standby{}
-			}
-			p.standbys[*at] = sb
-			p.mu.Unlock()
-			if old != nil {
-				old.remove(ctx, sh.logger)
-			}
-		}
+		f.sb = sb
+	})
+}
+
+// offerStandby gives standby f (made or being made) to the next job on
+// slot network at; the one there before, unused, is removed.
+func (p *Provider) offerStandby(f *pendingStandby, at standbyKey, logger *slog.Logger) {
+	p.mu.Lock()
+	old := p.standbys[at]
+	if p.standbys == nil {
+		p.standbys = map[standbyKey]*pendingStandby{}
+	}
+	p.standbys[at] = f
+	p.mu.Unlock()
+	if old != nil {
+		p.discard(old, logger)
 	}
 }
 
@@ -319,8 +371,10 @@ func (p *Provider) RemoveStandbys(ctx context.Context) {
 	sbs := p.standbys
 	p.standbys = nil
 	p.mu.Unlock()
-	for _, sb := range sbs {
-		sb.remove(ctx, p.o.Logger)
+	for _, f := range sbs {
+		if sb, err := f.wait(ctx); err == nil && sb != nil {
+			sb.remove(ctx, p.o.Logger)
+		}
 	}
 }
 
@@ -330,11 +384,26 @@ func (p *Provider) RemoveStandbys(ctx context.Context) {
 func (p *Provider) sweepStandbys(ctx context.Context, eng Engine, lbls ...string) ([]string, error) {
 	p.mu.Lock()
 	held := map[string]bool{}
-	for _, sb := range p.standbys {
-		held[sb.id] = true
-		for _, v := range sb.volumes {
-			held[v] = true
+	pending := false
+	for _, f := range p.standbys {
+		select {
+		case <-f.done:
+		default:
+			pending = true
+			continue
 		}
+		if sb := f.sb; sb != nil {
+			held[sb.id] = true
+			for _, v := range sb.volumes {
+				held[v] = true
+			}
+		}
+	}
+	if pending {
+		// One being made is not known yet: a sweep is for a manager's
+		// start, before its jobs.
+		p.mu.Unlock()
+		return nil, nil
 	}
 	p.mu.Unlock()
 	f := labelFilter(append([]string{LabelManaged + "=1", LabelRole + "=" + roleStandby}, lbls...)...)
