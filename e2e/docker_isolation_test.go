@@ -216,29 +216,6 @@ func TestDockerStandby(t *testing.T) {
 	for len(standbys()) != 2 {
 		time.Sleep(50 * time.Millisecond)
 	}
-	// The next standby of a job's network is made while the job runs.
-	before = standbys()
-	long := submitJSON(t, c, map[string]any{"name": "long", "project": project, "script": []string{"echo long-started", "sleep 600"}})
-	waitJob(t, cl, long, 3*time.Minute, func(j *client.Job) bool {
-		return j.Status == "running" && strings.Contains(trace(t, cl, long), "long-started")
-	})
-	for {
-		now := standbys()
-		if slices.ContainsFunc(now, func(id string) bool { return !slices.Contains(before, id) }) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // the test's timeout bounds the wait
-	}
-	if j, err := cl.Job(t.Context(), long); err != nil || j.Status != "running" {
-		t.Errorf("the long job is no longer running once its network's next standby exists: %+v %v", j, err)
-	}
-	if _, err := cl.Cancel(t.Context(), long); err != nil {
-		t.Fatal(err)
-	}
-	waitJob(t, cl, long, 3*time.Minute, finished)
-	for len(standbys()) != 2 {
-		time.Sleep(50 * time.Millisecond)
-	}
 	// A manager that is killed leaves its standbys; the next one
 	// removes them as it starts; one that stops removes its own.
 	m.signal(syscall.SIGKILL)

@@ -51,6 +51,11 @@ type Options struct {
 	// RawDir, when set, is where each fixture's job log is written as
 	// the runner sent it (<fixture>.log), to read what normalising hides.
 	RawDir string
+	// Gap, when set, is a pause before each fixture but the first: the
+	// runner and the engine finish what they do after a job (removals)
+	// before the next one comes, as jobs that arrive at an idle runner.
+	// Without it, each job is queued as soon as the one before ended.
+	Gap time.Duration
 	// Progress, when set, is told of each fixture as it ends.
 	Progress func(f Fixture, o Observation, took time.Duration)
 	// AfterRunner, when set, is called once the runner has stopped,
@@ -213,7 +218,16 @@ func Run(ctx context.Context, opts Options) (*Recording, error) {
 	out := &Recording{Runner: opts.Runner.Name, Executor: opts.Executor}
 	ids := map[string]int64{}
 	norm := normaliser{root: opts.Dir, serverURL: base, runnerToken: created.Token}
-	for _, f := range opts.Fixtures {
+	for i, f := range opts.Fixtures {
+		if i > 0 && opts.Gap > 0 {
+			pause := time.NewTimer(opts.Gap)
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+				return nil, ctx.Err()
+			}
+		}
 		payload, err := Expand(f.Payload, repos.Vars, ids)
 		if err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", f.Name, err)

@@ -309,7 +309,6 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 		}
 		return err
 	}
-	e.startNextStandby()
 	if e.settings.DebugServices {
 		e.followServiceLogs(ctx)
 	}
@@ -902,6 +901,7 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 // and cancels. It is safe after a failed Prepare and more than once.
 func (e *Executor) Cleanup(ctx context.Context) {
 	e.svcLogs.Stop()
+	e.startNextStandby()
 	e.mu.Lock()
 	held := e.held
 	e.held = nil

@@ -23,28 +23,30 @@ import (
 
 // Standby build containers. Creating and starting a job's build container
 // is most of what a trivial job costs (BenchmarkDockerTrivialJob's
-// breakdown: the boot span), and it waits on the engine. So once a job on
-// a slot network has its build container, the executor makes the next
-// build container for that network, while the job runs, off any job's
-// path: the same image, user, mounts and host settings, with volumes of
-// its own (the scripts volume and, unless the job fetches, the builds
-// volume) and without the job's variables, its idle shell started and its
-// boot line read. When the job's containers are removed (and the slot's
-// sandbox restored), the standby is the provider's, and the next job on
-// that network whose build container would be the same (standbySpec)
-// takes it instead of making one; a job that would not removes it.
+// breakdown: the boot span), and it waits on the engine. So when a job on
+// a slot network ends, the executor makes the next build container for
+// that network at once, while the job's containers are removed, off any
+// job's path: the same image, user, mounts and host settings, with
+// volumes of its own (the scripts volume and, unless the job fetches, the
+// builds volume) and without the job's variables, its idle shell started
+// and its boot line read. Once the job's containers are removed (and the
+// slot's sandbox restored) the standby, made or still being made, is the
+// provider's: the next job on that network whose build container would
+// be the same (standbySpec) takes it instead of making one, waiting for a
+// start under way; a job that would not removes it. (Made while the job
+// runs instead, it cost an idle runner's trivial job 15 ms, and gained a
+// stream of jobs nothing over this: docs/BENCHMARKS.md.)
 //
 // A job's variables reach its stages as before: every stage script
 // exports them (a name a shell cannot export is not; a job with such a
 // variable, which GitLab Runner would put in the container's environment,
 // takes no standby). Isolation is that of a fresh container: no job has
 // run in it, and the next job runs in it only once the last job on its
-// network is gone (while that job ran, the standby held only its idle
-// shell, listening on nothing in the namespace it shares with the job,
-// whose processes could reach none of its files or processes). Jobs whose
-// build container runs more than the boot script (an entrypoint), runs as
-// another user than root, has services, is resumable or runs on an
-// autoscaled instance's engine take none, nor do
+// network is gone (it is made while that job's containers are removed,
+// and holds only its idle shell, listening on nothing in the namespace
+// it shares). Jobs whose build container runs more than the boot script
+// (an entrypoint), runs as another user than root, has services, is
+// resumable or runs on an autoscaled instance's engine take none, nor do
 // runners with build_standby = false.
 
 // roleStandby labels a standby build container and its volumes. They
@@ -248,15 +250,11 @@ func (e *Executor) useStandby(ctx context.Context, eligible bool) (bool, error) 
 }
 
 // startNextStandby begins making the next standby of the job's slot
-// network, in the background, once the job has its build container
-// (nothing when the job takes none). It is made while the job runs, so
-// that the next job on the network finds it started as soon as this
-// job's containers are removed: nothing runs in it before then (the next
-// job waits for that removal), and while this job runs it holds only its
-// idle shell, in file systems and processes of its own, listening on
-// nothing in the network namespace it shares with the job. Cleanup gives
-// it to the provider for the next job, made or still being made
-// (offerStandby), or removes it.
+// network, in the background, when the job ends (Cleanup; nothing when
+// the job takes none). Cleanup gives it to the provider for the next job
+// on the network once the job's containers are removed, made or still
+// being made (offerStandby), or removes it: the network is free for the
+// next job without waiting for the standby's start.
 func (e *Executor) startNextStandby() {
 	e.mu.Lock()
 	at := e.standbyAt

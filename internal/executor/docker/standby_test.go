@@ -1,6 +1,9 @@
 package docker
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -60,4 +63,42 @@ func TestStandbyEligible(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPendingStandby: a standby still being made is waited for by the
+// job that takes it (or its context ends the wait); one offered in the
+// place of another that was not used has the other removed once made.
+func TestPendingStandby(t *testing.T) {
+	f := &pendingStandby{spec: "s", done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if sb, err := f.wait(ctx); sb != nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("wait with its context over = %v, %v", sb, err)
+	}
+	made := &standby{name: "made"}
+	got := make(chan *standby, 1)
+	go func() {
+		sb, err := f.wait(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- sb
+	}()
+	f.sb = made
+	close(f.done)
+	if sb := <-got; sb != made {
+		t.Errorf("wait = %v, want the standby made", sb)
+	}
+
+	var p Provider
+	at := standbyKey{i: 1}
+	first := &pendingStandby{done: make(chan struct{})}
+	second := &pendingStandby{done: make(chan struct{})}
+	p.offerStandby(first, at, slog.New(slog.DiscardHandler))
+	p.offerStandby(second, at, slog.New(slog.DiscardHandler))
+	if p.standbys[at] != second {
+		t.Fatalf("the slot network's standby is %p, want the last offered (%p)", p.standbys[at], second)
+	}
+	close(first.done) // made (failed: nothing to remove); its discard ends
+	p.cleanups.Wait()
 }
