@@ -92,8 +92,8 @@ type Executor struct {
 	svcLogs     executor.ServiceLogs // CI_DEBUG_SERVICES
 
 	// held: the slot network's standby, taken from the provider;
-	// nextStandby: the one the job makes while it runs for the next job
-	// on slot network nextStandbyAt (standby.go).
+	// nextStandby: the one the job's Cleanup makes for the next job on
+	// slot network nextStandbyAt (standby.go).
 	held, nextStandby *pendingStandby
 	nextStandbyAt     standbyKey
 
