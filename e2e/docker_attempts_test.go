@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-ci/drover/internal/client"
-	dockerexec "github.com/drover-ci/drover/internal/executor/docker"
 )
 
 // TestDockerSectionAttempts: EXECUTOR_JOB_SECTION_ATTEMPTS as GitLab
@@ -42,11 +40,21 @@ func TestDockerSectionAttempts(t *testing.T) {
 			waitJob(t, cl, id, 3*time.Minute, func(j *client.Job) bool {
 				return j.Status == "running" && strings.Contains(trace(t, cl, id), "first-run-waiting")
 			})
-			out, err := exec.Command("docker", "ps", "-q", "--filter", "label="+dockerexec.LabelJob+"="+strconv.FormatInt(id, 10),
-				"--filter", "label="+testLabel+"="+testName(t), "--filter", "name=-build-").Output()
-			ids := strings.Fields(string(out))
-			if err != nil || len(ids) != 1 {
-				t.Fatalf("the job's build container: %q, %v", out, err)
+			// The build container runs the stage's sleep: one the job
+			// made has its labels, a standby it took (the slot's) has not.
+			out, err := exec.Command("docker", "ps", "-q", "--filter", "label="+testLabel+"="+testName(t), "--filter", "name=-build").Output()
+			if err != nil {
+				t.Fatalf("docker ps: %v", err)
+			}
+			var ids []string
+			for _, c := range strings.Fields(string(out)) {
+				top, err := exec.Command("docker", "top", c).Output()
+				if err == nil && strings.Contains(string(top), "sleep 300") {
+					ids = append(ids, c)
+				}
+			}
+			if len(ids) != 1 {
+				t.Fatalf("the job's build container (the one running its sleep): %q", ids)
 			}
 			if out, err := exec.Command("docker", "rm", "-f", ids[0]).CombinedOutput(); err != nil {
 				t.Fatalf("docker rm -f %s: %v\n%s", ids[0], err, out)

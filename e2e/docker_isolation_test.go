@@ -128,8 +128,9 @@ func TestDockerSandboxProjects(t *testing.T) {
 }
 
 // TestDockerStandby: a slot network's next build container is made when
-// a job on it ends, and the next job on that network takes it (its
-// container id is one of the standbys there before it started): with its
+// a job on it ends (for the slot's other network, while the slot's first
+// job runs), and the next job on that network takes it (its container id
+// is one of the standbys there before it started): with its
 // own variables, none of the files or processes of the jobs before it. A
 // job of another project takes none. A manager started after this one
 // removes the standbys it left.
@@ -192,11 +193,16 @@ func TestDockerStandby(t *testing.T) {
 	vars := func(n int) []map[string]any {
 		return []map[string]any{{"key": "STANDBY_VAR", "value": fmt.Sprintf("value-%d", n)}}
 	}
-	// Jobs 1 and 2 take the slot's two networks in turn and leave a
-	// standby on each; jobs 3 and 4 take them.
+	// Job 1 takes the slot's first network and, while it runs, readies
+	// the other one with a standby for the next job (warmOtherNetwork),
+	// and leaves a standby on its own: jobs 2 to 4 take them.
 	run(1, vars(1))
-	run(2, vars(2))
 	before := waitStandbys(2)
+	cid, log := run(2, vars(2))
+	if !slices.Contains(before, cid) {
+		t.Errorf("job 2 ran in container %s, not in one of the standbys %v made for it:\n%s", cid, before, log)
+	}
+	before = waitStandbys(2)
 	for n := 3; n <= 4; n++ {
 		cid, log := run(n, vars(n))
 		if !slices.Contains(before, cid) {
@@ -207,7 +213,7 @@ func TestDockerStandby(t *testing.T) {
 	// standby (another working directory, host name), which it removes.
 	before = waitStandbys(2)
 	project = "group/other"
-	cid, _ := run(5, vars(5))
+	cid, _ = run(5, vars(5))
 	if slices.Contains(before, cid) {
 		t.Errorf("job 5 of another project ran in a standby (%s)", cid)
 	}

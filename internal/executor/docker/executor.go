@@ -312,7 +312,11 @@ func (e *Executor) Prepare(ctx context.Context, opts executor.PrepareOptions) er
 	if e.settings.DebugServices {
 		e.followServiceLogs(ctx)
 	}
-	return e.waitServices(ctx)
+	if err := e.waitServices(ctx); err != nil {
+		return err
+	}
+	e.warmOtherNetwork()
+	return nil
 }
 
 // checkImage refuses an image (what: "image" or "service") that is not a
@@ -372,15 +376,8 @@ func (e *Executor) createNetwork(ctx context.Context, slot bool) error {
 		join := name
 		if sandboxable(e.cfg) {
 			p := e.prov
-			id, err := e.slotSandbox(ctx, name, func(id string) bool {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				return sn.clean[i] == id
-			}, func(spec string) bool {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				return sn.wantAgain(i, spec)
-			})
+			trusted, replace := p.sandboxChecks(sn, i)
+			id, err := e.slotSandbox(ctx, name, trusted, replace)
 			switch {
 			case err == nil:
 				p.mu.Lock()

@@ -88,22 +88,46 @@ func (e *Executor) slotNetwork(ctx context.Context, cleaned <-chan struct{}) (st
 		}
 	}
 	name := slotNetNameOf(s.ShortToken, s.ConcurrentID, i, key.variant)
+	if err := e.ensureSlotNet(ctx, name); err != nil {
+		return "", nil, 0, err
+	}
+	return name, sn, i, nil
+}
+
+// ensureSlotNet creates the slot network name unless the engine has it.
+func (e *Executor) ensureSlotNet(ctx context.Context, name string) error {
 	nets, err := e.eng.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
 	if err != nil {
-		return "", nil, 0, fmt.Errorf("find the slot's network: %w", err)
+		return fmt.Errorf("find the slot's network: %w", err)
 	}
 	for _, n := range nets {
 		if n.Name == name {
-			return name, sn, i, nil
+			return nil
 		}
 	}
 	// The client asks engines before API 1.44 to refuse a duplicate name
 	// (CheckDuplicate); later ones always do.
-	_, err = e.createJobNetwork(ctx, name, labels(s, 0, roleNetwork, e.cfg.ContainerLabels))
+	_, err = e.createJobNetwork(ctx, name, labels(e.settings, 0, roleNetwork, e.cfg.ContainerLabels))
 	if err != nil && !cerrdefs.IsConflict(err) { // a conflict: made meanwhile
-		return "", nil, 0, fmt.Errorf("create the slot's network: %w", err)
+		return fmt.Errorf("create the slot's network %s: %w", name, err)
 	}
-	return name, sn, i, nil
+	return nil
+}
+
+// sandboxChecks are slotSandbox's trusted and replace for network i of
+// slot networks sn.
+func (p *Provider) sandboxChecks(sn *slotNets, i int) (trusted, replace func(string) bool) {
+	trusted = func(id string) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return sn.clean[i] == id
+	}
+	replace = func(spec string) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return sn.wantAgain(i, spec)
+	}
+	return trusted, replace
 }
 
 // slotKey names the job's slot's networks.

@@ -35,7 +35,10 @@ import (
 // be the same (standbySpec) takes it instead of making one, waiting for a
 // start under way; a job that would not removes it. (Made while the job
 // runs instead, it cost an idle runner's trivial job 15 ms, and gained a
-// stream of jobs nothing over this: docs/BENCHMARKS.md.)
+// stream of jobs nothing over this: docs/BENCHMARKS.md.) The slot's first
+// job does make one while it runs, on the slot's other network, with the
+// network and its sandbox (warmOtherNetwork): else the second job would
+// make all three on its path.
 //
 // A job's variables reach its stages as before: every stage script
 // exports them (a name a shell cannot export is not; a job with such a
@@ -263,12 +266,8 @@ func (e *Executor) startNextStandby() {
 	if !ok {
 		return
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	s := e.settings
-	prefix := fmt.Sprintf("drover-%s-concurrent-%d-standby-%d-%s", nameSafe(s.ShortToken), s.ConcurrentID, at.i, hex.EncodeToString(b[:]))
 	f := &pendingStandby{spec: e.standbySpec(), done: make(chan struct{})}
-	sh := e.shadow(prefix)
+	sh := e.shadow(e.standbyPrefix(at.i))
 	e.mu.Lock()
 	e.nextStandby, e.nextStandbyAt = f, *at
 	e.mu.Unlock()
@@ -281,6 +280,91 @@ func (e *Executor) startNextStandby() {
 			sh.logger.Debug("no standby build container for the slot's next job", "err", err)
 		} else if err != nil {
 			sh.logger.Warn("no standby build container for the slot's next job", "err", err)
+		}
+		f.sb = sb
+	})
+}
+
+// standbyPrefix names the resources of a new standby of the job's slot
+// network i.
+func (e *Executor) standbyPrefix(i int) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s := e.settings
+	return fmt.Sprintf("drover-%s-concurrent-%d-standby-%d-%s", nameSafe(s.ShortToken), s.ConcurrentID, i, hex.EncodeToString(b[:]))
+}
+
+// warmOtherNetwork readies the slot's other network for the next job
+// while the slot's first job runs (called once its Prepare is over): the
+// network, its sandbox and a standby build container for a job like this
+// one. Without it the slot's second job, on the other network, would make
+// all three on its path (what the first job does): a runner's first two
+// jobs per slot would be cold instead of its first. It is done as a job
+// on that network would be: a job that takes the network waits for the
+// network and sandbox (slotNets.cleaned), then for the standby under way
+// (useStandby). Nothing is done when the network has had a job or a
+// standby in this process, or when this job took no standby (it is not
+// one a standby would serve).
+func (e *Executor) warmOtherNetwork() {
+	e.mu.Lock()
+	at, sn, sandbox, logger := e.standbyAt, e.sandboxOf, e.sandbox, e.logger
+	e.mu.Unlock()
+	if at == nil || sn == nil || sandbox == "" {
+		return
+	}
+	o := 1 - at.i
+	key := standbyKey{at.net, o}
+	p := e.prov
+	ready := make(chan struct{})
+	p.mu.Lock()
+	if sn.cleaned[o] != nil || p.standbys[key] != nil {
+		p.mu.Unlock()
+		return
+	}
+	sn.cleaned[o] = ready
+	p.mu.Unlock()
+	f := &pendingStandby{done: make(chan struct{})}
+	sh := e.shadow(e.standbyPrefix(o))
+	sh.trace = nil // the job's log is not the warm-up's
+	name := slotNetNameOf(at.net.runner, at.net.slot, o, at.net.variant)
+	p.cleanups.Go(func() {
+		defer close(f.done)
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		err := func() error {
+			defer close(ready)
+			if err := sh.ensureSlotNet(ctx, name); err != nil {
+				return err
+			}
+			trusted, replace := p.sandboxChecks(sn, o)
+			id, err := sh.slotSandbox(ctx, name, trusted, replace)
+			if err != nil {
+				return err
+			}
+			p.mu.Lock()
+			sn.clean[o] = id
+			p.mu.Unlock()
+			// What a job on that network would make joins its sandbox.
+			sh.netName, sh.sandbox = "container:"+id, id
+			f.spec = sh.standbySpec()
+			// Offered before it is made: the next job on the network
+			// waits for its start under way.
+			p.offerStandby(f, key, logger)
+			return nil
+		}()
+		if err != nil {
+			if errors.Is(err, errSandboxOther) {
+				logger.Debug("the slot's other network is not readied for the next job", "network", name, "err", err)
+			} else {
+				logger.Warn("the slot's other network is not readied for the next job", "network", name, "err", err)
+			}
+			return
+		}
+		sb, err := sh.makeStandby(ctx, f.spec)
+		if errors.Is(err, errStandbyNotRoot) {
+			logger.Debug("no standby build container on the slot's other network", "network", name, "err", err)
+		} else if err != nil {
+			logger.Warn("no standby build container on the slot's other network", "network", name, "err", err)
 		}
 		f.sb = sb
 	})
