@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -253,6 +254,36 @@ func BenchmarkDockerBackToBack(b *testing.B) {
 	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
 	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
 	b.ReportMetric(float64(after["standby"].n-before["standby"].n)/float64(len(lat)), "standby-share")
+}
+
+// BenchmarkDockerFreshRunner measures a new runner's first trivial
+// container jobs on one slot, back to back: the first makes the slot's
+// network, sandbox and build container on its path; the second takes
+// the slot's other network, which the first readied while it ran
+// (warmOtherNetwork); the third and fourth are the warm baseline of the
+// same run. Each iteration is a new coordinator, runner and manager (a
+// new runner token: new slot networks).
+func BenchmarkDockerFreshRunner(b *testing.B) {
+	const jobs = 4
+	spec := client.JobSpec{Name: "trivial", Script: []string{"echo hi"}}
+	lat := make([][]time.Duration, jobs)
+	for b.Loop() {
+		b.StopTimer()
+		s, _ := newDockerStackProvider(b, 1)
+		b.StartTimer()
+		for i := range jobs {
+			d, _ := runJob(b, s, spec)
+			lat[i] = append(lat[i], d)
+		}
+		b.StopTimer()
+		s.settle()
+		s.stop()
+		b.StartTimer()
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(lat[0], 0.5)), "first-ms")
+	b.ReportMetric(ms(percentile(lat[1], 0.5)), "second-ms")
+	b.ReportMetric(ms(percentile(append(slices.Clone(lat[2]), lat[3]...), 0.5)), "warm-ms")
 }
 
 // BenchmarkDockerThroughput200 submits 200 trivial container jobs with
