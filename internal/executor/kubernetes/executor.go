@@ -451,8 +451,19 @@ func (e *Executor) podState(ctx context.Context, pod *corev1.Pod, say func(strin
 		case st.State.Waiting != nil:
 			w := st.State.Waiting
 			if slices.Contains(imagePullReasons, w.Reason) {
+				evs := e.warnings(ctx, pod)
+				e.mu.Lock()
+				own := e.regSecret
+				e.mu.Unlock()
+				if secretLate(evs, own) {
+					// The kubelet pulls again after its back-off, with
+					// the secret by then: poll_timeout bounds the wait.
+					reason = fmt.Sprintf("the kubelet pulled the image %s of container %q before it could read the job's registry secret %s; it pulls again", st.Image, st.Name, own)
+					say("Waiting: " + reason)
+					continue
+				}
 				msg := fmt.Sprintf("the image %s of container %q cannot be pulled: %s: %s (%s)", st.Image, st.Name, w.Reason, w.Message, e.pullCredentialsNote(st.Image))
-				if ev := e.warningEvents(ctx, pod); ev != "" {
+				if ev := tellingLines(evs); ev != "" {
 					msg += "\n" + ev
 				}
 				return false, "", refuse(api.ImagePullFailure, "%s", msg)
@@ -488,24 +499,88 @@ func (e *Executor) podState(ctx context.Context, pod *corev1.Pod, say func(strin
 
 // telling are the reasons of the warning events that explain a pod that
 // does not start.
-var telling = []string{"Failed", "FailedScheduling", "InspectFailed", "ErrImageNeverPull", "FailedMount", "FailedCreatePodSandBox", "BackOff"}
+var telling = []string{"Failed", "FailedScheduling", "InspectFailed", "ErrImageNeverPull", "FailedMount", "FailedCreatePodSandBox", "BackOff", reasonSecretLate}
 
-// warningEvents returns the cluster's warning events about the pod, one
-// per line (the kubelet's pull errors, the scheduler's reasons).
-func (e *Executor) warningEvents(ctx context.Context, pod *corev1.Pod) string {
+// reasonSecretLate is the kubelet's warning that it pulls a pod's image
+// without an image pull secret it could not read (since Kubernetes 1.28).
+const reasonSecretLate = "FailedToRetrieveImagePullSecret"
+
+// warnings returns the cluster's warning events about the pod (none if
+// they cannot be read).
+func (e *Executor) warnings(ctx context.Context, pod *corev1.Pod) []corev1.Event {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", pod.Name), fields.OneTermEqualSelector("type", corev1.EventTypeWarning))
 	evs, err := e.cl.cs.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
 	if err != nil {
-		return ""
+		return nil
 	}
+	return evs.Items
+}
+
+// tellingLines are the events of evs that say why a pod does not start,
+// one per line (the kubelet's pull errors, the scheduler's reasons).
+func tellingLines(evs []corev1.Event) string {
 	var b strings.Builder
-	for _, ev := range evs.Items {
+	for _, ev := range evs {
 		if !slices.Contains(telling, ev.Reason) {
 			continue // MissingClusterDNS and such: not why the pod fails
 		}
 		fmt.Fprintf(&b, "%s %s: %s\n", ev.Source.Component, ev.Reason, ev.Message)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// secretLate reports whether the pod's last failed pull ran without the
+// job's registry secret own, which drover made before the pod: the
+// kubelet gives a secret's cache a second to fill before it pulls without
+// it (a busy node), says so (reasonSecretLate, naming the secret) and
+// pulls again after a back-off of 10 s or more, by when it has it. The
+// kubelet's events carry whole seconds: the last pull failed without the
+// secret when the last such warning is at most 2 s older than the last
+// pull failure; a pull with the secret comes a back-off after the last
+// warning. A secret of the runner's image_pull_secrets is not own: the
+// kubelet that cannot read one of those (one that does not exist) fails
+// the job at once, as without drover's secret.
+func secretLate(evs []corev1.Event, own string) bool {
+	if own == "" {
+		return false
+	}
+	var late, failed time.Time
+	for _, ev := range evs {
+		t := ev.LastTimestamp.Time
+		if t.IsZero() {
+			t = ev.EventTime.Time
+		}
+		switch {
+		case ev.Reason == reasonSecretLate && namesSecret(ev.Message, own):
+			late = maxTime(late, t)
+		case ev.Reason == "Failed":
+			failed = maxTime(failed, t)
+		}
+	}
+	return !late.IsZero() && !late.Before(failed.Add(-2*time.Second))
+}
+
+// namesSecret reports whether the kubelet's message lists secret name:
+// "Unable to retrieve some image pull secrets (a, b); attempting ...".
+func namesSecret(msg, name string) bool {
+	_, list, ok := strings.Cut(msg, "(")
+	if !ok {
+		return false
+	}
+	list, _, _ = strings.Cut(list, ")")
+	for n := range strings.SplitSeq(list, ",") {
+		if strings.TrimSpace(n) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // detectScript prints the path of bash when the build image has it, else

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -190,6 +191,115 @@ func TestRegistryCredentialsPull(t *testing.T) {
 		want := fmt.Sprintf("secret %s/%s (job 33)", c.ns, e.regSecret)
 		if !slices.Contains(removed, want) {
 			t.Errorf("Sweep removed %q, want %q among them", removed, want)
+		}
+	})
+}
+
+// TestRegistrySecretLate: the kubelet pulls a pod's image before it can
+// read the job's registry Secret (here: the Secret is made only once the
+// kubelet has said so and its pull has failed, as when a busy kubelet's
+// cache of it is not filled within its second). waitRunning does not
+// fail the job on that pull: it says why it waits, and the pod runs
+// after the kubelet's next pull, with the Secret. A secret the kubelet
+// cannot read that is not the job's own fails the job at once, the
+// kubelet's warning in its log. The pods are made here, as Prepare
+// makes them; what decides is the executor's own wait, against the real
+// kubelet's events.
+func TestRegistrySecretLate(t *testing.T) {
+	c := cluster(t)
+	const user, password = "drover-ci", "s3cret-late-password"
+	_, ref := privateRegistry(t, c, user, password)
+	p, s := c.provider(t)
+	cfg, err := p.o.Lookup(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := p.client(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := c.cs.CoreV1().Pods(c.ns)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	start := func(t *testing.T, name, secret, own string) (*Executor, *executortest.Trace, chan error) {
+		t.Helper()
+		zero := int64(0)
+		pod, err := pods.Create(t.Context(), &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-" + suffix, Namespace: c.ns},
+			Spec: corev1.PodSpec{
+				RestartPolicy:                 corev1.RestartPolicyNever,
+				TerminationGracePeriodSeconds: &zero,
+				ImagePullSecrets:              []corev1.LocalObjectReference{{Name: secret}},
+				Containers:                    []corev1.Container{{Name: containerBuild, Image: ref, Command: []string{"sleep", "300"}}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		})
+		e := p.Create().(*Executor)
+		tr := &executortest.Trace{}
+		e.cfg, e.cl, e.trace, e.regSecret = cfg, cl, tr, own
+		done := make(chan error, 1)
+		go func() { done <- e.waitRunning(t.Context(), pod) }()
+		return e, tr, done
+	}
+	events := func(t *testing.T, pod string) []corev1.Event {
+		t.Helper()
+		evs, err := c.cs.CoreV1().Events(c.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs.Items
+	}
+	has := func(evs []corev1.Event, reason, text string) bool {
+		return slices.ContainsFunc(evs, func(ev corev1.Event) bool {
+			return ev.Reason == reason && strings.Contains(ev.Message, text)
+		})
+	}
+
+	t.Run("the job's own secret, read late", func(t *testing.T) {
+		secret := "late-reg-" + suffix
+		_, tr, done := start(t, "late", secret, secret)
+		// The kubelet's warning and its failed pull, then the wait
+		// says why it goes on (the test's timeout bounds the waits).
+		for {
+			evs := events(t, "late-"+suffix)
+			if has(evs, reasonSecretLate, secret) && has(evs, "Failed", "401 Unauthorized") && strings.Contains(tr.String(), "before it could read the job's registry secret "+secret) {
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("waitRunning ended before the secret was there: %v\n%s", err, tr.String())
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		sec, err := registrySecret(secret, c.ns, nil, []registryauth.Credentials{{Registry: registryauth.Host(ref), Username: user, Password: password}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.cs.CoreV1().Secrets(c.ns).Create(t.Context(), sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.cs.CoreV1().Secrets(c.ns).Delete(context.Background(), secret, metav1.DeleteOptions{}) })
+		if err := <-done; err != nil {
+			t.Fatalf("waitRunning = %v, want the pod running after the kubelet's next pull\n%s", err, tr.String())
+		}
+	})
+
+	t.Run("a secret not the job's", func(t *testing.T) {
+		secret := "missing-" + suffix
+		_, tr, done := start(t, "missing", secret, "")
+		err := <-done
+		var be *executor.BuildError
+		if !errors.As(err, &be) || be.Reason != api.ImagePullFailure {
+			t.Fatalf("waitRunning = %v, want an image_pull_failure\n%s", err, tr.String())
+		}
+		if !strings.Contains(err.Error(), "401 Unauthorized") {
+			t.Errorf("waitRunning = %v\nwant the registry's refusal", err)
 		}
 	})
 }

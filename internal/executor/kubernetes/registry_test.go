@@ -5,9 +5,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drover-ci/drover/internal/api"
 	"github.com/drover-ci/drover/internal/executor"
@@ -115,5 +117,49 @@ func TestRegistryCreds(t *testing.T) {
 	var be *executor.BuildError
 	if !errors.As(err, &be) || be.Reason != api.ImagePullFailure {
 		t.Errorf("registryCreds with a broken auth = %v, want an image_pull_failure", err)
+	}
+}
+
+// TestSecretLate: a failed pull is the kubelet's early one, without the
+// job's registry secret, when its last warning that it could not read
+// that secret is no older than the last pull failure (whole seconds); a
+// failure a back-off later, or a secret the job did not bring, fails the
+// job.
+func TestSecretLate(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	ev := func(reason, msg string, at time.Duration) corev1.Event {
+		return corev1.Event{Reason: reason, Message: msg, LastTimestamp: metav1.NewTime(t0.Add(at))}
+	}
+	late := func(names string, at time.Duration) corev1.Event {
+		return ev(reasonSecretLate, "Unable to retrieve some image pull secrets ("+names+"); attempting to pull the image may not succeed.", at)
+	}
+	failed := func(at time.Duration) corev1.Event {
+		return ev("Failed", `Failed to pull image "reg:5000/private/busybox:x": 401 Unauthorized`, at)
+	}
+	cases := []struct {
+		name string
+		evs  []corev1.Event
+		own  string
+		want bool
+	}{
+		{"the pull right after the warning", []corev1.Event{late("job-reg", 0), failed(0)}, "job-reg", true},
+		{"the pull a second after it", []corev1.Event{failed(1 * time.Second), late("job-reg", 0)}, "job-reg", true},
+		{"the warning repeated in the back-off", []corev1.Event{late("job-reg", 8*time.Second), failed(1 * time.Second)}, "job-reg", true},
+		{"one of several secrets", []corev1.Event{late("other, job-reg", 0), failed(0)}, "job-reg", true},
+		{"the pull a back-off later, with the secret", []corev1.Event{late("job-reg", 0), failed(11 * time.Second)}, "job-reg", false},
+		{"another secret could not be read", []corev1.Event{late("configured", 0), failed(0)}, "job-reg", false},
+		{"a name the listed one only starts with", []corev1.Event{late("job-reg-2", 0), failed(0)}, "job-reg", false},
+		{"no warning", []corev1.Event{failed(0)}, "job-reg", false},
+		{"the job brought no secret", []corev1.Event{late("job-reg", 0), failed(0)}, "", false},
+		{"no event yet of the pull", []corev1.Event{late("job-reg", 0)}, "job-reg", true},
+		{"an event with only its event time", []corev1.Event{
+			{Reason: reasonSecretLate, Message: "Unable to retrieve some image pull secrets (job-reg); x", EventTime: metav1.NewMicroTime(t0)}, failed(0)}, "job-reg", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := secretLate(tc.evs, tc.own); got != tc.want {
+				t.Errorf("secretLate = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
