@@ -231,7 +231,8 @@ func TestRegistrySecretLate(t *testing.T) {
 				RestartPolicy:                 corev1.RestartPolicyNever,
 				TerminationGracePeriodSeconds: &zero,
 				ImagePullSecrets:              []corev1.LocalObjectReference{{Name: secret}},
-				Containers:                    []corev1.Container{{Name: containerBuild, Image: ref, Command: []string{"sleep", "300"}}},
+				// Always: the node has the image after the first pod.
+				Containers: []corev1.Container{{Name: containerBuild, Image: ref, ImagePullPolicy: corev1.PullAlways, Command: []string{"sleep", "300"}}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
