@@ -303,8 +303,8 @@ func (e *Executor) standbyPrefix(i int) string {
 // on that network would be: a job that takes the network waits for the
 // network and sandbox (slotNets.cleaned), then for the standby under way
 // (useStandby). Nothing is done when the network has had a job or a
-// standby in this process, or when this job took no standby (it is not
-// one a standby would serve).
+// standby in this process, or when this job is not one a standby would
+// serve (standbyEligible: no standbyAt).
 func (e *Executor) warmOtherNetwork() {
 	e.mu.Lock()
 	at, sn, sandbox, logger := e.standbyAt, e.sandboxOf, e.sandbox, e.logger
