@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -254,6 +255,34 @@ func BenchmarkDockerBackToBack(b *testing.B) {
 	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
 	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
 	b.ReportMetric(float64(after["standby"].n-before["standby"].n)/float64(len(lat)), "standby-share")
+}
+
+// BenchmarkDockerCacheJob measures container jobs that restore and save
+// a cache (the runner's local cache), back to back on one slot, as
+// BenchmarkDockerBackToBack does trivial ones: such a job needs the
+// helper container as well as the build container. helper-share is the
+// share of jobs whose helper container was their standby's.
+func BenchmarkDockerCacheJob(b *testing.B) {
+	s, prov := newDockerStackProvider(b, 1)
+	defer s.stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prov.Collector())
+	spec := client.JobSpec{Name: "cache", Script: []string{"mkdir -p c && date > c/f"},
+		Cache: []json.RawMessage{json.RawMessage(`{"key":"bench","paths":["c/"]}`)}}
+	runJob(b, s, spec) // warm up: builds the helper image
+	s.settle()
+	var lat []time.Duration
+	before := readEngineCalls(b, reg)
+	for b.Loop() {
+		d, _ := runJob(b, s, spec)
+		lat = append(lat, d)
+	}
+	after := readEngineCalls(b, reg)
+	logBreakdown(b, before, after, len(lat))
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
+	b.ReportMetric(float64(after["standby-helper"].n-before["standby-helper"].n)/float64(len(lat)), "helper-share")
 }
 
 // BenchmarkDockerFreshRunner measures a new runner's first trivial

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -239,5 +240,102 @@ func TestDockerStandby(t *testing.T) {
 	}
 	if s := standbys(); len(s) > 0 {
 		t.Errorf("standbys left by a manager that stopped: %v", s)
+	}
+}
+
+// TestDockerStandbyHelper: a standby made after a job that had a helper
+// container (here for its cache) brings a helper container too, and the
+// next job that needs one takes it: jobs 2 and 3 of a slot whose jobs
+// restore and save a cache start no helper container of their own (the
+// engine's create events of their helper role say so; job 1's say that
+// the filter sees one), and each restores what the one before saved. A
+// job that needs no helper removes the standby's with its containers,
+// and the standby after it brings none.
+func TestDockerStandbyHelper(t *testing.T) {
+	needDockerImages(t)
+	since := time.Now().Unix()
+	dir := t.TempDir()
+	c := startCoordinator(t, filepath.Join(dir, "coord"))
+	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", "")
+	m := start(t, dir, "run", "--config", cfg)
+	m.waitLog("runner manager started", 20*time.Second)
+	cl := c.client()
+	own := "label=" + testLabel + "=" + testName(t)
+	standbys := func(suffix string) int {
+		out, err := exec.Command("docker", "ps", "-a", "--format", "{{.Names}}", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", own).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker ps: %v\n%s", err, out)
+		}
+		n := 0
+		for _, name := range strings.Fields(string(out)) {
+			if strings.HasSuffix(name, suffix) {
+				n++
+			}
+		}
+		return n
+	}
+	// waitStandbys waits for builds standby build containers and helpers
+	// standby helper containers (the test's timeout bounds the wait).
+	waitStandbys := func(builds, helpers int) {
+		t.Helper()
+		for standbys("-build") != builds || standbys("-helper") != helpers {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	run := func(n int, cached bool) (int64, string) {
+		t.Helper()
+		spec := map[string]any{"name": fmt.Sprintf("job %d", n), "project": "group/helper",
+			"script": []string{`echo "cache=$(cat c/f 2>/dev/null || echo none)"`, fmt.Sprintf("mkdir -p c && echo %d > c/f", n)}}
+		if cached {
+			spec["cache"] = []any{map[string]any{"key": "k", "paths": []string{"c/"}}}
+		}
+		id := submitJSON(t, c, spec)
+		j := waitJob(t, cl, id, 3*time.Minute, finished)
+		log := trace(t, cl, id)
+		if j.Status != "success" {
+			t.Fatalf("job %d: %s %s\n%s", n, j.Status, j.FailureReason, log)
+		}
+		return id, log
+	}
+	helpersMade := func(job int64) []string {
+		t.Helper()
+		out, err := exec.Command("docker", "events", "--since", strconv.FormatInt(since, 10), "--until", strconv.FormatInt(time.Now().Unix()+1, 10),
+			"--filter", "type=container", "--filter", "event=create", "--filter", own,
+			"--filter", "label="+dockerexec.LabelJob+"="+strconv.FormatInt(job, 10), "--filter", "label="+dockerexec.LabelRole+"=helper",
+			"--format", "{{.Actor.Attributes.name}}").CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker events: %v\n%s", err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	// Job 1 starts its own helper, and readies the slot's other network
+	// with a standby that has one; its own network's next standby, made
+	// after it, has one too.
+	first, log := run(1, true)
+	if !strings.Contains(log, "\ncache=none\n") {
+		t.Errorf("job 1 restored a cache it had none of:\n%s", log)
+	}
+	if got := helpersMade(first); len(got) != 1 {
+		t.Fatalf("job 1 made helper containers %q, want its own one (the events' filter is wrong?)", got)
+	}
+	waitStandbys(2, 2)
+	for n := 2; n <= 3; n++ {
+		id, log := run(n, true)
+		if want := fmt.Sprintf("\ncache=%d\n", n-1); !strings.Contains(log, want) {
+			t.Errorf("job %d: its log lacks %q (the cache job %d saved):\n%s", n, strings.TrimSpace(want), n-1, log)
+		}
+		if got := helpersMade(id); len(got) > 0 {
+			t.Errorf("job %d made helper containers %q instead of taking its standby's", n, got)
+		}
+		waitStandbys(2, 2)
+	}
+	// A job without a cache, git or artifacts needs no helper: the one
+	// its standby brought goes with its containers, and the standby made
+	// after it has none (the other network's keeps its own).
+	run(4, false)
+	waitStandbys(2, 1)
+	out, err := exec.Command("docker", "ps", "-a", "--format", "{{.Names}}", "--filter", own, "--filter", "label="+dockerexec.LabelRole+"=helper").CombinedOutput()
+	if err != nil || len(strings.Fields(string(out))) > 0 {
+		t.Errorf("job helper containers left: %q (%v)", out, err)
 	}
 }

@@ -27,6 +27,9 @@ const (
 	// spanStandby is a job taking its slot's standby build container
 	// instead of booting one (standby.go): a count, its duration zero.
 	spanStandby = "standby"
+	// spanStandbyHelper is a job taking its standby's helper container
+	// instead of starting one: a count, its duration zero.
+	spanStandbyHelper = "standby-helper"
 	// spanSession is a stage run by a container's idle shell (see
 	// shellSession): the command written to it, to the stage's end line.
 	spanSession = "session"

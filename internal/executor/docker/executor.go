@@ -81,7 +81,9 @@ type Executor struct {
 	builds      int       // build containers made so far (names)
 	helper      string
 	helperImg   string
-	plainHelper bool // no entrypoint runs before the helper container's idle shell
+	helperImgID string
+	plainHelper bool           // no entrypoint runs before the helper container's idle shell
+	sbHelper    *standbyHelper // the helper its standby brought, until ensureHelper decides
 	services    []service
 	containers  []string                 // every container made, for Cleanup
 	sessions    map[string]*shellSession // the idle shells that run stages, by container (session.go)
@@ -874,6 +876,15 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Its idle shell is the container's first process unless the image
+	// has an entrypoint (a helper_image of the user's may).
+	plain := ins.Config == nil || len(ins.Config.Entrypoint) == 0
+	if id := e.takeStandbyHelper(tag, ins.ID); id != "" {
+		e.mu.Lock()
+		e.helper, e.helperImg, e.helperImgID, e.plainHelper = id, tag, ins.ID, plain
+		e.mu.Unlock()
+		return id, nil
+	}
 	cc := &container.Config{
 		Image:     tag,
 		Cmd:       idleCmd,
@@ -885,10 +896,7 @@ func (e *Executor) ensureHelper(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("helper container: %w", err)
 	}
 	e.mu.Lock()
-	e.helper, e.helperImg = id, tag
-	// Its idle shell is the container's first process unless the image
-	// has an entrypoint (a helper_image of the user's may).
-	e.plainHelper = ins.Config == nil || len(ins.Config.Entrypoint) == 0
+	e.helper, e.helperImg, e.helperImgID, e.plainHelper = id, tag, ins.ID, plain
 	e.mu.Unlock()
 	return id, nil
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -38,7 +39,9 @@ import (
 // stream of jobs nothing over this: docs/BENCHMARKS.md.) The slot's first
 // job does make one while it runs, on the slot's other network, with the
 // network and its sandbox (warmOtherNetwork): else the second job would
-// make all three on its path.
+// make all three on its path. A standby made after a job that had a
+// helper container brings one too (standbyHelper): the next job's
+// helper when it needs one (git, cache, artifacts).
 //
 // A job's variables reach its stages as before: every stage script
 // exports them (a name a shell cannot export is not; a job with such a
@@ -74,6 +77,16 @@ type standby struct {
 	binds     []string
 	anon      []string
 	shellPath string
+	helper    *standbyHelper // nil: none made
+}
+
+// standbyHelper is a helper container made with a standby, when the job
+// before on the slot network had one (git, cache, artifacts): the next
+// job takes it when it needs a helper and its would be the same
+// (helperSpec), else it is removed with that job's containers.
+type standbyHelper struct {
+	id, tag, imageID string
+	spec             string
 }
 
 // standbyPlaceholder stands for a job's name prefix in standbySpec.
@@ -129,6 +142,55 @@ func (e *Executor) standbySpec() string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// helperSpec is what a standby's helper container must be for the job to
+// take it: the helper image (tag and id) and the helper container's host
+// configuration, its volumes named as in standbySpec.
+func (e *Executor) helperSpec(tag, imageID string) string {
+	sh := e.shadow(standbyPlaceholder)
+	plan := sh.planVolumes()
+	b, err := json.Marshal([]any{tag, imageID, sh.helperHostConfig(plan.binds), e.cfg.ContainerLabels})
+	if err != nil {
+		return "" // matches no helper
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// nextHelper is the helper container the standby the job makes for the
+// next job on its network brings: one like the job's own, nil when the
+// job has none.
+func (e *Executor) nextHelper() *standbyHelper {
+	e.mu.Lock()
+	tag, id := e.helperImg, e.helperImgID
+	ok := e.helper != "" && id != ""
+	e.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return &standbyHelper{tag: tag, imageID: id, spec: e.helperSpec(tag, id)}
+}
+
+// takeStandbyHelper returns the helper container the job's standby
+// brought when it is the one the job would start (helper image tag of
+// id), else "" (one that is not stays among the job's containers, to be
+// removed with them).
+func (e *Executor) takeStandbyHelper(tag, id string) string {
+	e.mu.Lock()
+	h := e.sbHelper
+	e.sbHelper = nil
+	e.mu.Unlock()
+	if h == nil {
+		return ""
+	}
+	if h.tag != tag || h.spec != e.helperSpec(tag, id) {
+		e.logger.Debug("the standby's helper container is not this job's: removed with the job's containers")
+		return ""
+	}
+	spanOf(e.eng, spanStandbyHelper, time.Now(), nil)
+	e.logger.Debug("the job's helper container is its standby's", "container", h.id)
+	return h.id
 }
 
 // shadow is an executor with e's job and settings whose resources are
@@ -246,6 +308,10 @@ func (e *Executor) useStandby(ctx context.Context, eligible bool) (bool, error) 
 	e.volumes = append(e.volumes, sb.volumes...)
 	e.containers = append(e.containers, sb.id)
 	e.build, e.builds = sb.id, 1
+	if sb.helper != nil {
+		e.containers = append(e.containers, sb.helper.id)
+		e.sbHelper = sb.helper
+	}
 	e.mu.Unlock()
 	spanOf(e.eng, spanStandby, time.Now(), nil)
 	e.logger.Debug("the job's build container is the slot's standby", "container", sb.name)
@@ -267,6 +333,7 @@ func (e *Executor) startNextStandby() {
 		return
 	}
 	f := &pendingStandby{spec: e.standbySpec(), done: make(chan struct{})}
+	h := e.nextHelper()
 	sh := e.shadow(e.standbyPrefix(at.i))
 	e.mu.Lock()
 	e.nextStandby, e.nextStandbyAt = f, *at
@@ -275,7 +342,7 @@ func (e *Executor) startNextStandby() {
 		defer close(f.done)
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		sb, err := sh.makeStandby(ctx, f.spec)
+		sb, err := sh.makeStandby(ctx, f.spec, h)
 		if errors.Is(err, errStandbyNotRoot) {
 			sh.logger.Debug("no standby build container for the slot's next job", "err", err)
 		} else if err != nil {
@@ -324,6 +391,7 @@ func (e *Executor) warmOtherNetwork() {
 	sn.cleaned[o] = ready
 	p.mu.Unlock()
 	f := &pendingStandby{done: make(chan struct{})}
+	h := e.nextHelper()
 	sh := e.shadow(e.standbyPrefix(o))
 	sh.trace = nil // the job's log is not the warm-up's
 	name := slotNetNameOf(at.net.runner, at.net.slot, o, at.net.variant)
@@ -347,6 +415,9 @@ func (e *Executor) warmOtherNetwork() {
 			// What a job on that network would make joins its sandbox.
 			sh.netName, sh.sandbox = "container:"+id, id
 			f.spec = sh.standbySpec()
+			if h != nil {
+				h.spec = sh.helperSpec(h.tag, h.imageID) // joins that sandbox
+			}
 			// Offered before it is made: the next job on the network
 			// waits for its start under way.
 			p.offerStandby(f, key, logger)
@@ -360,7 +431,7 @@ func (e *Executor) warmOtherNetwork() {
 			}
 			return
 		}
-		sb, err := sh.makeStandby(ctx, f.spec)
+		sb, err := sh.makeStandby(ctx, f.spec, h)
 		if errors.Is(err, errStandbyNotRoot) {
 			logger.Debug("no standby build container on the slot's other network", "network", name, "err", err)
 		} else if err != nil {
@@ -390,7 +461,10 @@ func (p *Provider) offerStandby(f *pendingStandby, at standbyKey, logger *slog.L
 var errStandbyNotRoot = errors.New("the build container does not run as root")
 
 // makeStandby makes a standby: e is a shadow named after its prefix.
-func (e *Executor) makeStandby(ctx context.Context, spec string) (*standby, error) {
+// With h, a helper container like h (its tag) is made beside the build
+// container, both started at once (the engine overlaps the starts); a
+// helper that cannot be made is left out, logged.
+func (e *Executor) makeStandby(ctx context.Context, spec string, h *standbyHelper) (*standby, error) {
 	plan := e.planVolumes()
 	sb := &standby{spec: spec, name: e.prefix + "-build", eng: e.eng, jobVolume: plan.jobVolume, binds: plan.binds, anon: plan.anon}
 	for _, v := range plan.create {
@@ -404,6 +478,31 @@ func (e *Executor) makeStandby(ctx context.Context, spec string) (*standby, erro
 		sb.volumes = append(sb.volumes, v.Name)
 	}
 	e.binds, e.anonVolumes = plan.binds, plan.anon
+	var wg sync.WaitGroup
+	if h != nil {
+		cc := &container.Config{Image: h.tag, Cmd: idleCmd, OpenStdin: true, Labels: labels(e.settings, 0, roleStandby, e.cfg.ContainerLabels)}
+		hc := e.helperHostConfig(plan.binds)
+		wg.Go(func() {
+			id, err := e.createStartStandby(ctx, e.prefix+"-helper", cc, hc)
+			if err != nil {
+				e.logger.Warn("the standby has no helper container", "err", err)
+				return
+			}
+			sb.helper = &standbyHelper{id: id, tag: h.tag, imageID: h.imageID, spec: h.spec}
+		})
+	}
+	err := e.startStandbyBuild(ctx, sb)
+	wg.Wait()
+	if err != nil {
+		sb.remove(ctx, e.logger)
+		return nil, err
+	}
+	return sb, nil
+}
+
+// startStandbyBuild creates and starts standby sb's build container and
+// reads its boot line; sb.id is set once it is created.
+func (e *Executor) startStandbyBuild(ctx context.Context, sb *standby) error {
 	cc, hc, nc := e.buildSpec(executor.StagePrepareExecutor)
 	cc.Env = nil
 	cc.Labels = labels(e.settings, 0, roleStandby, e.cfg.ContainerLabels)
@@ -414,33 +513,52 @@ func (e *Executor) makeStandby(ctx context.Context, spec string) (*standby, erro
 		}
 	}
 	if err != nil {
-		sb.remove(ctx, e.logger)
-		return nil, fmt.Errorf("create %s: %w", sb.name, err)
+		return fmt.Errorf("create %s: %w", sb.name, err)
 	}
 	sb.id = resp.ID
 	if err := e.eng.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		sb.remove(ctx, e.logger)
-		return nil, fmt.Errorf("start %s: %w", sb.name, err)
+		return fmt.Errorf("start %s: %w", sb.name, err)
 	}
 	line, out, err := e.bootLine(ctx, resp.ID)
 	if err != nil {
-		sb.remove(ctx, e.logger)
-		return nil, fmt.Errorf("%s did not start its shell: %w %s", sb.name, err, strings.TrimSpace(out))
+		return fmt.Errorf("%s did not start its shell: %w %s", sb.name, err, strings.TrimSpace(out))
 	}
 	chmodOK, p, _ := strings.Cut(line, ":")
 	if chmodOK != "1" || path.Base(p) == "" {
-		sb.remove(ctx, e.logger)
-		return nil, fmt.Errorf("%s: %w", sb.name, errStandbyNotRoot)
+		return fmt.Errorf("%s: %w", sb.name, errStandbyNotRoot)
 	}
 	sb.shellPath = p
-	return sb, nil
+	return nil
 }
 
-// remove removes the standby's container and volumes.
+// createStartStandby creates and starts a container of a standby named
+// name (one a manager before left under that name is replaced); on a
+// failed start the container is removed.
+func (e *Executor) createStartStandby(ctx context.Context, name string, cc *container.Config, hc *container.HostConfig) (string, error) {
+	resp, err := e.eng.ContainerCreate(ctx, cc, hc, nil, nil, name)
+	if cerrdefs.IsConflict(err) {
+		if rerr := e.eng.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); rerr == nil {
+			resp, err = e.eng.ContainerCreate(ctx, cc, hc, nil, nil, name)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	if err := e.eng.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		removeAll(ctx, untraced(e.eng), e.logger, []string{resp.ID}, "", nil, true)
+		return "", fmt.Errorf("start %s: %w", name, err)
+	}
+	return resp.ID, nil
+}
+
+// remove removes the standby's containers and volumes.
 func (sb *standby) remove(ctx context.Context, logger *slog.Logger) {
 	var ids []string
 	if sb.id != "" {
 		ids = []string{sb.id}
+	}
+	if sb.helper != nil {
+		ids = append(ids, sb.helper.id)
 	}
 	removeAll(ctx, untraced(sb.eng), logger, ids, "", sb.volumes, true)
 }
@@ -476,6 +594,9 @@ func (p *Provider) sweepStandbys(ctx context.Context, eng Engine, lbls ...string
 		}
 		if sb := f.sb; sb != nil {
 			held[sb.id] = true
+			if sb.helper != nil {
+				held[sb.helper.id] = true
+			}
 			for _, v := range sb.volumes {
 				held[v] = true
 			}

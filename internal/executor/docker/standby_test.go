@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drover-ci/drover/internal/api"
+	"github.com/drover-ci/drover/internal/executor"
 )
 
 // TestStandbyEligible: which jobs may take (and leave) a slot's standby
@@ -101,4 +102,54 @@ func TestPendingStandby(t *testing.T) {
 	}
 	close(first.done) // made (failed: nothing to remove); its discard ends
 	p.cleanups.Wait()
+}
+
+// TestHelperSpec: the helper container a standby brings serves the next
+// job only when that job's helper container would be the same one: its
+// image, network, mounts and host settings; not the job's own parts.
+func TestHelperSpec(t *testing.T) {
+	const tag, id = "drover-helper:1", "sha256:aaa"
+	base := func() *Executor {
+		return &Executor{
+			cfg:      &Config{BuildStandby: true},
+			job:      &api.JobResponse{ID: 1, JobInfo: api.JobInfo{ProjectID: 7}, Variables: api.Variables{{Key: "A", Value: "1"}}},
+			settings: executor.Settings{ShortToken: "tok", ConcurrentID: 0},
+			netName:  "container:sb1", sandbox: "sb1", prefix: "drover-tok-job-1",
+		}
+	}
+	want := base().helperSpec(tag, id)
+	if want == "" {
+		t.Fatal("helperSpec is empty")
+	}
+	cases := []struct {
+		name    string
+		change  func(*Executor)
+		tag, id string
+		same    bool
+	}{
+		{"the same job again", nil, tag, id, true},
+		{"another job of the project, other variables", func(e *Executor) {
+			e.job.ID, e.prefix = 2, "drover-tok-job-2"
+			e.job.Variables = api.Variables{{Key: "B", Value: "2"}}
+		}, tag, id, true},
+		{"another helper image", nil, "drover-helper:2", id, false},
+		{"the tag now another image", nil, tag, "sha256:bbb", false},
+		{"another sandbox", func(e *Executor) { e.netName, e.sandbox = "container:sb2", "sb2" }, tag, id, false},
+		{"another project (its cache volume)", func(e *Executor) { e.job.JobInfo.ProjectID = 8 }, tag, id, false},
+		{"a host directory mounted", func(e *Executor) { e.cfg.Volumes = []string{"/srv:/data"} }, tag, id, false},
+		{"cap_add", func(e *Executor) { e.cfg.CapAdd = []string{"NET_RAW"} }, tag, id, false},
+		// The helper never runs privileged, nor with the build's limits.
+		{"privileged", func(e *Executor) { e.cfg.Privileged = true }, tag, id, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := base()
+			if tc.change != nil {
+				tc.change(e)
+			}
+			if got := e.helperSpec(tc.tag, tc.id); (got == want) != tc.same {
+				t.Errorf("helperSpec equal to the first job's: %v, want %v", got == want, tc.same)
+			}
+		})
+	}
 }
