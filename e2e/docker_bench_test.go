@@ -236,11 +236,28 @@ func BenchmarkDockerTrivialJob(b *testing.B) {
 // against GitLab Runner. standby-share is the share of jobs that ran in
 // a standby build container.
 func BenchmarkDockerBackToBack(b *testing.B) {
+	backToBack(b, client.JobSpec{Name: "trivial", Script: []string{"echo hi"}}, "standby", "standby-share")
+}
+
+// BenchmarkDockerCacheJob measures container jobs that restore and save
+// a cache (the runner's local cache), back to back on one slot, as
+// BenchmarkDockerBackToBack does trivial ones: such a job needs the
+// helper container as well as the build container. helper-share is the
+// share of jobs whose helper container was their standby's.
+func BenchmarkDockerCacheJob(b *testing.B) {
+	backToBack(b, client.JobSpec{Name: "cache", Script: []string{"mkdir -p c && date > c/f"},
+		Cache: []json.RawMessage{json.RawMessage(`{"key":"bench","paths":["c/"]}`)}}, "standby-helper", "helper-share")
+}
+
+// backToBack runs jobs of spec back to back on one slot, each submitted
+// as soon as the one before succeeded, after one to warm up (it builds
+// the helper image), and reports their p50 and p95 and, as metric, the
+// share of jobs that counted engine span call.
+func backToBack(b *testing.B, spec client.JobSpec, call, metric string) {
 	s, prov := newDockerStackProvider(b, 1)
 	defer s.stop()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prov.Collector())
-	spec := client.JobSpec{Name: "trivial", Script: []string{"echo hi"}}
 	runJob(b, s, spec)
 	s.settle()
 	var lat []time.Duration
@@ -254,35 +271,7 @@ func BenchmarkDockerBackToBack(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
 	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
-	b.ReportMetric(float64(after["standby"].n-before["standby"].n)/float64(len(lat)), "standby-share")
-}
-
-// BenchmarkDockerCacheJob measures container jobs that restore and save
-// a cache (the runner's local cache), back to back on one slot, as
-// BenchmarkDockerBackToBack does trivial ones: such a job needs the
-// helper container as well as the build container. helper-share is the
-// share of jobs whose helper container was their standby's.
-func BenchmarkDockerCacheJob(b *testing.B) {
-	s, prov := newDockerStackProvider(b, 1)
-	defer s.stop()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(prov.Collector())
-	spec := client.JobSpec{Name: "cache", Script: []string{"mkdir -p c && date > c/f"},
-		Cache: []json.RawMessage{json.RawMessage(`{"key":"bench","paths":["c/"]}`)}}
-	runJob(b, s, spec) // warm up: builds the helper image
-	s.settle()
-	var lat []time.Duration
-	before := readEngineCalls(b, reg)
-	for b.Loop() {
-		d, _ := runJob(b, s, spec)
-		lat = append(lat, d)
-	}
-	after := readEngineCalls(b, reg)
-	logBreakdown(b, before, after, len(lat))
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(percentile(lat, 0.5)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 0.95)), "p95-ms")
-	b.ReportMetric(float64(after["standby-helper"].n-before["standby-helper"].n)/float64(len(lat)), "helper-share")
+	b.ReportMetric(float64(after[call].n-before[call].n)/float64(len(lat)), metric)
 }
 
 // BenchmarkDockerFreshRunner measures a new runner's first trivial

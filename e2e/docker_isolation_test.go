@@ -254,12 +254,7 @@ func TestDockerStandby(t *testing.T) {
 func TestDockerStandbyHelper(t *testing.T) {
 	needDockerImages(t)
 	since := time.Now().Unix()
-	dir := t.TempDir()
-	c := startCoordinator(t, filepath.Join(dir, "coord"))
-	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", "")
-	m := start(t, dir, "run", "--config", cfg)
-	m.waitLog("runner manager started", 20*time.Second)
-	cl := c.client()
+	c, cl := startDockerManager(t, 1)
 	own := "label=" + testLabel + "=" + testName(t)
 	standbys := func(suffix string) int {
 		out, err := exec.Command("docker", "ps", "-a", "--format", "{{.Names}}", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", own).CombinedOutput()
