@@ -91,7 +91,13 @@ func (e *Executor) watchStream(ctx context.Context, act *activity, ended func(co
 			case idle < probe:
 				t.Reset(probe - idle)
 			default:
-				ictx, cancel := context.WithTimeout(ctx, probe)
+				// The question is bounded (a dead link would hold it),
+				// but never by less than the default probe: a busy
+				// engine answers an exec's inspect or a session's probe
+				// (itself an exec) in more than a short probe interval,
+				// and a bound that cuts every answer would never see the
+				// process end.
+				ictx, cancel := context.WithTimeout(ctx, max(probe, defaultStreamProbe))
 				done, err := ended(ictx)
 				cancel()
 				if err == nil && done {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,5 +164,36 @@ func TestSessionStreamLost(t *testing.T) {
 	code, err = healthy.runStage(ctx, s2, wrapper, "echo next; exit 5", &out, func() {}, probe)
 	if err != nil || code != 5 || out.String() != "next\n" {
 		t.Errorf("the next stage = %d, %v, output %q; want 5 and its own line", code, err, out.String())
+	}
+}
+
+// TestWatchStreamSlowAnswer: an engine slower to answer whether the
+// process ended than the probe interval (a busy engine, a short probe)
+// still gets its answer heard: the watch concludes the stream is lost
+// instead of cutting every question short and waiting forever (the hang
+// TestSessionStreamLost met on a loaded machine).
+func TestWatchStreamSlowAnswer(t *testing.T) {
+	e := &Executor{streamProbe: 20 * time.Millisecond, streamGrace: 20 * time.Millisecond}
+	act := newActivity(strings.NewReader(""))
+	cut := make(chan struct{})
+	var cuts atomic.Int32
+	ended := func(ctx context.Context) (bool, error) {
+		select {
+		case <-time.After(200 * time.Millisecond): // the engine's answer
+			return true, nil
+		case <-ctx.Done():
+			if cuts.Add(1) == 3 {
+				close(cut)
+			}
+			return false, ctx.Err()
+		}
+	}
+	select {
+	case err := <-e.watchStream(t.Context(), act, ended):
+		if !errors.Is(err, errStreamLost) {
+			t.Fatalf("watchStream = %v, want errStreamLost", err)
+		}
+	case <-cut:
+		t.Fatal("every question to the engine was cut short by the probe interval: the process's end is never seen")
 	}
 }
