@@ -144,13 +144,25 @@ func TestDockerStandby(t *testing.T) {
 	m.waitLog("runner manager started", 20*time.Second)
 	cl := c.client()
 	own := "label=" + testLabel + "=" + testName(t)
-	standbys := func() []string {
-		out, err := exec.Command("docker", "ps", "-aq", "--no-trunc", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", own).CombinedOutput()
+	// standbys lists the standby build containers no job ran in yet
+	// (used: a standby a job took keeps its name and role until it is
+	// removed with the job); all: every standby container, helpers too.
+	var used []string
+	list := func(all bool) []string {
+		out, err := exec.Command("docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", own).CombinedOutput()
 		if err != nil {
 			t.Fatalf("docker ps: %v\n%s", err, out)
 		}
-		return strings.Fields(string(out))
+		var ids []string
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			id, name, ok := strings.Cut(line, " ")
+			if ok && (all || strings.HasSuffix(name, "-build") && !slices.Contains(used, id)) {
+				ids = append(ids, id)
+			}
+		}
+		return ids
 	}
+	standbys := func() []string { return list(false) }
 	waitStandbys := func(n int) []string {
 		t.Helper()
 		for {
@@ -189,6 +201,7 @@ func TestDockerStandby(t *testing.T) {
 		if m[1] == "" {
 			t.Skip("the job cannot see its container's id (/proc/self/cgroup names no /docker/<id>: cgroup v2?)")
 		}
+		used = append(used, m[1])
 		return m[1], log
 	}
 	vars := func(n int) []map[string]any {
@@ -229,7 +242,7 @@ func TestDockerStandby(t *testing.T) {
 	m.wait(time.Minute)
 	m = start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 20*time.Second)
-	for len(standbys()) > 0 {
+	for len(list(true)) > 0 {
 		time.Sleep(50 * time.Millisecond)
 	}
 	run(6, vars(6))
@@ -238,7 +251,7 @@ func TestDockerStandby(t *testing.T) {
 	if code := m.wait(time.Minute); code != 0 {
 		t.Errorf("the manager exited %d on SIGTERM", code)
 	}
-	if s := standbys(); len(s) > 0 {
+	if s := list(true); len(s) > 0 {
 		t.Errorf("standbys left by a manager that stopped: %v", s)
 	}
 }
