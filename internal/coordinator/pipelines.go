@@ -741,7 +741,12 @@ func (c *Coordinator) cancelPipeline(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	for _, j := range effectiveJobs(all) {
+	// Later jobs first: a job of an earlier stage that ends on its
+	// cancel advances the pipeline, which would skip the jobs after it
+	// before this loop reached them (they are canceled, as in GitLab).
+	jobs := effectiveJobs(all)
+	slices.Reverse(jobs)
+	for _, j := range jobs {
 		if j.Status.Finished() {
 			continue
 		}
