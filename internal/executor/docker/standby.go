@@ -16,6 +16,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/drover-ci/drover/internal/executor"
@@ -483,7 +484,7 @@ func (e *Executor) makeStandby(ctx context.Context, spec string, h *standbyHelpe
 		cc := &container.Config{Image: h.tag, Cmd: idleCmd, OpenStdin: true, Labels: labels(e.settings, 0, roleStandby, e.cfg.ContainerLabels)}
 		hc := e.helperHostConfig(plan.binds)
 		wg.Go(func() {
-			id, err := e.createStartStandby(ctx, e.prefix+"-helper", cc, hc)
+			id, err := e.createStartStandby(ctx, e.prefix+"-helper", cc, hc, nil)
 			if err != nil {
 				e.logger.Warn("the standby has no helper container", "err", err)
 				return
@@ -501,25 +502,17 @@ func (e *Executor) makeStandby(ctx context.Context, spec string, h *standbyHelpe
 }
 
 // startStandbyBuild creates and starts standby sb's build container and
-// reads its boot line; sb.id is set once it is created.
+// reads its boot line; sb.id is set once it is started.
 func (e *Executor) startStandbyBuild(ctx context.Context, sb *standby) error {
 	cc, hc, nc := e.buildSpec(executor.StagePrepareExecutor)
 	cc.Env = nil
 	cc.Labels = labels(e.settings, 0, roleStandby, e.cfg.ContainerLabels)
-	resp, err := e.eng.ContainerCreate(ctx, cc, hc, nc, nil, sb.name)
-	if cerrdefs.IsConflict(err) {
-		if rerr := e.eng.ContainerRemove(ctx, sb.name, container.RemoveOptions{Force: true}); rerr == nil {
-			resp, err = e.eng.ContainerCreate(ctx, cc, hc, nc, nil, sb.name)
-		}
-	}
+	id, err := e.createStartStandby(ctx, sb.name, cc, hc, nc)
 	if err != nil {
-		return fmt.Errorf("create %s: %w", sb.name, err)
+		return err
 	}
-	sb.id = resp.ID
-	if err := e.eng.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		return fmt.Errorf("start %s: %w", sb.name, err)
-	}
-	line, out, err := e.bootLine(ctx, resp.ID)
+	sb.id = id
+	line, out, err := e.bootLine(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%s did not start its shell: %w %s", sb.name, err, strings.TrimSpace(out))
 	}
@@ -534,11 +527,11 @@ func (e *Executor) startStandbyBuild(ctx context.Context, sb *standby) error {
 // createStartStandby creates and starts a container of a standby named
 // name (one a manager before left under that name is replaced); on a
 // failed start the container is removed.
-func (e *Executor) createStartStandby(ctx context.Context, name string, cc *container.Config, hc *container.HostConfig) (string, error) {
-	resp, err := e.eng.ContainerCreate(ctx, cc, hc, nil, nil, name)
+func (e *Executor) createStartStandby(ctx context.Context, name string, cc *container.Config, hc *container.HostConfig, nc *network.NetworkingConfig) (string, error) {
+	resp, err := e.eng.ContainerCreate(ctx, cc, hc, nc, nil, name)
 	if cerrdefs.IsConflict(err) {
 		if rerr := e.eng.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); rerr == nil {
-			resp, err = e.eng.ContainerCreate(ctx, cc, hc, nil, nil, name)
+			resp, err = e.eng.ContainerCreate(ctx, cc, hc, nc, nil, name)
 		}
 	}
 	if err != nil {
