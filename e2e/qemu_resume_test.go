@@ -116,7 +116,14 @@ func (q *qemuResume) killedMidJob(t *testing.T, name string) (int64, string) {
 // finishedOnce asserts that the coordinator finished job id exactly once.
 func (q *qemuResume) finishedOnce(t *testing.T, id int64) {
 	t.Helper()
-	if n := strings.Count(q.c.log.String(), fmt.Sprintf("job finished\" job_id=%d ", id)); n != 1 {
+	// The coordinator logs a job's end after it stored it, so the API may
+	// say "finished" before the line is there: wait for the first line,
+	// then count.
+	line := fmt.Sprintf("job finished\" job_id=%d ", id)
+	waitFor(t, time.Minute, fmt.Sprintf("the coordinator's log line that job %d finished", id), func() bool {
+		return strings.Contains(q.c.log.String(), line)
+	})
+	if n := strings.Count(q.c.log.String(), line); n != 1 {
 		t.Errorf("the coordinator finished job %d %d times, want once", id, n)
 	}
 }
