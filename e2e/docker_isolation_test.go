@@ -128,6 +128,89 @@ func TestDockerSandboxProjects(t *testing.T) {
 	}
 }
 
+// standbyRig runs jobs on a one-slot docker manager that say which
+// container they ran in, and lists the slot's standby build containers.
+type standbyRig struct {
+	t       *testing.T
+	c       *coordinator
+	own     string   // the label filter of the test's containers
+	used    []string // containers jobs ran in
+	project string   // of the next job
+}
+
+// standbyScript prints the job's container id and variable, whether a
+// job before left a file or a process in its container, then leaves
+// both.
+var standbyScript = []string{
+	`echo cid=$(sed -n 's|.*/docker/\([0-9a-f]\{64\}\).*|\1|p' /proc/self/cgroup | head -n 1)`,
+	`echo "var=$STANDBY_VAR"`,
+	`if [ -e /tmp/left-by-a-job ]; then echo SAW-FILE; else echo no-file; fi`,
+	`if ps | grep -v grep | grep -q 'sleep 6[0]0'; then echo SAW-PROCESS; else echo no-process; fi`,
+	`touch /tmp/left-by-a-job; sleep 600 >/dev/null 2>&1 &`,
+}
+
+var standbyCidRE = regexp.MustCompile(`(?m)^cid=(\S*)$`)
+
+// list lists the standby build containers no job ran in yet (a standby
+// a job took keeps its name and role until it is removed with the job);
+// all: every standby container, helpers too.
+func (r *standbyRig) list(all bool) []string {
+	out, err := exec.Command("docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", r.own).CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("docker ps: %v\n%s", err, out)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		id, name, ok := strings.Cut(line, " ")
+		if ok && (all || strings.HasSuffix(name, "-build") && !slices.Contains(r.used, id)) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// wait waits for n unused standby build containers (the test's timeout
+// bounds the wait) and returns them.
+func (r *standbyRig) wait(n int) []string {
+	r.t.Helper()
+	for {
+		if s := r.list(false); len(s) >= n {
+			return s
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// run runs job n of r.project and returns the container it ran in, and
+// its log; it fails the test unless the job saw its own variable and no
+// file or process of an earlier job.
+func (r *standbyRig) run(n int) (cid, log string) {
+	t := r.t
+	t.Helper()
+	vars := []map[string]any{{"key": "STANDBY_VAR", "value": fmt.Sprintf("value-%d", n)}}
+	id := submitJSON(t, r.c, map[string]any{"name": fmt.Sprintf("job %d", n), "project": r.project, "script": standbyScript, "variables": vars})
+	cl := r.c.client()
+	j := waitJob(t, cl, id, 3*time.Minute, finished)
+	log = trace(t, cl, id)
+	if j.Status != "success" {
+		t.Fatalf("job %d: %s %s\n%s", n, j.Status, j.FailureReason, log)
+	}
+	for _, s := range []string{fmt.Sprintf("var=value-%d", n), "no-file", "no-process"} {
+		if !strings.Contains(log, "\n"+s+"\n") {
+			t.Errorf("job %d: log lacks the line %q:\n%s", n, s, log)
+		}
+	}
+	m := standbyCidRE.FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("job %d: no cid line:\n%s", n, log)
+	}
+	if m[1] == "" {
+		t.Skip("the job cannot see its container's id (/proc/self/cgroup names no /docker/<id>: cgroup v2?)")
+	}
+	r.used = append(r.used, m[1])
+	return m[1], log
+}
+
 // TestDockerStandby: a slot network's next build container is made when
 // a job on it ends (for the slot's other network, while the slot's first
 // job runs), and the next job on that network takes it (its container id
@@ -142,98 +225,36 @@ func TestDockerStandby(t *testing.T) {
 	cfg := dockerConfig(t, dir, c.url, c.runnerToken(t), 1, "", "")
 	m := start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 20*time.Second)
-	cl := c.client()
-	own := "label=" + testLabel + "=" + testName(t)
-	// standbys lists the standby build containers no job ran in yet
-	// (used: a standby a job took keeps its name and role until it is
-	// removed with the job); all: every standby container, helpers too.
-	var used []string
-	list := func(all bool) []string {
-		out, err := exec.Command("docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}}", "--filter", "label="+dockerexec.LabelRole+"=standby", "--filter", own).CombinedOutput()
-		if err != nil {
-			t.Fatalf("docker ps: %v\n%s", err, out)
-		}
-		var ids []string
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			id, name, ok := strings.Cut(line, " ")
-			if ok && (all || strings.HasSuffix(name, "-build") && !slices.Contains(used, id)) {
-				ids = append(ids, id)
-			}
-		}
-		return ids
-	}
-	standbys := func() []string { return list(false) }
-	waitStandbys := func(n int) []string {
-		t.Helper()
-		for {
-			if s := standbys(); len(s) >= n {
-				return s
-			}
-			time.Sleep(50 * time.Millisecond) // the test's timeout bounds the wait
-		}
-	}
-	script := []string{
-		`echo cid=$(sed -n 's|.*/docker/\([0-9a-f]\{64\}\).*|\1|p' /proc/self/cgroup | head -n 1)`,
-		`echo "var=$STANDBY_VAR"`,
-		`if [ -e /tmp/left-by-a-job ]; then echo SAW-FILE; else echo no-file; fi`,
-		`if ps | grep -v grep | grep -q 'sleep 6[0]0'; then echo SAW-PROCESS; else echo no-process; fi`,
-		`touch /tmp/left-by-a-job; sleep 600 >/dev/null 2>&1 &`,
-	}
-	cidRE := regexp.MustCompile(`(?m)^cid=(\S*)$`)
-	project := "group/standby"
-	run := func(n int, vars []map[string]any) (cid, log string) {
-		t.Helper()
-		id := submitJSON(t, c, map[string]any{"name": fmt.Sprintf("job %d", n), "project": project, "script": script, "variables": vars})
-		j := waitJob(t, cl, id, 3*time.Minute, finished)
-		log = trace(t, cl, id)
-		if j.Status != "success" {
-			t.Fatalf("job %d: %s %s\n%s", n, j.Status, j.FailureReason, log)
-		}
-		for _, s := range []string{fmt.Sprintf("var=value-%d", n), "no-file", "no-process"} {
-			if !strings.Contains(log, "\n"+s+"\n") {
-				t.Errorf("job %d: log lacks the line %q:\n%s", n, s, log)
-			}
-		}
-		m := cidRE.FindStringSubmatch(log)
-		if m == nil {
-			t.Fatalf("job %d: no cid line:\n%s", n, log)
-		}
-		if m[1] == "" {
-			t.Skip("the job cannot see its container's id (/proc/self/cgroup names no /docker/<id>: cgroup v2?)")
-		}
-		used = append(used, m[1])
-		return m[1], log
-	}
-	vars := func(n int) []map[string]any {
-		return []map[string]any{{"key": "STANDBY_VAR", "value": fmt.Sprintf("value-%d", n)}}
-	}
+	r := &standbyRig{t: t, c: c, own: "label=" + testLabel + "=" + testName(t), project: "group/standby"}
 	// Job 1 takes the slot's first network and, while it runs, readies
 	// the other one with a standby for the next job (warmOtherNetwork),
 	// and leaves a standby on its own: jobs 2 to 4 take them.
-	run(1, vars(1))
-	before := waitStandbys(2)
-	cid, log := run(2, vars(2))
+	r.run(1)
+	before := r.wait(2)
+	cid, log := r.run(2)
 	if !slices.Contains(before, cid) {
 		t.Errorf("job 2 ran in container %s, not in one of the standbys %v made for it:\n%s", cid, before, log)
 	}
-	before = waitStandbys(2)
+	before = r.wait(2)
 	for n := 3; n <= 4; n++ {
-		cid, log := run(n, vars(n))
+		cid, log := r.run(n)
 		if !slices.Contains(before, cid) {
 			t.Errorf("job %d ran in container %s, not in one of the standbys %v:\n%s", n, cid, before, log)
 		}
 	}
 	// Another project's job: its build container would not be the
-	// standby (another working directory, host name), which it removes.
-	before = waitStandbys(2)
-	project = "group/other"
-	cid, _ = run(5, vars(5))
+	// standby (another working directory, host name), which it leaves
+	// for the job after it.
+	before = r.wait(2)
+	r.project = "group/other"
+	cid, _ = r.run(5)
 	if slices.Contains(before, cid) {
 		t.Errorf("job 5 of another project ran in a standby (%s)", cid)
 	}
-	// The standby job 5 removed goes in the background: the slot ends
-	// with one standby per network (the test's timeout bounds the wait).
-	for len(standbys()) != 2 {
+	// The slot ends with three standbys: one per network for the first
+	// project, and job 5's for its own on its network (the test's timeout
+	// bounds the wait).
+	for len(r.list(false)) != 3 {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// A manager that is killed leaves its standbys; the next one
@@ -242,17 +263,47 @@ func TestDockerStandby(t *testing.T) {
 	m.wait(time.Minute)
 	m = start(t, dir, "run", "--config", cfg)
 	m.waitLog("runner manager started", 20*time.Second)
-	for len(list(true)) > 0 {
+	for len(r.list(true)) > 0 {
 		time.Sleep(50 * time.Millisecond)
 	}
-	run(6, vars(6))
-	waitStandbys(1)
+	r.run(6)
+	r.wait(1)
 	m.signal(syscall.SIGTERM)
 	if code := m.wait(time.Minute); code != 0 {
 		t.Errorf("the manager exited %d on SIGTERM", code)
 	}
-	if s := list(true); len(s) > 0 {
+	if s := r.list(true); len(s) > 0 {
 		t.Errorf("standbys left by a manager that stopped: %v", s)
+	}
+}
+
+// TestDockerStandbyVariants: a slot network keeps the standbys of its
+// last two kinds of job. Jobs of two projects come two by two (the
+// slot's networks take turns: each network sees A, B, A): the project
+// B jobs make their own build containers and leave project A's standbys
+// on the networks, and the project A jobs after them run in those
+// standbys, made before the B jobs ran beside them, with no file or
+// process of any job before.
+func TestDockerStandbyVariants(t *testing.T) {
+	needDockerImages(t)
+	c, _ := startDockerManager(t, 1)
+	r := &standbyRig{t: t, c: c, own: "label=" + testLabel + "=" + testName(t), project: "group/a"}
+	r.run(1)
+	r.run(2)
+	kept := r.wait(2) // project A's, one per network
+	r.project = "group/b"
+	for n := 3; n <= 4; n++ {
+		if cid, log := r.run(n); slices.Contains(kept, cid) {
+			t.Errorf("job %d of project B ran in project A's standby %s:\n%s", n, cid, log)
+		}
+	}
+	// A job waits for the removal of the job before it on its network,
+	// which gives back the standbys it did not use: no wait here.
+	r.project = "group/a"
+	for n := 5; n <= 6; n++ {
+		if cid, log := r.run(n); !slices.Contains(kept, cid) {
+			t.Errorf("job %d of project A ran in %s, not in one of A's standbys %v kept beside project B's jobs:\n%s", n, cid, kept, log)
+		}
 	}
 }
 

@@ -93,11 +93,14 @@ type Executor struct {
 	cleaning    executor.Cleaning    // Cleanup's removals, done in the background
 	svcLogs     executor.ServiceLogs // CI_DEBUG_SERVICES
 
-	// held: the slot network's standby, taken from the provider;
-	// nextStandby: the one the job's Cleanup makes for the next job on
-	// slot network nextStandbyAt (standby.go).
-	held, nextStandby *pendingStandby
-	nextStandbyAt     standbyKey
+	// held: the slot network's standbys, taken from the provider for
+	// the job's time on the network (heldAt), those it does not use
+	// given back by Cleanup; nextStandby: the one the job's Cleanup
+	// makes for the next job on slot network nextStandbyAt (standby.go).
+	held          []*pendingStandby
+	heldAt        standbyKey
+	nextStandby   *pendingStandby
+	nextStandbyAt standbyKey
 
 	// streamProbe and streamGrace bound the wait on an exec's stream
 	// that a dead link keeps open (watchStream); zero means the defaults.
@@ -908,7 +911,7 @@ func (e *Executor) Cleanup(ctx context.Context) {
 	e.svcLogs.Stop()
 	e.startNextStandby()
 	e.mu.Lock()
-	held := e.held
+	held, heldAt := e.held, e.heldAt
 	e.held = nil
 	nextStandby, nextStandbyAt := e.nextStandby, e.nextStandbyAt
 	cleaned := e.cleaning.Start(e.eng != nil)
@@ -937,9 +940,6 @@ func (e *Executor) Cleanup(ctx context.Context) {
 			}
 		}
 		removeAll(ctx, eng, logger, containers, netID, vols, !keepAnon)
-		if held != nil {
-			e.prov.discard(held, logger) // a Prepare that failed before deciding
-		}
 		if sandbox != "" {
 			// The job's processes are gone with its containers: what is
 			// left of it in the sandbox is what it wrote to the shared
@@ -954,6 +954,17 @@ func (e *Executor) Cleanup(ctx context.Context) {
 				e.prov.mu.Lock()
 				sandboxOf.clean[sandboxIdx] = sandbox
 				e.prov.mu.Unlock()
+			}
+		}
+		// The standbys the job held and did not use sat on the network
+		// beside it, no job in them: once the job's containers are gone
+		// they serve the next job on the network as they would have this
+		// one, after the one the job made (offerStandby keeps the newest).
+		for i := len(held) - 1; i >= 0; i-- {
+			if keepStandby {
+				e.prov.offerStandby(held[i], heldAt, logger)
+			} else {
+				e.prov.discard(held[i], logger)
 			}
 		}
 		switch {

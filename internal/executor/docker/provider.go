@@ -77,8 +77,9 @@ type Provider struct {
 	calls   *prometheus.HistogramVec // jobs' engine calls (tracedEngine)
 	// slotNets: the slot networks' turns (slotnet.go).
 	slotNets map[slotNetKey]*slotNets
-	// standbys: the slot networks' standby build containers (standby.go).
-	standbys map[standbyKey]*pendingStandby
+	// standbys: the slot networks' standby build containers, newest
+	// first, at most maxStandbyVariants per network (standby.go).
+	standbys map[standbyKey][]*pendingStandby
 
 	cleanups sync.WaitGroup // jobs' resources being removed
 }

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +37,10 @@ import (
 // slot's sandbox restored) the standby, made or still being made, is the
 // provider's: the next job on that network whose build container would
 // be the same (standbySpec) takes it instead of making one, waiting for a
-// start under way; a job that would not removes it. (Made while the job
+// start under way; a job that would not leaves it for the job after it.
+// A network keeps the standbys of the last two kinds of job
+// (maxStandbyVariants): jobs that alternate between two images, users
+// or git strategies each find theirs. (Made while the job
 // runs instead, it cost an idle runner's trivial job 15 ms, and gained a
 // stream of jobs nothing over this: docs/BENCHMARKS.md.) The slot's first
 // job does make one while it runs, on the slot's other network, with the
@@ -238,51 +243,58 @@ func (p *Provider) discard(f *pendingStandby, logger *slog.Logger) {
 	})
 }
 
-// holdStandby takes the standby of slot network (key, i) from the
-// provider for this job (it decides in useStandby whether to use it).
+// holdStandby takes the standbys of slot network (key, i) from the
+// provider for this job's time on the network: it decides in useStandby
+// whether to use one; Cleanup gives back the others.
 func (e *Executor) holdStandby(key slotNetKey, i int) {
 	p := e.prov
+	at := standbyKey{key, i}
 	p.mu.Lock()
-	f := p.standbys[standbyKey{key, i}]
-	delete(p.standbys, standbyKey{key, i})
+	fs := p.standbys[at]
+	delete(p.standbys, at)
 	p.mu.Unlock()
 	e.mu.Lock()
-	e.held, e.standbyAt = f, &standbyKey{key, i}
+	e.held, e.heldAt, e.standbyAt = fs, at, &at
 	e.mu.Unlock()
 }
 
-// dropHeld removes the standby the job holds and does not use.
+// dropHeld removes the standbys the job holds and does not use.
 func (e *Executor) dropHeld() {
 	e.mu.Lock()
-	f := e.held
+	fs := e.held
 	e.held = nil
 	e.mu.Unlock()
-	if f != nil {
+	for _, f := range fs {
 		e.prov.discard(f, e.logger)
 	}
 }
 
-// useStandby makes the held standby the job's build container when it is
-// what the job would make, and reports whether it did; one that is not
-// is removed. A standby still being made (by the job before on the slot
+// useStandby makes the held standby that is what the job would make
+// (standbySpec) its build container, and reports whether it did; the
+// others stay held, and Cleanup gives them back for the next job on the
+// network. A standby still being made (by the job before on the slot
 // network, while it ran) is waited for: its start is under way, sooner
 // done than one the job would begin.
 func (e *Executor) useStandby(ctx context.Context, eligible bool) (bool, error) {
 	e.mu.Lock()
-	f := e.held
-	e.held = nil
+	held := e.held
 	if !eligible {
 		e.standbyAt = nil
 	}
 	e.mu.Unlock()
-	if f == nil {
+	if len(held) == 0 || !eligible {
 		return false, nil
 	}
-	if !eligible || f.spec != e.standbySpec() {
-		e.logger.Debug("the slot's standby build container is not this job's: removed")
-		e.prov.discard(f, e.logger)
+	spec := e.standbySpec()
+	i := slices.IndexFunc(held, func(f *pendingStandby) bool { return f.spec == spec })
+	if i < 0 {
+		e.logger.Debug("no standby build container of the slot's network is this job's: they serve the next job", "standbys", len(held))
 		return false, nil
 	}
+	f := held[i]
+	e.mu.Lock()
+	e.held = slices.Delete(slices.Clone(held), i, i+1)
+	e.mu.Unlock()
 	sb, err := f.wait(ctx)
 	if err != nil {
 		e.prov.discard(f, e.logger)
@@ -385,7 +397,7 @@ func (e *Executor) warmOtherNetwork() {
 	p := e.prov
 	ready := make(chan struct{})
 	p.mu.Lock()
-	if sn.cleaned[o] != nil || p.standbys[key] != nil {
+	if sn.cleaned[o] != nil || len(p.standbys[key]) > 0 {
 		p.mu.Unlock()
 		return
 	}
@@ -442,18 +454,34 @@ func (e *Executor) warmOtherNetwork() {
 	})
 }
 
+// maxStandbyVariants is how many standbys, each for another kind of job
+// (standbySpec), a slot network keeps: a project whose jobs alternate
+// between two images, users or git strategies (a fetch mounts the
+// project's builds volume, a clone one of its own) finds its kind there
+// instead of the last job's only.
+const maxStandbyVariants = 2
+
 // offerStandby gives standby f (made or being made) to the next job on
-// slot network at; the one there before, unused, is removed.
+// slot network at, before the ones there: one there for the same kind of
+// job, and the oldest beyond maxStandbyVariants, are removed.
 func (p *Provider) offerStandby(f *pendingStandby, at standbyKey, logger *slog.Logger) {
 	p.mu.Lock()
-	old := p.standbys[at]
 	if p.standbys == nil {
-		p.standbys = map[standbyKey]*pendingStandby{}
+		p.standbys = map[standbyKey][]*pendingStandby{}
 	}
-	p.standbys[at] = f
+	keep := []*pendingStandby{f}
+	var drop []*pendingStandby
+	for _, o := range p.standbys[at] {
+		if o.spec == f.spec || len(keep) == maxStandbyVariants {
+			drop = append(drop, o)
+			continue
+		}
+		keep = append(keep, o)
+	}
+	p.standbys[at] = keep
 	p.mu.Unlock()
-	if old != nil {
-		p.discard(old, logger)
+	for _, o := range drop {
+		p.discard(o, logger)
 	}
 }
 
@@ -564,9 +592,11 @@ func (p *Provider) RemoveStandbys(ctx context.Context) {
 	sbs := p.standbys
 	p.standbys = nil
 	p.mu.Unlock()
-	for _, f := range sbs {
-		if sb, err := f.wait(ctx); err == nil && sb != nil {
-			sb.remove(ctx, p.o.Logger)
+	for _, fs := range sbs {
+		for _, f := range fs {
+			if sb, err := f.wait(ctx); err == nil && sb != nil {
+				sb.remove(ctx, p.o.Logger)
+			}
 		}
 	}
 }
@@ -578,7 +608,7 @@ func (p *Provider) sweepStandbys(ctx context.Context, eng Engine, lbls ...string
 	p.mu.Lock()
 	held := map[string]bool{}
 	pending := false
-	for _, f := range p.standbys {
+	for _, f := range slices.Concat(slices.Collect(maps.Values(p.standbys))...) {
 		select {
 		case <-f.done:
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/drover-ci/drover/internal/api"
@@ -97,10 +98,53 @@ func TestPendingStandby(t *testing.T) {
 	second := &pendingStandby{done: make(chan struct{})}
 	p.offerStandby(first, at, slog.New(slog.DiscardHandler))
 	p.offerStandby(second, at, slog.New(slog.DiscardHandler))
-	if p.standbys[at] != second {
-		t.Fatalf("the slot network's standby is %p, want the last offered (%p)", p.standbys[at], second)
+	if got := p.standbys[at]; len(got) != 1 || got[0] != second {
+		t.Fatalf("the slot network's standbys are %p, want the last offered (%p) alone: the first is for the same kind of job", got, second)
 	}
 	close(first.done) // made (failed: nothing to remove); its discard ends
+	p.cleanups.Wait()
+}
+
+// TestOfferStandbyVariants: a slot network keeps a standby for each of
+// the last maxStandbyVariants kinds of job (standbySpec), newest first;
+// one for a kind it has replaces the one there, a third kind removes the
+// oldest, and another network's standbys are not touched.
+func TestOfferStandbyVariants(t *testing.T) {
+	made := func(spec string) *pendingStandby {
+		f := &pendingStandby{spec: spec, done: make(chan struct{})}
+		close(f.done) // made (failed: its discard has nothing to remove)
+		return f
+	}
+	specs := func(fs []*pendingStandby) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.spec)
+		}
+		return out
+	}
+	log := slog.New(slog.DiscardHandler)
+	at, other := standbyKey{i: 0}, standbyKey{i: 1}
+	var p Provider
+	p.offerStandby(made("x"), other, log)
+	steps := []struct {
+		offer string
+		want  []string
+	}{
+		{"a", []string{"a"}},
+		{"b", []string{"b", "a"}},
+		{"a", []string{"a", "b"}}, // the kind it has: the old "a" goes
+		{"c", []string{"c", "a"}}, // a third kind: the oldest, "b", goes
+		{"c", []string{"c", "a"}},
+	}
+	for i, st := range steps {
+		p.offerStandby(made(st.offer), at, log)
+		if got := specs(p.standbys[at]); !slices.Equal(got, st.want) {
+			t.Fatalf("after offer %d (%q): standbys %q, want %q", i+1, st.offer, got, st.want)
+		}
+	}
+	if got := specs(p.standbys[other]); !slices.Equal(got, []string{"x"}) {
+		t.Errorf("the other network's standbys: %q, want [x]", got)
+	}
 	p.cleanups.Wait()
 }
 
