@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -301,6 +303,9 @@ func benchmarkDifferential(b *testing.B, opts Options, glrHelper string) {
 	// sandbox (about a second each here), once per runner start.
 	const cold = 2
 	perJob, warm := map[string]float64{}, map[string]float64{}
+	// each fixture's seconds per runner, summed over its runs, for the
+	// breakdown (go test -v)
+	byFixture := map[string]map[string]float64{}
 	for range b.N {
 		for _, r := range runners {
 			o := opts
@@ -316,12 +321,28 @@ func benchmarkDifferential(b *testing.B, opts Options, glrHelper string) {
 				if i >= cold {
 					warmSum += o.Seconds
 				}
+				if byFixture[o.Fixture] == nil {
+					byFixture[o.Fixture] = map[string]float64{}
+				}
+				byFixture[o.Fixture][r.r.Name] += o.Seconds
 			}
 			perJob[r.r.Name] += sum / float64(len(rec.Observations)) / float64(b.N)
 			if n := len(rec.Observations) - cold; n > 0 {
 				warm[r.r.Name] += warmSum / float64(n) / float64(b.N)
 			}
 		}
+	}
+	// The geometric mean of the fixtures' speed-ups weighs each kind of
+	// job the same: the mean time per job is the long jobs' (a job that
+	// runs into its 20 s timeout takes that long with either runner).
+	logSum := 0.0
+	for _, name := range slices.Sorted(maps.Keys(byFixture)) {
+		t := byFixture[name]
+		b.Logf("%-40s gitlab-runner %6.2f s  drover %6.2f s  %5.1f×", name, t["gitlab-runner"], t["drover"], t["gitlab-runner"]/t["drover"])
+		logSum += math.Log(t["gitlab-runner"] / t["drover"])
+	}
+	if len(byFixture) > 0 {
+		b.ReportMetric(math.Exp(logSum/float64(len(byFixture))), "geomean-speedup")
 	}
 	b.ReportMetric(perJob["gitlab-runner"], "gitlab-runner-s/job")
 	b.ReportMetric(perJob["drover"], "drover-s/job")
