@@ -230,6 +230,16 @@ func (f *pendingStandby) wait(ctx context.Context) (*standby, error) {
 	}
 }
 
+// failed reports whether making the standby is over and gave none.
+func (f *pendingStandby) failed() bool {
+	select {
+	case <-f.done:
+		return f.sb == nil
+	default:
+		return false
+	}
+}
+
 // discard removes standby f once it is made, in the background
 // (Provider.Wait waits for it).
 func (p *Provider) discard(f *pendingStandby, logger *slog.Logger) {
@@ -463,7 +473,8 @@ const maxStandbyVariants = 2
 
 // offerStandby gives standby f (made or being made) to the next job on
 // slot network at, before the ones there: one there for the same kind of
-// job, and the oldest beyond maxStandbyVariants, are removed.
+// job, one whose making failed, and the oldest beyond maxStandbyVariants
+// are removed.
 func (p *Provider) offerStandby(f *pendingStandby, at standbyKey, logger *slog.Logger) {
 	p.mu.Lock()
 	if p.standbys == nil {
@@ -472,7 +483,7 @@ func (p *Provider) offerStandby(f *pendingStandby, at standbyKey, logger *slog.L
 	keep := []*pendingStandby{f}
 	var drop []*pendingStandby
 	for _, o := range p.standbys[at] {
-		if o.spec == f.spec || len(keep) == maxStandbyVariants {
+		if o.spec == f.spec || o.failed() || len(keep) == maxStandbyVariants {
 			drop = append(drop, o)
 			continue
 		}

@@ -111,10 +111,13 @@ func TestPendingStandby(t *testing.T) {
 // oldest, and another network's standbys are not touched.
 func TestOfferStandbyVariants(t *testing.T) {
 	made := func(spec string) *pendingStandby {
-		f := &pendingStandby{spec: spec, done: make(chan struct{})}
-		close(f.done) // made (failed: its discard has nothing to remove)
+		// Made: a standby with no containers (its discard removes none).
+		f := &pendingStandby{spec: spec, done: make(chan struct{}), sb: &standby{name: spec}}
+		close(f.done)
 		return f
 	}
+	failed := &pendingStandby{spec: "failed", done: make(chan struct{})}
+	close(failed.done) // making it gave no standby
 	specs := func(fs []*pendingStandby) []string {
 		var out []string
 		for _, f := range fs {
@@ -135,9 +138,15 @@ func TestOfferStandbyVariants(t *testing.T) {
 		{"a", []string{"a", "b"}}, // the kind it has: the old "a" goes
 		{"c", []string{"c", "a"}}, // a third kind: the oldest, "b", goes
 		{"c", []string{"c", "a"}},
+		{"failed", []string{"failed", "c"}},
+		{"d", []string{"d", "c"}}, // the failed one goes before "c" does
 	}
 	for i, st := range steps {
-		p.offerStandby(made(st.offer), at, log)
+		f := made(st.offer)
+		if st.offer == "failed" {
+			f = failed
+		}
+		p.offerStandby(f, at, log)
 		if got := specs(p.standbys[at]); !slices.Equal(got, st.want) {
 			t.Fatalf("after offer %d (%q): standbys %q, want %q", i+1, st.offer, got, st.want)
 		}
