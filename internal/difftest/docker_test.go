@@ -6,11 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
@@ -147,28 +144,10 @@ func removeRunnerLeftoversOnce(ctx context.Context, t testing.TB, cli *dockercli
 		t.Logf("list runner %s's containers: %v", short, err)
 	}
 	for _, c := range ctrs {
-		for {
-			err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-			if err == nil || cerrdefs.IsNotFound(err) {
-				break
-			}
-			if !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already in progress") || ctx.Err() != nil {
-				t.Logf("remove container %s: %v", c.ID, err)
-				break
-			}
-			// The runner was killed while removing it: its volumes can
-			// go once that removal is over. The engine's wait for
-			// "removed" can miss a removal that ends as it starts (it
-			// then waits forever: a CI run hung here 20 minutes), so it
-			// is asked a few seconds at a time, and the remove again
-			// says whether the container is gone.
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			waited, werrs := cli.ContainerWait(wctx, c.ID, container.WaitConditionRemoved)
-			select {
-			case <-waited:
-			case <-werrs:
-			}
-			cancel()
+		// The runner may have been killed while removing it: its
+		// volumes can go once that removal is over.
+		if err := dockerexec.RemoveContainer(ctx, cli, c.ID, true); err != nil {
+			t.Logf("remove container %s: %v", c.ID, err)
 		}
 	}
 	nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})

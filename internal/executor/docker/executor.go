@@ -1005,7 +1005,7 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 	var wg sync.WaitGroup
 	for _, id := range containers {
 		wg.Go(func() {
-			if err := removeContainer(ctx, eng, id, anon); err != nil {
+			if err := RemoveContainer(ctx, eng, id, anon); err != nil {
 				logger.Warn("cannot remove a job container", "container", id, "err", err)
 			}
 		})
@@ -1033,29 +1033,67 @@ func removeAll(ctx context.Context, eng Engine, logger *slog.Logger, containers 
 	wg.Wait()
 }
 
-// removeContainer removes a container with force (and its anonymous
+// ContainerRemover is what RemoveContainer needs of a Docker engine
+// (Engine and Docker's client have it).
+type ContainerRemover interface {
+	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
+	ContainerWait(ctx context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+}
+
+// removalWaitSlice is how long RemoveContainer waits on the engine's
+// "removed" condition before it asks for the removal again.
+const removalWaitSlice = 5 * time.Second
+
+// RemoveContainer removes a container with force (and its anonymous
 // volumes when anon is set). One that someone else is removing already
-// (a "docker rm -f" under the job) is waited for, so the volumes it holds
-// can go next; one that is gone is not an error.
-func removeContainer(ctx context.Context, eng Engine, id string, anon bool) error {
-	err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: anon})
-	if err == nil || cerrdefs.IsNotFound(err) {
-		return nil
+// (a "docker rm -f" under the job, a killed manager's cleanup) is waited
+// for, so the volumes it holds can go next; one that is gone is not an
+// error. The engine's wait for "removed" can miss a removal that ends as
+// the wait starts and then never answer (a CI run hung 20 minutes in
+// it), so it is asked removalWaitSlice at a time, and the removal is
+// asked again after each: its "not found" says the container is gone.
+// It returns when the container is gone, on another error, or when ctx
+// ends.
+func RemoveContainer(ctx context.Context, eng ContainerRemover, id string, anon bool) error {
+	return removeContainer(ctx, eng, id, anon, removalWaitSlice)
+}
+
+// removeContainer is RemoveContainer waiting slice at a time.
+func removeContainer(ctx context.Context, eng ContainerRemover, id string, anon bool, slice time.Duration) error {
+	for {
+		err := eng.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: anon})
+		if err == nil || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already in progress") {
+			return err
+		}
+		if werr := waitRemoved(ctx, eng, id, slice); werr != nil {
+			return fmt.Errorf("%w; waiting for the removal under way: %w", err, werr)
+		}
 	}
-	if !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already in progress") {
-		return err
-	}
-	waited, werrs := eng.ContainerWait(ctx, id, container.WaitConditionRemoved)
+}
+
+// waitRemoved waits up to slice for container id's removal:
+// nil when it is removed, gone or the slice ended (the caller asks
+// again), the engine's error otherwise, ctx's error when ctx ends.
+func waitRemoved(ctx context.Context, eng ContainerRemover, id string, slice time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, slice)
+	defer cancel()
+	waited, werrs := eng.ContainerWait(wctx, id, container.WaitConditionRemoved)
 	select {
 	case <-waited:
 		return nil
 	case werr := <-werrs:
-		if werr == nil || cerrdefs.IsNotFound(werr) {
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case werr == nil || cerrdefs.IsNotFound(werr) || wctx.Err() != nil:
 			return nil
 		}
-		return fmt.Errorf("%w; waiting for the removal under way: %w", err, werr)
-	case <-ctx.Done():
-		return fmt.Errorf("%w; waiting for the removal under way: %w", err, ctx.Err())
+		return werr
+	case <-wctx.Done():
+		return ctx.Err()
 	}
 }
 
