@@ -167,6 +167,50 @@ func TestAdaptiveIdleSlotsDispersion(t *testing.T) {
 	}
 }
 
+// The bursts' part of the buffer follows the load less than the Poisson
+// part: a pipeline's fan-out keeps its size when fewer come. At a
+// sixteenth of the load a bursty buffer keeps well over the quarter that
+// square-root staffing would, a Poisson one about that quarter, and both
+// still grow with the load.
+func TestAdaptiveIdleSlotsBurstsFollowLoadSlowly(t *testing.T) {
+	sized := func(rate, disp float64) float64 {
+		o := Observed{ArrivalRate: rate, MeanDuration: 7 * time.Minute, BootTime: 2 * time.Minute, ArrivalDispersion: disp}
+		a, _ := offeredLoad(o)
+		return changeSD(o, a, exposure(o, 30*time.Second))
+	}
+	for _, tc := range []struct {
+		disp     float64
+		min, max float64 // the spread at 1/16 of the load over the spread at the full load
+	}{
+		{1, 0.24, 0.26},  // Poisson: √(1/16)
+		{7, 0.35, 0.65},  // the generated days' pipelines
+		{25, 0.35, 0.65}, // the bursty day's
+	} {
+		full, low := sized(1, tc.disp), sized(1.0/16, tc.disp)
+		if r := low / full; r < tc.min || r > tc.max {
+			t.Errorf("dispersion %v: spread %.2f at 1/16 of the load, %.2f at the full load (ratio %.3f, want %.2f–%.2f)", tc.disp, low, full, r, tc.min, tc.max)
+		}
+		prev := 0.0
+		for _, rate := range []float64{1.0 / 64, 1.0 / 16, 0.25, 1, 4} {
+			sd := sized(rate, tc.disp)
+			if sd <= prev {
+				t.Errorf("dispersion %v: spread %.2f at rate %v, not above %.2f at a lower one", tc.disp, sd, rate, prev)
+			}
+			prev = sd
+		}
+	}
+	for _, tc := range []struct{ v, want float64 }{
+		{0, 0}, {-1, 0}, {math.NaN(), 0}, {math.Inf(1), 0},
+		{burstPivot, burstPivot},
+		{burstPivot * 32, burstPivot * 4}, // 32^0.4 = 4
+		{burstPivot / 32, burstPivot / 4}, // below the pivot: more than v
+	} {
+		if got := burstVariance(tc.v); math.Abs(got-tc.want) > 1e-9*max(1, tc.want) {
+			t.Errorf("burstVariance(%v) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+}
+
 func TestDispersionEstimator(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

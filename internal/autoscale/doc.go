@@ -111,8 +111,11 @@
 //     still run number a·p on average, with variance a·p·I (compound
 //     Poisson: pipelines fan out in batches of K, I ≈ E[K²]/E[K]; I = 1
 //     for Poisson arrivals). The change X has mean 0 and variance
-//     σ² = a·p·(I + 1 − p) (square-root staffing: the buffer grows like
-//     √a, and like √I with burstiness).
+//     σ² = a·p·(2 − p) + v_b, v_b the bursts' part a·p·(I − 1) counted as
+//     30·(a·p·(I − 1)/30)^0.4 (burstVariance): square-root staffing for
+//     Poisson arrivals, the buffer growing like √a; a pipeline's fan-out
+//     keeps its size when the load falls, so the part that catches
+//     bursts grows only as the fifth root of theirs.
 //  3. Feedback. σ is multiplied by the gain g. The pool feeds every job's
 //     queue wait while an adaptive schedule is in force: from
 //     Reservation.SetQueuedAt when the caller knows when the job was
