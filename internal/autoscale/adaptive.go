@@ -144,17 +144,17 @@ func changeSD(o Observed, a float64, w time.Duration) float64 {
 // square-root one there, which follows a Poisson load best (issue 19).
 //
 // Measured (BenchmarkBilledAdaptive, issue 38): on the generated days,
-// whose arrivals all come in pipelines (I of 5–25), billed per second
+// whose arrivals all come in pipelines (I of 4.5–25), billed per second
 // with a 1 min minimum, 0.7 % less over the 24 tuning cases and 0.75 %
 // over the 8 report cases; bursty day 2 min boots 2.4 % less, weekend
 // 2 min boots 2.0 % less; a fresh pool's p95 on the weekend day at 30 s
 // boots 28.8 s instead of 30.7 s (30.4–31.0 s on the six weekend tuning
 // days before, ≤ 30 s on all now). The exponent and the pivot were
-// chosen on the tuning days (exponents 0.15–0.3 with the pivot at 30,
-// pivots 15–60: the least tuning-day bill with no p95 over the target
-// on any tuning day, warm or fresh); the whole variance raised to the
-// exponent instead (bursts and Poisson alike) did about as well on the
-// generated days but lost issue 19's Poisson diurnal day.
+// chosen on the tuning days (exponents 0.15, 0.2 and 0.3 with the pivot
+// at 30, pivots 30 and 60 with 0.2: the least tuning-day bill with no p95
+// over the target on any tuning day, warm or fresh); the whole variance
+// raised to the exponent instead (bursts and Poisson alike) did about as
+// well on the generated days but lost issue 19's Poisson diurnal day.
 func burstVariance(v float64) float64 {
 	if !(v > 0) || math.IsInf(v, 0) {
 		return 0
