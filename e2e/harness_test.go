@@ -118,6 +118,16 @@ func startBin(t testing.TB, bin, dir string, args ...string) *proc {
 		select {
 		case <-p.done:
 		default:
+			if t.Failed() {
+				// Go's runtime answers SIGABRT (which drover does not
+				// handle) with every goroutine's stack, into the log
+				// printed below: where a hung process waits.
+				_ = p.cmd.Process.Signal(syscall.SIGABRT)
+				select {
+				case <-p.done:
+				case <-time.After(10 * time.Second):
+				}
+			}
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}

@@ -27,6 +27,16 @@
 // Every Keepalive interval the client sends an OpenSSH keepalive request;
 // when the peer does not answer within Timeout the connection is closed,
 // which fails every session on it, and Done is closed.
+//
+// # Opening sessions and forwards
+//
+// A session or a forward (a channel) waits for the peer's answer at most
+// Timeout, and no longer than the connection lives. x/crypto/ssh waits
+// for it with no bound of its own: an open asked just as the connection
+// ends, after the connection dropped its channels but before it reports
+// the end, is never answered and never failed (a job of the docker
+// autoscaler waited on one for the rest of its life after its instance's
+// SSH link was cut).
 package sshx
 
 import (
@@ -70,8 +80,9 @@ type Config struct {
 	// (see HostKeyAlgorithms and TOFU.Algorithms). Empty means
 	// DefaultHostKeyAlgorithms, ssh-ed25519 first.
 	HostKeyAlgorithms []string
-	// Timeout bounds the TCP connect plus the SSH handshake, and the wait for
-	// a keep-alive reply. Zero means DefaultTimeout.
+	// Timeout bounds the TCP connect plus the SSH handshake, the wait for
+	// a keep-alive reply, and the wait for the answer to a session's or a
+	// forward's open. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// Keepalive is the interval between keep-alive requests; zero means
 	// DefaultKeepalive, negative disables them.
@@ -82,11 +93,14 @@ type Config struct {
 
 // Client is one SSH connection.
 type Client struct {
-	c      *ssh.Client
-	logger *slog.Logger
-	done   chan struct{}
-	once   sync.Once
-	err    error // why the connection ended; set before done closes
+	c       *ssh.Client
+	addr    string
+	clk     clock.Clock
+	timeout time.Duration // bounds the wait for the peer's answer to an open
+	logger  *slog.Logger
+	done    chan struct{}
+	once    sync.Once
+	err     error // why the connection ended; set before done closes
 }
 
 // Dial connects and authenticates. ctx bounds the connect and the
@@ -166,7 +180,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 
-	c := &Client{c: ssh.NewClient(cc, chans, reqs), logger: logger.With("addr", cfg.Addr), done: make(chan struct{})}
+	c := &Client{c: ssh.NewClient(cc, chans, reqs), addr: cfg.Addr, clk: clock.OrReal(cfg.Clock), timeout: timeout,
+		logger: logger.With("addr", cfg.Addr), done: make(chan struct{})}
 	go func() {
 		err := c.c.Wait()
 		c.finish(fmt.Errorf("ssh %s: connection closed: %w", cfg.Addr, errOrEOF(err)))
@@ -176,7 +191,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		if interval == 0 {
 			interval = DefaultKeepalive
 		}
-		go c.keepalive(clock.OrReal(cfg.Clock), interval, timeout)
+		go c.keepalive(c.clk, interval, timeout)
 	}
 	return c, nil
 }
@@ -253,12 +268,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Session opens a new session (a channel) on the connection.
+// Session opens a new session (a channel) on the connection; the peer
+// has Timeout to answer (see the package's doc).
 func (c *Client) Session() (*ssh.Session, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	s, err := c.c.NewSession()
+	s, err := openChannel(context.Background(), c, "a session", c.c.NewSession)
 	if err != nil {
 		if cerr := c.Err(); cerr != nil {
 			return nil, cerr
@@ -266,6 +282,46 @@ func (c *Client) Session() (*ssh.Session, error) {
 		return nil, fmt.Errorf("open session: %w", err)
 	}
 	return s, nil
+}
+
+// openChannel runs open, which asks the peer for a channel (named by
+// what, for errors), and waits for its answer until ctx ends, the
+// connection ends or Timeout passes. A channel that comes after the wait
+// was given up is closed. An open that is never answered leaves its
+// goroutine behind: x/crypto/ssh gives no way to abandon it.
+func openChannel[T io.Closer](ctx context.Context, c *Client, what string, open func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	got := make(chan result)
+	gaveUp := make(chan struct{})
+	go func() {
+		v, err := open()
+		select {
+		case got <- result{v, err}:
+		case <-gaveUp:
+			if err == nil {
+				_ = v.Close()
+			}
+		}
+	}()
+	t := c.clk.NewTimer(c.timeout)
+	defer t.Stop()
+	var zero T
+	select {
+	case r := <-got:
+		return r.v, r.err
+	case <-ctx.Done():
+		close(gaveUp)
+		return zero, ctx.Err()
+	case <-c.done:
+		close(gaveUp)
+		return zero, c.err
+	case <-t.C():
+		close(gaveUp)
+		return zero, fmt.Errorf("ssh %s: %s was not answered within %v", c.addr, what, c.timeout)
+	}
 }
 
 // Listen asks the server to listen on addr (host:port on its side) and
@@ -278,13 +334,16 @@ func (c *Client) Listen(network, addr string) (net.Listener, error) {
 // DialContext opens a connection from the remote host to addr: network
 // "tcp" (host:port as the remote host resolves it) or "unix" (a socket
 // path on the remote host, OpenSSH's streamlocal forwarding, e.g. the
-// Docker engine's /var/run/docker.sock). The connection ends with the SSH
-// connection.
+// Docker engine's /var/run/docker.sock). The peer has Timeout to answer
+// (see the package's doc). The connection ends with the SSH connection.
 func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	conn, err := c.c.DialContext(ctx, network, addr)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	conn, err := openChannel(ctx, c, "the forward to "+network+" "+addr, func() (net.Conn, error) { return c.c.Dial(network, addr) })
 	if err != nil {
 		if cerr := c.Err(); cerr != nil {
 			return nil, cerr

@@ -256,3 +256,93 @@ func TestKeepaliveFakeClock(t *testing.T) {
 		t.Fatal("the connection outlived an unanswered keep-alive")
 	}
 }
+
+// TestOpenBounded: a session or a forward asked of a peer that no longer
+// answers (a frozen proxy, keep-alives off) fails after Timeout, on the
+// client's clock, instead of waiting for ever; one pending when the
+// connection ends fails with the connection's error.
+func TestOpenBounded(t *testing.T) {
+	t.Parallel()
+	srv := sshxtest.Start(t)
+	opens := []struct {
+		name string
+		open func(*sshx.Client) error
+		what string
+	}{
+		{"forward", func(c *sshx.Client) error {
+			conn, err := c.DialContext(context.Background(), "unix", "/var/run/no-such.sock")
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		}, "the forward to unix /var/run/no-such.sock was not answered within 10s"},
+		{"session", func(c *sshx.Client) error {
+			s, err := c.Session()
+			if err == nil {
+				s.Close()
+			}
+			return err
+		}, "a session was not answered within 10s"},
+	}
+	for _, o := range opens {
+		t.Run(o.name+"/timeout", func(t *testing.T) {
+			t.Parallel()
+			px := sshxtest.NewProxy(t, srv.Addr)
+			clk := clock.NewFake(time.Unix(0, 0))
+			cfg := config(srv, &sshx.TOFU{}, "i-1")
+			cfg.Addr, cfg.Keepalive, cfg.Timeout, cfg.Clock = px.Addr, -1, 10*time.Second, clk
+			c, err := sshx.Dial(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("Dial() = %v", err)
+			}
+			defer c.Close()
+			px.Freeze()
+			res := make(chan error, 1)
+			go func() { res <- o.open(c) }()
+			for clk.Pending() != 1 { // the open's timer
+				select {
+				case err := <-res:
+					t.Fatalf("open over a frozen link returned %v before any timeout", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			clk.Advance(9 * time.Second)
+			select {
+			case err := <-res:
+				t.Fatalf("open returned %v before its 10s timeout", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			clk.Advance(time.Second)
+			select {
+			case err := <-res:
+				if err == nil || !strings.Contains(err.Error(), o.what) {
+					t.Errorf("open over a frozen link = %v, want %q", err, o.what)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("open over a frozen link still waits after its timeout")
+			}
+		})
+		t.Run(o.name+"/connection-ends", func(t *testing.T) {
+			t.Parallel()
+			px := sshxtest.NewProxy(t, srv.Addr)
+			cfg := config(srv, &sshx.TOFU{}, "i-1")
+			cfg.Addr, cfg.Keepalive, cfg.Timeout = px.Addr, -1, time.Hour
+			c, err := sshx.Dial(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("Dial() = %v", err)
+			}
+			px.Freeze()
+			res := make(chan error, 1)
+			go func() { res <- o.open(c) }()
+			c.Close()
+			select {
+			case err := <-res:
+				if err == nil || !strings.Contains(err.Error(), "closed") {
+					t.Errorf("open on a connection that ended = %v, want the connection's end", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("open still waits after its connection ended")
+			}
+		})
+	}
+}
