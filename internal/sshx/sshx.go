@@ -274,7 +274,7 @@ func (c *Client) Session() (*ssh.Session, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	s, err := openChannel(context.Background(), c, "a session", c.c.NewSession)
+	s, err := openChannel(context.Background(), c, c.c.NewSession)
 	if err != nil {
 		if cerr := c.Err(); cerr != nil {
 			return nil, cerr
@@ -284,12 +284,11 @@ func (c *Client) Session() (*ssh.Session, error) {
 	return s, nil
 }
 
-// openChannel runs open, which asks the peer for a channel (named by
-// what, for errors), and waits for its answer until ctx ends, the
-// connection ends or Timeout passes. A channel that comes after the wait
+// openChannel runs open, which asks the peer for a channel, and waits
+// for its answer until ctx ends, the connection ends or Timeout passes. A channel that comes after the wait
 // was given up is closed. An open that is never answered leaves its
 // goroutine behind: x/crypto/ssh gives no way to abandon it.
-func openChannel[T io.Closer](ctx context.Context, c *Client, what string, open func() (T, error)) (T, error) {
+func openChannel[T io.Closer](ctx context.Context, c *Client, open func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -320,7 +319,7 @@ func openChannel[T io.Closer](ctx context.Context, c *Client, what string, open 
 		return zero, c.err
 	case <-t.C():
 		close(gaveUp)
-		return zero, fmt.Errorf("ssh %s: %s was not answered within %v", c.addr, what, c.timeout)
+		return zero, fmt.Errorf("ssh %s did not answer within %v", c.addr, c.timeout)
 	}
 }
 
@@ -343,7 +342,7 @@ func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Con
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	conn, err := openChannel(ctx, c, "the forward to "+network+" "+addr, func() (net.Conn, error) { return c.c.Dial(network, addr) })
+	conn, err := openChannel(ctx, c, func() (net.Conn, error) { return c.c.Dial(network, addr) })
 	if err != nil {
 		if cerr := c.Err(); cerr != nil {
 			return nil, cerr

@@ -3,6 +3,7 @@ package sshx_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -275,14 +276,14 @@ func TestOpenBounded(t *testing.T) {
 				conn.Close()
 			}
 			return err
-		}, "the forward to unix /var/run/no-such.sock was not answered within 10s"},
+		}, "ssh: forward to unix /var/run/no-such.sock: ssh %s did not answer within 10s"},
 		{"session", func(c *sshx.Client) error {
 			s, err := c.Session()
 			if err == nil {
 				s.Close()
 			}
 			return err
-		}, "a session was not answered within 10s"},
+		}, "open session: ssh %s did not answer within 10s"},
 	}
 	for _, o := range opens {
 		t.Run(o.name+"/timeout", func(t *testing.T) {
@@ -315,8 +316,8 @@ func TestOpenBounded(t *testing.T) {
 			clk.Advance(time.Second)
 			select {
 			case err := <-res:
-				if err == nil || !strings.Contains(err.Error(), o.what) {
-					t.Errorf("open over a frozen link = %v, want %q", err, o.what)
+				if want := fmt.Sprintf(o.what, px.Addr); err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("open over a frozen link = %v, want %q", err, want)
 				}
 			case <-time.After(time.Minute):
 				t.Fatal("open over a frozen link still waits after its timeout")
