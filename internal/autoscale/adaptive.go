@@ -131,6 +131,29 @@ func changeSD(o Observed, a float64, w time.Duration) float64 {
 	return sd
 }
 
+// missShape is how many jobs per job arriving a buffer of a fixed z·σ
+// lets wait past the target, up to a factor that does not depend on the
+// load: σ/(λ·W), σ the model's spread (changeSD without the gain) and
+// λ·W the jobs that arrive over the exposure window. Over W the buffer
+// lets through σ·L(z) jobs (L the normal loss function), and λ·W come: a
+// fixed z lets more of a low load's jobs miss than of a high one's. 0
+// when the model has nothing to size (no load, no boot time, or boots
+// that meet the target alone).
+func missShape(o Observed, targetWait time.Duration) float64 {
+	a, ok := offeredLoad(o)
+	w := exposure(o, targetWait)
+	if !ok || w <= 0 {
+		return 0
+	}
+	o.BufferGain = 0
+	sd := changeSD(o, a, w)
+	n := o.ArrivalRate * w.Seconds()
+	if !(sd > 0) || !(n > 0) || math.IsInf(sd/n, 0) {
+		return 0
+	}
+	return sd / n
+}
+
 // Bursts. Arrivals in batches (a pipeline's jobs fan out together) add
 // v = a·p·(I − 1) to the variance of the load's change over the exposure
 // window. The normal approximation would size the buffer by √v, which
@@ -342,11 +365,17 @@ func AdaptiveBand(s *Schedule, o Observed, target int) int {
 	if tw <= 0 {
 		tw = DefaultTargetWait
 	}
-	beta := min(o.BootTime.Seconds()/(2*tw.Seconds())-1, maxAdaptiveBand)
+	beta := bandShare(o.BootTime, tw)
 	if !(beta > 0) || target <= 0 {
 		return 0
 	}
 	return int(math.Min(beta*float64(target), maxAdaptiveSlots))
+}
+
+// bandShare is AdaptiveBand's β for boots of boot and a target wait of
+// tw > 0: boot/(2·tw) − 1 within [0, maxAdaptiveBand].
+func bandShare(boot, tw time.Duration) float64 {
+	return max(min(boot.Seconds()/(2*tw.Seconds())-1, maxAdaptiveBand), 0)
 }
 
 // maxAdaptiveBand bounds AdaptiveBand's β: it was measured up to 2 (a

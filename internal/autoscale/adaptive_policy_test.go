@@ -297,6 +297,7 @@ func TestFromRunnerAdaptivePreemptiveDefault(t *testing.T) {
 
 func TestWaitFeedback(t *testing.T) {
 	target := 30 * time.Second
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	var f waitFeedback
 	if f.gain() != 1 {
 		t.Fatalf("initial gain %v", f.gain())
@@ -304,10 +305,10 @@ func TestWaitFeedback(t *testing.T) {
 	// 21 misses in 500 jobs (the 4.2% goal): the gain comes back to 1.
 	for range 4 {
 		for range 21 {
-			f.note(time.Minute, target)
+			f.note(now, time.Minute, target, Observed{})
 		}
 		for range 479 {
-			f.note(time.Second, target)
+			f.note(now, time.Second, target, Observed{})
 		}
 	}
 	if g := f.gain(); math.Abs(g-1) > 1e-9 {
@@ -316,13 +317,13 @@ func TestWaitFeedback(t *testing.T) {
 	f = waitFeedback{}
 	// Misses raise it, within its bound.
 	for range 10 {
-		f.note(31*time.Second, target)
+		f.note(now, 31*time.Second, target, Observed{})
 	}
 	if g, want := f.gain(), math.Exp(10*feedbackStep*(1-feedbackGoal)); math.Abs(g-want) > 1e-9 || g <= 1 {
 		t.Errorf("after 10 misses: gain %v, want %v", g, want)
 	}
 	for range 10_000 {
-		f.note(time.Hour, target)
+		f.note(now, time.Hour, target, Observed{})
 	}
 	if g := f.gain(); math.Abs(g-feedbackMaxGain) > 1e-9 {
 		t.Errorf("after many misses: gain %v, want the bound %v", g, feedbackMaxGain)
@@ -330,16 +331,157 @@ func TestWaitFeedback(t *testing.T) {
 	// Jobs within the target lower it, within its bound; a wait equal to
 	// the target is within it.
 	for range 100_000 {
-		f.note(target, target)
+		f.note(now, target, target, Observed{})
 	}
 	if g := f.gain(); math.Abs(g-1.0/feedbackMaxGain) > 1e-9 {
 		t.Errorf("after many hits: gain %v, want 1/%v", g, feedbackMaxGain)
 	}
 	// No target: the default.
 	var d waitFeedback
-	d.note(DefaultTargetWait+time.Second, 0)
+	d.note(now, DefaultTargetWait+time.Second, 0, Observed{})
 	if d.gain() <= 1 {
 		t.Errorf("a wait beyond the default target did not count as a miss: %v", d.gain())
+	}
+}
+
+// The loop's goal: 4.2 % while boots take at most twice the target,
+// rising with the band's share to 4.5 % at three times the target.
+func TestFeedbackGoalFor(t *testing.T) {
+	target := 30 * time.Second
+	for _, tc := range []struct {
+		boot time.Duration
+		want float64
+	}{
+		{0, 0.042},
+		{30 * time.Second, 0.042},
+		{60 * time.Second, 0.042},
+		{75 * time.Second, 0.04275},
+		{90 * time.Second, 0.0435},
+		{120 * time.Second, 0.045},
+		{10 * time.Minute, 0.045},
+	} {
+		if got := feedbackGoalFor(tc.boot, target); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("feedbackGoalFor(%s, %s) = %v, want %v", tc.boot, target, got, tc.want)
+		}
+	}
+}
+
+// The model's miss shape: the misses per job of a buffer of a fixed z,
+// more at a low load than at a high one; nothing where the model sizes no
+// buffer.
+func TestMissShape(t *testing.T) {
+	target := 30 * time.Second
+	o := func(rate float64, boot time.Duration, disp float64) Observed {
+		return Observed{ArrivalRate: rate, MeanDuration: 5 * time.Minute, BootTime: boot, ArrivalDispersion: disp, BufferGain: 3}
+	}
+	for _, boot := range []time.Duration{30 * time.Second, 2 * time.Minute} {
+		for _, disp := range []float64{1, 25} {
+			low, high := missShape(o(0.02, boot, disp), target), missShape(o(0.5, boot, disp), target)
+			if !(low > high) || !(high > 0) {
+				t.Errorf("boot %s, dispersion %v: shape %v at 0.02 jobs/s, %v at 0.5: want both > 0, more at the low load", boot, disp, low, high)
+			}
+		}
+	}
+	// Poisson arrivals: σ grows as √λ, so the shape σ/(λ·W) falls as 1/√λ.
+	if r := missShape(o(0.01, 2*time.Minute, 1), target) / missShape(o(0.04, 2*time.Minute, 1), target); math.Abs(r-2) > 1e-9 {
+		t.Errorf("Poisson load at a quarter: shape ×%v, want ×2", r)
+	}
+	// The gain does not enter it: the loop's goal must not follow the loop.
+	g1 := o(0.1, time.Minute, 4)
+	g1.BufferGain = 1
+	if a, b := missShape(o(0.1, time.Minute, 4), target), missShape(g1, target); a != b {
+		t.Errorf("shape with gain 3 %v, with gain 1 %v: want the same", a, b)
+	}
+	for name, ob := range map[string]Observed{
+		"no load":               o(0, 2*time.Minute, 1),
+		"no boot time":          o(0.1, 0, 1),
+		"boots within target/2": o(0.1, 15*time.Second, 1),
+		"no duration":           {ArrivalRate: 0.1, BootTime: time.Minute},
+	} {
+		if s := missShape(ob, target); s != 0 {
+			t.Errorf("%s: shape %v, want 0", name, s)
+		}
+	}
+}
+
+// Where the misses go: a job's goal is the goal times its miss shape over
+// the last day's mean, within [goal/4, 4·goal], so that a low load's jobs
+// may miss more often than a high one's while a day's goals average out
+// to the goal.
+func TestWaitFeedbackGoalFollowsShape(t *testing.T) {
+	target := 30 * time.Second
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	obs := func(rate float64) Observed {
+		return Observed{ArrivalRate: rate, MeanDuration: 5 * time.Minute, BootTime: 2 * time.Minute, ArrivalDispersion: 1}
+	}
+	night, day := obs(0.01), obs(0.16) // Poisson: the night's shape is 4× the day's
+	var f waitFeedback
+	// The first job's shape is the mean: the plain goal.
+	if g := f.goal(now, target, day); math.Abs(g-0.045) > 1e-12 {
+		t.Fatalf("first job's goal %v, want 0.045", g)
+	}
+	// A day of 16 hours at the day's load and 8 at the night's, one job
+	// every 100 s at night and 16 times as often by day, repeated: the
+	// goals average out to the plain goal over the jobs.
+	var sum float64
+	var n int
+	for d := range 3 {
+		for h := range 24 {
+			o, jobs := day, 576
+			if h >= 16 {
+				o, jobs = night, 36
+			}
+			for j := range jobs {
+				at := now.Add(time.Duration(d*24+h)*time.Hour + time.Duration(j)*time.Hour/time.Duration(jobs))
+				g := f.goal(at, target, o)
+				if d == 2 {
+					sum += g
+					n++
+				}
+			}
+		}
+	}
+	if mean := sum / float64(n); math.Abs(mean-0.045) > 0.045*0.05 {
+		t.Errorf("the day's mean goal %v, want 0.045 within 5 %%", mean)
+	}
+	at := now.Add(72 * time.Hour)
+	gd, gn := f.goal(at, target, day), f.goal(at, target, night)
+	if r := gn / gd; math.Abs(r-4) > 4e-3 {
+		t.Errorf("night goal / day goal = %v, want the shapes' ratio 4", r)
+	}
+	if !(gd < 0.045 && gn > 0.045) {
+		t.Errorf("goal by day %v, by night %v: want below and above 0.045", gd, gn)
+	}
+	// A load far from the day's mean is held to the bounds.
+	if g := f.goal(at, target, obs(1e-5)); math.Abs(g-4*0.045) > 1e-12 {
+		t.Errorf("goal at a load far below the mean %v, want the bound %v", g, 4*0.045)
+	}
+	if g := f.goal(at, target, obs(1e4)); math.Abs(g-0.045/4) > 1e-12 {
+		t.Errorf("goal at a load far above the mean %v, want the bound %v", g, 0.045/4)
+	}
+	// The mean forgets, by e a day: after a week at the night's load
+	// only, the night's jobs are at the plain goal again.
+	for j := range 7 * 24 * 36 {
+		f.goal(at.Add(time.Duration(j)*100*time.Second), target, night)
+	}
+	if g := f.goal(at.Add(7*24*time.Hour), target, night); math.Abs(g-0.045) > 0.045*0.02 {
+		t.Errorf("after a week at one load, its goal %v, want 0.045 within 2 %%", g)
+	}
+	// A fresh loop phases the ratio in over its first day: half a day
+	// in, a job's goal is the goal times the square root of its ratio to
+	// the mean of what came so far.
+	var h waitFeedback
+	h.goal(now, target, day)
+	sd, sn := missShape(day, target), missShape(night, target)
+	want := 0.045 * math.Sqrt(sn/((sd+sn*math.Exp(0.5))/(1+math.Exp(0.5))))
+	if g := h.goal(now.Add(12*time.Hour), target, night); math.Abs(g-want) > 1e-12 {
+		t.Errorf("half a day in, the night's goal %v, want %v", g, want)
+	}
+	// Miss and hit move the gain by the job's own goal.
+	var e waitFeedback
+	e.note(now, time.Second, target, day) // first: shape = mean, goal 0.045
+	if got, want := e.logGain, -feedbackStep*0.045; math.Abs(got-want) > 1e-12 {
+		t.Errorf("after a hit ln g = %v, want %v", got, want)
 	}
 }
 

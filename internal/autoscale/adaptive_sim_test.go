@@ -36,7 +36,7 @@ func simulateRate(t *testing.T, p *Policy, rate func(since time.Duration) float6
 		now := f.clk.Now()
 		if observe {
 			for ; fed < len(f.waits); fed++ {
-				fb.note(f.waits[fed], p.Base.TargetWait)
+				fb.note(now, f.waits[fed], p.Base.TargetWait, f.observed)
 			}
 			f.observed = Observed{ArrivalRate: rate(now.Sub(start)), MeanDuration: mean, BootTime: boot, BufferGain: fb.gain()}
 		}

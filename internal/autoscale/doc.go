@@ -124,11 +124,17 @@
 //     time_in_queue_seconds, which the instance and docker-autoscaler
 //     executors pass on through Lease.SetTimeInQueue and
 //     Reservation.SetTimeInQueue), so that a job that waited at the
-//     coordinator counts that wait too. ln g += 0.005·(miss − 0.042),
-//     miss = 1 when the wait exceeded target_wait, g within [1/32, 32]. At
-//     equilibrium 4.2% of the jobs miss the target (0.8 points inside the
-//     p95, as margin for the loop's lag), whatever the bias of the model
-//     on the load at hand. The step is small on purpose: misses come in
+//     coordinator counts that wait too. ln g += 0.005·(miss − goal_j),
+//     miss = 1 when the wait exceeded target_wait, g within [1/32, 32].
+//     goal_j is the day's goal, 4.2% (4.5% at boots of three times the
+//     target and longer, feedbackGoalFor), times the job's miss shape
+//     σ/(λ·W) over its mean of about the last day (missShape, within
+//     [¼, 4]×, phased in over a fresh pool's first day): a buffer of
+//     a fixed z·σ, the cheapest allocation (4. below), lets more of a low
+//     load's jobs miss than of a high one's, and the loop must not undo
+//     it. Over a day 4.2% of the jobs miss the target (0.8 points inside
+//     the p95, as margin for the loop's lag), whatever the bias of the
+//     model on the load at hand. The step is small on purpose: misses come in
 //     clusters (a pipeline's fan-out finding the buffer short), and a
 //     loop that follows them makes the buffer swing, which costs more
 //     idle time than a steady buffer for the same share of late jobs
@@ -172,8 +178,8 @@
 // (docs/BENCHMARKS.md reports both). idle_time remains an
 // upper bound; instances the target needs stay whatever their idle time.
 //
-// Memory. The load statistics (rate, durations, boot time, dispersion)
-// and the gain are saved in the pool's state file with its instances and
+// Memory. The load statistics (rate, durations, boot time, dispersion),
+// the gain and the miss shapes' mean are saved in the pool's state file with its instances and
 // taken over by the next manager on the same state file (older files
 // without them: learning starts anew).
 //

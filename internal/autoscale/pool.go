@@ -620,7 +620,7 @@ func (p *Pool) noteArrivalLocked(now time.Time) {
 // policy's feedback, when the active schedule is adaptive.
 func (p *Pool) noteWaitLocked(now time.Time, wait time.Duration) {
 	if s := p.pol.Active(now); s.Adaptive {
-		p.feedback.note(wait, s.TargetWait)
+		p.feedback.note(now, wait, s.TargetWait, p.observedLocked(now))
 	}
 }
 

@@ -39,6 +39,14 @@ type poolStateLearnt struct {
 	DispersionS2   float64   `json:"dispersion_s2"` // EWMA of their square
 	DispersionHave bool      `json:"dispersion_have,omitempty"`
 	LogGain        float64   `json:"log_gain"` // ln of the adaptive feedback gain
+	// MissShapeSum and MissShapeN are the decaying sum and weight, at
+	// MissShapeAt, of the miss shapes of the jobs fed to the feedback
+	// since MissShapeSince (their mean sets each job's goal; see
+	// waitFeedback).
+	MissShapeSum   float64   `json:"miss_shape_sum,omitempty"`
+	MissShapeN     float64   `json:"miss_shape_n,omitempty"`
+	MissShapeAt    time.Time `json:"miss_shape_at,omitzero"`
+	MissShapeSince time.Time `json:"miss_shape_since,omitzero"`
 }
 
 // learntLocked is the statistics to save. They change only where the
@@ -50,7 +58,9 @@ func (p *Pool) learntLocked() *poolStateLearnt {
 		ArrivalRate: p.rate, RateAt: p.rateAt,
 		MeanDurationS: p.meanDur, MeanBootS: p.meanBoot,
 		DispersionM: p.bursts.m, DispersionS2: p.bursts.s2, DispersionHave: p.bursts.have,
-		LogGain: p.feedback.logGain,
+		LogGain:      p.feedback.logGain,
+		MissShapeSum: p.feedback.shapes.sum, MissShapeN: p.feedback.shapes.n,
+		MissShapeAt: p.feedback.shapes.at, MissShapeSince: p.feedback.shapes.first,
 	}
 }
 
@@ -79,6 +89,9 @@ func (p *Pool) restoreLearntLocked(l *poolStateLearnt) {
 	if !math.IsNaN(l.LogGain) && !math.IsInf(l.LogGain, 0) {
 		lim := math.Log(feedbackMaxGain)
 		p.feedback.logGain = min(max(l.LogGain, -lim), lim)
+	}
+	if ok(l.MissShapeSum) && ok(l.MissShapeN) && l.MissShapeN > 0 && !l.MissShapeAt.IsZero() && !l.MissShapeSince.IsZero() && !l.MissShapeSince.After(l.MissShapeAt) {
+		p.feedback.shapes = decayingMean{sum: l.MissShapeSum, n: l.MissShapeN, at: l.MissShapeAt, first: l.MissShapeSince}
 	}
 }
 

@@ -872,6 +872,10 @@ func TestPoolStateKeepsLearntStatistics(t *testing.T) {
 	if after != before {
 		t.Errorf("observed after the restart %+v, want %+v", after, before)
 	}
+	// So does the mean of the miss shapes the feedback's goals follow.
+	if got, want := again.feedback.shapes, h.pool.feedback.shapes; !(want.n > 0) || got.sum != want.sum || got.n != want.n || !got.at.Equal(want.at) || !got.first.Equal(want.first) {
+		t.Errorf("miss shapes after the restart %+v, want %+v (measured)", got, want)
+	}
 	// The rate decays from its last arrival on, restart or not.
 	h.clk.Advance(10 * time.Minute)
 	if got, want := again.Observed().ArrivalRate, before.ArrivalRate/math.E; math.Abs(got-want) > 1e-9*want {
@@ -880,13 +884,16 @@ func TestPoolStateKeepsLearntStatistics(t *testing.T) {
 
 	// A file of an older drover (no statistics) or with garbage in them
 	// starts learning anew instead of failing.
-	for _, learnt := range []string{``, `,"learnt":{"arrival_rate":-1,"rate_at":"2026-01-01T00:00:00Z","mean_duration_s":-5,"mean_boot_s":0,"dispersion_m":0,"dispersion_s2":0,"log_gain":0}`} {
+	for _, learnt := range []string{``, `,"learnt":{"arrival_rate":-1,"rate_at":"2026-01-01T00:00:00Z","mean_duration_s":-5,"mean_boot_s":0,"dispersion_m":0,"dispersion_s2":0,"log_gain":0,"miss_shape_sum":-1,"miss_shape_n":0}`} {
 		if err := os.WriteFile(state, []byte(`{"version":1,"instances":[]`+learnt+`}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		fresh := h.newPool(pol, func(o *PoolOptions) { o.StateFile = state })
 		if o := fresh.Observed(); o.ArrivalRate != 0 || o.MeanDuration != 0 || o.BootTime != 0 || o.BufferGain != 1 || o.ArrivalDispersion != 1 {
 			t.Errorf("observed from %q = %+v, want nothing learnt", learnt, o)
+		}
+		if fresh.feedback.shapes != (decayingMean{}) {
+			t.Errorf("miss shapes from %q = %+v, want none", learnt, fresh.feedback.shapes)
 		}
 	}
 }
