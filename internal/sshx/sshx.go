@@ -285,8 +285,9 @@ func (c *Client) Session() (*ssh.Session, error) {
 }
 
 // openChannel runs open, which asks the peer for a channel, and waits
-// for its answer until ctx ends, the connection ends or Timeout passes. A channel that comes after the wait
-// was given up is closed. An open that is never answered leaves its
+// for its answer until ctx ends, the connection ends or Timeout passes;
+// an open the ending connection failed gives the connection's error. A
+// channel that comes after the wait was given up is closed. An open that is never answered leaves its
 // goroutine behind: x/crypto/ssh gives no way to abandon it.
 func openChannel[T io.Closer](ctx context.Context, c *Client, open func() (T, error)) (T, error) {
 	type result struct {
@@ -310,7 +311,18 @@ func openChannel[T io.Closer](ctx context.Context, c *Client, open func() (T, er
 	var zero T
 	select {
 	case r := <-got:
-		return r.v, r.err
+		if r.err == nil || !droppedByConnection(r.err) {
+			return r.v, r.err
+		}
+		// The connection is ending: x/crypto/ssh fails its pending
+		// opens before it reports the end, which is the error to give.
+		select {
+		case <-c.done:
+			return zero, c.err
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		return zero, r.err
 	case <-ctx.Done():
 		close(gaveUp)
 		return zero, ctx.Err()
@@ -321,6 +333,16 @@ func openChannel[T io.Closer](ctx context.Context, c *Client, open func() (T, er
 		close(gaveUp)
 		return zero, fmt.Errorf("ssh %s did not answer within %v", c.addr, c.timeout)
 	}
+}
+
+// droppedByConnection reports whether err is how x/crypto/ssh fails an
+// open that was pending when its connection ended: on the way out it
+// closes every channel's message queue, and the open reads a nil message
+// ("unexpected packet in response to channel open: <nil>"). The peer's
+// refusal is an *ssh.OpenChannelError instead.
+func droppedByConnection(err error) bool {
+	var refused *ssh.OpenChannelError
+	return !errors.As(err, &refused) && strings.HasSuffix(err.Error(), "in response to channel open: <nil>")
 }
 
 // Listen asks the server to listen on addr (host:port on its side) and
