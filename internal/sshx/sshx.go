@@ -287,8 +287,9 @@ func (c *Client) Session() (*ssh.Session, error) {
 // openChannel runs open, which asks the peer for a channel, and waits
 // for its answer until ctx ends, the connection ends or Timeout passes;
 // an open the ending connection failed gives the connection's error. A
-// channel that comes after the wait was given up is closed. An open that is never answered leaves its
-// goroutine behind: x/crypto/ssh gives no way to abandon it.
+// channel that comes after the wait was given up is closed. An open that
+// is never answered leaves its goroutine behind: x/crypto/ssh gives no
+// way to abandon it.
 func openChannel[T io.Closer](ctx context.Context, c *Client, open func() (T, error)) (T, error) {
 	type result struct {
 		v   T

@@ -285,19 +285,26 @@ func TestOpenBounded(t *testing.T) {
 			return err
 		}, "open session: ssh %s did not answer within 10s"},
 	}
+	// frozen is a client connected through a proxy that then froze:
+	// no keep-alives, opens that get no answer.
+	frozen := func(t *testing.T, clk clock.Clock, timeout time.Duration) (*sshx.Client, *sshxtest.Proxy) {
+		t.Helper()
+		px := sshxtest.NewProxy(t, srv.Addr)
+		cfg := config(srv, &sshx.TOFU{}, "i-1")
+		cfg.Addr, cfg.Keepalive, cfg.Timeout, cfg.Clock = px.Addr, -1, timeout, clk
+		c, err := sshx.Dial(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Dial() = %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		px.Freeze()
+		return c, px
+	}
 	for _, o := range opens {
 		t.Run(o.name+"/timeout", func(t *testing.T) {
 			t.Parallel()
-			px := sshxtest.NewProxy(t, srv.Addr)
 			clk := clock.NewFake(time.Unix(0, 0))
-			cfg := config(srv, &sshx.TOFU{}, "i-1")
-			cfg.Addr, cfg.Keepalive, cfg.Timeout, cfg.Clock = px.Addr, -1, 10*time.Second, clk
-			c, err := sshx.Dial(t.Context(), cfg)
-			if err != nil {
-				t.Fatalf("Dial() = %v", err)
-			}
-			defer c.Close()
-			px.Freeze()
+			c, px := frozen(t, clk, 10*time.Second)
 			res := make(chan error, 1)
 			go func() { res <- o.open(c) }()
 			for clk.Pending() != 1 { // the open's timer
@@ -323,16 +330,36 @@ func TestOpenBounded(t *testing.T) {
 				t.Fatal("open over a frozen link still waits after its timeout")
 			}
 		})
+		// The link resets under an open the server never got: x/crypto
+		// fails the open before it reports the end, and the open must
+		// still give the connection's end, not x/crypto's "unexpected
+		// packet".
+		t.Run(o.name+"/link-reset", func(t *testing.T) {
+			t.Parallel()
+			c, px := frozen(t, nil, time.Hour)
+			res := make(chan error, 1)
+			go func() { res <- o.open(c) }()
+			select {
+			case <-px.Swallowed(): // the open is on its way: pending
+			case err := <-res:
+				t.Fatalf("open over a frozen link returned %v", err)
+			case <-time.After(time.Minute):
+				t.Fatal("the open never reached the link")
+			}
+			px.Cut()
+			select {
+			case err := <-res:
+				<-c.Done()
+				if cerr := c.Err(); err == nil || !strings.Contains(err.Error(), cerr.Error()) || strings.Contains(err.Error(), "unexpected packet") {
+					t.Errorf("open under a link reset = %v, want the connection's end %q", err, cerr)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("open still waits after its link was reset")
+			}
+		})
 		t.Run(o.name+"/connection-ends", func(t *testing.T) {
 			t.Parallel()
-			px := sshxtest.NewProxy(t, srv.Addr)
-			cfg := config(srv, &sshx.TOFU{}, "i-1")
-			cfg.Addr, cfg.Keepalive, cfg.Timeout = px.Addr, -1, time.Hour
-			c, err := sshx.Dial(t.Context(), cfg)
-			if err != nil {
-				t.Fatalf("Dial() = %v", err)
-			}
-			px.Freeze()
+			c, _ := frozen(t, nil, time.Hour)
 			res := make(chan error, 1)
 			go func() { res <- o.open(c) }()
 			c.Close()

@@ -275,10 +275,11 @@ func write(t testing.TB, path string, b []byte, mode os.FileMode) {
 type Proxy struct {
 	Addr string
 
-	mu     sync.Mutex
-	conns  []net.Conn
-	frozen chan struct{}
-	once   sync.Once
+	mu        sync.Mutex
+	conns     []net.Conn
+	frozen    chan struct{}
+	once      sync.Once
+	swallowed chan struct{}
 }
 
 // NewProxy starts a proxy to target on 127.0.0.1, closed when the test
@@ -295,7 +296,7 @@ func NewProxyAt(t testing.TB, addr, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	p := &Proxy{Addr: l.Addr().String(), frozen: make(chan struct{})}
+	p := &Proxy{Addr: l.Addr().String(), frozen: make(chan struct{}), swallowed: make(chan struct{}, 1)}
 	t.Cleanup(func() { l.Close(); p.Cut() })
 	go func() {
 		for {
@@ -327,7 +328,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			if err != nil {
 				return
 			}
-			continue // swallowed: the peer is unreachable
+			select { // swallowed: the peer is unreachable
+			case p.swallowed <- struct{}{}:
+			default:
+			}
+			continue
 		default:
 		}
 		if n > 0 {
@@ -341,6 +346,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		}
 	}
 }
+
+// Swallowed receives once bytes were swallowed while frozen (since the
+// last receive): a test knows then that what it sent reached the
+// vanished peer's side of the link.
+func (p *Proxy) Swallowed() <-chan struct{} { return p.swallowed }
 
 // Freeze stops forwarding in both directions, closing nothing.
 func (p *Proxy) Freeze() { p.once.Do(func() { close(p.frozen) }) }
