@@ -68,27 +68,38 @@ func groupContainers(t *testing.T, owner string) []string {
 
 func stateIDs(t *testing.T, path string) []string {
 	t.Helper()
+	ids, _ := stateInstances(t, path)
+	return ids
+}
+
+// stateInstances returns the instances path lists that are not being
+// removed, sorted, and how many job slots the file records as held: a
+// slot the file still holds when the manager dies is a job the next
+// process cannot resume, and its instance is deleted.
+func stateInstances(t *testing.T, path string) (ids []string, held int) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	var st struct {
 		Instances []struct {
 			ID       string `json:"id"`
 			Removing bool   `json:"removing"`
+			Slots    []int  `json:"slots"`
 		} `json:"instances"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("state file %s: %v", path, err)
 	}
-	var ids []string
 	for _, in := range st.Instances {
+		held += len(in.Slots)
 		if !in.Removing {
 			ids = append(ids, in.ID)
 		}
 	}
 	slices.Sort(ids)
-	return ids
+	return ids, held
 }
 
 func instanceConfig(t *testing.T, dir, url, token string) string {
@@ -257,16 +268,21 @@ func TestInstanceExecutorDocker(t *testing.T) {
 		}
 	}
 
-	// Wait until the state file lists exactly the containers that exist.
+	// Wait until the state file lists exactly the containers that exist,
+	// none of them holding a job's slot: the coordinator sees a job end
+	// before the manager has released its slot and written the file, and
+	// a slot held at the crash would mark its instance as one whose job
+	// cannot be resumed (deleted, rightly, on the restart).
 	var live []string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		live = groupContainers(t, owner)
-		if len(live) > 0 && slices.Equal(stateIDs(t, stateFile), live) {
+		recorded, held := stateInstances(t, stateFile)
+		if len(live) > 0 && slices.Equal(recorded, live) && held == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("state file %v never matched the containers %v", stateIDs(t, stateFile), live)
+			t.Fatalf("state file %v (%d slots held) never matched the idle containers %v", recorded, held, live)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
