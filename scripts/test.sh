@@ -122,7 +122,11 @@ test_home=$(mktemp -d "${TMPDIR:-/tmp}/drover-test-home-XXXXXX")
 export HOME="$test_home"
 
 echo "== go test -race"
-go test -race -count=1 -timeout 75m ./...
+# Through scripts/testreport: the output of plain go test (package lines,
+# failing tests' output) and then the slowest tests, where the time went.
+report_bin="$DROVER_CACHE_DIR/bin/testreport"
+mkdir -p "$DROVER_CACHE_DIR/bin" && go build -o "$report_bin" ./scripts/testreport
+go test -race -count=1 -timeout 75m -json ./... | "$report_bin" -slowest 30
 
 echo "== fuzz ($FUZZTIME each)"
 # Every Fuzz* target of every package gets a short run on top of its seed corpus.

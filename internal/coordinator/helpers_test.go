@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,7 +42,7 @@ func openEnv(t testing.TB, dir string, mod func(*Config)) *env {
 		mod(&cfg)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
+	if verboseNotJSON() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	errs := new(atomic.Int64)
@@ -259,3 +260,12 @@ func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// verboseNotJSON reports go test -v. Under -json (-test.v=test2json,
+// scripts/test.sh through scripts/testreport, which keeps only failing
+// tests' output) the debug log stays off, as without -v: it would only
+// make every test's output larger.
+func verboseNotJSON() bool {
+	f := flag.Lookup("test.v")
+	return f != nil && f.Value.String() == "true"
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,7 +32,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 }
 
 func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
+	if verboseNotJSON() {
 		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
@@ -387,4 +388,13 @@ func upstreams(t *testing.T, ack time.Duration) map[string]func() upstreamUnderT
 			return startCoordinatorCfg(t, coordinator.Config{LongPollTimeout: 2 * time.Second, AckTimeout: ack, ReapInterval: 100 * time.Millisecond})
 		},
 	}
+}
+
+// verboseNotJSON reports go test -v. Under -json (-test.v=test2json,
+// scripts/test.sh through scripts/testreport, which keeps only failing
+// tests' output) the debug log stays off, as without -v: it would only
+// make every test's output larger.
+func verboseNotJSON() bool {
+	f := flag.Lookup("test.v")
+	return f != nil && f.Value.String() == "true"
 }
