@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -70,9 +71,10 @@ const maxLine = 16 << 20
 
 // report copies the stream in to out as described in the package doc and
 // reports whether anything failed. An error is a stream it cannot read.
-func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
-	w := bufio.NewWriter(out)
-	defer w.Flush()
+//
+// It writes as the events come, unbuffered, so that a CI log shows each
+// package's line when the package ends.
+func report(in io.Reader, w io.Writer, slowest int) (failed bool, err error) {
 	running := map[string]map[string]*strings.Builder{} // package → test → output so far
 	var times []timing
 	sc := bufio.NewScanner(in)
@@ -81,7 +83,7 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 	for sc.Scan() {
 		line++
 		raw := sc.Bytes()
-		if len(strings.TrimSpace(string(raw))) == 0 {
+		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
 		var ev event
@@ -94,13 +96,13 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 		events++
 		switch ev.Action {
 		case "build-output":
-			w.WriteString(ev.Output)
+			io.WriteString(w, ev.Output)
 		case "build-fail":
 			failed = true
 		case "output":
 			if ev.Test == "" {
 				if ev.Output != "PASS\n" {
-					w.WriteString(ev.Output)
+					io.WriteString(w, ev.Output)
 				}
 				continue
 			}
@@ -124,7 +126,7 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 					failed = true
 					for _, name := range slices.Sorted(maps.Keys(running[ev.Package])) {
 						fmt.Fprintf(w, "--- output of %s, which did not finish:\n", name)
-						w.WriteString(running[ev.Package][name].String())
+						io.WriteString(w, running[ev.Package][name].String())
 					}
 				}
 				delete(running, ev.Package)
@@ -133,7 +135,7 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 			if ev.Action == "fail" {
 				failed = true
 				if b := running[ev.Package][ev.Test]; b != nil {
-					w.WriteString(b.String())
+					io.WriteString(w, b.String())
 				}
 			}
 			delete(running[ev.Package], ev.Test)
