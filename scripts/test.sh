@@ -129,23 +129,4 @@ mkdir -p "$DROVER_CACHE_DIR/bin" && go build -o "$report_bin" ./scripts/testrepo
 go test -race -count=1 -timeout 75m -json ./... | "$report_bin" -slowest 30
 
 echo "== fuzz ($FUZZTIME each)"
-# Every Fuzz* target of every package gets a short run on top of its seed corpus.
-for pkg in $(go list ./...); do
-  dir=$(go list -f '{{.Dir}}' "$pkg")
-  for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
-    echo "-- $pkg $f"
-    if ! go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/drover-fuzz.log 2>&1; then
-      # Go 1.26's fuzz coordinator can fail a target with a bare "context
-      # deadline exceeded" when -fuzztime ends under load (go.dev/issue/75804,
-      # fixed in Go 1.27). A real finding always writes a reproducer: only a
-      # failure without one is retried, once.
-      if grep -q 'context deadline exceeded' /tmp/drover-fuzz.log && ! grep -q 'Failing input written' /tmp/drover-fuzz.log; then
-        echo "   (fuzz coordinator deadline race, go.dev/issue/75804: retrying once)"
-        go test -run='^$' -fuzz="^$f\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/drover-fuzz.log 2>&1 || { cat /tmp/drover-fuzz.log; exit 1; }
-      else
-        cat /tmp/drover-fuzz.log; exit 1
-      fi
-    fi
-  done
-done
-echo "== all checks passed"
+FUZZTIME="$FUZZTIME" scripts/fuzz.sh
