@@ -9,8 +9,10 @@
 # target (docs/BENCHMARKS.md, "The fuzz loop links once per package").
 # A finding prints the target's output, with the path of the failing input
 # it wrote under the package's testdata/fuzz, and exits 1.
+# The module is the repository's, or the one in DROVER_FUZZ_MODULE when set
+# (e2e/fuzzscript_test.go runs the script on modules it generates).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "${DROVER_FUZZ_MODULE:-$(dirname "$0")/..}"
 FUZZTIME=${FUZZTIME:-8s}
 fuzz_dir=$(mktemp -d "${TMPDIR:-/tmp}/drover-fuzz-XXXXXX")
 trap 'rm -rf "$fuzz_dir"' EXIT
